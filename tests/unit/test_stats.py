@@ -1,0 +1,189 @@
+"""The fast statistics against the plain dense one-hot reference of MATH.md §2."""
+
+import numpy as np
+import pytest
+import torch
+
+from tests.reference import dense_corpus_stats
+from tl_leadterms import corpus_stats
+from tl_leadterms.stats import AttentionAccumulator, ContextAccumulator, resolve_vocab
+from tl_leadterms.stats.compute import composed_from_counts
+
+STATS = ("B_bar", "Sigma_B", "Phi_bar", "G_bar", "Q_bar", "Delta")
+
+
+def markov_windows(n: int, t: int, v: int, seed: int = 0) -> torch.Tensor:
+    """Windows from a random sparse Markov chain, so every statistic has structure."""
+    g = torch.Generator().manual_seed(seed)
+    trans = torch.rand(v, v, generator=g) ** 6
+    out = torch.empty(n, t + 1, dtype=torch.long)
+    out[:, 0] = torch.randint(0, v, (n,), generator=g)
+    for i in range(t):
+        out[:, i + 1] = torch.multinomial(trans[out[:, i]], 1, generator=g).squeeze(1)
+    return out
+
+
+def assert_matches(stats, ref, tol=1e-10):
+    for name in STATS:
+        mine, theirs = getattr(stats, name), ref[name]
+        assert mine.shape == theirs.shape, name
+        scale = theirs.abs().max()
+        err = (mine - theirs).abs().max()
+        assert err <= tol * scale, f"{name}: max abs diff {err:.3e} vs scale {scale:.3e}"
+
+
+@pytest.mark.parametrize(
+    ("v", "t", "n", "batch_size"),
+    [(17, 9, 13, 4), (31, 12, 20, None), (5, 1, 7, 3), (40, 6, 3, 1)],
+)
+def test_six_statistics_equal_dense_reference(v, t, n, batch_size):
+    tokens = markov_windows(n, t, v, seed=v + t)
+    stats = corpus_stats(tokens, v, batch_size=batch_size, progress=False)
+    ref = dense_corpus_stats(tokens, v)
+    assert_matches(stats, ref)
+    # non-degenerate data; with T = 1 there is no key besides the query, so Q̄ = Δ = 0 exactly
+    assert all(ref[name].abs().max() > 0 for name in STATS if t > 1 or name[0] not in "QD")
+
+
+@pytest.mark.parametrize("centre_vocab", [None, 9, 40])
+def test_restricted_vocabulary_equals_reference(centre_vocab):
+    v, tokens = 40, markov_windows(24, 10, 40, seed=3)
+    kept = [7, 3, 39, 0, 12, 21, 5, 30, 8]  # not sorted: the order is the matrix order
+    stats = corpus_stats(tokens, v, vocab=kept, centre_vocab=centre_vocab, progress=False)
+    ref = dense_corpus_stats(tokens, v, kept=kept, centre_vocab=centre_vocab)
+    assert_matches(stats, ref)
+    assert stats.kept.tolist() == kept
+    assert stats.centre_vocab == (centre_vocab or v)
+
+
+def test_top_k_vocabulary_keeps_most_frequent_input_tokens():
+    v, tokens = 30, markov_windows(16, 11, 30, seed=5)
+    stats = corpus_stats(tokens, v, vocab=6, progress=False)
+    counts = torch.bincount(tokens[:, :-1].reshape(-1), minlength=v)
+    expected = sorted(range(v), key=lambda i: (-int(counts[i]), i))[:6]
+    assert stats.kept.tolist() == expected
+    assert_matches(stats, dense_corpus_stats(tokens, v, kept=expected))
+
+
+def test_float32_close_to_float64():
+    tokens = markov_windows(32, 16, 25, seed=7)
+    s64 = corpus_stats(tokens, 25, progress=False)
+    s32 = corpus_stats(tokens, 25, dtype=torch.float32, progress=False)
+    for name in STATS:
+        a, b = getattr(s64, name), getattr(s32, name)
+        assert b.dtype == torch.float32
+        assert (a - b.double()).abs().max() <= 1e-5 * a.abs().max(), name
+
+
+def test_full_vocabulary_identities():
+    tokens = markov_windows(16, 8, 20, seed=11)
+    s = corpus_stats(tokens, 20, progress=False)
+    assert s.B_bar.sum(1).abs().max() < 1e-15  # rows of B̄ sum to zero
+    assert s.Phi_bar.sum(0).abs().max() < 1e-15  # columns of Φ̄ sum to zero
+    assert torch.equal(s.Sigma_B, s.Sigma_B.T)
+    assert s.unigram.sum().item() == pytest.approx(1.0)
+    assert s.n_positions == 16 * 8
+
+
+def test_orientation_is_pinned_by_a_planted_corpus():
+    # token 1 ("red") is always followed by 2 ("ball"); 3 ("pond") opens every window twice,
+    # 4 ("fish") comes late and never precedes pond: B̄[red, ball] > 0 > B̄[ball, red] and
+    # Φ̄[fish, pond] > 0 > Φ̄[pond, fish] (a large vocabulary keeps the centring small).
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(40):
+        row = [
+            3,
+            3,
+            *rng.integers(5, 150, size=5).tolist(),
+            1,
+            2,
+            *rng.integers(5, 150, size=2),
+            4,
+            5,
+        ]
+        rows.append(row)
+    s = corpus_stats(torch.tensor(rows), 200, progress=False)
+    assert s.B_bar[1, 2] > 0.5 / s.n_ctx and s.B_bar[2, 1] < 0
+    assert s.Phi_bar[4, 3] > 0 > s.Phi_bar[3, 4]
+    assert s.top("bigram", 1, k=1)[0].token_id == 2
+    assert s.top("context", 4, k=1)[0].token_id == 3
+
+
+def test_input_forms_agree():
+    v, tokens = 15, markov_windows(12, 7, 15, seed=2)
+    base = corpus_stats(tokens, v, progress=False)
+    forms = {
+        "numpy": tokens.numpy(),
+        "int32": tokens.int(),
+        "list": tokens.tolist(),
+        "batches": [tokens[:5], tokens[5:]],
+        "generator": (b for b in tokens.split(4)),
+    }
+    for name, form in forms.items():
+        other = corpus_stats(form, v, progress=False)
+        assert other.n_sequences == 12, name
+        for stat in STATS:
+            torch.testing.assert_close(getattr(other, stat), getattr(base, stat), msg=name)
+
+
+def test_datasets_input_ids_column():
+    datasets = pytest.importorskip("datasets")
+    v, tokens = 15, markov_windows(10, 6, 15, seed=4)
+    ds = datasets.Dataset.from_dict({"input_ids": tokens.tolist()})
+    base = corpus_stats(tokens, v, progress=False)
+    other = corpus_stats(ds, v, batch_size=3, progress=False)
+    for stat in STATS:
+        torch.testing.assert_close(getattr(other, stat), getattr(base, stat))
+
+
+def test_shard_merge_equals_whole_corpus():
+    v, tokens = 26, markov_windows(30, 10, 26, seed=8)
+    kept = resolve_vocab(list(range(0, 26, 2)), v)
+    whole = corpus_stats(tokens, v, vocab=kept.kept.tolist(), progress=False)
+
+    shards = [tokens[:7], tokens[7:19], tokens[19:]]
+    first = [ContextAccumulator(kept).update(shard) for shard in shards]
+    merged = first[0].merge(first[1]).merge(first[2]).result()
+    assert merged.n_sequences == 30
+    torch.testing.assert_close(merged.Phi_bar, whole.Phi_bar, rtol=0, atol=1e-15)
+    assert torch.equal(merged.unigram_counts, whole.unigram_counts)
+    assert torch.equal(merged.pair_codes, whole.pair_codes)
+    assert torch.equal(merged.pair_counts, whole.pair_counts)
+
+    g_bar = composed_from_counts(merged, kept)
+    second = [AttentionAccumulator(g_bar, kept).update(shard) for shard in shards]
+    q_bar, delta = second[2].merge(second[0]).merge(second[1]).result()
+    torch.testing.assert_close(q_bar, whole.Q_bar, rtol=0, atol=1e-15)
+    torch.testing.assert_close(delta, whole.Delta, rtol=0, atol=1e-15)
+
+
+def test_pass_two_refuses_a_different_g_bar():
+    from tl_leadterms import LeadTermsError
+
+    kept = resolve_vocab(None, 6)
+    a = AttentionAccumulator(torch.zeros(6, 6, dtype=torch.float64), kept)
+    b = AttentionAccumulator(torch.ones(6, 6, dtype=torch.float64), kept)
+    a.update(torch.randint(0, 6, (2, 4)))
+    b.update(torch.randint(0, 6, (2, 4)))
+    with pytest.raises(LeadTermsError, match="different Ḡ"):
+        a.merge(b)
+
+
+def test_top_returns_readable_neighbours_and_excludes_self_for_sigma():
+    tokens = markov_windows(20, 10, 12, seed=9)
+    s = corpus_stats(tokens, 12, progress=False)
+    top = s.top("Sigma_B", 3, k=4)
+    assert len(top) == 4 and all(n.token_id != 3 for n in top)
+    scores = [n.score for n in top]
+    assert scores == sorted(scores, reverse=True)
+    row = s.Sigma_B[3].clone()
+    row[3] = -float("inf")
+    assert top[0].token_id == int(row.argmax())
+    assert s.top("Phi_bar", 3, k=2)[0].token_id == int(s.Phi_bar[3].argmax())
+
+
+def test_repr_names_the_sizes():
+    s = corpus_stats(markov_windows(4, 5, 9), 9, vocab=[1, 2, 3], progress=False)
+    text = repr(s)
+    assert "d_vocab=9 (3 kept)" in text and "n_ctx=5" in text and "n_sequences=4" in text

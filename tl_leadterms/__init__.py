@@ -1,0 +1,23 @@
+"""tl_leadterms: what a transformer learned from its corpus, as gradient leading terms.
+
+The public API is small; everything else lives in subpackages.
+
+>>> from tl_leadterms import corpus_stats, leading_terms, make_windows
+"""
+
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
+from tl_leadterms.theory import LeadingTerms, coefficients, leading_terms, step_bound
+from tl_leadterms.version import __version__
+
+__all__ = [
+    "CorpusStats",
+    "LeadTermsError",
+    "LeadingTerms",
+    "__version__",
+    "coefficients",
+    "corpus_stats",
+    "leading_terms",
+    "make_windows",
+    "step_bound",
+]

@@ -1,0 +1,19 @@
+"""Corpus statistics: streaming accumulators, the two-pass driver, windows, save/load."""
+
+from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
+from tl_leadterms.stats.compute import composed_from_counts, corpus_stats
+from tl_leadterms.stats.corpus import CorpusStats, Neighbour
+from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
+from tl_leadterms.stats.windows import make_windows
+
+__all__ = [
+    "AttentionAccumulator",
+    "ContextAccumulator",
+    "CorpusStats",
+    "KeptVocab",
+    "Neighbour",
+    "composed_from_counts",
+    "corpus_stats",
+    "make_windows",
+    "resolve_vocab",
+]

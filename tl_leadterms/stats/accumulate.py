@@ -1,0 +1,337 @@
+"""Streaming, mergeable accumulators for the two passes over a corpus (MATH.md §2, §5).
+
+Pass one (:class:`ContextAccumulator`) counts bigram pairs, unigrams and the context map Φ̄.
+Pass two (:class:`AttentionAccumulator`) needs Ḡ of the whole corpus and accumulates Q̄ and Δ.
+Both have ``update(batch)``, ``merge(other)`` and ``result()``: shards can be counted separately
+and merged, and the merged result equals that of the whole corpus.
+
+No one-hot tensor is ever built. Every (query ``t``, key ``m <= t``) pair of a window becomes one
+flat index into a ``k·k + 1`` table (the last slot swallows pairs that touch a dropped token) and
+one weight, and is added with a single ``index_add_``. Positions are 0-based here: the paper's
+position ``t`` is ``i + 1``.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.vocab import KeptVocab
+
+__all__ = ["AttentionAccumulator", "ContextAccumulator", "PairLayout"]
+
+_COMPACT_AT = 1 << 24  # pending bigram codes kept before they are counted
+
+
+class PairLayout:
+    """Index arrays of the causal (query, key) pairs of a window of ``n_ctx`` positions.
+
+    ``query[p]``, ``key[p]`` are 0-based positions of pair ``p`` (row-major lower triangle),
+    ``inv_t[p] = 1/(query[p] + 1)`` is the uniform attention weight, ``offset[p] = query - key``,
+    and ``tail[m] = Σ_{t >= m+1} 1/t`` is the total weight position ``m`` receives as a key.
+    """
+
+    def __init__(self, n_ctx: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.n_ctx = n_ctx
+        q, k = torch.tril_indices(n_ctx, n_ctx, device=device)
+        self.query, self.key = q, k
+        self.offset = q - k
+        inv = 1.0 / torch.arange(1, n_ctx + 1, dtype=torch.float64, device=device)
+        self.inv_pos = inv.to(dtype)  # 1/t for t = 1..T
+        self.inv_t = self.inv_pos[q]
+        self.tail = inv.flip(0).cumsum(0).flip(0)  # float64: feeds the small μ vector
+        self.n_pairs = q.numel()
+
+    def repeated(self, values: torch.Tensor, b: int) -> torch.Tensor:
+        return values.expand(b, -1).reshape(-1)
+
+
+def _flat_parts(idx: torch.Tensor, vocab: KeptVocab) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row and column parts of flat table codes ``row * k + col`` (dropped -> ``k*k``)."""
+    k = vocab.k
+    if not vocab.restricted:
+        return idx * k, idx
+    dropped = idx == k
+    sentinel = torch.full_like(idx, k * k)
+    return torch.where(dropped, sentinel, idx * k), torch.where(dropped, sentinel, idx)
+
+
+def _pair_codes(
+    rows: torch.Tensor, cols: torch.Tensor, layout: PairLayout, vocab: KeptVocab
+) -> torch.Tensor:
+    """Flat codes ``rows[:, query] + cols[:, key]`` for every causal pair, ``[b * n_pairs]``."""
+    codes = rows[:, layout.query] + cols[:, layout.key]
+    if vocab.restricted:
+        codes.clamp_(max=vocab.k * vocab.k)
+    return codes.reshape(-1)
+
+
+def _add_counts(
+    codes_a: torch.Tensor, counts_a: torch.Tensor, codes_b: torch.Tensor, counts_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum two sparse count vectors given as (distinct codes, counts)."""
+    codes, inverse = torch.unique(torch.cat([codes_a, codes_b]), return_inverse=True)
+    counts = torch.zeros_like(codes).index_add_(0, inverse, torch.cat([counts_a, counts_b]))
+    return codes, counts
+
+
+@dataclass
+class _Shape:
+    vocab: KeptVocab
+    n_ctx: int | None
+    dtype: torch.dtype
+    device: torch.device
+
+    def check_compatible(self, other: "_Shape", what: str) -> None:
+        same_kept = (self.vocab.kept is None and other.vocab.kept is None) or (
+            self.vocab.kept is not None
+            and other.vocab.kept is not None
+            and torch.equal(self.vocab.kept.cpu(), other.vocab.kept.cpu())
+        )
+        mine = (self.vocab.d_vocab, self.vocab.centre_vocab, self.dtype)
+        theirs = (other.vocab.d_vocab, other.vocab.centre_vocab, other.dtype)
+        if mine != theirs or not same_kept:
+            raise LeadTermsError(
+                f"cannot merge {what}s with different vocabularies or dtypes: (d_vocab, "
+                f"centre_vocab, dtype) {mine} vs {theirs}, kept vocab equal: {same_kept}. Count "
+                "every shard with the same d_vocab, vocab=, centre_vocab= and dtype=."
+            )
+        if None not in (self.n_ctx, other.n_ctx) and self.n_ctx != other.n_ctx:
+            raise LeadTermsError(
+                f"cannot merge {what}s over windows of different lengths: T = {self.n_ctx} vs "
+                f"{other.n_ctx}."
+            )
+
+
+class _PassBase:
+    """Shared bookkeeping: the window length, the index map and the pair layout."""
+
+    what = "accumulator"
+
+    def __init__(self, vocab: KeptVocab, n_ctx: int | None, dtype: torch.dtype, device) -> None:
+        self.shape = _Shape(vocab, n_ctx, dtype, torch.device(device))
+        self.n_sequences = 0
+        self._index = vocab.index_map(self.shape.device)
+        self._layout: PairLayout | None = None
+
+    @property
+    def vocab(self) -> KeptVocab:
+        return self.shape.vocab
+
+    @property
+    def n_ctx(self) -> int | None:
+        return self.shape.n_ctx
+
+    @property
+    def n_positions(self) -> int:
+        return self.n_sequences * (self.n_ctx or 0)
+
+    def _prepare(self, batch: torch.Tensor) -> tuple[torch.Tensor, PairLayout]:
+        """Validate a ``[b, T + 1]`` batch; return it in matrix indices (dropped = ``k``)."""
+        if batch.ndim != 2 or batch.shape[1] < 2:
+            raise LeadTermsError(
+                f"expected a batch of windows [b, T + 1] with T >= 1, got {tuple(batch.shape)}."
+            )
+        t = batch.shape[1] - 1
+        if self.shape.n_ctx is None:
+            self.shape.n_ctx = t
+        elif t != self.shape.n_ctx:
+            raise LeadTermsError(
+                f"windows of length {t + 1} do not match the earlier windows of length "
+                f"{self.shape.n_ctx + 1}; all windows must have the same length T + 1."
+            )
+        if self._layout is None:
+            self._layout = PairLayout(t, self.shape.dtype, self.shape.device)
+        batch = batch.to(self.shape.device)
+        idx = batch if self._index is None else self._index[batch]
+        self.n_sequences += batch.shape[0]
+        return idx, self._layout
+
+    def _check_merge(self, other: "_PassBase") -> None:
+        if type(other) is not type(self):
+            raise LeadTermsError(f"cannot merge a {type(other).__name__} into a {self.what}.")
+        self.shape.check_compatible(other.shape, self.what)
+        if self.shape.n_ctx is None:
+            self.shape.n_ctx = other.shape.n_ctx
+            self._layout = other._layout
+
+    def _check_nonempty(self) -> None:
+        if self.n_sequences == 0:
+            raise LeadTermsError(
+                f"the {self.what} has seen no windows; call update() with at least one batch "
+                "(an empty corpus has no statistics)."
+            )
+
+
+@dataclass
+class ContextCounts:
+    """Result of pass one: raw counts and the centred context map."""
+
+    pair_codes: torch.Tensor  # distinct flat codes x*k + y of kept bigrams
+    pair_counts: torch.Tensor  # their counts (int64)
+    unigram_counts: torch.Tensor  # [k] counts of each kept token among input positions
+    Phi_bar: torch.Tensor  # [k, k] target x context
+    n_sequences: int
+    n_ctx: int
+
+
+class ContextAccumulator(_PassBase):
+    """Pass one: bigram pair counts, unigram counts and the context map Φ̄.
+
+    Φ̄[i, j] = (1/NT) Σ_n Σ_t (1/t) Σ_{m<=t} [y_t = i][x_m = j] − μ_j, with
+    μ_j = (u/NT) Σ_n Σ_m [x_m = j] Σ_{t>=m} 1/t.
+    """
+
+    what = "ContextAccumulator"
+
+    def __init__(
+        self,
+        vocab: KeptVocab,
+        *,
+        n_ctx: int | None = None,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__(vocab, n_ctx, dtype, device)
+        k = vocab.k
+        dev = self.shape.device
+        self._phi = torch.zeros(k * k + 1, dtype=dtype, device=dev)
+        self._mu = torch.zeros(k + 1, dtype=torch.float64, device=dev)
+        self._unigram = torch.zeros(k + 1, dtype=torch.long, device=dev)
+        self._pending: list[torch.Tensor] = []
+        self._n_pending = 0
+        self._codes = torch.zeros(0, dtype=torch.long, device=dev)
+        self._counts = torch.zeros(0, dtype=torch.long, device=dev)
+
+    def update(self, batch: torch.Tensor) -> "ContextAccumulator":
+        """Add a ``[b, T + 1]`` batch of token windows (already validated token ids)."""
+        idx, layout = self._prepare(batch)
+        b = idx.shape[0]
+        x, y = idx[:, :-1], idx[:, 1:]
+        x_row, x_col = _flat_parts(x, self.vocab)
+        y_row, y_col = _flat_parts(y, self.vocab)
+        # Φ: pair (target y_t, context x_m) with weight 1/t, for every m <= t.
+        codes = _pair_codes(y_row, x_col, layout, self.vocab)
+        self._phi.index_add_(0, codes, layout.repeated(layout.inv_t, b))
+        flat_x = x.reshape(-1)
+        self._mu.index_add_(0, flat_x, layout.repeated(layout.tail, b))
+        self._unigram += torch.bincount(flat_x, minlength=self.vocab.k + 1)
+        # Bigrams (x_t, y_t), kept in sparse form: at most N·T distinct pairs.
+        bigram = (x_row + y_col).reshape(-1)
+        if self.vocab.restricted:
+            bigram = bigram[bigram < self.vocab.k * self.vocab.k]
+        self._pending.append(bigram)
+        self._n_pending += bigram.numel()
+        if self._n_pending >= _COMPACT_AT:
+            self._compact()
+        return self
+
+    def _compact(self) -> None:
+        if not self._pending:
+            return
+        codes, counts = torch.unique(torch.cat(self._pending), return_counts=True)
+        self._codes, self._counts = _add_counts(self._codes, self._counts, codes, counts)
+        self._pending, self._n_pending = [], 0
+
+    def merge(self, other: "ContextAccumulator") -> "ContextAccumulator":
+        """Add another shard's counts into this one (in place) and return self."""
+        self._check_merge(other)
+        self._phi += other._phi.to(self._phi.device)
+        self._mu += other._mu.to(self._mu.device)
+        self._unigram += other._unigram.to(self._unigram.device)
+        other._compact()
+        self._compact()
+        dev = self._codes.device
+        self._codes, self._counts = _add_counts(
+            self._codes, self._counts, other._codes.to(dev), other._counts.to(dev)
+        )
+        self.n_sequences += other.n_sequences
+        return self
+
+    def result(self) -> ContextCounts:
+        """Counts so far and the centred Φ̄ (a new tensor; the accumulator stays usable)."""
+        self._check_nonempty()
+        self._compact()
+        k, nt = self.vocab.k, self.n_positions
+        mu = self._mu[:k] / (nt * self.vocab.centre_vocab)
+        phi = self._phi[: k * k].view(k, k) / nt
+        phi -= mu.to(phi.dtype)
+        return ContextCounts(
+            pair_codes=self._codes.clone(),
+            pair_counts=self._counts.clone(),
+            unigram_counts=self._unigram[:k].clone(),
+            Phi_bar=phi,
+            n_sequences=self.n_sequences,
+            n_ctx=self.n_ctx,
+        )
+
+
+class AttentionAccumulator(_PassBase):
+    """Pass two: the attention statistic Q̄ and the positional statistic Δ, given Ḡ.
+
+    For query t and key j <= t, g = Ḡ[y_t, x_j], ḡ_t = (1/t) Σ_{j<=t} g and Q[t, j] =
+    (g − ḡ_t)/t; Q̄ = (1/NT) Σ X_nᵀ Q_n X_n and Δ[d] = (1/NT) Σ_n Σ_t Q_n[t, t − d].
+    """
+
+    what = "AttentionAccumulator"
+
+    def __init__(
+        self,
+        G_bar: torch.Tensor,
+        vocab: KeptVocab,
+        *,
+        n_ctx: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        k = vocab.k
+        if G_bar.shape != (k, k):
+            raise LeadTermsError(
+                f"G_bar has shape {tuple(G_bar.shape)} but the vocabulary has {k} kept tokens; "
+                "pass the Ḡ computed from this corpus' pass-one statistics."
+            )
+        device = G_bar.device if device is None else torch.device(device)
+        super().__init__(vocab, n_ctx, G_bar.dtype, device)
+        self._g = torch.zeros(k * k + 1, dtype=G_bar.dtype, device=self.shape.device)
+        self._g[: k * k] = G_bar.reshape(-1)
+        self._q = torch.zeros(k * k + 1, dtype=G_bar.dtype, device=self.shape.device)
+        self._delta: torch.Tensor | None = None
+
+    def update(self, batch: torch.Tensor) -> "AttentionAccumulator":
+        """Add a ``[b, T + 1]`` batch of token windows (already validated token ids)."""
+        idx, layout = self._prepare(batch)
+        b, t = idx.shape[0], layout.n_ctx
+        x, y = idx[:, :-1], idx[:, 1:]
+        x_row, x_col = _flat_parts(x, self.vocab)
+        y_row, _ = _flat_parts(y, self.vocab)
+        g = self._g[_pair_codes(y_row, x_col, layout, self.vocab)].view(b, -1)
+        row_sum = torch.zeros(b, t, dtype=g.dtype, device=g.device)
+        row_sum.index_add_(1, layout.query, g)
+        g_mean = row_sum * layout.inv_pos
+        q = (g - g_mean[:, layout.query]).mul_(layout.inv_t)
+        self._q.index_add_(0, _pair_codes(x_row, x_col, layout, self.vocab), q.reshape(-1))
+        if self._delta is None:
+            self._delta = torch.zeros(t, dtype=g.dtype, device=g.device)
+        self._delta.index_add_(0, layout.offset, q.sum(0))
+        return self
+
+    def merge(self, other: "AttentionAccumulator") -> "AttentionAccumulator":
+        """Add another shard's sums into this one (in place) and return self."""
+        self._check_merge(other)
+        if not torch.equal(self._g, other._g.to(self._g.device)):
+            raise LeadTermsError(
+                "cannot merge AttentionAccumulators built from different Ḡ; pass two of every "
+                "shard must use the Ḡ of the whole corpus (merge the pass-one shards first)."
+            )
+        self._q += other._q.to(self._q.device)
+        if other._delta is not None:
+            if self._delta is None:
+                self._delta = torch.zeros_like(other._delta, device=self._q.device)
+            self._delta += other._delta.to(self._delta.device)
+        self.n_sequences += other.n_sequences
+        return self
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(Q_bar [k, k], Delta [T])`` normalised by N·T (new tensors)."""
+        self._check_nonempty()
+        k, nt = self.vocab.k, self.n_positions
+        return self._q[: k * k].view(k, k) / nt, self._delta / nt

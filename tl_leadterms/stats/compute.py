@@ -1,0 +1,138 @@
+"""`corpus_stats`: both passes over a corpus, from token windows to a :class:`CorpusStats`."""
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from tl_leadterms.stats import algebra
+from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
+from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.tokens import TokenSource
+from tl_leadterms.stats.vocab import resolve_vocab
+from tl_leadterms.version import __version__
+
+__all__ = ["composed_from_counts", "corpus_stats"]
+
+_FLOAT_DTYPES = (torch.float64, torch.float32)
+
+
+def _tokenizer_provenance(tokenizer: Any) -> dict[str, Any]:
+    if tokenizer is None:
+        return {}
+    from tl_leadterms.data.tokenizers import vocab_hash
+
+    return {
+        "tokenizer_name": getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__,
+        "tokenizer_vocab_hash": vocab_hash(tokenizer),
+    }
+
+
+def composed_from_counts(counts, vocab, *, progress: bool = False) -> torch.Tensor:
+    """Ḡ = Σ_B̄ Φ̄ from pass-one counts (sparse bigram times dense context map)."""
+    nt = counts.n_sequences * counts.n_ctx
+    phi = counts.Phi_bar
+    b_sparse = algebra.bigram_sparse(counts.pair_codes, counts.pair_counts, vocab.k, nt, phi.dtype)
+    alpha = counts.unigram_counts.to(phi.dtype) / nt
+    return algebra.composed_context(b_sparse, alpha, 1 / vocab.centre_vocab, phi, progress=progress)
+
+
+def corpus_stats(
+    tokens: Any,
+    d_vocab: int,
+    *,
+    vocab: int | Iterable[int] | None = None,
+    centre_vocab: int | None = None,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str = "cpu",
+    batch_size: int | None = None,
+    progress: bool = True,
+    tokenizer: Any = None,
+) -> CorpusStats:
+    """Compute B̄, Σ_B̄, Φ̄, Ḡ, Q̄ and Δ (MATH.md §2) of a tokenized corpus.
+
+    Two streaming passes: the first counts bigrams and the context map Φ̄; then
+    Ḡ = Σ_B̄ Φ̄ is formed exactly from the sparse bigram counts; the second pass accumulates
+    Q̄ and Δ. Nothing one-hot, ``[.., T, T, T]`` or ``[V, V, T]`` is built.
+
+    Args:
+        tokens: windows of ``T + 1`` token ids: a 2-D integer tensor/array
+            ``[n_sequences, T + 1]``, an iterable of such batches (a one-shot iterator is read
+            into memory for the second pass), or a ``datasets.Dataset`` with an ``input_ids``
+            column. :func:`tl_leadterms.make_windows` builds them from documents.
+        d_vocab: the tokenizer's vocabulary size; every id must be in ``[0, d_vocab)``.
+        vocab: restrict to these token ids (a list, in matrix order) or to the ``k`` most
+            frequent input tokens (an int); other tokens become zero rows.
+        centre_vocab: ``|V|`` of the centring ``u = 1/|V|``; defaults to ``d_vocab`` even with
+            a restriction (the paper's choice).
+        dtype: ``torch.float64`` (exact) or ``torch.float32`` (half the memory, for large
+            vocabularies).
+        device: where the tables live and the work runs.
+        batch_size: sequences per batch (default: about two million pairs per batch).
+        progress: show tqdm progress bars.
+        tokenizer: recorded in the provenance (name and vocabulary hash) and used by
+            :meth:`CorpusStats.top` to print strings.
+
+    Returns:
+        A :class:`CorpusStats`.
+
+    Example:
+        >>> import torch
+        >>> from tl_leadterms import corpus_stats
+        >>> windows = torch.randint(0, 50, (64, 17))
+        >>> stats = corpus_stats(windows, d_vocab=50, progress=False)
+        >>> stats.B_bar.shape, stats.Delta.shape
+        (torch.Size([50, 50]), torch.Size([16]))
+    """
+    from tl_leadterms.errors import LeadTermsError
+
+    if dtype not in _FLOAT_DTYPES:
+        raise LeadTermsError(
+            f"dtype must be torch.float64 or torch.float32, got {dtype}; use float64 for "
+            "exactness, float32 at scale."
+        )
+    source = TokenSource(tokens, d_vocab, batch_size=batch_size, device=device)
+    kept = resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab, count_batches=source)
+
+    first = ContextAccumulator(kept, dtype=dtype, device=device)
+    total = len(source) or None
+    for batch in tqdm(source, total=total, desc="pass 1/2: B̄, Φ̄", disable=not progress):
+        first.update(batch)
+    counts = first.result()
+    del first
+
+    g_bar = composed_from_counts(counts, kept, progress=progress)
+    if not torch.isfinite(g_bar).all():
+        raise LeadTermsError("Ḡ has non-finite entries; the corpus produced NaN/inf statistics.")
+
+    second = AttentionAccumulator(g_bar, kept, device=device)
+    for batch in tqdm(source, total=total, desc="pass 2/2: Q̄, Δ", disable=not progress):
+        second.update(batch)
+    q_bar, delta = second.result()
+    del second
+
+    metadata = {
+        "library_version": __version__,
+        "d_vocab": int(d_vocab),
+        "n_ctx": counts.n_ctx,
+        "n_sequences": counts.n_sequences,
+        "n_kept": kept.k,
+        "centre_vocab": kept.centre_vocab,
+        "dtype": str(dtype).removeprefix("torch."),
+        **_tokenizer_provenance(tokenizer),
+    }
+    return CorpusStats(
+        vocab=kept,
+        n_sequences=counts.n_sequences,
+        n_ctx=counts.n_ctx,
+        pair_codes=counts.pair_codes,
+        pair_counts=counts.pair_counts,
+        unigram_counts=counts.unigram_counts,
+        Phi_bar=counts.Phi_bar,
+        G_bar=g_bar,
+        Q_bar=q_bar,
+        Delta=delta,
+        metadata=metadata,
+        tokenizer=tokenizer,
+    )

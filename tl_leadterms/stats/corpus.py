@@ -1,0 +1,276 @@
+"""`CorpusStats`: the corpus statistics of MATH.md §2 in the paper's orientation."""
+
+from functools import cached_property
+from typing import Any, NamedTuple
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats import algebra
+from tl_leadterms.stats.vocab import KeptVocab
+
+__all__ = ["CorpusStats", "Neighbour"]
+
+# name -> (attribute, what its rows and columns index); aliases accepted by `top`
+MATRICES = {
+    "B_bar": ("B_bar", "current token -> next token"),
+    "Sigma_B": ("Sigma_B", "next-token identity <-> next-token identity"),
+    "Phi_bar": ("Phi_bar", "target token -> context token"),
+    "G_bar": ("G_bar", "output token -> context token"),
+    "Q_bar": ("Q_bar", "query token -> key token"),
+}
+ALIASES = {
+    "bigram": "B_bar",
+    "interchangeability": "Sigma_B",
+    "context": "Phi_bar",
+    "composed": "G_bar",
+    "attention": "Q_bar",
+}
+
+
+class Neighbour(NamedTuple):
+    """One entry of :meth:`CorpusStats.top`."""
+
+    token: str | int
+    token_id: int
+    score: float
+
+
+class CorpusStats:
+    """Corpus statistics of a token corpus, in MATH.md's orientation and normalisation.
+
+    Build one with :func:`tl_leadterms.corpus_stats`; load one with :meth:`CorpusStats.load`.
+    Matrices are ``[k, k]`` with ``k = d_vocab`` or the number of kept tokens; index ``i`` is
+    token id ``kept[i]`` (or ``i`` without a restriction). ``B_bar`` and ``Sigma_B`` are
+    computed on first access from the sparse bigram counts.
+
+    Attributes:
+        B_bar: bigram map [current token, next token], ``#(i, j)/NT − α_i/|V|``.
+        Sigma_B: interchangeability ``B̄ᵀB̄`` [next-token identity, next-token identity].
+        Phi_bar: context map [target token, context token].
+        G_bar: composed ``Σ_B̄ Φ̄`` [output token, context token].
+        Q_bar: attention statistic [query token, key token].
+        Delta: positional statistic ``[T]``, index ``d`` = query − key offset.
+        unigram: ``α``, frequency of each kept token among the ``N·T`` input positions.
+    """
+
+    def __init__(
+        self,
+        *,
+        vocab: KeptVocab,
+        n_sequences: int,
+        n_ctx: int,
+        pair_codes: Int[Tensor, " n_pairs"],
+        pair_counts: Int[Tensor, " n_pairs"],
+        unigram_counts: Int[Tensor, " k"],
+        Phi_bar: Float[Tensor, "k k"],
+        G_bar: Float[Tensor, "k k"],
+        Q_bar: Float[Tensor, "k k"],
+        Delta: Float[Tensor, " n_ctx"],
+        metadata: dict[str, Any] | None = None,
+        tokenizer: Any = None,
+    ) -> None:
+        self.vocab = vocab
+        self.n_sequences = int(n_sequences)
+        self.n_ctx = int(n_ctx)
+        self.pair_codes = pair_codes
+        self.pair_counts = pair_counts
+        self.unigram_counts = unigram_counts
+        self.Phi_bar = Phi_bar
+        self.G_bar = G_bar
+        self.Q_bar = Q_bar
+        self.Delta = Delta
+        self.metadata = dict(metadata or {})
+        self.tokenizer = tokenizer
+
+    # -- sizes and provenance -----------------------------------------------------------------
+    @property
+    def d_vocab(self) -> int:
+        """Full vocabulary size of the tokenizer the corpus was counted with."""
+        return self.vocab.d_vocab
+
+    @property
+    def k(self) -> int:
+        """Side of the matrices: ``d_vocab``, or the number of kept tokens."""
+        return self.vocab.k
+
+    @property
+    def kept(self) -> Tensor | None:
+        """Kept token ids in matrix order, or None when every token is kept."""
+        return self.vocab.kept
+
+    @property
+    def centre_vocab(self) -> int:
+        """``|V|`` of the centring ``u = 1/|V|``."""
+        return self.vocab.centre_vocab
+
+    @property
+    def n_positions(self) -> int:
+        """``N·T``, the number of (input, target) positions."""
+        return self.n_sequences * self.n_ctx
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.Phi_bar.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.Phi_bar.device
+
+    # -- derived matrices ---------------------------------------------------------------------
+    @property
+    def unigram(self) -> Float[Tensor, " k"]:
+        """``α``: frequency of each kept token among the ``N·T`` input positions."""
+        return self.unigram_counts.to(self.dtype) / self.n_positions
+
+    @property
+    def B(self) -> Tensor:
+        """Raw pair frequencies ``#(i, j)/NT`` as a sparse CSR ``[k, k]`` tensor."""
+        return algebra.bigram_sparse(
+            self.pair_codes, self.pair_counts, self.k, self.n_positions, self.dtype
+        )
+
+    @cached_property
+    def B_bar(self) -> Float[Tensor, "k k"]:
+        """Centred bigram map ``B̄`` [current token, next token] (dense, cached)."""
+        return algebra.bigram_dense(
+            self.pair_codes,
+            self.pair_counts,
+            self.unigram,
+            self.k,
+            self.n_positions,
+            self.centre_vocab,
+        )
+
+    @cached_property
+    def Sigma_B(self) -> Float[Tensor, "k k"]:
+        """Interchangeability ``Σ_B̄ = B̄ᵀB̄`` (dense, cached)."""
+        return algebra.interchangeability(self.B, self.B_bar, self.unigram, 1 / self.centre_vocab)
+
+    @cached_property
+    def B_bar_Phi_bar(self) -> Float[Tensor, "k k"]:
+        """``B̄Φ̄`` [current token, context token]; its transpose is the value term (cached)."""
+        return algebra.centred_bigram_times(
+            self.B, self.unigram, 1 / self.centre_vocab, self.Phi_bar
+        )
+
+    # -- reading ------------------------------------------------------------------------------
+    def matrix(self, name: str) -> Tensor:
+        """A matrix by name (``"B_bar"``, ...) or alias (``"bigram"``, ``"context"``, ...)."""
+        key = ALIASES.get(name, name)
+        if key not in MATRICES:
+            names = sorted([*MATRICES, *ALIASES])
+            raise LeadTermsError(f"unknown statistic {name!r}; choose one of {names}.")
+        return getattr(self, MATRICES[key][0])
+
+    def _token_id(self, token: int | str, tokenizer: Any) -> int:
+        if isinstance(token, str):
+            if tokenizer is None:
+                raise LeadTermsError(
+                    f"token {token!r} is a string; pass tokenizer= (or attach one as "
+                    "stats.tokenizer) to look it up, or pass its token id."
+                )
+            ids = tokenizer.encode(token, add_special_tokens=False)
+            if len(ids) != 1:
+                raise LeadTermsError(
+                    f"{token!r} is {len(ids)} tokens ({ids}) for this tokenizer; pass a single "
+                    "token or its id."
+                )
+            return int(ids[0])
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise LeadTermsError(f"token must be a token id or a string, got {token!r}.")
+        return token
+
+    def top(
+        self,
+        matrix_name: str,
+        token: int | str,
+        k: int = 10,
+        tokenizer: Any = None,
+        *,
+        exclude_self: bool | None = None,
+    ) -> list[Neighbour]:
+        """The ``k`` tokens most associated with ``token`` under a statistic (paper Fig. 5).
+
+        Reads the row of ``token``: for ``"B_bar"`` the likeliest next tokens, for ``"Sigma_B"``
+        the most interchangeable tokens, for ``"Phi_bar"`` the context tokens that precede it.
+
+        Args:
+            matrix_name: ``"B_bar"``/``"bigram"``, ``"Sigma_B"``/``"interchangeability"``,
+                ``"Phi_bar"``/``"context"`` (also ``"G_bar"``, ``"Q_bar"``).
+            token: a token id, or a string when a tokenizer is given.
+            k: how many neighbours.
+            tokenizer: turns strings into ids and ids into readable strings; defaults to the
+                tokenizer attached to the statistics, if any.
+            exclude_self: drop ``token`` itself (default: only for ``Sigma_B``, whose diagonal
+                is trivially large).
+        """
+        tokenizer = tokenizer if tokenizer is not None else self.tokenizer
+        key = ALIASES.get(matrix_name, matrix_name)
+        mat = self.matrix(key)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise LeadTermsError(f"k must be a positive int, got {k!r}.")
+        row_index = self.vocab.position(self._token_id(token, tokenizer))
+        row = mat[row_index].clone()
+        if exclude_self if exclude_self is not None else key == "Sigma_B":
+            row[row_index] = -torch.inf
+        n = min(k, int(torch.isfinite(row).sum()))
+        scores, idx = torch.topk(row, n)
+        out = []
+        for score, i in zip(scores.tolist(), idx.tolist(), strict=True):
+            tid = self.vocab.token_id(i)
+            label = tokenizer.decode([tid]) if tokenizer is not None else tid
+            out.append(Neighbour(label, tid, score))
+        return out
+
+    # -- housekeeping -------------------------------------------------------------------------
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        """A copy on another device and/or float dtype (counts stay int64)."""
+
+        def move(t: Tensor) -> Tensor:
+            return t.to(device=device, dtype=dtype if t.is_floating_point() else None)
+
+        kept = None if self.kept is None else self.kept.to(device)
+        return CorpusStats(
+            vocab=KeptVocab(self.d_vocab, kept, self.centre_vocab),
+            n_sequences=self.n_sequences,
+            n_ctx=self.n_ctx,
+            pair_codes=self.pair_codes.to(device),
+            pair_counts=self.pair_counts.to(device),
+            unigram_counts=self.unigram_counts.to(device),
+            Phi_bar=move(self.Phi_bar),
+            G_bar=move(self.G_bar),
+            Q_bar=move(self.Q_bar),
+            Delta=move(self.Delta),
+            metadata=self.metadata,
+            tokenizer=self.tokenizer,
+        )
+
+    def save(self, path) -> None:
+        """Write the statistics to one safetensors file, atomically (see :mod:`.io`)."""
+        from tl_leadterms.stats.io import save_stats
+
+        save_stats(self, path)
+
+    @classmethod
+    def load(cls, path, *, tokenizer: Any = None, d_vocab: int | None = None, device="cpu"):
+        """Load statistics saved by :meth:`save`, validating shapes and metadata.
+
+        ``tokenizer`` and ``d_vocab``, when given, must match what the file was counted with.
+        """
+        from tl_leadterms.stats.io import load_stats
+
+        return load_stats(path, tokenizer=tokenizer, d_vocab=d_vocab, device=device)
+
+    def __repr__(self) -> str:
+        kept = "all" if self.kept is None else f"{self.k} kept"
+        tok = self.metadata.get("tokenizer_name")
+        return (
+            f"CorpusStats(d_vocab={self.d_vocab} ({kept}), n_ctx={self.n_ctx}, "
+            f"n_sequences={self.n_sequences}, centre_vocab={self.centre_vocab}, "
+            f"dtype={self.dtype}, device={self.device}"
+            + (f", tokenizer={tok!r}" if tok else "")
+            + ")"
+        )

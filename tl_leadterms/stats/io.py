@@ -1,0 +1,171 @@
+"""Saving and loading :class:`CorpusStats`: one safetensors file with JSON metadata.
+
+The file holds the primary statistics (sparse bigram counts, unigram counts, Φ̄, Ḡ, Q̄, Δ and
+the kept ids); B̄ and Σ_B̄ are derived again on load. Writes go to a temporary file in the same
+folder and are renamed into place, so a crash never leaves a half-written file.
+"""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.vocab import KeptVocab
+from tl_leadterms.version import __version__
+
+__all__ = ["load_stats", "save_stats"]
+
+FORMAT = "tl_leadterms.CorpusStats"
+FORMAT_VERSION = 1
+_REQUIRED = ("pair_codes", "pair_counts", "unigram_counts", "Phi_bar", "G_bar", "Q_bar", "Delta")
+
+
+def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
+    """Write ``stats`` to ``path`` (a ``.safetensors`` file), atomically."""
+    path = Path(path)
+    if path.is_dir():
+        raise LeadTermsError(f"{path} is a directory; pass a file path such as stats.safetensors.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {
+        "pair_codes": stats.pair_codes,
+        "pair_counts": stats.pair_counts,
+        "unigram_counts": stats.unigram_counts,
+        "Phi_bar": stats.Phi_bar,
+        "G_bar": stats.G_bar,
+        "Q_bar": stats.Q_bar,
+        "Delta": stats.Delta,
+    }
+    if stats.kept is not None:
+        tensors["kept"] = stats.kept
+    tensors = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
+    header = {
+        **stats.metadata,
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "library_version": stats.metadata.get("library_version", __version__),
+        "d_vocab": stats.d_vocab,
+        "n_ctx": stats.n_ctx,
+        "n_sequences": stats.n_sequences,
+        "n_kept": stats.k,
+        "centre_vocab": stats.centre_vocab,
+    }
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata={"tl_leadterms": json.dumps(header)})
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    if not path.is_file():
+        raise LeadTermsError(f"no statistics file at {path}; save one with stats.save(path).")
+    try:
+        tensors = load_file(path)
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt") as f:
+            raw = (f.metadata() or {}).get("tl_leadterms")
+    except (SafetensorError, OSError, ValueError) as err:
+        raise LeadTermsError(
+            f"{path} is not a readable safetensors file ({err}); it is corrupt or not written by "
+            "CorpusStats.save. Recompute the statistics."
+        ) from err
+    if raw is None:
+        raise LeadTermsError(
+            f"{path} is a safetensors file but has no tl_leadterms metadata; it was not written "
+            "by CorpusStats.save."
+        )
+    try:
+        meta = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise LeadTermsError(
+            f"{path}: the tl_leadterms metadata is not valid JSON ({err})."
+        ) from err
+    return tensors, meta
+
+
+def _check(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+        raise LeadTermsError(
+            f"{path}: format {meta.get('format')!r} version {meta.get('format_version')!r} is not "
+            f"{FORMAT!r} version {FORMAT_VERSION}; recompute the statistics with this version."
+        )
+    missing = [name for name in _REQUIRED if name not in tensors]
+    if missing:
+        raise LeadTermsError(f"{path}: missing tensors {missing}; the file is incomplete.")
+    k, t = meta["n_kept"], meta["n_ctx"]
+    expected = {
+        "Phi_bar": (k, k),
+        "G_bar": (k, k),
+        "Q_bar": (k, k),
+        "Delta": (t,),
+        "unigram_counts": (k,),
+    }
+    if "kept" in tensors:
+        expected["kept"] = (k,)
+    elif k != meta["d_vocab"]:
+        raise LeadTermsError(f"{path}: n_kept={k} < d_vocab={meta['d_vocab']} but no kept ids.")
+    for name, shape in expected.items():
+        if tuple(tensors[name].shape) != shape:
+            raise LeadTermsError(
+                f"{path}: {name} has shape {tuple(tensors[name].shape)}, but the metadata says "
+                f"{shape}; the file is corrupt or was edited."
+            )
+    if tensors["pair_codes"].shape != tensors["pair_counts"].shape:
+        raise LeadTermsError(f"{path}: pair_codes and pair_counts differ in length.")
+
+
+def load_stats(
+    path: str | os.PathLike,
+    *,
+    tokenizer: Any = None,
+    d_vocab: int | None = None,
+    device: torch.device | str = "cpu",
+) -> CorpusStats:
+    """Load statistics written by :func:`save_stats`; check them against the expectations."""
+    path = Path(path)
+    tensors, meta = _read(path)
+    _check(path, tensors, meta)
+    if d_vocab is not None and d_vocab != meta["d_vocab"]:
+        raise LeadTermsError(
+            f"{path} was counted with d_vocab={meta['d_vocab']}, but d_vocab={d_vocab} was "
+            "expected; use statistics computed with this tokenizer."
+        )
+    if tokenizer is not None:
+        from tl_leadterms.data.tokenizers import vocab_hash
+
+        stored = meta.get("tokenizer_vocab_hash")
+        if stored is not None and stored != vocab_hash(tokenizer):
+            raise LeadTermsError(
+                f"{path} was counted with tokenizer {meta.get('tokenizer_name')!r} whose "
+                "vocabulary differs from the tokenizer given; use the same tokenizer."
+            )
+    kept = tensors.get("kept")
+    tensors = {name: v.to(device) for name, v in tensors.items()}
+    vocab = KeptVocab(
+        meta["d_vocab"], None if kept is None else kept.to(device), meta["centre_vocab"]
+    )
+    return CorpusStats(
+        vocab=vocab,
+        n_sequences=meta["n_sequences"],
+        n_ctx=meta["n_ctx"],
+        pair_codes=tensors["pair_codes"],
+        pair_counts=tensors["pair_counts"],
+        unigram_counts=tensors["unigram_counts"],
+        Phi_bar=tensors["Phi_bar"],
+        G_bar=tensors["G_bar"],
+        Q_bar=tensors["Q_bar"],
+        Delta=tensors["Delta"],
+        metadata={key: v for key, v in meta.items() if key not in ("format", "format_version")},
+        tokenizer=tokenizer,
+    )

@@ -1,0 +1,220 @@
+"""Token input for the statistics: accept the shapes users have, validate them once, batch them.
+
+A corpus is a set of windows of ``T + 1`` token ids (``X`` = tokens ``1..T``, ``Y`` = tokens
+``2..T+1``). It may arrive as
+
+* a 2-D integer ``torch.Tensor`` or ``numpy.ndarray`` of shape ``[n_sequences, T + 1]``,
+* a list of equal-length lists of ints,
+* an iterable of such 2-D batches (a list, a generator, a ``DataLoader`` ...),
+* a ``datasets.Dataset`` with an ``input_ids`` column of length-``T + 1`` rows.
+
+The statistics need two passes over the corpus (``Q̄`` and ``Δ`` depend on ``Ḡ`` of the whole
+corpus), so :class:`TokenSource` is re-iterable. A one-shot iterator (a generator) is read once
+into memory; token windows are small next to the ``[d_vocab, d_vocab]`` tables they feed.
+"""
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["TokenSource", "check_batch"]
+
+_DEFAULT_PAIRS_PER_BATCH = 1 << 21
+
+
+def default_batch_size(n_ctx: int) -> int:
+    """Sequences per batch so that one batch holds about two million (query, key) pairs."""
+    return max(1, _DEFAULT_PAIRS_PER_BATCH // (n_ctx * (n_ctx + 1) // 2))
+
+
+def check_batch(
+    batch: Any, d_vocab: int, *, n_ctx: int | None = None, where: str = "batch 0"
+) -> torch.Tensor:
+    """Validate one batch of windows and return it as a ``[b, T + 1]`` int64 tensor.
+
+    Raises :class:`LeadTermsError` naming the offending value for float or boolean tokens,
+    a wrong number of dimensions, windows shorter than 2 tokens, a window length that differs
+    from ``n_ctx + 1``, and token ids outside ``[0, d_vocab)``.
+    """
+    if isinstance(batch, np.ndarray):
+        if batch.dtype == object:
+            raise LeadTermsError(
+                f"{where}: got a ragged numpy array (dtype=object); all windows must have the "
+                "same length T + 1. Use tl_leadterms.make_windows to cut documents into windows."
+            )
+        batch = torch.from_numpy(np.ascontiguousarray(batch))
+    elif isinstance(batch, (list, tuple)):
+        lengths = {len(row) for row in batch} if all(hasattr(r, "__len__") for r in batch) else {}
+        if len(lengths) > 1:
+            raise LeadTermsError(
+                f"{where}: windows have different lengths {sorted(lengths)}; all windows must "
+                "have the same length T + 1. Use tl_leadterms.make_windows to cut documents "
+                "into windows."
+            )
+        batch = torch.as_tensor(np.asarray(batch))
+    elif not isinstance(batch, torch.Tensor):
+        raise LeadTermsError(
+            f"{where}: expected token ids as a torch.Tensor, numpy array or list of lists, got "
+            f"{type(batch).__name__}."
+        )
+    if batch.dtype == torch.bool or batch.is_floating_point() or batch.is_complex():
+        raise LeadTermsError(
+            f"{where}: token ids must be integers, got dtype {batch.dtype}. Convert with "
+            "tokens.long() after checking the values are whole token ids."
+        )
+    if batch.ndim != 2:
+        raise LeadTermsError(
+            f"{where}: expected a 2-D array [n_sequences, T + 1], got shape {tuple(batch.shape)}. "
+            "Stack windows of equal length (tl_leadterms.make_windows does this)."
+        )
+    if batch.shape[1] < 2:
+        raise LeadTermsError(
+            f"{where}: windows have {batch.shape[1]} token(s); each window needs at least 2 "
+            "tokens (T + 1 with T >= 1: inputs are tokens 1..T, targets tokens 2..T+1)."
+        )
+    if n_ctx is not None and batch.shape[1] != n_ctx + 1:
+        raise LeadTermsError(
+            f"{where}: windows have length {batch.shape[1]} but earlier windows had length "
+            f"{n_ctx + 1}; all windows must have the same length T + 1."
+        )
+    batch = batch.long()
+    if batch.numel():
+        lo, hi = int(batch.min()), int(batch.max())
+        if lo < 0 or hi >= d_vocab:
+            bad = lo if lo < 0 else hi
+            row, col = (batch == bad).nonzero()[0].tolist()
+            raise LeadTermsError(
+                f"{where}: token id {bad} at [{row}, {col}] is outside [0, d_vocab={d_vocab}). "
+                "Pass the tokenizer's full vocabulary size as d_vocab, or remap the ids."
+            )
+    return batch
+
+
+def _is_dataset(obj: Any) -> bool:
+    return type(obj).__name__ in {"Dataset", "IterableDataset"} and hasattr(obj, "column_names")
+
+
+def _looks_like_rows(obj: Any) -> bool:
+    """True for a list of sequences of ints (one 2-D batch), False for a list of batches."""
+    if not isinstance(obj, (list, tuple)) or not obj:
+        return False
+    first = obj[0]
+    if isinstance(first, (torch.Tensor, np.ndarray)):
+        return first.ndim == 1
+    if isinstance(first, (list, tuple)):
+        return not first or isinstance(first[0], (int, np.integer))
+    return False
+
+
+class TokenSource:
+    """A re-iterable, validated view of a corpus of token windows.
+
+    Iterating yields int64 tensors of shape ``[b, T + 1]`` on ``device`` with ``b <=
+    batch_size``. ``n_ctx`` (= ``T``) is known after the first batch has been read.
+    """
+
+    def __init__(
+        self,
+        tokens: Any,
+        d_vocab: int,
+        *,
+        batch_size: int | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if isinstance(d_vocab, bool) or not isinstance(d_vocab, (int, np.integer)) or d_vocab < 1:
+            raise LeadTermsError(f"d_vocab must be a positive int, got {d_vocab!r}.")
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise LeadTermsError(f"batch_size must be a positive int or None, got {batch_size!r}.")
+        self.d_vocab = int(d_vocab)
+        self.batch_size = batch_size
+        self.device = torch.device(device)
+        self.n_ctx: int | None = None
+        self.n_sequences: int | None = None
+        self._kind, self._data = self._classify(tokens)
+        if isinstance(self._data, (torch.Tensor, np.ndarray)) and self._data.ndim != 2:
+            check_batch(self._data, self.d_vocab, where="tokens")  # raises with the shape
+
+    @staticmethod
+    def _classify(tokens: Any) -> tuple[str, Any]:
+        if isinstance(tokens, (torch.Tensor, np.ndarray)) or _looks_like_rows(tokens):
+            return "array", tokens
+        if _is_dataset(tokens):
+            if "input_ids" not in tokens.column_names:
+                raise LeadTermsError(
+                    f"the dataset has columns {tokens.column_names} but no 'input_ids' column; "
+                    "tokenize it first (e.g. with tl_leadterms.make_windows)."
+                )
+            if type(tokens).__name__ == "IterableDataset":  # streamed: keep rows for pass two
+                return "array", [example["input_ids"] for example in tokens]
+            return "dataset", tokens
+        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
+            raise LeadTermsError(
+                f"cannot read token windows from a {type(tokens).__name__}; pass a 2-D integer "
+                "tensor/array [n_sequences, T + 1], an iterable of such batches, or a "
+                "datasets.Dataset with an 'input_ids' column."
+            )
+        if iter(tokens) is tokens:  # a one-shot iterator: keep its batches for the second pass
+            return "batches", list(tokens)
+        return "batches", tokens
+
+    def _row_length(self) -> int:
+        first = self._data[0]["input_ids"] if self._kind == "dataset" else self._data[0]
+        return len(first)
+
+    def _step(self) -> int:
+        return self.batch_size or default_batch_size(max(self._row_length() - 1, 1))
+
+    def _raw_batches(self) -> Iterator[Any]:
+        if self._kind == "array":
+            data = self._data
+            n = len(data)
+            if n == 0:
+                return
+            step = self._step()
+            for start in range(0, n, step):
+                yield data[start : start + step]
+        elif self._kind == "dataset":
+            ds = self._data
+            n = len(ds)
+            if n == 0:
+                return
+            step = self._step()
+            for start in range(0, n, step):
+                yield ds[start : start + step]["input_ids"]
+        else:
+            yield from self._data
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        n_seen = 0
+        for i, raw in enumerate(self._raw_batches()):
+            where = f"batch {i}" if self._kind == "batches" else f"sequences from {n_seen}"
+            batch = check_batch(raw, self.d_vocab, n_ctx=self.n_ctx, where=where)
+            if self.n_ctx is None:
+                self.n_ctx = batch.shape[1] - 1
+            if batch.shape[0] == 0:
+                continue
+            n_seen += batch.shape[0]
+            if self._kind == "batches" and self.batch_size and batch.shape[0] > self.batch_size:
+                yield from (b.to(self.device) for b in batch.split(self.batch_size))
+            else:
+                yield batch.to(self.device)
+        if n_seen == 0:
+            raise LeadTermsError(
+                "the corpus is empty: no token windows were found. Pass at least one window of "
+                "T + 1 >= 2 tokens."
+            )
+        self.n_sequences = n_seen
+
+    def __len__(self) -> int:
+        """Number of batches when it is known without reading the corpus."""
+        if self._kind in ("array", "dataset"):
+            n = len(self._data)
+            return -(-n // self._step()) if n else 0
+        try:
+            return len(self._data)
+        except TypeError:
+            return 0
