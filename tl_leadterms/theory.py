@@ -24,7 +24,7 @@ from tl_leadterms.stats.corpus import CorpusStats
 __all__ = ["LeadingTerms", "coefficients", "leading_terms", "step_bound"]
 
 
-def _check(lr: float, steps: int, n_layers: int = 1) -> None:
+def _check(lr: object, steps: object, n_layers: object = 1) -> None:
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
         raise LeadTermsError(f"lr must be a positive finite number, got {lr!r}.")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:

@@ -7,7 +7,7 @@ vector, so it contributes nothing to any matrix but still counts as a position (
 kept vocabulary instead.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,7 +68,7 @@ class KeptVocab:
         return index if self.kept is None else int(self.kept[index])
 
 
-def _check_centre(centre_vocab: int | None, d_vocab: int) -> int:
+def _check_centre(centre_vocab: object, d_vocab: int) -> int:
     if centre_vocab is None:
         return d_vocab
     if isinstance(centre_vocab, bool) or not isinstance(centre_vocab, (int, np.integer)):
@@ -79,7 +79,7 @@ def _check_centre(centre_vocab: int | None, d_vocab: int) -> int:
 
 
 def resolve_vocab(
-    vocab: int | Sequence[int] | torch.Tensor | np.ndarray | None,
+    vocab: object,
     d_vocab: int,
     *,
     centre_vocab: int | None = None,

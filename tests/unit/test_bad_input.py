@@ -1,0 +1,101 @@
+"""Bad input to the statistics gets a LeadTermsError that names the value and the fix."""
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import unchecked
+from tl_leadterms import LeadTermsError, corpus_stats, make_windows
+
+stats_of = unchecked(corpus_stats)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "match"),
+    [
+        (torch.tensor([[0, 1, 9]]), r"token id 9 at \[0, 2\] is outside \[0, d_vocab=9\)"),
+        (torch.tensor([[0, -1, 2]]), r"token id -1 at \[0, 1\] is outside"),
+        (torch.tensor([[0.0, 1.0, 2.0]]), r"must be integers, got dtype torch.float32"),
+        (np.array([[0.5, 1.0]]), r"must be integers, got dtype torch.float64"),
+        (torch.tensor([[True, False]]), r"must be integers, got dtype torch.bool"),
+        (torch.tensor([[3], [4]]), r"windows have 1 token\(s\); each window needs at least 2"),
+        (torch.tensor([1, 2, 3]), r"expected a 2-D array \[n_sequences, T \+ 1\], got shape \(3,\)"),
+        (torch.zeros(0, 5, dtype=torch.long), r"the corpus is empty"),
+        ([], r"the corpus is empty"),
+        ([[0, 1, 2], [3, 4]], r"windows have different lengths \[2, 3\]"),
+        ([torch.tensor([[0, 1, 2]]), torch.tensor([[0, 1]])], r"windows have length 2 but earlier"),
+        ("hello world", r"cannot read token windows from a str"),
+        (42, r"cannot read token windows from a int"),
+    ],
+)
+def test_bad_tokens(tokens, match):
+    with pytest.raises(LeadTermsError, match=match):
+        stats_of(tokens, 9, progress=False)
+
+
+@pytest.mark.parametrize(
+    ("vocab", "match"),
+    [
+        ([1, 2, 2], r"vocab lists token id 2 2 times"),
+        ([1, 12], r"vocab contains token id 12, outside \[0, d_vocab=9\)"),
+        ([-1, 3], r"vocab contains token id -1"),
+        ([], r"non-empty 1-D list of integer token ids"),
+        ([1.5, 2.0], r"integer token ids"),
+        (0, r"vocab=0: keep at least one token"),
+        ("abc", r"vocab must be None, an int k or a list"),
+    ],
+)
+def test_bad_vocab(vocab, match):
+    tokens = torch.randint(0, 9, (4, 6))
+    with pytest.raises(LeadTermsError, match=match):
+        stats_of(tokens, 9, vocab=vocab, progress=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"d_vocab": 0}, r"d_vocab must be a positive int, got 0"),
+        ({"d_vocab": 9, "dtype": torch.float16}, r"dtype must be torch.float64 or torch.float32"),
+        ({"d_vocab": 9, "batch_size": 0}, r"batch_size must be a positive int"),
+        ({"d_vocab": 9, "centre_vocab": 0}, r"centre_vocab must be >= 1"),
+    ],
+)
+def test_bad_options(kwargs, match):
+    with pytest.raises(LeadTermsError, match=match):
+        stats_of(torch.randint(0, 9, (4, 6)), progress=False, **kwargs)
+
+
+def test_dataset_without_input_ids():
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict({"text": ["a b", "c d"]})
+    with pytest.raises(LeadTermsError, match=r"no 'input_ids' column"):
+        stats_of(ds, 9, progress=False)
+
+
+def test_top_errors():
+    s = corpus_stats(torch.randint(0, 9, (4, 6)), 9, vocab=[1, 2, 3], progress=False)
+    with pytest.raises(LeadTermsError, match=r"token id 5 is not in the kept vocabulary"):
+        s.top("B_bar", 5)
+    with pytest.raises(LeadTermsError, match=r"token id 20 is outside \[0, d_vocab=9\)"):
+        s.top("B_bar", 20)
+    with pytest.raises(LeadTermsError, match=r"unknown statistic 'Foo'"):
+        s.top("Foo", 1)
+    with pytest.raises(LeadTermsError, match=r"pass tokenizer="):
+        s.top("B_bar", "red")
+
+
+def test_make_windows_modes_and_errors():
+    docs = [[1, 2, 3, 4, 5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    chunked = make_windows(docs, 3, eos_id=0)
+    assert chunked.tolist() == [[1, 2, 3, 4], [5, 6, 7, 0], [8, 9, 0, 10], [11, 12, 13, 0]]
+    assert make_windows(docs, 3, mode="truncate").tolist() == [[1, 2, 3, 4], [10, 11, 12, 13]]
+    assert make_windows(docs, 1, max_windows=2).tolist() == [[1, 2], [3, 4]]
+    assert chunked.dtype == torch.int64
+    with pytest.raises(LeadTermsError, match=r"no window of 9 tokens could be made from 3"):
+        make_windows(docs, 8, mode="truncate")
+    with pytest.raises(LeadTermsError, match=r"mode='slide' is not one of"):
+        unchecked(make_windows)(docs, 3, mode="slide")
+    with pytest.raises(LeadTermsError, match=r"n_ctx must be an int >= 1"):
+        unchecked(make_windows)(docs, 0)
+    with pytest.raises(LeadTermsError, match=r"documents are texts: pass tokenizer="):
+        make_windows(["some text"], 3)

@@ -1,0 +1,94 @@
+"""Save/load round trips exactly; corrupt or mismatched files get clear errors."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from tests.unit.test_stats import STATS, markov_windows
+from tl_leadterms import CorpusStats, LeadTermsError, corpus_stats
+
+
+@pytest.fixture(scope="module", params=[None, [4, 1, 7, 9, 0]], ids=["full", "kept"])
+def stats(request):
+    return corpus_stats(markov_windows(12, 8, 14, seed=6), 14, vocab=request.param, progress=False)
+
+
+def test_round_trip_is_exact(stats, tmp_path):
+    path = tmp_path / "sub" / "stats.safetensors"
+    stats.save(path)
+    loaded = CorpusStats.load(path)
+    for name in (*STATS, "unigram_counts", "pair_codes", "pair_counts", "unigram"):
+        assert torch.equal(getattr(loaded, name), getattr(stats, name)), name
+    assert (loaded.kept is None) == (stats.kept is None)
+    if stats.kept is not None:
+        assert torch.equal(loaded.kept, stats.kept)
+    assert (loaded.d_vocab, loaded.n_ctx, loaded.n_sequences) == (14, 8, 12)
+    assert loaded.metadata["library_version"] == stats.metadata["library_version"]
+    assert [p.name for p in path.parent.iterdir()] == ["stats.safetensors"]  # no temp left
+
+
+def test_load_checks_expectations(stats, tmp_path):
+    path = tmp_path / "stats.safetensors"
+    stats.save(path)
+    with pytest.raises(LeadTermsError, match=r"counted with d_vocab=14, but d_vocab=50"):
+        CorpusStats.load(path, d_vocab=50)
+
+
+def test_missing_and_corrupt_files(stats, tmp_path):
+    with pytest.raises(LeadTermsError, match=r"no statistics file at"):
+        CorpusStats.load(tmp_path / "nope.safetensors")
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"\x00\x01 not a safetensors file")
+    with pytest.raises(LeadTermsError, match=r"not a readable safetensors file"):
+        CorpusStats.load(garbage)
+    good = tmp_path / "good.safetensors"
+    stats.save(good)
+    truncated = tmp_path / "truncated.safetensors"
+    truncated.write_bytes(good.read_bytes()[:-100])
+    with pytest.raises(LeadTermsError, match=r"corrupt"):
+        CorpusStats.load(truncated)
+    foreign = tmp_path / "foreign.safetensors"
+    save_file({"x": torch.zeros(2)}, foreign)
+    with pytest.raises(LeadTermsError, match=r"no tl_leadterms metadata"):
+        CorpusStats.load(foreign)
+
+
+def test_edited_shapes_are_refused(stats, tmp_path):
+    path = tmp_path / "stats.safetensors"
+    stats.save(path)
+    tensors = load_file(path)
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as f:
+        meta = f.metadata()
+    tensors["Q_bar"] = tensors["Q_bar"][:-1]
+    save_file(tensors, path, metadata=meta)
+    with pytest.raises(LeadTermsError, match=r"Q_bar has shape"):
+        CorpusStats.load(path)
+    header = json.loads(meta["tl_leadterms"])
+    header["format_version"] = 99
+    save_file(load_file(path), path, metadata={"tl_leadterms": json.dumps(header)})
+    with pytest.raises(LeadTermsError, match=r"version 99"):
+        CorpusStats.load(path)
+
+
+def test_failed_save_keeps_the_old_file(stats, tmp_path, monkeypatch):
+    path = tmp_path / "stats.safetensors"
+    stats.save(path)
+    before = path.read_bytes()
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("tl_leadterms.stats.io.save_file", boom)
+    with pytest.raises(OSError, match="disk full"):
+        stats.save(path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["stats.safetensors"]
+
+
+def test_save_to_directory_is_refused(stats, tmp_path):
+    with pytest.raises(LeadTermsError, match=r"is a directory"):
+        stats.save(tmp_path)
