@@ -41,6 +41,32 @@ def softmax_jacobian_tensor(n_ctx: int, dtype: torch.dtype = torch.float64) -> t
     return (diag_m - outer / t[:, None, None]) / t[:, None, None]
 
 
+class _StageClock:
+    """Adds wall-clock seconds per stage into a dict (does nothing without one)."""
+
+    def __init__(self, timings: dict[str, float] | None) -> None:
+        self.timings = timings
+        self._open: dict[str, float] = {}
+
+    def start(self, name: str) -> None:
+        self._open[name] = time.perf_counter()
+
+    def stop(self, name: str) -> None:
+        if self.timings is not None:
+            elapsed = time.perf_counter() - self._open.pop(name)
+            self.timings[name] = self.timings.get(name, 0.0) + elapsed
+
+    def __call__(self, name: str) -> "_StageClock":
+        self._name = name
+        return self
+
+    def __enter__(self) -> None:
+        self.start(self._name)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(self._name)
+
+
 def _one_hot(tokens: torch.Tensor, d_vocab: int, dtype: torch.dtype) -> torch.Tensor:
     return F.one_hot(tokens.long(), d_vocab).to(dtype)
 
@@ -51,11 +77,15 @@ def dense_baseline_stats(
     *,
     batch_size: int = 32,
     dtype: torch.dtype = torch.float64,
+    timings: dict[str, float] | None = None,
 ) -> dict[str, torch.Tensor]:
     """B_bar, Sigma_B, Phi_bar, G_bar, Q_bar, Delta from dense one-hot batches.
 
-    ``tokens`` is [N, T+1]; matrices are V x V, ``Delta`` has length T.
+    ``tokens`` is [N, T+1]; matrices are V x V, ``Delta`` has length T. When ``timings`` is a
+    dict, the seconds spent on each stage are added to it under "B_bar", "Phi_bar", "Sigma_B",
+    "G_bar" and "Q_bar+Delta" (one-hot construction counts towards the stage that uses it).
     """
+    clock = _StageClock(timings)
     if tokens.dim() != 2 or tokens.shape[1] < 2:
         raise ValueError("tokens must be [N, T+1] with T >= 1")
     if batch_size < 1:
@@ -71,18 +101,23 @@ def dense_baseline_stats(
     Phi_sum = torch.zeros(d_vocab, d_vocab, dtype=dtype)
     for start in range(0, n_samples, batch_size):
         batch = tokens[start : start + batch_size]
-        X = _one_hot(batch[:, :-1], d_vocab, dtype)  # [b, T, V]
-        Yc = _one_hot(batch[:, 1:], d_vocab, dtype) - u  # [b, T, V]
-        B_sum += torch.einsum("bti,btj->ij", X, Yc)
-        A0X = torch.einsum("ts,bsv->btv", A0, X)  # [b, T, V]
-        Phi_sum += torch.einsum("bti,btj->ij", Yc, A0X)
+        with clock("B_bar"):
+            X = _one_hot(batch[:, :-1], d_vocab, dtype)  # [b, T, V]
+            Yc = _one_hot(batch[:, 1:], d_vocab, dtype) - u  # [b, T, V]
+            B_sum += torch.einsum("bti,btj->ij", X, Yc)
+        with clock("Phi_bar"):
+            A0X = torch.einsum("ts,bsv->btv", A0, X)  # [b, T, V]
+            Phi_sum += torch.einsum("bti,btj->ij", Yc, A0X)
         del X, Yc, A0X
     B_bar = B_sum / NT
     Phi_bar = Phi_sum / NT
-    Sigma_B = B_bar.T @ B_bar
-    G_bar = Sigma_B @ Phi_bar
+    with clock("Sigma_B"):
+        Sigma_B = B_bar.T @ B_bar
+    with clock("G_bar"):
+        G_bar = Sigma_B @ Phi_bar
 
     # Pass 2: softmax-Jacobian statistics.
+    clock.start("Q_bar+Delta")
     J = softmax_jacobian_tensor(n_ctx, dtype)  # [T, T, T]
     Q_sum = torch.zeros(d_vocab, d_vocab, dtype=dtype)
     Delta_sum = torch.zeros(n_ctx, dtype=dtype)
@@ -99,6 +134,7 @@ def dense_baseline_stats(
         del X, Yc, M, Q, XtQ
     Q_bar = Q_sum / NT
     Delta = Delta_sum / NT
+    clock.stop("Q_bar+Delta")
 
     return {
         "B_bar": B_bar,

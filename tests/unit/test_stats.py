@@ -187,3 +187,26 @@ def test_repr_names_the_sizes():
     s = corpus_stats(markov_windows(4, 5, 9), 9, vocab=[1, 2, 3], progress=False)
     text = repr(s)
     assert "d_vocab=9 (3 kept)" in text and "n_ctx=5" in text and "n_sequences=4" in text
+
+
+def test_release_reuses_the_table_and_finishes_the_accumulator():
+    from tl_leadterms import LeadTermsError
+
+    tokens = markov_windows(6, 5, 8, seed=12)
+    kept = resolve_vocab(None, 8)
+    acc = ContextAccumulator(kept).update(tokens)
+    copy = acc.result().Phi_bar
+    released = acc.result(release=True).Phi_bar
+    torch.testing.assert_close(released, copy, rtol=0, atol=0)
+    with pytest.raises(LeadTermsError, match=r"finished by result\(release=True\)"):
+        acc.update(tokens)
+    with pytest.raises(LeadTermsError, match=r"finished by result\(release=True\)"):
+        ContextAccumulator(kept).update(tokens).merge(acc)
+
+
+def test_blockwise_symmetrise_equals_the_plain_formula():
+    from tl_leadterms.stats.algebra import symmetrise_
+
+    m = torch.randn(10, 10, dtype=torch.float64)
+    expected = (m + m.T) / 2
+    torch.testing.assert_close(symmetrise_(m.clone(), block=3), expected, rtol=0, atol=1e-15)

@@ -18,7 +18,14 @@ import torch
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.vocab import KeptVocab
 
-__all__ = ["AttentionAccumulator", "ContextAccumulator", "PairLayout"]
+__all__ = [
+    "AttentionAccumulator",
+    "ContextAccumulator",
+    "PairLayout",
+    "padded_flat",
+    "padded_square",
+    "padded_view",
+]
 
 _COMPACT_AT = 1 << 24  # pending bigram codes kept before they are counted
 
@@ -31,24 +38,43 @@ class PairLayout:
     and ``tail[m] = Σ_{t >= m+1} 1/t`` is the total weight position ``m`` receives as a key.
     """
 
-    def __init__(self, n_ctx: int, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self, n_ctx: int, dtype: torch.dtype, device: torch.device, code_dtype: torch.dtype
+    ) -> None:
         self.n_ctx = n_ctx
         q, k = torch.tril_indices(n_ctx, n_ctx, device=device)
-        self.query, self.key = q, k
+        self.query, self.key = q.to(code_dtype), k.to(code_dtype)
         self.offset = q - k
         inv = 1.0 / torch.arange(1, n_ctx + 1, dtype=torch.float64, device=device)
         self.inv_pos = inv.to(dtype)  # 1/t for t = 1..T
         self.inv_t = self.inv_pos[q]
         self.tail = inv.flip(0).cumsum(0).flip(0)  # float64: feeds the small μ vector
         self.n_pairs = q.numel()
+        self._repeated: dict[int, torch.Tensor] = {}
 
-    def repeated(self, values: torch.Tensor, b: int) -> torch.Tensor:
-        return values.expand(b, -1).reshape(-1)
+    def row_lengths(self, b: int) -> torch.Tensor:
+        """``[b, T]`` number of keys of each query (1..T), for segment sums over pairs."""
+        if getattr(self, "_lengths", None) is None or self._lengths.shape[0] != b:
+            lengths = torch.arange(1, self.n_ctx + 1, device=self.query.device)
+            self._lengths = lengths.expand(b, -1).contiguous()
+        return self._lengths
+
+    def repeated_inv_t(self, b: int) -> torch.Tensor:
+        """``inv_t`` tiled ``b`` times (cached: the same batch size recurs)."""
+        if b not in self._repeated:
+            self._repeated = {b: self.inv_t.repeat(b)}
+        return self._repeated[b]
+
+
+def code_dtype(vocab: KeptVocab) -> torch.dtype:
+    """int32 flat codes while ``k·k`` fits (half the memory traffic), else int64."""
+    return torch.int32 if vocab.k * vocab.k < 2**31 - 1 else torch.int64
 
 
 def _flat_parts(idx: torch.Tensor, vocab: KeptVocab) -> tuple[torch.Tensor, torch.Tensor]:
     """Row and column parts of flat table codes ``row * k + col`` (dropped -> ``k*k``)."""
     k = vocab.k
+    idx = idx.to(code_dtype(vocab))
     if not vocab.restricted:
         return idx * k, idx
     dropped = idx == k
@@ -57,13 +83,42 @@ def _flat_parts(idx: torch.Tensor, vocab: KeptVocab) -> tuple[torch.Tensor, torc
 
 
 def _pair_codes(
-    rows: torch.Tensor, cols: torch.Tensor, layout: PairLayout, vocab: KeptVocab
+    rows: torch.Tensor, key_part: torch.Tensor, layout: PairLayout, vocab: KeptVocab
 ) -> torch.Tensor:
-    """Flat codes ``rows[:, query] + cols[:, key]`` for every causal pair, ``[b * n_pairs]``."""
-    codes = rows[:, layout.query] + cols[:, layout.key]
+    """Flat codes ``rows[:, query] + key_part`` for every causal pair, ``[b * n_pairs]``.
+
+    ``key_part`` is ``cols[:, key]`` (shared by the codes of one batch).
+    """
+    codes = rows.index_select(1, layout.query).add_(key_part)
     if vocab.restricted:
         codes.clamp_(max=vocab.k * vocab.k)
-    return codes.reshape(-1)
+    return codes.view(-1)
+
+
+def padded_square(k: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """A zeroed ``[k, k]`` matrix whose storage has one extra zero slot after its entries.
+
+    The statistics' tables are flat ``k·k + 1`` vectors: code ``k·k`` collects the pairs that
+    touch a dropped token, so accumulating never needs a mask. The ``[k, k]`` view is returned.
+    """
+    return padded_view(torch.zeros(k * k + 1, dtype=dtype, device=device), k)
+
+
+def padded_view(flat: torch.Tensor, k: int) -> torch.Tensor:
+    """The ``[k, k]`` view of a flat ``k·k + 1`` table."""
+    return flat[: k * k].view(k, k)
+
+
+def padded_flat(matrix: torch.Tensor) -> torch.Tensor | None:
+    """The flat ``k·k + 1`` table behind a :func:`padded_square` matrix, or None."""
+    k = matrix.shape[0]
+    if matrix.storage_offset() != 0 or not matrix.is_contiguous():
+        return None
+    if matrix.untyped_storage().nbytes() < (k * k + 1) * matrix.element_size():
+        return None
+    flat = torch.empty(0, dtype=matrix.dtype, device=matrix.device)
+    flat.set_(matrix.untyped_storage(), 0, (k * k + 1,))
+    return flat if flat[-1] == 0 else None
 
 
 def _add_counts(
@@ -128,6 +183,7 @@ class _PassBase:
 
     def _prepare(self, batch: torch.Tensor) -> tuple[torch.Tensor, PairLayout]:
         """Validate a ``[b, T + 1]`` batch; return it in matrix indices (dropped = ``k``)."""
+        self._check_open()
         if batch.ndim != 2 or batch.shape[1] < 2:
             raise LeadTermsError(
                 f"expected a batch of windows [b, T + 1] with T >= 1, got {tuple(batch.shape)}."
@@ -141,7 +197,9 @@ class _PassBase:
                 f"{self.shape.n_ctx + 1}; all windows must have the same length T + 1."
             )
         if self._layout is None:
-            self._layout = PairLayout(t, self.shape.dtype, self.shape.device)
+            self._layout = PairLayout(
+                t, self.shape.dtype, self.shape.device, code_dtype(self.vocab)
+            )
         batch = batch.to(self.shape.device)
         idx = batch if self._index is None else self._index[batch]
         self.n_sequences += batch.shape[0]
@@ -150,12 +208,25 @@ class _PassBase:
     def _check_merge(self, other: "_PassBase") -> None:
         if type(other) is not type(self):
             raise LeadTermsError(f"cannot merge a {type(other).__name__} into a {self.what}.")
+        self._check_open()
+        other._check_open()
         self.shape.check_compatible(other.shape, self.what)
         if self.shape.n_ctx is None:
             self.shape.n_ctx = other.shape.n_ctx
             self._layout = other._layout
 
+    def _release(self) -> None:
+        self._released = True
+
+    def _check_open(self) -> None:
+        if getattr(self, "_released", False):
+            raise LeadTermsError(
+                f"this {self.what} was finished by result(release=True); its table now holds "
+                "the result. Use a new accumulator, or call result() without release."
+            )
+
     def _check_nonempty(self) -> None:
+        self._check_open()
         if self.n_sequences == 0:
             raise LeadTermsError(
                 f"the {self.what} has seen no windows; call update() with at least one batch "
@@ -211,13 +282,13 @@ class ContextAccumulator(_PassBase):
         x_row, x_col = _flat_parts(x, self.vocab)
         y_row, y_col = _flat_parts(y, self.vocab)
         # Φ: pair (target y_t, context x_m) with weight 1/t, for every m <= t.
-        codes = _pair_codes(y_row, x_col, layout, self.vocab)
-        self._phi.index_add_(0, codes, layout.repeated(layout.inv_t, b))
+        codes = _pair_codes(y_row, x_col.index_select(1, layout.key), layout, self.vocab)
+        self._phi.index_add_(0, codes, layout.repeated_inv_t(b))
         flat_x = x.reshape(-1)
-        self._mu.index_add_(0, flat_x, layout.repeated(layout.tail, b))
+        self._mu.index_add_(0, flat_x, layout.tail.repeat(b))
         self._unigram += torch.bincount(flat_x, minlength=self.vocab.k + 1)
         # Bigrams (x_t, y_t), kept in sparse form: at most N·T distinct pairs.
-        bigram = (x_row + y_col).reshape(-1)
+        bigram = (x_row + y_col).reshape(-1).long()
         if self.vocab.restricted:
             bigram = bigram[bigram < self.vocab.k * self.vocab.k]
         self._pending.append(bigram)
@@ -248,13 +319,22 @@ class ContextAccumulator(_PassBase):
         self.n_sequences += other.n_sequences
         return self
 
-    def result(self) -> ContextCounts:
-        """Counts so far and the centred Φ̄ (a new tensor; the accumulator stays usable)."""
+    def result(self, *, release: bool = False) -> ContextCounts:
+        """Counts so far and the centred Φ̄.
+
+        By default Φ̄ is a new tensor and the accumulator stays usable. With ``release=True``
+        Φ̄ is computed in the accumulator's own table (one ``[k, k]`` table less at peak) and
+        the accumulator is finished: further ``update``/``merge``/``result`` calls fail.
+        """
         self._check_nonempty()
         self._compact()
         k, nt = self.vocab.k, self.n_positions
         mu = self._mu[:k] / (nt * self.vocab.centre_vocab)
-        phi = self._phi[: k * k].view(k, k) / nt
+        if release:
+            phi = padded_view(self._phi, k).div_(nt)
+            self._release()
+        else:
+            phi = self._phi[: k * k].view(k, k) / nt
         phi -= mu.to(phi.dtype)
         return ContextCounts(
             pair_codes=self._codes.clone(),
@@ -291,8 +371,10 @@ class AttentionAccumulator(_PassBase):
             )
         device = G_bar.device if device is None else torch.device(device)
         super().__init__(vocab, n_ctx, G_bar.dtype, device)
-        self._g = torch.zeros(k * k + 1, dtype=G_bar.dtype, device=self.shape.device)
-        self._g[: k * k] = G_bar.reshape(-1)
+        self._g = padded_flat(G_bar)
+        if self._g is None or self._g.device != self.shape.device:
+            self._g = torch.zeros(k * k + 1, dtype=G_bar.dtype, device=self.shape.device)
+            self._g[: k * k] = G_bar.reshape(-1)
         self._q = torch.zeros(k * k + 1, dtype=G_bar.dtype, device=self.shape.device)
         self._delta: torch.Tensor | None = None
 
@@ -303,15 +385,15 @@ class AttentionAccumulator(_PassBase):
         x, y = idx[:, :-1], idx[:, 1:]
         x_row, x_col = _flat_parts(x, self.vocab)
         y_row, _ = _flat_parts(y, self.vocab)
-        g = self._g[_pair_codes(y_row, x_col, layout, self.vocab)].view(b, -1)
-        row_sum = torch.zeros(b, t, dtype=g.dtype, device=g.device)
-        row_sum.index_add_(1, layout.query, g)
-        g_mean = row_sum * layout.inv_pos
-        q = (g - g_mean[:, layout.query]).mul_(layout.inv_t)
-        self._q.index_add_(0, _pair_codes(x_row, x_col, layout, self.vocab), q.reshape(-1))
+        key_part = x_col.index_select(1, layout.key)
+        g = self._g.index_select(0, _pair_codes(y_row, key_part, layout, self.vocab)).view(b, -1)
+        g_mean = torch.segment_reduce(g, "sum", lengths=layout.row_lengths(b), axis=1)
+        g_mean *= layout.inv_pos
+        q = g.sub_(g_mean.index_select(1, layout.query)).mul_(layout.inv_t)
+        self._q.index_add_(0, _pair_codes(x_row, key_part, layout, self.vocab), q.view(-1))
         if self._delta is None:
             self._delta = torch.zeros(t, dtype=g.dtype, device=g.device)
-        self._delta.index_add_(0, layout.offset, q.sum(0))
+        self._delta.index_add_(0, layout.offset, q.sum(0))  # Δ[t - m] += Σ_batch q
         return self
 
     def merge(self, other: "AttentionAccumulator") -> "AttentionAccumulator":
@@ -330,8 +412,16 @@ class AttentionAccumulator(_PassBase):
         self.n_sequences += other.n_sequences
         return self
 
-    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(Q_bar [k, k], Delta [T])`` normalised by N·T (new tensors)."""
+    def result(self, *, release: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(Q_bar [k, k], Delta [T])`` normalised by N·T.
+
+        New tensors by default; ``release=True`` reuses the accumulator's table for Q̄ and
+        finishes the accumulator (see :meth:`ContextAccumulator.result`).
+        """
         self._check_nonempty()
         k, nt = self.vocab.k, self.n_positions
+        if release:
+            q_bar = padded_view(self._q, k).div_(nt)
+            self._release()
+            return q_bar, self._delta / nt
         return self._q[: k * k].view(k, k) / nt, self._delta / nt

@@ -16,6 +16,7 @@ __all__ = [
     "centred_bigram_times",
     "composed_context",
     "interchangeability",
+    "symmetrise_",
 ]
 
 _BLOCK_BYTES = 1 << 28  # temporaries of one column block of Ḡ
@@ -72,7 +73,19 @@ def interchangeability(
     """``Σ_B̄ = B̄ᵀB̄ = Bᵀ B̄ − u·1·(αᵀB̄)``, symmetrised to remove rounding asymmetry."""
     sigma = _sparse_t(b_sparse) @ b_dense
     sigma -= u * (alpha @ b_dense).unsqueeze(0)
-    return (sigma + sigma.T).mul_(0.5)
+    return symmetrise_(sigma)
+
+
+def symmetrise_(m: torch.Tensor, block: int = 1024) -> torch.Tensor:
+    """``m ← (m + mᵀ)/2`` in place, block by block (no second ``[k, k]`` matrix)."""
+    k = m.shape[0]
+    for i in range(0, k, block):
+        for j in range(i, k, block):
+            upper = m[i : i + block, j : j + block]
+            mean = (upper + m[j : j + block, i : i + block].T).mul_(0.5)
+            upper.copy_(mean)
+            m[j : j + block, i : i + block].copy_(mean.T)
+    return m
 
 
 def composed_context(
@@ -89,9 +102,11 @@ def composed_context(
     """
     from tqdm.auto import tqdm
 
+    from tl_leadterms.stats.accumulate import padded_square
+
     k = phi.shape[0]
-    if out is None:
-        out = torch.empty_like(phi)
+    if out is None:  # padded: pass two gathers from it with no copy
+        out = padded_square(k, phi.dtype, phi.device)
     bt = _sparse_t(b_sparse)
     block = max(1, min(k, _BLOCK_BYTES // max(1, 2 * k * phi.element_size())))
     starts = range(0, k, block)

@@ -99,7 +99,7 @@ def corpus_stats(
     total = len(source) or None
     for batch in tqdm(source, total=total, desc="pass 1/2: B̄, Φ̄", disable=not progress):
         first.update(batch)
-    counts = first.result()
+    counts = first.result(release=True)
     del first
 
     g_bar = composed_from_counts(counts, kept, progress=progress)
@@ -109,7 +109,7 @@ def corpus_stats(
     second = AttentionAccumulator(g_bar, kept, device=device)
     for batch in tqdm(source, total=total, desc="pass 2/2: Q̄, Δ", disable=not progress):
         second.update(batch)
-    q_bar, delta = second.result()
+    q_bar, delta = second.result(release=True)
     del second
 
     metadata = {

@@ -1,0 +1,232 @@
+"""Speed and memory of the corpus statistics, each against a baseline run in the same process.
+
+Cases (all write JSON under benchmarks/results/):
+
+* ``toy``: the paper's toy setting (d_vocab 3000, T 200, 256 sequences, float64). The fast
+  two-pass statistics against the dense one-hot formulation of the paper's code
+  (benchmarks/dense_baseline.py), stage by stage and in total; results are checked equal.
+* ``throughput``: the Φ̄ and Q̄ accumulation against a bare ``index_add_`` of the same number
+  of random updates into a table of the same size and dtype (the memory-bound limit).
+* ``pythia``: d_vocab 50,304 restricted to the 20,000 most frequent ids, T 128, 20,000
+  sequences, float32: wall time and peak resident memory, in a fresh subprocess.
+
+Token windows are drawn from a Zipf law over the vocabulary (as word frequencies are).
+
+    python benchmarks/bench_stats.py              # all cases
+    python benchmarks/bench_stats.py --case toy   # one case
+"""
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.dense_baseline import dense_baseline_stats  # noqa: E402
+from tl_leadterms import corpus_stats  # noqa: E402
+from tl_leadterms.stats import AttentionAccumulator, ContextAccumulator, resolve_vocab  # noqa: E402
+from tl_leadterms.stats.compute import composed_from_counts  # noqa: E402
+from tl_leadterms.stats.corpus import CorpusStats  # noqa: E402
+from tl_leadterms.stats.tokens import TokenSource  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+STATS = ("B_bar", "Sigma_B", "Phi_bar", "G_bar", "Q_bar", "Delta")
+
+
+def zipf_windows(n: int, n_ctx: int, d_vocab: int, seed: int = 0, a: float = 1.1) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, d_vocab + 1) ** a
+    ids = rng.choice(d_vocab, size=(n, n_ctx + 1), p=p / p.sum())
+    perm = rng.permutation(d_vocab)  # frequent ids are not the small ids
+    return torch.from_numpy(perm[ids]).long()
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - start
+
+
+def machine() -> dict:
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+def fast_stages(tokens: torch.Tensor, d_vocab: int, dtype=torch.float64, vocab=None) -> dict:
+    """Stage timings of the fast path, mirroring corpus_stats step by step."""
+    source = TokenSource(tokens, d_vocab)
+    kept = resolve_vocab(vocab, d_vocab, count_batches=source)
+    t = {}
+    start = time.perf_counter()
+    first = ContextAccumulator(kept, dtype=dtype)
+    for batch in source:
+        first.update(batch)
+    counts = first.result()
+    t["pass1_updates"] = time.perf_counter() - start
+    g_bar, t["G_bar"] = timed(composed_from_counts, counts, kept)
+    start = time.perf_counter()
+    second = AttentionAccumulator(g_bar, kept)
+    for batch in source:
+        second.update(batch)
+    q_bar, delta = second.result()
+    t["pass2_updates"] = time.perf_counter() - start
+    stats = CorpusStats(
+        vocab=kept,
+        n_sequences=counts.n_sequences,
+        n_ctx=counts.n_ctx,
+        pair_codes=counts.pair_codes,
+        pair_counts=counts.pair_counts,
+        unigram_counts=counts.unigram_counts,
+        Phi_bar=counts.Phi_bar,
+        G_bar=g_bar,
+        Q_bar=q_bar,
+        Delta=delta,
+    )
+    _, t["B_bar_dense"] = timed(lambda: stats.B_bar)
+    _, t["Sigma_B"] = timed(lambda: stats.Sigma_B)
+    n_pairs = counts.n_sequences * counts.n_ctx * (counts.n_ctx + 1) // 2
+    return {"stats": stats, "seconds": t, "n_pair_updates": n_pairs, "batch": source._step()}
+
+
+def bare_scatter_seconds(n_updates: int, table_size: int, batch: int, dtype) -> float:
+    """Time ``index_add_`` of random (index, value) updates in batches of ``batch``."""
+    g = torch.Generator().manual_seed(1)
+    table = torch.zeros(table_size, dtype=dtype)
+    idx = torch.randint(0, table_size, (batch,), generator=g)
+    val = torch.rand(batch, generator=g, dtype=torch.float64).to(dtype)
+    table.index_add_(0, idx, val)  # warm-up
+    reps, rest = divmod(n_updates, batch)
+    start = time.perf_counter()
+    for _ in range(reps):
+        table.index_add_(0, idx, val)
+    if rest:
+        table.index_add_(0, idx[:rest], val[:rest])
+    return time.perf_counter() - start
+
+
+def case_toy(args) -> dict:
+    d_vocab, n_ctx, n = 3000, 200, 256
+    tokens = zipf_windows(n, n_ctx, d_vocab)
+    dense_t: dict[str, float] = {}
+    dense, dense_total = timed(dense_baseline_stats, tokens, d_vocab, timings=dense_t)
+    fast = fast_stages(tokens, d_vocab)
+    stats, ft = fast["stats"], fast["seconds"]
+    # end to end, as a user calls it (B̄ and Σ_B̄ are lazy: touch them)
+    start = time.perf_counter()
+    s2 = corpus_stats(tokens, d_vocab, progress=False)
+    s2.B_bar, s2.Sigma_B  # noqa: B018
+    fast_total = time.perf_counter() - start
+    max_rel = {
+        name: float((getattr(stats, name) - dense[name]).abs().max() / dense[name].abs().max())
+        for name in STATS
+    }
+    stages = {
+        "B_bar+Phi_bar (pass 1)": (
+            dense_t["B_bar"] + dense_t["Phi_bar"],
+            ft["pass1_updates"] + ft["B_bar_dense"],
+        ),
+        "Sigma_B": (dense_t["Sigma_B"], ft["Sigma_B"]),
+        "G_bar": (dense_t["G_bar"], ft["G_bar"]),
+        "Q_bar+Delta (pass 2)": (dense_t["Q_bar+Delta"], ft["pass2_updates"]),
+        "all six, end to end": (dense_total, fast_total),
+    }
+    return {
+        "setting": {"d_vocab": d_vocab, "n_ctx": n_ctx, "n_sequences": n, "dtype": "float64"},
+        "baseline": "dense one-hot formulation (benchmarks/dense_baseline.py), same process",
+        "stages": {
+            name: {"baseline_s": b, "fast_s": f, "speedup": b / f}
+            for name, (b, f) in stages.items()
+        },
+        "max_rel_diff_vs_baseline": max_rel,
+    }
+
+
+def throughput(fast: dict, k: int, dtype) -> dict:
+    n_up, batch = fast["n_pair_updates"], fast["batch"]
+    pairs_per_batch = batch * (fast["stats"].n_ctx * (fast["stats"].n_ctx + 1) // 2)
+    bare = bare_scatter_seconds(n_up, k * k + 1, pairs_per_batch, dtype)
+    out = {"n_updates": n_up, "table_entries": k * k + 1, "bare_index_add_s": bare}
+    for name, key in (("Phi_bar (pass 1)", "pass1_updates"), ("Q_bar (pass 2)", "pass2_updates")):
+        secs = fast["seconds"][key]
+        out[name] = {
+            "seconds": secs,
+            "updates_per_s": n_up / secs,
+            "fraction_of_bare_scatter": bare / secs,
+        }
+    out["bare_updates_per_s"] = n_up / bare
+    return out
+
+
+def case_throughput(args) -> dict:
+    d_vocab, n_ctx, n = 3000, 200, 256
+    fast = fast_stages(zipf_windows(n, n_ctx, d_vocab, seed=2), d_vocab)
+    return {
+        "setting": {"d_vocab": d_vocab, "n_ctx": n_ctx, "n_sequences": n, "dtype": "float64"},
+        "baseline": "bare index_add_ of the same number of random updates, same table and batch",
+        **throughput(fast, d_vocab, torch.float64),
+    }
+
+
+def case_pythia_child(args) -> dict:
+    d_vocab, kept, n_ctx, n = 50_304, 20_000, 128, args.pythia_sequences
+    tokens = zipf_windows(n, n_ctx, d_vocab, seed=3)
+    fast = fast_stages(tokens, d_vocab, dtype=torch.float32, vocab=kept)
+    t = fast["seconds"]
+    result = {
+        "setting": {
+            "d_vocab": d_vocab,
+            "kept": kept,
+            "n_ctx": n_ctx,
+            "n_sequences": n,
+            "dtype": "float32",
+        },
+        "seconds": {**t, "total_six": sum(t.values())},
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "bigram_nnz": int(fast["stats"].pair_codes.numel()),
+    }
+    result["throughput"] = throughput(fast, kept, torch.float32)
+    return result
+
+
+def case_pythia(args) -> dict:
+    cmd = [sys.executable, __file__, "--case", "pythia-child", "--pythia-sequences"]
+    out = subprocess.run(
+        [*cmd, str(args.pythia_sequences)], check=True, capture_output=True, text=True
+    )
+    return json.loads(out.stdout)
+
+
+CASES = {"toy": case_toy, "throughput": case_throughput, "pythia": case_pythia}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--case", choices=[*CASES, "pythia-child", "all"], default="all")
+    parser.add_argument("--pythia-sequences", type=int, default=20_000)
+    args = parser.parse_args()
+    if args.case == "pythia-child":
+        print(json.dumps(case_pythia_child(args)))
+        return
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for name in CASES if args.case == "all" else [args.case]:
+        result = {"case": name, "machine": machine(), **CASES[name](args)}
+        path = RESULTS / f"stats_{name}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
