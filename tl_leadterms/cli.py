@@ -76,9 +76,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"  {sum(map(len, stories)) / 1e6:.1f} MB of text, {n_words:,} words; word-level "
         f"vocabulary {len(tokenizer)}; {windows.shape[0]:,} windows of T+1 = {args.n_ctx + 1}"
     )
-    stats = corpus_stats(
-        windows, len(tokenizer), tokenizer=tokenizer, progress=not args.quiet
-    )
+    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=not args.quiet)
     print(f"  {stats!r}")
     _print_associations(stats, tokenizer, DEMO_WORDS)
     path = out / "demo_stats.safetensors"
@@ -154,9 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     top = sub.add_parser("top", help="the tokens most associated with given tokens")
     top.add_argument("stats", help="a statistics file")
     top.add_argument("tokens", nargs="+", help="tokens (strings with --tokenizer, else ids)")
-    top.add_argument(
-        "--matrix", default="bigram", help="bigram, interchangeability, context, ..."
-    )
+    top.add_argument("--matrix", default="bigram", help="bigram, interchangeability, context, ...")
     top.add_argument("--tokenizer", help="tokenizer folder or name")
     top.add_argument("-k", type=int, default=10)
     top.set_defaults(func=cmd_top)

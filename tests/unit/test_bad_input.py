@@ -19,7 +19,10 @@ stats_of = unchecked(corpus_stats)
         (np.array([[0.5, 1.0]]), r"must be integers, got dtype torch.float64"),
         (torch.tensor([[True, False]]), r"must be integers, got dtype torch.bool"),
         (torch.tensor([[3], [4]]), r"windows have 1 token\(s\); each window needs at least 2"),
-        (torch.tensor([1, 2, 3]), r"expected a 2-D array \[n_sequences, T \+ 1\], got shape \(3,\)"),
+        (
+            torch.tensor([1, 2, 3]),
+            r"expected a 2-D array \[n_sequences, T \+ 1\], got shape \(3,\)",
+        ),
         (torch.zeros(0, 5, dtype=torch.long), r"the corpus is empty"),
         ([], r"the corpus is empty"),
         ([[0, 1, 2], [3, 4]], r"windows have different lengths \[2, 3\]"),

@@ -1,79 +1,27 @@
-"""Exact products of the statistics without dense ``V³`` work (MATH.md §5).
+"""Exact products with the centred bigram map, without dense ``V³`` work (MATH.md §5).
 
-The centred bigram map is the sparse pair-frequency matrix minus a rank-one term,
-``B̄ = B − u·α·1ᵀ`` (``B[i, j] = #(i, j)/NT``, ``α`` the unigram frequencies), so every product
-with ``B̄`` is a sparse-times-dense product plus a rank-one correction. ``Ḡ = B̄ᵀ(B̄Φ̄)`` is built
-in column blocks so its only large temporaries are ``[k, block]``.
+``B̄ = B − u·α·1ᵀ``: the sparse pair-frequency matrix ``B[i, j] = #(i, j)/NT`` (at most ``N·T``
+non-zeros) minus a rank-one term (``α`` the unigram frequencies, ``u = 1/|V|``). Every product
+with ``B̄`` is therefore a sparse-times-dense product plus a rank-one correction, and the
+``[k, k]`` products (``Σ_B̄ = B̄ᵀB̄``, ``Ḡ = B̄ᵀ(B̄Φ̄)``) are built column block by column block
+into their output, so their only temporaries are ``[k, block]``.
 """
 
 import warnings
+from functools import cached_property
 
 import torch
+from tqdm.auto import tqdm
 
-__all__ = [
-    "bigram_dense",
-    "bigram_sparse",
-    "centred_bigram_times",
-    "composed_context",
-    "interchangeability",
-    "symmetrise_",
-]
+__all__ = ["CentredBigram", "symmetrise_"]
 
-_BLOCK_BYTES = 1 << 28  # temporaries of one column block of Ḡ
-
-
-def bigram_sparse(
-    pair_codes: torch.Tensor, pair_counts: torch.Tensor, k: int, n_positions: int, dtype
-) -> torch.Tensor:
-    """Raw pair-frequency matrix ``B = counts/NT`` as a sparse CSR ``[k, k]`` tensor."""
-    rows, cols = pair_codes // k, pair_codes % k
-    values = pair_counts.to(dtype) / n_positions
-    coo = torch.sparse_coo_tensor(
-        torch.stack([rows, cols]), values, (k, k), is_coalesced=True, check_invariants=False
-    )
-    return _to_csr(coo)
+_BLOCK_BYTES = 1 << 27  # size of one [k, block] temporary
 
 
 def _to_csr(coo: torch.Tensor) -> torch.Tensor:
     with warnings.catch_warnings():  # torch calls sparse CSR "beta" on every conversion
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         return coo.to_sparse_csr()
-
-
-def bigram_dense(
-    pair_codes: torch.Tensor,
-    pair_counts: torch.Tensor,
-    alpha: torch.Tensor,
-    k: int,
-    n_positions: int,
-    centre_vocab: int,
-) -> torch.Tensor:
-    """Centred bigram ``B̄[i, j] = #(i, j)/NT − α_i/|V|`` as a dense ``[k, k]`` tensor."""
-    out = (-alpha / centre_vocab).unsqueeze(1).expand(k, k).contiguous()
-    out.view(-1).index_add_(0, pair_codes, pair_counts.to(alpha.dtype) / n_positions)
-    return out
-
-
-def centred_bigram_times(
-    b_sparse: torch.Tensor, alpha: torch.Tensor, u: float, m: torch.Tensor
-) -> torch.Tensor:
-    """``B̄ M = B M − u·α·(1ᵀM)`` for a dense ``[k, n]`` matrix ``M``."""
-    out = b_sparse @ m
-    out -= u * torch.outer(alpha, m.sum(0))
-    return out
-
-
-def _sparse_t(b: torch.Tensor) -> torch.Tensor:
-    return _to_csr(b.to_sparse_coo().t().coalesce())
-
-
-def interchangeability(
-    b_sparse: torch.Tensor, b_dense: torch.Tensor, alpha: torch.Tensor, u: float
-):
-    """``Σ_B̄ = B̄ᵀB̄ = Bᵀ B̄ − u·1·(αᵀB̄)``, symmetrised to remove rounding asymmetry."""
-    sigma = _sparse_t(b_sparse) @ b_dense
-    sigma -= u * (alpha @ b_dense).unsqueeze(0)
-    return symmetrise_(sigma)
 
 
 def symmetrise_(m: torch.Tensor, block: int = 1024) -> torch.Tensor:
@@ -88,31 +36,110 @@ def symmetrise_(m: torch.Tensor, block: int = 1024) -> torch.Tensor:
     return m
 
 
-def composed_context(
-    b_sparse: torch.Tensor,
-    alpha: torch.Tensor,
-    u: float,
-    phi: torch.Tensor,
-    out: torch.Tensor | None = None,
-    progress: bool = False,
-) -> torch.Tensor:
-    """``Ḡ = Σ_B̄ Φ̄ = B̄ᵀ(B̄Φ̄)`` for a ``[k, k]`` context map ``phi``, written into ``out``.
+class CentredBigram:
+    """The centred bigram map ``B̄`` as an operator over its sparse counts.
 
-    With ``M = B̄Φ̄ = BΦ̄ − u·α·(1ᵀΦ̄)`` and ``B̄ᵀM = BᵀM − u·1·(αᵀM)``. Costs ``O(nnz(B)·k)``.
+    Args:
+        pair_codes: distinct flat codes ``i·k + j`` of the observed (current, next) pairs,
+            sorted ascending.
+        pair_counts: their counts.
+        unigram_counts: ``[k]`` counts of each token among the input positions.
+        n_positions: ``N·T``.
+        centre_vocab: ``|V|`` of the centring.
+        dtype: float dtype of the results.
     """
-    from tqdm.auto import tqdm
 
-    from tl_leadterms.stats.accumulate import padded_square
+    def __init__(
+        self,
+        pair_codes: torch.Tensor,
+        pair_counts: torch.Tensor,
+        unigram_counts: torch.Tensor,
+        n_positions: int,
+        centre_vocab: int,
+        dtype: torch.dtype,
+    ) -> None:
+        self.k = unigram_counts.shape[0]
+        self.rows = pair_codes // self.k
+        self.cols = pair_codes % self.k
+        self.values = pair_counts.to(dtype) / n_positions
+        self.alpha = unigram_counts.to(dtype) / n_positions
+        self.u = 1.0 / centre_vocab
+        self.dtype = dtype
 
-    k = phi.shape[0]
-    if out is None:  # padded: pass two gathers from it with no copy
-        out = padded_square(k, phi.dtype, phi.device)
-    bt = _sparse_t(b_sparse)
-    block = max(1, min(k, _BLOCK_BYTES // max(1, 2 * k * phi.element_size())))
-    starts = range(0, k, block)
-    for c0 in tqdm(starts, desc="Ḡ = Σ_B̄ Φ̄", disable=not progress or len(starts) < 4):
-        m = centred_bigram_times(b_sparse, alpha, u, phi[:, c0 : c0 + block])
-        g = bt @ m
-        g -= u * (alpha @ m).unsqueeze(0)
-        out[:, c0 : c0 + block] = g
-    return out
+    @property
+    def device(self) -> torch.device:
+        return self.alpha.device
+
+    def _block(self) -> int:
+        return max(1, min(self.k, _BLOCK_BYTES // max(1, self.k * self.alpha.element_size())))
+
+    @cached_property
+    def sparse(self) -> torch.Tensor:
+        """``B`` as a sparse CSR ``[k, k]`` tensor."""
+        idx = torch.stack([self.rows, self.cols])
+        shape = (self.k, self.k)
+        coo = torch.sparse_coo_tensor(
+            idx, self.values, shape, is_coalesced=True, check_invariants=False
+        )
+        return _to_csr(coo)
+
+    @cached_property
+    def sparse_t(self) -> torch.Tensor:
+        """``Bᵀ`` as a sparse CSR ``[k, k]`` tensor."""
+        idx = torch.stack([self.cols, self.rows])
+        coo = torch.sparse_coo_tensor(idx, self.values, (self.k, self.k), check_invariants=False)
+        return _to_csr(coo.coalesce())
+
+    def columns(self, start: int, stop: int) -> torch.Tensor:
+        """Dense ``B̄[:, start:stop]``: ``#(i, j)/NT − α_i·u``."""
+        out = (-self.u * self.alpha).unsqueeze(1).repeat(1, stop - start)
+        keep = (self.cols >= start) & (self.cols < stop)
+        out.index_put_(
+            (self.rows[keep], self.cols[keep] - start), self.values[keep], accumulate=True
+        )
+        return out
+
+    def dense(self) -> torch.Tensor:
+        """Dense ``B̄`` ``[k, k]``."""
+        return self.columns(0, self.k)
+
+    def times(self, m: torch.Tensor) -> torch.Tensor:
+        """``B̄ M = B M − u·α·(1ᵀM)`` for a dense ``[k, n]`` matrix ``M``."""
+        out = self.sparse @ m
+        out -= self.u * torch.outer(self.alpha, m.sum(0))
+        return out
+
+    def t_times(self, m: torch.Tensor) -> torch.Tensor:
+        """``B̄ᵀ M = Bᵀ M − u·1·(αᵀM)`` for a dense ``[k, n]`` matrix ``M``."""
+        out = self.sparse_t @ m
+        out -= self.u * (self.alpha @ m).unsqueeze(0)
+        return out
+
+    def _blockwise(self, column_fn, out: torch.Tensor, desc: str, progress: bool) -> torch.Tensor:
+        step = self._block()
+        starts = range(0, self.k, step)
+        for c0 in tqdm(starts, desc=desc, disable=not progress or len(starts) < 4):
+            c1 = min(c0 + step, self.k)
+            out[:, c0:c1] = column_fn(c0, c1)
+        return out
+
+    def gram(self, progress: bool = False) -> torch.Tensor:
+        """``Σ_B̄ = B̄ᵀB̄`` ``[k, k]``, symmetrised; ``O(nnz·k)`` work."""
+        out = torch.empty(self.k, self.k, dtype=self.dtype, device=self.device)
+        self._blockwise(lambda c0, c1: self.t_times(self.columns(c0, c1)), out, "Σ_B̄", progress)
+        return symmetrise_(out)
+
+    def composed(
+        self, phi: torch.Tensor, out: torch.Tensor | None = None, progress: bool = False
+    ) -> torch.Tensor:
+        """``Ḡ = Σ_B̄ Φ̄ = B̄ᵀ(B̄Φ̄)`` ``[k, k]`` for a context map ``phi``, written into ``out``.
+
+        By default ``out`` is a padded matrix (see ``accumulate.padded_square``), from which
+        pass two gathers without a copy.
+        """
+        from tl_leadterms.stats.accumulate import padded_square
+
+        if out is None:
+            out = padded_square(self.k, phi.dtype, phi.device)
+        column_fn = lambda c0, c1: self.t_times(self.times(phi[:, c0:c1]))  # noqa: E731
+        return self._blockwise(column_fn, out, "Ḡ = Σ_B̄ Φ̄", progress)

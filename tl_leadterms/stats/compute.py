@@ -30,12 +30,16 @@ def _tokenizer_provenance(tokenizer: Any) -> dict[str, Any]:
 
 
 def composed_from_counts(counts, vocab, *, progress: bool = False) -> torch.Tensor:
-    """Ḡ = Σ_B̄ Φ̄ from pass-one counts (sparse bigram times dense context map)."""
-    nt = counts.n_sequences * counts.n_ctx
-    phi = counts.Phi_bar
-    b_sparse = algebra.bigram_sparse(counts.pair_codes, counts.pair_counts, vocab.k, nt, phi.dtype)
-    alpha = counts.unigram_counts.to(phi.dtype) / nt
-    return algebra.composed_context(b_sparse, alpha, 1 / vocab.centre_vocab, phi, progress=progress)
+    """Ḡ = Σ_B̄ Φ̄ from pass-one counts (sparse bigram operator times dense context map)."""
+    bigram = algebra.CentredBigram(
+        counts.pair_codes,
+        counts.pair_counts,
+        counts.unigram_counts,
+        counts.n_sequences * counts.n_ctx,
+        vocab.centre_vocab,
+        counts.Phi_bar.dtype,
+    )
+    return bigram.composed(counts.Phi_bar, progress=progress)
 
 
 def corpus_stats(

@@ -44,7 +44,7 @@ class CorpusStats:
     Build one with :func:`tl_leadterms.corpus_stats`; load one with :meth:`CorpusStats.load`.
     Matrices are ``[k, k]`` with ``k = d_vocab`` or the number of kept tokens; index ``i`` is
     token id ``kept[i]`` (or ``i`` without a restriction). ``B_bar`` and ``Sigma_B`` are
-    computed on first access from the sparse bigram counts.
+    computed on access from the sparse bigram counts.
 
     Attributes:
         B_bar: bigram map [current token, next token], ``#(i, j)/NT − α_i/|V|``.
@@ -125,36 +125,41 @@ class CorpusStats:
         """``α``: frequency of each kept token among the ``N·T`` input positions."""
         return self.unigram_counts.to(self.dtype) / self.n_positions
 
+    @cached_property
+    def bigram(self) -> algebra.CentredBigram:
+        """``B̄`` as a sparse operator: products with it cost ``O(nnz·k)``, not ``O(k³)``."""
+        return algebra.CentredBigram(
+            self.pair_codes,
+            self.pair_counts,
+            self.unigram_counts,
+            self.n_positions,
+            self.centre_vocab,
+            self.dtype,
+        )
+
     @property
     def B(self) -> Tensor:
         """Raw pair frequencies ``#(i, j)/NT`` as a sparse CSR ``[k, k]`` tensor."""
-        return algebra.bigram_sparse(
-            self.pair_codes, self.pair_counts, self.k, self.n_positions, self.dtype
-        )
+        return self.bigram.sparse
 
-    @cached_property
+    @property
     def B_bar(self) -> Float[Tensor, "k k"]:
-        """Centred bigram map ``B̄`` [current token, next token] (dense, cached)."""
-        return algebra.bigram_dense(
-            self.pair_codes,
-            self.pair_counts,
-            self.unigram,
-            self.k,
-            self.n_positions,
-            self.centre_vocab,
-        )
+        """Centred bigram map ``B̄`` [current token, next token].
+
+        Built from the sparse counts on each access (an ``O(k²)`` fill, not cached, so large
+        vocabularies do not hold a second ``[k, k]`` table); keep a reference to reuse it.
+        """
+        return self.bigram.dense()
 
     @cached_property
     def Sigma_B(self) -> Float[Tensor, "k k"]:
-        """Interchangeability ``Σ_B̄ = B̄ᵀB̄`` (dense, cached)."""
-        return algebra.interchangeability(self.B, self.B_bar, self.unigram, 1 / self.centre_vocab)
+        """Interchangeability ``Σ_B̄ = B̄ᵀB̄`` (cached; ``O(nnz·k)`` from the sparse counts)."""
+        return self.bigram.gram()
 
     @cached_property
     def B_bar_Phi_bar(self) -> Float[Tensor, "k k"]:
         """``B̄Φ̄`` [current token, context token]; its transpose is the value term (cached)."""
-        return algebra.centred_bigram_times(
-            self.B, self.unigram, 1 / self.centre_vocab, self.Phi_bar
-        )
+        return self.bigram.times(self.Phi_bar)
 
     # -- reading ------------------------------------------------------------------------------
     def matrix(self, name: str) -> Tensor:

@@ -1,0 +1,49 @@
+"""On the embedded story corpus the planted associations come out on top (paper Fig. 5)."""
+
+import pytest
+
+from tl_leadterms import corpus_stats, make_windows
+from tl_leadterms.data import PLANTED, generate_stories, train_word_tokenizer
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    stories = generate_stories(2000, seed=0)
+    tokenizer = train_word_tokenizer(stories, 1500)
+    windows = make_windows(stories, 64, tokenizer=tokenizer)
+    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
+    return stats, tokenizer
+
+
+def names(neighbours):
+    return [n.token for n in neighbours]
+
+
+@pytest.mark.parametrize("adjective", ["red", *sorted(set(PLANTED["bigram"]) - {"red"})[:3]])
+def test_planted_nouns_are_the_top_bigrams(corpus, adjective):
+    stats, tokenizer = corpus
+    planted = PLANTED["bigram"][adjective]
+    top = names(stats.top("B_bar", adjective, k=len(planted)))
+    assert set(top) == set(planted), f"{adjective}: top {top}, planted {planted}"
+
+
+def test_red_is_followed_by_the_papers_nouns(corpus):
+    stats, _ = corpus
+    top5 = names(stats.top("bigram", "red", k=5))
+    assert {"ball", "car", "dress", "balloon", "truck"} <= set(top5)
+
+
+def test_she_is_interchangeable_with_he(corpus):
+    stats, _ = corpus
+    assert "she" in names(stats.top("Sigma_B", "he", k=5))
+
+
+def test_pond_is_context_of_fish(corpus):
+    stats, _ = corpus
+    assert "pond" in names(stats.top("Phi_bar", "fish", k=10))
+
+
+def test_provenance_records_the_tokenizer(corpus):
+    stats, tokenizer = corpus
+    assert stats.metadata["tokenizer_vocab_hash"]
+    assert stats.metadata["d_vocab"] == len(tokenizer)
