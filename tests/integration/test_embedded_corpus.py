@@ -21,7 +21,7 @@ def names(neighbours):
 
 @pytest.mark.parametrize("adjective", ["red", *sorted(set(PLANTED["bigram"]) - {"red"})[:3]])
 def test_planted_nouns_are_the_top_bigrams(corpus, adjective):
-    stats, tokenizer = corpus
+    stats, _ = corpus
     planted = PLANTED["bigram"][adjective]
     top = names(stats.top("B_bar", adjective, k=len(planted)))
     assert set(top) == set(planted), f"{adjective}: top {top}, planted {planted}"
