@@ -32,24 +32,31 @@ def assert_matches(stats, ref, tol=1e-10):
         assert err <= tol * scale, f"{name}: max abs diff {err:.3e} vs scale {scale:.3e}"
 
 
+BACKENDS = ("numba", "torch")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("v", "t", "n", "batch_size"),
     [(17, 9, 13, 4), (31, 12, 20, None), (5, 1, 7, 3), (40, 6, 3, 1)],
 )
-def test_six_statistics_equal_dense_reference(v, t, n, batch_size):
+def test_six_statistics_equal_dense_reference(v, t, n, batch_size, backend):
     tokens = markov_windows(n, t, v, seed=v + t)
-    stats = corpus_stats(tokens, v, batch_size=batch_size, progress=False)
+    stats = corpus_stats(tokens, v, batch_size=batch_size, progress=False, backend=backend)
     ref = dense_corpus_stats(tokens, v)
     assert_matches(stats, ref)
     # non-degenerate data; with T = 1 there is no key besides the query, so Q̄ = Δ = 0 exactly
     assert all(ref[name].abs().max() > 0 for name in STATS if t > 1 or name[0] not in "QD")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("centre_vocab", [None, 9, 40])
-def test_restricted_vocabulary_equals_reference(centre_vocab):
+def test_restricted_vocabulary_equals_reference(centre_vocab, backend):
     v, tokens = 40, markov_windows(24, 10, 40, seed=3)
     kept = [7, 3, 39, 0, 12, 21, 5, 30, 8]  # not sorted: the order is the matrix order
-    stats = corpus_stats(tokens, v, vocab=kept, centre_vocab=centre_vocab, progress=False)
+    stats = corpus_stats(
+        tokens, v, vocab=kept, centre_vocab=centre_vocab, progress=False, backend=backend
+    )
     ref = dense_corpus_stats(tokens, v, kept=kept, centre_vocab=centre_vocab)
     assert_matches(stats, ref)
     assert stats.kept.tolist() == kept
@@ -65,10 +72,11 @@ def test_top_k_vocabulary_keeps_most_frequent_input_tokens():
     assert_matches(stats, dense_corpus_stats(tokens, v, kept=expected))
 
 
-def test_float32_close_to_float64():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_close_to_float64(backend):
     tokens = markov_windows(32, 16, 25, seed=7)
     s64 = corpus_stats(tokens, 25, progress=False)
-    s32 = corpus_stats(tokens, 25, dtype=torch.float32, progress=False)
+    s32 = corpus_stats(tokens, 25, dtype=torch.float32, progress=False, backend=backend)
     for name in STATS:
         a, b = getattr(s64, name), getattr(s32, name)
         assert b.dtype == torch.float32
@@ -137,13 +145,14 @@ def test_datasets_input_ids_column():
         torch.testing.assert_close(getattr(other, stat), getattr(base, stat))
 
 
-def test_shard_merge_equals_whole_corpus():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shard_merge_equals_whole_corpus(backend):
     v, tokens = 26, markov_windows(30, 10, 26, seed=8)
     kept = resolve_vocab(list(range(0, 26, 2)), v)
     whole = corpus_stats(tokens, v, vocab=kept.kept.tolist(), progress=False)
 
     shards = [tokens[:7], tokens[7:19], tokens[19:]]
-    first = [ContextAccumulator(kept).update(shard) for shard in shards]
+    first = [ContextAccumulator(kept, backend=backend).update(shard) for shard in shards]
     merged = first[0].merge(first[1]).merge(first[2]).result()
     assert merged.n_sequences == 30
     torch.testing.assert_close(merged.Phi_bar, whole.Phi_bar, rtol=0, atol=1e-15)
@@ -152,7 +161,7 @@ def test_shard_merge_equals_whole_corpus():
     assert torch.equal(merged.pair_counts, whole.pair_counts)
 
     g_bar = composed_from_counts(merged, kept)
-    second = [AttentionAccumulator(g_bar, kept).update(shard) for shard in shards]
+    second = [AttentionAccumulator(g_bar, kept, backend=backend).update(s) for s in shards]
     q_bar, delta = second[2].merge(second[0]).merge(second[1]).result()
     torch.testing.assert_close(q_bar, whole.Q_bar, rtol=0, atol=1e-15)
     torch.testing.assert_close(delta, whole.Delta, rtol=0, atol=1e-15)

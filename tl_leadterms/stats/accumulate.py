@@ -95,6 +95,41 @@ def _pair_codes(
     return codes.view(-1)
 
 
+BACKENDS = ("auto", "numba", "torch")
+
+
+def kernels():
+    """The fused numba kernels (imported on first use: compiling them takes a few seconds)."""
+    from tl_leadterms.stats import kernels as module
+
+    return module
+
+
+def _numba_available() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:  # pragma: no cover - numba is a dependency; degrade gracefully anyway
+        return False
+    return True
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """``"numba"`` (fused CPU kernels) or ``"torch"`` (vectorised, any device)."""
+    if backend not in BACKENDS:
+        raise LeadTermsError(f"backend={backend!r} is not one of {BACKENDS}.")
+    if backend == "auto":
+        return "numba" if device.type == "cpu" and _numba_available() else "torch"
+    if backend == "numba" and device.type != "cpu":
+        raise LeadTermsError(
+            f"backend='numba' runs on the CPU, but device={device}; use backend='torch' or 'auto'."
+        )
+    return backend
+
+
+def _np(t: torch.Tensor):
+    return t.contiguous().numpy()
+
+
 def padded_square(k: int, dtype: torch.dtype, device) -> torch.Tensor:
     """A zeroed ``[k, k]`` matrix whose storage has one extra zero slot after its entries.
 
@@ -163,8 +198,11 @@ class _PassBase:
 
     what = "accumulator"
 
-    def __init__(self, vocab: KeptVocab, n_ctx: int | None, dtype: torch.dtype, device) -> None:
+    def __init__(
+        self, vocab: KeptVocab, n_ctx: int | None, dtype: torch.dtype, device, backend: str
+    ) -> None:
         self.shape = _Shape(vocab, n_ctx, dtype, torch.device(device))
+        self.backend = resolve_backend(backend, self.shape.device)
         self.n_sequences = 0
         self._index = vocab.index_map(self.shape.device)
         self._layout: PairLayout | None = None
@@ -262,8 +300,9 @@ class ContextAccumulator(_PassBase):
         n_ctx: int | None = None,
         dtype: torch.dtype = torch.float64,
         device: torch.device | str = "cpu",
+        backend: str = "auto",
     ) -> None:
-        super().__init__(vocab, n_ctx, dtype, device)
+        super().__init__(vocab, n_ctx, dtype, device, backend)
         k = vocab.k
         dev = self.shape.device
         self._phi = torch.zeros(k * k + 1, dtype=dtype, device=dev)
@@ -282,8 +321,11 @@ class ContextAccumulator(_PassBase):
         x_row, x_col = _flat_parts(x, self.vocab)
         y_row, y_col = _flat_parts(y, self.vocab)
         # Φ: pair (target y_t, context x_m) with weight 1/t, for every m <= t.
-        codes = _pair_codes(y_row, x_col.index_select(1, layout.key), layout, self.vocab)
-        self._phi.index_add_(0, codes, layout.repeated_inv_t(b))
+        if self.backend == "numba":
+            kernels().context_pass(_np(x), _np(y), self._phi.numpy(), self.vocab.k)
+        else:
+            codes = _pair_codes(y_row, x_col.index_select(1, layout.key), layout, self.vocab)
+            self._phi.index_add_(0, codes, layout.repeated_inv_t(b))
         flat_x = x.reshape(-1)
         self._mu.index_add_(0, flat_x, layout.tail.repeat(b))
         self._unigram += torch.bincount(flat_x, minlength=self.vocab.k + 1)
@@ -362,6 +404,7 @@ class AttentionAccumulator(_PassBase):
         *,
         n_ctx: int | None = None,
         device: torch.device | str | None = None,
+        backend: str = "auto",
     ) -> None:
         k = vocab.k
         if G_bar.shape != (k, k):
@@ -370,7 +413,7 @@ class AttentionAccumulator(_PassBase):
                 "pass the Ḡ computed from this corpus' pass-one statistics."
             )
         device = G_bar.device if device is None else torch.device(device)
-        super().__init__(vocab, n_ctx, G_bar.dtype, device)
+        super().__init__(vocab, n_ctx, G_bar.dtype, device, backend)
         self._g = padded_flat(G_bar)
         if self._g is None or self._g.device != self.shape.device:
             self._g = torch.zeros(k * k + 1, dtype=G_bar.dtype, device=self.shape.device)
@@ -383,6 +426,14 @@ class AttentionAccumulator(_PassBase):
         idx, layout = self._prepare(batch)
         b, t = idx.shape[0], layout.n_ctx
         x, y = idx[:, :-1], idx[:, 1:]
+        if self._delta is None:
+            self._delta = torch.zeros(t, dtype=self._q.dtype, device=self._q.device)
+        if self.backend == "numba":
+            k = self.vocab.k
+            kernels().attention_pass(
+                _np(x), _np(y), self._g.numpy(), self._q.numpy(), self._delta.numpy(), k
+            )
+            return self
         x_row, x_col = _flat_parts(x, self.vocab)
         y_row, _ = _flat_parts(y, self.vocab)
         key_part = x_col.index_select(1, layout.key)
@@ -391,8 +442,6 @@ class AttentionAccumulator(_PassBase):
         g_mean *= layout.inv_pos
         q = g.sub_(g_mean.index_select(1, layout.query)).mul_(layout.inv_t)
         self._q.index_add_(0, _pair_codes(x_row, key_part, layout, self.vocab), q.view(-1))
-        if self._delta is None:
-            self._delta = torch.zeros(t, dtype=g.dtype, device=g.device)
         self._delta.index_add_(0, layout.offset, q.sum(0))  # Δ[t - m] += Σ_batch q
         return self
 

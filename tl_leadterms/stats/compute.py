@@ -53,6 +53,7 @@ def corpus_stats(
     batch_size: int | None = None,
     progress: bool = True,
     tokenizer: Any = None,
+    backend: str = "auto",
 ) -> CorpusStats:
     """Compute B̄, Σ_B̄, Φ̄, Ḡ, Q̄ and Δ (MATH.md §2) of a tokenized corpus.
 
@@ -77,6 +78,8 @@ def corpus_stats(
         progress: show tqdm progress bars.
         tokenizer: recorded in the provenance (name and vocabulary hash) and used by
             :meth:`CorpusStats.top` to print strings.
+        backend: ``"numba"`` (fused CPU kernels, the default on CPU), ``"torch"``
+            (vectorised torch ops, any device, the default elsewhere) or ``"auto"``.
 
     Returns:
         A :class:`CorpusStats`.
@@ -99,18 +102,19 @@ def corpus_stats(
     source = TokenSource(tokens, d_vocab, batch_size=batch_size, device=device)
     kept = resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab, count_batches=source)
 
-    first = ContextAccumulator(kept, dtype=dtype, device=device)
+    first = ContextAccumulator(kept, dtype=dtype, device=device, backend=backend)
     total = len(source) or None
     for batch in tqdm(source, total=total, desc="pass 1/2: B̄, Φ̄", disable=not progress):
         first.update(batch)
     counts = first.result(release=True)
+    first_backend = first.backend
     del first
 
     g_bar = composed_from_counts(counts, kept, progress=progress)
     if not torch.isfinite(g_bar).all():
         raise LeadTermsError("Ḡ has non-finite entries; the corpus produced NaN/inf statistics.")
 
-    second = AttentionAccumulator(g_bar, kept, device=device)
+    second = AttentionAccumulator(g_bar, kept, device=device, backend=first_backend)
     for batch in tqdm(source, total=total, desc="pass 2/2: Q̄, Δ", disable=not progress):
         second.update(batch)
     q_bar, delta = second.result(release=True)

@@ -1,0 +1,93 @@
+"""Fused CPU kernels for the two accumulation passes (numba).
+
+Each kernel walks every causal (query ``t``, key ``m <= t``) pair of a batch once and adds its
+weight straight into the flat ``k·k + 1`` table, with no index or weight arrays in between: the
+work per pair is one random table update (plus one gather from Ḡ in pass two), which is the
+memory-bound limit of this computation. Threads own disjoint table rows (a row belongs to the
+thread ``row % n_threads``), so the parallel updates never race and the result does not depend
+on scheduling.
+
+Inputs are matrix indices, ``k`` standing for a dropped token (vocabulary restriction): pairs
+that touch a dropped token add nothing to the table, while Δ still counts every position.
+The torch implementation in :mod:`.accumulate` computes the same sums on any device; tests
+check that the two agree.
+"""
+
+from typing import no_type_check
+
+import numba
+import numpy as np
+from numba import prange
+
+__all__ = ["attention_pass", "context_pass", "n_threads"]
+
+
+def n_threads() -> int:
+    return numba.get_num_threads()
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+@no_type_check  # compiled code: keep the test-time runtime type checker off it
+def _context(x, y, table, k, n_parts):  # pragma: no cover - compiled
+    b, t_len = x.shape
+    for part in prange(n_parts):
+        for n in range(b):
+            for t in range(t_len):
+                row = y[n, t]
+                if row == k or row % n_parts != part:
+                    continue
+                w = 1.0 / (t + 1)
+                base = row * k
+                for m in range(t + 1):
+                    col = x[n, m]
+                    if col != k:
+                        table[base + col] += w
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+@no_type_check
+def _attention(x, y, g_table, q_table, delta_parts, k, n_parts):  # pragma: no cover - compiled
+    b, t_len = x.shape
+    for part in prange(n_parts):
+        g = np.empty(t_len, dtype=g_table.dtype)
+        delta = delta_parts[part]
+        for n in range(b):
+            for t in range(t_len):
+                query = x[n, t]
+                if query % n_parts != part:  # dropped queries (= k) have an owner too: Δ
+                    continue
+                target = y[n, t]
+                total = 0.0
+                if target == k:
+                    for m in range(t + 1):
+                        g[m] = 0.0
+                else:
+                    base = target * k
+                    for m in range(t + 1):
+                        col = x[n, m]
+                        g[m] = 0.0 if col == k else g_table[base + col]
+                        total += g[m]
+                inv = 1.0 / (t + 1)
+                mean = total * inv
+                out = query * k
+                for m in range(t + 1):
+                    q = (g[m] - mean) * inv
+                    delta[t - m] += q
+                    col = x[n, m]
+                    if query != k and col != k:
+                        q_table[out + col] += q
+
+
+def context_pass(x: np.ndarray, y: np.ndarray, table: np.ndarray, k: int) -> None:
+    """Φ pairs: ``table[y_t·k + x_m] += 1/t`` for every ``m <= t`` (in place)."""
+    _context(x, y, table, k, n_threads())
+
+
+def attention_pass(
+    x: np.ndarray, y: np.ndarray, g_table: np.ndarray, q_table: np.ndarray, delta: np.ndarray, k
+) -> None:
+    """Q̄ and Δ sums of one batch given the flat Ḡ table (in place)."""
+    parts = n_threads()
+    delta_parts = np.zeros((parts, x.shape[1]), dtype=q_table.dtype)
+    _attention(x, y, g_table, q_table, delta_parts, k, parts)
+    delta += delta_parts.sum(0)
