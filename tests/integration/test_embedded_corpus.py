@@ -47,3 +47,28 @@ def test_provenance_records_the_tokenizer(corpus):
     stats, tokenizer = corpus
     assert stats.metadata["tokenizer_vocab_hash"]
     assert stats.metadata["d_vocab"] == len(tokenizer)
+
+
+def test_windows_from_a_text_dataset_match_the_list_path(corpus):
+    datasets = pytest.importorskip("datasets")
+    _, tokenizer = corpus
+    stories = generate_stories(50, seed=3)
+    from_list = make_windows(stories, 32, tokenizer=tokenizer)
+    from_dataset = make_windows(
+        datasets.Dataset.from_dict({"text": stories}), 32, tokenizer=tokenizer
+    )
+    assert from_list.equal(from_dataset)
+    truncated = make_windows(stories, 32, tokenizer=tokenizer, mode="truncate")
+    assert truncated.shape == (50, 33)  # every story is longer than 33 tokens
+
+
+def test_loading_with_another_tokenizer_is_refused(corpus, tmp_path):
+    from tl_leadterms import CorpusStats, LeadTermsError
+
+    stats, tokenizer = corpus
+    path = tmp_path / "stats.safetensors"
+    stats.save(path)
+    assert CorpusStats.load(path, tokenizer=tokenizer).top("bigram", "red", k=1)
+    other = train_word_tokenizer(generate_stories(100, seed=9), 300)
+    with pytest.raises(LeadTermsError, match="vocabulary differs"):
+        CorpusStats.load(path, tokenizer=other)

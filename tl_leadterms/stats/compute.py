@@ -1,6 +1,8 @@
 """`corpus_stats`: both passes over a corpus, from token windows to a :class:`CorpusStats`."""
 
+import time
 from collections.abc import Iterable
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -29,6 +31,22 @@ def _tokenizer_provenance(tokenizer: Any) -> dict[str, Any]:
     }
 
 
+class _Clock:
+    """Wall-clock seconds per stage into a dict; does nothing without one."""
+
+    def __init__(self, timings: dict[str, float] | None) -> None:
+        self.timings = timings
+
+    @contextmanager
+    def __call__(self, stage: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.timings is not None:
+                self.timings[stage] = time.perf_counter() - start
+
+
 def composed_from_counts(counts, vocab, *, progress: bool = False) -> torch.Tensor:
     """Ḡ = Σ_B̄ Φ̄ from pass-one counts (sparse bigram operator times dense context map)."""
     bigram = algebra.CentredBigram(
@@ -54,6 +72,7 @@ def corpus_stats(
     progress: bool = True,
     tokenizer: Any = None,
     backend: str = "auto",
+    timings: dict[str, float] | None = None,
 ) -> CorpusStats:
     """Compute B̄, Σ_B̄, Φ̄, Ḡ, Q̄ and Δ (MATH.md §2) of a tokenized corpus.
 
@@ -80,6 +99,8 @@ def corpus_stats(
             :meth:`CorpusStats.top` to print strings.
         backend: ``"numba"`` (fused CPU kernels, the default on CPU), ``"torch"``
             (vectorised torch ops, any device, the default elsewhere) or ``"auto"``.
+        timings: if a dict, the wall-clock seconds of each stage are stored in it under
+            ``"vocab"``, ``"pass1"`` (B̄ counts and Φ̄), ``"G_bar"`` and ``"pass2"`` (Q̄, Δ).
 
     Returns:
         A :class:`CorpusStats`.
@@ -99,26 +120,29 @@ def corpus_stats(
             f"dtype must be torch.float64 or torch.float32, got {dtype}; use float64 for "
             "exactness, float32 at scale."
         )
+    clock = _Clock(timings)
     source = TokenSource(tokens, d_vocab, batch_size=batch_size, device=device)
-    kept = resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab, count_batches=source)
+    with clock("vocab"):
+        kept = resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab, count_batches=source)
 
-    first = ContextAccumulator(kept, dtype=dtype, device=device, backend=backend)
-    total = len(source) or None
-    for batch in tqdm(source, total=total, desc="pass 1/2: B̄, Φ̄", disable=not progress):
-        first.update(batch)
-    counts = first.result(release=True)
-    first_backend = first.backend
-    del first
+    with clock("pass1"):
+        first = ContextAccumulator(kept, dtype=dtype, device=device, backend=backend)
+        total = len(source) or None
+        for batch in tqdm(source, total=total, desc="pass 1/2: B̄, Φ̄", disable=not progress):
+            first.update(batch)
+        counts = first.result(release=True)  # Φ̄ lives in the accumulator's table
+        used_backend = first.backend
+        del first
 
-    g_bar = composed_from_counts(counts, kept, progress=progress)
-    if not torch.isfinite(g_bar).all():
-        raise LeadTermsError("Ḡ has non-finite entries; the corpus produced NaN/inf statistics.")
+    with clock("G_bar"):
+        g_bar = composed_from_counts(counts, kept, progress=progress)
 
-    second = AttentionAccumulator(g_bar, kept, device=device, backend=first_backend)
-    for batch in tqdm(source, total=total, desc="pass 2/2: Q̄, Δ", disable=not progress):
-        second.update(batch)
-    q_bar, delta = second.result(release=True)
-    del second
+    with clock("pass2"):
+        second = AttentionAccumulator(g_bar, kept, device=device, backend=used_backend)
+        for batch in tqdm(source, total=total, desc="pass 2/2: Q̄, Δ", disable=not progress):
+            second.update(batch)
+        q_bar, delta = second.result(release=True)
+        del second
 
     metadata = {
         "library_version": __version__,
@@ -128,6 +152,7 @@ def corpus_stats(
         "n_kept": kept.k,
         "centre_vocab": kept.centre_vocab,
         "dtype": str(dtype).removeprefix("torch."),
+        "backend": used_backend,
         **_tokenizer_provenance(tokenizer),
     }
     return CorpusStats(

@@ -77,7 +77,7 @@ def make_windows(
 
     Example:
         >>> make_windows([[1, 2, 3, 4, 5], [6, 7]], n_ctx=2, eos_id=0).tolist()
-        [[1, 2, 3], [4, 5, 0]]
+        [[1, 2, 3], [4, 5, 0], [6, 7, 0]]
         >>> make_windows([[1, 2, 3, 4, 5], [6, 7]], n_ctx=2, mode="truncate").tolist()
         [[1, 2, 3]]
     """

@@ -1,0 +1,19 @@
+"""The examples in the docstrings run and print what they claim."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "tl_leadterms",
+    "tl_leadterms.stats.compute",
+    "tl_leadterms.stats.windows",
+    "tl_leadterms.theory",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
