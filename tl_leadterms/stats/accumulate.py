@@ -5,10 +5,9 @@ Pass two (:class:`AttentionAccumulator`) needs Ḡ of the whole corpus and accum
 Both have ``update(batch)``, ``merge(other)`` and ``result()``: shards can be counted separately
 and merged, and the merged result equals that of the whole corpus.
 
-No one-hot tensor is ever built. Every (query ``t``, key ``m <= t``) pair of a window becomes one
-flat index into a ``k·k + 1`` table (the last slot swallows pairs that touch a dropped token) and
-one weight, and is added with a single ``index_add_``. Positions are 0-based here: the paper's
-position ``t`` is ``i + 1``.
+No one-hot tensor is ever built. Every (query ``t``, key ``m <= t``) pair of a window is one
+update of a flat ``k·k + 1`` table (:mod:`.tables`): on the CPU by the fused numba kernels of
+:mod:`.kernels`, elsewhere by one vectorised ``index_add_`` of flat codes and weights.
 """
 
 from dataclasses import dataclass
@@ -16,144 +15,22 @@ from dataclasses import dataclass
 import torch
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.tables import (
+    PairLayout,
+    as_numpy,
+    code_dtype,
+    flat_parts,
+    kernels,
+    padded_flat,
+    padded_view,
+    pair_codes,
+    resolve_backend,
+)
 from tl_leadterms.stats.vocab import KeptVocab
 
-__all__ = [
-    "AttentionAccumulator",
-    "ContextAccumulator",
-    "PairLayout",
-    "padded_flat",
-    "padded_square",
-    "padded_view",
-]
+__all__ = ["AttentionAccumulator", "ContextAccumulator", "ContextCounts"]
 
 _COMPACT_AT = 1 << 24  # pending bigram codes kept before they are counted
-
-
-class PairLayout:
-    """Index arrays of the causal (query, key) pairs of a window of ``n_ctx`` positions.
-
-    ``query[p]``, ``key[p]`` are 0-based positions of pair ``p`` (row-major lower triangle),
-    ``inv_t[p] = 1/(query[p] + 1)`` is the uniform attention weight, ``offset[p] = query - key``,
-    and ``tail[m] = Σ_{t >= m+1} 1/t`` is the total weight position ``m`` receives as a key.
-    """
-
-    def __init__(
-        self, n_ctx: int, dtype: torch.dtype, device: torch.device, code_dtype: torch.dtype
-    ) -> None:
-        self.n_ctx = n_ctx
-        q, k = torch.tril_indices(n_ctx, n_ctx, device=device)
-        self.query, self.key = q.to(code_dtype), k.to(code_dtype)
-        self.offset = q - k
-        inv = 1.0 / torch.arange(1, n_ctx + 1, dtype=torch.float64, device=device)
-        self.inv_pos = inv.to(dtype)  # 1/t for t = 1..T
-        self.inv_t = self.inv_pos[q]
-        self.tail = inv.flip(0).cumsum(0).flip(0)  # float64: feeds the small μ vector
-        self.n_pairs = q.numel()
-        self._repeated: dict[int, torch.Tensor] = {}
-
-    def row_lengths(self, b: int) -> torch.Tensor:
-        """``[b, T]`` number of keys of each query (1..T), for segment sums over pairs."""
-        if getattr(self, "_lengths", None) is None or self._lengths.shape[0] != b:
-            lengths = torch.arange(1, self.n_ctx + 1, device=self.query.device)
-            self._lengths = lengths.expand(b, -1).contiguous()
-        return self._lengths
-
-    def repeated_inv_t(self, b: int) -> torch.Tensor:
-        """``inv_t`` tiled ``b`` times (cached: the same batch size recurs)."""
-        if b not in self._repeated:
-            self._repeated = {b: self.inv_t.repeat(b)}
-        return self._repeated[b]
-
-
-def code_dtype(vocab: KeptVocab) -> torch.dtype:
-    """int32 flat codes while ``k·k`` fits (half the memory traffic), else int64."""
-    return torch.int32 if vocab.k * vocab.k < 2**31 - 1 else torch.int64
-
-
-def _flat_parts(idx: torch.Tensor, vocab: KeptVocab) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row and column parts of flat table codes ``row * k + col`` (dropped -> ``k*k``)."""
-    k = vocab.k
-    idx = idx.to(code_dtype(vocab))
-    if not vocab.restricted:
-        return idx * k, idx
-    dropped = idx == k
-    sentinel = torch.full_like(idx, k * k)
-    return torch.where(dropped, sentinel, idx * k), torch.where(dropped, sentinel, idx)
-
-
-def _pair_codes(
-    rows: torch.Tensor, key_part: torch.Tensor, layout: PairLayout, vocab: KeptVocab
-) -> torch.Tensor:
-    """Flat codes ``rows[:, query] + key_part`` for every causal pair, ``[b * n_pairs]``.
-
-    ``key_part`` is ``cols[:, key]`` (shared by the codes of one batch).
-    """
-    codes = rows.index_select(1, layout.query).add_(key_part)
-    if vocab.restricted:
-        codes.clamp_(max=vocab.k * vocab.k)
-    return codes.view(-1)
-
-
-BACKENDS = ("auto", "numba", "torch")
-
-
-def kernels():
-    """The fused numba kernels (imported on first use: compiling them takes a few seconds)."""
-    from tl_leadterms.stats import kernels as module
-
-    return module
-
-
-def _numba_available() -> bool:
-    try:
-        import numba  # noqa: F401
-    except ImportError:  # pragma: no cover - numba is a dependency; degrade gracefully anyway
-        return False
-    return True
-
-
-def resolve_backend(backend: str, device: torch.device) -> str:
-    """``"numba"`` (fused CPU kernels) or ``"torch"`` (vectorised, any device)."""
-    if backend not in BACKENDS:
-        raise LeadTermsError(f"backend={backend!r} is not one of {BACKENDS}.")
-    if backend == "auto":
-        return "numba" if device.type == "cpu" and _numba_available() else "torch"
-    if backend == "numba" and device.type != "cpu":
-        raise LeadTermsError(
-            f"backend='numba' runs on the CPU, but device={device}; use backend='torch' or 'auto'."
-        )
-    return backend
-
-
-def _np(t: torch.Tensor):
-    return t.contiguous().numpy()
-
-
-def padded_square(k: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """A zeroed ``[k, k]`` matrix whose storage has one extra zero slot after its entries.
-
-    The statistics' tables are flat ``k·k + 1`` vectors: code ``k·k`` collects the pairs that
-    touch a dropped token, so accumulating never needs a mask. The ``[k, k]`` view is returned.
-    """
-    return padded_view(torch.zeros(k * k + 1, dtype=dtype, device=device), k)
-
-
-def padded_view(flat: torch.Tensor, k: int) -> torch.Tensor:
-    """The ``[k, k]`` view of a flat ``k·k + 1`` table."""
-    return flat[: k * k].view(k, k)
-
-
-def padded_flat(matrix: torch.Tensor) -> torch.Tensor | None:
-    """The flat ``k·k + 1`` table behind a :func:`padded_square` matrix, or None."""
-    k = matrix.shape[0]
-    if matrix.storage_offset() != 0 or not matrix.is_contiguous():
-        return None
-    if matrix.untyped_storage().nbytes() < (k * k + 1) * matrix.element_size():
-        return None
-    flat = torch.empty(0, dtype=matrix.dtype, device=matrix.device)
-    flat.set_(matrix.untyped_storage(), 0, (k * k + 1,))
-    return flat if flat[-1] == 0 else None
 
 
 def _add_counts(
@@ -318,13 +195,13 @@ class ContextAccumulator(_PassBase):
         idx, layout = self._prepare(batch)
         b = idx.shape[0]
         x, y = idx[:, :-1], idx[:, 1:]
-        x_row, x_col = _flat_parts(x, self.vocab)
-        y_row, y_col = _flat_parts(y, self.vocab)
+        x_row, x_col = flat_parts(x, self.vocab)
+        y_row, y_col = flat_parts(y, self.vocab)
         # Φ: pair (target y_t, context x_m) with weight 1/t, for every m <= t.
         if self.backend == "numba":
-            kernels().context_pass(_np(x), _np(y), self._phi.numpy(), self.vocab.k)
+            kernels().context_pass(as_numpy(x), as_numpy(y), self._phi.numpy(), self.vocab.k)
         else:
-            codes = _pair_codes(y_row, x_col.index_select(1, layout.key), layout, self.vocab)
+            codes = pair_codes(y_row, x_col.index_select(1, layout.key), layout, self.vocab)
             self._phi.index_add_(0, codes, layout.repeated_inv_t(b))
         flat_x = x.reshape(-1)
         self._mu.index_add_(0, flat_x, layout.tail.repeat(b))
@@ -431,17 +308,17 @@ class AttentionAccumulator(_PassBase):
         if self.backend == "numba":
             k = self.vocab.k
             kernels().attention_pass(
-                _np(x), _np(y), self._g.numpy(), self._q.numpy(), self._delta.numpy(), k
+                as_numpy(x), as_numpy(y), self._g.numpy(), self._q.numpy(), self._delta.numpy(), k
             )
             return self
-        x_row, x_col = _flat_parts(x, self.vocab)
-        y_row, _ = _flat_parts(y, self.vocab)
+        x_row, x_col = flat_parts(x, self.vocab)
+        y_row, _ = flat_parts(y, self.vocab)
         key_part = x_col.index_select(1, layout.key)
-        g = self._g.index_select(0, _pair_codes(y_row, key_part, layout, self.vocab)).view(b, -1)
+        g = self._g.index_select(0, pair_codes(y_row, key_part, layout, self.vocab)).view(b, -1)
         g_mean = torch.segment_reduce(g, "sum", lengths=layout.row_lengths(b), axis=1)
         g_mean *= layout.inv_pos
         q = g.sub_(g_mean.index_select(1, layout.query)).mul_(layout.inv_t)
-        self._q.index_add_(0, _pair_codes(x_row, key_part, layout, self.vocab), q.view(-1))
+        self._q.index_add_(0, pair_codes(x_row, key_part, layout, self.vocab), q.view(-1))
         self._delta.index_add_(0, layout.offset, q.sum(0))  # Δ[t - m] += Σ_batch q
         return self
 

@@ -134,10 +134,10 @@ class CentredBigram:
     ) -> torch.Tensor:
         """``Ḡ = Σ_B̄ Φ̄ = B̄ᵀ(B̄Φ̄)`` ``[k, k]`` for a context map ``phi``, written into ``out``.
 
-        By default ``out`` is a padded matrix (see ``accumulate.padded_square``), from which
+        By default ``out`` is a padded matrix (see ``tables.padded_square``), from which
         pass two gathers without a copy.
         """
-        from tl_leadterms.stats.accumulate import padded_square
+        from tl_leadterms.stats.tables import padded_square
 
         if out is None:
             out = padded_square(self.k, phi.dtype, phi.device)

@@ -1,0 +1,153 @@
+"""Flat pair tables: the layout of a window's causal pairs, flat codes, padded tables, backends.
+
+A ``[k, k]`` statistic is accumulated in a flat ``k·k + 1`` table. Pair (row ``i``, column ``j``)
+has code ``i·k + j``; code ``k·k`` (the pad slot) collects every pair that touches a dropped token,
+so restricted vocabularies need no masks. Positions are 0-based: the paper's position ``t`` is
+``i + 1``.
+"""
+
+import torch
+
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.vocab import KeptVocab
+
+__all__ = [
+    "BACKENDS",
+    "PairLayout",
+    "as_numpy",
+    "code_dtype",
+    "flat_parts",
+    "kernels",
+    "padded_flat",
+    "padded_square",
+    "padded_view",
+    "pair_codes",
+    "resolve_backend",
+]
+
+
+class PairLayout:
+    """Index arrays of the causal (query, key) pairs of a window of ``n_ctx`` positions.
+
+    ``query[p]``, ``key[p]`` are 0-based positions of pair ``p`` (row-major lower triangle),
+    ``inv_t[p] = 1/(query[p] + 1)`` is the uniform attention weight, ``offset[p] = query - key``,
+    and ``tail[m] = Σ_{t >= m+1} 1/t`` is the total weight position ``m`` receives as a key.
+    """
+
+    def __init__(
+        self, n_ctx: int, dtype: torch.dtype, device: torch.device, code_dtype: torch.dtype
+    ) -> None:
+        self.n_ctx = n_ctx
+        q, k = torch.tril_indices(n_ctx, n_ctx, device=device)
+        self.query, self.key = q.to(code_dtype), k.to(code_dtype)
+        self.offset = q - k
+        inv = 1.0 / torch.arange(1, n_ctx + 1, dtype=torch.float64, device=device)
+        self.inv_pos = inv.to(dtype)  # 1/t for t = 1..T
+        self.inv_t = self.inv_pos[q]
+        self.tail = inv.flip(0).cumsum(0).flip(0)  # float64: feeds the small μ vector
+        self.n_pairs = q.numel()
+        self._repeated: dict[int, torch.Tensor] = {}
+
+    def row_lengths(self, b: int) -> torch.Tensor:
+        """``[b, T]`` number of keys of each query (1..T), for segment sums over pairs."""
+        if getattr(self, "_lengths", None) is None or self._lengths.shape[0] != b:
+            lengths = torch.arange(1, self.n_ctx + 1, device=self.query.device)
+            self._lengths = lengths.expand(b, -1).contiguous()
+        return self._lengths
+
+    def repeated_inv_t(self, b: int) -> torch.Tensor:
+        """``inv_t`` tiled ``b`` times (cached: the same batch size recurs)."""
+        if b not in self._repeated:
+            self._repeated = {b: self.inv_t.repeat(b)}
+        return self._repeated[b]
+
+
+def code_dtype(vocab: KeptVocab) -> torch.dtype:
+    """int32 flat codes while ``k·k`` fits (half the memory traffic), else int64."""
+    return torch.int32 if vocab.k * vocab.k < 2**31 - 1 else torch.int64
+
+
+def flat_parts(idx: torch.Tensor, vocab: KeptVocab) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row and column parts of flat table codes ``row * k + col`` (dropped -> ``k*k``)."""
+    k = vocab.k
+    idx = idx.to(code_dtype(vocab))
+    if not vocab.restricted:
+        return idx * k, idx
+    dropped = idx == k
+    sentinel = torch.full_like(idx, k * k)
+    return torch.where(dropped, sentinel, idx * k), torch.where(dropped, sentinel, idx)
+
+
+def pair_codes(
+    rows: torch.Tensor, key_part: torch.Tensor, layout: PairLayout, vocab: KeptVocab
+) -> torch.Tensor:
+    """Flat codes ``rows[:, query] + key_part`` for every causal pair, ``[b * n_pairs]``.
+
+    ``key_part`` is ``cols[:, key]`` (shared by the codes of one batch).
+    """
+    codes = rows.index_select(1, layout.query).add_(key_part)
+    if vocab.restricted:
+        codes.clamp_(max=vocab.k * vocab.k)
+    return codes.view(-1)
+
+
+BACKENDS = ("auto", "numba", "torch")
+
+
+def kernels():
+    """The fused numba kernels (imported on first use: compiling them takes a few seconds)."""
+    from tl_leadterms.stats import kernels as module
+
+    return module
+
+
+def numba_available() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:  # pragma: no cover - numba is a dependency; degrade gracefully anyway
+        return False
+    return True
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """``"numba"`` (fused CPU kernels) or ``"torch"`` (vectorised, any device)."""
+    if backend not in BACKENDS:
+        raise LeadTermsError(f"backend={backend!r} is not one of {BACKENDS}.")
+    if backend == "auto":
+        return "numba" if device.type == "cpu" and numba_available() else "torch"
+    if backend == "numba" and device.type != "cpu":
+        raise LeadTermsError(
+            f"backend='numba' runs on the CPU, but device={device}; use backend='torch' or 'auto'."
+        )
+    return backend
+
+
+def as_numpy(t: torch.Tensor):
+    """A numpy view of a CPU tensor (a copy only if it is not contiguous)."""
+    return t.contiguous().numpy()
+
+
+def padded_square(k: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """A zeroed ``[k, k]`` matrix whose storage has one extra zero slot after its entries.
+
+    The statistics' tables are flat ``k·k + 1`` vectors: code ``k·k`` collects the pairs that
+    touch a dropped token, so accumulating never needs a mask. The ``[k, k]`` view is returned.
+    """
+    return padded_view(torch.zeros(k * k + 1, dtype=dtype, device=device), k)
+
+
+def padded_view(flat: torch.Tensor, k: int) -> torch.Tensor:
+    """The ``[k, k]`` view of a flat ``k·k + 1`` table."""
+    return flat[: k * k].view(k, k)
+
+
+def padded_flat(matrix: torch.Tensor) -> torch.Tensor | None:
+    """The flat ``k·k + 1`` table behind a :func:`padded_square` matrix, or None."""
+    k = matrix.shape[0]
+    if matrix.storage_offset() != 0 or not matrix.is_contiguous():
+        return None
+    if matrix.untyped_storage().nbytes() < (k * k + 1) * matrix.element_size():
+        return None
+    flat = torch.empty(0, dtype=matrix.dtype, device=matrix.device)
+    flat.set_(matrix.untyped_storage(), 0, (k * k + 1,))
+    return flat if flat[-1] == 0 else None
