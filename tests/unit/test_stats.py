@@ -219,3 +219,25 @@ def test_blockwise_symmetrise_equals_the_plain_formula():
     m = torch.randn(10, 10, dtype=torch.float64)
     expected = (m + m.T) / 2
     torch.testing.assert_close(symmetrise_(m.clone(), block=3), expected, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_centred_bigram_products_equal_dense_algebra(backend):
+    from tl_leadterms.stats.algebra import CentredBigram
+
+    s = corpus_stats(markov_windows(20, 9, 30, seed=13), 30, vocab=list(range(25)), progress=False)
+    op = CentredBigram(
+        s.pair_codes,
+        s.pair_counts,
+        s.unigram_counts,
+        s.n_positions,
+        s.centre_vocab,
+        s.dtype,
+        backend=backend,
+    )
+    b_bar = s.B_bar  # from the counts; checked against the one-hot reference elsewhere
+    m = torch.randn(25, 7, dtype=torch.float64)
+    torch.testing.assert_close(op.times(m), b_bar @ m, rtol=0, atol=1e-15)
+    torch.testing.assert_close(op.t_times(m), b_bar.T @ m, rtol=0, atol=1e-15)
+    torch.testing.assert_close(op.gram(), b_bar.T @ b_bar, rtol=0, atol=1e-15)
+    torch.testing.assert_close(op.composed(s.Phi_bar), b_bar.T @ b_bar @ s.Phi_bar)

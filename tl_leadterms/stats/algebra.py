@@ -13,6 +13,8 @@ from functools import cached_property
 import torch
 from tqdm.auto import tqdm
 
+from tl_leadterms.stats.tables import as_numpy, kernels, padded_square, resolve_backend
+
 __all__ = ["CentredBigram", "symmetrise_"]
 
 _BLOCK_BYTES = 1 << 27  # size of one [k, block] temporary
@@ -47,6 +49,8 @@ class CentredBigram:
         n_positions: ``N·T``.
         centre_vocab: ``|V|`` of the centring.
         dtype: float dtype of the results.
+        backend: ``"numba"`` (CPU kernel), ``"torch"`` (torch's CSR product, any device) or
+            ``"auto"``.
     """
 
     def __init__(
@@ -57,6 +61,7 @@ class CentredBigram:
         n_positions: int,
         centre_vocab: int,
         dtype: torch.dtype,
+        backend: str = "auto",
     ) -> None:
         self.k = unigram_counts.shape[0]
         self.rows = pair_codes // self.k
@@ -65,6 +70,7 @@ class CentredBigram:
         self.alpha = unigram_counts.to(dtype) / n_positions
         self.u = 1.0 / centre_vocab
         self.dtype = dtype
+        self.backend = resolve_backend(backend, self.alpha.device)
 
     @property
     def device(self) -> torch.device:
@@ -103,15 +109,23 @@ class CentredBigram:
         """Dense ``B̄`` ``[k, k]``."""
         return self.columns(0, self.k)
 
+    def _sparse_times(self, csr: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        if self.backend == "torch":
+            return csr @ m
+        out = torch.zeros(csr.shape[0], m.shape[1], dtype=self.dtype)
+        parts = (csr.crow_indices(), csr.col_indices(), csr.values(), m.to(self.dtype))
+        kernels().csr_times_dense(*map(as_numpy, parts), out.numpy())
+        return out
+
     def times(self, m: torch.Tensor) -> torch.Tensor:
         """``B̄ M = B M − u·α·(1ᵀM)`` for a dense ``[k, n]`` matrix ``M``."""
-        out = self.sparse @ m
+        out = self._sparse_times(self.sparse, m)
         out -= self.u * torch.outer(self.alpha, m.sum(0))
         return out
 
     def t_times(self, m: torch.Tensor) -> torch.Tensor:
         """``B̄ᵀ M = Bᵀ M − u·1·(αᵀM)`` for a dense ``[k, n]`` matrix ``M``."""
-        out = self.sparse_t @ m
+        out = self._sparse_times(self.sparse_t, m)
         out -= self.u * (self.alpha @ m).unsqueeze(0)
         return out
 
@@ -137,8 +151,6 @@ class CentredBigram:
         By default ``out`` is a padded matrix (see ``tables.padded_square``), from which
         pass two gathers without a copy.
         """
-        from tl_leadterms.stats.tables import padded_square
-
         if out is None:
             out = padded_square(self.k, phi.dtype, phi.device)
         column_fn = lambda c0, c1: self.t_times(self.times(phi[:, c0:c1]))  # noqa: E731

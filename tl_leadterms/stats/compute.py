@@ -47,7 +47,9 @@ class _Clock:
                 self.timings[stage] = time.perf_counter() - start
 
 
-def composed_from_counts(counts, vocab, *, progress: bool = False) -> torch.Tensor:
+def composed_from_counts(
+    counts, vocab, *, progress: bool = False, backend: str = "auto"
+) -> torch.Tensor:
     """Ḡ = Σ_B̄ Φ̄ from pass-one counts (sparse bigram operator times dense context map)."""
     bigram = algebra.CentredBigram(
         counts.pair_codes,
@@ -56,6 +58,7 @@ def composed_from_counts(counts, vocab, *, progress: bool = False) -> torch.Tens
         counts.n_sequences * counts.n_ctx,
         vocab.centre_vocab,
         counts.Phi_bar.dtype,
+        backend=backend,
     )
     return bigram.composed(counts.Phi_bar, progress=progress)
 
@@ -135,7 +138,7 @@ def corpus_stats(
         del first
 
     with clock("G_bar"):
-        g_bar = composed_from_counts(counts, kept, progress=progress)
+        g_bar = composed_from_counts(counts, kept, progress=progress, backend=used_backend)
 
     with clock("pass2"):
         second = AttentionAccumulator(g_bar, kept, device=device, backend=used_backend)

@@ -10,7 +10,8 @@ on scheduling.
 Inputs are matrix indices, ``k`` standing for a dropped token (vocabulary restriction): pairs
 that touch a dropped token add nothing to the table, while Δ still counts every position.
 The torch implementation in :mod:`.accumulate` computes the same sums on any device; tests
-check that the two agree.
+check that the two agree. ``csr_times_dense`` is the row-parallel sparse-times-dense product
+behind :class:`.algebra.CentredBigram` on the CPU (about twice torch's CSR product here).
 """
 
 from typing import no_type_check
@@ -19,7 +20,7 @@ import numba
 import numpy as np
 from numba import prange
 
-__all__ = ["attention_pass", "context_pass", "n_threads"]
+__all__ = ["attention_pass", "context_pass", "csr_times_dense", "n_threads"]
 
 
 def n_threads() -> int:
@@ -76,6 +77,24 @@ def _attention(x, y, g_table, q_table, delta_parts, k, n_parts):  # pragma: no c
                     col = x[n, m]
                     if query != k and col != k:
                         q_table[out + col] += q
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+@no_type_check
+def _csr_times_dense(indptr, indices, values, m, out):  # pragma: no cover - compiled
+    n_cols = m.shape[1]
+    for r in prange(indptr.shape[0] - 1):  # rows are independent: no races
+        for p in range(indptr[r], indptr[r + 1]):
+            c, v = indices[p], values[p]
+            for j in range(n_cols):
+                out[r, j] += v * m[c, j]
+
+
+def csr_times_dense(
+    indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, m: np.ndarray, out: np.ndarray
+) -> None:
+    """``out += S @ m`` for a CSR matrix ``S`` and a C-contiguous dense ``m`` (in place)."""
+    _csr_times_dense(indptr, indices, values, m, out)
 
 
 def context_pass(x: np.ndarray, y: np.ndarray, table: np.ndarray, k: int) -> None:
