@@ -109,28 +109,31 @@ class CentredBigram:
         """Dense ``B̄`` ``[k, k]``."""
         return self.columns(0, self.k)
 
-    def _sparse_times(self, csr: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    def _sparse_times(self, csr: torch.Tensor, m: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``out += S m``: the numba kernel on the CPU, torch's CSR product elsewhere."""
         if self.backend == "torch":
-            return csr @ m
-        out = torch.zeros(csr.shape[0], m.shape[1], dtype=self.dtype)
+            return out.add_(csr @ m)
         parts = (csr.crow_indices(), csr.col_indices(), csr.values(), m.to(self.dtype))
         kernels().csr_times_dense(*map(as_numpy, parts), out.numpy())
         return out
 
     def times(self, m: torch.Tensor) -> torch.Tensor:
         """``B̄ M = B M − u·α·(1ᵀM)`` for a dense ``[k, n]`` matrix ``M``."""
-        out = self._sparse_times(self.sparse, m)
-        out -= self.u * torch.outer(self.alpha, m.sum(0))
-        return out
+        out = torch.outer(self.alpha, m.sum(0)).mul_(-self.u)  # the rank-one term first
+        return self._sparse_times(self.sparse, m, out)
 
     def t_times(self, m: torch.Tensor) -> torch.Tensor:
         """``B̄ᵀ M = Bᵀ M − u·1·(αᵀM)`` for a dense ``[k, n]`` matrix ``M``."""
-        out = self._sparse_times(self.sparse_t, m)
-        out -= self.u * (self.alpha @ m).unsqueeze(0)
-        return out
+        out = (self.alpha @ m).mul_(-self.u).expand(self.k, -1).contiguous()
+        return self._sparse_times(self.sparse_t, m, out)
 
-    def _blockwise(self, column_fn, out: torch.Tensor, desc: str, progress: bool) -> torch.Tensor:
+    def _blockwise(self, column_fn, out: torch.Tensor | None, desc: str, progress: bool):
+        """Fill ``out`` column block by column block (``out=None``: a new ``[k, k]`` matrix)."""
         step = self._block()
+        if out is None:
+            if step >= self.k:  # one block: its result is the matrix
+                return column_fn(0, self.k)
+            out = torch.empty(self.k, self.k, dtype=self.dtype, device=self.device)
         starts = range(0, self.k, step)
         for c0 in tqdm(starts, desc=desc, disable=not progress or len(starts) < 4):
             c1 = min(c0 + step, self.k)
@@ -139,9 +142,8 @@ class CentredBigram:
 
     def gram(self, progress: bool = False) -> torch.Tensor:
         """``Σ_B̄ = B̄ᵀB̄`` ``[k, k]``, symmetrised; ``O(nnz·k)`` work."""
-        out = torch.empty(self.k, self.k, dtype=self.dtype, device=self.device)
-        self._blockwise(lambda c0, c1: self.t_times(self.columns(c0, c1)), out, "Σ_B̄", progress)
-        return symmetrise_(out)
+        column_fn = lambda c0, c1: self.t_times(self.columns(c0, c1))  # noqa: E731
+        return symmetrise_(self._blockwise(column_fn, None, "Σ_B̄", progress))
 
     def composed(
         self, phi: torch.Tensor, out: torch.Tensor | None = None, progress: bool = False
