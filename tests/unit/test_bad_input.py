@@ -102,3 +102,71 @@ def test_make_windows_modes_and_errors():
         unchecked(make_windows)(docs, 0)
     with pytest.raises(LeadTermsError, match=r"documents are texts: pass tokenizer="):
         make_windows(["some text"], 3)
+
+
+@pytest.mark.parametrize("bad", [[[5, 400000, 3]], [[1, -2, 3]], [[0.5, 1.0, 2.0]]])
+def test_public_accumulators_validate_ids_before_the_kernels(bad):
+    from tl_leadterms.stats import ContextAccumulator, resolve_vocab
+
+    acc = ContextAccumulator(resolve_vocab(None, 9))
+    with pytest.raises(LeadTermsError, match=r"ContextAccumulator.update"):
+        acc.update(torch.tensor(bad))
+    assert acc.n_sequences == 0
+
+
+def test_flat_codes_switch_to_int64_before_they_can_overflow():
+    from tl_leadterms.stats.tables import PairLayout, code_dtype, flat_parts, pair_codes
+    from tl_leadterms.stats.vocab import KeptVocab
+
+    big = KeptVocab(100_000, torch.arange(33_000), 100_000)  # 2·k² > 2³¹
+    assert code_dtype(big) == torch.int64
+    assert code_dtype(KeptVocab(100_000, torch.arange(32_767), 100_000)) == torch.int32
+    idx = torch.tensor([[big.k, big.k, 5]])  # two dropped tokens, then a kept one
+    rows, cols = flat_parts(idx, big)
+    layout = PairLayout(3, torch.float64, torch.device("cpu"), code_dtype(big))
+    codes = pair_codes(rows, cols.index_select(1, layout.key), layout, big)
+    assert codes.min() >= 0 and codes.max() == big.k * big.k
+
+
+def test_passes_that_read_different_windows_are_refused():
+    class Shrinking:
+        """A loader that yields less the second time (like a sampling loader)."""
+
+        def __init__(self):
+            self.calls = 0
+
+        def __iter__(self):
+            self.calls += 1
+            batches = [torch.randint(0, 9, (4, 6)), torch.randint(0, 9, (4, 6))]
+            return iter(batches[: 3 - self.calls])
+
+    with pytest.raises(LeadTermsError, match=r"8 windows in pass one but 4 in pass two"):
+        stats_of(Shrinking(), 9, progress=False)
+
+
+def test_large_user_batches_are_split():
+    from tl_leadterms.stats.tokens import TokenSource, default_batch_size
+
+    big = torch.randint(0, 9, (3 * default_batch_size(5) + 1, 6))
+    sizes = [b.shape[0] for b in TokenSource([big], 9)]
+    assert max(sizes) == default_batch_size(5) and sum(sizes) == big.shape[0]
+
+
+def test_empty_batches_are_skipped():
+    tokens = torch.randint(0, 9, (4, 6))
+    a = corpus_stats([tokens[:2], [], tokens[2:]], 9, progress=False)
+    b = corpus_stats(tokens, 9, progress=False)
+    torch.testing.assert_close(a.Q_bar, b.Q_bar)
+
+
+@pytest.mark.parametrize(
+    ("docs", "match"),
+    [
+        ([[1.7, 2.2, 3.9, 4.5]], r"document 0 has dtype float64; token ids must be integers"),
+        ([5, 6, 7, 8], r"document 0 is a single token id \(5\)"),
+        ([torch.zeros(2, 3, dtype=torch.long)], r"document 0 has shape \(2, 3\)"),
+    ],
+)
+def test_make_windows_rejects_malformed_documents(docs, match):
+    with pytest.raises(LeadTermsError, match=match):
+        make_windows(docs, 2, eos_id=0)

@@ -92,3 +92,63 @@ def test_failed_save_keeps_the_old_file(stats, tmp_path, monkeypatch):
 def test_save_to_directory_is_refused(stats, tmp_path):
     with pytest.raises(LeadTermsError, match=r"is a directory"):
         stats.save(tmp_path)
+
+
+def _rewrite(path, edit_tensors=None, edit_meta=None):
+    from safetensors import safe_open
+
+    tensors = load_file(path)
+    with safe_open(path, framework="pt") as f:
+        header = json.loads(f.metadata()["tl_leadterms"])
+    if edit_tensors:
+        edit_tensors(tensors)
+    if edit_meta:
+        edit_meta(header)
+    save_file(tensors, path, metadata={"tl_leadterms": json.dumps(header)})
+
+
+def _set(name, value):
+    def edit(tensors):
+        tensors[name] = value(tensors[name])
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit_tensors", "edit_meta", "match"),
+    [
+        (_set("Phi_bar", lambda t: t.index_fill(0, torch.tensor([0]), float("nan"))), None, "NaN"),
+        (_set("Q_bar", lambda t: t.half()), None, "dtypes"),
+        (_set("pair_codes", lambda t: t.float()), None, "pair_codes is not a 1-D int64"),
+        (_set("pair_codes", lambda t: t - 10_000), None, "strictly increasing codes"),
+        (_set("pair_codes", lambda t: t.flip(0)), None, "strictly increasing codes"),
+        (_set("pair_counts", lambda t: -t), None, "pair_counts are not positive"),
+        (None, lambda m: m.pop("n_kept"), r"\['n_kept'\] missing"),
+        (None, lambda m: m.update(n_sequences=0), r"\['n_sequences'\] missing or not positive"),
+    ],
+)
+def test_corrupt_contents_are_refused(stats, tmp_path, edit_tensors, edit_meta, match):
+    path = tmp_path / "stats.safetensors"
+    stats.save(path)
+    _rewrite(path, edit_tensors, edit_meta)
+    with pytest.raises(LeadTermsError, match=match):
+        CorpusStats.load(path)
+
+
+def test_duplicate_kept_ids_are_refused(tmp_path):
+    s = corpus_stats(markov_windows(6, 5, 14, seed=2), 14, vocab=[4, 1, 7], progress=False)
+    path = tmp_path / "stats.safetensors"
+    s.save(path)
+    _rewrite(path, _set("kept", lambda t: torch.tensor([4, 1, 4])))
+    with pytest.raises(LeadTermsError, match="invalid kept ids"):
+        CorpusStats.load(path)
+
+
+def test_saved_file_is_world_readable_like_any_file(stats, tmp_path):
+    import os
+
+    path = tmp_path / "stats.safetensors"
+    stats.save(path)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask

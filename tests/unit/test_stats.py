@@ -241,3 +241,27 @@ def test_centred_bigram_products_equal_dense_algebra(backend):
     torch.testing.assert_close(op.t_times(m), b_bar.T @ m, rtol=0, atol=1e-15)
     torch.testing.assert_close(op.gram(), b_bar.T @ b_bar, rtol=0, atol=1e-15)
     torch.testing.assert_close(op.composed(s.Phi_bar), b_bar.T @ b_bar @ s.Phi_bar)
+
+
+def test_float64_accumulation_removes_float32_summation_error():
+    tokens = markov_windows(1500, 64, 12, seed=21)  # a small vocabulary: cells collect many sums
+    exact = corpus_stats(tokens, 12, progress=False)
+    plain = corpus_stats(tokens, 12, dtype=torch.float32, progress=False)
+    mixed = corpus_stats(
+        tokens, 12, dtype=torch.float32, accumulate_dtype=torch.float64, progress=False
+    )
+    assert mixed.Q_bar.dtype == mixed.Phi_bar.dtype == torch.float32
+    for name in ("Phi_bar", "Q_bar", "Delta"):
+        ref = getattr(exact, name)
+        err_plain = (getattr(plain, name).double() - ref).norm() / ref.norm()
+        err_mixed = (getattr(mixed, name).double() - ref).norm() / ref.norm()
+        assert err_mixed < 1e-6 < err_plain, (name, err_mixed, err_plain)
+
+
+def test_top_reads_the_bigram_row_from_the_counts():
+    import numpy as np
+
+    s = corpus_stats(markov_windows(10, 8, 15, seed=22), 15, vocab=[3, 9, 1, 14], progress=False)
+    for i, token in enumerate([3, 9, 1, 14]):
+        torch.testing.assert_close(s.bigram.row(i), s.B_bar[i], rtol=0, atol=0)
+        assert s.top("bigram", np.int64(token), k=1) == s.top("bigram", token, k=1)

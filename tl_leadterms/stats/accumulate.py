@@ -11,6 +11,7 @@ update of a flat ``k·k + 1`` table (:mod:`.tables`): on the CPU by the fused nu
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -26,6 +27,7 @@ from tl_leadterms.stats.tables import (
     pair_codes,
     resolve_backend,
 )
+from tl_leadterms.stats.tokens import check_batch
 from tl_leadterms.stats.vocab import KeptVocab
 
 __all__ = ["AttentionAccumulator", "ContextAccumulator", "ContextCounts"]
@@ -96,28 +98,25 @@ class _PassBase:
     def n_positions(self) -> int:
         return self.n_sequences * (self.n_ctx or 0)
 
-    def _prepare(self, batch: torch.Tensor) -> tuple[torch.Tensor, PairLayout]:
-        """Validate a ``[b, T + 1]`` batch; return it in matrix indices (dropped = ``k``)."""
+    def _prepare(self, batch: Any) -> tuple[torch.Tensor, PairLayout]:
+        """Validate a ``[b, T + 1]`` batch; return it in matrix indices (dropped = ``k``).
+
+        The ids are checked here too (not only by ``corpus_stats``): the fused kernels write
+        where the ids point, so an out-of-range id must never reach them.
+        """
         self._check_open()
-        if batch.ndim != 2 or batch.shape[1] < 2:
-            raise LeadTermsError(
-                f"expected a batch of windows [b, T + 1] with T >= 1, got {tuple(batch.shape)}."
-            )
+        batch = check_batch(
+            batch, self.vocab.d_vocab, n_ctx=self.shape.n_ctx, where=f"{self.what}.update"
+        )
         t = batch.shape[1] - 1
         if self.shape.n_ctx is None:
             self.shape.n_ctx = t
-        elif t != self.shape.n_ctx:
-            raise LeadTermsError(
-                f"windows of length {t + 1} do not match the earlier windows of length "
-                f"{self.shape.n_ctx + 1}; all windows must have the same length T + 1."
-            )
         if self._layout is None:
             self._layout = PairLayout(
                 t, self.shape.dtype, self.shape.device, code_dtype(self.vocab)
             )
         batch = batch.to(self.shape.device)
         idx = batch if self._index is None else self._index[batch]
-        self.n_sequences += batch.shape[0]
         return idx, self._layout
 
     def _check_merge(self, other: "_PassBase") -> None:
@@ -214,6 +213,7 @@ class ContextAccumulator(_PassBase):
         self._n_pending += bigram.numel()
         if self._n_pending >= _COMPACT_AT:
             self._compact()
+        self.n_sequences += b
         return self
 
     def _compact(self) -> None:
@@ -238,8 +238,8 @@ class ContextAccumulator(_PassBase):
         self.n_sequences += other.n_sequences
         return self
 
-    def result(self, *, release: bool = False) -> ContextCounts:
-        """Counts so far and the centred Φ̄.
+    def result(self, *, release: bool = False, dtype: torch.dtype | None = None) -> ContextCounts:
+        """Counts so far and the centred Φ̄ (in ``dtype``, default the accumulation dtype).
 
         By default Φ̄ is a new tensor and the accumulator stays usable. With ``release=True``
         Φ̄ is computed in the accumulator's own table (one ``[k, k]`` table less at peak) and
@@ -255,6 +255,8 @@ class ContextAccumulator(_PassBase):
         else:
             phi = self._phi[: k * k].view(k, k) / nt
         phi -= mu.to(phi.dtype)
+        if dtype is not None:
+            phi = phi.to(dtype)
         return ContextCounts(
             pair_codes=self._codes.clone(),
             pair_counts=self._counts.clone(),
@@ -282,6 +284,7 @@ class AttentionAccumulator(_PassBase):
         n_ctx: int | None = None,
         device: torch.device | str | None = None,
         backend: str = "auto",
+        dtype: torch.dtype | None = None,
     ) -> None:
         k = vocab.k
         if G_bar.shape != (k, k):
@@ -290,12 +293,12 @@ class AttentionAccumulator(_PassBase):
                 "pass the Ḡ computed from this corpus' pass-one statistics."
             )
         device = G_bar.device if device is None else torch.device(device)
-        super().__init__(vocab, n_ctx, G_bar.dtype, device, backend)
+        super().__init__(vocab, n_ctx, dtype or G_bar.dtype, device, backend)
         self._g = padded_flat(G_bar)
         if self._g is None or self._g.device != self.shape.device:
             self._g = torch.zeros(k * k + 1, dtype=G_bar.dtype, device=self.shape.device)
             self._g[: k * k] = G_bar.reshape(-1)
-        self._q = torch.zeros(k * k + 1, dtype=G_bar.dtype, device=self.shape.device)
+        self._q = torch.zeros(k * k + 1, dtype=self.shape.dtype, device=self.shape.device)
         self._delta: torch.Tensor | None = None
 
     def update(self, batch: torch.Tensor) -> "AttentionAccumulator":
@@ -310,16 +313,19 @@ class AttentionAccumulator(_PassBase):
             kernels().attention_pass(
                 as_numpy(x), as_numpy(y), self._g.numpy(), self._q.numpy(), self._delta.numpy(), k
             )
+            self.n_sequences += b
             return self
         x_row, x_col = flat_parts(x, self.vocab)
         y_row, _ = flat_parts(y, self.vocab)
         key_part = x_col.index_select(1, layout.key)
         g = self._g.index_select(0, pair_codes(y_row, key_part, layout, self.vocab)).view(b, -1)
+        g = g.to(self._q.dtype)
         g_mean = torch.segment_reduce(g, "sum", lengths=layout.row_lengths(b), axis=1)
         g_mean *= layout.inv_pos
         q = g.sub_(g_mean.index_select(1, layout.query)).mul_(layout.inv_t)
         self._q.index_add_(0, pair_codes(x_row, key_part, layout, self.vocab), q.view(-1))
         self._delta.index_add_(0, layout.offset, q.sum(0))  # Δ[t - m] += Σ_batch q
+        self.n_sequences += b
         return self
 
     def merge(self, other: "AttentionAccumulator") -> "AttentionAccumulator":
@@ -338,8 +344,10 @@ class AttentionAccumulator(_PassBase):
         self.n_sequences += other.n_sequences
         return self
 
-    def result(self, *, release: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(Q_bar [k, k], Delta [T])`` normalised by N·T.
+    def result(
+        self, *, release: bool = False, dtype: torch.dtype | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(Q_bar [k, k], Delta [T])`` normalised by N·T (in ``dtype``, default accumulation).
 
         New tensors by default; ``release=True`` reuses the accumulator's table for Q̄ and
         finishes the accumulator (see :meth:`ContextAccumulator.result`).
@@ -349,5 +357,9 @@ class AttentionAccumulator(_PassBase):
         if release:
             q_bar = padded_view(self._q, k).div_(nt)
             self._release()
-            return q_bar, self._delta / nt
-        return self._q[: k * k].view(k, k) / nt, self._delta / nt
+        else:
+            q_bar = self._q[: k * k].view(k, k) / nt
+        delta = self._delta / nt
+        if dtype is not None:
+            q_bar, delta = q_bar.to(dtype), delta.to(dtype)
+        return q_bar, delta

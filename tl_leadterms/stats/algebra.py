@@ -105,6 +105,14 @@ class CentredBigram:
         )
         return out
 
+    def row(self, i: int) -> torch.Tensor:
+        """Dense row ``B̄[i, :]`` from the sparse counts (no ``[k, k]`` table)."""
+        out = torch.full((self.k,), -self.u * float(self.alpha[i]), dtype=self.dtype)
+        out = out.to(self.device)
+        lo, hi = torch.searchsorted(self.rows, torch.tensor([i, i + 1], device=self.device))
+        out.index_add_(0, self.cols[lo:hi], self.values[lo:hi])
+        return out
+
     def dense(self) -> torch.Tensor:
         """Dense ``B̄`` ``[k, k]``."""
         return self.columns(0, self.k)

@@ -3,6 +3,7 @@
 from functools import cached_property
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -170,7 +171,7 @@ class CorpusStats:
             raise LeadTermsError(f"unknown statistic {name!r}; choose one of {names}.")
         return getattr(self, MATRICES[key][0])
 
-    def _token_id(self, token: int | str, tokenizer: Any) -> int:
+    def _token_id(self, token: object, tokenizer: Any) -> int:
         if isinstance(token, str):
             if tokenizer is None:
                 raise LeadTermsError(
@@ -184,14 +185,16 @@ class CorpusStats:
                     "token or its id."
                 )
             return int(ids[0])
-        if isinstance(token, bool) or not isinstance(token, int):
+        if isinstance(token, torch.Tensor) and token.numel() == 1 and not token.is_floating_point():
+            token = token.item()
+        if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
             raise LeadTermsError(f"token must be a token id or a string, got {token!r}.")
-        return token
+        return int(token)
 
     def top(
         self,
         matrix_name: str,
-        token: int | str,
+        token: int | str | np.integer | Tensor,
         k: int = 10,
         tokenizer: Any = None,
         *,
@@ -214,11 +217,13 @@ class CorpusStats:
         """
         tokenizer = tokenizer if tokenizer is not None else self.tokenizer
         key = ALIASES.get(matrix_name, matrix_name)
-        mat = self.matrix(key)
+        if key not in MATRICES:
+            self.matrix(key)  # raises the unknown-name error
+        mat = None if key == "B_bar" else self.matrix(key)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise LeadTermsError(f"k must be a positive int, got {k!r}.")
         row_index = self.vocab.position(self._token_id(token, tokenizer))
-        row = mat[row_index].clone()
+        row = self.bigram.row(row_index) if key == "B_bar" else mat[row_index].clone()
         if exclude_self if exclude_self is not None else key == "Sigma_B":
             row[row_index] = -torch.inf
         n = min(k, int(torch.isfinite(row).sum()))

@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
-from tl_leadterms.stats.vocab import KeptVocab
+from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
 from tl_leadterms.version import __version__
 
 __all__ = ["load_stats", "save_stats"]
@@ -55,11 +55,15 @@ def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
         "n_sequences": stats.n_sequences,
         "n_kept": stats.k,
         "centre_vocab": stats.centre_vocab,
+        "dtype": str(stats.dtype).removeprefix("torch."),
     }
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata={"tl_leadterms": json.dumps(header)})
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a saved file is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -94,35 +98,69 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     return tensors, meta
 
 
-def _check(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+_META_INTS = ("d_vocab", "n_ctx", "n_sequences", "n_kept", "centre_vocab")
+_FLOATS = ("Phi_bar", "G_bar", "Q_bar", "Delta")
+_COUNTS = ("pair_codes", "pair_counts", "unigram_counts")
+
+
+def _corrupt(path: Path, what: str) -> LeadTermsError:
+    return LeadTermsError(
+        f"{path}: {what}; the file is corrupt or was edited. Recompute the statistics."
+    )
+
+
+def _check(path: Path, tensors: dict[str, torch.Tensor], meta: Any) -> None:
+    """Refuse anything CorpusStats.save could not have written."""
+    if not isinstance(meta, dict):
+        raise _corrupt(path, "the metadata is not a JSON object")
     if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
         raise LeadTermsError(
             f"{path}: format {meta.get('format')!r} version {meta.get('format_version')!r} is not "
             f"{FORMAT!r} version {FORMAT_VERSION}; recompute the statistics with this version."
         )
+    bad_meta = [key for key in _META_INTS if not isinstance(meta.get(key), int) or meta[key] < 1]
+    if bad_meta:
+        raise _corrupt(path, f"metadata {bad_meta} missing or not positive integers")
     missing = [name for name in _REQUIRED if name not in tensors]
     if missing:
-        raise LeadTermsError(f"{path}: missing tensors {missing}; the file is incomplete.")
+        raise _corrupt(path, f"missing tensors {missing}")
     k, t = meta["n_kept"], meta["n_ctx"]
-    expected = {
-        "Phi_bar": (k, k),
-        "G_bar": (k, k),
-        "Q_bar": (k, k),
-        "Delta": (t,),
-        "unigram_counts": (k,),
-    }
+    expected = {"Phi_bar": (k, k), "G_bar": (k, k), "Q_bar": (k, k), "Delta": (t,)}
+    expected["unigram_counts"] = (k,)
     if "kept" in tensors:
         expected["kept"] = (k,)
     elif k != meta["d_vocab"]:
-        raise LeadTermsError(f"{path}: n_kept={k} < d_vocab={meta['d_vocab']} but no kept ids.")
+        raise _corrupt(path, f"n_kept={k} differs from d_vocab={meta['d_vocab']} but no kept ids")
     for name, shape in expected.items():
         if tuple(tensors[name].shape) != shape:
-            raise LeadTermsError(
-                f"{path}: {name} has shape {tuple(tensors[name].shape)}, but the metadata says "
-                f"{shape}; the file is corrupt or was edited."
+            raise _corrupt(
+                path, f"{name} has shape {tuple(tensors[name].shape)}, the metadata says {shape}"
             )
-    if tensors["pair_codes"].shape != tensors["pair_counts"].shape:
-        raise LeadTermsError(f"{path}: pair_codes and pair_counts differ in length.")
+    dtypes = {tensors[name].dtype for name in _FLOATS}
+    if len(dtypes) != 1 or not dtypes <= {torch.float32, torch.float64}:
+        raise _corrupt(path, f"the statistics have dtypes {sorted(map(str, dtypes))}")
+    for name in _FLOATS:
+        if not torch.isfinite(tensors[name]).all():
+            raise _corrupt(path, f"{name} has NaN or infinite entries")
+    for name in (*_COUNTS, *(("kept",) if "kept" in tensors else ())):
+        if tensors[name].dtype != torch.int64 or tensors[name].ndim != 1:
+            raise _corrupt(path, f"{name} is not a 1-D int64 tensor")
+    codes, counts = tensors["pair_codes"], tensors["pair_counts"]
+    if codes.shape != counts.shape:
+        raise _corrupt(path, "pair_codes and pair_counts differ in length")
+    if codes.numel() and (codes[0] < 0 or codes[-1] >= k * k or (codes.diff() <= 0).any()):
+        raise _corrupt(path, f"pair_codes are not strictly increasing codes in [0, {k * k})")
+    n_positions = meta["n_sequences"] * t
+    if (counts <= 0).any() or counts.sum() > n_positions:
+        raise _corrupt(path, "pair_counts are not positive counts of at most N·T pairs")
+    unigram = tensors["unigram_counts"]
+    if (unigram < 0).any() or unigram.sum() > n_positions:
+        raise _corrupt(path, "unigram_counts are not counts of at most N·T positions")
+    if "kept" in tensors:
+        try:
+            resolve_vocab(tensors["kept"], meta["d_vocab"])
+        except LeadTermsError as err:
+            raise _corrupt(path, f"invalid kept ids ({err})") from err
 
 
 def load_stats(

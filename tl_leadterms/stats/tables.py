@@ -63,8 +63,12 @@ class PairLayout:
 
 
 def code_dtype(vocab: KeptVocab) -> torch.dtype:
-    """int32 flat codes while ``k·k`` fits (half the memory traffic), else int64."""
-    return torch.int32 if vocab.k * vocab.k < 2**31 - 1 else torch.int64
+    """int32 flat codes while they fit (half the memory traffic), else int64.
+
+    A pair of two dropped tokens adds two sentinels of ``k·k`` before the clamp, so the codes
+    reach ``2·k·k``.
+    """
+    return torch.int32 if 2 * vocab.k * vocab.k < 2**31 else torch.int64
 
 
 def flat_parts(idx: torch.Tensor, vocab: KeptVocab) -> tuple[torch.Tensor, torch.Tensor]:

@@ -48,6 +48,10 @@ def check_batch(
             )
         batch = torch.from_numpy(np.ascontiguousarray(batch))
     elif isinstance(batch, (list, tuple)):
+        if len(batch) == 0:
+            raise LeadTermsError(
+                f"{where}: an empty batch; drop it or give it at least one window."
+            )
         lengths = {len(row) for row in batch} if all(hasattr(r, "__len__") for r in batch) else {}
         if len(lengths) > 1:
             raise LeadTermsError(
@@ -55,7 +59,13 @@ def check_batch(
                 "have the same length T + 1. Use tl_leadterms.make_windows to cut documents "
                 "into windows."
             )
-        batch = torch.as_tensor(np.asarray(batch))
+        try:
+            batch = torch.as_tensor(np.asarray(batch))
+        except (OverflowError, TypeError, ValueError) as err:
+            raise LeadTermsError(
+                f"{where}: cannot read the windows as an integer array ({err}); pass lists of "
+                "int token ids, a numpy array or a tensor."
+            ) from err
     elif not isinstance(batch, torch.Tensor):
         raise LeadTermsError(
             f"{where}: expected token ids as a torch.Tensor, numpy array or list of lists, got "
@@ -127,10 +137,14 @@ class TokenSource:
     ) -> None:
         if isinstance(d_vocab, bool) or not isinstance(d_vocab, (int, np.integer)) or d_vocab < 1:
             raise LeadTermsError(f"d_vocab must be a positive int, got {d_vocab!r}.")
-        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        if batch_size is not None and (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, (int, np.integer))
+            or batch_size < 1
+        ):
             raise LeadTermsError(f"batch_size must be a positive int or None, got {batch_size!r}.")
         self.d_vocab = int(d_vocab)
-        self.batch_size = batch_size
+        self.batch_size = None if batch_size is None else int(batch_size)
         self.device = torch.device(device)
         self.n_ctx: int | None = None
         self.n_sequences: int | None = None
@@ -157,7 +171,7 @@ class TokenSource:
                 "tensor/array [n_sequences, T + 1], an iterable of such batches, or a "
                 "datasets.Dataset with an 'input_ids' column."
             )
-        if iter(tokens) is tokens:  # a one-shot iterator: keep its batches for the second pass
+        if isinstance(tokens, Iterator):  # one-shot (a generator): keep its batches for pass two
             return "batches", list(tokens)
         return "batches", tokens
 
@@ -191,6 +205,8 @@ class TokenSource:
     def __iter__(self) -> Iterator[torch.Tensor]:
         n_seen = 0
         for i, raw in enumerate(self._raw_batches()):
+            if isinstance(raw, (list, tuple)) and not raw:
+                continue  # an empty batch adds nothing
             where = f"batch {i}" if self._kind == "batches" else f"sequences from {n_seen}"
             batch = check_batch(raw, self.d_vocab, n_ctx=self.n_ctx, where=where)
             if self.n_ctx is None:
@@ -198,8 +214,9 @@ class TokenSource:
             if batch.shape[0] == 0:
                 continue
             n_seen += batch.shape[0]
-            if self._kind == "batches" and self.batch_size and batch.shape[0] > self.batch_size:
-                yield from (b.to(self.device) for b in batch.split(self.batch_size))
+            step = self.batch_size or default_batch_size(batch.shape[1] - 1)
+            if self._kind == "batches" and batch.shape[0] > step:  # bound the per-batch memory
+                yield from (b.to(self.device) for b in batch.split(step))
             else:
                 yield batch.to(self.device)
         if n_seen == 0:

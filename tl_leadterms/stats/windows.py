@@ -44,6 +44,23 @@ def _documents_as_ids(
     return _chain_first(first, docs)
 
 
+def _document_ids(doc: Any, index: int) -> np.ndarray:
+    """One document as a 1-D int64 array, or a clear error."""
+    if isinstance(doc, (int, np.integer)) or (hasattr(doc, "ndim") and doc.ndim == 0):
+        raise LeadTermsError(
+            f"document {index} is a single token id ({doc!r}); documents are lists of ids. "
+            "Wrap a single document in a list: make_windows([ids], ...)."
+        )
+    ids = doc.detach().cpu().numpy() if isinstance(doc, torch.Tensor) else np.asarray(doc)
+    if ids.ndim != 1:
+        raise LeadTermsError(
+            f"document {index} has shape {ids.shape}; each document must be a 1-D list of ids."
+        )
+    if ids.size and not np.issubdtype(ids.dtype, np.integer):
+        raise LeadTermsError(f"document {index} has dtype {ids.dtype}; token ids must be integers.")
+    return ids.astype(np.int64, copy=False)
+
+
 def _chain_first(first, rest):
     yield first
     yield from rest
@@ -98,7 +115,7 @@ def make_windows(
     buffer: list[np.ndarray] = []
     buffered = 0
     for doc in docs:
-        ids = np.asarray(doc, dtype=np.int64).reshape(-1)
+        ids = _document_ids(doc, n_docs)
         n_docs += 1
         longest = max(longest, ids.size)
         if mode == "truncate":
