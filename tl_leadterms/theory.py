@@ -14,6 +14,7 @@ with Frobenius error bounds ``3s²η²``, ``12s³η³``, ``13s⁵η⁵T``, ``13s
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from jaxtyping import Float
 from torch import Tensor
@@ -62,14 +63,16 @@ def error_bounds(lr: float, steps: int, n_ctx: int) -> dict[str, float]:
 class LeadingTerms:
     """Predicted weights and the theorem's conditions for one (lr, steps, n_layers).
 
-    ``V``, ``W`` and ``P`` are lists with one entry per layer; the theorem predicts the same
-    term in every layer, so the entries are the same tensor object.
+    The predicted weights are built on first access and then kept (each ``[k, k]`` matrix is
+    as large as a statistic). ``V``, ``W`` and ``P`` are lists with one entry per layer; the
+    theorem predicts the same term in every layer, so the entries are the same tensor object.
 
     Attributes:
         W_O: ``[k, k]`` output matrix [current token, next token].
         V: per layer ``[k, k]`` value matrix ``c·Φ̄ᵀB̄ᵀ`` [context token, current token].
         W: per layer ``[k, k]`` query-key matrix ``c·Q̄`` [query token, key token].
         P: per layer ``[T]`` relative positional bias ``c·Δ`` [offset].
+        stats: the statistics they are built from.
         coefficients: the scalars ``s·η``, ``C(s,2)·η²``, ``(3C(s,4)+2C(s,3))·η⁴``.
         step_bound: the theorem's largest ``s`` for this ``η``, ``L`` and ``T``.
         within_bound: ``steps <= step_bound``.
@@ -77,10 +80,7 @@ class LeadingTerms:
         error_bounds: the Frobenius error bounds (meaningful inside the step bound).
     """
 
-    W_O: Float[Tensor, "k k"]
-    V: list[Tensor]
-    W: list[Tensor]
-    P: list[Tensor]
+    stats: CorpusStats = field(repr=False)
     lr: float
     steps: int
     n_layers: int
@@ -90,12 +90,28 @@ class LeadingTerms:
     conditions: dict[str, bool] = field(default_factory=dict)
     error_bounds: dict[str, float] = field(default_factory=dict)
 
+    @cached_property
+    def W_O(self) -> Float[Tensor, "k k"]:
+        return self.coefficients["W_O"] * self.stats.B_bar
+
+    @cached_property
+    def V(self) -> list[Tensor]:
+        return [self.coefficients["V"] * self.stats.B_bar_Phi_bar.T] * self.n_layers
+
+    @cached_property
+    def W(self) -> list[Tensor]:
+        return [self.coefficients["W"] * self.stats.Q_bar] * self.n_layers
+
+    @cached_property
+    def P(self) -> list[Tensor]:
+        return [self.coefficients["P"] * self.stats.Delta] * self.n_layers
+
     def __repr__(self) -> str:
         coef = ", ".join(f"{k}={v:.4g}" for k, v in self.coefficients.items())
         unmet = [name for name, ok in self.conditions.items() if not ok]
         return (
             f"LeadingTerms(lr={self.lr}, steps={self.steps}, n_layers={self.n_layers}, "
-            f"k={self.W_O.shape[0]}, coefficients: {coef}; step bound {self.step_bound:.4g} "
+            f"k={self.stats.k}, coefficients: {coef}; step bound {self.step_bound:.4g} "
             f"({'inside' if self.within_bound else 'OUTSIDE'})"
             + (f"; unmet conditions: {unmet}" if unmet else "")
             + ")"
@@ -127,19 +143,13 @@ def leading_terms(stats: CorpusStats, lr: float, steps: int, n_layers: int = 1) 
     _check(lr, steps, n_layers)
     coef = coefficients(lr, steps)
     bound = step_bound(lr, n_layers, stats.n_ctx)
-    v_term = coef["V"] * stats.B_bar_Phi_bar.T
-    w_term = coef["W"] * stats.Q_bar
-    p_term = coef["P"] * stats.Delta
     conditions = {
         "L <= sqrt(T)/4": n_layers <= math.sqrt(stats.n_ctx) / 4,
         "T >= 60": stats.n_ctx >= 60,
         "|V| >= 500": stats.d_vocab >= 500,
     }
     return LeadingTerms(
-        W_O=coef["W_O"] * stats.B_bar,
-        V=[v_term] * n_layers,
-        W=[w_term] * n_layers,
-        P=[p_term] * n_layers,
+        stats=stats,
         lr=float(lr),
         steps=steps,
         n_layers=n_layers,

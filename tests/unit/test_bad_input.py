@@ -170,3 +170,14 @@ def test_empty_batches_are_skipped():
 def test_make_windows_rejects_malformed_documents(docs, match):
     with pytest.raises(LeadTermsError, match=match):
         make_windows(docs, 2, eos_id=0)
+
+
+def test_vocab_accepts_ordered_iterables_and_refuses_sets():
+    tokens = torch.randint(0, 9, (4, 6))
+    as_list = corpus_stats(tokens, 9, vocab=[4, 2, 7], progress=False)
+    for form in (iter([4, 2, 7]), torch.tensor([4, 2, 7]), np.array([4, 2, 7]), (4, 2, 7)):
+        other = corpus_stats(tokens, 9, vocab=form, progress=False)
+        assert other.kept.tolist() == [4, 2, 7]
+        torch.testing.assert_close(other.Q_bar, as_list.Q_bar)
+    with pytest.raises(LeadTermsError, match=r"vocab is a set, which has no order"):
+        stats_of(tokens, 9, vocab={4, 2, 7}, progress=False)

@@ -42,7 +42,7 @@ def test_one_step_writes_exactly_eta_b_bar(corpus):
     for name in ("V", "W", "P"):
         for layer in range(LAYERS):
             assert not params[name][layer].any()
-            assert not lt.__dict__[name][layer].any()
+            assert not getattr(lt, name)[layer].any()
 
 
 @pytest.mark.parametrize(("lr", "steps"), [(0.1, 5), (0.05, 10), (0.125, 4)])

@@ -1,7 +1,6 @@
 """`corpus_stats`: both passes over a corpus, from token windows to a :class:`CorpusStats`."""
 
 import time
-from collections.abc import Iterable
 from contextlib import contextmanager
 from typing import Any
 
@@ -12,7 +11,7 @@ from tl_leadterms.stats import algebra
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.tokens import TokenSource
-from tl_leadterms.stats.vocab import resolve_vocab
+from tl_leadterms.stats.vocab import VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
 
 __all__ = ["composed_from_counts", "corpus_stats"]
@@ -67,7 +66,7 @@ def corpus_stats(
     tokens: Any,
     d_vocab: int,
     *,
-    vocab: int | Iterable[int] | None = None,
+    vocab: VocabSpec = None,
     centre_vocab: int | None = None,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str = "cpu",
@@ -91,12 +90,17 @@ def corpus_stats(
             column. :func:`tl_leadterms.make_windows` builds them from documents.
         d_vocab: the tokenizer's vocabulary size; every id must be in ``[0, d_vocab)``.
         vocab: restrict to these token ids (a list, in matrix order) or to the ``k`` most
-            frequent input tokens (an int); other tokens become zero rows.
+            frequent input tokens (an int); other tokens are encoded as the zero vector, so
+            they add nothing to any matrix but still count as positions (``N·T`` and the
+            ``1/t`` weights are unchanged). Q̄ and Δ then use ``g = Ḡ[y_t, x_j]`` with the
+            restricted Ḡ, exactly as MATH.md §2 defines them: the ``−u·(1ᵀḠ)[x_j]`` term of
+            ``(Y − u)ḠXᵀ``, which vanishes for the full vocabulary, is not added back.
         centre_vocab: ``|V|`` of the centring ``u = 1/|V|``; defaults to ``d_vocab`` even with
             a restriction (the paper's choice).
         dtype: ``torch.float64`` (exact) or ``torch.float32`` (half the memory, for large
             vocabularies).
-        device: where the tables live and the work runs.
+        device: where the tables live and the work runs. On a GPU the vectorised torch
+            backend runs (covered by the same tests on the CPU with ``backend="torch"``).
         batch_size: sequences per batch (default: about two million pairs per batch).
         progress: show tqdm progress bars.
         tokenizer: recorded in the provenance (name and vocabulary hash) and used by

@@ -254,7 +254,10 @@ class CorpusStats:
             G_bar=move(self.G_bar),
             Q_bar=move(self.Q_bar),
             Delta=move(self.Delta),
-            metadata=self.metadata,
+            metadata={
+                **self.metadata,
+                **({"dtype": str(dtype).removeprefix("torch.")} if dtype else {}),
+            },
             tokenizer=self.tokenizer,
         )
 

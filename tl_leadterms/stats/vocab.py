@@ -9,13 +9,14 @@ kept vocabulary instead.
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Union
 
 import numpy as np
 import torch
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["KeptVocab", "resolve_vocab"]
+__all__ = ["KeptVocab", "VocabSpec", "resolve_vocab"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,10 @@ class KeptVocab:
         return index if self.kept is None else int(self.kept[index])
 
 
+VocabSpec = Union[int, Iterable[int], torch.Tensor, np.ndarray, KeptVocab, None]  # noqa: UP007
+"""What ``vocab=`` accepts: None, an int k, ordered token ids, or a :class:`KeptVocab`."""
+
+
 def _check_centre(centre_vocab: object, d_vocab: int) -> int:
     if centre_vocab is None:
         return d_vocab
@@ -95,6 +100,12 @@ def resolve_vocab(
         centre_vocab: ``|V|`` for the centring; defaults to ``d_vocab``.
         count_batches: validated ``[b, T + 1]`` batches, read once when ``vocab`` is an int.
     """
+    if isinstance(vocab, KeptVocab):
+        if vocab.d_vocab != d_vocab:
+            raise LeadTermsError(
+                f"the KeptVocab was made for d_vocab={vocab.d_vocab}, not d_vocab={d_vocab}."
+            )
+        return vocab
     centre = _check_centre(centre_vocab, d_vocab)
     if vocab is None:
         return KeptVocab(d_vocab, None, centre)
@@ -109,9 +120,21 @@ def resolve_vocab(
         k = min(int(vocab), d_vocab)
         order = torch.sort(-counts, stable=True).indices  # most frequent first, ties by id
         return KeptVocab(d_vocab, order[:k].clone(), centre)
-    if isinstance(vocab, (str, bytes, float, bool)):
+    if isinstance(vocab, (str, bytes, float, bool)) or not isinstance(vocab, Iterable):
         raise LeadTermsError(f"vocab must be None, an int k or a list of token ids, got {vocab!r}.")
-    kept = torch.as_tensor(np.asarray(vocab))
+    if isinstance(vocab, (set, frozenset)):
+        raise LeadTermsError(
+            "vocab is a set, which has no order, but the kept ids' order is the matrices' "
+            "order; pass sorted(vocab) or a list."
+        )
+    if isinstance(vocab, torch.Tensor):
+        vocab = vocab.detach().cpu()
+    elif not isinstance(vocab, np.ndarray):
+        vocab = list(vocab)  # also reads a generator once
+    try:
+        kept = torch.as_tensor(np.asarray(vocab))
+    except (TypeError, ValueError, OverflowError) as err:
+        raise LeadTermsError(f"vocab must be a list of integer token ids ({err}).") from err
     if kept.ndim != 1 or kept.numel() == 0 or kept.is_floating_point() or kept.dtype == torch.bool:
         raise LeadTermsError(
             f"vocab must be a non-empty 1-D list of integer token ids, got shape "
