@@ -7,8 +7,11 @@ Cases (all write JSON under benchmarks/results/):
   (benchmarks/dense_baseline.py), stage by stage and in total; results are checked equal.
 * ``throughput``: the Φ̄ and Q̄ accumulation against a bare ``index_add_`` of the same number
   of random updates into a table of the same size and dtype (the memory-bound limit).
+* ``float32``: the summation error of float32 statistics against float64 (d_vocab 2000, T 128,
+  20,000 sequences), accumulating in float32 and in float64.
 * ``pythia``: d_vocab 50,304 restricted to the 20,000 most frequent ids, T 128, 20,000
-  sequences, float32: wall time and peak resident memory, in a fresh subprocess.
+  sequences, float32: wall time and peak resident memory, each accumulation dtype in a fresh
+  subprocess.
 
 Token windows are drawn from a Zipf law over the vocabulary (as word frequencies are).
 
@@ -71,10 +74,20 @@ def warm_up() -> float:
     return time.perf_counter() - start
 
 
-def fast_stages(tokens: torch.Tensor, d_vocab: int, dtype=torch.float64, vocab=None) -> dict:
+def fast_stages(
+    tokens: torch.Tensor, d_vocab: int, dtype=torch.float64, vocab=None, accumulate_dtype=None
+) -> dict:
     """Stage timings of corpus_stats, plus the lazily built B̄ and Σ_B̄."""
     t: dict[str, float] = {}
-    stats = corpus_stats(tokens, d_vocab, vocab=vocab, dtype=dtype, progress=False, timings=t)
+    stats = corpus_stats(
+        tokens,
+        d_vocab,
+        vocab=vocab,
+        dtype=dtype,
+        accumulate_dtype=accumulate_dtype,
+        progress=False,
+        timings=t,
+    )
     _, t["B_bar"] = timed(lambda: stats.B_bar.shape)  # built, timed, then freed
     _, t["Sigma_B"] = timed(lambda: stats.Sigma_B)
     n_pairs = stats.n_sequences * stats.n_ctx * (stats.n_ctx + 1) // 2
@@ -164,7 +177,8 @@ def case_pythia_child(args) -> dict:
     d_vocab, kept, n_ctx, n = 50_304, 20_000, 128, args.pythia_sequences
     tokens = zipf_windows(n, n_ctx, d_vocab, seed=3)
     warm = warm_up()
-    fast = fast_stages(tokens, d_vocab, dtype=torch.float32, vocab=kept)
+    acc = torch.float64 if args.accumulate == "float64" else torch.float32
+    fast = fast_stages(tokens, d_vocab, dtype=torch.float32, vocab=kept, accumulate_dtype=acc)
     t = fast["seconds"]
     result = {
         "setting": {
@@ -173,31 +187,67 @@ def case_pythia_child(args) -> dict:
             "n_ctx": n_ctx,
             "n_sequences": n,
             "dtype": "float32",
+            "accumulate_dtype": args.accumulate,
         },
         "seconds": {**t, "total_six": sum(t.values())},
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "kernel_load_or_compile_s": warm,
         "bigram_nnz": int(fast["stats"].pair_codes.numel()),
     }
-    result["throughput"] = throughput(fast, kept, torch.float32)
+    if args.accumulate == "float32":
+        result["throughput"] = throughput(fast, kept, torch.float32)
     return result
 
 
 def case_pythia(args) -> dict:
-    cmd = [sys.executable, __file__, "--case", "pythia-child", "--pythia-sequences"]
-    out = subprocess.run(
-        [*cmd, str(args.pythia_sequences)], check=True, capture_output=True, text=True
-    )
-    return json.loads(out.stdout)
+    """Both accumulation dtypes, each in a fresh process (peak memory is per process)."""
+    runs = {}
+    for acc in ("float32", "float64"):
+        cmd = [sys.executable, __file__, "--case", "pythia-child", "--accumulate", acc]
+        cmd += ["--pythia-sequences", str(args.pythia_sequences)]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        runs[f"accumulate_{acc}"] = json.loads(out.stdout)
+    return runs
 
 
-CASES = {"toy": case_toy, "throughput": case_throughput, "pythia": case_pythia}
+def rel_fro(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b).norm() / b.norm())
+
+
+def case_float32(args) -> dict:
+    """Summation error of float32 statistics against float64, both accumulation dtypes."""
+    d_vocab, n_ctx, n = 2000, 128, 20_000
+    tokens = zipf_windows(n, n_ctx, d_vocab, seed=4)
+    exact = corpus_stats(tokens, d_vocab, progress=False)
+    out = {"setting": {"d_vocab": d_vocab, "n_ctx": n_ctx, "n_sequences": n}}
+    for acc in (torch.float32, torch.float64):
+        t: dict[str, float] = {}
+        s = corpus_stats(
+            tokens, d_vocab, dtype=torch.float32, accumulate_dtype=acc, progress=False, timings=t
+        )
+        out[f"accumulate_{str(acc)[6:]}"] = {
+            "rel_frobenius_error_vs_float64": {
+                name: rel_fro(getattr(s, name), getattr(exact, name))
+                for name in ("Phi_bar", "G_bar", "Q_bar", "Delta")
+            },
+            "seconds": t,
+        }
+    return out
+
+
+CASES = {
+    "toy": case_toy,
+    "throughput": case_throughput,
+    "float32": case_float32,
+    "pythia": case_pythia,
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--case", choices=[*CASES, "pythia-child", "all"], default="all")
     parser.add_argument("--pythia-sequences", type=int, default=20_000)
+    parser.add_argument("--accumulate", choices=["float32", "float64"], default="float32")
     args = parser.parse_args()
     if args.case == "pythia-child":
         print(json.dumps(case_pythia_child(args)))

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tests.reference import dense_corpus_stats
-from tl_leadterms import corpus_stats
+from tl_leadterms import LeadTermsError, corpus_stats
 from tl_leadterms.stats import AttentionAccumulator, ContextAccumulator, resolve_vocab
 from tl_leadterms.stats.compute import composed_from_counts
 
@@ -72,11 +72,19 @@ def test_top_k_vocabulary_keeps_most_frequent_input_tokens():
     assert_matches(stats, dense_corpus_stats(tokens, v, kept=expected))
 
 
+@pytest.mark.parametrize("accumulate", [torch.float32, torch.float64])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_float32_close_to_float64(backend):
+def test_float32_close_to_float64(backend, accumulate):
     tokens = markov_windows(32, 16, 25, seed=7)
     s64 = corpus_stats(tokens, 25, progress=False)
-    s32 = corpus_stats(tokens, 25, dtype=torch.float32, progress=False, backend=backend)
+    s32 = corpus_stats(
+        tokens,
+        25,
+        dtype=torch.float32,
+        progress=False,
+        backend=backend,
+        accumulate_dtype=accumulate,
+    )
     for name in STATS:
         a, b = getattr(s64, name), getattr(s32, name)
         assert b.dtype == torch.float32
@@ -168,7 +176,6 @@ def test_shard_merge_equals_whole_corpus(backend):
 
 
 def test_pass_two_refuses_a_different_g_bar():
-    from tl_leadterms import LeadTermsError
 
     kept = resolve_vocab(None, 6)
     a = AttentionAccumulator(torch.zeros(6, 6, dtype=torch.float64), kept)
@@ -199,7 +206,6 @@ def test_repr_names_the_sizes():
 
 
 def test_release_reuses_the_table_and_finishes_the_accumulator():
-    from tl_leadterms import LeadTermsError
 
     tokens = markov_windows(6, 5, 8, seed=12)
     kept = resolve_vocab(None, 8)
@@ -246,10 +252,11 @@ def test_centred_bigram_products_equal_dense_algebra(backend):
 def test_float64_accumulation_removes_float32_summation_error():
     tokens = markov_windows(1500, 64, 12, seed=21)  # a small vocabulary: cells collect many sums
     exact = corpus_stats(tokens, 12, progress=False)
-    plain = corpus_stats(tokens, 12, dtype=torch.float32, progress=False)
-    mixed = corpus_stats(
-        tokens, 12, dtype=torch.float32, accumulate_dtype=torch.float64, progress=False
+    plain = corpus_stats(
+        tokens, 12, dtype=torch.float32, accumulate_dtype=torch.float32, progress=False
     )
+    mixed = corpus_stats(tokens, 12, dtype=torch.float32, progress=False)  # float64 sums
+    assert mixed.metadata["accumulate_dtype"] == "float64"
     assert mixed.Q_bar.dtype == mixed.Phi_bar.dtype == torch.float32
     for name in ("Phi_bar", "Q_bar", "Delta"):
         ref = getattr(exact, name)
@@ -265,3 +272,20 @@ def test_top_reads_the_bigram_row_from_the_counts():
     for i, token in enumerate([3, 9, 1, 14]):
         torch.testing.assert_close(s.bigram.row(i), s.B_bar[i], rtol=0, atol=0)
         assert s.top("bigram", np.int64(token), k=1) == s.top("bigram", token, k=1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_query_row_groups_add_up_to_the_whole(backend):
+    v, tokens = 20, markov_windows(12, 9, 20, seed=31)
+    kept = resolve_vocab([5, 0, 17, 3, 9, 12, 2], v)  # dropped tokens: index k = 7
+    whole = corpus_stats(tokens, v, vocab=kept.kept.tolist(), progress=False)
+    q_rows, delta = [], 0
+    for rows in [(0, 3), (3, 4), (4, 8)]:  # the last range holds the dropped sentinel k
+        acc = AttentionAccumulator(whole.G_bar, kept, backend=backend, rows=rows)
+        block, part = acc.update(tokens).result()
+        q_rows.append(block)
+        delta = delta + part
+    torch.testing.assert_close(torch.cat(q_rows), whole.Q_bar, rtol=0, atol=1e-15)
+    torch.testing.assert_close(delta, whole.Delta, rtol=0, atol=1e-15)
+    with pytest.raises(LeadTermsError, match=r"rows=\(3, 9\) is not a range"):
+        AttentionAccumulator(whole.G_bar, kept, rows=(3, 9))

@@ -272,6 +272,11 @@ class AttentionAccumulator(_PassBase):
 
     For query t and key j <= t, g = Ḡ[y_t, x_j], ḡ_t = (1/t) Σ_{j<=t} g and Q[t, j] =
     (g − ḡ_t)/t; Q̄ = (1/NT) Σ X_nᵀ Q_n X_n and Δ[d] = (1/NT) Σ_n Σ_t Q_n[t, t − d].
+
+    ``rows=(lo, hi)`` restricts it to the queries whose matrix index is in ``[lo, hi)`` (index
+    ``k`` stands for a dropped token and counts for Δ only): its table and result are the rows
+    ``lo..min(hi, k)-1`` of Q̄, and the Δ of those queries. Accumulators over row ranges that
+    cover ``[0, k]`` add up to the whole; ``corpus_stats`` uses this to bound memory.
     """
 
     what = "AttentionAccumulator"
@@ -285,8 +290,16 @@ class AttentionAccumulator(_PassBase):
         device: torch.device | str | None = None,
         backend: str = "auto",
         dtype: torch.dtype | None = None,
+        rows: tuple[int, int] | None = None,
     ) -> None:
         k = vocab.k
+        lo, hi = rows if rows is not None else (0, k + 1)
+        if not 0 <= lo < hi <= k + 1:
+            raise LeadTermsError(
+                f"rows={rows!r} is not a range (lo, hi) with 0 <= lo < hi <= k + 1 = {k + 1}."
+            )
+        self.rows = (int(lo), int(hi))
+        self._n_rows = min(hi, k) - lo
         if G_bar.shape != (k, k):
             raise LeadTermsError(
                 f"G_bar has shape {tuple(G_bar.shape)} but the vocabulary has {k} kept tokens; "
@@ -298,7 +311,8 @@ class AttentionAccumulator(_PassBase):
         if self._g is None or self._g.device != self.shape.device:
             self._g = torch.zeros(k * k + 1, dtype=G_bar.dtype, device=self.shape.device)
             self._g[: k * k] = G_bar.reshape(-1)
-        self._q = torch.zeros(k * k + 1, dtype=self.shape.dtype, device=self.shape.device)
+        size = self._n_rows * k + 1  # the last slot is the pad slot
+        self._q = torch.zeros(size, dtype=self.shape.dtype, device=self.shape.device)
         self._delta: torch.Tensor | None = None
 
     def update(self, batch: torch.Tensor) -> "AttentionAccumulator":
@@ -310,20 +324,28 @@ class AttentionAccumulator(_PassBase):
             self._delta = torch.zeros(t, dtype=self._q.dtype, device=self._q.device)
         if self.backend == "numba":
             k = self.vocab.k
+            q_np, delta_np = self._q.numpy(), self._delta.numpy()
             kernels().attention_pass(
-                as_numpy(x), as_numpy(y), self._g.numpy(), self._q.numpy(), self._delta.numpy(), k
+                as_numpy(x), as_numpy(y), self._g.numpy(), q_np, delta_np, k, self.rows
             )
             self.n_sequences += b
             return self
-        x_row, x_col = flat_parts(x, self.vocab)
+        _, x_col = flat_parts(x, self.vocab)
         y_row, _ = flat_parts(y, self.vocab)
+        lo, hi = self.rows
+        k, pad = self.vocab.k, self._n_rows * self.vocab.k
+        in_rows = (x >= lo) & (x < hi)
+        x_row = torch.where(in_rows & (x < k), (x - lo) * k, pad).to(x_col.dtype)
         key_part = x_col.index_select(1, layout.key)
         g = self._g.index_select(0, pair_codes(y_row, key_part, layout, self.vocab)).view(b, -1)
         g = g.to(self._q.dtype)
         g_mean = torch.segment_reduce(g, "sum", lengths=layout.row_lengths(b), axis=1)
         g_mean *= layout.inv_pos
         q = g.sub_(g_mean.index_select(1, layout.query)).mul_(layout.inv_t)
-        self._q.index_add_(0, pair_codes(x_row, key_part, layout, self.vocab), q.view(-1))
+        codes = x_row.index_select(1, layout.query).add_(key_part).clamp_(max=pad)
+        self._q.index_add_(0, codes.view(-1), q.view(-1))
+        if self.rows != (0, k + 1):  # Δ of this range's queries only
+            q.mul_(in_rows.index_select(1, layout.query))
         self._delta.index_add_(0, layout.offset, q.sum(0))  # Δ[t - m] += Σ_batch q
         self.n_sequences += b
         return self
@@ -331,6 +353,11 @@ class AttentionAccumulator(_PassBase):
     def merge(self, other: "AttentionAccumulator") -> "AttentionAccumulator":
         """Add another shard's sums into this one (in place) and return self."""
         self._check_merge(other)
+        if self.rows != other.rows:
+            raise LeadTermsError(
+                f"cannot merge AttentionAccumulators over different query rows: {self.rows} vs "
+                f"{other.rows}; merge shards of the same row range."
+            )
         if not torch.equal(self._g, other._g.to(self._g.device)):
             raise LeadTermsError(
                 "cannot merge AttentionAccumulators built from different Ḡ; pass two of every "
@@ -347,7 +374,9 @@ class AttentionAccumulator(_PassBase):
     def result(
         self, *, release: bool = False, dtype: torch.dtype | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(Q_bar [k, k], Delta [T])`` normalised by N·T (in ``dtype``, default accumulation).
+        """``(Q_bar [rows, k], Delta [T])`` normalised by N·T (in ``dtype``, default accumulation).
+
+        ``Q_bar`` is ``[k, k]`` unless the accumulator covers a row range only.
 
         New tensors by default; ``release=True`` reuses the accumulator's table for Q̄ and
         finishes the accumulator (see :meth:`ContextAccumulator.result`).
@@ -355,10 +384,10 @@ class AttentionAccumulator(_PassBase):
         self._check_nonempty()
         k, nt = self.vocab.k, self.n_positions
         if release:
-            q_bar = padded_view(self._q, k).div_(nt)
+            q_bar = self._q[: self._n_rows * k].view(self._n_rows, k).div_(nt)
             self._release()
         else:
-            q_bar = self._q[: k * k].view(k, k) / nt
+            q_bar = self._q[: self._n_rows * k].view(self._n_rows, k) / nt
         delta = self._delta / nt
         if dtype is not None:
             q_bar, delta = q_bar.to(dtype), delta.to(dtype)

@@ -1,5 +1,6 @@
 """`corpus_stats`: both passes over a corpus, from token windows to a :class:`CorpusStats`."""
 
+import itertools
 import time
 from contextlib import contextmanager
 from typing import Any
@@ -62,6 +63,44 @@ def composed_from_counts(
     return bigram.composed(counts.Phi_bar, progress=progress)
 
 
+def _row_groups(k: int, dtype: torch.dtype, acc_dtype: torch.dtype) -> list[tuple[int, int]]:
+    """Query-row ranges over ``[0, k]`` so a wider accumulation table is no larger than Q̄."""
+    n = max(1, acc_dtype.itemsize // dtype.itemsize)
+    bounds = [round(i * (k + 1) / n) for i in range(n + 1)]
+    return list(itertools.pairwise(bounds))
+
+
+def _attention_pass(source, g_bar, kept, n_sequences, dtype, acc_dtype, backend, progress):
+    """Pass two, in query-row groups when accumulating wider than the result (bounded memory)."""
+    from tl_leadterms.errors import LeadTermsError
+
+    groups = _row_groups(kept.k, dtype, acc_dtype)
+    q_bar = None if len(groups) == 1 else torch.empty_like(g_bar)
+    delta = 0
+    total = len(source) or None
+    for i, rows in enumerate(groups):
+        desc = "pass 2/2: Q̄, Δ" + (f" (rows {i + 1}/{len(groups)})" if len(groups) > 1 else "")
+        acc = AttentionAccumulator(
+            g_bar, kept, device=g_bar.device, backend=backend, dtype=acc_dtype, rows=rows
+        )
+        for batch in tqdm(source, total=total, desc=desc, disable=not progress):
+            acc.update(batch)
+        if acc.n_sequences != n_sequences:
+            raise LeadTermsError(
+                f"the corpus gave {n_sequences} windows in pass one but {acc.n_sequences} in "
+                "pass two; both passes must read the same windows. Pass a tensor, a list of "
+                "batches or a deterministic re-iterable (no shuffling or sampling loader)."
+            )
+        block, part = acc.result(release=True, dtype=dtype)
+        del acc
+        if q_bar is None:
+            q_bar = block
+        else:
+            q_bar[rows[0] : rows[0] + block.shape[0]] = block
+        delta = delta + part
+    return q_bar, delta
+
+
 def corpus_stats(
     tokens: Any,
     d_vocab: int,
@@ -107,11 +146,13 @@ def corpus_stats(
             :meth:`CorpusStats.top` to print strings.
         backend: ``"numba"`` (fused CPU kernels, the default on CPU), ``"torch"``
             (vectorised torch ops, any device, the default elsewhere) or ``"auto"``.
-        accumulate_dtype: dtype of the accumulation tables (default ``dtype``). With
-            ``dtype=torch.float32``, ``torch.float64`` here sums in double precision and rounds
-            once at the end: float32 sums of millions of small weights lose digits (relative
-            Frobenius error ~1e-3 at 24k windows, growing with the corpus; see the benchmark
-            ``float32``), at the cost of one ``[k, k]`` float64 table per pass.
+        accumulate_dtype: dtype of the accumulation tables; default ``torch.float64`` for
+            either ``dtype``. float32 sums of millions of small weights lose digits (0.5-1%
+            relative Frobenius error on 20k windows, growing with the corpus; see benchmark
+            ``float32``), so float32 statistics are summed in float64 and rounded once; pass
+            two then runs over the corpus in two halves of the query rows, so the wider table
+            costs no memory beyond one ``[k, k]`` float32 matrix. ``torch.float32`` here saves
+            that second pass.
         timings: if a dict, the wall-clock seconds of each stage are stored in it under
             ``"vocab"``, ``"pass1"`` (B̄ counts and Φ̄), ``"G_bar"`` and ``"pass2"`` (Q̄, Δ).
 
@@ -134,7 +175,7 @@ def corpus_stats(
                 f"{name} must be torch.float64 or torch.float32, got {value}; use float64 for "
                 "exactness, float32 at scale."
             )
-    acc_dtype = accumulate_dtype or dtype
+    acc_dtype = accumulate_dtype or torch.float64
     clock = _Clock(timings)
     source = TokenSource(tokens, d_vocab, batch_size=batch_size, device=device)
     with clock("vocab"):
@@ -153,20 +194,9 @@ def corpus_stats(
         g_bar = composed_from_counts(counts, kept, progress=progress, backend=used_backend)
 
     with clock("pass2"):
-        second = AttentionAccumulator(
-            g_bar, kept, device=device, backend=used_backend, dtype=acc_dtype
+        q_bar, delta = _attention_pass(
+            source, g_bar, kept, counts.n_sequences, dtype, acc_dtype, used_backend, progress
         )
-        for batch in tqdm(source, total=total, desc="pass 2/2: Q̄, Δ", disable=not progress):
-            second.update(batch)
-        if second.n_sequences != counts.n_sequences:
-            raise LeadTermsError(
-                f"the corpus gave {counts.n_sequences} windows in pass one but "
-                f"{second.n_sequences} in pass two; both passes must read the same windows. "
-                "Pass a tensor, a list of batches or a deterministic re-iterable (no shuffling "
-                "or sampling loader)."
-            )
-        q_bar, delta = second.result(release=True, dtype=dtype)
-        del second
 
     metadata = {
         "library_version": __version__,

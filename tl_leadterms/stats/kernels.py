@@ -47,7 +47,7 @@ def _context(x, y, table, k, n_parts):  # pragma: no cover - compiled
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 @no_type_check
-def _attention(x, y, g_table, q_table, delta_parts, k, n_parts):  # pragma: no cover - compiled
+def _attention(x, y, g_table, q_table, delta_parts, k, lo, hi, n_parts):  # pragma: no cover
     b, t_len = x.shape
     for part in prange(n_parts):
         g = np.empty(t_len, dtype=g_table.dtype)
@@ -55,8 +55,8 @@ def _attention(x, y, g_table, q_table, delta_parts, k, n_parts):  # pragma: no c
         for n in range(b):
             for t in range(t_len):
                 query = x[n, t]
-                if query % n_parts != part:  # dropped queries (= k) have an owner too: Δ
-                    continue
+                if query < lo or query >= hi or query % n_parts != part:
+                    continue  # another group's or thread's row (dropped queries = k count for Δ)
                 target = y[n, t]
                 total = 0.0
                 if target == k:
@@ -70,7 +70,7 @@ def _attention(x, y, g_table, q_table, delta_parts, k, n_parts):  # pragma: no c
                         total += g[m]
                 inv = 1.0 / (t + 1)
                 mean = total * inv
-                out = query * k
+                out = (query - lo) * k
                 for m in range(t + 1):
                     q = (g[m] - mean) * inv
                     delta[t - m] += q
@@ -103,10 +103,20 @@ def context_pass(x: np.ndarray, y: np.ndarray, table: np.ndarray, k: int) -> Non
 
 
 def attention_pass(
-    x: np.ndarray, y: np.ndarray, g_table: np.ndarray, q_table: np.ndarray, delta: np.ndarray, k
+    x: np.ndarray,
+    y: np.ndarray,
+    g_table: np.ndarray,
+    q_table: np.ndarray,
+    delta: np.ndarray,
+    k: int,
+    rows: tuple[int, int],
 ) -> None:
-    """Q̄ and Δ sums of one batch given the flat Ḡ table (in place)."""
+    """Q̄ and Δ sums of one batch given the flat Ḡ table (in place).
+
+    Only queries with matrix index in ``rows = (lo, hi)`` count (``k``, a dropped query, counts
+    for Δ alone); ``q_table`` holds rows ``lo..hi-1`` of Q̄.
+    """
     parts = n_threads()
     delta_parts = np.zeros((parts, x.shape[1]), dtype=q_table.dtype)
-    _attention(x, y, g_table, q_table, delta_parts, k, parts)
+    _attention(x, y, g_table, q_table, delta_parts, k, rows[0], rows[1], parts)
     delta += delta_parts.sum(0)
