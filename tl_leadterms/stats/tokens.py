@@ -183,22 +183,12 @@ class TokenSource:
         return self.batch_size or default_batch_size(max(self._row_length() - 1, 1))
 
     def _raw_batches(self) -> Iterator[Any]:
-        if self._kind == "array":
-            data = self._data
-            n = len(data)
-            if n == 0:
-                return
-            step = self._step()
+        if self._kind in ("array", "dataset"):  # sliceable: cut batches of `step` rows
+            n = len(self._data)
+            step = self._step() if n else 1
             for start in range(0, n, step):
-                yield data[start : start + step]
-        elif self._kind == "dataset":
-            ds = self._data
-            n = len(ds)
-            if n == 0:
-                return
-            step = self._step()
-            for start in range(0, n, step):
-                yield ds[start : start + step]["input_ids"]
+                chunk = self._data[start : start + step]
+                yield chunk["input_ids"] if self._kind == "dataset" else chunk
         else:
             yield from self._data
 
