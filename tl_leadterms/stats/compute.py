@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats import algebra
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
 from tl_leadterms.stats.corpus import CorpusStats
@@ -72,8 +73,6 @@ def _row_groups(k: int, dtype: torch.dtype, acc_dtype: torch.dtype) -> list[tupl
 
 def _attention_pass(source, g_bar, kept, n_sequences, dtype, acc_dtype, backend, progress):
     """Pass two, in query-row groups when accumulating wider than the result (bounded memory)."""
-    from tl_leadterms.errors import LeadTermsError
-
     groups = _row_groups(kept.k, dtype, acc_dtype)
     q_bar = None if len(groups) == 1 else torch.empty_like(g_bar)
     delta = 0
@@ -167,8 +166,6 @@ def corpus_stats(
         >>> stats.B_bar.shape, stats.Delta.shape
         (torch.Size([50, 50]), torch.Size([16]))
     """
-    from tl_leadterms.errors import LeadTermsError
-
     for name, value in (("dtype", dtype), ("accumulate_dtype", accumulate_dtype or dtype)):
         if value not in _FLOAT_DTYPES:
             raise LeadTermsError(
