@@ -128,7 +128,8 @@ def corpus_stats(
             column. :func:`tl_leadterms.make_windows` builds them from documents.
         d_vocab: the tokenizer's vocabulary size; every id must be in ``[0, d_vocab)``.
         vocab: restrict to these token ids (a list, in matrix order) or to the ``k`` most
-            frequent input tokens (an int); other tokens are encoded as the zero vector, so
+            frequent input tokens (an int; ``k >= d_vocab`` keeps every token, most frequent
+            first); other tokens are encoded as the zero vector, so
             they add nothing to any matrix but still count as positions (``N·T`` and the
             ``1/t`` weights are unchanged). Q̄ and Δ then use ``g = Ḡ[y_t, x_j]`` with the
             restricted Ḡ, exactly as MATH.md §2 defines them: the ``−u·(1ᵀḠ)[x_j]`` term of
