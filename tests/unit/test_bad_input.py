@@ -181,3 +181,33 @@ def test_vocab_accepts_ordered_iterables_and_refuses_sets():
         torch.testing.assert_close(other.Q_bar, as_list.Q_bar)
     with pytest.raises(LeadTermsError, match=r"vocab is a set, which has no order"):
         stats_of(tokens, 9, vocab={4, 2, 7}, progress=False)
+
+
+def test_a_kept_vocab_object_is_checked_like_a_list(tmp_path):
+    from tl_leadterms import CorpusStats
+    from tl_leadterms.stats import KeptVocab, resolve_vocab
+
+    tokens = torch.randint(0, 3, (2, 5))
+    with pytest.raises(LeadTermsError, match=r"token id -1, outside"):
+        stats_of(tokens, 3, vocab=KeptVocab(3, torch.tensor([-1, 0]), 3), progress=False)
+    with pytest.raises(LeadTermsError, match=r"lists token id 1 2 times"):
+        stats_of(tokens, 3, vocab=KeptVocab(3, torch.tensor([1, 1]), 3), progress=False)
+    with pytest.raises(LeadTermsError, match=r"centre_vocab=7 disagrees"):
+        stats_of(tokens, 3, vocab=resolve_vocab([0, 1], 3), centre_vocab=7, progress=False)
+    int32_ids = KeptVocab(3, torch.tensor([2, 0], dtype=torch.int32), 3)
+    s = corpus_stats(tokens, 3, vocab=int32_ids, progress=False)
+    s.save(tmp_path / "s.safetensors")
+    assert CorpusStats.load(tmp_path / "s.safetensors").kept.tolist() == [2, 0]
+
+
+def test_numpy_integer_sizes_and_a_leading_empty_batch(tmp_path):
+    tokens = torch.randint(0, 3, (2, 5))
+    stats_of(tokens, np.int64(3), progress=False).save(tmp_path / "s.safetensors")  # as users run
+    assert corpus_stats([[], tokens.tolist()], 3, progress=False).n_sequences == 2
+
+
+def test_accumulators_refuse_non_float_dtypes():
+    from tl_leadterms.stats import ContextAccumulator, resolve_vocab
+
+    with pytest.raises(LeadTermsError, match=r"accumulates in torch.float32 or torch.float64"):
+        ContextAccumulator(resolve_vocab(None, 3), dtype=torch.int64)

@@ -289,3 +289,25 @@ def test_query_row_groups_add_up_to_the_whole(backend):
     torch.testing.assert_close(delta, whole.Delta, rtol=0, atol=1e-15)
     with pytest.raises(LeadTermsError, match=r"rows=\(3, 9\) is not a range"):
         AttentionAccumulator(whole.G_bar, kept, rows=(3, 9))
+
+
+def test_float32_delta_is_rounded_once_across_row_groups():
+    # Δ's two row-group parts nearly cancel here; rounding each before adding cost 6e-3.
+    m = 20000
+    rows = [[5, 0, 1]] * m + [[0, 5, 1]] * m + [[0, 0, 1]] * m + [[2, 3, 4]] * 50 + [[4, 2, 3]] * 50
+    tokens = torch.tensor(rows)
+    exact = corpus_stats(tokens, 6, progress=False)
+    f32 = corpus_stats(tokens, 6, dtype=torch.float32, progress=False)
+    err = (f32.Delta.double() - exact.Delta).abs().max() / exact.Delta.abs().max()
+    assert err < 1e-6
+
+
+def test_padded_slot_of_a_foreign_matrix_is_never_trusted():
+    tokens = markov_windows(6, 5, 3, seed=41)
+    kept = resolve_vocab([0, 2], 3)
+    s = corpus_stats(tokens, 3, vocab=[0, 2], progress=False)
+    buf = torch.zeros(5, dtype=torch.float64)
+    buf[:4] = s.G_bar.reshape(-1)
+    acc = AttentionAccumulator(buf[:4].view(2, 2), kept, backend="torch")
+    buf[4] = 123.0  # the caller's memory just past its matrix
+    torch.testing.assert_close(acc.update(tokens).result()[1], s.Delta, rtol=0, atol=1e-15)

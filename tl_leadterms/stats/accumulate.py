@@ -80,6 +80,10 @@ class _PassBase:
     def __init__(
         self, vocab: KeptVocab, n_ctx: int | None, dtype: torch.dtype, device, backend: str
     ) -> None:
+        if dtype not in (torch.float32, torch.float64):
+            raise LeadTermsError(
+                f"a {self.what} accumulates in torch.float32 or torch.float64, got {dtype}."
+            )
         self.shape = _Shape(vocab, n_ctx, dtype, torch.device(device))
         self.backend = resolve_backend(backend, self.shape.device)
         self.n_sequences = 0
@@ -306,6 +310,8 @@ class AttentionAccumulator(_PassBase):
                 "pass the Ḡ computed from this corpus' pass-one statistics."
             )
         device = G_bar.device if device is None else torch.device(device)
+        if device.type == G_bar.device.type and device.index is None:
+            device = G_bar.device  # "cuda" means the Ḡ's own "cuda:i": no copy
         super().__init__(vocab, n_ctx, dtype or G_bar.dtype, device, backend)
         self._g = padded_flat(G_bar)
         if self._g is None or self._g.device != self.shape.device:

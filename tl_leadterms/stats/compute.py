@@ -90,14 +90,14 @@ def _attention_pass(source, g_bar, kept, n_sequences, dtype, acc_dtype, backend,
                 "pass two; both passes must read the same windows. Pass a tensor, a list of "
                 "batches or a deterministic re-iterable (no shuffling or sampling loader)."
             )
-        block, part = acc.result(release=True, dtype=dtype)
-        del acc
+        block, part = acc.result(release=True)  # in the accumulation dtype, in the table
         if q_bar is None:
-            q_bar = block
+            q_bar = block.to(dtype)
         else:
-            q_bar[rows[0] : rows[0] + block.shape[0]] = block
-        delta = delta + part
-    return q_bar, delta
+            q_bar[rows[0] : rows[0] + block.shape[0]] = block  # rounds once, no extra block
+        del acc, block
+        delta = delta + part  # Δ of all groups summed before its one rounding
+    return q_bar, delta.to(dtype)
 
 
 def corpus_stats(
@@ -176,6 +176,7 @@ def corpus_stats(
     acc_dtype = accumulate_dtype or torch.float64
     clock = _Clock(timings)
     source = TokenSource(tokens, d_vocab, batch_size=batch_size, device=device)
+    d_vocab = source.d_vocab  # a plain int from here on
     with clock("vocab"):
         kept = resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab, count_batches=source)
 

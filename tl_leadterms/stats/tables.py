@@ -137,7 +137,9 @@ def padded_square(k: int, dtype: torch.dtype, device) -> torch.Tensor:
     The statistics' tables are flat ``k·k + 1`` vectors: code ``k·k`` collects the pairs that
     touch a dropped token, so accumulating never needs a mask. The ``[k, k]`` view is returned.
     """
-    return padded_view(torch.zeros(k * k + 1, dtype=dtype, device=device), k)
+    view = padded_view(torch.zeros(k * k + 1, dtype=dtype, device=device), k)
+    view._tl_leadterms_padded = True  # padded_flat trusts only matrices made here
+    return view
 
 
 def padded_view(flat: torch.Tensor, k: int) -> torch.Tensor:
@@ -148,6 +150,8 @@ def padded_view(flat: torch.Tensor, k: int) -> torch.Tensor:
 def padded_flat(matrix: torch.Tensor) -> torch.Tensor | None:
     """The flat ``k·k + 1`` table behind a :func:`padded_square` matrix, or None."""
     k = matrix.shape[0]
+    if not getattr(matrix, "_tl_leadterms_padded", False):
+        return None  # the slot after someone else's matrix may hold anything
     if matrix.storage_offset() != 0 or not matrix.is_contiguous():
         return None
     if matrix.untyped_storage().nbytes() < (k * k + 1) * matrix.element_size():

@@ -112,7 +112,7 @@ def _looks_like_rows(obj: Any) -> bool:
     """True for a list of sequences of ints (one 2-D batch), False for a list of batches."""
     if not isinstance(obj, (list, tuple)) or not obj:
         return False
-    first = obj[0]
+    first = next((item for item in obj if not hasattr(item, "__len__") or len(item)), obj[0])
     if isinstance(first, (torch.Tensor, np.ndarray)):
         return first.ndim == 1
     if isinstance(first, (list, tuple)):
@@ -130,9 +130,9 @@ class TokenSource:
     def __init__(
         self,
         tokens: Any,
-        d_vocab: int,
+        d_vocab: object,  # validated below: users pass numpy ints too
         *,
-        batch_size: int | None = None,
+        batch_size: object = None,
         device: torch.device | str = "cpu",
     ) -> None:
         if isinstance(d_vocab, bool) or not isinstance(d_vocab, (int, np.integer)) or d_vocab < 1:

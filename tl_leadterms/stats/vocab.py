@@ -100,12 +100,18 @@ def resolve_vocab(
         centre_vocab: ``|V|`` for the centring; defaults to ``d_vocab``.
         count_batches: validated ``[b, T + 1]`` batches, read once when ``vocab`` is an int.
     """
-    if isinstance(vocab, KeptVocab):
+    d_vocab = int(d_vocab)
+    if isinstance(vocab, KeptVocab):  # checked like any other list of kept ids
         if vocab.d_vocab != d_vocab:
             raise LeadTermsError(
                 f"the KeptVocab was made for d_vocab={vocab.d_vocab}, not d_vocab={d_vocab}."
             )
-        return vocab
+        if centre_vocab is not None and centre_vocab != vocab.centre_vocab:
+            raise LeadTermsError(
+                f"centre_vocab={centre_vocab} disagrees with the KeptVocab's "
+                f"centre_vocab={vocab.centre_vocab}; pass one of them."
+            )
+        return resolve_vocab(vocab.kept, d_vocab, centre_vocab=vocab.centre_vocab)
     centre = _check_centre(centre_vocab, d_vocab)
     if vocab is None:
         return KeptVocab(d_vocab, None, centre)
