@@ -18,6 +18,7 @@ import torch
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.tables import (
     PairLayout,
+    add_counts,
     as_numpy,
     code_dtype,
     flat_parts,
@@ -33,15 +34,6 @@ from tl_leadterms.stats.vocab import KeptVocab
 __all__ = ["AttentionAccumulator", "ContextAccumulator", "ContextCounts"]
 
 _COMPACT_AT = 1 << 24  # pending bigram codes kept before they are counted
-
-
-def _add_counts(
-    codes_a: torch.Tensor, counts_a: torch.Tensor, codes_b: torch.Tensor, counts_b: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum two sparse count vectors given as (distinct codes, counts)."""
-    codes, inverse = torch.unique(torch.cat([codes_a, codes_b]), return_inverse=True)
-    counts = torch.zeros_like(codes).index_add_(0, inverse, torch.cat([counts_a, counts_b]))
-    return codes, counts
 
 
 @dataclass
@@ -224,7 +216,7 @@ class ContextAccumulator(_PassBase):
         if not self._pending:
             return
         codes, counts = torch.unique(torch.cat(self._pending), return_counts=True)
-        self._codes, self._counts = _add_counts(self._codes, self._counts, codes, counts)
+        self._codes, self._counts = add_counts(self._codes, self._counts, codes, counts)
         self._pending, self._n_pending = [], 0
 
     def merge(self, other: "ContextAccumulator") -> "ContextAccumulator":
@@ -236,7 +228,7 @@ class ContextAccumulator(_PassBase):
         other._compact()
         self._compact()
         dev = self._codes.device
-        self._codes, self._counts = _add_counts(
+        self._codes, self._counts = add_counts(
             self._codes, self._counts, other._codes.to(dev), other._counts.to(dev)
         )
         self.n_sequences += other.n_sequences

@@ -14,6 +14,7 @@ from tl_leadterms.stats.vocab import KeptVocab
 __all__ = [
     "BACKENDS",
     "PairLayout",
+    "add_counts",
     "as_numpy",
     "code_dtype",
     "flat_parts",
@@ -159,3 +160,12 @@ def padded_flat(matrix: torch.Tensor) -> torch.Tensor | None:
     flat = torch.empty(0, dtype=matrix.dtype, device=matrix.device)
     flat.set_(matrix.untyped_storage(), 0, (k * k + 1,))
     return flat if flat[-1] == 0 else None
+
+
+def add_counts(
+    codes_a: torch.Tensor, counts_a: torch.Tensor, codes_b: torch.Tensor, counts_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum two sparse count vectors given as (distinct codes, counts)."""
+    codes, inverse = torch.unique(torch.cat([codes_a, codes_b]), return_inverse=True)
+    counts = torch.zeros_like(codes).index_add_(0, inverse, torch.cat([counts_a, counts_b]))
+    return codes, counts
