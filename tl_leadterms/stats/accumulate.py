@@ -186,7 +186,7 @@ class ContextAccumulator(_PassBase):
         self._counts = torch.zeros(0, dtype=torch.long, device=dev)
 
     def update(self, batch: torch.Tensor) -> "ContextAccumulator":
-        """Add a ``[b, T + 1]`` batch of token windows (already validated token ids)."""
+        """Add a ``[b, T + 1]`` batch of token windows (ids are checked first)."""
         idx, layout = self._prepare(batch)
         b = idx.shape[0]
         x, y = idx[:, :-1], idx[:, 1:]
@@ -245,11 +245,10 @@ class ContextAccumulator(_PassBase):
         self._compact()
         k, nt = self.vocab.k, self.n_positions
         mu = self._mu[:k] / (nt * self.vocab.centre_vocab)
+        table = padded_view(self._phi, k)
+        phi = table.div_(nt) if release else table / nt
         if release:
-            phi = padded_view(self._phi, k).div_(nt)
             self._release()
-        else:
-            phi = self._phi[: k * k].view(k, k) / nt
         phi -= mu.to(phi.dtype)
         if dtype is not None:
             phi = phi.to(dtype)
@@ -314,7 +313,7 @@ class AttentionAccumulator(_PassBase):
         self._delta: torch.Tensor | None = None
 
     def update(self, batch: torch.Tensor) -> "AttentionAccumulator":
-        """Add a ``[b, T + 1]`` batch of token windows (already validated token ids)."""
+        """Add a ``[b, T + 1]`` batch of token windows (ids are checked first)."""
         idx, layout = self._prepare(batch)
         b, t = idx.shape[0], layout.n_ctx
         x, y = idx[:, :-1], idx[:, 1:]
@@ -381,11 +380,10 @@ class AttentionAccumulator(_PassBase):
         """
         self._check_nonempty()
         k, nt = self.vocab.k, self.n_positions
+        table = self._q[: self._n_rows * k].view(self._n_rows, k)
+        q_bar = table.div_(nt) if release else table / nt
         if release:
-            q_bar = self._q[: self._n_rows * k].view(self._n_rows, k).div_(nt)
             self._release()
-        else:
-            q_bar = self._q[: self._n_rows * k].view(self._n_rows, k) / nt
         delta = self._delta / nt
         if dtype is not None:
             q_bar, delta = q_bar.to(dtype), delta.to(dtype)

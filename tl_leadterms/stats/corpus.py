@@ -14,13 +14,13 @@ from tl_leadterms.stats.vocab import KeptVocab
 
 __all__ = ["CorpusStats", "Neighbour"]
 
-# name -> (attribute, what its rows and columns index); aliases accepted by `top`
+# attribute name -> what its rows and columns index; aliases accepted by `matrix` and `top`
 MATRICES = {
-    "B_bar": ("B_bar", "current token -> next token"),
-    "Sigma_B": ("Sigma_B", "next-token identity <-> next-token identity"),
-    "Phi_bar": ("Phi_bar", "target token -> context token"),
-    "G_bar": ("G_bar", "output token -> context token"),
-    "Q_bar": ("Q_bar", "query token -> key token"),
+    "B_bar": "current token -> next token",
+    "Sigma_B": "next-token identity <-> next-token identity",
+    "Phi_bar": "target token -> context token",
+    "G_bar": "output token -> context token",
+    "Q_bar": "query token -> key token",
 }
 ALIASES = {
     "bigram": "B_bar",
@@ -163,13 +163,22 @@ class CorpusStats:
         return self.bigram.times(self.Phi_bar)
 
     # -- reading ------------------------------------------------------------------------------
-    def matrix(self, name: str) -> Tensor:
-        """A matrix by name (``"B_bar"``, ...) or alias (``"bigram"``, ``"context"``, ...)."""
+    @staticmethod
+    def _key(name: str) -> str:
         key = ALIASES.get(name, name)
         if key not in MATRICES:
             names = sorted([*MATRICES, *ALIASES])
             raise LeadTermsError(f"unknown statistic {name!r}; choose one of {names}.")
-        return getattr(self, MATRICES[key][0])
+        return key
+
+    def matrix(self, name: str) -> Tensor:
+        """A matrix by name (``"B_bar"``, ...) or alias (``"bigram"``, ``"context"``, ...)."""
+        return getattr(self, self._key(name))
+
+    def row(self, name: str, index: int) -> Tensor:
+        """Row ``index`` of a matrix (B̄'s straight from the sparse counts, no ``[k, k]`` table)."""
+        key = self._key(name)
+        return self.bigram.row(index) if key == "B_bar" else getattr(self, key)[index]
 
     def _token_id(self, token: object, tokenizer: Any) -> int:
         if isinstance(token, str):
@@ -216,14 +225,11 @@ class CorpusStats:
                 is trivially large).
         """
         tokenizer = tokenizer if tokenizer is not None else self.tokenizer
-        key = ALIASES.get(matrix_name, matrix_name)
-        if key not in MATRICES:
-            self.matrix(key)  # raises the unknown-name error
-        mat = None if key == "B_bar" else self.matrix(key)
+        key = self._key(matrix_name)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise LeadTermsError(f"k must be a positive int, got {k!r}.")
         row_index = self.vocab.position(self._token_id(token, tokenizer))
-        row = self.bigram.row(row_index) if key == "B_bar" else mat[row_index].clone()
+        row = self.row(key, row_index).clone()
         if exclude_self if exclude_self is not None else key == "Sigma_B":
             row[row_index] = -torch.inf
         n = min(k, int(torch.isfinite(row).sum()))
