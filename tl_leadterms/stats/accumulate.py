@@ -199,7 +199,7 @@ class ContextAccumulator(_PassBase):
             codes = pair_codes(y_row, x_col.index_select(1, layout.key), layout, self.vocab)
             self._phi.index_add_(0, codes, layout.repeated_inv_t(b))
         flat_x = x.reshape(-1)
-        self._mu.index_add_(0, flat_x, layout.tail.repeat(b))
+        self._mu.index_add_(0, flat_x, layout.repeated_tail(b))
         self._unigram += torch.bincount(flat_x, minlength=self.vocab.k + 1)
         # Bigrams (x_t, y_t), kept in sparse form: at most N·T distinct pairs.
         bigram = (x_row + y_col).reshape(-1).long()

@@ -46,21 +46,28 @@ class PairLayout:
         self.inv_pos = inv.to(dtype)  # 1/t for t = 1..T
         self.inv_t = self.inv_pos[q]
         self.tail = inv.flip(0).cumsum(0).flip(0)  # float64: feeds the small μ vector
-        self.n_pairs = q.numel()
-        self._repeated: dict[int, torch.Tensor] = {}
+        self._lengths = torch.arange(1, n_ctx + 1, device=device)
+        self._tiled: dict[str, torch.Tensor] = {}
+
+    def _tile(self, name: str, values: torch.Tensor, b: int, flat: bool) -> torch.Tensor:
+        """``values`` repeated for ``b`` windows, cached (the same batch size recurs)."""
+        cached = self._tiled.get(name)
+        if cached is None or cached.shape[0] != (b * values.numel() if flat else b):
+            cached = values.repeat(b) if flat else values.expand(b, -1).contiguous()
+            self._tiled[name] = cached
+        return cached
 
     def row_lengths(self, b: int) -> torch.Tensor:
         """``[b, T]`` number of keys of each query (1..T), for segment sums over pairs."""
-        if getattr(self, "_lengths", None) is None or self._lengths.shape[0] != b:
-            lengths = torch.arange(1, self.n_ctx + 1, device=self.query.device)
-            self._lengths = lengths.expand(b, -1).contiguous()
-        return self._lengths
+        return self._tile("lengths", self._lengths, b, flat=False)
 
     def repeated_inv_t(self, b: int) -> torch.Tensor:
-        """``inv_t`` tiled ``b`` times (cached: the same batch size recurs)."""
-        if b not in self._repeated:
-            self._repeated = {b: self.inv_t.repeat(b)}
-        return self._repeated[b]
+        """``inv_t`` tiled ``b`` times, ``[b * n_pairs]``."""
+        return self._tile("inv_t", self.inv_t, b, flat=True)
+
+    def repeated_tail(self, b: int) -> torch.Tensor:
+        """``tail`` tiled ``b`` times, ``[b * T]``."""
+        return self._tile("tail", self.tail, b, flat=True)
 
 
 def code_dtype(vocab: KeptVocab) -> torch.dtype:
