@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
@@ -24,7 +24,9 @@ __all__ = ["load_stats", "save_stats"]
 
 FORMAT = "tl_leadterms.CorpusStats"
 FORMAT_VERSION = 1
-_REQUIRED = ("pair_codes", "pair_counts", "unigram_counts", "Phi_bar", "G_bar", "Q_bar", "Delta")
+_COUNTS = ("pair_codes", "pair_counts", "unigram_counts")
+_FLOATS = ("Phi_bar", "G_bar", "Q_bar", "Delta")
+_REQUIRED = (*_COUNTS, *_FLOATS)
 
 
 def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
@@ -33,15 +35,7 @@ def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
     if path.is_dir():
         raise LeadTermsError(f"{path} is a directory; pass a file path such as stats.safetensors.")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tensors = {
-        "pair_codes": stats.pair_codes,
-        "pair_counts": stats.pair_counts,
-        "unigram_counts": stats.unigram_counts,
-        "Phi_bar": stats.Phi_bar,
-        "G_bar": stats.G_bar,
-        "Q_bar": stats.Q_bar,
-        "Delta": stats.Delta,
-    }
+    tensors = {name: getattr(stats, name) for name in _REQUIRED}
     if stats.kept is not None:
         tensors["kept"] = stats.kept
     tensors = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
@@ -74,11 +68,9 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     if not path.is_file():
         raise LeadTermsError(f"no statistics file at {path}; save one with stats.save(path).")
     try:
-        tensors = load_file(path)
-        from safetensors import safe_open
-
-        with safe_open(path, framework="pt") as f:
+        with safe_open(path, framework="pt") as f:  # one read: header, then the tensors
             raw = (f.metadata() or {}).get("tl_leadterms")
+            tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (a handle)
     except (SafetensorError, OSError, ValueError) as err:
         raise LeadTermsError(
             f"{path} is not a readable safetensors file ({err}); it is corrupt or not written by "
@@ -99,8 +91,6 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
 
 _META_INTS = ("d_vocab", "n_ctx", "n_sequences", "n_kept", "centre_vocab")
-_FLOATS = ("Phi_bar", "G_bar", "Q_bar", "Delta")
-_COUNTS = ("pair_codes", "pair_counts", "unigram_counts")
 
 
 def _corrupt(path: Path, what: str) -> LeadTermsError:
