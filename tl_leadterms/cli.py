@@ -88,13 +88,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     from tl_leadterms import corpus_stats, make_windows
+    from tl_leadterms.data import read_corpus
 
     texts = []
     for name in args.inputs:
-        path = Path(name)
-        if not path.is_file():
-            raise LeadTermsError(f"no such text file: {path}")
-        texts.extend(doc for doc in path.read_text(encoding="utf-8").split("\n\n") if doc.strip())
+        if not Path(name).is_file():
+            raise LeadTermsError(f"no such text file: {name}")
+        texts.extend(read_corpus(name))  # documents are separated by blank lines
     tokenizer = _load_tokenizer(args.tokenizer, texts)
     windows = make_windows(texts, args.n_ctx, mode=args.mode, tokenizer=tokenizer)
     vocab = args.keep if args.keep else None
