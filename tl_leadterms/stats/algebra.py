@@ -107,8 +107,8 @@ class CentredBigram:
 
     def row(self, i: int) -> torch.Tensor:
         """Dense row ``B̄[i, :]`` from the sparse counts (no ``[k, k]`` table)."""
-        out = torch.full((self.k,), -self.u * float(self.alpha[i]), dtype=self.dtype)
-        out = out.to(self.device)
+        fill = -self.u * float(self.alpha[i])
+        out = torch.full((self.k,), fill, dtype=self.dtype, device=self.device)
         lo, hi = torch.searchsorted(self.rows, torch.tensor([i, i + 1], device=self.device))
         out.index_add_(0, self.cols[lo:hi], self.values[lo:hi])
         return out
