@@ -1,5 +1,6 @@
 """Cut documents into the fixed-length windows that the statistics and models consume."""
 
+import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -13,9 +14,7 @@ __all__ = ["make_windows"]
 _MODES = ("chunk", "truncate")
 
 
-def _documents_as_ids(
-    documents: Any, tokenizer: Any, text_column: str, add_eos: bool
-) -> Iterable[Sequence[int]]:
+def _documents_as_ids(documents: Any, tokenizer: Any, text_column: str) -> Iterable[Sequence[int]]:
     if type(documents).__name__ in {"Dataset", "IterableDataset"}:
         columns = documents.column_names or []
         if "input_ids" in columns and tokenizer is None:
@@ -40,8 +39,8 @@ def _documents_as_ids(
         from tl_leadterms.data.tokenizers import tokenize_documents
 
         texts = [first, *docs]
-        return tokenize_documents(texts, tokenizer, add_eos=add_eos)
-    return _chain_first(first, docs)
+        return tokenize_documents(texts, tokenizer)  # separators are added below
+    return itertools.chain([first], docs)
 
 
 def _document_ids(doc: Any, index: int) -> np.ndarray:
@@ -59,11 +58,6 @@ def _document_ids(doc: Any, index: int) -> np.ndarray:
     if ids.size and not np.issubdtype(ids.dtype, np.integer):
         raise LeadTermsError(f"document {index} has dtype {ids.dtype}; token ids must be integers.")
     return ids.astype(np.int64, copy=False)
-
-
-def _chain_first(first, rest):
-    yield first
-    yield from rest
 
 
 def make_windows(
@@ -109,7 +103,7 @@ def make_windows(
     if eos_id is None and tokenizer is not None and mode == "chunk":
         eos_id = getattr(tokenizer, "eos_token_id", None)
     width = n_ctx + 1
-    docs = _documents_as_ids(documents, tokenizer, text_column, add_eos=False)
+    docs = _documents_as_ids(documents, tokenizer, text_column)
     windows: list[np.ndarray] = []
     n_docs, longest = 0, 0
     buffer: list[np.ndarray] = []
