@@ -6,6 +6,7 @@ The public API is small; everything else lives in subpackages.
 """
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.models import PaperModel, paper_model
 from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
 from tl_leadterms.theory import LeadingTerms, coefficients, leading_terms, step_bound
 from tl_leadterms.version import __version__
@@ -14,10 +15,12 @@ __all__ = [
     "CorpusStats",
     "LeadTermsError",
     "LeadingTerms",
+    "PaperModel",
     "__version__",
     "coefficients",
     "corpus_stats",
     "leading_terms",
     "make_windows",
+    "paper_model",
     "step_bound",
 ]

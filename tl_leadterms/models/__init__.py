@@ -1,0 +1,5 @@
+"""Models: the paper's one-hot attention-only transformer and its training loop."""
+
+from tl_leadterms.models.paper import PaperModel, paper_model
+
+__all__ = ["PaperModel", "paper_model"]
