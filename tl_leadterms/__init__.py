@@ -6,7 +6,7 @@ The public API is small; everything else lives in subpackages.
 """
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.models import PaperModel, paper_model
+from tl_leadterms.models import PaperModel, TrainHistory, paper_model, train
 from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
 from tl_leadterms.theory import LeadingTerms, coefficients, leading_terms, step_bound
 from tl_leadterms.version import __version__
@@ -16,6 +16,7 @@ __all__ = [
     "LeadTermsError",
     "LeadingTerms",
     "PaperModel",
+    "TrainHistory",
     "__version__",
     "coefficients",
     "corpus_stats",
@@ -23,4 +24,5 @@ __all__ = [
     "make_windows",
     "paper_model",
     "step_bound",
+    "train",
 ]

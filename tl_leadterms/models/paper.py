@@ -1,20 +1,20 @@
 """The paper's model (MATH.md §1) as a TransformerLens :class:`HookedTransformer`.
 
-The residual stream lives in vocabulary space, so every TransformerLens weight is either one of
-the paper's parameters or a frozen identity / zero:
+The residual stream lives in vocabulary space. The model's parameters are exactly the paper's;
+every other TransformerLens weight is a fixed buffer:
 
 ==========================  =====================================  ==========
-TransformerLens weight      paper                                  trainable
+TransformerLens weight      paper                                  kind
 ==========================  =====================================  ==========
-``blocks.l.attn.W_Q[0]``    ``W^(l)`` (score ``x_t W x_jᵀ``)       yes
-``blocks.l.attn.W_V[0]``    ``V^(l)``                              yes
-``blocks.l.attn.P``         ``P^(l)``, one scalar per offset       yes
-``unembed.W_U``             ``W_O``                                yes
-``embed.W_E``               identity (one-hot input)               no
-``blocks.l.attn.W_K[0]``    identity                               no
-``blocks.l.attn.W_O[0]``    identity (no separate projection)      no
-``pos_embed.W_pos``         zero (positions act only through P)    no
-all biases                  zero                                   no
+``blocks.l.attn.W_Q[0]``    ``W^(l)`` (score ``x_t W x_jᵀ``)       parameter
+``blocks.l.attn.W_V[0]``    ``V^(l)``                              parameter
+``blocks.l.attn.P``         ``P^(l)``, one scalar per offset       parameter
+``unembed.W_U``             ``W_O``                                parameter
+``embed.W_E``               identity (one-hot input)               buffer
+``blocks.l.attn.W_K[0]``    identity                               buffer
+``blocks.l.attn.W_O[0]``    identity (no separate projection)      buffer
+``pos_embed.W_pos``         zero (positions act only through P)    buffer
+all biases                  zero                                   buffer
 ==========================  =====================================  ==========
 
 Attention scores are not scaled (``use_attn_scale=False``); ``P`` is added to the scores as
@@ -32,15 +32,25 @@ from tl_leadterms.errors import LeadTermsError
 
 __all__ = ["PaperAttention", "PaperModel", "paper_model"]
 
-# parameter names (relative to the model) that the paper trains, in a stable order
-PAPER_PARAMETERS = ("W_Q", "W_V", "P", "W_U")
-
 
 class PaperAttention(Attention):
-    """One-head attention whose scores get the paper's learned relative positional bias ``P``."""
+    """The paper's one-head attention: ``S(Mask(h W hᵀ + DM(P))) h V`` with hooks in TL's places.
+
+    ``W_Q[0]`` is ``W``, ``W_V[0]`` is ``V`` and ``P`` the relative bias. ``W_K`` and ``W_O`` are
+    identity buffers and the biases zero buffers, kept so that TransformerLens' circuit properties
+    (``QK``, ``OV``) and weight accessors work; the forward pass skips multiplying by them.
+    """
 
     def __init__(self, cfg: HookedTransformerConfig, attn_type: str = "global", layer_id=None):
         super().__init__(cfg, attn_type, layer_id)
+        eye = torch.eye(cfg.d_model, dtype=cfg.dtype)[None]
+        for name in ("W_K", "W_O", "b_Q", "b_K", "b_V", "b_O"):
+            fixed = eye.clone() if name.startswith("W") else torch.zeros_like(getattr(self, name))
+            delattr(self, name)
+            self.register_buffer(name, fixed)
+        with torch.no_grad():
+            self.W_Q.zero_()
+            self.W_V.zero_()
         self.P = nn.Parameter(torch.zeros(cfg.n_ctx, dtype=cfg.dtype))
 
     def relative_bias(self, query_ctx: int, key_ctx: int) -> Float[Tensor, "query_pos key_pos"]:
@@ -55,9 +65,35 @@ class PaperAttention(Attention):
         offset = query[:, None] - key[None, :]
         return torch.where(offset >= 0, self.P[offset.clamp(min=0)], 0.0)
 
-    def calculate_attention_scores(self, q, k):
-        scores = super().calculate_attention_scores(q, k)
-        return scores + self.relative_bias(scores.shape[-2], scores.shape[-1]).to(scores.dtype)
+    def forward(
+        self,
+        query_input: Float[Tensor, "batch pos d_model"],
+        key_input: Float[Tensor, "batch kv_pos d_model"],
+        value_input: Float[Tensor, "batch kv_pos d_model"],
+        past_kv_cache_entry=None,
+        additive_attention_mask=None,
+        attention_mask=None,
+        position_bias=None,
+    ) -> Float[Tensor, "batch pos d_model"]:
+        q = self.hook_q((query_input @ self.W_Q[0])[:, :, None])  # [batch, pos, 1, d_vocab]
+        k = self.hook_k(key_input[:, :, None])  # W_K = I
+        v = self.hook_v((value_input @ self.W_V[0])[:, :, None])
+        offset = 0
+        if past_kv_cache_entry is not None:
+            offset = past_kv_cache_entry.past_keys.size(1)
+            k, v = past_kv_cache_entry.append(k, v)
+        scores = q[:, :, 0] @ k[:, :, 0].transpose(-1, -2)
+        scores = scores + self.relative_bias(scores.shape[-2], scores.shape[-1]).to(scores.dtype)
+        scores = self.apply_causal_mask(scores[:, None], offset, attention_mask)
+        if additive_attention_mask is not None:
+            scores = scores + additive_attention_mask
+        scores = self.hook_attn_scores(scores)  # [batch, 1, query_pos, key_pos]
+        pattern = torch.softmax(scores, dim=-1)
+        pattern = self.hook_pattern(torch.where(torch.isnan(pattern), 0.0, pattern))
+        z = self.hook_z((pattern[:, 0] @ v[:, :, 0])[:, :, None])
+        if self.cfg.use_attn_result:  # W_O = I: each head's result is its z
+            return self.hook_result(z).sum(dim=2)
+        return z[:, :, 0]
 
 
 class PaperModel(HookedTransformer):
@@ -127,7 +163,7 @@ def paper_model(
         >>> import torch
         >>> from tl_leadterms import paper_model
         >>> model = paper_model(d_vocab=10, n_ctx=6, n_layers=2)
-        >>> sorted(n for n, p in model.named_parameters() if p.requires_grad)[:4]
+        >>> sorted(n for n, _ in model.named_parameters())[:4]
         ['blocks.0.attn.P', 'blocks.0.attn.W_Q', 'blocks.0.attn.W_V', 'blocks.1.attn.P']
         >>> model(torch.tensor([[1, 2, 3]])).shape  # zero init: uniform logits
         torch.Size([1, 3, 10])
@@ -163,20 +199,22 @@ def paper_model(
     model = PaperModel(cfg, tokenizer=tokenizer, move_to_device=False)
     for layer, block in enumerate(model.blocks):
         block.attn = PaperAttention(model.cfg, "global", layer)
+    _freeze(model)
     model.setup()  # re-register the hook points of the new attention modules
-    _paper_init(model)
     # nn.Module.to: HookedTransformer.to would print a 'Moving model' line
     return torch.nn.Module.to(model, device)
 
 
-@torch.no_grad()
-def _paper_init(model: PaperModel) -> None:
-    """Zero the paper's parameters; set the frozen weights to identity / zero."""
-    eye = torch.eye(model.cfg.d_model, dtype=model.cfg.dtype)
-    for name, param in model.named_parameters():
-        param.zero_()
-        param.requires_grad_(name.rsplit(".", 1)[-1] in PAPER_PARAMETERS)
-    model.embed.W_E.copy_(eye)
-    for block in model.blocks:
-        block.attn.W_K[0].copy_(eye)
-        block.attn.W_O[0].copy_(eye)
+def _freeze(model: PaperModel) -> None:
+    """Turn the fixed embedding (identity), W_pos (zero) and b_U (zero) into buffers."""
+    d_vocab, dtype = model.cfg.d_vocab, model.cfg.dtype
+    fixed = {
+        model.embed: ("W_E", torch.eye(d_vocab, dtype=dtype)),
+        model.pos_embed: ("W_pos", torch.zeros(model.cfg.n_ctx, d_vocab, dtype=dtype)),
+        model.unembed: ("b_U", torch.zeros(d_vocab, dtype=dtype)),
+    }
+    for module, (name, value) in fixed.items():
+        delattr(module, name)
+        module.register_buffer(name, value)
+    with torch.no_grad():
+        model.unembed.W_U.zero_()

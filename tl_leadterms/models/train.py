@@ -1,0 +1,247 @@
+"""Plain SGD on next-token cross-entropy, with optional leading-term tracking.
+
+The theory (MATH.md §3) is about full-batch gradient descent from zero initialisation at a
+constant learning rate; the paper's experiments use mini-batch SGD. :func:`train` does both and
+records, every ``every`` steps, the loss and (with ``track=stats``) the cosine of each weight with
+its own leading term.
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.corpus import CorpusStats
+
+__all__ = ["TrainHistory", "train"]
+
+# positions per forward chunk when a (mini-)batch is too big for one pass: bounds the [B, T, V]
+# logits and the residual stream of the paper model
+_CHUNK_ELEMENTS = 2**26
+
+
+@dataclass
+class TrainHistory:
+    """What :func:`train` recorded: one entry per logged step.
+
+    Attributes:
+        steps: the step after which each record was taken (1-based; step ``s`` has made ``s``
+            updates).
+        loss: mean cross-entropy of the batch that step ``s`` trained on, before its update.
+        cosines: ``{"W_O": [...], "V.0": [...], "W.0": [...], "P.0": [...], ...}``, the cosine of
+            each weight with its leading term at each logged step (empty without ``track``).
+        settings: lr, steps, batch size, number of sequences, seed.
+    """
+
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    cosines: dict[str, list[float]] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, step: int, loss: float, cosines: dict[str, float] | None) -> None:
+        self.steps.append(step)
+        self.loss.append(loss)
+        for name, value in (cosines or {}).items():
+            self.cosines.setdefault(name, []).append(value)
+
+    def min_cosine(self, weight: str) -> float:
+        """Minimum over logged steps and layers of the cosines of ``weight`` (``"W"``, ``"V"``, …)."""
+        values = [
+            v for name, vs in self.cosines.items() if name.split(".")[0] == weight for v in vs
+        ]
+        if not values:
+            raise LeadTermsError(
+                f"no cosines recorded for {weight!r}; recorded: {sorted(self.cosines)} "
+                "(train with track=stats to record them)"
+            )
+        return min(values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": list(self.steps), "loss": list(self.loss),
+                "cosines": {k: list(v) for k, v in self.cosines.items()},
+                "settings": dict(self.settings)}  # fmt: skip
+
+    def to_pandas(self):
+        """One row per logged step: ``step``, ``loss`` and one ``cos_<weight>`` column per weight."""
+        import pandas as pd
+
+        columns = {"step": self.steps, "loss": self.loss}
+        columns.update({f"cos_{name}": values for name, values in self.cosines.items()})
+        return pd.DataFrame(columns)
+
+    def __repr__(self) -> str:
+        if not self.steps:
+            return "TrainHistory(empty)"
+        parts = [f"steps {self.steps[0]}..{self.steps[-1]} ({len(self.steps)} logged)",
+                 f"loss {self.loss[0]:.4f} -> {self.loss[-1]:.4f}"]  # fmt: skip
+        for weight in ("W_O", "V", "W", "P"):
+            if any(name.split(".")[0] == weight for name in self.cosines):
+                parts.append(f"min cos {weight} {self.min_cosine(weight):.6f}")
+        return "TrainHistory(" + "; ".join(parts) + ")"
+
+
+def _check_tokens(tokens: object, model) -> Int[Tensor, "n_seq seq"]:
+    if not isinstance(tokens, Tensor):
+        try:
+            tokens = torch.as_tensor(tokens)
+        except (TypeError, ValueError) as err:
+            raise LeadTermsError(
+                f"tokens must be a [n_sequences, T + 1] integer tensor, got {type(tokens).__name__}"
+            ) from err
+    if tokens.dim() != 2 or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+        raise LeadTermsError(
+            f"tokens must be a 2-D integer tensor [n_sequences, T + 1], got shape "
+            f"{tuple(tokens.shape)} and dtype {tokens.dtype}"
+        )
+    n_seq, length = tokens.shape
+    if n_seq < 1 or length < 2:
+        raise LeadTermsError(
+            f"tokens has shape {tuple(tokens.shape)}; need at least one sequence of T + 1 >= 2 "
+            "tokens (inputs are tokens[:, :-1], targets tokens[:, 1:])"
+        )
+    if length - 1 > model.cfg.n_ctx:
+        raise LeadTermsError(
+            f"sequences have T = {length - 1} input positions but the model's n_ctx is "
+            f"{model.cfg.n_ctx}; cut the windows to n_ctx + 1 tokens (make_windows)"
+        )
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= model.cfg.d_vocab:
+        raise LeadTermsError(
+            f"token ids must lie in [0, {model.cfg.d_vocab}) (the model's d_vocab); found "
+            f"{low if low < 0 else high}"
+        )
+    return tokens.long()
+
+
+def _check_positive(name: str, value: object, kind: type) -> None:
+    ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+    if not ok or not value > 0 or (kind is float and not math.isfinite(value)):
+        raise LeadTermsError(f"{name} must be a positive {kind.__name__}, got {value!r}")
+
+
+def _loss_and_grad(model, batch: Tensor, chunk: int) -> float:
+    """Mean cross-entropy over all positions of ``batch``; accumulates its gradient."""
+    n_positions = batch.shape[0] * (batch.shape[1] - 1)
+    total = 0.0
+    for start in range(0, batch.shape[0], chunk):
+        part = batch[start : start + chunk]
+        logits = model(part[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), part[:, 1:].flatten(), reduction="sum")
+        (loss / n_positions).backward()
+        total += float(loss.detach())
+    return total / n_positions
+
+
+def train(
+    model,
+    tokens,
+    lr: float,
+    steps: int,
+    *,
+    batch_size: int | None = None,
+    track: CorpusStats | None = None,
+    every: int = 1,
+    seed: int = 0,
+    chunk_size: int | None = None,
+    progress: bool = True,
+    callback=None,
+) -> TrainHistory:
+    """Train ``model`` in place with plain SGD on the mean next-token cross-entropy.
+
+    Args:
+        model: the paper model (:func:`tl_leadterms.paper_model`) or any HookedTransformer; every
+            parameter with ``requires_grad`` is trained.
+        tokens: ``[n_sequences, T + 1]`` token ids; inputs are ``tokens[:, :-1]`` and targets
+            ``tokens[:, 1:]``, every position counts (MATH.md §1).
+        lr: constant learning rate ``η``.
+        steps: number of SGD updates ``s``.
+        batch_size: ``None`` for full-batch gradient descent (the theory); otherwise mini-batches
+            of this many sequences drawn without replacement from a fresh permutation each epoch
+            (the paper's experiments).
+        track: corpus statistics; when given, the cosine of every weight with its leading term
+            is recorded at each logged step (see :func:`tl_leadterms.leading_cosines`).
+        every: log every ``every`` steps (and always the last one).
+        seed: seed of the mini-batch order.
+        chunk_size: sequences per forward pass; a batch larger than this is processed in chunks
+            and their gradients summed (same result, bounded memory). Default: sized so the
+            logits of a chunk hold at most ``2**26`` floats.
+        progress: show a tqdm bar.
+        callback: optional ``callback(step, model, loss)`` called at each logged step.
+
+    Returns:
+        A :class:`TrainHistory`.
+
+    Example:
+        >>> import torch
+        >>> from tl_leadterms import paper_model, train
+        >>> tokens = torch.randint(0, 12, (16, 9), generator=torch.Generator().manual_seed(0))
+        >>> model = paper_model(d_vocab=12, n_ctx=8, n_layers=1)
+        >>> history = train(model, tokens, lr=0.5, steps=3, progress=False)
+        >>> round(history.loss[0], 4) == round(float(torch.log(torch.tensor(12.0))), 4)
+        True
+    """
+    tokens = _check_tokens(tokens, model)
+    _check_positive("lr", lr, float)
+    _check_positive("steps", steps, int)
+    _check_positive("every", every, int)
+    if batch_size is not None:
+        _check_positive("batch_size", batch_size, int)
+    if chunk_size is not None:
+        _check_positive("chunk_size", chunk_size, int)
+    if track is not None:
+        if not isinstance(track, CorpusStats):
+            raise LeadTermsError(
+                f"track must be a CorpusStats (from tl_leadterms.corpus_stats) or None, got "
+                f"{type(track).__name__}"
+            )
+        from tl_leadterms.analyzers.cosines import leading_cosines
+
+        leading_cosines(model, track)  # validates vocabulary and weights before any update
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise LeadTermsError("the model has no parameters with requires_grad=True to train")
+
+    device = params[0].device
+    tokens = tokens.to(device)
+    n_seq = tokens.shape[0]
+    batch = n_seq if batch_size is None else min(batch_size, n_seq)
+    chunk = chunk_size or max(1, _CHUNK_ELEMENTS // ((tokens.shape[1] - 1) * model.cfg.d_vocab))
+    optimiser = torch.optim.SGD(params, lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    history = TrainHistory(settings={"lr": lr, "steps": steps, "batch_size": batch_size,
+                                     "n_sequences": n_seq, "n_ctx": tokens.shape[1] - 1,
+                                     "seed": seed, "every": every})  # fmt: skip
+    order, cursor = None, n_seq
+    bar = tqdm(range(1, steps + 1), desc="train", disable=not progress)
+    for step in bar:
+        if batch_size is None:
+            batch_tokens = tokens
+        else:
+            if cursor + batch > n_seq:
+                order, cursor = torch.randperm(n_seq, generator=generator).to(device), 0
+            batch_tokens = tokens[order[cursor : cursor + batch]]
+            cursor += batch
+        optimiser.zero_grad(set_to_none=True)
+        loss = _loss_and_grad(model, batch_tokens, chunk)
+        if not math.isfinite(loss):
+            raise LeadTermsError(
+                f"the loss became {loss} at step {step}; lower the learning rate (lr={lr})"
+            )
+        optimiser.step()
+        if step % every == 0 or step == steps:
+            cosines = None
+            if track is not None:
+                from tl_leadterms.analyzers.cosines import leading_cosines
+
+                cosines = leading_cosines(model, track)
+            history.record(step, loss, cosines)
+            bar.set_postfix(loss=f"{loss:.4f}")
+            if callback is not None:
+                callback(step, model, loss)
+    return history
