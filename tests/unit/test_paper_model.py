@@ -1,4 +1,4 @@
-"""The paper model as a HookedTransformer against the plain-torch reference of tests/reference.py."""
+"""The paper model as a HookedTransformer against the plain-torch reference (tests/reference.py)."""
 
 import pytest
 import torch
@@ -46,7 +46,7 @@ def test_parameters_are_exactly_the_papers():
     model = paper_model(d_vocab=11, n_ctx=5, n_layers=2)
     names = {name for name, _ in model.named_parameters()}
     assert names == {"unembed.W_U"} | {
-        f"blocks.{l}.attn.{w}" for l in range(2) for w in ("W_Q", "W_V", "P")
+        f"blocks.{i}.attn.{w}" for i in range(2) for w in ("W_Q", "W_V", "P")
     }
     assert all(float(p.detach().abs().max()) == 0.0 for p in model.parameters())  # zero init
     eye = torch.eye(11)

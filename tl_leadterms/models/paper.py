@@ -54,7 +54,7 @@ class PaperAttention(Attention):
         self.P = nn.Parameter(torch.zeros(cfg.n_ctx, dtype=cfg.dtype))
 
     def relative_bias(self, query_ctx: int, key_ctx: int) -> Float[Tensor, "query_pos key_pos"]:
-        """``DM(P)`` for the last ``query_ctx`` queries of ``key_ctx`` keys (0 above the diagonal)."""
+        """``DM(P)`` for the last ``query_ctx`` of ``key_ctx`` positions (0 above the diagonal)."""
         if key_ctx > self.cfg.n_ctx:
             raise LeadTermsError(
                 f"sequence length {key_ctx} exceeds the paper model's n_ctx={self.cfg.n_ctx}: P "

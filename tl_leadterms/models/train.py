@@ -51,7 +51,7 @@ class TrainHistory:
             self.cosines.setdefault(name, []).append(value)
 
     def min_cosine(self, weight: str) -> float:
-        """Minimum over logged steps and layers of the cosines of ``weight`` (``"W"``, ``"V"``, …)."""
+        """Minimum over logged steps and layers of the cosines of ``weight`` (``"W"``, ``"V"``…)."""
         values = [
             v for name, vs in self.cosines.items() if name.split(".")[0] == weight for v in vs
         ]
@@ -68,7 +68,7 @@ class TrainHistory:
                 "settings": dict(self.settings)}  # fmt: skip
 
     def to_pandas(self):
-        """One row per logged step: ``step``, ``loss`` and one ``cos_<weight>`` column per weight."""
+        """One row per logged step: ``step``, ``loss`` and a ``cos_<weight>`` column per weight."""
         import pandas as pd
 
         columns = {"step": self.steps, "loss": self.loss}
