@@ -1,0 +1,127 @@
+"""A tiny Pythia-architecture checkpoint: saved and loaded offline, converted by TransformerLens."""
+
+import doctest
+import json
+
+import pytest
+import torch
+from transformers import GPTNeoXForCausalLM
+
+from tests.conftest import unchecked
+from tl_leadterms.adapters import factored, to_paper
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.models import neox
+from tl_leadterms.models.neox import load_neox, save_tiny_neox
+
+D_VOCAB, D_MODEL, N_HEADS, N_CTX = 40, 32, 4, 16
+
+
+def _close(got, want, rtol=1e-4):
+    """Frobenius-relative agreement (the tiny model's maps are ~1e-5 in absolute size)."""
+    return bool((got - want).norm() <= rtol * want.norm())
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return save_tiny_neox(
+        tmp_path_factory.mktemp("tiny-neox"),
+        d_vocab=D_VOCAB,
+        n_layers=2,
+        d_model=D_MODEL,
+        n_heads=N_HEADS,
+        n_ctx=N_CTX,
+        seed=1,
+    )
+
+
+@pytest.fixture(scope="module")
+def hf_logits(folder):
+    hf = GPTNeoXForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    tokens = torch.randint(0, D_VOCAB, (2, N_CTX), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        return tokens, hf(tokens).logits
+
+
+def test_saved_config_is_pythia_like(folder):
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["GPTNeoXForCausalLM"]
+    assert config["use_parallel_residual"] is True
+    assert config["rope_parameters"]["partial_rotary_factor"] == 0.25
+
+
+@pytest.mark.parametrize("processing", [True, False])
+def test_logits_match_hugging_face(folder, hf_logits, processing):
+    tokens, want = hf_logits
+    model = load_neox(
+        folder,
+        fold_ln=processing,
+        center_writing_weights=processing,
+        center_unembed=processing,
+    )
+    assert model.cfg.normalization_type == ("LNPre" if processing else "LN")
+    assert model.cfg.positional_embedding_type == "rotary"
+    assert model.cfg.rotary_dim == D_MODEL // N_HEADS // 4
+    assert model.cfg.parallel_attn_mlp
+    with torch.no_grad():
+        got = model(tokens)
+    assert (got.log_softmax(-1) - want.log_softmax(-1)).abs().max() < 1e-4
+    if not processing:  # center_unembed shifts logits by a constant per position
+        assert (got - want).abs().max() < 1e-4
+
+
+def test_to_paper_on_pythia_architecture(folder):
+    model = load_neox(folder)
+    pw = to_paper(model)
+    assert (pw.architecture, pw.exact, pw.V_kind) == ("full", False, "value_output")
+    assert (pw.n_layers, pw.n_heads, pw.d_vocab) == (2, N_HEADS, D_VOCAB)
+    meta = pw.metadata
+    assert meta["normalization_type"] == "LNPre"
+    assert meta["ln_handling"] == "already folded by TransformerLens"
+    assert meta["positional_embedding_type"] == "rotary"
+    assert meta["original_architecture"] == "GPTNeoXForCausalLM"
+    E, U = model.W_E, model.W_U
+    assert _close(pw.W_O.AB, E @ U)
+    a = model.blocks[1].attn
+    for h in range(N_HEADS):
+        want_W = E @ a.W_Q[h] @ a.W_K[h].T @ E.T / a.attn_scale
+        assert _close(pw.W[1].AB[h], want_W)
+        assert _close(pw.V[1].AB[h], E @ a.W_V[h] @ a.W_O[h] @ U)
+    with pytest.raises(LeadTermsError, match="not defined for positional_embedding_type='rotary'"):
+        pw.P
+    # the raw (unfolded) model gives the same maps once the adapter folds LN itself
+    raw = to_paper(
+        load_neox(folder, fold_ln=False, center_writing_weights=False, center_unembed=False)
+    )
+    assert raw.metadata["ln_handling"] == "folded by the adapter"
+    assert _close(raw.W[0].AB, pw.W[0].AB)
+    # center_unembed removes each row's mean over the vocabulary (softmax-invariant); otherwise
+    # the maps agree
+    for name in ("V", "W_O"):
+        raw_map = raw.V[0].AB if name == "V" else raw.W_O.AB
+        processed = pw.V[0].AB if name == "V" else pw.W_O.AB
+        assert processed.mean(-1).norm() < 1e-4 * processed.norm()
+        assert _close(raw_map - raw_map.mean(-1, keepdim=True), processed)
+        assert not _close(raw_map, processed, rtol=1e-2)
+    assert torch.allclose(factored.cosine(raw.W[1], pw.W[1]), torch.ones(N_HEADS).double())
+
+
+def test_bad_folders(tmp_path, folder):
+    with pytest.raises(LeadTermsError, match="is not a folder"):
+        load_neox(tmp_path / "missing")
+    with pytest.raises(LeadTermsError, match=r"has no config\.json"):
+        load_neox(tmp_path)
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]})
+    )
+    with pytest.raises(LeadTermsError, match=r"model_type='gpt2'.*not a GPT-NeoX"):
+        load_neox(tmp_path)
+    with pytest.raises(LeadTermsError, match="fold_ln must be True or False"):
+        unchecked(load_neox)(folder, fold_ln=1)
+    with pytest.raises(LeadTermsError, match="d_model=30 must be a multiple of n_heads=4"):
+        save_tiny_neox(tmp_path / "x", d_vocab=10, d_model=30, n_heads=4)
+
+
+def test_docstring_examples():
+    result = doctest.testmod(neox, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0
+    assert result.failed == 0
