@@ -5,6 +5,15 @@ The public API is small; everything else lives in subpackages.
 >>> from tl_leadterms import corpus_stats, leading_terms, make_windows
 """
 
+from tl_leadterms.adapters import PaperWeights, to_paper
+from tl_leadterms.analyzers import (
+    AblationTable,
+    Decomposition,
+    ablate,
+    decompose,
+    evaluate_loss,
+    leading_cosines,
+)
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models import PaperModel, TrainHistory, paper_model, train
 from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
@@ -12,17 +21,25 @@ from tl_leadterms.theory import LeadingTerms, coefficients, leading_terms, step_
 from tl_leadterms.version import __version__
 
 __all__ = [
+    "AblationTable",
     "CorpusStats",
+    "Decomposition",
     "LeadTermsError",
     "LeadingTerms",
     "PaperModel",
+    "PaperWeights",
     "TrainHistory",
     "__version__",
+    "ablate",
     "coefficients",
     "corpus_stats",
+    "decompose",
+    "evaluate_loss",
+    "leading_cosines",
     "leading_terms",
     "make_windows",
     "paper_model",
     "step_bound",
+    "to_paper",
     "train",
 ]

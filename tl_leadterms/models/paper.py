@@ -103,6 +103,15 @@ class PaperModel(HookedTransformer):
     :attr:`P` (one entry per layer) and :attr:`W_O_paper` (the output matrix, ``unembed.W_U``).
     """
 
+    def forward(self, input, *args, **kwargs):
+        if isinstance(input, Tensor) and input.shape[-1] > self.cfg.n_ctx:
+            raise LeadTermsError(
+                f"sequence length {input.shape[-1]} exceeds the paper model's "
+                f"n_ctx={self.cfg.n_ctx}: P has one scalar per offset 0..n_ctx-1; cut the "
+                "sequences or build the model with a larger n_ctx"
+            )
+        return super().forward(input, *args, **kwargs)
+
     @property
     def W(self) -> list[Tensor]:
         """Key-query matrices ``W^(l)`` [query token, key token], one per layer."""

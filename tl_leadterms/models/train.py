@@ -53,7 +53,11 @@ class TrainHistory:
     def min_cosine(self, weight: str) -> float:
         """Minimum over logged steps and layers of the cosines of ``weight`` (``"W"``, ``"V"``…)."""
         values = [
-            v for name, vs in self.cosines.items() if name.split(".")[0] == weight for v in vs
+            v
+            for name, vs in self.cosines.items()
+            if name.split(".")[0] == weight
+            for v in vs
+            if not math.isnan(v)  # a weight that is still zero has no cosine
         ]
         if not values:
             raise LeadTermsError(
@@ -200,7 +204,7 @@ def train(
                 f"track must be a CorpusStats (from tl_leadterms.corpus_stats) or None, got "
                 f"{type(track).__name__}"
             )
-        from tl_leadterms.analyzers.cosines import leading_cosines
+        from tl_leadterms.analyzers.decompose import leading_cosines
 
         leading_cosines(model, track)  # validates vocabulary and weights before any update
     params = [p for p in model.parameters() if p.requires_grad]
@@ -237,7 +241,7 @@ def train(
         if step % every == 0 or step == steps:
             cosines = None
             if track is not None:
-                from tl_leadterms.analyzers.cosines import leading_cosines
+                from tl_leadterms.analyzers.decompose import leading_cosines
 
                 cosines = leading_cosines(model, track)
             history.record(step, loss, cosines)

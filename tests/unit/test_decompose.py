@@ -1,0 +1,211 @@
+"""decompose / leading_cosines / ablate against plain computations from MATH.md."""
+
+import math
+
+import pytest
+import torch
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from tests.conftest import unchecked
+from tests.reference import dense_corpus_stats
+from tests.unit.test_reference import markov_tokens
+from tl_leadterms import LeadTermsError, corpus_stats, leading_terms, paper_model, train
+from tl_leadterms.adapters import factored, to_paper
+from tl_leadterms.analyzers import ablate, decompose, leading_cosines
+
+V, T, L = 24, 10, 2
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    tokens = markov_tokens(120, T + 1, V, seed=21)
+    return tokens, corpus_stats(tokens, d_vocab=V, progress=False), dense_corpus_stats(tokens, V)
+
+
+@pytest.fixture(scope="module")
+def trained(corpus):
+    tokens, stats, _ = corpus
+    model = paper_model(V, T, L, dtype=torch.float64)
+    history = train(model, tokens, lr=0.5, steps=8, track=stats, every=1, progress=False)
+    return model, history
+
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double().flatten(), b.double().flatten()
+    return float(a @ b / (a.norm() * b.norm()))
+
+
+def _basis(ref: dict, kind: str) -> list[torch.Tensor]:
+    """The basis of each kind, written out from the table in analyzers/basis.py's docstring."""
+    B, S, Phi, Q = ref["B_bar"], ref["Sigma_B"], ref["Phi_bar"], ref["Q_bar"]
+    return {
+        "output": [B, S, Phi.T, Phi.T @ S],
+        "value_output": [B, S, Phi.T, Phi.T @ S],  # same basis as output; leading term last
+        "value": [Phi.T @ B.T, B, S, Phi.T],
+        "attention": [Q, B @ Phi, B.T, S, Phi],
+    }[kind]
+
+
+def _least_squares(M: torch.Tensor, maps: list[torch.Tensor]) -> tuple[list[float], float]:
+    X = torch.stack([m.flatten() for m in maps], dim=1)
+    y = M.detach().double().flatten()
+    beta = torch.linalg.lstsq(X, y[:, None], driver="gelsd").solution[:, 0]
+    shares = [float(b * (X[:, i] @ y) / (y @ y)) for i, b in enumerate(beta)]
+    remainder = float(((y - X @ beta) ** 2).sum() / (y @ y))
+    return shares, remainder
+
+
+def test_tracked_cosines_at_small_s_lr(trained):
+    _, history = trained
+    for weight in ("W_O", "V", "W", "P"):
+        assert history.min_cosine(weight) >= 0.999, weight
+    assert set(history.cosines) == {"W_O"} | {f"{w}.{i}" for w in "VWP" for i in range(L)}
+    # W and P are exactly zero until step 3: no direction, recorded as NaN
+    assert math.isnan(history.cosines["W.0"][1]) and not math.isnan(history.cosines["W.0"][2])
+
+
+def test_decompose_matches_hand_computation(corpus, trained):
+    _tokens, stats, _ref = corpus
+    model, _ = trained
+    d = decompose(model, stats, lr=0.5, steps=8)
+    lt = leading_terms(stats, lr=0.5, steps=8, n_layers=L)
+    assert d.row("W_O")["cosine"] == pytest.approx(_cos(model.unembed.W_U, lt.W_O), abs=1e-10)
+    for layer in range(L):
+        attn = model.blocks[layer].attn
+        for weight, param, target in [
+            ("V", attn.W_V[0], lt.V[layer]),
+            ("W", attn.W_Q[0], lt.W[layer]),
+            ("P", attn.P, lt.P[layer]),
+        ]:
+            row = d.row(weight, layer, 0)
+            assert row["cosine"] == pytest.approx(_cos(param, target), abs=1e-10)
+            assert row["cosine"] > 0.999
+    # implied s·η from W_O's projection onto B̄ matches lr·steps within 1%
+    assert d.row("W_O")["implied_s_lr"] == pytest.approx(4.0, rel=0.01)
+    assert d.row("W_O")["expected_s_lr"] == 4.0
+
+
+def test_least_squares_against_dense_reference(corpus, trained):
+    _, stats, ref = corpus
+    model, _ = trained
+    d = decompose(model, stats)
+    cases = [("W_O", None, model.unembed.W_U, "output")]
+    for layer in range(L):
+        cases.append(("V", layer, model.blocks[layer].attn.W_V[0], "value"))
+        cases.append(("W", layer, model.blocks[layer].attn.W_Q[0], "attention"))
+    for weight, layer, M, kind in cases:
+        row = d.row(weight, layer)
+        shares, remainder = _least_squares(M, _basis(ref, kind))
+        assert list(row["shares"].values()) == pytest.approx(shares, abs=1e-6)
+        assert row["remainder"] == pytest.approx(remainder, abs=1e-6)
+        assert row["explained"] == pytest.approx(sum(shares), abs=1e-6)
+    assert d.row("W_O")["character"] == "bigram-like"
+    assert d.row("V", 0)["character"] == "context∘bigram-like"
+
+
+def _random_attn_only(seed: int) -> HookedTransformer:
+    cfg = HookedTransformerConfig(
+        d_model=12, d_head=4, n_heads=3, n_layers=2, n_ctx=T, d_vocab=V, attn_only=True,
+        normalization_type=None, act_fn=None, seed=seed,
+    )  # fmt: skip
+    model = HookedTransformer(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    return model
+
+
+def test_factored_equals_materialised(corpus):
+    _tokens, stats, ref = corpus
+    model = _random_attn_only(3)
+    d = decompose(model, stats)
+    pw = to_paper(model)
+    W_E, W_U = model.W_E.detach().double(), model.W_U.detach().double()
+    M = W_E @ W_U
+    row = d.row("W_O")
+    assert row["cosine"] == pytest.approx(_cos(M, ref["B_bar"]), rel=1e-5)
+    shares, remainder = _least_squares(M, _basis(ref, "output"))
+    assert list(row["shares"].values()) == pytest.approx(shares, rel=1e-5, abs=1e-9)
+    for layer in range(2):
+        for head in range(3):
+            OV = W_E @ model.W_V[layer, head].double() @ model.W_O[layer, head].double() @ W_U
+            QK = W_E @ model.W_Q[layer, head].double() @ model.W_K[layer, head].double().T
+            QK = QK @ W_E.T / model.blocks[layer].attn.attn_scale
+            for weight, dense, kind in (("V", OV, "value_output"), ("W", QK, "attention")):
+                r = d.row(weight, layer, head)
+                target = _basis(ref, kind)[3 if kind == "value_output" else 0]
+                assert r["cosine"] == pytest.approx(_cos(dense, target), rel=1e-5)
+                shares, remainder = _least_squares(dense, _basis(ref, kind))
+                assert list(r["shares"].values()) == pytest.approx(shares, rel=1e-4, abs=1e-8)
+                assert r["remainder"] == pytest.approx(remainder, rel=1e-4, abs=1e-8)
+        assert torch.allclose(factored.materialise(pw.W[layer]).double()[1], QK.new_tensor(0) + (
+            W_E @ model.W_Q[layer, 1].double() @ model.W_K[layer, 1].double().T @ W_E.T
+            / model.blocks[layer].attn.attn_scale), atol=1e-5)  # fmt: skip
+    combined = decompose(model, stats, per_head=False)
+    OV_sum = sum(W_E @ model.W_V[0, h].double() @ model.W_O[0, h].double() @ W_U for h in range(3))
+    assert combined.row("V", 0)["cosine"] == pytest.approx(_cos(OV_sum, ref["G_bar"].T), rel=1e-5)
+
+
+def test_restricted_stats_compare_kept_tokens(corpus):
+    tokens, _, _ = corpus
+    kept = [3, 7, 1, 20, 11, 5, 9, 14]
+    stats = corpus_stats(tokens, d_vocab=V, vocab=kept, progress=False)
+    ref = dense_corpus_stats(tokens, V, kept=kept)
+    model = _random_attn_only(4)
+    M = (model.W_E @ model.W_U).detach().double()[kept][:, kept]
+    assert decompose(model, stats).row("W_O")["cosine"] == pytest.approx(
+        _cos(M, ref["B_bar"]), rel=1e-5
+    )
+
+
+def test_top_pairs_finds_the_planted_difference(corpus):
+    tokens, stats, _ = corpus
+    model = paper_model(V, T, 1, dtype=torch.float64)
+    train(model, tokens, lr=0.5, steps=2, progress=False)
+    with torch.no_grad():
+        model.unembed.W_U[4, 9] += 1.0
+    pairs = decompose(model, stats).top_pairs("W_O", k=3)
+    assert (pairs[0].row_id, pairs[0].col_id) == (4, 9)
+    assert pairs[0].difference == pytest.approx(pairs[0].model - pairs[0].theory)
+    assert abs(pairs[0].difference) > abs(pairs[1].difference)
+
+
+def test_ablation_ordering(corpus):
+    tokens, stats, _ = corpus
+    model = paper_model(V, T, L, dtype=torch.float64)
+    train(model, tokens, lr=2.0, steps=30, progress=False)
+    table = ablate(model, stats, tokens, progress=False)
+    base = table.original_loss
+    out = table.loss("W_O") - base
+    value = min(table.loss("V", layer) for layer in range(L)) - base
+    attention = max(table.loss("W", layer) for layer in range(L)) - base
+    # the paper's Table 3: output (+2.9) >> value (+0.8..1.2) >> attention (+0.001..0.012)
+    assert out > 2 * max(table.loss("V", layer) - base for layer in range(L))
+    assert value > 10 * attention
+    # the model is restored after each ablation
+    assert table.original_loss == pytest.approx(ablate(model, stats, tokens,
+                                                       progress=False).original_loss)  # fmt: skip
+
+
+def test_bad_input(corpus):
+    tokens, stats, _ = corpus
+    other = corpus_stats(torch.randint(0, V + 5, (8, T + 1)), d_vocab=V + 5, progress=False)
+    model = paper_model(V, T, L)
+    with pytest.raises(LeadTermsError, match="d_vocab=29"):
+        decompose(model, other)
+    with pytest.raises(LeadTermsError, match="out of range"):
+        decompose(model, stats, layers=[0, 5])
+    with pytest.raises(LeadTermsError, match="CorpusStats"):
+        unchecked(decompose)(model, "stats")
+    with pytest.raises(LeadTermsError, match="weights"):
+        decompose(model, stats, weights=("W_O", "MLP"))
+    with torch.no_grad():
+        model.blocks[1].attn.W_V[0, 2, 3] = float("nan")
+    with pytest.raises(LeadTermsError, match=r"(?i)nan|finite"):
+        decompose(model, stats)
+    with pytest.raises(LeadTermsError, match="paper model"):
+        ablate(_random_attn_only(0), stats, tokens)
+    with pytest.raises(LeadTermsError, match=r"HookedTransformer|missing"):
+        unchecked(decompose)(torch.nn.Linear(3, 3), stats)
+    with pytest.raises(LeadTermsError, match="d_vocab=29"):
+        leading_cosines(paper_model(V, T, 1), other)

@@ -1,0 +1,148 @@
+"""Causal test (the paper's Table 3): remove a weight's projection onto its leading term."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from tl_leadterms.analyzers import basis
+from tl_leadterms.analyzers.decompose import _adapt, _layers, weight_kind
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.models.paper import PaperModel
+from tl_leadterms.models.train import _check_tokens
+from tl_leadterms.stats.corpus import CorpusStats
+
+__all__ = ["AblationTable", "ablate", "evaluate_loss"]
+
+
+@dataclass
+class AblationTable:
+    """Loss after removing each weight's leading-term projection (one row per weight, layer)."""
+
+    original_loss: float
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def loss(self, weight: str, layer: int | None = None) -> float:
+        for row in self.rows:
+            if row["weight"] == weight and row["layer"] == layer:
+                return row["loss"]
+        raise LeadTermsError(f"no ablation row for weight={weight!r}, layer={layer!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"original_loss": self.original_loss, "rows": [dict(r) for r in self.rows]}
+
+    def to_pandas(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    def __repr__(self) -> str:
+        header = f"{'weight':<6} {'layer':>5} {'removed':>8} {'loss':>9} {'change':>9}"
+        lines = [f"Ablation (original loss {self.original_loss:.4f})", header]
+        for r in self.rows:
+            layer = "-" if r["layer"] is None else str(r["layer"])
+            lines.append(
+                f"{r['weight']:<6} {layer:>5} {r['removed_fraction']:8.4f} {r['loss']:9.4f} "
+                f"{r['loss'] - self.original_loss:+9.4f}"
+            )
+        return "\n".join(lines)
+
+
+@torch.no_grad()
+def evaluate_loss(model, tokens, *, batch_size: int = 64) -> float:
+    """Mean next-token cross-entropy of ``model`` over all positions of ``tokens`` [N, T+1]."""
+    tokens = _check_tokens(tokens, model).to(model.cfg.device)
+    total, count = 0.0, 0
+    for start in range(0, tokens.shape[0], batch_size):
+        part = tokens[start : start + batch_size]
+        logits = model(part[:, :-1])
+        total += float(
+            F.cross_entropy(logits.flatten(0, 1), part[:, 1:].flatten(), reduction="sum")
+        )
+        count += part[:, 1:].numel()
+    return total / count
+
+
+def _parameter(model: PaperModel, weight: str, layer: int | None) -> torch.Tensor:
+    if weight == "W_O":
+        return model.unembed.W_U
+    attn = model.blocks[layer].attn
+    return {"V": attn.W_V[0], "W": attn.W_Q[0], "P": attn.P}[weight]
+
+
+def _embedded_target(stats: CorpusStats, kind: str, like: torch.Tensor) -> torch.Tensor:
+    """The leading term as a full-vocabulary tensor shaped like the parameter (0 off ``kept``)."""
+    T = basis.target(kind).build(stats).to(like.device, like.dtype)
+    if kind == "positional":
+        out = torch.zeros_like(like)
+        n = min(like.shape[0], T.shape[0])
+        out[:n] = T[:n]
+        return out
+    if stats.kept is None:
+        return T
+    out = torch.zeros_like(like)
+    kept = stats.kept.to(like.device)
+    out[kept[:, None], kept[None, :]] = T
+    return out
+
+
+@torch.no_grad()
+def ablate(
+    model,
+    stats: CorpusStats,
+    tokens,
+    *,
+    weights: tuple[str, ...] = ("W_O", "V", "W"),
+    layers: int | list[int] | None = None,
+    batch_size: int = 64,
+    progress: bool = True,
+) -> AblationTable:
+    """Remove each weight's projection onto its leading term, one at a time, and re-measure loss.
+
+    ``M ← M − (⟨M, T⟩/‖T‖²)·T`` with ``T`` the weight's leading term (MATH.md §4, paper Table 3);
+    the model is restored after each measurement. The weights must be parameters of the model,
+    so this runs on the paper model (:func:`tl_leadterms.paper_model`); for other models use
+    :func:`tl_leadterms.decompose`, whose maps are products of several parameters.
+
+    Args:
+        model: a trained paper model.
+        stats: its corpus statistics.
+        tokens: ``[N, T+1]`` evaluation windows.
+        weights: which of ``"W_O"``, ``"V"``, ``"W"``, ``"P"``.
+        layers: which layers (default all).
+        batch_size: sequences per forward pass.
+        progress: show a tqdm bar.
+    """
+    if not isinstance(model, PaperModel):
+        raise LeadTermsError(
+            f"ablate edits the paper's parameters in place, so it needs the paper model "
+            f"(tl_leadterms.paper_model), got {type(model).__name__}; decompose() analyses "
+            "other models"
+        )
+    pw = _adapt(model, stats)
+    chosen = _layers(layers, pw.n_layers)
+    if isinstance(weights, str):
+        weights = (weights,)
+    if any(w not in ("W_O", "V", "W", "P") for w in weights):
+        raise LeadTermsError(f"weights must be a subset of ('W_O', 'V', 'W', 'P'), got {weights}")
+    table = AblationTable(original_loss=evaluate_loss(model, tokens, batch_size=batch_size))
+    jobs = [(w, layer) for w in weights for layer in ([None] if w == "W_O" else chosen)]
+    for weight, layer in tqdm(jobs, desc="ablate", disable=not progress):
+        param = _parameter(model, weight, layer)
+        T = _embedded_target(stats, weight_kind(pw, weight), param)
+        coefficient = float((param.double() * T.double()).sum() / (T.double() ** 2).sum())
+        saved = param.detach().clone()
+        removed = coefficient * T
+        param.sub_(removed)
+        try:
+            loss = evaluate_loss(model, tokens, batch_size=batch_size)
+        finally:
+            param.copy_(saved)
+        fraction = float(
+            (removed.double() ** 2).sum() / (saved.double() ** 2).sum().clamp(min=1e-300)
+        )
+        table.rows.append({"weight": weight, "layer": layer, "coefficient": coefficient,
+                           "removed_fraction": fraction, "loss": loss})  # fmt: skip
+    return table

@@ -1,0 +1,135 @@
+"""Fit one vocabulary-space map (or a stack of per-head maps) onto a basis of corpus statistics.
+
+Everything here works from inner products only (:mod:`tl_leadterms.adapters.factored`), so a
+factored map is never materialised. For a map ``M`` and basis ``T_1..T_n`` with Gram matrix
+``G_ij = ⟨T_i, T_j⟩`` and ``b_i = ⟨T_i, M⟩``:
+
+- cosine with the leading term ``T_0``: ``b_0 / (‖M‖ ‖T_0‖)``;
+- projection coefficient ``a = b_0 / ‖T_0‖²`` (the ``c`` of ``M ≈ c·T_0``);
+- least squares ``β = argmin ‖M − Σ β_i T_i‖``; share of component ``i`` is
+  ``β_i b_i / ‖M‖²``. The shares add up to the explained fraction ``1 − ‖r‖²/‖M‖²`` exactly;
+  with strongly correlated components an individual share can be negative.
+"""
+
+import weakref
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from tl_leadterms.adapters import factored
+from tl_leadterms.analyzers.basis import COMPONENTS, FAMILIES, Component
+from tl_leadterms.stats.corpus import CorpusStats
+
+__all__ = ["BasisCache", "MapFit", "fit_map"]
+
+
+class BasisCache:
+    """The basis matrices and Gram matrices of one ``CorpusStats``, built once and reused."""
+
+    _instances: ClassVar["weakref.WeakKeyDictionary[CorpusStats, BasisCache]"] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def __init__(self, stats: CorpusStats) -> None:
+        self.stats = stats
+        self._maps: dict[str, Tensor] = {}
+        self._gram: dict[str, Tensor] = {}
+
+    @classmethod
+    def of(cls, stats: CorpusStats) -> "BasisCache":
+        if stats not in cls._instances:
+            cls._instances[stats] = cls(stats)
+        return cls._instances[stats]
+
+    def map(self, component: Component) -> Tensor:
+        if component.formula not in self._maps:
+            self._maps[component.formula] = component.build(self.stats)
+        return self._maps[component.formula]
+
+    def gram(self, kind: str) -> Tensor:
+        """``G_ij = ⟨T_i, T_j⟩`` (float64) of a kind's basis."""
+        if kind not in self._gram:
+            maps = [self.map(c) for c in COMPONENTS[kind][1]]
+            n = len(maps)
+            gram = torch.zeros(n, n, dtype=torch.float64)
+            for i in range(n):
+                for j in range(i, n):
+                    value = float(factored.inner_maps(maps[i].double(), maps[j].double()))
+                    gram[i, j] = gram[j, i] = value
+            self._gram[kind] = gram
+        return self._gram[kind]
+
+
+@dataclass
+class MapFit:
+    """The fit of one map (one head, or one head-combined layer)."""
+
+    cosine: float
+    projection: float
+    norm: float
+    shares: dict[str, float]
+    family_shares: dict[str, float]
+    remainder: float
+
+
+def _lstsq(gram: Tensor, b: Tensor) -> Tensor:
+    """``β`` minimising ``‖M − Σ β_i T_i‖²`` from ``G`` and ``b`` (columns scaled to unit norm)."""
+    scale = gram.diagonal().clamp(min=0).sqrt()
+    usable = scale > 0
+    beta = torch.zeros_like(b)
+    if usable.any():
+        s = scale[usable]
+        G = gram[usable][:, usable] / (s[:, None] * s[None, :])
+        rhs = b[..., usable] / s
+        solution = torch.linalg.pinv(G, rtol=1e-10, hermitian=True) @ rhs.unsqueeze(-1)
+        beta[..., usable] = solution.squeeze(-1) / s
+    return beta
+
+
+def fit_map(M, kind: str, cache: BasisCache, *, vector: bool = False) -> list[MapFit]:
+    """Fit ``M`` (``[h, n, m]`` maps or ``[h, n]`` vectors for ``positional``) onto its basis.
+
+    Returns one :class:`MapFit` per leading index ``h``.
+    """
+    lead, basis = COMPONENTS[kind]
+    if vector:  # [h, n] against vectors cut to the same length n (common offsets)
+        M = M.detach().double()
+        maps = [cache.map(c).double().to(M.device)[: M.shape[-1]] for c in basis]
+        gram = torch.stack([torch.stack([(S * T).sum() for T in maps]) for S in maps]).cpu()
+        b = torch.stack([(M * T).sum(-1) for T in maps], dim=-1).cpu()
+        sq = (M * M).sum(-1).cpu()
+    else:
+        gram = cache.gram(kind)
+        maps = [cache.map(c) for c in basis]
+        b = torch.stack([factored.inner(M, T).cpu() for T in maps], dim=-1)
+        sq = factored.sq_norm(M).cpu()
+    beta = _lstsq(gram, b)
+    residual = sq - 2 * (beta * b).sum(-1) + ((beta @ gram) * beta).sum(-1)
+    fits = []
+    for h in range(b.shape[0]):
+        norm2, lead_sq = float(sq[h]), float(gram[lead, lead])
+        denominator = (norm2 * lead_sq) ** 0.5
+        cosine = float(b[h, lead]) / denominator if denominator > 0 else 0.0
+        shares = {c.name: float(beta[h, i] * b[h, i]) / norm2 if norm2 > 0 else 0.0
+                  for i, c in enumerate(basis)}  # fmt: skip
+        families = dict.fromkeys(FAMILIES, 0.0)
+        for component in basis:
+            for family in component.families:
+                families[family] += shares[component.name] / len(component.families)
+        fits.append(
+            MapFit(
+                cosine=max(-1.0, min(1.0, cosine)),
+                projection=float(b[h, lead]) / lead_sq if lead_sq > 0 else 0.0,
+                norm=norm2**0.5,
+                shares=shares,
+                family_shares={f: v for f, v in families.items() if f in _families(basis)},
+                remainder=max(0.0, float(residual[h]) / norm2) if norm2 > 0 else 1.0,
+            )
+        )
+    return fits
+
+
+def _families(basis: tuple[Component, ...]) -> set[str]:
+    return {family for component in basis for family in component.families}

@@ -1,0 +1,161 @@
+"""`Decomposition`: the table that :func:`tl_leadterms.decompose` returns."""
+
+import math
+from typing import Any, NamedTuple
+
+import torch
+from transformer_lens import FactoredMatrix
+
+from tl_leadterms.adapters import factored
+from tl_leadterms.analyzers import basis
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["Decomposition", "PairDifference"]
+
+# rows of a factored map materialised at once by top_pairs
+_ROW_BLOCK = 1024
+
+
+class PairDifference(NamedTuple):
+    """One entry of :meth:`Decomposition.top_pairs`: where model and fitted theory differ."""
+
+    row_token: str | int
+    col_token: str | int
+    row_id: int
+    col_id: int
+    model: float
+    theory: float
+    difference: float
+
+
+def _fmt(value: float, width: int = 8) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-".rjust(width)
+    return f"{value:{width}.4f}" if abs(value) < 1e3 else f"{value:{width}.3e}"
+
+
+class Decomposition:
+    """One row per (weight, layer, head); see :func:`tl_leadterms.decompose`.
+
+    Row fields: ``weight``, ``layer``, ``head``, ``label`` (``"L{l}H{h}"``), ``kind``, ``target``
+    (the leading term's formula), ``cosine`` (with the leading term, the paper's metric),
+    ``projection`` (``⟨M, T⟩/‖T‖²``), ``implied_s_lr`` (the ``s·η`` that projection implies),
+    ``expected_s_lr`` (``lr·steps`` when given), ``norm``, ``explained`` (least-squares ``R²``
+    on the basis), ``remainder`` (``1 − explained``), ``shares`` (per basis component),
+    ``family_shares`` (bigram / interchangeability / context / positional) and ``character``
+    (the family with the largest share).
+    """
+
+    def __init__(self, rows: list[dict[str, Any]], *, metadata: dict, weights, stats) -> None:
+        self.rows = rows
+        self.metadata = metadata
+        self.weights = weights
+        self.stats = stats
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def row(self, weight: str, layer: int | None = None, head: int | None = None) -> dict:
+        """The row of one weight (``head=None`` picks head 0 of a per-head table)."""
+        matches = [r for r in self.rows if r["weight"] == weight and r["layer"] == layer]
+        if head is not None or any(r["head"] is not None for r in matches):
+            matches = [r for r in matches if r["head"] == (head or 0)]
+        if not matches:
+            have = sorted({(r["weight"], r["layer"], r["head"]) for r in self.rows}, key=str)
+            raise LeadTermsError(
+                f"no row for weight={weight!r}, layer={layer!r}, head={head!r}; rows: {have}"
+            )
+        return matches[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: ``{"rows": [...], "metadata": {...}}`` (JSON-serialisable)."""
+        return {"rows": [dict(r) for r in self.rows], "metadata": self.metadata}
+
+    def to_pandas(self):
+        """A DataFrame, one row per (weight, layer, head); shares become ``share:<name>`` and
+        ``family:<name>`` columns."""
+        import pandas as pd
+
+        flat = []
+        for r in self.rows:
+            row = {k: v for k, v in r.items() if k not in ("shares", "family_shares")}
+            row.update({f"share:{k}": v for k, v in r["shares"].items()})
+            row.update({f"family:{k}": v for k, v in r["family_shares"].items()})
+            flat.append(row)
+        return pd.DataFrame(flat)
+
+    def __repr__(self) -> str:
+        meta = self.metadata
+        lines = [
+            f"Decomposition of {meta['model'].get('model_name')!r} against corpus statistics "
+            f"(k={meta['k']}, T={meta['n_ctx']}, {meta['n_sequences']} sequences)"
+            + (f"; lr·steps = {meta['lr'] * meta['steps']:.4g}" if meta["steps"] else ""),
+            f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} {'sη impl.':>8} "
+            f"{'explained':>9} {'bigram':>7} {'interch.':>8} {'context':>7}  "
+            "character (largest share)",
+        ]
+        for r in self.rows:
+            fam = r["family_shares"]
+            where = r["label"] if r["layer"] is not None else "-"
+            lines.append(
+                f"{r['weight']:<6} {where:<7} {r['target']:<8} {r['cosine']:9.6f} "
+                f"{_fmt(r['implied_s_lr'])} {r['explained']:9.4f} "
+                f"{_fmt(fam.get('bigram'), 7)} {_fmt(fam.get('interchangeability'))} "
+                f"{_fmt(fam.get('context'), 7)}  {r['character']}"
+            )
+        return "\n".join(lines)
+
+    def top_pairs(
+        self, weight: str, layer: int | None = None, head: int | None = None, k: int = 10
+    ) -> list[PairDifference]:
+        """The ``k`` token pairs where the model's map and its fitted leading term differ most.
+
+        The theory side is the leading term scaled by the row's projection coefficient, so the
+        comparison is of shape, not overall scale. Rows and columns are kept token ids, decoded
+        with the statistics' tokenizer when one is attached.
+        """
+        if weight == "P":
+            raise LeadTermsError("top_pairs compares token-token maps; P is indexed by offset")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise LeadTermsError(f"k must be a positive int, got {k!r}")
+        r = self.row(weight, layer, head)
+        pw, stats = self.weights, self.stats
+        if weight == "W_O":
+            M = pw.W_O
+        elif r["head"] is None:
+            M = pw.layer_map(weight, layer)
+        else:
+            M = (pw.V if weight == "V" else pw.W)[layer][r["head"]]
+        if stats.kept is not None:
+            M = factored.restrict(M, stats.kept, stats.kept)
+        T = basis.target(r["kind"]).build(stats)
+        scale = r["projection"]
+        best_values = torch.empty(0, dtype=torch.float64)
+        best_index = torch.empty(0, dtype=torch.long)
+        with torch.no_grad():
+            for start in range(0, T.shape[0], _ROW_BLOCK):
+                rows = slice(start, start + _ROW_BLOCK)
+                block = M.A[rows] @ M.B if isinstance(M, FactoredMatrix) else M[rows]
+                diff = (block.double() - scale * T[rows].to(block.device).double()).flatten()
+                n = min(k, diff.numel())
+                values, index = diff.abs().topk(n)
+                best_values = torch.cat([best_values, values.cpu()])
+                best_index = torch.cat([best_index, index.cpu() + start * T.shape[1]])
+                keep = best_values.topk(min(k, best_values.numel())).indices
+                best_values, best_index = best_values[keep], best_index[keep]
+        return self._pairs(M, T, scale, best_index)
+
+    @torch.no_grad()
+    def _pairs(self, M, T, scale: float, best_index) -> list[PairDifference]:
+        stats = self.stats
+        out = []
+        tokenizer = stats.tokenizer
+        for flat in best_index.tolist():
+            i, j = divmod(flat, T.shape[1])
+            model_value = float(M.A[i] @ M.B[:, j] if isinstance(M, FactoredMatrix) else M[i, j])
+            theory = scale * float(T[i, j])
+            ri, ci = stats.vocab.token_id(i), stats.vocab.token_id(j)
+            decode = (lambda t: tokenizer.decode([t])) if tokenizer is not None else (lambda t: t)
+            out.append(PairDifference(decode(ri), decode(ci), ri, ci, model_value, theory,
+                                      model_value - theory))  # fmt: skip
+        return out
