@@ -93,6 +93,7 @@ def test_to_paper_on_pythia_architecture(folder):
         load_neox(folder, fold_ln=False, center_writing_weights=False, center_unembed=False)
     )
     assert raw.metadata["ln_handling"] == "folded by the adapter"
+    assert meta["unembed_centred"] is True and raw.metadata["unembed_centred"] is False
     assert _close(raw.W[0].AB, pw.W[0].AB)
     # center_unembed removes each row's mean over the vocabulary (softmax-invariant); otherwise
     # the maps agree

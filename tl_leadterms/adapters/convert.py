@@ -100,6 +100,11 @@ def _attn_scale(cfg: Any, layer: int) -> float:
     return scale
 
 
+def _centred(W_U: Float[Tensor, "d_in d_vocab"]) -> bool:
+    """Whether every row of ``W_U`` has zero mean over the vocabulary (up to rounding)."""
+    return bool((W_U.mean(-1).abs().max() <= 1e-6 * W_U.abs().max()).item())
+
+
 def _paper_weights(model: PaperModel) -> PaperWeights:
     cfg = model.cfg
     params = {name: p for name, p in model.paper_parameters().items()}
@@ -116,6 +121,7 @@ def _paper_weights(model: PaperModel) -> PaperWeights:
         "ln_folded_into": [],
         "ln_centring": None,
         "ln_scale_ignored": False,
+        "unembed_centred": _centred(model.unembed.W_U.detach()),
         "biases_ignored": [],
         "attn_scale": [1.0] * cfg.n_layers,
         "scores_divided_by_attn_scale": True,
@@ -259,6 +265,8 @@ def _embedded_weights(model: Any, fold_ln: bool) -> PaperWeights:
             else None
         ),
         "ln_scale_ignored": norm is not None,
+        # center_unembed: zero mean over the vocabulary, like the theory targets' rows
+        "unembed_centred": _centred(W_U),
         "biases_ignored": _nonzero_biases(model),
         "attn_scale": [_attn_scale(cfg, layer) for layer in range(cfg.n_layers)],
         "scores_divided_by_attn_scale": True,
@@ -300,7 +308,9 @@ def to_paper(model: Any, *, fold_ln: bool = True) -> PaperWeights:
         :class:`PaperWeights`; its module docstring table says what each map contains.
         ``metadata`` keys: ``model_name``, ``original_architecture``, ``architecture``,
         ``normalization_type``, ``positional_embedding_type``, ``fold_ln``, ``ln_handling``,
-        ``ln_folded_into``, ``ln_centring``, ``ln_scale_ignored``, ``biases_ignored``,
+        ``ln_folded_into``, ``ln_centring``, ``ln_scale_ignored``, ``unembed_centred`` (``W_U``
+        has zero mean over the vocabulary, as after ``center_unembed``: the ``W_O`` and ``V``
+        maps' rows then sum to 0 like the theory targets'), ``biases_ignored``,
         ``attn_scale`` (per layer), ``scores_divided_by_attn_scale``, ``V_kind``.
 
     Example:
