@@ -1,6 +1,7 @@
 """The ``tl-leadterms`` command.
 
     tl-leadterms demo                       # embedded corpus -> statistics -> association lists
+                                            # -> a short training run -> decompose table
     tl-leadterms stats corpus.txt -o s.safetensors --tokenizer word:3000 --n-ctx 200
     tl-leadterms top s.safetensors red --tokenizer tok_dir
 
@@ -83,7 +84,29 @@ def cmd_demo(args: argparse.Namespace) -> int:
     stats.save(path)
     tokenizer.save_pretrained(out / "tokenizer")
     print(f"\nSaved {path} and {out / 'tokenizer'} ({time.perf_counter() - start:.1f} s)")
+    if args.train_steps:
+        _demo_training(args, stories, tokenizer)
     return 0
+
+
+def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> None:
+    """Train the paper's model briefly on the same corpus and print what its weights hold."""
+    from tl_leadterms import corpus_stats, decompose, make_windows, paper_model, train
+
+    start = time.perf_counter()
+    n_ctx = args.train_n_ctx
+    windows = make_windows(stories, n_ctx, tokenizer=tokenizer)[: args.train_windows]
+    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
+    lr, steps = args.train_lr, args.train_steps
+    print(
+        f"\nTraining the paper's 3-layer model (|V| = {len(tokenizer)}, T = {n_ctx}) on "
+        f"{windows.shape[0]} windows: full-batch GD, η = {lr}, {steps} steps, from zero ..."
+    )
+    model = paper_model(len(tokenizer), n_ctx, 3)
+    history = train(model, windows, lr=lr, steps=steps, track=stats, progress=not args.quiet)
+    print(f"  {history!r}")
+    print(f"\n{decompose(model, stats, lr=lr, steps=steps)}")
+    print(f"  ({time.perf_counter() - start:.1f} s)")
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -134,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="out", help="folder for the outputs")
     demo.add_argument("--quiet", action="store_true", help="no progress bars")
+    demo.add_argument("--train-steps", type=int, default=6, help="GD steps (0: no training)")
+    demo.add_argument("--train-lr", type=float, default=1.0, help="learning rate η")
+    demo.add_argument("--train-n-ctx", type=int, default=32, help="window length for training")
+    demo.add_argument("--train-windows", type=int, default=256, help="training windows")
     demo.set_defaults(func=cmd_demo)
 
     stats = sub.add_parser("stats", help="text files -> a statistics file")

@@ -1,5 +1,6 @@
 """The example scripts run end to end (small settings) and print what they promise."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,3 +17,32 @@ def test_corpus_statistics_example():
     red = next(line for line in out.splitlines() if line.strip().startswith("red ->"))
     assert all(noun in red for noun in ("ball", "car", "dress", "balloon", "truck"))
     assert "saved and reloaded" in out and "LeadingTerms(lr=0.005, steps=100" in out
+
+
+def test_reproduce_paper_small_preset(tmp_path):
+    """The paper's three toy results, at the small preset of the same script."""
+    script = ROOT / "examples" / "reproduce_paper.py"
+    args = ["--preset", "small", "--out", str(tmp_path)]
+    out = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, check=True
+    ).stdout
+    assert "Table 1" in out and "Figure 4" in out and "Table 3" in out and "Decomposition" in out
+    results = json.loads((tmp_path / "results.json").read_text())
+    # Table 1: at small s·η every weight stays aligned with its leading term
+    for weight in ("W", "V", "W_O"):
+        assert results["table1"]["min_cosine"][weight] >= 0.99
+    # Figure 4: at large s·η the cosines start high and decline while the loss falls
+    curve = results["figure4"]["curve"]
+    first, last = curve[0], curve[-1]
+    assert last["loss"] < first["loss"] - 0.5
+    for weight in ("W_O", "V", "W"):
+        assert first[f"min cos {weight}"] >= 0.9
+        assert last[f"min cos {weight}"] < first[f"min cos {weight}"] - 0.05
+    # Table 3: removing the output projection hurts most, then value, then attention
+    rows = results["table3"]["rows"]
+    change = {(r["weight"], r["layer"]): r["loss"] - results["table3"]["original_loss"]
+              for r in rows}  # fmt: skip
+    output = change[("W_O", None)]
+    value = [v for (w, _), v in change.items() if w == "V"]
+    attention = [v for (w, _), v in change.items() if w == "W"]
+    assert output > max(value) > min(value) > max(attention)

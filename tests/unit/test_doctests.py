@@ -10,6 +10,9 @@ MODULES = [
     "tl_leadterms.stats.compute",
     "tl_leadterms.stats.windows",
     "tl_leadterms.theory",
+    "tl_leadterms.models.paper",
+    "tl_leadterms.models.train",
+    "tl_leadterms.analyzers.decompose",
 ]
 
 

