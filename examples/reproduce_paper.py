@@ -28,24 +28,51 @@ from tl_leadterms import ablate, corpus_stats, decompose, make_windows, paper_mo
 from tl_leadterms.data import generate_stories, train_word_tokenizer
 
 PRESETS = {
-    # stories, vocab, T, windows, batch, (small lr, steps), (large lr, steps), log every
-    "full": dict(stories=6000, vocab=600, n_ctx=64, windows=4096, batch=256,
-                 small=(0.5, 32), large=(4.0, 160), every=8),
-    "small": dict(stories=400, vocab=150, n_ctx=24, windows=256, batch=64,
-                  small=(0.25, 16), large=(0.5, 96), every=8),
-}  # fmt: skip
+    "full": dict(
+        stories=6000,
+        vocab=600,
+        n_ctx=64,
+        windows=4096,
+        batch=256,
+        small=(0.5, 32),
+        large=(4.0, 160),
+        every=8,
+    ),
+    "small": dict(
+        stories=400,
+        vocab=150,
+        n_ctx=24,
+        windows=256,
+        batch=64,
+        small=(0.25, 16),
+        large=(0.5, 96),
+        every=8,
+    ),
+}
 PAPER = {
     "table1": {"W": 0.999496, "V": 0.999169, "W_O": 0.998486},
-    "table3": {"original": 5.349, "W": [5.350, 5.352, 5.361], "V": [6.192, 6.526, 6.520],
-               "W_O": 8.287},
-}  # fmt: skip
+    "table3": {
+        "original": 5.349,
+        "W": [5.350, 5.352, 5.361],
+        "V": [6.192, 6.526, 6.520],
+        "W_O": 8.287,
+    },
+}
 N_LAYERS = 3
 
 
 def run(model_lr: float, steps: int, windows, stats, cfg: dict, seed: int):
     model = paper_model(len(stats.tokenizer), cfg["n_ctx"], N_LAYERS)
-    history = train(model, windows, lr=model_lr, steps=steps, batch_size=cfg["batch"],
-                    track=stats, every=cfg["every"], seed=seed)  # fmt: skip
+    history = train(
+        model,
+        windows,
+        lr=model_lr,
+        steps=steps,
+        batch_size=cfg["batch"],
+        track=stats,
+        every=cfg["every"],
+        seed=seed,
+    )
     return model, history
 
 
@@ -80,15 +107,22 @@ def main() -> None:
         f"|V| = {len(tokenizer)} (word-level), batch {cfg['batch']}, {N_LAYERS} layers"
     )
 
-    results: dict = {"preset": args.preset, "settings": cfg, "d_vocab": len(tokenizer),
-                     "n_windows": len(windows), "paper": PAPER}  # fmt: skip
+    results: dict = {
+        "preset": args.preset,
+        "settings": cfg,
+        "d_vocab": len(tokenizer),
+        "n_windows": len(windows),
+        "paper": PAPER,
+    }
 
     # Table 1: small learning rate
     lr, steps = cfg["small"]
     _, small = run(lr, steps, windows, stats, cfg, args.seed)
     table1 = {w: small.min_cosine(w) for w in ("W", "V", "W_O", "P")}
-    print(f"\nTable 1 (η = {lr}, {steps} steps, s·η = {lr * steps:g}): minimum cosine over "
-          "layers and logged steps")  # fmt: skip
+    print(
+        f"\nTable 1 (η = {lr}, {steps} steps, s·η = {lr * steps:g}): minimum cosine over "
+        "layers and logged steps"
+    )
     print(f"{'':10s} {'ours':>9s} {'paper':>9s}")
     for weight, paper in PAPER["table1"].items():
         print(f"{weight:10s} {table1[weight]:9.6f} {paper:9.6f}")
