@@ -126,3 +126,26 @@ def test_docstring_examples():
     result = doctest.testmod(neox, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def test_decompose_on_pythia_architecture(folder):
+    """decompose runs on the Pythia-style model: per-head rows, no P (rotary), matching cosines."""
+    from tests.reference import dense_corpus_stats
+    from tests.unit.test_reference import markov_tokens
+    from tl_leadterms import corpus_stats, decompose
+
+    tokens = markov_tokens(40, N_CTX + 1, D_VOCAB, seed=2)
+    stats = corpus_stats(tokens, d_vocab=D_VOCAB, progress=False)
+    ref = dense_corpus_stats(tokens, D_VOCAB)
+    model = load_neox(folder)
+    d = decompose(model, stats)
+    assert {r["weight"] for r in d.rows} == {"W_O", "V", "W"}  # rotary: P is not defined
+    assert len(d.rows) == 1 + 2 * 2 * N_HEADS
+    assert d.metadata["model"]["ln_handling"] == "already folded by TransformerLens"
+    W_E, W_U = model.W_E.detach().double(), model.W_U.detach().double()
+    OV = (W_E @ model.W_V[1, 2].double() @ model.W_O[1, 2].double() @ W_U).detach()
+    got = d.row("V", 1, 2)["cosine"]
+    want = float((OV * ref["G_bar"].T).sum() / (OV.norm() * ref["G_bar"].norm()))
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-9)
+    assert all(0.0 <= r["remainder"] <= 1.0 for r in d.rows)
+    assert "L1H2" in repr(d)
