@@ -209,3 +209,16 @@ def test_bad_input(corpus):
         unchecked(decompose)(torch.nn.Linear(3, 3), stats)
     with pytest.raises(LeadTermsError, match="d_vocab=29"):
         leading_cosines(paper_model(V, T, 1), other)
+
+
+def test_train_tracks_an_attention_only_model_with_embeddings(corpus):
+    tokens, stats, _ = corpus
+    model = _random_attn_only(5)
+    before = model.W_Q.detach().clone()
+    history = train(model, tokens, lr=0.05, steps=3, batch_size=32, track=stats, progress=False)
+    expected = {"W_O"} | {f"{w}.{i}" for w in "VWP" for i in range(2)}
+    assert set(history.cosines) == expected and history.steps == [1, 2, 3]
+    assert not torch.equal(before, model.W_Q)  # the model trained
+    assert history.cosines["V.1"][-1] == pytest.approx(leading_cosines(model, stats)["V.1"])
+    frame = history.to_pandas()
+    assert list(frame.columns[:2]) == ["step", "loss"] and len(frame) == 3
