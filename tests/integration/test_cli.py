@@ -19,10 +19,21 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
             "--quiet",
             "--out",
             str(tmp_path),
+            "--train-steps",
+            "3",
+            "--train-windows",
+            "32",
+            "--train-n-ctx",
+            "16",
         ]
     )
     out = capsys.readouterr().out
     assert code == 0
+    # the short training run ends with the decompose table: one row per weight and layer
+    table = out[out.index("Decomposition of") :].splitlines()
+    assert sum(line.startswith(("W_O", "V ", "W ", "P ")) for line in table) == 1 + 3 * 3
+    w_o = next(line for line in table if line.startswith("W_O"))
+    assert float(w_o.split()[3]) > 0.999  # cosine of W_O with B̄ after 3 GD steps
     assert "Bigram B̄" in out and "Interchangeability Σ_B̄" in out and "Context Φ̄" in out
     red = next(line for line in out.splitlines() if line.strip().startswith("red ->"))
     assert {"ball", "car", "dress", "balloon", "truck"} <= set(
