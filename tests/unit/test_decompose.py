@@ -11,7 +11,7 @@ from tests.reference import dense_corpus_stats
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, leading_terms, paper_model, train
 from tl_leadterms.adapters import factored, to_paper
-from tl_leadterms.analyzers import ablate, decompose, leading_cosines
+from tl_leadterms.analyzers import ablate, basis, decompose, leading_cosines
 
 V, T, L = 24, 10, 2
 
@@ -146,16 +146,36 @@ def test_factored_equals_materialised(corpus):
     assert combined.row("V", 0)["cosine"] == pytest.approx(_cos(OV_sum, ref["G_bar"].T), rel=1e-5)
 
 
-def test_restricted_stats_compare_kept_tokens(corpus):
+def test_restricted_stats_compare_kept_tokens(corpus, trained):
     tokens, _, _ = corpus
     kept = [3, 7, 1, 20, 11, 5, 9, 14]
     stats = corpus_stats(tokens, d_vocab=V, vocab=kept, progress=False)
     ref = dense_corpus_stats(tokens, V, kept=kept)
     model = _random_attn_only(4)
-    M = (model.W_E @ model.W_U).detach().double()[kept][:, kept]
-    assert decompose(model, stats).row("W_O")["cosine"] == pytest.approx(
-        _cos(M, ref["B_bar"]), rel=1e-5
+    W_E, W_U = model.W_E.detach().double(), model.W_U.detach().double()
+    d = decompose(model, stats)
+    assert d.row("W_O")["cosine"] == pytest.approx(
+        _cos((W_E @ W_U)[kept][:, kept], ref["B_bar"]), rel=1e-5
     )
+    QK = W_E @ model.W_Q[1, 2].double() @ model.W_K[1, 2].double().T @ W_E.T
+    QK = QK.detach()[kept][:, kept]
+    assert d.row("W", 1, 2)["cosine"] == pytest.approx(_cos(QK, ref["Q_bar"]), rel=1e-5)
+    # the paper model: V and W restricted to kept x kept; ablation edits only that block
+    paper, _ = trained
+    d = decompose(paper, stats)
+    for layer in range(L):
+        V_kept = paper.V[layer].detach()[kept][:, kept]
+        target = ref["Phi_bar"].T @ ref["B_bar"].T
+        assert d.row("V", layer)["cosine"] == pytest.approx(_cos(V_kept, target), abs=1e-10)
+    pair = d.top_pairs("W", 0, k=1)[0]
+    assert pair.row_id in kept and pair.col_id in kept
+    before = paper.unembed.W_U.detach().clone()
+    table = ablate(paper, stats, tokens[:20], weights="W_O", progress=False)
+    assert torch.equal(paper.unembed.W_U, before)
+    M = before[kept][:, kept].double()
+    a = float((M * ref["B_bar"]).sum() / (ref["B_bar"] ** 2).sum())
+    assert table.rows[0]["coefficient"] == pytest.approx(a, rel=1e-9)
+    assert table.rows[0]["removed_fraction"] == pytest.approx(_cos(M, ref["B_bar"]) ** 2, rel=1e-9)
 
 
 def test_top_pairs_finds_the_planted_difference(corpus):
@@ -222,3 +242,37 @@ def test_train_tracks_an_attention_only_model_with_embeddings(corpus):
     assert history.cosines["V.1"][-1] == pytest.approx(leading_cosines(model, stats)["V.1"])
     frame = history.to_pandas()
     assert list(frame.columns[:2]) == ["step", "loss"] and len(frame) == 3
+
+
+@pytest.mark.parametrize("kind", ["output", "value", "value_output", "attention", "positional"])
+@pytest.mark.parametrize(("lr", "steps"), [(0.01, 40), (0.5, 3), (2.0, 7)])
+def test_implied_s_lr_inverts_the_coefficient(kind, lr, steps):
+    from math import comb
+
+    exact = {
+        "output": steps * lr,
+        "value": comb(steps, 2) * lr**2,
+        "value_output": comb(steps, 2) * lr**2 * steps * lr,
+        "attention": (3 * comb(steps, 4) + 2 * comb(steps, 3)) * lr**4,
+        "positional": (3 * comb(steps, 4) + 2 * comb(steps, 3)) * lr**4,
+    }[kind]
+    assert basis.coefficient(kind, lr, steps) == pytest.approx(exact, rel=1e-12)
+    assert basis.implied_s_lr(kind, exact, lr) == pytest.approx(steps * lr, rel=1e-9)
+    # without lr: the gradient-flow limit, c = x^p / q at x = s·lr, exact as lr -> 0
+    flow = {"output": 1, "value": 2, "value_output": 3, "attention": 4, "positional": 4}[kind]
+    divisor = {"output": 1, "value": 2, "value_output": 2, "attention": 8, "positional": 8}[kind]
+    assert basis.implied_s_lr(kind, 3.0**flow / divisor) == pytest.approx(3.0, rel=1e-12)
+    assert math.isnan(basis.implied_s_lr(kind, -1.0, lr))
+
+
+def test_reprs_and_zero_maps(corpus):
+    tokens, stats, _ = corpus
+    model = paper_model(V, T, 1, dtype=torch.float64)
+    train(model, tokens, lr=0.5, steps=2, progress=False)  # W and P are still zero
+    d = decompose(model, stats, steps=2)  # steps without lr
+    assert "lr·steps" not in repr(d)
+    w = d.row("W", 0)
+    assert math.isnan(w["cosine"]) and w["character"] == "zero"
+    assert d.row("W_O")["character"] == "bigram-like"
+    frame = d.to_pandas()
+    assert len(frame) == 4 and "share:bigram" in frame.columns

@@ -52,7 +52,11 @@ def test_parameters_are_exactly_the_papers():
     eye = torch.eye(11)
     assert torch.equal(model.W_E, eye) and torch.equal(model.W_K[1, 0], eye)
     assert torch.equal(model.W_O[0, 0], eye) and float(model.W_pos.abs().max()) == 0.0
-    assert model.W[1] is not None and model.V[0].shape == (11, 11) and model.P[1].shape == (5,)
+    assert model.W[1] is model.blocks[1].attn.W_Q[0] or torch.equal(model.W[1], model.W_Q[1, 0])
+    assert model.V[0].shape == (11, 11) and model.P[1].shape == (5,)
+    # the fixed buffers are not saved: a state dict holds exactly the paper's parameters
+    tl_buffers = {f"blocks.{i}.attn.{b}" for i in range(2) for b in ("mask", "IGNORE")}
+    assert set(model.state_dict()) == names | tl_buffers
 
 
 def test_hooks_see_the_papers_scores():
@@ -141,3 +145,32 @@ def test_bad_input():
         model(torch.zeros(1, 6, dtype=torch.long))
     with pytest.raises(LeadTermsError, match="lower the learning rate"):
         train(paper_model(6, 4, 1), good, lr=1e30, steps=3, progress=False)
+
+
+def test_kv_cache_and_start_at_layer_match_the_full_forward():
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+    model = paper_model(d_vocab=9, n_ctx=7, n_layers=2, dtype=torch.float64)
+    _randomise(model, scale=0.5, seed=8)
+    tokens = torch.randint(0, 9, (2, 6), generator=torch.Generator().manual_seed(9))
+    full = model(tokens)
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, "cpu", batch_size=2)
+    parts = [tokens[:, :4], tokens[:, 4:5], tokens[:, 5:6]]
+    first, *rest = [
+        model(part, past_kv_cache=cache, attention_mask=torch.ones_like(part)) for part in parts
+    ]
+    assert torch.allclose(torch.cat([first, *rest], dim=1), full, atol=1e-12)
+    # a residual-stream input (start_at_layer) is not mistaken for over-long token ids
+    _, act = model.run_with_cache(tokens)
+    resumed = model(act["resid_pre", 1], start_at_layer=1, tokens=tokens)
+    assert torch.allclose(resumed, full, atol=1e-12)
+
+
+def test_history_repr_before_attention_moves():
+    from tl_leadterms import corpus_stats
+
+    tokens = markov_tokens(16, 6, 7, seed=10)
+    stats = corpus_stats(tokens, d_vocab=7, progress=False)
+    history = train(paper_model(7, 5, 1), tokens, lr=0.5, steps=2, track=stats, progress=False)
+    text = repr(history)
+    assert "min cos W -" in text and "min cos W_O 0.99" in text

@@ -53,6 +53,7 @@ class AblationTable:
 @torch.no_grad()
 def evaluate_loss(model, tokens, *, batch_size: int = 64) -> float:
     """Mean next-token cross-entropy of ``model`` over all positions of ``tokens`` [N, T+1]."""
+    _check_batch_size(batch_size)
     tokens = _check_tokens(tokens, model).to(model.cfg.device)
     total, count = 0.0, 0
     for start in range(0, tokens.shape[0], batch_size):
@@ -88,13 +89,27 @@ def _embedded_target(stats: CorpusStats, kind: str, like: torch.Tensor) -> torch
     return out
 
 
+def _fraction(removed: torch.Tensor, saved: torch.Tensor, stats: CorpusStats, weight: str) -> float:
+    """``‖removed‖² / ‖M‖²`` over the tokens the statistics keep (as ``decompose`` measures)."""
+    if stats.kept is not None and weight != "P":
+        kept = stats.kept.to(saved.device)
+        saved = saved[kept][:, kept]
+    total = float((saved.double() ** 2).sum())
+    return float((removed.double() ** 2).sum()) / total if total > 0 else 0.0
+
+
+def _check_batch_size(batch_size: object) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise LeadTermsError(f"batch_size must be a positive int, got {batch_size!r}")
+
+
 @torch.no_grad()
 def ablate(
     model,
     stats: CorpusStats,
     tokens,
     *,
-    weights: tuple[str, ...] = ("W_O", "V", "W"),
+    weights: str | tuple[str, ...] | list[str] = ("W_O", "V", "W"),
     layers: int | list[int] | None = None,
     batch_size: int = 64,
     progress: bool = True,
@@ -121,6 +136,7 @@ def ablate(
             f"(tl_leadterms.paper_model), got {type(model).__name__}; decompose() analyses "
             "other models"
         )
+    _check_batch_size(batch_size)
     pw = _adapt(model, stats)
     chosen = _layers(layers, pw.n_layers)
     if isinstance(weights, str):
@@ -140,9 +156,7 @@ def ablate(
             loss = evaluate_loss(model, tokens, batch_size=batch_size)
         finally:
             param.copy_(saved)
-        fraction = float(
-            (removed.double() ** 2).sum() / (saved.double() ** 2).sum().clamp(min=1e-300)
-        )
-        table.rows.append({"weight": weight, "layer": layer, "coefficient": coefficient,
-                           "removed_fraction": fraction, "loss": loss})  # fmt: skip
+        fraction = _fraction(removed, saved, stats, weight)
+        row = {"weight": weight, "layer": layer, "coefficient": coefficient}
+        table.rows.append(row | {"removed_fraction": fraction, "loss": loss})
     return table

@@ -46,10 +46,11 @@ class Component:
     formula: str
     families: tuple[str, ...]
     build: Callable[[CorpusStats], Tensor]
+    transpose_of: "Component | None" = None  # share memory with this component's map
 
 
 _BIGRAM = Component("bigram", "B̄", ("bigram",), lambda s: s.B_bar)
-_PREVIOUS = Component("previous token", "B̄ᵀ", ("bigram",), lambda s: s.B_bar.T)
+_PREVIOUS = Component("previous token", "B̄ᵀ", ("bigram",), lambda s: s.B_bar.T, _BIGRAM)
 _INTERCHANGE = Component("interchangeability", "Σ_B̄", ("interchangeability",), lambda s: s.Sigma_B)
 _CONTEXT_T = Component("context", "Φ̄ᵀ", ("context",), lambda s: s.Phi_bar.T)
 _CONTEXT = Component("context", "Φ̄", ("context",), lambda s: s.Phi_bar)
@@ -85,7 +86,7 @@ def target(kind: str) -> Component:
     return basis[index]
 
 
-def coefficient(kind: str, lr: float, steps: float) -> float:
+def coefficient(kind: str, lr: float | int, steps: float | int) -> float:
     """The leading-term coefficient ``c(s, η)`` of a kind (MATH.md §3; ``steps`` may be real).
 
     ``output``: ``sη``; ``value``: ``C(s,2)η²``; ``value_output``: ``C(s,2)η²·sη`` (``V·W_O``);
@@ -108,7 +109,7 @@ _FLOW = {"output": (1, 1), "value": (2, 2), "value_output": (3, 2), "attention":
 _FIRST_STEP = {"output": 0, "value": 1, "value_output": 1, "attention": 2, "positional": 2}
 
 
-def implied_s_lr(kind: str, projection: float, lr: float | None = None) -> float:
+def implied_s_lr(kind: str, projection: float | int, lr: float | int | None = None) -> float:
     """The ``s·η`` at which the leading term's coefficient equals ``projection``.
 
     With ``lr`` the step count ``s`` solving ``c(s, lr) = projection`` is found by bisection

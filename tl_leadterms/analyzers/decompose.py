@@ -92,7 +92,7 @@ def decompose(
     steps: int | None = None,
     layers: int | list[int] | None = None,
     per_head: bool = True,
-    weights: tuple[str, ...] = WEIGHTS,
+    weights: str | tuple[str, ...] | list[str] = WEIGHTS,
 ) -> Decomposition:
     """Decompose each weight of ``model`` into bigram, interchangeability and context parts.
 
@@ -114,6 +114,10 @@ def decompose(
             averaged, ``V`` summed over heads).
         weights: which of ``"W_O"``, ``"V"``, ``"W"``, ``"P"``; ``P`` is skipped for models
             without learned positions.
+
+    The statistics depend on the window length T they were counted with (Q̄, Φ̄ and Δ weigh
+    positions by ``1/t``); compare a model with statistics of the T it was trained on. ``P``
+    is compared on the offsets both share (``metadata["P_offsets_compared"]``).
 
     Returns:
         A :class:`~tl_leadterms.analyzers.result.Decomposition`.
@@ -188,7 +192,7 @@ def _row(weight, layer, head, kind, fit, lr, expected) -> dict[str, Any]:
         "norm": fit.norm,
         "explained": 1.0 - fit.remainder,
         "remainder": fit.remainder,
-        "character": f"{dominant}-like",
+        "character": f"{dominant}-like" if fit.norm > 0 else "zero",
         "shares": fit.shares,
         "family_shares": fit.family_shares,
     }

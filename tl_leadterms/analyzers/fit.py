@@ -11,6 +11,7 @@ factored map is never materialised. For a map ``M`` and basis ``T_1..T_n`` with 
   with strongly correlated components an individual share can be negative.
 """
 
+import math
 import weakref
 from dataclasses import dataclass
 from typing import ClassVar
@@ -33,7 +34,7 @@ class BasisCache:
     )
 
     def __init__(self, stats: CorpusStats) -> None:
-        self.stats = stats
+        self._stats = weakref.ref(stats)  # a strong reference would keep the cache key alive
         self._maps: dict[str, Tensor] = {}
         self._gram: dict[str, Tensor] = {}
 
@@ -45,7 +46,10 @@ class BasisCache:
 
     def map(self, component: Component) -> Tensor:
         if component.formula not in self._maps:
-            self._maps[component.formula] = component.build(self.stats)
+            if component.transpose_of is not None:  # a view of the cached original
+                self._maps[component.formula] = self.map(component.transpose_of).T
+            else:
+                self._maps[component.formula] = component.build(self._stats())
         return self._maps[component.formula]
 
     def gram(self, kind: str) -> Tensor:
@@ -56,7 +60,7 @@ class BasisCache:
             gram = torch.zeros(n, n, dtype=torch.float64)
             for i in range(n):
                 for j in range(i, n):
-                    value = float(factored.inner_maps(maps[i].double(), maps[j].double()))
+                    value = float(factored.inner_maps(maps[i], maps[j]))  # sums in float64
                     gram[i, j] = gram[j, i] = value
             self._gram[kind] = gram
         return self._gram[kind]
@@ -111,7 +115,7 @@ def fit_map(M, kind: str, cache: BasisCache, *, vector: bool = False) -> list[Ma
     for h in range(b.shape[0]):
         norm2, lead_sq = float(sq[h]), float(gram[lead, lead])
         denominator = (norm2 * lead_sq) ** 0.5
-        cosine = float(b[h, lead]) / denominator if denominator > 0 else 0.0
+        cosine = float(b[h, lead]) / denominator if denominator > 0 else math.nan
         shares = {c.name: float(beta[h, i] * b[h, i]) / norm2 if norm2 > 0 else 0.0
                   for i, c in enumerate(basis)}  # fmt: skip
         families = dict.fromkeys(FAMILIES, 0.0)
@@ -120,7 +124,7 @@ def fit_map(M, kind: str, cache: BasisCache, *, vector: bool = False) -> list[Ma
                 families[family] += shares[component.name] / len(component.families)
         fits.append(
             MapFit(
-                cosine=max(-1.0, min(1.0, cosine)),
+                cosine=cosine if math.isnan(cosine) else max(-1.0, min(1.0, cosine)),
                 projection=float(b[h, lead]) / lead_sq if lead_sq > 0 else 0.0,
                 norm=norm2**0.5,
                 shares=shares,

@@ -50,7 +50,10 @@ class Decomposition:
     ``expected_s_lr`` (``lr·steps`` when given), ``norm``, ``explained`` (least-squares ``R²``
     on the basis), ``remainder`` (``1 − explained``), ``shares`` (per basis component),
     ``family_shares`` (bigram / interchangeability / context / positional) and ``character``
-    (the family with the largest share).
+    (the basis component with the largest share, e.g. ``"bigram-like"``; ``"zero"`` for a map
+    that is exactly zero, whose cosine is NaN).
+
+    :meth:`top_pairs` reads the model's weights when called; call it before training further.
     """
 
     def __init__(self, rows: list[dict[str, Any]], *, metadata: dict, weights, stats) -> None:
@@ -96,7 +99,11 @@ class Decomposition:
         lines = [
             f"Decomposition of {meta['model'].get('model_name')!r} against corpus statistics "
             f"(k={meta['k']}, T={meta['n_ctx']}, {meta['n_sequences']} sequences)"
-            + (f"; lr·steps = {meta['lr'] * meta['steps']:.4g}" if meta["steps"] else ""),
+            + (
+                f"; lr·steps = {meta['lr'] * meta['steps']:.4g}"
+                if meta["lr"] is not None and meta["steps"] is not None
+                else ""
+            ),
             f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} {'sη impl.':>8} "
             f"{'explained':>9} {'bigram':>7} {'interch.':>8} {'context':>7}  "
             "character (largest share)",

@@ -1,7 +1,7 @@
 """The paper's model (MATH.md §1) as a TransformerLens :class:`HookedTransformer`.
 
 The residual stream lives in vocabulary space. The model's parameters are exactly the paper's;
-every other TransformerLens weight is a fixed buffer:
+every other TransformerLens weight is a fixed buffer (not saved in the ``state_dict``):
 
 ==========================  =====================================  ==========
 TransformerLens weight      paper                                  kind
@@ -47,7 +47,7 @@ class PaperAttention(Attention):
         for name in ("W_K", "W_O", "b_Q", "b_K", "b_V", "b_O"):
             fixed = eye.clone() if name.startswith("W") else torch.zeros_like(getattr(self, name))
             delattr(self, name)
-            self.register_buffer(name, fixed)
+            self.register_buffer(name, fixed, persistent=False)
         with torch.no_grad():
             self.W_Q.zero_()
             self.W_V.zero_()
@@ -75,6 +75,12 @@ class PaperAttention(Attention):
         attention_mask=None,
         position_bias=None,
     ) -> Float[Tensor, "batch pos d_model"]:
+        if query_input.dim() != 3:
+            raise LeadTermsError(
+                "the paper model's attention takes the residual stream [batch, pos, d_vocab] as "
+                "its input; turn off use_split_qkv_input / use_attn_in "
+                "(model.set_use_split_qkv_input(False), model.set_use_attn_in(False))"
+            )
         q = self.hook_q((query_input @ self.W_Q[0])[:, :, None])  # [batch, pos, 1, d_vocab]
         k = self.hook_k(key_input[:, :, None])  # W_K = I
         v = self.hook_v((value_input @ self.W_V[0])[:, :, None])
@@ -104,7 +110,8 @@ class PaperModel(HookedTransformer):
     """
 
     def forward(self, input, *args, **kwargs):
-        if isinstance(input, Tensor) and input.shape[-1] > self.cfg.n_ctx:
+        tokens = isinstance(input, Tensor) and not input.is_floating_point()
+        if tokens and input.shape[-1] > self.cfg.n_ctx:
             raise LeadTermsError(
                 f"sequence length {input.shape[-1]} exceeds the paper model's "
                 f"n_ctx={self.cfg.n_ctx}: P has one scalar per offset 0..n_ctx-1; cut the "
@@ -166,7 +173,8 @@ def paper_model(
         tokenizer: optional tokenizer for ``to_tokens``/``to_string``; its length must be
             ``d_vocab``.
         device: where to put the weights.
-        dtype: parameter dtype (``torch.float32`` or ``torch.float64``).
+        dtype: parameter dtype (``torch.float32`` or ``torch.float64``; half precisions run but
+            lose the exactness the tests check).
 
     Example:
         >>> import torch
@@ -224,6 +232,6 @@ def _freeze(model: PaperModel) -> None:
     }
     for module, (name, value) in fixed.items():
         delattr(module, name)
-        module.register_buffer(name, value)
+        module.register_buffer(name, value, persistent=False)
     with torch.no_grad():
         model.unembed.W_U.zero_()

@@ -85,8 +85,11 @@ class TrainHistory:
         parts = [f"steps {self.steps[0]}..{self.steps[-1]} ({len(self.steps)} logged)",
                  f"loss {self.loss[0]:.4f} -> {self.loss[-1]:.4f}"]  # fmt: skip
         for weight in ("W_O", "V", "W", "P"):
-            if any(name.split(".")[0] == weight for name in self.cosines):
+            values = [v for n, vs in self.cosines.items() if n.split(".")[0] == weight for v in vs]
+            if any(not math.isnan(v) for v in values):
                 parts.append(f"min cos {weight} {self.min_cosine(weight):.6f}")
+            elif values:  # W and P are still exactly zero before step 3
+                parts.append(f"min cos {weight} -")
         return "TrainHistory(" + "; ".join(parts) + ")"
 
 
@@ -167,7 +170,8 @@ def train(
         steps: number of SGD updates ``s``.
         batch_size: ``None`` for full-batch gradient descent (the theory); otherwise mini-batches
             of this many sequences drawn without replacement from a fresh permutation each epoch
-            (the paper's experiments).
+            (the paper's experiments); when it does not divide ``n_sequences`` the last,
+            incomplete batch of each epoch is skipped.
         track: corpus statistics; when given, the cosine of every weight with its leading term
             is recorded at each logged step (see :func:`tl_leadterms.leading_cosines`).
         every: log every ``every`` steps (and always the last one).
