@@ -13,7 +13,7 @@ and tracks the cosine of every weight with its leading term (MATH.md §3-4):
   re-measure the loss; the paper's order is output >> value >> attention.
 
 Writes ``results.json`` (every number printed, the histories and the settings) to ``--out``.
-The ``full`` preset takes about 15 minutes on 2 CPU cores; ``small`` runs in the test suite.
+The ``full`` preset takes about 10 minutes on 2 CPU cores; ``small`` runs in the test suite.
 """
 
 import argparse
@@ -35,7 +35,7 @@ PRESETS = {
         windows=4096,
         batch=256,
         small=(0.5, 32),
-        large=(4.0, 160),
+        large=(1.0, 120),
         every=8,
     ),
     "small": dict(

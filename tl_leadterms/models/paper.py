@@ -81,25 +81,26 @@ class PaperAttention(Attention):
                 "its input; turn off use_split_qkv_input / use_attn_in "
                 "(model.set_use_split_qkv_input(False), model.set_use_attn_in(False))"
             )
-        q = self.hook_q((query_input @ self.W_Q[0])[:, :, None])  # [batch, pos, 1, d_vocab]
-        k = self.hook_k(key_input[:, :, None])  # W_K = I
-        v = self.hook_v((value_input @ self.W_V[0])[:, :, None])
+        # squeeze/unsqueeze, not indexing: a select's backward writes a zero-filled full tensor
+        q = self.hook_q((query_input @ self.W_Q.squeeze(0)).unsqueeze(2))  # [batch, pos, 1, V]
+        k = self.hook_k(key_input.unsqueeze(2))  # W_K = I
+        v = self.hook_v((value_input @ self.W_V.squeeze(0)).unsqueeze(2))
         offset = 0
         if past_kv_cache_entry is not None:
             offset = past_kv_cache_entry.past_keys.size(1)
             k, v = past_kv_cache_entry.append(k, v)
-        scores = q[:, :, 0] @ k[:, :, 0].transpose(-1, -2)
+        scores = q.squeeze(2) @ k.squeeze(2).transpose(-1, -2)
         scores = scores + self.relative_bias(scores.shape[-2], scores.shape[-1]).to(scores.dtype)
-        scores = self.apply_causal_mask(scores[:, None], offset, attention_mask)
+        scores = self.apply_causal_mask(scores.unsqueeze(1), offset, attention_mask)
         if additive_attention_mask is not None:
             scores = scores + additive_attention_mask
         scores = self.hook_attn_scores(scores)  # [batch, 1, query_pos, key_pos]
         pattern = torch.softmax(scores, dim=-1)
         pattern = self.hook_pattern(torch.where(torch.isnan(pattern), 0.0, pattern))
-        z = self.hook_z((pattern[:, 0] @ v[:, :, 0])[:, :, None])
+        z = self.hook_z((pattern.squeeze(1) @ v.squeeze(2)).unsqueeze(2))
         if self.cfg.use_attn_result:  # W_O = I: each head's result is its z
             return self.hook_result(z).sum(dim=2)
-        return z[:, :, 0]
+        return z.squeeze(2)
 
 
 class PaperModel(HookedTransformer):
