@@ -8,11 +8,14 @@ The public API is small; everything else lives in subpackages.
 from tl_leadterms.adapters import PaperWeights, to_paper
 from tl_leadterms.analyzers import (
     AblationTable,
+    AttentionAgreement,
     Decomposition,
     ablate,
+    attention_agreement,
     decompose,
     evaluate_loss,
     leading_cosines,
+    predict_attention,
 )
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models import PaperModel, TrainHistory, paper_model, train
@@ -22,6 +25,7 @@ from tl_leadterms.version import __version__
 
 __all__ = [
     "AblationTable",
+    "AttentionAgreement",
     "CorpusStats",
     "Decomposition",
     "LeadTermsError",
@@ -31,6 +35,7 @@ __all__ = [
     "TrainHistory",
     "__version__",
     "ablate",
+    "attention_agreement",
     "coefficients",
     "corpus_stats",
     "decompose",
@@ -39,6 +44,7 @@ __all__ = [
     "leading_terms",
     "make_windows",
     "paper_model",
+    "predict_attention",
     "step_bound",
     "to_paper",
     "train",

@@ -13,6 +13,7 @@ MODULES = [
     "tl_leadterms.models.paper",
     "tl_leadterms.models.train",
     "tl_leadterms.analyzers.decompose",
+    "tl_leadterms.analyzers.attention",
 ]
 
 
