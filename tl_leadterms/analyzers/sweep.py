@@ -1,0 +1,546 @@
+"""`sweep`: run analyses over a series of checkpoints, one model in memory at a time, resumable.
+
+Checkpoints come as ``(label, model)`` pairs, local checkpoint folders (loaded with
+:func:`~tl_leadterms.models.neox.load_neox`), a series folder written by
+:func:`~tl_leadterms.models.checkpoints.train_neox_series`, or a Pythia name with ``steps``
+(``HookedTransformer.from_pretrained(name, checkpoint_value=step)``). With ``results=`` every
+finished checkpoint is appended to a JSON-lines file as one complete line (flushed and
+fsynced), so an interrupted sweep resumes where it stopped and never loses finished work.
+"""
+
+import gc
+import inspect
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from tqdm.auto import tqdm
+
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.corpus import CorpusStats
+
+__all__ = ["SweepTable", "sweep"]
+
+NAMES = ("decompose", "covariance")
+_FORMAT = 1
+
+
+class _Checkpoint(NamedTuple):
+    label: str
+    step: int | None
+    source: str  # where it comes from, for messages
+    load: Callable[[], Any]
+    owned: bool  # loaded here (freed after use) or handed in by the caller
+
+
+class _Analysis(NamedTuple):
+    label: str
+    fn: Callable[..., Any]
+    kwargs: dict[str, Any]
+
+
+COLUMNS = ("checkpoint", "step", "layer", "head", "analysis", "score", "value")
+
+
+class SweepTable:
+    """The rows of :func:`sweep`: one per (checkpoint, layer, head, analysis, score).
+
+    Row fields: ``checkpoint`` (label), ``step`` (None when unknown), ``layer`` (None for
+    ``W_O``), ``head`` (None for layer-level scores), ``analysis``, ``score``, ``value``.
+    ``checkpoints`` lists the labels in sweep order; ``metadata["status"]`` says which were
+    computed and which were loaded from the results file.
+    """
+
+    def __init__(self, rows: list[dict[str, Any]], checkpoints: list[str], metadata: dict) -> None:
+        self.rows = rows
+        self.checkpoints = checkpoints
+        self.metadata = metadata
+
+    @classmethod
+    def from_records(cls, records: list[dict[str, Any]], metadata: dict) -> "SweepTable":
+        rows = [
+            {"checkpoint": rec["checkpoint"], "step": rec["step"], **r}
+            for rec in records
+            for r in rec["rows"]
+        ]
+        rows = [{c: r.get(c) for c in COLUMNS} for r in rows]
+        return cls(rows, [rec["checkpoint"] for rec in records], metadata)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def scores(self) -> list[tuple[str, str]]:
+        """The ``(analysis, score)`` pairs present, in first-seen order."""
+        return list(dict.fromkeys((r["analysis"], r["score"]) for r in self.rows))
+
+    def values(
+        self,
+        score: str,
+        layer: int | None = None,
+        head: int | None = None,
+        analysis: str | None = None,
+    ) -> list[float]:
+        """One score across the checkpoints, in sweep order (NaN where a checkpoint lacks it)."""
+        found = {
+            r["checkpoint"]: r["value"]
+            for r in self.rows
+            if r["score"] == score
+            and r["layer"] == layer
+            and r["head"] == head
+            and (analysis is None or r["analysis"] == analysis)
+        }
+        if not found:
+            raise LeadTermsError(
+                f"no rows for score={score!r}, layer={layer!r}, head={head!r}, "
+                f"analysis={analysis!r}; scores: {self.scores()}"
+            )
+        return [found.get(c, float("nan")) for c in self.checkpoints]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: ``{"rows", "checkpoints", "metadata"}`` (JSON-serialisable)."""
+        return {
+            "rows": [dict(r) for r in self.rows],
+            "checkpoints": list(self.checkpoints),
+            "metadata": self.metadata,
+        }
+
+    def to_pandas(self):
+        """A long DataFrame with the columns ``checkpoint, step, layer, head, analysis, score,
+        value``."""
+        import pandas as pd
+
+        df = pd.DataFrame(self.rows, columns=list(COLUMNS))
+        return df.astype({"step": "Int64", "layer": "Int64", "head": "Int64"})
+
+    def pivot(self, score: str, analysis: str | None = None, heads: bool = False):
+        """Layers (or ``(layer, head)`` with ``heads=True``) × checkpoints of one score."""
+        import pandas as pd
+
+        df = self.to_pandas()
+        df = df[df["score"] == score]
+        if analysis is not None:
+            df = df[df["analysis"] == analysis]
+        if df["analysis"].nunique() > 1:
+            raise LeadTermsError(
+                f"score {score!r} comes from analyses {sorted(df['analysis'].unique())}; pass "
+                "analysis= to pick one"
+            )
+        if df.empty:
+            raise LeadTermsError(f"no rows for score={score!r}; scores: {self.scores()}")
+        df = df[df["head"].notna()] if heads else df[df["head"].isna()]
+        df = df.assign(layer=[("-" if pd.isna(v) else int(v)) for v in df["layer"]])
+        index = ["layer", "head"] if heads else "layer"
+        table = df.pivot(index=index, columns="checkpoint", values="value")
+        return table[[c for c in self.checkpoints if c in table.columns]]
+
+    def __repr__(self) -> str:
+        status = self.metadata.get("status", {})
+        loaded = sum(s == "loaded" for s in status.values())
+        lines = [
+            f"SweepTable: {len(self.checkpoints)} checkpoints ({loaded} from the results file), "
+            f"{len(self.rows)} rows"
+        ]
+        width = max([5, *(len(c) for c in self.checkpoints)])
+        head = f"{'':<30}" + " ".join(f"{c:>{width}}" for c in self.checkpoints)
+        for analysis, score in self.scores():
+            lines.append(f"{analysis}: {score}")
+            lines.append(head)
+            grid: dict[Any, dict[str, float]] = {}
+            for r in self.rows:
+                if r["analysis"] == analysis and r["score"] == score and r["head"] is None:
+                    grid.setdefault(r["layer"], {})[r["checkpoint"]] = r["value"]
+            for layer, vals in grid.items():
+                name = "  -" if layer is None else f"  L{layer}"
+                cells = (f"{vals.get(c, float('nan')):>{width}.3f}" for c in self.checkpoints)
+                lines.append(f"{name:<30}" + " ".join(cells))
+        return "\n".join(lines)
+
+
+def _decompose(model, stats, **kwargs) -> list[dict[str, Any]]:
+    from tl_leadterms.analyzers.decompose import decompose
+
+    rows = []
+    for r in decompose(model, stats, **kwargs).rows:
+        for score, key in (
+            (f"cos_{r['weight']}", "cosine"),
+            (f"explained_{r['weight']}", "explained"),
+        ):
+            rows.append({"layer": r["layer"], "head": r["head"], "score": score, "value": r[key]})
+    return rows
+
+
+def _covariance(model, stats, **kwargs) -> list[dict[str, Any]]:
+    from tl_leadterms.analyzers.covariance import covariance_similarity
+
+    return covariance_similarity(model, stats, **kwargs).rows
+
+
+_BUILTIN = {"decompose": _decompose, "covariance": _covariance}
+_TARGETS = {"decompose": "decompose", "covariance": "covariance_similarity"}
+
+
+def _accepts(name: str) -> set[str]:
+    """Keyword names the built-in analysis ``name`` takes."""
+    import importlib
+
+    module = importlib.import_module(f"tl_leadterms.analyzers.{name}")
+    fn = inspect.unwrap(getattr(module, _TARGETS[name]))
+    return set(inspect.signature(fn).parameters) - {"model", "stats"}
+
+
+def _analyses(analyses: object, common: dict[str, Any], extra: dict[str, Any]) -> list[_Analysis]:
+    if isinstance(analyses, str) or callable(analyses):
+        analyses = (analyses,)
+    if not isinstance(analyses, (list, tuple)) or not analyses:
+        raise LeadTermsError(
+            f"analyses must be a non-empty list of names {NAMES}, callables f(model, stats) "
+            f"or (label, name_or_callable, kwargs) tuples, got {analyses!r}"
+        )
+    out = []
+    for item in analyses:
+        label, fn, kwargs = None, item, {}
+        if isinstance(item, tuple):
+            if len(item) != 3 or not isinstance(item[0], str) or not isinstance(item[2], dict):
+                raise LeadTermsError(
+                    f"an analysis tuple is (label, name_or_callable, kwargs dict), got {item!r}"
+                )
+            label, fn, kwargs = item[0], item[1], dict(item[2])
+        if isinstance(fn, str):
+            if fn not in _BUILTIN:
+                raise LeadTermsError(
+                    f"unknown analysis {fn!r}; use one of {NAMES} or pass a callable "
+                    "f(model, stats) returning dicts with layer, head, score, value"
+                )
+            accepted = _accepts(fn)
+            merged = {k: v for k, v in common.items() if k in accepted}
+            merged.update({k: v for k, v in extra.items() if k in accepted})
+            merged.update(kwargs)
+            out.append(_Analysis(label or fn, _BUILTIN[fn], merged))
+        elif callable(fn):
+            name = label or getattr(fn, "__name__", type(fn).__name__)
+            out.append(_Analysis(name, fn, kwargs))
+        else:
+            raise LeadTermsError(f"analysis {item!r} is neither a name in {NAMES} nor callable")
+    labels = [a.label for a in out]
+    if len(set(labels)) != len(labels):
+        raise LeadTermsError(
+            f"analysis labels must be unique, got {labels}; label them with tuples"
+        )
+    named = [a for a in analyses if isinstance(a, str)]
+    unused = [k for k in extra if not any(k in _accepts(n) for n in named)]
+    if unused:
+        raise LeadTermsError(
+            f"keyword(s) {unused} are not taken by any of the analyses {named}; check the "
+            "spelling, or pass them in a (label, name, kwargs) tuple"
+        )
+    return out
+
+
+def _step_from_name(name: str) -> int | None:
+    digits = name[len(name.rstrip("0123456789")) :]
+    return int(digits) if digits else None
+
+
+def _local(folder: Path, device: str, loader_kwargs: dict[str, Any]) -> _Checkpoint:
+    from tl_leadterms.models.checkpoints import checkpoint_step
+
+    def load():
+        from tl_leadterms.models.checkpoints import quiet_transformers
+        from tl_leadterms.models.neox import load_neox
+
+        with quiet_transformers():
+            return load_neox(folder, device=device, **loader_kwargs)
+
+    return _Checkpoint(folder.name, checkpoint_step(folder), str(folder), load, True)
+
+
+def _hub(name: str, step: int, device: str, loader_kwargs: dict[str, Any]) -> _Checkpoint:
+    def load():
+        from transformer_lens import HookedTransformer
+
+        return HookedTransformer.from_pretrained(
+            name, checkpoint_value=step, device=device, **loader_kwargs
+        )
+
+    return _Checkpoint(f"step{step}", step, f"{name} checkpoint_value={step}", load, True)
+
+
+def _checkpoints(checkpoints: object, steps: object, device, loader_kwargs) -> list[_Checkpoint]:
+    from tl_leadterms.models.checkpoints import load_series
+
+    if steps is not None and (
+        isinstance(steps, (str, bytes))
+        or not hasattr(steps, "__iter__")
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps)
+    ):
+        raise LeadTermsError(f"steps must be None or a list of ints, got {steps!r}")
+    if isinstance(checkpoints, (str, os.PathLike)):
+        path = Path(checkpoints)
+        if path.is_dir():
+            if (path / "config.json").is_file():
+                found = [_local(path, device, loader_kwargs)]
+            else:
+                found = [_local(f, device, loader_kwargs) for _, _, f in load_series(path)]
+        elif isinstance(checkpoints, str) and steps is not None:
+            return [_hub(checkpoints, s, device, loader_kwargs) for s in steps]
+        else:
+            raise LeadTermsError(
+                f"{str(checkpoints)!r} is not a folder; pass local checkpoint folders, a series "
+                "folder, (label, model) pairs, or a hub name with steps=[...] "
+                "(e.g. sweep('pythia-160m', stats, steps=[1, 2, 4]))"
+            )
+    elif hasattr(checkpoints, "__iter__"):
+        found = []
+        for item in checkpoints:
+            if isinstance(item, (str, os.PathLike)):
+                folder = Path(item)
+                found.append(_local(folder, device, loader_kwargs))
+            elif isinstance(item, tuple) and len(item) in (2, 3) and isinstance(item[0], str):
+                label, obj = item[0], item[-1]
+                step = item[1] if len(item) == 3 else _step_from_name(label)
+                if isinstance(obj, (str, os.PathLike)):
+                    found.append(_local(Path(obj), device, loader_kwargs)._replace(label=label))
+                else:
+                    found.append(_Checkpoint(label, step, label, lambda m=obj: m, False))
+            else:
+                raise LeadTermsError(
+                    f"checkpoint {item!r} is not a folder, a (label, model) pair or a "
+                    "(label, step, model_or_folder) triple"
+                )
+    else:
+        raise LeadTermsError(
+            f"checkpoints must be a list of (label, model) pairs or folders, a series folder or "
+            f"a hub name with steps, got {type(checkpoints).__name__}"
+        )
+    if steps is not None:
+        wanted = set(steps)
+        missing = wanted - {c.step for c in found}
+        if missing:
+            raise LeadTermsError(f"no checkpoint for steps {sorted(missing)} among the given ones")
+        found = [c for c in found if c.step in wanted]
+    labels = [c.label for c in found]
+    if not found or len(set(labels)) != len(labels):
+        raise LeadTermsError(f"checkpoint labels must be unique and non-empty, got {labels}")
+    return found
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def _read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict], list[str]]:
+    """Complete checkpoint records of a results file; a torn last line is moved aside."""
+    if not path.exists():
+        return {}, []
+    text = path.read_text()
+    lines = text.split("\n")
+    done: dict[str, dict] = {}
+    torn: list[str] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            ok = isinstance(record, dict) and {"checkpoint", "rows", "settings"} <= set(record)
+        except ValueError:
+            ok = False
+        last = all(not rest.strip() for rest in lines[number:])
+        if not ok:
+            if not last:
+                raise LeadTermsError(
+                    f"line {number} of {str(path)!r} is not a sweep record; fix or delete that "
+                    "line (the other lines hold finished checkpoints) or pass a new results path"
+                )
+            torn.append(line)
+            continue
+        if record["settings"] != settings:
+            raise LeadTermsError(
+                f"{str(path)!r} was written by a sweep with other settings "
+                f"({record['settings']}), not {settings}; pass a new results path to keep both"
+            )
+        done[record["checkpoint"]] = record
+    if torn or (text and not text.endswith("\n")):
+        aside = path.with_name(path.name + ".torn")
+        with open(aside, "a") as f:
+            f.write("\n".join(torn) + "\n")
+        good = "".join(json.dumps(r) + "\n" for r in done.values())
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(good)
+        os.replace(tmp, path)
+        if torn:
+            warnings.warn(
+                f"ignored an incomplete last line of {str(path)!r} (an interrupted write; kept "
+                f"in {str(aside)!r}); its checkpoint is computed again",
+                stacklevel=3,
+            )
+    return done, torn
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    """Append one complete JSON line and make it durable before returning."""
+    line = json.dumps(record) + "\n"
+    with open(path, "a") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _check_rows(rows: Any, analysis: str, label: str) -> list[dict[str, Any]]:
+    out = []
+    for r in rows:
+        if not isinstance(r, dict) or not {"layer", "score", "value"} <= set(r):
+            raise LeadTermsError(
+                f"analysis {analysis!r} returned {r!r} for checkpoint {label!r}; each row must be "
+                "a dict with layer, head, score and value"
+            )
+        value = r["value"]
+        out.append(
+            {
+                "layer": r["layer"],
+                "head": r.get("head"),
+                "score": str(r["score"]),
+                "value": float(value) if value is not None else float("nan"),
+            }
+        )
+    return out
+
+
+def sweep(
+    checkpoints: object,
+    stats: object,
+    *,
+    analyses: object = NAMES,
+    steps: object = None,
+    results: object = None,
+    layers: object = None,
+    per_head: bool = False,
+    device: str = "cpu",
+    progress: bool = True,
+    loader_kwargs: object = None,
+    **analysis_kwargs: Any,
+) -> SweepTable:
+    """Run ``analyses`` on every checkpoint and collect one tidy table.
+
+    Args:
+        checkpoints: ``(label, model)`` pairs (or ``(label, step, model_or_folder)``, as
+            :func:`~tl_leadterms.models.checkpoints.load_series` gives); a list of local
+            checkpoint folders; a series folder (its ``step{N}`` sub-folders); or a hub name such
+            as ``"pythia-1.4b"`` with ``steps``. Folders and hub checkpoints are loaded one at a
+            time and freed after use, so memory holds one model.
+        stats: :class:`~tl_leadterms.stats.CorpusStats` over the models' vocabulary.
+        analyses: names ``"decompose"`` (rows ``cos_{weight}`` and ``explained_{weight}``) and
+            ``"covariance"`` (:func:`~tl_leadterms.analyzers.covariance.covariance_similarity`'s
+            ``attention``, ``value_post``, ``value_attn``), callables ``f(model, stats)``
+            returning dicts with ``layer``, ``head``, ``score``, ``value``, or
+            ``(label, name_or_callable, kwargs)`` tuples (e.g. the covariance score under two
+            settings side by side).
+        steps: with a hub name, the ``checkpoint_value`` of each checkpoint; with local
+            checkpoints, keep only these steps.
+        results: a ``.jsonl`` path: each finished checkpoint is appended as one line; a rerun
+            skips the checkpoints already there (same settings required) and loads their rows.
+        layers, per_head: passed to the named analyses.
+        device: where models are loaded and covariance products run.
+        progress: a tqdm bar over the checkpoints.
+        loader_kwargs: extra keywords for ``load_neox`` / ``HookedTransformer.from_pretrained``.
+        **analysis_kwargs: keywords for the named analyses (each gets those it accepts, e.g.
+            ``normalize="both", value_map="write"`` for covariance).
+
+    Returns:
+        A :class:`SweepTable`, one row per (checkpoint, layer, head, analysis, score).
+    """
+    if not isinstance(stats, CorpusStats):
+        raise LeadTermsError(
+            f"stats must be a CorpusStats (from tl_leadterms.corpus_stats), got "
+            f"{type(stats).__name__}"
+        )
+    if loader_kwargs is None:
+        loader_kwargs = {}
+    if not isinstance(loader_kwargs, dict):
+        raise LeadTermsError(f"loader_kwargs must be a dict or None, got {loader_kwargs!r}")
+    if not isinstance(per_head, bool):
+        raise LeadTermsError(f"per_head must be True or False, got {per_head!r}")
+    common = {"layers": layers, "per_head": per_head, "device": device, "progress": False}
+    chosen = _analyses(analyses, common, analysis_kwargs)
+    todo = _checkpoints(checkpoints, steps, device, loader_kwargs)
+    settings = _jsonable(
+        {
+            "format": _FORMAT,
+            "analyses": {a.label: a.kwargs for a in chosen},
+            "stats": {
+                "d_vocab": stats.d_vocab,
+                "k": stats.k,
+                "n_ctx": stats.n_ctx,
+                "n_sequences": stats.n_sequences,
+            },
+        }
+    )
+    path = None if results is None else Path(results)
+    if path is not None and path.is_dir():
+        raise LeadTermsError(
+            f"results={str(path)!r} is a folder; pass a file path like 'sweep.jsonl'"
+        )
+    done, torn = _read_results(path, settings) if path is not None else ({}, [])
+    records, status = [], {}
+    for ckpt in tqdm(todo, desc="sweep", disable=not progress):
+        if ckpt.label in done:
+            records.append(done[ckpt.label])
+            status[ckpt.label] = "loaded"
+            continue
+        started = time.perf_counter()
+        try:
+            model = ckpt.load()
+        except Exception as err:
+            kept = (
+                f"; the {len(records)} finished checkpoint(s) are kept in {str(path)!r}"
+                if path
+                else ""
+            )
+            raise LeadTermsError(
+                f"checkpoint {ckpt.label!r} ({ckpt.source}) could not be loaded: {err}{kept}"
+            ) from err
+        d_vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)
+        if d_vocab is not None and d_vocab != stats.d_vocab:
+            raise LeadTermsError(
+                f"checkpoint {ckpt.label!r} has d_vocab={d_vocab} but the statistics have "
+                f"d_vocab={stats.d_vocab}; compute them with the checkpoints' tokenizer "
+                f"(corpus_stats(tokens, d_vocab={d_vocab}))"
+            )
+        rows = []
+        for a in chosen:
+            for r in _check_rows(a.fn(model, stats, **a.kwargs), a.label, ckpt.label):
+                rows.append({"analysis": a.label, **r})
+        if ckpt.owned:
+            del model
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        record = {
+            "checkpoint": ckpt.label,
+            "step": ckpt.step,
+            "source": ckpt.source,
+            "seconds": time.perf_counter() - started,
+            "settings": settings,
+            "rows": rows,
+        }
+        if path is not None:
+            _append(path, record)
+        records.append(record)
+        status[ckpt.label] = "computed"
+    metadata = {
+        "results": None if path is None else str(path),
+        "status": status,
+        "ignored_torn_lines": len(torn),
+        "settings": settings,
+    }
+    return SweepTable.from_records(records, metadata=metadata)

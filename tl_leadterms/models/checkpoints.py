@@ -1,0 +1,392 @@
+"""A real, offline checkpoint series: a tiny Pythia-style GPT-NeoX trained on the embedded corpus.
+
+:func:`train_neox_series` builds the package's story corpus and word-level tokenizer, trains a
+randomly initialised ``GPTNeoXForCausalLM`` (the conventions of
+:func:`~tl_leadterms.models.neox.save_tiny_neox`) with Adam on next-token loss on the CPU, and
+saves checkpoints at Pythia-like steps ``0, 1, 2, 4, ..., steps`` as local folders
+``out_dir/step{N}`` that :func:`~tl_leadterms.models.neox.load_neox` reads offline. The
+training windows (``windows.pt``) and tokenizer are saved beside them, so the statistics of the
+training corpus can be computed; :func:`load_series` lists the checkpoints for
+:func:`tl_leadterms.analyzers.sweep.sweep`.
+"""
+
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = [
+    "checkpoint_step",
+    "load_series",
+    "load_windows",
+    "pythia_steps",
+    "quiet_transformers",
+    "train_neox_series",
+]
+
+SERIES_FILE = "series.json"
+CHECKPOINT_FILE = "checkpoint.json"
+WINDOWS_FILE = "windows.pt"
+TOKENIZER_DIR = "tokenizer"
+_OPTIMIZERS = ("adamw", "sgd")
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LeadTermsError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _positive_float(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise LeadTermsError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def pythia_steps(steps: int) -> list[int]:
+    """Pythia's early checkpoint steps up to ``steps``: ``0, 1, 2, 4, 8, ...`` and ``steps``.
+
+    Example:
+        >>> pythia_steps(20)
+        [0, 1, 2, 4, 8, 16, 20]
+    """
+    steps = _positive_int("steps", steps)
+    out, s = [0], 1
+    while s < steps:
+        out.append(s)
+        s *= 2
+    return [*out, steps]
+
+
+def _checkpoint_steps(checkpoints: object, steps: int) -> list[int]:
+    if checkpoints is None:
+        return pythia_steps(steps)
+    if isinstance(checkpoints, (str, bytes)) or not hasattr(checkpoints, "__iter__"):
+        raise LeadTermsError(f"checkpoints must be a list of steps, got {checkpoints!r}")
+    out = list(checkpoints)
+    bad = [s for s in out if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= steps]
+    if bad or not out:
+        raise LeadTermsError(
+            f"checkpoints must be ints in [0, steps={steps}], got {out!r}; pass e.g. "
+            f"checkpoints=[0, 1, 2, 4, ..., {steps}] or raise steps"
+        )
+    return sorted(set(out))
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """Silence Hugging Face's per-file progress bars (saving, loading) and restore them after."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON atomically (temporary file in the same folder, then rename)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)
+
+
+def _save_checkpoint(hf_model, tokenizer, folder: Path, info: dict[str, Any]) -> Path:
+    """Save one checkpoint folder atomically: written under a temporary name, then renamed."""
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        with quiet_transformers():
+            hf_model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+        (tmp / CHECKPOINT_FILE).write_text(json.dumps(info, indent=2))
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return folder
+
+
+def _initial_model(out_dir: Path, tokenizer, d_vocab, n_ctx, d_model, n_layers, n_heads, seed):
+    """A randomly initialised GPTNeoXForCausalLM built exactly as save_tiny_neox builds it."""
+    from transformers import GPTNeoXForCausalLM
+
+    from tl_leadterms.models.neox import save_tiny_neox
+
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp, quiet_transformers():
+        save_tiny_neox(
+            tmp,
+            d_vocab=d_vocab,
+            n_layers=n_layers,
+            d_model=d_model,
+            n_heads=n_heads,
+            n_ctx=n_ctx,
+            seed=seed,
+            tokenizer=tokenizer,
+        )
+        return GPTNeoXForCausalLM.from_pretrained(tmp, attn_implementation="eager")
+
+
+def _scale_init(hf_model, init_scale: float) -> None:
+    """Multiply the random matrices (embeddings, attention, MLP, unembedding) by ``init_scale``.
+
+    LayerNorm gains and biases keep their values: the theory's zero initialisation is the limit
+    ``init_scale -> 0`` of the weights the gradient writes into.
+    """
+    if init_scale == 1.0:
+        return
+    with torch.no_grad():
+        for param in hf_model.parameters():
+            if param.dim() == 2:
+                param.mul_(init_scale)
+
+
+def train_neox_series(
+    out_dir: str | os.PathLike,
+    *,
+    stories: object = None,
+    n_stories: int = 2000,
+    vocab_size: int = 500,
+    n_ctx: int = 64,
+    d_model: int = 64,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    steps: int = 256,
+    checkpoints: object = None,
+    lr: float = 1e-3,
+    warmup: int = 0,
+    batch_size: int = 32,
+    weight_decay: float = 0.0,
+    init_scale: float = 1.0,
+    optimizer: str = "adamw",
+    seed: int = 0,
+    progress: bool = True,
+) -> list[Path]:
+    """Train a tiny Pythia-style GPT-NeoX on the embedded corpus and save a checkpoint series.
+
+    The corpus is ``stories`` or :func:`~tl_leadterms.data.generate_stories` (``n_stories``,
+    ``seed``); a word-level tokenizer of ``vocab_size`` tokens is trained on it and the stories
+    are cut into windows of ``n_ctx + 1`` tokens (:func:`~tl_leadterms.stats.make_windows`,
+    ``[EOS]`` between stories). The model is ``save_tiny_neox``'s randomly initialised
+    ``GPTNeoXForCausalLM`` (rotary on a quarter of each head, parallel attention and MLP,
+    untied embeddings, ``d_mlp = 4·d_model``) with its matrices scaled by ``init_scale``. It is
+    trained with AdamW (betas 0.9/0.95 like Pythia, linear warm-up over ``warmup`` steps, then a
+    constant ``lr``) on mean next-token cross-entropy over mini-batches of ``batch_size``
+    windows drawn without replacement (reshuffled each epoch).
+
+    Written under ``out_dir``: ``step{N}/`` for every checkpoint (``save_pretrained`` weights and
+    config, the tokenizer, and ``checkpoint.json`` with ``step``, ``loss`` (mean training loss
+    of that step's batch; the loss of the first batch at step 0), ``lr``), ``windows.pt`` (the
+    training windows, int64 ``[n_windows, n_ctx + 1]``), ``tokenizer/`` and ``series.json``
+    (every setting, the loss curve and the seconds taken). Each folder is written atomically.
+
+    Args:
+        out_dir: the folder to write (created if missing; existing checkpoints are replaced).
+        stories: the training texts (default: the embedded stories).
+        n_stories, vocab_size, n_ctx, d_model, n_layers, n_heads: corpus and model sizes.
+        steps: optimiser steps.
+        checkpoints: the steps to save (default :func:`pythia_steps`: ``0, 1, 2, 4, ...``).
+        lr, warmup, batch_size, weight_decay: AdamW settings.
+        init_scale: factor on the initial random matrices (1 = Hugging Face's std 0.02).
+        seed: seeds the corpus, the initial weights and the batch order.
+        progress: tqdm progress bar over the steps.
+
+    Returns:
+        The checkpoint folders, in step order.
+
+    Example:
+        >>> import tempfile
+        >>> from tl_leadterms.models.checkpoints import load_series, train_neox_series
+        >>> out = tempfile.mkdtemp()
+        >>> folders = train_neox_series(out, n_stories=30, vocab_size=60, n_ctx=16, d_model=16,
+        ...     n_heads=2, n_layers=1, steps=4, batch_size=8, progress=False)
+        >>> [(label, step) for label, step, _ in load_series(out)]
+        [('step0', 0), ('step1', 1), ('step2', 2), ('step4', 4)]
+    """
+    from tl_leadterms.data import generate_stories, train_word_tokenizer
+    from tl_leadterms.stats import make_windows
+
+    for name, value in (
+        ("n_stories", n_stories),
+        ("vocab_size", vocab_size),
+        ("n_ctx", n_ctx),
+        ("d_model", d_model),
+        ("n_layers", n_layers),
+        ("n_heads", n_heads),
+        ("batch_size", batch_size),
+    ):
+        _positive_int(name, value)
+    steps = _positive_int("steps", steps)
+    saved = _checkpoint_steps(checkpoints, steps)
+    lr = _positive_float("lr", lr)
+    init_scale = _positive_float("init_scale", init_scale)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise LeadTermsError(f"warmup must be an int >= 0 (steps), got {warmup!r}")
+    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
+        raise LeadTermsError(f"weight_decay must be a number >= 0, got {weight_decay!r}")
+    if weight_decay < 0:
+        raise LeadTermsError(f"weight_decay must be >= 0, got {weight_decay!r}")
+    if optimizer not in _OPTIMIZERS:
+        raise LeadTermsError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
+    if stories is None:
+        stories = generate_stories(n_stories, seed=seed)
+    elif isinstance(stories, str) or not isinstance(stories, (list, tuple)):
+        raise LeadTermsError(
+            f"stories must be a list of texts, got {type(stories).__name__}; wrap a single "
+            "text in a list"
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+
+    tokenizer = train_word_tokenizer(list(stories), vocab_size)
+    windows = make_windows(list(stories), n_ctx, tokenizer=tokenizer)
+    d_vocab = len(tokenizer)
+    tokenizer.save_pretrained(out_dir / TOKENIZER_DIR)
+    tmp = out_dir / f".{WINDOWS_FILE}.tmp"
+    torch.save(windows, tmp)
+    os.replace(tmp, out_dir / WINDOWS_FILE)
+
+    torch.manual_seed(seed)
+    hf_model = _initial_model(out_dir, tokenizer, d_vocab, n_ctx, d_model, n_layers, n_heads, seed)
+    _scale_init(hf_model, init_scale)
+    hf_model.train()
+    if optimizer == "adamw":
+        opt = torch.optim.AdamW(
+            hf_model.parameters(), lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=weight_decay
+        )
+    else:
+        opt = torch.optim.SGD(hf_model.parameters(), lr=lr, weight_decay=weight_decay)
+    rng = random.Random(seed)
+    order: list[int] = []
+
+    def batch() -> Int[Tensor, "batch n_ctx_plus_1"]:
+        nonlocal order
+        if len(order) < batch_size:
+            fresh = list(range(len(windows)))
+            rng.shuffle(fresh)
+            order = order + fresh
+        picked, order = order[:batch_size], order[batch_size:]
+        return windows[picked]
+
+    def loss_of(tokens: Tensor) -> Tensor:
+        logits = hf_model(input_ids=tokens[:, :-1]).logits
+        return torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
+        )
+
+    folders: list[Path] = []
+    losses: list[float] = []
+    meta = {"d_vocab": d_vocab, "n_ctx": n_ctx, "seed": seed, "init_scale": init_scale}
+
+    def save(step: int, loss: float, step_lr: float) -> None:
+        info = {"step": step, "loss": loss, "lr": step_lr, **meta}
+        folders.append(_save_checkpoint(hf_model, tokenizer, out_dir / f"step{step}", info))
+
+    if 0 in saved:
+        with torch.no_grad():
+            save(0, float(loss_of(batch())), 0.0)
+        order = []  # the first training batch is the one scored at step 0
+        rng = random.Random(seed)
+    for step in tqdm(range(1, steps + 1), desc="training", disable=not progress):
+        step_lr = lr * min(1.0, step / warmup) if warmup else lr
+        for group in opt.param_groups:
+            group["lr"] = step_lr
+        loss = loss_of(batch())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if not math.isfinite(losses[-1]):
+            raise LeadTermsError(
+                f"the training loss is {losses[-1]} at step {step}: lower lr={lr} or init_scale"
+            )
+        if step in saved:
+            save(step, losses[-1], step_lr)
+
+    _write_json(
+        out_dir / SERIES_FILE,
+        {
+            "checkpoints": [f.name for f in folders],
+            "steps": steps,
+            "n_stories": len(stories),
+            "vocab_size": vocab_size,
+            "n_windows": len(windows),
+            "d_model": d_model,
+            "n_layers": n_layers,
+            "n_heads": n_heads,
+            "lr": lr,
+            "warmup": warmup,
+            "batch_size": batch_size,
+            "weight_decay": weight_decay,
+            "optimizer": "AdamW(betas=(0.9, 0.95))" if optimizer == "adamw" else "SGD",
+            "losses": losses,
+            "seconds": time.perf_counter() - started,
+            **meta,
+        },
+    )
+    return folders
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """A checkpoint folder's step: from its ``checkpoint.json``, else the digits ending its name."""
+    info = folder / CHECKPOINT_FILE
+    if info.is_file():
+        try:
+            step = json.loads(info.read_text()).get("step")
+        except (OSError, ValueError):
+            step = None
+        if isinstance(step, int) and not isinstance(step, bool):
+            return step
+    digits = folder.name[len(folder.name.rstrip("0123456789")) :]
+    return int(digits) if digits else None
+
+
+def load_series(out_dir: str | os.PathLike) -> list[tuple[str, int | None, Path]]:
+    """The checkpoints of a series folder as ``(label, step, folder)``, in step order.
+
+    A checkpoint is any sub-folder with a ``config.json``; its step comes from its
+    ``checkpoint.json`` or the digits ending its name (``step64`` → 64).
+    """
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        raise LeadTermsError(
+            f"{str(out_dir)!r} is not a folder; pass the out_dir of train_neox_series"
+        )
+    found = [
+        (f.name, checkpoint_step(f), f)
+        for f in out_dir.iterdir()
+        if f.is_dir() and not f.name.startswith(".") and (f / "config.json").is_file()
+    ]
+    if not found:
+        raise LeadTermsError(
+            f"{str(out_dir)!r} holds no checkpoint folder (a sub-folder with config.json); "
+            "write one with train_neox_series"
+        )
+    return sorted(found, key=lambda x: (x[1] is None, x[1] if x[1] is not None else 0, x[0]))
+
+
+def load_windows(out_dir: str | os.PathLike) -> Int[Tensor, "n_windows n_ctx_plus_1"]:
+    """The training windows of a series (``out_dir/windows.pt``), for ``corpus_stats``."""
+    path = Path(out_dir) / WINDOWS_FILE
+    if not path.is_file():
+        raise LeadTermsError(f"{str(path)!r} does not exist; pass the out_dir of train_neox_series")
+    return torch.load(path, weights_only=True)
