@@ -1,0 +1,238 @@
+"""The token-as-sequence protocol (MATH.md §4 step 2): each token's residual stream, per layer.
+
+Every token id is fed to the model alone, as a length-1 sequence without BOS, and three
+``[n, d_model]`` maps are read per layer with hooks:
+
+* ``E_pre``  = ``blocks.{l}.hook_resid_pre``,
+* ``E_post`` = ``blocks.{l}.hook_resid_post``,
+* ``E_attn`` = ``hook_resid_pre + hook_attn_out`` (the residual after attention, without the MLP).
+
+:func:`tl_leadterms.analyzers.covariance.covariance_similarity` compares them with the corpus
+statistics; compute them once with :func:`token_maps` and pass ``maps=`` to sweep settings.
+"""
+
+from typing import Any
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformer_lens.utilities import get_act_name
+
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["MAPS", "TokenMaps", "token_maps"]
+
+MAPS = ("pre", "post", "attn")
+
+
+class TokenMaps:
+    """Per-layer residual-stream maps of single tokens; see :func:`token_maps`.
+
+    Attributes:
+        token_ids: ``[n]`` the token ids, in row order.
+        layers: the layers held, in the order of the first axis.
+        resid_pre: ``[n_layers_selected, n, d_model]`` ``E_pre`` (``hook_resid_pre``).
+        resid_post: ``[n_layers_selected, n, d_model]`` ``E_post`` (``hook_resid_post``).
+        resid_attn: ``[n_layers_selected, n, d_model]`` ``E_attn = E_pre + attn_out``.
+        metadata: model name, d_vocab, d_model, normalisation type.
+    """
+
+    def __init__(
+        self,
+        token_ids: Int[Tensor, " n"],
+        layers: list[int],
+        resid_pre: Float[Tensor, "layers n d_model"],
+        resid_post: Float[Tensor, "layers n d_model"],
+        resid_attn: Float[Tensor, "layers n d_model"],
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        self.token_ids = token_ids
+        self.layers = list(layers)
+        self.resid_pre = resid_pre
+        self.resid_post = resid_post
+        self.resid_attn = resid_attn
+        self.metadata = dict(metadata or {})
+
+    @property
+    def n(self) -> int:
+        """Number of tokens (rows)."""
+        return int(self.token_ids.numel())
+
+    def _index(self, layer: int) -> int:
+        if layer not in self.layers:
+            raise LeadTermsError(
+                f"layer {layer!r} is not in these maps (layers {self.layers}); compute them with "
+                f"token_maps(model, ..., layers=[..., {layer!r}])"
+            )
+        return self.layers.index(layer)
+
+    def get(self, name: str, layer: int) -> Float[Tensor, "n d_model"]:
+        """``E_pre`` (``"pre"``), ``E_post`` (``"post"``) or ``E_attn`` (``"attn"``) of a layer."""
+        if name not in MAPS:
+            raise LeadTermsError(f"map name must be one of {MAPS}, got {name!r}")
+        return getattr(self, f"resid_{name}")[self._index(layer)]
+
+    def __repr__(self) -> str:
+        d_model = self.resid_pre.shape[-1]
+        return (
+            f"TokenMaps(n={self.n} tokens, layers={self.layers}, d_model={d_model}, "
+            f"dtype={self.resid_pre.dtype}, device={self.resid_pre.device}, "
+            f"model={self.metadata.get('model_name')!r})"
+        )
+
+
+def check_layers(layers: object, n_layers: int) -> list[int]:
+    """``None`` -> every layer; an int or a list of ints, each in ``[0, n_layers)``."""
+    if layers is None:
+        return list(range(n_layers))
+    if isinstance(layers, int) and not isinstance(layers, bool):
+        layers = [layers]
+    if not isinstance(layers, (list, tuple, range)) or not all(
+        isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in layers
+    ):
+        raise LeadTermsError(f"layers must be None, an int or a list of ints, got {layers!r}")
+    layers = [int(i) for i in layers]
+    bad = [i for i in layers if not 0 <= i < n_layers]
+    if bad or not layers:
+        raise LeadTermsError(
+            f"layers {bad or layers} out of range: the model has {n_layers} layers "
+            f"(0..{n_layers - 1})"
+        )
+    return layers
+
+
+def check_token_ids(token_ids: object, d_vocab: int) -> Int[Tensor, " n"]:
+    """A ``[n]`` int64 CPU tensor of token ids in ``[0, d_vocab)`` (``None``: all of them)."""
+    if token_ids is None:
+        return torch.arange(d_vocab)
+    if isinstance(token_ids, range):
+        token_ids = list(token_ids)
+    if isinstance(token_ids, (list, tuple)):
+        if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in token_ids):
+            raise LeadTermsError(f"token_ids must be ints, got {token_ids!r:.200}")
+        token_ids = torch.tensor([int(t) for t in token_ids], dtype=torch.long)
+    elif isinstance(token_ids, np.ndarray):
+        token_ids = torch.from_numpy(token_ids)
+    if not isinstance(token_ids, Tensor) or token_ids.is_floating_point() or token_ids.is_complex():
+        raise LeadTermsError(
+            f"token_ids must be a 1-D integer tensor, array or list of token ids (e.g. "
+            f"stats.kept), got {type(token_ids).__name__}"
+        )
+    if token_ids.dim() != 1 or token_ids.numel() == 0:
+        raise LeadTermsError(
+            f"token_ids must be a non-empty 1-D list of ids, got shape {tuple(token_ids.shape)}"
+        )
+    token_ids = token_ids.detach().to("cpu", torch.long)
+    bad = token_ids[(token_ids < 0) | (token_ids >= d_vocab)]
+    if bad.numel():
+        raise LeadTermsError(
+            f"token ids {bad[:5].tolist()} are outside [0, d_vocab={d_vocab}); pass ids of the "
+            "model's own vocabulary (statistics counted with its tokenizer)"
+        )
+    return token_ids
+
+
+def model_device(model: Any, device: object) -> torch.device:
+    """The device the model's weights live on; ``device``, when given, must be that one."""
+    param = next(iter(model.parameters()), None)
+    here = param.device if param is not None else torch.device(model.cfg.device)
+    if device is None:
+        return here
+    try:
+        wanted = torch.device(device)
+    except (TypeError, RuntimeError) as err:
+        raise LeadTermsError(f"device must be a torch device or its name, got {device!r}") from err
+    if wanted.type != here.type or (wanted.index is not None and wanted.index != here.index):
+        raise LeadTermsError(
+            f"the model lives on {here} but device={device!r}; move it first "
+            f"(torch.nn.Module.to(model, {str(wanted)!r})) or pass device=None"
+        )
+    return here
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LeadTermsError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+@torch.no_grad()
+def token_maps(
+    model: Any,
+    token_ids: object = None,
+    *,
+    layers: object = None,
+    batch_size: int = 1024,
+    device: object = None,
+    output_device: object = "cpu",
+    progress: bool = True,
+) -> TokenMaps:
+    """Feed every token in ``token_ids`` to ``model`` alone and collect its residual maps.
+
+    Each token is a length-1 sequence (no BOS), so attention attends to the token itself; the
+    forward pass stops after the last requested layer. Memory on the model's device is bounded
+    by ``batch_size``; the maps are gathered on ``output_device`` (the CPU by default).
+
+    Args:
+        model: a HookedTransformer (or anything with its ``cfg``, hooks and ``run_with_hooks``).
+        token_ids: ids in row order, e.g. ``stats.kept``; default: every id in ``range(d_vocab)``.
+        layers: layers to collect (default: all).
+        batch_size: tokens per forward pass.
+        device: where the forward runs; the model must already be there (default: its device).
+        output_device: where the returned maps are stored.
+        progress: show a tqdm bar.
+
+    Returns:
+        :class:`TokenMaps` with ``resid_pre``, ``resid_post``, ``resid_attn``
+        ``[n_layers_selected, n, d_model]`` in the model's dtype.
+
+    Example:
+        >>> from tl_leadterms import paper_model
+        >>> maps = token_maps(paper_model(8, 4, 2), [1, 5], progress=False)
+        >>> maps.resid_pre.shape, maps.resid_pre[0, 1].argmax().item()  # one-hot embedding
+        (torch.Size([2, 2, 8]), 5)
+    """
+    cfg = model.cfg
+    ids = check_token_ids(token_ids, cfg.d_vocab)
+    layers = check_layers(layers, cfg.n_layers)
+    batch_size = _positive_int("batch_size", batch_size)
+    device = model_device(model, device)
+    try:
+        out_device = torch.device(output_device)
+    except (TypeError, RuntimeError) as err:
+        raise LeadTermsError(
+            f"output_device must be a torch device, got {output_device!r}"
+        ) from err
+    shape = (len(layers), ids.numel(), cfg.d_model)
+    dtype = cfg.dtype
+    out = {name: torch.empty(shape, dtype=dtype, device=out_device) for name in MAPS}
+    where: dict[str, tuple[str, int]] = {}
+    for i, layer in enumerate(layers):
+        where[get_act_name("resid_pre", layer)] = ("pre", i)
+        where[get_act_name("resid_post", layer)] = ("post", i)
+        where[get_act_name("attn_out", layer)] = ("attn", i)
+    rows = slice(0, 0)
+
+    def store(act: Tensor, hook) -> None:
+        name, i = where[hook.name]
+        out[name][i, rows] = act[:, 0].to(out_device, dtype)
+
+    hooks = [(name, store) for name in where]
+    bar = tqdm(range(0, ids.numel(), batch_size), desc="token maps", disable=not progress)
+    for start in bar:
+        rows = slice(start, min(start + batch_size, ids.numel()))
+        batch = ids[rows].to(device)[:, None]
+        model.run_with_hooks(
+            batch, return_type=None, fwd_hooks=hooks, stop_at_layer=max(layers) + 1
+        )
+    out["attn"] += out["pre"]  # E_attn = resid_pre + attn_out
+    metadata = {
+        "model_name": getattr(cfg, "model_name", None),
+        "d_vocab": cfg.d_vocab,
+        "d_model": cfg.d_model,
+        "normalization_type": cfg.normalization_type,
+        "positional_embedding_type": getattr(cfg, "positional_embedding_type", None),
+    }
+    return TokenMaps(ids, layers, out["pre"], out["post"], out["attn"], metadata)
