@@ -405,6 +405,8 @@ def _check_rows(rows: Any, analysis: str, label: str) -> list[dict[str, Any]]:
                 "a dict with layer, head, score and value"
             )
         value = r["value"]
+        if isinstance(value, torch.Tensor):
+            value = value.detach().item()
         out.append(
             {
                 "layer": r["layer"],
@@ -518,8 +520,9 @@ def sweep(
             )
         rows = []
         for a in chosen:
-            for r in _check_rows(a.fn(model, stats, **a.kwargs), a.label, ckpt.label):
-                rows.append({"analysis": a.label, **r})
+            with torch.no_grad():
+                found = a.fn(model, stats, **a.kwargs)
+            rows.extend({"analysis": a.label, **r} for r in _check_rows(found, a.label, ckpt.label))
         if ckpt.owned:
             del model
             gc.collect()

@@ -1,0 +1,231 @@
+"""Checkpoint sweeps over a real (tiny) trained GPT-NeoX series, offline, with resume."""
+
+import json
+
+import pytest
+import torch
+from transformer_lens import HookedTransformer
+
+from tl_leadterms.analyzers.decompose import decompose
+from tl_leadterms.analyzers.sweep import SweepTable, sweep
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.models.checkpoints import load_series, load_windows, train_neox_series
+from tl_leadterms.models.neox import load_neox
+from tl_leadterms.stats import corpus_stats
+
+STEPS = [0, 1, 2, 4, 8, 16]
+N_LAYERS = 2
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory):
+    out = tmp_path_factory.mktemp("series")
+    train_neox_series(
+        out,
+        n_stories=60,
+        vocab_size=120,
+        n_ctx=16,
+        d_model=16,
+        n_layers=N_LAYERS,
+        n_heads=2,
+        steps=16,
+        batch_size=8,
+        lr=3e-3,
+        progress=False,
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def stats(series):
+    d_vocab = json.loads((series / "series.json").read_text())["d_vocab"]
+    return corpus_stats(load_windows(series), d_vocab, progress=False)
+
+
+@pytest.fixture(scope="module")
+def table(series, stats):
+    return sweep(series, stats, analyses="decompose", progress=False)
+
+
+def test_series_folders_load_offline(series):
+    found = load_series(series)
+    assert [(label, step) for label, step, _ in found] == [(f"step{s}", s) for s in STEPS]
+    info = json.loads((series / "series.json").read_text())
+    assert info["checkpoints"] == [f"step{s}" for s in STEPS]
+    assert len(info["losses"]) == 16 and info["losses"][-1] < info["losses"][0]
+    windows = load_windows(series)
+    assert windows.dtype == torch.int64 and windows.shape[1] == 17
+    assert int(windows.max()) < info["d_vocab"]
+    first, last = (load_neox(found[i][2]) for i in (0, -1))
+    assert first.cfg.d_vocab == info["d_vocab"] and first.cfg.n_layers == N_LAYERS
+    assert first.cfg.positional_embedding_type == "rotary"
+    assert not torch.equal(first.W_E, last.W_E)  # the weights did train
+    assert json.loads((found[3][2] / "checkpoint.json").read_text())["step"] == 4
+    assert first.tokenizer is not None  # the tokenizer is saved with every checkpoint
+
+
+def test_one_row_per_checkpoint_layer_score(table, series, stats):
+    assert isinstance(table, SweepTable)
+    assert table.checkpoints == [f"step{s}" for s in STEPS]
+    keys = [(r["checkpoint"], r["layer"], r["head"], r["score"]) for r in table.rows]
+    assert len(keys) == len(set(keys))
+    # W_O (no layer) + V and W per layer, each with a cosine and an explained share
+    assert len(table) == len(STEPS) * (2 + 2 * 2 * N_LAYERS)
+    assert {r["step"] for r in table.rows} == set(STEPS)
+    # the sweep's values are decompose's own
+    direct = decompose(load_neox(series / "step8"), stats, per_head=False)
+    assert table.values("cos_V", layer=1)[STEPS.index(8)] == pytest.approx(
+        direct.row("V", 1)["cosine"], abs=1e-12
+    )
+    assert table.values("cos_W_O")[STEPS.index(8)] == pytest.approx(
+        direct.row("W_O")["cosine"], abs=1e-12
+    )
+
+
+def test_table_views(table):
+    df = table.to_pandas()
+    assert list(df.columns) == ["checkpoint", "step", "layer", "head", "analysis", "score", "value"]
+    assert len(df) == len(table)
+    grid = table.pivot("cos_W")
+    assert list(grid.columns) == table.checkpoints and list(grid.index) == [0, 1]
+    assert list(table.pivot("cos_W_O").index) == ["-"]
+    text = repr(table)
+    assert "decompose: cos_V" in text and "step16" in text and "L1" in text
+    data = table.to_dict()
+    assert json.loads(json.dumps(data))["checkpoints"] == table.checkpoints
+    with pytest.raises(LeadTermsError, match="no rows"):
+        table.values("attention", layer=0)
+
+
+def test_model_pairs_and_step_filter(series, stats, table):
+    pairs = [(label, load_neox(folder)) for label, _, folder in load_series(series)]
+    got = sweep(pairs[:3], stats, analyses="decompose", progress=False)
+    assert got.rows == [r for r in table.rows if r["checkpoint"] in ("step0", "step1", "step2")]
+    kept = sweep(load_series(series), stats, analyses="decompose", steps=[2, 16], progress=False)
+    assert kept.checkpoints == ["step2", "step16"]
+
+
+def test_callable_and_covariance(series, stats):
+    pytest.importorskip("tl_leadterms.analyzers.covariance")
+    from tl_leadterms.analyzers.covariance import covariance_similarity
+
+    def embed_norm(model, stats):
+        return [{"layer": None, "head": None, "score": "W_E_norm", "value": model.W_E.norm()}]
+
+    got = sweep(
+        [series / "step0", series / "step16"],
+        stats,
+        analyses=(embed_norm, "covariance"),
+        normalize="both",
+        value_map="write",
+        progress=False,
+    )
+    want = covariance_similarity(
+        load_neox(series / "step16"), stats, normalize="both", value_map="write", progress=False
+    )
+    for r in want.rows:
+        value = got.values(r["score"], r["layer"], r["head"], analysis="covariance")[1]
+        assert value == pytest.approx(r["value"], abs=1e-12)
+    assert got.values("W_E_norm")[1] == pytest.approx(
+        float(load_neox(series / "step16").W_E.detach().norm())
+    )
+
+
+class _Probe:
+    """A cheap analysis that counts its calls and can fail at one checkpoint."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.seen: list[int] = []
+        self.fail_at = fail_at
+
+    def __call__(self, model, stats):
+        self.seen.append(len(self.seen))
+        if self.fail_at is not None and len(self.seen) == self.fail_at:
+            raise RuntimeError("interrupted")
+        return [
+            {
+                "layer": layer,
+                "head": None,
+                "score": "W_Q_norm",
+                "value": float(block.attn.W_Q.norm()),
+            }
+            for layer, block in enumerate(model.blocks)
+        ]
+
+
+def test_resume_after_interruption(series, stats, tmp_path):
+    path = tmp_path / "sweep.jsonl"
+    full = sweep(series, stats, analyses=[("probe", _Probe(), {})], progress=False)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        sweep(series, stats, analyses=[("probe", _Probe(fail_at=3), {})], results=path)
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["checkpoint"] for line in lines] == ["step0", "step1"]
+    probe = _Probe()
+    resumed = sweep(series, stats, analyses=[("probe", probe, {})], results=path, progress=False)
+    assert len(probe.seen) == len(STEPS) - 2  # the first two were not recomputed
+    assert resumed.rows == full.rows
+    assert resumed.metadata["status"]["step0"] == "loaded"
+    assert resumed.metadata["status"]["step16"] == "computed"
+    again = _Probe()
+    sweep(series, stats, analyses=[("probe", again, {})], results=path, progress=False)
+    assert again.seen == []  # everything is in the file now
+
+
+def test_torn_last_line_is_ignored_and_reported(series, stats, tmp_path):
+    path = tmp_path / "sweep.jsonl"
+    sweep(series, stats, analyses=[("probe", _Probe(), {})], results=path, steps=[0, 1])
+    with open(path, "a") as f:
+        f.write('{"checkpoint": "step2", "rows": [{"lay')  # a write cut short
+    probe = _Probe()
+    with pytest.warns(UserWarning, match="incomplete last line"):
+        got = sweep(series, stats, analyses=[("probe", probe, {})], results=path, progress=False)
+    assert len(probe.seen) == len(STEPS) - 2
+    assert got.checkpoints == [f"step{s}" for s in STEPS]
+    assert len(path.read_text().splitlines()) == len(STEPS)
+    assert "step2" in (tmp_path / "sweep.jsonl.torn").read_text()
+
+
+def test_pythia_name_uses_checkpoint_value(series, stats, monkeypatch):
+    calls = []
+
+    def fake_from_pretrained(name, *, checkpoint_value=None, device=None, **kwargs):
+        calls.append((name, checkpoint_value, device))
+        return load_neox(series / f"step{checkpoint_value}")
+
+    monkeypatch.setattr(HookedTransformer, "from_pretrained", fake_from_pretrained)
+    got = sweep("pythia-14m", stats, steps=[0, 4, 16], analyses="decompose", progress=False)
+    assert calls == [("pythia-14m", 0, "cpu"), ("pythia-14m", 4, "cpu"), ("pythia-14m", 16, "cpu")]
+    assert got.checkpoints == ["step0", "step4", "step16"]
+    assert [r["step"] for r in got.rows if r["score"] == "cos_W_O"] == [0, 4, 16]
+
+
+def test_bad_checkpoint_keeps_finished_results(series, stats, tmp_path):
+    broken = tmp_path / "step99"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    path = tmp_path / "sweep.jsonl"
+    folders = [series / "step0", series / "step1", broken]
+    with pytest.raises(LeadTermsError, match="step99") as err:
+        sweep(folders, stats, analyses=[("probe", _Probe(), {})], results=path, progress=False)
+    assert "2 finished checkpoint(s) are kept" in str(err.value)
+    assert len(path.read_text().splitlines()) == 2
+
+
+def test_bad_inputs(series, stats, tmp_path):
+    other = corpus_stats(torch.randint(0, 50, (8, 17)), d_vocab=50, progress=False)
+    with pytest.raises(LeadTermsError, match="d_vocab=50"):
+        sweep([series / "step0"], other, analyses="decompose", progress=False)
+    with pytest.raises(LeadTermsError, match="unknown analysis 'decomposition'"):
+        sweep(series, stats, analyses="decomposition", progress=False)
+    with pytest.raises(LeadTermsError, match="not a folder"):
+        sweep(str(tmp_path / "missing"), stats, progress=False)
+    with pytest.raises(LeadTermsError, match="normalise"):
+        sweep(series, stats, analyses="decompose", normalise="both", progress=False)
+    with pytest.raises(LeadTermsError, match="CorpusStats"):
+        sweep(series, {"B_bar": 0}, progress=False)
+    with pytest.raises(LeadTermsError, match="no checkpoint for steps"):
+        sweep(series, stats, analyses="decompose", steps=[3], progress=False)
+    path = tmp_path / "r.jsonl"
+    sweep(series, stats, analyses=[("probe", _Probe(), {})], steps=[0], results=path)
+    with pytest.raises(LeadTermsError, match="other settings"):
+        sweep(series, stats, analyses="decompose", steps=[0], results=path, progress=False)
