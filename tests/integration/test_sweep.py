@@ -229,3 +229,21 @@ def test_bad_inputs(series, stats, tmp_path):
     sweep(series, stats, analyses=[("probe", _Probe(), {})], steps=[0], results=path)
     with pytest.raises(LeadTermsError, match="other settings"):
         sweep(series, stats, analyses="decompose", steps=[0], results=path, progress=False)
+
+
+def test_training_writes_the_leading_terms(series, stats):
+    """Random init scores near 0; a few steps of training lift the value maps' covariance
+    agreement with Φ̄ᵀB̄ᵀ far above that (the paper's early-checkpoint finding)."""
+    pytest.importorskip("tl_leadterms.analyzers.covariance")
+    got = sweep(
+        series,
+        stats,
+        analyses="covariance",
+        normalize="both",
+        value_map="write",
+        progress=False,
+    )
+    for layer in range(N_LAYERS):
+        scores = got.values("value_post", layer=layer)
+        assert scores[0] < 0.2
+        assert max(scores[1:]) > 0.6

@@ -142,7 +142,14 @@ def _initial_model(out_dir: Path, tokenizer, d_vocab, n_ctx, d_model, n_layers, 
             seed=seed,
             tokenizer=tokenizer,
         )
-        return GPTNeoXForCausalLM.from_pretrained(tmp, attn_implementation="eager")
+        hf_model = GPTNeoXForCausalLM.from_pretrained(tmp, attn_implementation="eager")
+    # undo save_tiny_neox's random LayerNorm gains and biases (there to exercise weight
+    # folding): training starts, like Pythia, from unit gains and zero biases
+    with torch.no_grad():
+        for name, param in hf_model.named_parameters():
+            if param.dim() == 1:
+                param.fill_(1.0 if "norm" in name and name.endswith("weight") else 0.0)
+    return hf_model
 
 
 def _scale_init(hf_model, init_scale: float) -> None:
@@ -187,7 +194,10 @@ def train_neox_series(
     are cut into windows of ``n_ctx + 1`` tokens (:func:`~tl_leadterms.stats.make_windows`,
     ``[EOS]`` between stories). The model is ``save_tiny_neox``'s randomly initialised
     ``GPTNeoXForCausalLM`` (rotary on a quarter of each head, parallel attention and MLP,
-    untied embeddings, ``d_mlp = 4·d_model``) with its matrices scaled by ``init_scale``. It is
+    untied embeddings, ``d_mlp = 4·d_model``) with its matrices scaled by ``init_scale`` and,
+    like Pythia, unit LayerNorm gains and zero biases (``save_tiny_neox`` randomises those to
+    exercise weight folding; random biases add one direction shared by every token's residual
+    maps, which alone scores about 0.95 on the covariance protocol at step 0). It is
     trained with AdamW (betas 0.9/0.95 like Pythia, linear warm-up over ``warmup`` steps, then a
     constant ``lr``) on mean next-token cross-entropy over mini-batches of ``batch_size``
     windows drawn without replacement (reshuffled each epoch).
