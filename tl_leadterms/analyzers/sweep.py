@@ -28,6 +28,7 @@ __all__ = ["SweepTable", "sweep"]
 
 NAMES = ("decompose", "covariance")
 _FORMAT = 1
+_NOT_SETTINGS = ("device", "progress", "batch_size")
 
 
 class _Checkpoint(NamedTuple):
@@ -231,7 +232,8 @@ def _analyses(analyses: object, common: dict[str, Any], extra: dict[str, Any]) -
         raise LeadTermsError(
             f"analysis labels must be unique, got {labels}; label them with tuples"
         )
-    named = [a for a in analyses if isinstance(a, str)]
+    named = [a[1] if isinstance(a, tuple) else a for a in analyses]
+    named = [n for n in named if isinstance(n, str)]
     unused = [k for k in extra if not any(k in _accepts(n) for n in named)]
     if unused:
         raise LeadTermsError(
@@ -478,7 +480,11 @@ def sweep(
     settings = _jsonable(
         {
             "format": _FORMAT,
-            "analyses": {a.label: a.kwargs for a in chosen},
+            # where and how fast it ran does not change the rows: resume on any device
+            "analyses": {
+                a.label: {k: v for k, v in a.kwargs.items() if k not in _NOT_SETTINGS}
+                for a in chosen
+            },
             "stats": {
                 "d_vocab": stats.d_vocab,
                 "k": stats.k,
