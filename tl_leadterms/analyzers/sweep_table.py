@@ -1,0 +1,123 @@
+"""`SweepTable`: the tidy result of :func:`tl_leadterms.analyzers.sweep.sweep`."""
+
+from typing import Any
+
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["COLUMNS", "SweepTable"]
+
+COLUMNS = ("checkpoint", "step", "layer", "head", "analysis", "score", "value")
+
+
+class SweepTable:
+    """The rows of :func:`sweep`: one per (checkpoint, layer, head, analysis, score).
+
+    Row fields: ``checkpoint`` (label), ``step`` (None when unknown), ``layer`` (None for
+    ``W_O``), ``head`` (None for layer-level scores), ``analysis``, ``score``, ``value``.
+    ``checkpoints`` lists the labels in sweep order; ``metadata["status"]`` says which were
+    computed and which were loaded from the results file.
+    """
+
+    def __init__(self, rows: list[dict[str, Any]], checkpoints: list[str], metadata: dict) -> None:
+        self.rows = rows
+        self.checkpoints = checkpoints
+        self.metadata = metadata
+
+    @classmethod
+    def from_records(cls, records: list[dict[str, Any]], metadata: dict) -> "SweepTable":
+        rows = [
+            {"checkpoint": rec["checkpoint"], "step": rec["step"], **r}
+            for rec in records
+            for r in rec["rows"]
+        ]
+        rows = [{c: r.get(c) for c in COLUMNS} for r in rows]
+        return cls(rows, [rec["checkpoint"] for rec in records], metadata)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def scores(self) -> list[tuple[str, str]]:
+        """The ``(analysis, score)`` pairs present, in first-seen order."""
+        return list(dict.fromkeys((r["analysis"], r["score"]) for r in self.rows))
+
+    def values(
+        self,
+        score: str,
+        layer: int | None = None,
+        head: int | None = None,
+        analysis: str | None = None,
+    ) -> list[float]:
+        """One score across the checkpoints, in sweep order (NaN where a checkpoint lacks it)."""
+        found = {
+            r["checkpoint"]: r["value"]
+            for r in self.rows
+            if r["score"] == score
+            and r["layer"] == layer
+            and r["head"] == head
+            and (analysis is None or r["analysis"] == analysis)
+        }
+        if not found:
+            raise LeadTermsError(
+                f"no rows for score={score!r}, layer={layer!r}, head={head!r}, "
+                f"analysis={analysis!r}; scores: {self.scores()}"
+            )
+        return [found.get(c, float("nan")) for c in self.checkpoints]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: ``{"rows", "checkpoints", "metadata"}`` (JSON-serialisable)."""
+        return {
+            "rows": [dict(r) for r in self.rows],
+            "checkpoints": list(self.checkpoints),
+            "metadata": self.metadata,
+        }
+
+    def to_pandas(self):
+        """A long DataFrame with the columns ``checkpoint, step, layer, head, analysis, score,
+        value``."""
+        import pandas as pd
+
+        df = pd.DataFrame(self.rows, columns=list(COLUMNS))
+        return df.astype({"step": "Int64", "layer": "Int64", "head": "Int64"})
+
+    def pivot(self, score: str, analysis: str | None = None, heads: bool = False):
+        """Layers (or ``(layer, head)`` with ``heads=True``) × checkpoints of one score."""
+        import pandas as pd
+
+        df = self.to_pandas()
+        df = df[df["score"] == score]
+        if analysis is not None:
+            df = df[df["analysis"] == analysis]
+        if df["analysis"].nunique() > 1:
+            raise LeadTermsError(
+                f"score {score!r} comes from analyses {sorted(df['analysis'].unique())}; pass "
+                "analysis= to pick one"
+            )
+        if df.empty:
+            raise LeadTermsError(f"no rows for score={score!r}; scores: {self.scores()}")
+        df = df[df["head"].notna()] if heads else df[df["head"].isna()]
+        df = df.assign(layer=[("-" if pd.isna(v) else int(v)) for v in df["layer"]])
+        index = ["layer", "head"] if heads else "layer"
+        table = df.pivot(index=index, columns="checkpoint", values="value")
+        return table[[c for c in self.checkpoints if c in table.columns]]
+
+    def __repr__(self) -> str:
+        status = self.metadata.get("status", {})
+        loaded = sum(s == "loaded" for s in status.values())
+        lines = [
+            f"SweepTable: {len(self.checkpoints)} checkpoints ({loaded} from the results file), "
+            f"{len(self.rows)} rows"
+        ]
+        width = max([5, *(len(c) for c in self.checkpoints)])
+        head = f"{'':<30}" + " ".join(f"{c:>{width}}" for c in self.checkpoints)
+        for analysis, score in self.scores():
+            lines.append(f"{analysis}: {score}")
+            lines.append(head)
+            grid: dict[Any, dict[str, float]] = {}
+            for r in self.rows:
+                if r["analysis"] == analysis and r["score"] == score and r["head"] is None:
+                    grid.setdefault(r["layer"], {})[r["checkpoint"]] = r["value"]
+            for layer, vals in grid.items():
+                name = "  -" if layer is None else f"  L{layer}"
+                cells = (f"{vals.get(c, float('nan')):>{width}.3f}" for c in self.checkpoints)
+                lines.append(f"{name:<30}" + " ".join(cells))
+        return "\n".join(lines)
