@@ -249,6 +249,8 @@ def test_bad_input(neox, stats, kept_stats, tokens):
         call(neox, kept_stats, maps=maps, progress=False)
     with pytest.raises(LeadTermsError, match=r"maps lack layers \[1\]"):
         call(neox, stats, maps=maps, progress=False)
+    with pytest.raises(LeadTermsError, match="device must be a torch device"):
+        call(neox, stats, device="nowhere", progress=False)
     broken = paper_model(V, T, 1)
     with torch.no_grad():
         broken.blocks[0].attn.W_Q[0, 2, 3] = float("nan")

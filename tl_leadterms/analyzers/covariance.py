@@ -64,12 +64,19 @@ def _block(n: int) -> int:
     return max(1, min(n, _BLOCK_ELEMENTS // max(n, 1)))
 
 
+def _scaled(block: Tensor, scale: Tensor, mean: Tensor, dtype: torch.dtype) -> Tensor:
+    """``diag(scale)·block − mean·1ᵀ`` in ``dtype``, one new tensor (``block`` is untouched)."""
+    if block.dtype == dtype:
+        return torch.mul(block, scale[:, None]).sub_(mean[:, None])
+    return block.to(dtype).mul_(scale[:, None]).sub_(mean[:, None])
+
+
 def _rows(T: Tensor, terms: TheoryTerms, rows: slice, dtype: torch.dtype) -> Tensor:
-    return T[rows].to(dtype) * terms.scale[rows, None] - terms.mean[rows, None]
+    return _scaled(T[rows], terms.scale[rows], terms.mean[rows], dtype)
 
 
 def _cols(T: Tensor, terms: TheoryTerms, cols: slice, dtype: torch.dtype) -> Tensor:
-    return T[:, cols].to(dtype) * terms.scale[:, None] - terms.mean[:, None]
+    return _scaled(T[:, cols], terms.scale, terms.mean, dtype)
 
 
 @torch.no_grad()
@@ -138,23 +145,36 @@ def self_norm2(factor: Factor) -> float:
     return float((P * P.T).sum())
 
 
-def cross_terms(Ls: list[Tensor], T: Tensor, terms: TheoryTerms, dtype: torch.dtype) -> list:
-    """For each ``L``: ``X Xᵀ`` with ``X = Lᵀ T̃`` (``[r, r]``), in one pass over ``T̃``."""
-    L_all = torch.cat(Ls, dim=1).T.contiguous()
-    widths = [L.shape[1] for L in Ls]
-    acc = [torch.zeros(r, r, dtype=dtype, device=T.device) for r in widths]
+def cross_terms(factors: list[Factor], T: Tensor, terms: TheoryTerms, dtype: torch.dtype) -> list:
+    """Per factor, ``X Xᵀ`` (``[r, r]``; ``‖X‖²`` when ``R`` is None), ``X = Lᵀ T̃``; one pass.
+
+    In float64, ``X = (diag(scale) L)ᵀ T − (Lᵀ mean) 1ᵀ`` reads ``T`` in place; in float32 each
+    column block of ``T̃`` is formed first (no cancellation after the product).
+    """
+    L_all = torch.cat([f.L for f in factors], dim=1).T.contiguous()
+    widths = [f.L.shape[1] for f in factors]
+    acc = [torch.zeros((r, r) if f.R is not None else (), dtype=dtype, device=T.device)
+           for r, f in zip(widths, factors, strict=True)]  # fmt: skip
+    direct = T.dtype == dtype == torch.float64
+    if direct:
+        shift = (L_all @ terms.mean)[:, None]
+        L_all = L_all * terms.scale
     b = _block(T.shape[0])
     for start in range(0, T.shape[1], b):
-        X = L_all @ _cols(T, terms, slice(start, start + b), dtype)
-        for a, Xi in zip(acc, X.split(widths), strict=True):
-            a.addmm_(Xi, Xi.T)
+        cols = slice(start, start + b)
+        X = L_all @ T[:, cols] - shift if direct else L_all @ _cols(T, terms, cols, dtype)
+        for a, Xi, f in zip(acc, X.split(widths), factors, strict=True):
+            if f.R is None:
+                a += torch.vdot(Xi.flatten(), Xi.flatten())
+            else:
+                a.addmm_(Xi, Xi.T)
     return acc
 
 
 def _cross(acc: Tensor, factor: Factor) -> float:
-    """``⟨ÃÃᵀ, T̃T̃ᵀ⟩ = ‖R Lᵀ T̃‖² = ⟨RᵀR, X Xᵀ⟩`` (``R = I`` for a plain map: ``tr(X Xᵀ)``)."""
+    """``⟨ÃÃᵀ, T̃T̃ᵀ⟩ = ‖R Lᵀ T̃‖² = ⟨RᵀR, X Xᵀ⟩`` (``R = I`` for a plain map: ``‖X‖²``)."""
     if factor.R is None:
-        return float(acc.diagonal().sum())
+        return float(acc)
     return float((acc * (factor.R.T @ factor.R)).sum())
 
 
@@ -288,7 +308,10 @@ def covariance_similarity(
     layers = check_layers(layers, cfg.n_layers)
     if not isinstance(per_head, bool):
         raise LeadTermsError(f"per_head must be True or False, got {per_head!r}")
-    device = model_device(model, None) if device is None else torch.device(device)
+    try:
+        device = model_device(model, None) if device is None else torch.device(device)
+    except (TypeError, RuntimeError) as err:
+        raise LeadTermsError(f"device must be a torch device or its name, got {device!r}") from err
     ids = stats.kept.cpu() if stats.kept is not None else torch.arange(stats.d_vocab)
     if maps is None:
         maps = token_maps(model, ids, layers=layers, batch_size=batch_size, progress=progress)
@@ -308,16 +331,11 @@ def covariance_similarity(
             return _finite(f"the layer {layer} {name} token map", E)
 
         E_pre = get("pre")
-        att = _attention_scores(E_pre, W_Q, W_K, T_att, att_terms, both, per_head, dtype)
+        att = attention_scores(E_pre, W_Q, W_K, T_att, att_terms, both, per_head, dtype)
         values = [get("post"), get("attn")]
         if value_map == "write":
             values = [E - E_pre for E in values]
-        factors = [prepare(Factor(E, None), both) for E in values]
-        accs = cross_terms([f.L for f in factors], T_val, val_terms, dtype)
-        val = [
-            score(_cross(a, f), self_norm2(f), val_terms.norm2)
-            for a, f in zip(accs, factors, strict=True)
-        ]
+        val = value_scores(values, T_val, val_terms, both, dtype)
         rows.append({"layer": layer, "head": None, "score": "attention", "value": att[0]})
         rows.append({"layer": layer, "head": None, "score": "value_post", "value": val[0]})
         rows.append({"layer": layer, "head": None, "score": "value_attn", "value": val[1]})
@@ -348,8 +366,17 @@ def covariance_similarity(
     return CovarianceSimilarity(rows, metadata)
 
 
-def _attention_scores(E, W_Q, W_K, T, terms, both, per_head, dtype) -> list[float]:
-    """Layer-level score, then one per head (when ``per_head``)."""
+def value_scores(maps: list[Tensor], T, terms, both: bool, dtype) -> list[float]:
+    """The score of each ``[n, d]`` map against the theory ``T`` (one pass over ``T``)."""
+    factors = [prepare(Factor(E, None), both) for E in maps]
+    accs = cross_terms(factors, T, terms, dtype)
+    return [
+        score(_cross(a, f), self_norm2(f), terms.norm2) for a, f in zip(accs, factors, strict=True)
+    ]
+
+
+def attention_scores(E, W_Q, W_K, T, terms, both: bool, per_head: bool, dtype) -> list[float]:
+    """``E mean_h(W_Q^h W_K^hᵀ) Eᵀ``'s score, then one per head (when ``per_head``)."""
     H, d, d_head = W_Q.shape
     concat = H * d_head <= d
     if concat:  # A = (E W_Q^cat / H)(E W_K^cat)ᵀ, rank H·d_head
@@ -362,7 +389,7 @@ def _attention_scores(E, W_Q, W_K, T, terms, both, per_head, dtype) -> list[floa
     if per_head and concat and not both:
         # centring commutes with column slicing and L's rows are not rescaled: each head's
         # X Xᵀ is a diagonal block of the layer's (a common scale cancels in the cosine)
-        acc = cross_terms([factors[0].L], T, terms, dtype)[0]
+        acc = cross_terms(factors[:1], T, terms, dtype)[0]
         out = [score(_cross(acc, factors[0]), self_norm2(factors[0]), terms.norm2)]
         for h in range(H):
             cols = slice(h * d_head, (h + 1) * d_head)
@@ -372,7 +399,7 @@ def _attention_scores(E, W_Q, W_K, T, terms, both, per_head, dtype) -> list[floa
     if per_head:
         heads = [prepare(Factor(E @ W_Q[h], E @ W_K[h]), both) for h in range(H)]
     factors += heads
-    accs = cross_terms([f.L for f in factors], T, terms, dtype)
+    accs = cross_terms(factors, T, terms, dtype)
     return [
         score(_cross(a, f), self_norm2(f), terms.norm2) for a, f in zip(accs, factors, strict=True)
     ]
