@@ -46,3 +46,22 @@ def test_reproduce_paper_small_preset(tmp_path):
     value = [v for (w, _), v in change.items() if w == "V"]
     attention = [v for (w, _), v in change.items() if w == "W"]
     assert output > max(value) > min(value) > max(attention)
+
+
+def test_pythia_protocol_small_preset(tmp_path):
+    """The whole protocol on a tiny GPT-NeoX series: tables per score, resumable."""
+    script = ROOT / "examples" / "pythia_protocol.py"
+    args = [sys.executable, str(script), "--preset", "small", "--out", str(tmp_path)]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    tables = json.loads((tmp_path / "tables.json").read_text())
+    steps = [f"step{s}" for s in (0, 1, 2, 4, 8, 16, 32)]
+    for key in ("paper:attention", "paper:value_post", "both:value_attn", "decompose:cos_W_O"):
+        assert set(tables[key]["1" if key != "decompose:cos_W_O" else "-"]) == set(steps)
+    # training writes the leading terms into the value maps: from ~0 at init to > 0.6
+    value = tables["both:value_post"]["1"]
+    assert value["step0"] < 0.2 and max(value.values()) > 0.6
+    assert (tmp_path / "both_value_post.csv").is_file()
+    # a second run reuses the series and every finished checkpoint of the sweep
+    again = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    assert "training the checkpoint series" in out and "training the checkpoint" not in again
+    assert json.loads((tmp_path / "tables.json").read_text()) == tables

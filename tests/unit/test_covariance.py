@@ -12,7 +12,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from tests.conftest import unchecked
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model, train
-from tl_leadterms.analyzers import covariance
+from tl_leadterms.analyzers import covariance_algebra
 from tl_leadterms.analyzers.covariance import covariance_similarity
 from tl_leadterms.analyzers.token_maps import token_maps
 from tl_leadterms.models.neox import load_neox, save_tiny_neox
@@ -128,8 +128,10 @@ def test_neox_restricted_matches_plain_computation(neox, kept_stats, normalize, 
 def test_blockwise_products_and_float32(neox, kept_stats, monkeypatch):
     """Tiny blocks exercise the blockwise theory norm and cross products; float32 stays close."""
     exact = covariance_similarity(neox, kept_stats, per_head=True, normalize="both", progress=False)
-    monkeypatch.setattr(covariance, "_BLOCK_ELEMENTS", 40)
-    monkeypatch.setattr(covariance, "_THEORY_CACHE", covariance.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(covariance_algebra, "_BLOCK_ELEMENTS", 40)
+    monkeypatch.setattr(
+        covariance_algebra, "_THEORY_CACHE", covariance_algebra.weakref.WeakKeyDictionary()
+    )
     blocked = covariance_similarity(
         neox, kept_stats, per_head=True, normalize="both", progress=False
     )
@@ -148,17 +150,17 @@ def test_theory_norm_is_cached_without_keeping_stats_alive():
     with torch.no_grad():
         model.blocks[0].attn.W_V.normal_()
     covariance_similarity(model, s, progress=False)
-    cached = covariance._THEORY_CACHE[s]
+    cached = covariance_algebra._THEORY_CACHE[s]
     norms = s.Q_bar.norm(dim=1, keepdim=True)
     assert (norms == 0).any()  # a zero row (a token never seen as a query) stays 0
     Qc = torch.where(norms > 0, s.Q_bar / norms, 0.0)
     Qc = Qc - Qc.mean(dim=1, keepdim=True)
     expected = float(((Qc @ Qc.T) ** 2).sum())
     assert cached[("Q_bar", torch.float64, "cpu")].norm2 == pytest.approx(expected, rel=1e-10)
-    n_before = len(covariance._THEORY_CACHE)
+    n_before = len(covariance_algebra._THEORY_CACHE)
     del s, cached
     gc.collect()
-    assert len(covariance._THEORY_CACHE) == n_before - 1
+    assert len(covariance_algebra._THEORY_CACHE) == n_before - 1
 
 
 @pytest.fixture(scope="module")

@@ -6,18 +6,28 @@ from tl_leadterms.analyzers.attention import (
     attention_agreement,
     predict_attention,
 )
+from tl_leadterms.analyzers.covariance import CovarianceSimilarity, covariance_similarity
 from tl_leadterms.analyzers.decompose import decompose, leading_cosines
 from tl_leadterms.analyzers.result import Decomposition, PairDifference
+from tl_leadterms.analyzers.sweep import sweep
+from tl_leadterms.analyzers.sweep_table import SweepTable
+from tl_leadterms.analyzers.token_maps import TokenMaps, token_maps
 
 __all__ = [
     "AblationTable",
     "AttentionAgreement",
+    "CovarianceSimilarity",
     "Decomposition",
     "PairDifference",
+    "SweepTable",
+    "TokenMaps",
     "ablate",
     "attention_agreement",
+    "covariance_similarity",
     "decompose",
     "evaluate_loss",
     "leading_cosines",
     "predict_attention",
+    "sweep",
+    "token_maps",
 ]

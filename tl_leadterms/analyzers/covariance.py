@@ -20,14 +20,18 @@ Everything is computed in exact factored form, never as an ``n × n`` model cova
 """
 
 import math
-import weakref
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
-from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from tl_leadterms.analyzers.covariance_algebra import (  # noqa: F401 (theory_terms re-exported)
+    _cached_terms,
+    attention_scores,
+    theory_terms,
+    value_scores,
+)
 from tl_leadterms.analyzers.token_maps import (
     TokenMaps,
     check_layers,
@@ -43,145 +47,6 @@ __all__ = ["CovarianceSimilarity", "covariance_similarity"]
 SCORES = ("attention", "value_post", "value_attn")
 NORMALIZE = ("theory", "both")
 VALUE_MAPS = ("post", "write")
-_BLOCK_ELEMENTS = 2**25  # elements of one materialised block of the theory matrix
-# stats -> {(theory, dtype, device): TheoryTerms}; weak keys: the cache never keeps stats alive
-_THEORY_CACHE: "weakref.WeakKeyDictionary[CorpusStats, dict]" = weakref.WeakKeyDictionary()
-
-
-class TheoryTerms(NamedTuple):
-    """What the scores need of a theory matrix ``T``: ``T̃ = diag(scale)·T − mean·1ᵀ``."""
-
-    scale: Tensor  # [n] 1/‖T_i‖ (0 for a zero row)
-    mean: Tensor  # [n] row means of the scaled rows
-    norm2: float  # ‖T̃T̃ᵀ‖_F²
-
-
-def _inverse(norms: Tensor) -> Tensor:
-    return torch.where(norms > 0, 1.0 / norms.clamp_min(torch.finfo(norms.dtype).tiny), 0.0)
-
-
-def _block(n: int) -> int:
-    return max(1, min(n, _BLOCK_ELEMENTS // max(n, 1)))
-
-
-def _scaled(block: Tensor, scale: Tensor, mean: Tensor, dtype: torch.dtype) -> Tensor:
-    """``diag(scale)·block − mean·1ᵀ`` in ``dtype``, one new tensor (``block`` is untouched)."""
-    if block.dtype == dtype:
-        return torch.mul(block, scale[:, None]).sub_(mean[:, None])
-    return block.to(dtype).mul_(scale[:, None]).sub_(mean[:, None])
-
-
-def _rows(T: Tensor, terms: TheoryTerms, rows: slice, dtype: torch.dtype) -> Tensor:
-    return _scaled(T[rows], terms.scale[rows], terms.mean[rows], dtype)
-
-
-def _cols(T: Tensor, terms: TheoryTerms, cols: slice, dtype: torch.dtype) -> Tensor:
-    return _scaled(T[:, cols], terms.scale, terms.mean, dtype)
-
-
-@torch.no_grad()
-def theory_terms(T: Float[Tensor, "n m"], dtype: torch.dtype = torch.float64) -> TheoryTerms:
-    """Row scaling, row means and ``‖T̃T̃ᵀ‖²`` of a theory matrix, blockwise in ``dtype``."""
-    n, m = T.shape
-    b = _block(m)
-    sq = torch.empty(n, dtype=dtype, device=T.device)
-    sums = torch.empty(n, dtype=dtype, device=T.device)
-    for start in range(0, n, b):
-        block = T[start : start + b].to(dtype)
-        sq[start : start + b] = (block * block).sum(1)
-        sums[start : start + b] = block.sum(1)
-    scale = _inverse(sq.sqrt())
-    terms = TheoryTerms(scale, sums * scale / m, 0.0)
-    norm2 = 0.0
-    starts = range(0, n, b)
-    for i, si in enumerate(starts):
-        Ti = _rows(T, terms, slice(si, si + b), dtype)
-        for sj in starts[i:]:
-            Tj = Ti if sj == si else _rows(T, terms, slice(sj, sj + b), dtype)
-            G = Ti @ Tj.T
-            norm2 += (1.0 if sj == si else 2.0) * float((G * G).sum())
-    return terms._replace(norm2=norm2)
-
-
-def _cached_terms(stats: CorpusStats, name: str, T: Tensor, dtype: torch.dtype) -> TheoryTerms:
-    per_stats = _THEORY_CACHE.setdefault(stats, {})
-    key = (name, dtype, str(T.device))
-    if key not in per_stats:
-        terms = theory_terms(T, dtype)
-        if not (torch.isfinite(terms.scale).all() and math.isfinite(terms.norm2)):
-            raise LeadTermsError(
-                f"the statistics' {name} matrix holds NaN or inf; recompute the statistics"
-            )
-        per_stats[key] = terms
-    return per_stats[key]
-
-
-class Factor(NamedTuple):
-    """A token map ``L Rᵀ`` (``R`` None: the map is ``L`` itself, an ``n × d`` matrix)."""
-
-    L: Tensor
-    R: Tensor | None
-
-
-def prepare(factor: Factor, scale_rows: bool) -> Factor:
-    """Rows scaled to unit norm (when asked; zero rows stay 0), then centred (row means 0)."""
-    L, R = factor
-    if R is None:
-        if scale_rows:
-            L = L * _inverse(L.norm(dim=1))[:, None]
-        return Factor(L - L.mean(1, keepdim=True), None)
-    if scale_rows:
-        row_sq = ((L @ (R.T @ R)) * L).sum(1).clamp_min(0)
-        L = L * _inverse(row_sq.sqrt())[:, None]
-    return Factor(L, R - R.mean(0, keepdim=True))
-
-
-def self_norm2(factor: Factor) -> float:
-    """``‖ÃÃᵀ‖_F² = ‖ÃᵀÃ‖_F²`` of a prepared factor, ``O(n r²)``."""
-    G_L = factor.L.T @ factor.L
-    if factor.R is None:
-        return float((G_L * G_L).sum())
-    P = G_L @ (factor.R.T @ factor.R)
-    return float((P * P.T).sum())
-
-
-def cross_terms(factors: list[Factor], T: Tensor, terms: TheoryTerms, dtype: torch.dtype) -> list:
-    """Per factor, ``X Xᵀ`` (``[r, r]``; ``‖X‖²`` when ``R`` is None), ``X = Lᵀ T̃``; one pass.
-
-    In float64, ``X = (diag(scale) L)ᵀ T − (Lᵀ mean) 1ᵀ`` reads ``T`` in place; in float32 each
-    column block of ``T̃`` is formed first (no cancellation after the product).
-    """
-    L_all = torch.cat([f.L for f in factors], dim=1).T.contiguous()
-    widths = [f.L.shape[1] for f in factors]
-    acc = [torch.zeros((r, r) if f.R is not None else (), dtype=dtype, device=T.device)
-           for r, f in zip(widths, factors, strict=True)]  # fmt: skip
-    direct = T.dtype == dtype == torch.float64
-    if direct:
-        shift = (L_all @ terms.mean)[:, None]
-        L_all = L_all * terms.scale
-    b = _block(T.shape[0])
-    for start in range(0, T.shape[1], b):
-        cols = slice(start, start + b)
-        X = L_all @ T[:, cols] - shift if direct else L_all @ _cols(T, terms, cols, dtype)
-        for a, Xi, f in zip(acc, X.split(widths), factors, strict=True):
-            if f.R is None:
-                a += torch.vdot(Xi.flatten(), Xi.flatten())
-            else:
-                a.addmm_(Xi, Xi.T)
-    return acc
-
-
-def _cross(acc: Tensor, factor: Factor) -> float:
-    """``⟨ÃÃᵀ, T̃T̃ᵀ⟩ = ‖R Lᵀ T̃‖² = ⟨RᵀR, X Xᵀ⟩`` (``R = I`` for a plain map: ``‖X‖²``)."""
-    if factor.R is None:
-        return float(acc)
-    return float((acc * (factor.R.T @ factor.R)).sum())
-
-
-def score(cross: float, self2: float, theory2: float) -> float:
-    """Frobenius cosine of the two covariances (NaN when either is zero)."""
-    denom = math.sqrt(self2 * theory2)
-    return cross / denom if denom > 0 else math.nan
 
 
 def _check(model: Any, stats: object, normalize: object, value_map: object, dtype: object):
@@ -364,45 +229,6 @@ def covariance_similarity(
         "library_version": __version__,
     }
     return CovarianceSimilarity(rows, metadata)
-
-
-def value_scores(maps: list[Tensor], T, terms, both: bool, dtype) -> list[float]:
-    """The score of each ``[n, d]`` map against the theory ``T`` (one pass over ``T``)."""
-    factors = [prepare(Factor(E, None), both) for E in maps]
-    accs = cross_terms(factors, T, terms, dtype)
-    return [
-        score(_cross(a, f), self_norm2(f), terms.norm2) for a, f in zip(accs, factors, strict=True)
-    ]
-
-
-def attention_scores(E, W_Q, W_K, T, terms, both: bool, per_head: bool, dtype) -> list[float]:
-    """``E mean_h(W_Q^h W_K^hᵀ) Eᵀ``'s score, then one per head (when ``per_head``)."""
-    H, d, d_head = W_Q.shape
-    concat = H * d_head <= d
-    if concat:  # A = (E W_Q^cat / H)(E W_K^cat)ᵀ, rank H·d_head
-        layer = Factor(E @ W_Q.transpose(0, 1).reshape(d, H * d_head) / H,
-                       E @ W_K.transpose(0, 1).reshape(d, H * d_head))  # fmt: skip
-    else:  # A = (E W)(E)ᵀ with W = mean_h W_Q^h W_K^hᵀ, rank d
-        layer = Factor(E @ (torch.einsum("hdk,hek->de", W_Q, W_K) / H), E)
-    factors = [prepare(layer, both)]
-    heads: list[Factor] = []
-    if per_head and concat and not both:
-        # centring commutes with column slicing and L's rows are not rescaled: each head's
-        # X Xᵀ is a diagonal block of the layer's (a common scale cancels in the cosine)
-        acc = cross_terms(factors[:1], T, terms, dtype)[0]
-        out = [score(_cross(acc, factors[0]), self_norm2(factors[0]), terms.norm2)]
-        for h in range(H):
-            cols = slice(h * d_head, (h + 1) * d_head)
-            f = Factor(factors[0].L[:, cols], factors[0].R[:, cols])
-            out.append(score(_cross(acc[cols, cols], f), self_norm2(f), terms.norm2))
-        return out
-    if per_head:
-        heads = [prepare(Factor(E @ W_Q[h], E @ W_K[h]), both) for h in range(H)]
-    factors += heads
-    accs = cross_terms(factors, T, terms, dtype)
-    return [
-        score(_cross(a, f), self_norm2(f), terms.norm2) for a, f in zip(accs, factors, strict=True)
-    ]
 
 
 class CovarianceSimilarity:
