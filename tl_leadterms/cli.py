@@ -2,8 +2,15 @@
 
     tl-leadterms demo                       # embedded corpus -> statistics -> association lists
                                             # -> a short training run -> decompose table
+                                            # -> out/report.html
     tl-leadterms stats corpus.txt -o s.safetensors --tokenizer word:3000 --n-ctx 200
+    tl-leadterms stats ids.npy -o s.safetensors --d-vocab 50304     # token arrays [n, T+1]
+    tl-leadterms stats my_dataset_dir -o s.safetensors --tokenizer tok_dir --text-column text
     tl-leadterms top s.safetensors red --tokenizer tok_dir
+    tl-leadterms decompose ckpt_dir s.safetensors [--json|--csv] [-o table.json]
+    tl-leadterms sweep series_dir s.safetensors [--results r.jsonl] [--out table.csv]
+    tl-leadterms sweep pythia-70m s.safetensors --steps 0 1 2 4    # hub checkpoints
+    tl-leadterms report s.safetensors --model ckpt_dir --text "..." --words red fish -o r.html
 
 Every subcommand has ``--help``. Exit codes: 0 success, 2 bad arguments or input.
 """
@@ -13,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from tl_leadterms import cli_commands as commands
 from tl_leadterms.errors import LeadTermsError
 
 DEMO_WORDS = {
@@ -40,25 +48,13 @@ def _print_associations(stats, tokenizer, words: dict[str, list[str]], k: int = 
             print(f"  {word:>8s} -> {listed}")
 
 
-def _load_tokenizer(spec: str, texts: list[str] | None):
-    """``word:N`` / ``bpe:N`` train on the texts; anything else is a name or local folder."""
-    from tl_leadterms.data import train_bpe_tokenizer, train_word_tokenizer
-
-    kind, _, size = spec.partition(":")
-    if kind in ("word", "bpe") and size.isdigit():
-        if texts is None:
-            raise LeadTermsError(f"--tokenizer {spec} trains on texts; give text files.")
-        train = train_word_tokenizer if kind == "word" else train_bpe_tokenizer
-        return train(texts, int(size))
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(spec)
-    except (OSError, ValueError) as err:
-        raise LeadTermsError(
-            f"cannot load tokenizer {spec!r} ({err}); pass a local tokenizer folder, a cached hub "
-            "name, or word:N / bpe:N to train one on the corpus."
-        ) from err
+def _sample_text(stories: list[str], words: list[str]) -> str:
+    """The first sentence of the corpus that holds one of ``words`` (for the attention views)."""
+    for story in stories:
+        for sentence in story.replace("\n", " ").split(". "):
+            if any(w in sentence.lower().split() for w in words):
+                return sentence.strip().rstrip(".") + "."
+    return stories[0][:200]
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -84,12 +80,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     stats.save(path)
     tokenizer.save_pretrained(out / "tokenizer")
     print(f"\nSaved {path} and {out / 'tokenizer'} ({time.perf_counter() - start:.1f} s)")
-    if args.train_steps:
-        _demo_training(args, stories, tokenizer)
+    trained = _demo_training(args, stories, tokenizer) if args.train_steps else {}
+    if not args.no_report:
+        _demo_report(args, stats, tokenizer, stories, trained)
     return 0
 
 
-def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> None:
+def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> dict:
     """Train the paper's model briefly on the same corpus and print what its weights hold."""
     from tl_leadterms import corpus_stats, decompose, make_windows, paper_model, train
 
@@ -105,42 +102,50 @@ def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> N
     model = paper_model(len(tokenizer), n_ctx, 3)
     history = train(model, windows, lr=lr, steps=steps, track=stats, progress=not args.quiet)
     print(f"  {history!r}")
-    print(f"\n{decompose(model, stats, lr=lr, steps=steps)}")
+    decomposition = decompose(model, stats, lr=lr, steps=steps)
+    print(f"\n{decomposition}")
     print(f"  ({time.perf_counter() - start:.1f} s)")
+    return {"model": model, "stats": stats, "history": history, "decomposition": decomposition}
 
 
-def cmd_stats(args: argparse.Namespace) -> int:
-    from tl_leadterms import corpus_stats, make_windows
-    from tl_leadterms.data import read_corpus
+def _demo_report(args, stats, tokenizer, stories: list[str], trained: dict) -> None:
+    """report.html: the decompose table, association lists, attention views, history figure."""
+    from tl_leadterms.report import report
 
-    texts = []
-    for name in args.inputs:
-        if not Path(name).is_file():
-            raise LeadTermsError(f"no such text file: {name}")
-        texts.extend(read_corpus(name))  # documents are separated by blank lines
-    tokenizer = _load_tokenizer(args.tokenizer, texts)
-    windows = make_windows(texts, args.n_ctx, mode=args.mode, tokenizer=tokenizer)
-    vocab = args.keep if args.keep else None
-    stats = corpus_stats(
-        windows, len(tokenizer), vocab=vocab, tokenizer=tokenizer, progress=not args.quiet
+    start = time.perf_counter()
+    words = [w for ws in DEMO_WORDS.values() for w in ws]
+    text = _sample_text(stories, words) if trained else None
+    path = report(
+        Path(args.out) / "report.html",
+        stats=trained.get("stats", stats),
+        association_stats=stats,
+        model=trained.get("model"),
+        tokenizer=tokenizer,
+        text=text,
+        history=trained.get("history"),
+        decomposition=trained.get("decomposition"),
+        words=DEMO_WORDS,
+        title="tl_leadterms demo: the embedded stories corpus",
+        lr=args.train_lr if trained else None,
+        steps=args.train_steps if trained else None,
+        progress=not args.quiet,
     )
-    stats.save(args.output)
-    if args.save_tokenizer:
-        tokenizer.save_pretrained(args.save_tokenizer)
-    print(f"{stats!r}\nwrote {args.output}")
-    return 0
+    size = path.stat().st_size / 1e6
+    print(
+        f"\nWrote {path} ({size:.1f} MB, {time.perf_counter() - start:.1f} s): open it in a browser"
+    )
 
 
-def cmd_top(args: argparse.Namespace) -> int:
-    from tl_leadterms import CorpusStats
+def _add_common(p: argparse.ArgumentParser, *, device: bool = True) -> None:
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    if device:
+        p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
 
-    tokenizer = _load_tokenizer(args.tokenizer, None) if args.tokenizer else None
-    stats = CorpusStats.load(args.stats, tokenizer=tokenizer)
-    for word in args.tokens:
-        token = int(word) if word.isdigit() and tokenizer is None else word
-        neighbours = stats.top(args.matrix, token, k=args.k, tokenizer=tokenizer)
-        print(f"{word}: " + ", ".join(f"{n.token} ({n.score:.3g})" for n in neighbours))
-    return 0
+
+def _add_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lr", type=float, help="the training run's learning rate, if known")
+    p.add_argument("--steps", type=int, help="the training run's step count, if known")
+    p.add_argument("--layers", type=int, nargs="+", help="layers to analyse (default: all)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -150,31 +155,49 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="embedded corpus -> statistics -> association lists")
+    demo = sub.add_parser(
+        "demo", help="embedded corpus -> statistics -> a short training run -> report.html"
+    )
     demo.add_argument("--stories", type=int, default=4000, help="stories to generate")
     demo.add_argument("--vocab", type=int, default=2000, help="word-level vocabulary size")
     demo.add_argument("--n-ctx", type=int, default=128, help="window length T")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="out", help="folder for the outputs")
-    demo.add_argument("--quiet", action="store_true", help="no progress bars")
     demo.add_argument("--train-steps", type=int, default=6, help="GD steps (0: no training)")
     demo.add_argument("--train-lr", type=float, default=1.0, help="learning rate η")
     demo.add_argument("--train-n-ctx", type=int, default=32, help="window length for training")
     demo.add_argument("--train-windows", type=int, default=256, help="training windows")
+    demo.add_argument("--no-report", action="store_true", help="do not write report.html")
+    _add_common(demo, device=False)
     demo.set_defaults(func=cmd_demo)
 
-    stats = sub.add_parser("stats", help="text files -> a statistics file")
-    stats.add_argument("inputs", nargs="+", help="UTF-8 text files; documents split by blank lines")
+    stats = sub.add_parser("stats", help="texts, a dataset or token arrays -> a statistics file")
+    stats.add_argument(
+        "inputs",
+        nargs="+",
+        help="UTF-8 text files (documents split by blank lines), .pt/.npy token arrays "
+        "[n, T+1], dataset folders (Dataset.save_to_disk) or hub dataset names",
+    )
     stats.add_argument("-o", "--output", required=True, help="output .safetensors path")
     stats.add_argument(
-        "--tokenizer", default="word:3000", help="word:N, bpe:N, a local folder or a hub name"
+        "--tokenizer",
+        help="word:N, bpe:N (trained on the texts), a local folder or a hub name "
+        "(default for texts: word:3000)",
     )
-    stats.add_argument("--n-ctx", type=int, default=128, help="window length T")
+    stats.add_argument(
+        "--d-vocab", type=int, help="vocabulary size for token ids (default: tokenizer's)"
+    )
+    stats.add_argument(
+        "--n-ctx", type=int, help="window length T (default 128; arrays: their width - 1)"
+    )
     stats.add_argument("--mode", choices=["chunk", "truncate"], default="chunk")
+    stats.add_argument("--max-windows", type=int, default=0, help="use at most this many windows")
     stats.add_argument("--keep", type=int, default=0, help="keep the k most frequent tokens")
-    stats.add_argument("--save-tokenizer", help="folder to save a trained tokenizer to")
-    stats.add_argument("--quiet", action="store_true", help="no progress bars")
-    stats.set_defaults(func=cmd_stats)
+    stats.add_argument("--text-column", default="text", help="text column of a dataset")
+    stats.add_argument("--split", default="train", help="split of a dataset")
+    stats.add_argument("--save-tokenizer", help="folder to save the tokenizer to")
+    _add_common(stats, device=False)
+    stats.set_defaults(func=commands.cmd_stats)
 
     top = sub.add_parser("top", help="the tokens most associated with given tokens")
     top.add_argument("stats", help="a statistics file")
@@ -182,7 +205,59 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--matrix", default="bigram", help="bigram, interchangeability, context, ...")
     top.add_argument("--tokenizer", help="tokenizer folder or name")
     top.add_argument("-k", type=int, default=10)
-    top.set_defaults(func=cmd_top)
+    top.set_defaults(func=commands.cmd_top)
+
+    dec = sub.add_parser("decompose", help="a checkpoint + statistics -> the decompose table")
+    dec.add_argument("checkpoint", help="a local GPT-NeoX checkpoint folder or a model name")
+    dec.add_argument("stats", help="a statistics file over the model's vocabulary")
+    fmt = dec.add_mutually_exclusive_group()
+    fmt.add_argument(
+        "--format", choices=["text", "json", "csv"], help="default: from -o, else text"
+    )
+    fmt.add_argument("--json", dest="format", action="store_const", const="json")
+    fmt.add_argument("--csv", dest="format", action="store_const", const="csv")
+    dec.add_argument("-o", "--output", help="file to write (default: stdout)")
+    dec.add_argument("--per-layer", action="store_true", help="one row per layer, not per head")
+    _add_run(dec)
+    _add_common(dec)
+    dec.set_defaults(func=commands.cmd_decompose)
+
+    sw = sub.add_parser("sweep", help="checkpoints + statistics -> a table over training")
+    sw.add_argument(
+        "checkpoints",
+        nargs="+",
+        help="a series folder, checkpoint folders, or a hub name with --steps",
+    )
+    sw.add_argument("stats", help="a statistics file over the models' vocabulary")
+    sw.add_argument("--steps", type=int, nargs="+", help="checkpoint steps (a hub name needs them)")
+    sw.add_argument("--results", help="a .jsonl file: finished checkpoints are kept, reruns resume")
+    sw.add_argument("--out", help="write the table to a .csv or .json file")
+    sw.add_argument(
+        "--analyses",
+        nargs="+",
+        default=["decompose"],
+        choices=["decompose", "covariance"],
+        help="default: decompose",
+    )
+    sw.add_argument("--layers", type=int, nargs="+", help="layers to analyse (default: all)")
+    sw.add_argument("--per-head", action="store_true", help="scores per head as well")
+    _add_common(sw)
+    sw.set_defaults(func=commands.cmd_sweep)
+
+    rep = sub.add_parser("report", help="statistics (+ a model) -> one self-contained report.html")
+    rep.add_argument("stats", help="a statistics file")
+    rep.add_argument("--model", help="a local GPT-NeoX checkpoint folder or a model name")
+    rep.add_argument("--text", help="a sample text for the attention views (needs --model)")
+    rep.add_argument("--text-file", help="read the sample text from a file")
+    rep.add_argument("--words", nargs="+", help="words for the association lists")
+    rep.add_argument("--tokenizer", help="tokenizer folder or name (default: the model's)")
+    rep.add_argument("--sweep-results", help="a sweep --results .jsonl file to plot")
+    rep.add_argument("-o", "--output", default="report.html", help="default: report.html")
+    rep.add_argument("--title", help="the page title")
+    rep.add_argument("--lr", type=float, help="the training run's learning rate, if known")
+    rep.add_argument("--steps", type=int, help="the training run's step count, if known")
+    _add_common(rep)
+    rep.set_defaults(func=commands.cmd_report)
     return parser
 
 

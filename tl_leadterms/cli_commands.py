@@ -1,0 +1,383 @@
+"""The ``tl-leadterms`` subcommands stats, top, decompose, sweep and report, and their loaders.
+
+:mod:`tl_leadterms.cli` builds the parser and runs ``demo``. Every user mistake becomes a
+:class:`~tl_leadterms.errors.LeadTermsError` (exit code 2, one line on stderr).
+"""
+
+import argparse
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tl_leadterms.errors import LeadTermsError
+
+_TOKEN_SUFFIXES = (".pt", ".npy")
+
+
+# -- loaders --------------------------------------------------------------------------------
+def load_tokenizer(spec: str, texts: list[str] | None):
+    """``word:N`` / ``bpe:N`` train on the texts; anything else is a name or local folder."""
+    from tl_leadterms.data import train_bpe_tokenizer, train_word_tokenizer
+
+    kind, _, size = spec.partition(":")
+    if kind in ("word", "bpe") and size.isdigit():
+        if texts is None:
+            raise LeadTermsError(f"--tokenizer {spec} trains on texts; give text files.")
+        train = train_word_tokenizer if kind == "word" else train_bpe_tokenizer
+        return train(texts, int(size))
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(spec)
+    except (OSError, ValueError) as err:
+        raise LeadTermsError(
+            f"cannot load tokenizer {spec!r} ({_first_line(err)}); pass a local tokenizer folder, "
+            "a cached hub name, or word:N / bpe:N to train one on the corpus."
+        ) from err
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def _looks_like_path(name: str) -> bool:
+    """A name meant as a local path (model names like pythia-1.4b have dots, so no suffix test)."""
+    return name.startswith(("/", ".", "~")) or name.endswith(os.sep)
+
+
+def load_model(spec: str, device: str = "cpu"):
+    """A local GPT-NeoX folder (``load_neox``) or a TransformerLens / hub model name."""
+    from tl_leadterms.models.checkpoints import quiet_transformers
+
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        from tl_leadterms.models.neox import load_neox
+
+        with quiet_transformers():
+            return load_neox(path, device=device)
+    if path.exists() or _looks_like_path(spec):
+        raise LeadTermsError(
+            f"no checkpoint folder at {spec!r}; pass a folder written by save_pretrained "
+            "(GPT-NeoX) or a TransformerLens model name such as pythia-70m"
+        )
+    from transformer_lens import HookedTransformer
+
+    try:
+        with quiet_transformers():
+            return HookedTransformer.from_pretrained(spec, device=device)
+    except Exception as err:  # network, hub and name errors come in many types
+        raise LeadTermsError(
+            f"cannot load model {spec!r} with HookedTransformer.from_pretrained "
+            f"({_first_line(err)}); offline (HF_HUB_OFFLINE=1) only cached models load: pass a "
+            "local checkpoint folder instead"
+        ) from err
+
+
+def load_stats(path: str, tokenizer: Any = None):
+    from tl_leadterms import CorpusStats
+
+    return CorpusStats.load(path, tokenizer=tokenizer)
+
+
+def write_text(content: str, path: str | None) -> None:
+    """Print ``content``, or write it to ``path`` atomically."""
+    if path is None or path == "-":
+        print(content)
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise LeadTermsError(f"-o {path!r} is a folder; pass a file path")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(content if content.endswith("\n") else content + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    print(f"wrote {target}")
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def to_json(data: Any) -> str:
+    """Strict JSON (NaN and infinities become null)."""
+    return json.dumps(_json_safe(data), indent=1, allow_nan=False)
+
+
+# -- stats inputs ---------------------------------------------------------------------------
+def _token_array(path: Path):
+    import numpy as np
+    import torch
+
+    try:
+        data = torch.load(path, weights_only=True) if path.suffix == ".pt" else np.load(path)
+    except Exception as err:  # pickle, zip and numpy format errors
+        raise LeadTermsError(
+            f"cannot read token ids from {str(path)!r} ({_first_line(err)})"
+        ) from err
+    tensor = torch.as_tensor(data)
+    if tensor.ndim != 2 or tensor.is_floating_point() or tensor.dtype == torch.bool:
+        raise LeadTermsError(
+            f"{str(path)!r} holds a {tuple(tensor.shape)} {tensor.dtype} array; token files must "
+            "hold integer ids of shape [n_sequences, T + 1]"
+        )
+    return tensor.long()
+
+
+def _dataset(name: str, args: argparse.Namespace):
+    import datasets
+
+    if Path(name).is_dir():
+        try:
+            ds = datasets.load_from_disk(name)
+        except (FileNotFoundError, ValueError) as err:
+            raise LeadTermsError(
+                f"{name!r} is a folder but not a dataset saved with Dataset.save_to_disk "
+                f"({_first_line(err)})"
+            ) from err
+    else:
+        try:
+            ds = datasets.load_dataset(name, split=args.split)
+        except Exception as err:  # hub, network and builder errors come in many types
+            raise LeadTermsError(
+                f"no such file or folder {name!r}, and loading it as a hub dataset failed "
+                f"({_first_line(err)}); offline, save the dataset with Dataset.save_to_disk "
+                "and pass that folder"
+            ) from err
+    if isinstance(ds, datasets.DatasetDict):
+        if args.split not in ds:
+            raise LeadTermsError(
+                f"dataset {name!r} has splits {list(ds)}, not --split {args.split}"
+            )
+        ds = ds[args.split]
+    if args.text_column in ds.column_names:
+        return "texts", [str(t) for t in ds[args.text_column]]
+    if "input_ids" in ds.column_names:
+        return "ids", [list(map(int, ids)) for ids in ds["input_ids"]]
+    raise LeadTermsError(
+        f"dataset {name!r} has columns {ds.column_names}: no text column {args.text_column!r} "
+        "(set --text-column) and no input_ids"
+    )
+
+
+def read_inputs(args: argparse.Namespace) -> tuple[str, Any]:
+    """The inputs of ``stats`` as ``("texts", [str])``, ``("ids", [[int]])`` or
+    ``("windows", LongTensor [n, T + 1])``."""
+    import torch
+
+    from tl_leadterms.data import read_corpus
+
+    parts: dict[str, list] = {"texts": [], "ids": [], "windows": []}
+    for name in args.inputs:
+        path = Path(name)
+        if path.is_file() and path.suffix in _TOKEN_SUFFIXES:
+            parts["windows"].append(_token_array(path))
+        elif path.is_file():
+            parts["texts"].extend(read_corpus(path))  # documents are separated by blank lines
+        elif path.suffix in _TOKEN_SUFFIXES:
+            raise LeadTermsError(f"no such token file: {name}")
+        elif path.suffix or name.startswith(("/", ".", "~")):
+            raise LeadTermsError(f"no such text file: {name}")
+        else:
+            kind, docs = _dataset(name, args)
+            parts[kind].extend(docs)
+    kinds = [k for k, v in parts.items() if v]
+    if len(kinds) != 1:
+        raise LeadTermsError(
+            "the inputs hold no documents" if not kinds else f"the inputs mix {kinds}; give "
+            "texts, token-id datasets or token arrays, one kind per run"
+        )  # fmt: skip
+    kind = kinds[0]
+    if kind != "windows":
+        return kind, parts[kind]
+    widths = {w.shape[1] for w in parts["windows"]}
+    if len(widths) != 1:
+        raise LeadTermsError(f"the token arrays have different widths T + 1 = {sorted(widths)}")
+    return kind, torch.cat(parts["windows"])
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from tl_leadterms import corpus_stats, make_windows
+
+    kind, data = read_inputs(args)
+    if kind == "texts":
+        tokenizer = load_tokenizer(args.tokenizer or "word:3000", data)
+    else:
+        tokenizer = load_tokenizer(args.tokenizer, None) if args.tokenizer else None
+    d_vocab = args.d_vocab or (len(tokenizer) if tokenizer is not None else None)
+    if d_vocab is None:
+        raise LeadTermsError("token ids need the vocabulary size: pass --d-vocab or --tokenizer")
+    if kind == "windows":
+        n_ctx = data.shape[1] - 1
+        if args.n_ctx is not None and args.n_ctx != n_ctx:
+            raise LeadTermsError(
+                f"--n-ctx {args.n_ctx} but the token arrays have T + 1 = {n_ctx + 1} columns"
+            )
+        windows = data[: args.max_windows] if args.max_windows else data
+    else:
+        windows = make_windows(
+            data,
+            args.n_ctx or 128,
+            mode=args.mode,
+            tokenizer=tokenizer if kind == "texts" else None,
+            max_windows=args.max_windows or None,
+        )
+    stats = corpus_stats(
+        windows,
+        d_vocab,
+        vocab=args.keep or None,
+        tokenizer=tokenizer,
+        progress=not args.quiet,
+    )
+    stats.save(args.output)
+    if args.save_tokenizer:
+        if tokenizer is None:
+            raise LeadTermsError("--save-tokenizer needs a tokenizer (--tokenizer)")
+        tokenizer.save_pretrained(args.save_tokenizer)
+    print(f"{stats!r}\nwrote {args.output}")
+    return 0
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    tokenizer = load_tokenizer(args.tokenizer, None) if args.tokenizer else None
+    stats = load_stats(args.stats, tokenizer)
+    for word in args.tokens:
+        token = int(word) if word.isdigit() and tokenizer is None else word
+        neighbours = stats.top(args.matrix, token, k=args.k, tokenizer=tokenizer)
+        print(f"{word}: " + ", ".join(f"{n.token} ({n.score:.3g})" for n in neighbours))
+    return 0
+
+
+def _format(args: argparse.Namespace) -> str:
+    if args.format:
+        return args.format
+    suffix = Path(args.output).suffix.lower() if args.output else ""
+    return {".json": "json", ".csv": "csv"}.get(suffix, "text")
+
+
+def cmd_decompose(args: argparse.Namespace) -> int:
+    from tl_leadterms.analyzers.decompose import decompose
+
+    stats = load_stats(args.stats)  # first: the cheaper file to find missing
+    model = load_model(args.checkpoint, args.device)
+    d = decompose(
+        model, stats, lr=args.lr, steps=args.steps, layers=args.layers, per_head=not args.per_layer
+    )
+    fmt = _format(args)
+    if fmt == "json":
+        write_text(to_json(d.to_dict()), args.output)
+    elif fmt == "csv":
+        write_text(d.to_pandas().to_csv(index=False), args.output)
+    else:
+        write_text(repr(d), args.output)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from tl_leadterms.analyzers.sweep import sweep
+
+    if args.out and Path(args.out).suffix.lower() not in (".csv", ".json"):
+        raise LeadTermsError(f"--out {args.out!r} must end in .csv or .json")
+    stats = load_stats(args.stats)
+    names = args.checkpoints
+    if len(names) == 1 and not Path(names[0]).exists():
+        if _looks_like_path(names[0]) or args.steps is None:
+            raise LeadTermsError(
+                f"no checkpoint folder at {names[0]!r}; pass a series folder, checkpoint folders "
+                "or a hub name with --steps (e.g. pythia-70m --steps 0 1 2)"
+            )
+        checkpoints: Any = names[0]
+    else:
+        missing = [n for n in names if not Path(n).is_dir()]
+        if missing:
+            raise LeadTermsError(f"no checkpoint folder at {missing}; pass existing folders")
+        checkpoints = names[0] if len(names) == 1 else names
+    table = sweep(
+        checkpoints,
+        stats,
+        analyses=args.analyses,
+        steps=args.steps,
+        results=args.results,
+        layers=args.layers,
+        per_head=args.per_head,
+        device=args.device,
+        progress=not args.quiet,
+    )
+    print(repr(table))
+    if args.out:
+        if Path(args.out).suffix.lower() == ".csv":
+            write_text(table.to_pandas().to_csv(index=False), args.out)
+        else:
+            write_text(to_json(table.to_dict()), args.out)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from tl_leadterms.report import report
+
+    text = args.text
+    if args.text_file:
+        if not Path(args.text_file).is_file():
+            raise LeadTermsError(f"no such text file: {args.text_file}")
+        text = Path(args.text_file).read_text(encoding="utf-8")
+    tokenizer = load_tokenizer(args.tokenizer, None) if args.tokenizer else None
+    if not Path(args.stats).is_file():  # fail before loading a model
+        raise LeadTermsError(
+            f"no statistics file at {args.stats}; write one with tl-leadterms stats"
+        )
+    model = load_model(args.model, args.device) if args.model else None
+    if tokenizer is None and model is not None:
+        tokenizer = getattr(model, "tokenizer", None)
+    stats = load_stats(args.stats, tokenizer)
+    sweep_table = _read_sweep(args.sweep_results) if args.sweep_results else None
+    path = report(
+        args.output,
+        stats=stats,
+        model=model,
+        tokenizer=tokenizer,
+        text=text,
+        words=args.words or None,
+        sweep_table=sweep_table,
+        title=args.title,
+        lr=args.lr,
+        steps=args.steps,
+        progress=not args.quiet,
+    )
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+def _read_sweep(path: str):
+    from tl_leadterms.analyzers.sweep_table import SweepTable
+
+    if not Path(path).is_file():
+        raise LeadTermsError(f"no sweep results file at {path!r} (from sweep --results)")
+    records = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or not {"checkpoint", "step", "rows"} <= set(record):
+            raise LeadTermsError(f"line {number} of {path!r} is not a sweep record")
+        records.append(record)
+    return SweepTable.from_records(records, metadata={"results": path})
