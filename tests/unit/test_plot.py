@@ -1,0 +1,254 @@
+"""tl_leadterms.plot: offline circuitsvis views, escaping, figures and bad input."""
+
+import html
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from tl_leadterms import LeadTermsError, corpus_stats, paper_model, sweep, train
+from tl_leadterms.data import generate_stories, train_word_tokenizer
+from tl_leadterms.plot import (
+    View,
+    figure_html,
+    plot_associations,
+    plot_attention,
+    plot_history,
+    plot_sweep,
+    save_html,
+)
+from tl_leadterms.stats import make_windows
+
+N_CTX = 12
+CALL = re.compile(r'CircuitsVis\.render\("([^"]+)", CircuitsVis\.(\w+), (.*?)\);</script>', re.S)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    # a vocabulary with tokens that need escaping: the special token "<b>" and the word "&"
+    stories = [s.replace(" the ", " the <b> & ", 4) for s in generate_stories(40, seed=1)]
+    tokenizer = train_word_tokenizer(stories, 120, special_tokens=["[UNK]", "[EOS]", "<b>"])
+    windows = make_windows(stories, N_CTX, tokenizer=tokenizer)[:96]
+    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = paper_model(len(tokenizer), N_CTX, 2, tokenizer=tokenizer)
+    history = train(model, windows, lr=1.0, steps=3, track=stats, progress=False)
+    return tokenizer, windows, stats, model, history
+
+
+def calls(page: str) -> list[tuple[str, str, dict]]:
+    """(element id, circuitsvis component, props) of every render call in a page."""
+    return [(i, name, json.loads(props)) for i, name, props in CALL.findall(page)]
+
+
+def assert_offline(page: str) -> None:
+    assert not re.search(r"""src\s*=\s*["']?\s*(https?:)?//""", page, re.I)
+    assert not re.search(r"""(import|from)\s*\(?\s*["']https?://""", page)
+    assert "unpkg.com" not in page and "cdn.jsdelivr" not in page
+    assert "<script crossorigin" not in page  # circuitsvis's own wrappers are not copied
+
+
+def test_attention_page_is_offline_with_heads_and_prediction(setup, tmp_path):
+    _, windows, stats, model, _ = setup
+    view = plot_attention(model, stats, windows[0, :-1])
+    path = view.save(tmp_path / "attention.html")
+    page = path.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    unid = re.compile(r"tl-leadterms-cv-[0-9a-f]+")  # element ids are fresh for every render
+    assert unid.sub("", page) == unid.sub("", view.html())
+    assert_offline(page)
+    assert page.count("var CircuitsVis") == 1  # the bundle is inlined once
+    found = calls(page)
+    assert [name for _, name, _ in found] == ["AttentionHeads", "AttentionHeads"]
+    for layer, (element, _, props) in enumerate(found):
+        assert f'<div id="{element}"' in page
+        assert props["attentionHeadNames"] == [f"L{layer}H0", f"L{layer} predicted"]
+        attention = torch.tensor(props["attention"], dtype=torch.float64)
+        assert attention.shape == (2, N_CTX, N_CTX)
+        expected = view.data["predicted"][layer].to(torch.float64)
+        assert torch.allclose(attention[1], expected, atol=1e-5)
+        assert torch.allclose(attention[0], view.data["actual"][layer], atol=1e-5)
+    assert "L0H0" in page and "L1H0" in page and "L0 predicted" in page
+    assert view.data["fitted"] and all(c > 0 for c in view.data["temperature"].values())
+
+
+def test_attention_with_lr_steps_matches_predict_attention(setup):
+    from tl_leadterms import predict_attention
+
+    tokenizer, windows, stats, model, _ = setup
+    text = "the <b> & the dog"
+    view = plot_attention(model, stats, text, layers=[1], lr=1.0, steps=3)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert view.data["tokens"] == ids and view.data["layers"] == [1]
+    expected = predict_attention(stats, torch.tensor([ids]), lr=1.0, steps=3)[0]
+    assert torch.allclose(view.data["predicted"][1], expected)
+    (_, _, props), = calls(view.html())  # fmt: skip
+    assert props["tokens"][1:3] == ["&lt;b&gt;", "&amp;"]
+    # too long a sequence is cut to the statistics' n_ctx
+    long = plot_attention(model, stats, windows[:2].flatten(), layers=0, lr=1.0, steps=3)
+    assert len(long.data["tokens"]) == N_CTX
+
+
+def test_token_strings_are_escaped(setup):
+    _, _, stats, model, _ = setup
+    text = "the <b> & the cat"
+    pages = [
+        plot_attention(model, stats, text).html(),
+        plot_associations(stats, "&", text=text).html(),
+        plot_associations(stats, "<b>", text=text).html(),
+    ]
+    for page in pages:
+        assert "<b>" not in page  # the raw token never reaches the markup
+        assert "&lt;b&gt;" in page
+        for _, _, props in calls(page):
+            assert "&" not in props["tokens"] and "&amp;" in props["tokens"]
+            assert "<b>" not in props["tokens"]
+    assert "<strong>&amp;</strong>" in pages[1] and "<strong>&lt;b&gt;</strong>" in pages[2]
+
+
+def test_two_views_in_one_page_have_distinct_ids(setup, tmp_path):
+    _, windows, stats, model, history = setup
+    attention = plot_attention(model, stats, windows[1, :-1], lr=1.0, steps=3)
+    words = plot_associations(stats, "the", text="the dog saw the cat")
+    combined = View([attention, "<p>between</p>", words, attention, plot_history(history)],
+                    title="report")  # fmt: skip
+    page = save_html(combined, tmp_path / "sub" / "report.html").read_text(encoding="utf-8")
+    assert_offline(page)
+    assert page.count("var CircuitsVis") == 1
+    ids = re.findall(r'<div id="([^"]+)"', page)
+    assert len(ids) == 2 + 1 + 2 and len(set(ids)) == len(ids)  # the same view twice, too
+    assert [i for i, _, _ in calls(page)] == ids  # each call renders into its own div
+    assert "data:image/png;base64," in page
+    # fragments of separate views concatenated: still one id per element, no unclosed <div/>
+    joined = attention.fragment() + words.fragment() + attention.fragment()
+    ids = re.findall(r'<div id="([^"]+)"', joined)
+    assert len(set(ids)) == len(ids) == 5
+    assert not re.search(r"<div[^>]*/>", joined)
+    assert attention._repr_html_().count("var CircuitsVis") == 1
+    assert "var CircuitsVis" not in attention.fragment(library=False)
+
+
+def test_save_html_of_a_rendered_circuitsvis_object(tmp_path):
+    import circuitsvis.tokens
+
+    rendered = circuitsvis.tokens.colored_tokens(tokens=["a", "b"], values=[0.1, 0.9])
+    page = save_html(rendered, tmp_path / "tokens.html").read_text(encoding="utf-8")
+    assert_offline(page)
+    (_, name, props), = calls(page)  # fmt: skip
+    assert name == "ColoredTokens" and props["values"] == [0.1, 0.9]
+    assert list(tmp_path.iterdir()) == [tmp_path / "tokens.html"]  # no temporary file left
+
+
+@pytest.mark.parametrize("kind", ["bigram", "interchangeability", "context"])
+def test_associations_neighbours_and_colours(setup, kind):
+    tokenizer, _, stats, _, _ = setup
+    text = "the girl saw the big dog"
+    view = plot_associations(stats, "the", k=5, text=text, kind=kind)
+    token_id = tokenizer.convert_tokens_to_ids("the")
+    names = {"bigram": "B_bar", "interchangeability": "Sigma_B", "context": "Phi_bar"}
+    for kd, name in names.items():
+        expected = stats.top(name, token_id, 5, tokenizer)
+        assert view.data["neighbours"][kd] == expected
+    page = view.html()
+    for n in view.data["neighbours"]["bigram"]:
+        assert f"<td>{html.escape(n.token, quote=False)} <small>" in page
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    row = stats.matrix(names[kind])[stats.vocab.position(token_id)]
+    expected = [float(row[stats.vocab.position(i)]) for i in ids]
+    assert view.data["values"] == pytest.approx(expected, rel=1e-12, abs=0)
+    (_, name, props), = calls(page)  # fmt: skip
+    assert name == "ColoredTokens"
+    assert props["values"] == pytest.approx(expected, rel=1e-12, abs=0)
+    assert props["tokens"] == [html.escape(tokenizer.decode([i])) for i in ids]
+
+
+def test_associations_outside_kept_vocabulary_are_zero(setup):
+    tokenizer, windows, _, _, _ = setup
+    stats = corpus_stats(windows, len(tokenizer), vocab=30, tokenizer=tokenizer, progress=False)
+    kept = stats.kept.tolist()
+    dropped = next(i for i in range(len(tokenizer)) if i not in kept)
+    text = tokenizer.decode([kept[0], dropped, kept[1]])
+    view = plot_associations(stats, kept[0], k=3, text=text, kind="Phi_bar")
+    assert view.data["text_tokens"] == [kept[0], dropped, kept[1]]
+    row = stats.Phi_bar[0]
+    assert view.data["values"] == [float(row[0]), 0.0, float(row[1])]
+    with pytest.raises(LeadTermsError, match="not in the kept vocabulary"):
+        plot_associations(stats, dropped)
+
+
+def test_bad_input(setup):
+    tokenizer, windows, stats, model, _ = setup
+    with pytest.raises(LeadTermsError, match="unknown kind 'colour'"):
+        plot_associations(stats, "the", kind="colour")
+    with pytest.raises(LeadTermsError, match="outside"):
+        plot_associations(stats, 10_000)
+    with pytest.raises(LeadTermsError, match="2 tokens"):
+        plot_associations(stats, "the dog")
+    bare = corpus_stats(windows, len(tokenizer), progress=False)  # no tokenizer attached
+    with pytest.raises(LeadTermsError, match="tokenizer"):
+        plot_associations(bare, 5, text="the dog")
+    with pytest.raises(LeadTermsError, match="tokenizer"):
+        plot_associations(bare, "the")
+    with pytest.raises(LeadTermsError, match="k must be"):
+        plot_associations(stats, 5, k=0)
+    bare_model = paper_model(len(tokenizer), N_CTX, 1)
+    with pytest.raises(LeadTermsError, match="tokenizer"):
+        plot_attention(bare_model, bare, "the dog")
+    with pytest.raises(LeadTermsError, match="both lr and steps"):
+        plot_attention(model, stats, windows[0, :-1], lr=1.0)
+    with pytest.raises(LeadTermsError, match="d_vocab"):
+        plot_attention(paper_model(7, N_CTX, 1), stats, [1, 2, 3])
+    with pytest.raises(LeadTermsError, match="one non-empty sequence"):
+        plot_attention(model, stats, windows[:2])
+    with pytest.raises(LeadTermsError, match="out of range"):
+        plot_attention(model, stats, [1, 2, 3], layers=[5])
+    with pytest.raises(LeadTermsError, match="CorpusStats"):
+        plot_attention(model, "stats", [1, 2, 3])
+    with pytest.raises(LeadTermsError, match="View or a circuitsvis"):
+        save_html("<p>hi</p>", "x.html")
+    with pytest.raises(LeadTermsError, match="part 0"):
+        View([3])
+    with pytest.raises(LeadTermsError, match="TrainHistory"):
+        plot_history({"steps": [1]})
+    with pytest.raises(LeadTermsError, match="matplotlib Figure"):
+        figure_html("fig")
+
+
+def _png_varies(path) -> bool:
+    import matplotlib.image
+
+    pixels = np.asarray(matplotlib.image.imread(path))[..., :3]
+    return pixels.ndim == 3 and float(pixels.std()) > 0.05
+
+
+def test_plot_history_png(setup, tmp_path):
+    *_, history = setup
+    fig = plot_history(history, path=tmp_path / "history.png")
+    assert _png_varies(tmp_path / "history.png")
+    top, bottom = fig.axes[:2]
+    assert {line.get_label() for line in top.get_lines()} == set(history.cosines)
+    assert list(bottom.get_lines()[0].get_ydata()) == history.loss
+    assert figure_html(fig).startswith('<img src="data:image/png;base64,')
+    with pytest.raises(LeadTermsError, match=r"\.png"):
+        plot_history(history, path=tmp_path / "history.pdf")
+
+
+def test_plot_sweep_png(setup, tmp_path):
+    tokenizer, windows, stats, _, _ = setup
+    models = {}
+    for steps in (2, 4):  # V is still zero (cosine NaN) after one step
+        model = paper_model(len(tokenizer), N_CTX, 2, tokenizer=tokenizer)
+        train(model, windows, lr=1.0, steps=steps, progress=False)
+        models[f"step{steps}"] = model
+    table = sweep(list(models.items()), stats, analyses=["decompose"], progress=False)
+    analysis, score = "decompose", "cos_V"
+    fig = plot_sweep(table, score, analysis=analysis, path=tmp_path / "sweep.png")
+    assert _png_varies(tmp_path / "sweep.png")
+    (ax, *_) = fig.axes
+    grid = table.pivot(score, analysis=analysis)
+    texts = [t.get_text() for t in ax.texts]
+    assert len(texts) == grid.size
+    assert f"{grid.to_numpy()[0, 0]:.3f}" in texts
+    with pytest.raises(LeadTermsError, match="no rows"):
+        plot_sweep(table, "no such score")

@@ -1,0 +1,18 @@
+"""Plots: circuitsvis views (offline HTML) and static matplotlib figures.
+
+>>> from tl_leadterms.plot import View, plot_associations, plot_attention, plot_history
+"""
+
+from tl_leadterms.plot.figures import plot_history, plot_sweep
+from tl_leadterms.plot.html import View, figure_html, save_html
+from tl_leadterms.plot.views import plot_associations, plot_attention
+
+__all__ = [
+    "View",
+    "figure_html",
+    "plot_associations",
+    "plot_attention",
+    "plot_history",
+    "plot_sweep",
+    "save_html",
+]
