@@ -9,6 +9,7 @@ import json
 import math
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,8 @@ def load_model(spec: str, device: str = "cpu"):
     from transformer_lens import HookedTransformer
 
     try:
-        with quiet_transformers():
+        with quiet_transformers(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # the HookedTransformer notice
             return HookedTransformer.from_pretrained(spec, device=device)
     except Exception as err:  # network, hub and name errors come in many types
         raise LeadTermsError(
@@ -191,6 +193,9 @@ def read_inputs(args: argparse.Namespace) -> tuple[str, Any]:
             parts["windows"].append(_token_array(path))
         elif path.is_file():
             parts["texts"].extend(read_corpus(path))  # documents are separated by blank lines
+        elif path.is_dir():
+            kind, docs = _dataset(name, args)
+            parts[kind].extend(docs)
         elif path.suffix in _TOKEN_SUFFIXES:
             raise LeadTermsError(f"no such token file: {name}")
         elif path.suffix or name.startswith(("/", ".", "~")):

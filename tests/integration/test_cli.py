@@ -1,9 +1,16 @@
-"""The `tl-leadterms` command: demo, stats, top, and its exit codes."""
+"""The `tl-leadterms` command: every subcommand end to end on tiny local data, and exit codes."""
 
+import json
+import re
+
+import numpy as np
 import pytest
+import torch
 
-from tl_leadterms.cli import main
+from tl_leadterms.cli import build_parser, main
 from tl_leadterms.data import write_corpus
+
+SUBCOMMANDS = ("demo", "stats", "top", "decompose", "sweep", "report")
 
 
 def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
@@ -41,6 +48,16 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
     )
     assert (tmp_path / "demo_stats.safetensors").is_file()
     assert (tmp_path / "tokenizer" / "tokenizer.json").is_file()
+    # report.html: decompose rows, the planted words, attention views, the history figure
+    assert f"Wrote {tmp_path / 'report.html'}" in out
+    page = (tmp_path / "report.html").read_text()
+    labels = re.findall(r'class="decompose-row"[^>]*data-label="([^"]+)"', page)
+    assert labels == ["W_O"] + ["L0H0", "L1H0", "L2H0"] * 3
+    words = re.findall(r'class="view association" data-word="([^"]+)"', page)
+    assert {"red", "fish", "he"} <= set(words)
+    assert "L2H0" in page and "predicted" in page and 'class="sample-text"' in page
+    assert page.count("data:image/png;base64,") == 1
+    assert not re.search(r"(?:src|href)=[\"']?https?://", page)
 
 
 def test_stats_then_top(tmp_path, capsys):
@@ -68,11 +85,134 @@ def test_stats_then_top(tmp_path, capsys):
     assert line.startswith("red:") and "ball" in line
 
 
+def test_every_subcommand_has_help(capsys):
+    for command in SUBCOMMANDS:
+        with pytest.raises(SystemExit) as exc:
+            main([command, "--help"])
+        assert exc.value.code == 0
+        assert f"usage: tl-leadterms {command}" in capsys.readouterr().out
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(subparsers.choices) == set(SUBCOMMANDS)
+
+
+# -- tiny local checkpoints ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def series(tmp_path_factory):
+    """A tiny trained GPT-NeoX series (step0, step1, step2), its windows and statistics."""
+    from tl_leadterms.models.checkpoints import load_windows, train_neox_series
+
+    out = tmp_path_factory.mktemp("series")
+    train_neox_series(out, n_stories=40, vocab_size=100, n_ctx=16, d_model=16, n_layers=2,
+                      n_heads=2, steps=2, batch_size=8, lr=3e-3, progress=False)  # fmt: skip
+    d_vocab = json.loads((out / "series.json").read_text())["d_vocab"]
+    windows = out / "ids.npy"
+    np.save(windows, load_windows(out).numpy())
+    stats = out / "stats.safetensors"
+    assert (
+        main(["stats", str(windows), "-o", str(stats), "--d-vocab", str(d_vocab), "--quiet"]) == 0
+    )
+    return {"dir": out, "stats": stats, "d_vocab": d_vocab, "windows": windows}
+
+
+def test_stats_from_token_arrays_and_a_dataset_folder(series, tmp_path, capsys):
+    from datasets import Dataset
+
+    from tl_leadterms import CorpusStats
+
+    capsys.readouterr()
+    ids = np.load(series["windows"])
+    torch.save(torch.from_numpy(ids[:10]), tmp_path / "a.pt")
+    np.save(tmp_path / "b.npy", ids[10:20].astype(np.int32))
+    out = tmp_path / "s.safetensors"
+    args = ["stats", str(tmp_path / "a.pt"), str(tmp_path / "b.npy"), "-o", str(out)]
+    assert main([*args, "--d-vocab", str(series["d_vocab"]), "--quiet"]) == 0
+    stats = CorpusStats.load(out)
+    assert (stats.n_sequences, stats.n_ctx) == (20, ids.shape[1] - 1)
+    # a dataset saved with save_to_disk: a text column, the series' own tokenizer folder
+    folder = tmp_path / "ds"
+    Dataset.from_dict({"story": ["the red ball rolled away . " * 20] * 6}).save_to_disk(folder)
+    tok = series["dir"] / "step0"
+    args = ["stats", str(folder), "-o", str(out), "--tokenizer", str(tok), "--text-column", "story"]
+    assert main([*args, "--n-ctx", "8", "--quiet"]) == 0
+    assert "wrote" in capsys.readouterr().out and CorpusStats.load(out).n_ctx == 8
+    # token ids need a vocabulary size; widths must agree
+    assert main(["stats", str(tmp_path / "a.pt"), "-o", str(out)]) == 2
+    assert "--d-vocab" in capsys.readouterr().err
+    assert main([*args[:2], "-o", str(out), "--tokenizer", str(tok), "--quiet"]) == 2
+    assert "no text column 'text'" in capsys.readouterr().err
+
+
+def test_decompose_text_json_csv(series, tmp_path, capsys):
+    ckpt, stats = str(series["dir"] / "step2"), str(series["stats"])
+    capsys.readouterr()
+    assert main(["decompose", ckpt, stats, "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Decomposition of")
+    assert sum(line.startswith(("W_O", "V ", "W ")) for line in text.splitlines()) == 1 + 2 * 2 * 2
+    assert main(["decompose", ckpt, stats, "--json", "-o", str(tmp_path / "d.json")]) == 0
+    rows = json.loads((tmp_path / "d.json").read_text())["rows"]
+    assert [r["label"] for r in rows][:3] == ["W_O", "L0H0", "L0H1"]
+    assert f"wrote {tmp_path / 'd.json'}" in capsys.readouterr().out
+    assert main(["decompose", ckpt, stats, "--format", "csv", "--per-layer", "--layers", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("weight,layer,head,label") and len(lines) == 1 + 1 + 2
+
+
+def test_sweep_resumes_and_writes_a_table(series, tmp_path, capsys):
+    from tl_leadterms.models.checkpoints import load_series
+
+    results, table = tmp_path / "r.jsonl", tmp_path / "t.csv"
+    args = ["sweep", str(series["dir"]), str(series["stats"]), "--results", str(results)]
+    assert main([*args, "--out", str(table), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "SweepTable: 3 checkpoints (0 from the results file)" in out
+    assert table.read_text().startswith("checkpoint,step,layer,head,analysis,score,value")
+    assert len(results.read_text().splitlines()) == 3
+    assert main([*args, "--steps", "0", "2", "--out", str(tmp_path / "t.json"), "--quiet"]) == 0
+    assert "SweepTable: 2 checkpoints (2 from the results file)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "t.json").read_text())["checkpoints"] == ["step0", "step2"]
+    folders = [str(f) for _, _, f in load_series(series["dir"])[:2]]
+    assert main(["sweep", *folders, str(series["stats"]), "--quiet"]) == 0
+    assert "step1" in capsys.readouterr().out
+
+
+def test_report_from_the_command_line(series, tmp_path, capsys):
+    out = tmp_path / "report.html"
+    args = ["report", str(series["stats"]), "--model", str(series["dir"] / "step2"), "-o", str(out)]
+    args += ["--text", "the girl saw a red ball", "--words", "red", "--title", "<b>tiny</b>"]
+    capsys.readouterr()
+    assert main([*args, "--quiet"]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    page = out.read_text()
+    assert len(re.findall(r'class="decompose-row"', page)) == 1 + 2 * 2 * 2  # W_O; V, W per head
+    assert 'data-word="red"' in page and "L1H1" in page and "&lt;b&gt;tiny&lt;/b&gt;" in page
+    assert main(["report", str(series["stats"]), "-o", str(out), "--quiet"]) == 0  # stats only
+
+
 def test_errors_exit_2_with_a_message(tmp_path, capsys):
-    assert main(["stats", str(tmp_path / "missing.txt"), "-o", str(tmp_path / "s.st")]) == 2
-    assert "no such text file" in capsys.readouterr().err
-    assert main(["top", str(tmp_path / "missing.safetensors"), "red"]) == 2
-    assert "no statistics file" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exc:
-        main(["frobnicate"])
-    assert exc.value.code == 2
+    def fails(argv, message):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
+    st = str(tmp_path / "s.safetensors")
+    fails(["stats", str(tmp_path / "missing.txt"), "-o", st], "no such text file")
+    fails(["stats", str(tmp_path / "missing.npy"), "-o", st], "no such token file")
+    fails(["stats", "no-such-dataset-anywhere", "-o", st], "offline, save the dataset")
+    fails(["top", str(tmp_path / "missing.safetensors"), "red"], "no statistics file")
+    fails(["decompose", str(tmp_path), str(tmp_path / "missing.st")], "no statistics file")
+    np.save(tmp_path / "ids.npy", np.random.default_rng(0).integers(0, 20, (8, 9)))
+    assert main(["stats", str(tmp_path / "ids.npy"), "-o", st, "--d-vocab", "20", "--quiet"]) == 0
+    capsys.readouterr()
+    fails(["decompose", str(tmp_path / "nope"), st], "no checkpoint folder")
+    fails(["decompose", str(tmp_path), st], "has no config.json")
+    fails(["decompose", "surely-not-a-model-name", st], "cannot load model")
+    fails(["sweep", "surely-not-a-model-name", st], "with --steps")
+    fails(["sweep", str(tmp_path / "a"), str(tmp_path / "b"), st], "no checkpoint folder")
+    fails(["sweep", str(tmp_path), st, "--out", "t.txt"], "must end in .csv or .json")
+    fails(["report", str(tmp_path / "missing.st")], "no statistics file")
+    fails(["report", st, "--text-file", str(tmp_path / "missing.txt")], "no such text file")
+    for argv in (["frobnicate"], ["decompose", "only-one-arg"], ["sweep", "--steps", "x"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
