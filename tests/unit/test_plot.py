@@ -112,7 +112,7 @@ def test_two_views_in_one_page_have_distinct_ids(setup, tmp_path):
     attention = plot_attention(model, stats, windows[1, :-1], lr=1.0, steps=3)
     words = plot_associations(stats, "the", text="the dog saw the cat")
     combined = View([attention, "<p>between</p>", words, attention, plot_history(history)],
-                    title="report")  # fmt: skip
+                    title="report <b> & co")  # fmt: skip
     page = save_html(combined, tmp_path / "sub" / "report.html").read_text(encoding="utf-8")
     assert_offline(page)
     assert page.count("var CircuitsVis") == 1
@@ -120,6 +120,7 @@ def test_two_views_in_one_page_have_distinct_ids(setup, tmp_path):
     assert len(ids) == 2 + 1 + 2 and len(set(ids)) == len(ids)  # the same view twice, too
     assert [i for i, _, _ in calls(page)] == ids  # each call renders into its own div
     assert "data:image/png;base64," in page
+    assert "<title>report &lt;b&gt; &amp; co</title>" in page
     # fragments of separate views concatenated: still one id per element, no unclosed <div/>
     joined = attention.fragment() + words.fragment() + attention.fragment()
     ids = re.findall(r'<div id="([^"]+)"', joined)
@@ -138,6 +139,16 @@ def test_save_html_of_a_rendered_circuitsvis_object(tmp_path):
     (_, name, props), = calls(page)  # fmt: skip
     assert name == "ColoredTokens" and props["values"] == [0.1, 0.9]
     assert list(tmp_path.iterdir()) == [tmp_path / "tokens.html"]  # no temporary file left
+
+
+def test_unexpected_circuitsvis_layout_is_kept_but_closed():
+    class Rendered:  # a future circuitsvis whose local_src we cannot split
+        local_src = '<div id="cv-1" style="x"/>\n<script type="module">draw("cv-1")</script>'
+
+    fragment = View([Rendered(), Rendered()]).fragment()
+    ids = re.findall(r'<div id="([^"]+)" style="x"></div>', fragment)
+    assert len(ids) == 2 and len(set(ids)) == 2 and '"cv-1"' not in fragment
+    assert all(f'draw("{i}")' in fragment for i in ids)
 
 
 @pytest.mark.parametrize("kind", ["bigram", "interchangeability", "context"])
