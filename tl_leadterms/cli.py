@@ -48,13 +48,17 @@ def _print_associations(stats, tokenizer, words: dict[str, list[str]], k: int = 
             print(f"  {word:>8s} -> {listed}")
 
 
-def _sample_text(stories: list[str], words: list[str]) -> str:
-    """The first sentence of the corpus that holds one of ``words`` (for the attention views)."""
-    for story in stories:
+def _sample_text(stories: list[str], words: list[str], max_words: int = 24) -> str:
+    """A short sentence of the corpus holding the most of ``words`` (for the attention views)."""
+    wanted = set(words)
+    best, best_count = stories[0][:120], 0
+    for story in stories[:200]:
         for sentence in story.replace("\n", " ").split(". "):
-            if any(w in sentence.lower().split() for w in words):
-                return sentence.strip().rstrip(".") + "."
-    return stories[0][:200]
+            tokens = sentence.lower().replace(",", " ").split()
+            count = len(wanted.intersection(tokens))
+            if count > best_count and len(tokens) <= max_words:
+                best, best_count = sentence.strip().rstrip(".") + ".", count
+    return best
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -336,7 +336,7 @@ def report(
             f'<p>Text: <q class="sample-text">{_esc(text)}</q> (first {n} tokens shown)</p>'
             f'<div class="view attention">{fragment(view)}</div>'
         )
-    sections.append(("attention", "Attention: actual heads and the leading-term prediction", body))
+    sections.append(("attention", "Attention on a sample text", body))
     bar.update()
 
     figures = []
