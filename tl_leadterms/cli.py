@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except LeadTermsError as err:
-        print(f"tl-leadterms {args.command}: error: {err}", file=sys.stderr)
+        message = " ".join(str(err).split())  # one line, whatever the message held
+        print(f"tl-leadterms {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

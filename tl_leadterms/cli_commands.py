@@ -16,6 +16,8 @@ from typing import Any
 from tl_leadterms.errors import LeadTermsError
 
 _TOKEN_SUFFIXES = (".pt", ".npy")
+# TransformerLens 3 announces HookedTransformer's future removal on every hub load
+_DEPRECATED = "HookedTransformer.from_pretrained is deprecated"
 
 
 # -- loaders --------------------------------------------------------------------------------
@@ -69,7 +71,7 @@ def load_model(spec: str, device: str = "cpu"):
 
     try:
         with quiet_transformers(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # the HookedTransformer notice
+            warnings.filterwarnings("ignore", _DEPRECATED, DeprecationWarning)
             return HookedTransformer.from_pretrained(spec, device=device)
     except Exception as err:  # network, hub and name errors come in many types
         raise LeadTermsError(
@@ -314,17 +316,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if missing:
             raise LeadTermsError(f"no checkpoint folder at {missing}; pass existing folders")
         checkpoints = names[0] if len(names) == 1 else names
-    table = sweep(
-        checkpoints,
-        stats,
-        analyses=args.analyses,
-        steps=args.steps,
-        results=args.results,
-        layers=args.layers,
-        per_head=args.per_head,
-        device=args.device,
-        progress=not args.quiet,
-    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", _DEPRECATED, DeprecationWarning)
+        table = sweep(
+            checkpoints,
+            stats,
+            analyses=args.analyses,
+            steps=args.steps,
+            results=args.results,
+            layers=args.layers,
+            per_head=args.per_head,
+            device=args.device,
+            progress=not args.quiet,
+        )
     print(repr(table))
     if args.out:
         if Path(args.out).suffix.lower() == ".csv":

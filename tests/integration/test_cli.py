@@ -208,6 +208,9 @@ def test_errors_exit_2_with_a_message(tmp_path, capsys):
     fails(["decompose", str(tmp_path), st], "has no config.json")
     fails(["decompose", "surely-not-a-model-name", st], "cannot load model")
     fails(["sweep", "surely-not-a-model-name", st], "with --steps")
+    fails(
+        ["sweep", "surely-not-a-model-name", st, "--steps", "1", "--quiet"], "could not be loaded"
+    )
     fails(["sweep", str(tmp_path / "a"), str(tmp_path / "b"), st], "no checkpoint folder")
     fails(["sweep", str(tmp_path), st, "--out", "t.txt"], "must end in .csv or .json")
     fails(["report", str(tmp_path / "missing.st")], "no statistics file")
