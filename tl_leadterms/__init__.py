@@ -25,6 +25,7 @@ from tl_leadterms.analyzers import (
 )
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models import PaperModel, TrainHistory, paper_model, train
+from tl_leadterms.report import report
 from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
 from tl_leadterms.theory import LeadingTerms, coefficients, leading_terms, step_bound
 from tl_leadterms.version import __version__
@@ -55,6 +56,7 @@ __all__ = [
     "make_windows",
     "paper_model",
     "predict_attention",
+    "report",
     "step_bound",
     "sweep",
     "to_paper",
