@@ -7,9 +7,10 @@ import math
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens import HookedTransformer
 
 from tests.conftest import unchecked
+from tests.factories import random_attn_only
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model, train
 from tl_leadterms.analyzers import covariance_algebra
@@ -91,15 +92,7 @@ def _check_against_reference(model, stats, normalize, value_map, per_head, **kw)
 
 def _attn_only(seed: int) -> HookedTransformer:
     # n_heads·d_head = 24 > d_model = 12: the layer map takes the E·W·Eᵀ route
-    cfg = HookedTransformerConfig(
-        d_model=12, d_head=8, n_heads=3, n_layers=2, n_ctx=T, d_vocab=V, attn_only=True,
-        normalization_type=None, act_fn=None, seed=seed,
-    )  # fmt: skip
-    model = HookedTransformer(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.5)
-    return model
+    return random_attn_only(V, T, seed=seed, d_head=8)
 
 
 @pytest.mark.parametrize("normalize", ["theory", "both"])

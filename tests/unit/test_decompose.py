@@ -4,9 +4,10 @@ import math
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens import HookedTransformer
 
 from tests.conftest import unchecked
+from tests.factories import random_attn_only
 from tests.reference import dense_corpus_stats
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, leading_terms, paper_model, train
@@ -104,15 +105,7 @@ def test_least_squares_against_dense_reference(corpus, trained):
 
 
 def _random_attn_only(seed: int) -> HookedTransformer:
-    cfg = HookedTransformerConfig(
-        d_model=12, d_head=4, n_heads=3, n_layers=2, n_ctx=T, d_vocab=V, attn_only=True,
-        normalization_type=None, act_fn=None, seed=seed,
-    )  # fmt: skip
-    model = HookedTransformer(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.5)
-    return model
+    return random_attn_only(V, T, seed=seed)
 
 
 def test_factored_equals_materialised(corpus):

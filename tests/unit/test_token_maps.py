@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens import HookedTransformer
 
 from tests.conftest import unchecked
+from tests.factories import random_attn_only
 from tl_leadterms import LeadTermsError, paper_model
 from tl_leadterms.analyzers.token_maps import TokenMaps, token_maps
 
@@ -13,15 +14,7 @@ V = 17
 
 
 def _attn_only(seed: int = 0) -> HookedTransformer:
-    cfg = HookedTransformerConfig(
-        d_model=12, d_head=4, n_heads=3, n_layers=3, n_ctx=6, d_vocab=V, attn_only=True,
-        normalization_type=None, act_fn=None, seed=seed,
-    )  # fmt: skip
-    model = HookedTransformer(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.5)
-    return model
+    return random_attn_only(V, 6, seed=seed, n_layers=3)
 
 
 def test_matches_a_forward_of_each_token_alone():

@@ -1,0 +1,27 @@
+"""Small models shared by the tests."""
+
+import torch
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+
+def random_attn_only(
+    d_vocab: int,
+    n_ctx: int,
+    *,
+    seed: int,
+    n_layers: int = 2,
+    d_model: int = 12,
+    d_head: int = 4,
+    n_heads: int = 3,
+) -> HookedTransformer:
+    """An attention-only HookedTransformer with embeddings, learned positions and no LayerNorm,
+    every weight (biases included) drawn from N(0, 0.5²)."""
+    cfg = HookedTransformerConfig(
+        d_model=d_model, d_head=d_head, n_heads=n_heads, n_layers=n_layers, n_ctx=n_ctx,
+        d_vocab=d_vocab, attn_only=True, normalization_type=None, act_fn=None, seed=seed,
+    )  # fmt: skip
+    model = HookedTransformer(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    return model
