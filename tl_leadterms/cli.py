@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--d-vocab", type=int, help="vocabulary size for token ids (default: tokenizer's)"
     )
     stats.add_argument(
-        "--n-ctx", type=int, help="window length T (default 128; arrays: their width - 1)"
+        "--n-ctx", type=_positive, help="window length T (default 128; arrays: their width - 1)"
     )
     stats.add_argument("--mode", choices=["chunk", "truncate"], default="chunk")
     stats.add_argument("--max-windows", type=int, default=0, help="use at most this many windows")
@@ -265,12 +265,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive(text: str) -> int:
+    """argparse type: an int >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive int, got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except LeadTermsError as err:
-        message = " ".join(str(err).split())  # one line, whatever the message held
+    except (LeadTermsError, OSError, UnicodeDecodeError) as err:
+        # bad input and unreadable or unwritable files: one line, whatever the message held
+        message = " ".join(str(err).split())
         print(f"tl-leadterms {args.command}: error: {message}", file=sys.stderr)
         return 2
 

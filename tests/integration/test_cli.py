@@ -219,3 +219,17 @@ def test_errors_exit_2_with_a_message(tmp_path, capsys):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2
+
+
+def test_unwritable_output_and_unknown_word_exit_2(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt", 60, seed=2)
+    code = main(["stats", str(corpus), "-o", "/proc/no/such/s.safetensors", "--tokenizer",
+                 "word:300", "--n-ctx", "16", "--quiet"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "error" in err
+    stats_path, tok_dir = tmp_path / "s.safetensors", tmp_path / "tok"
+    assert main(["stats", str(corpus), "-o", str(stats_path), "--tokenizer", "word:300",
+                 "--n-ctx", "16", "--save-tokenizer", str(tok_dir), "--quiet"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["top", str(stats_path), "zzzqqq", "--tokenizer", str(tok_dir)]) == 2
+    assert "not in the tokenizer's vocabulary" in capsys.readouterr().err

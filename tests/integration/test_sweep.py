@@ -247,3 +247,18 @@ def test_training_writes_the_leading_terms(series, stats):
         scores = got.values("value_post", layer=layer)
         assert scores[0] < 0.2
         assert max(scores[1:]) > 0.6
+
+
+def test_results_of_other_statistics_are_not_reused(series, stats, tmp_path):
+    """Same shapes, other corpus: the fingerprint refuses the resume instead of old rows."""
+    from tl_leadterms import corpus_stats
+    from tl_leadterms.models.checkpoints import load_windows
+
+    path = tmp_path / "nested" / "folder" / "sweep.jsonl"  # created up front
+    probe = [("probe", _Probe(), {})]
+    sweep(series, stats, analyses=probe, steps=[0], results=path, progress=False)
+    windows = load_windows(series)
+    other = corpus_stats(windows[: windows.shape[0] // 2], d_vocab=stats.d_vocab, progress=False)
+    other.n_sequences = stats.n_sequences  # the same shape as far as a shape check can see
+    with pytest.raises(LeadTermsError, match="other settings"):
+        sweep(series, other, analyses=probe, steps=[0], results=path, progress=False)

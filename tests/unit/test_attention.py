@@ -96,6 +96,13 @@ def test_js_and_rank_correlation_by_hand():
     valid = torch.isfinite(s)
     assert float(_rank_correlation(a, s, valid)) == pytest.approx(1.0)
     assert float(_rank_correlation(a, -s.clamp(min=-10), valid)) == pytest.approx(-1.0)
+    # uniform attention has no preference: undefined, not a perfect (index-order) correlation
+    uniform = torch.tensor([[1 / 3, 1 / 3, 1 / 3, 0.0]], dtype=torch.float64)
+    assert math.isnan(float(_rank_correlation(uniform, s, valid)))
+    # ties share their average rank (Spearman with ties = Pearson on average ranks)
+    b = torch.tensor([[0.1, 0.7, 0.2, 0.2]], dtype=torch.float64)
+    t = torch.tensor([[1.0, 5.0, 2.0, 2.0]], dtype=torch.float64)
+    assert float(_rank_correlation(b, t, torch.ones(1, 4, dtype=torch.bool))) == pytest.approx(1.0)
 
 
 def test_bad_input(corpus):

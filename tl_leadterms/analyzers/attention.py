@@ -140,9 +140,24 @@ def _js_divergence(p: Tensor, q: Tensor) -> Tensor:
 
 
 def _ranks(x: Tensor, valid: Tensor) -> Tensor:
-    """Ranks of ``x`` along the last dim among the valid entries (invalid ones last)."""
-    x = torch.where(valid, x, math.inf)
-    return x.argsort(-1).argsort(-1).to(torch.float64)
+    """Average ranks (ties share their mean rank, 0-based) of ``x`` among the valid entries.
+
+    A row of ties (uniform attention) gets a constant rank, so its correlation is undefined
+    rather than an artefact of index order.
+    """
+    out = torch.empty(x.shape, dtype=torch.float64)
+    rows_x, rows_v, flat = (
+        x.reshape(-1, x.shape[-1]),
+        valid.reshape(-1, x.shape[-1]),
+        out.view(-1, x.shape[-1]),
+    )
+    for start in range(0, rows_x.shape[0], 256):  # bounded [rows, n, n] comparisons
+        a, v = rows_x[start : start + 256], rows_v[start : start + 256]
+        other = v[:, None, :]
+        below = ((a[:, None, :] < a[:, :, None]) & other).sum(-1)
+        equal = ((a[:, None, :] == a[:, :, None]) & other).sum(-1)
+        flat[start : start + 256] = below + (equal - 1) / 2
+    return out
 
 
 def _rank_correlation(actual: Tensor, scores: Tensor, valid: Tensor) -> Tensor:

@@ -9,11 +9,10 @@ fsynced), so an interrupted sweep resumes where it stopped and never loses finis
 """
 
 import gc
+import hashlib
 import inspect
-import json
 import os
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -21,6 +20,7 @@ from typing import Any, NamedTuple
 import torch
 from tqdm.auto import tqdm
 
+from tl_leadterms.analyzers.sweep_results import _append, _jsonable, _read_results
 from tl_leadterms.analyzers.sweep_table import SweepTable
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
@@ -215,73 +215,6 @@ def _checkpoints(checkpoints: object, steps: object, device, loader_kwargs) -> l
     return found
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
-
-
-def _read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict], list[str]]:
-    """Complete checkpoint records of a results file; a torn last line is moved aside."""
-    if not path.exists():
-        return {}, []
-    text = path.read_text()
-    lines = text.split("\n")
-    done: dict[str, dict] = {}
-    torn: list[str] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            ok = isinstance(record, dict) and {"checkpoint", "rows", "settings"} <= set(record)
-        except ValueError:
-            ok = False
-        last = all(not rest.strip() for rest in lines[number:])
-        if not ok:
-            if not last:
-                raise LeadTermsError(
-                    f"line {number} of {str(path)!r} is not a sweep record; fix or delete that "
-                    "line (the other lines hold finished checkpoints) or pass a new results path"
-                )
-            torn.append(line)
-            continue
-        if record["settings"] != settings:
-            raise LeadTermsError(
-                f"{str(path)!r} was written by a sweep with other settings "
-                f"({record['settings']}), not {settings}; pass a new results path to keep both"
-            )
-        done[record["checkpoint"]] = record
-    if torn or (text and not text.endswith("\n")):
-        aside = path.with_name(path.name + ".torn")
-        with open(aside, "a") as f:
-            f.write("\n".join(torn) + "\n")
-        good = "".join(json.dumps(r) + "\n" for r in done.values())
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(good)
-        os.replace(tmp, path)
-        if torn:
-            warnings.warn(
-                f"ignored an incomplete last line of {str(path)!r} (an interrupted write; kept "
-                f"in {str(aside)!r}); its checkpoint is computed again",
-                stacklevel=3,
-            )
-    return done, torn
-
-
-def _append(path: Path, record: dict[str, Any]) -> None:
-    """Append one complete JSON line and make it durable before returning."""
-    line = json.dumps(record) + "\n"
-    with open(path, "a") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _check_rows(rows: Any, analysis: str, label: str) -> list[dict[str, Any]]:
     out = []
     for r in rows:
@@ -302,6 +235,33 @@ def _check_rows(rows: Any, analysis: str, label: str) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _fingerprint(stats: CorpusStats) -> str:
+    """A content hash of the statistics (sparse counts, kept ids, Δ) for the resume check."""
+    digest = hashlib.sha256()
+    parts = [stats.pair_codes, stats.pair_counts, stats.unigram_counts, stats.Delta]
+    if stats.kept is not None:
+        parts.append(stats.kept)
+    for part in parts:
+        digest.update(part.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _analyse(model, stats: CorpusStats, chosen: list, ckpt) -> list[dict[str, Any]]:
+    d_vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)
+    if d_vocab is not None and d_vocab != stats.d_vocab:
+        raise LeadTermsError(
+            f"checkpoint {ckpt.label!r} has d_vocab={d_vocab} but the statistics have "
+            f"d_vocab={stats.d_vocab}; compute them with the checkpoints' tokenizer "
+            f"(corpus_stats(tokens, d_vocab={d_vocab}))"
+        )
+    rows = []
+    for a in chosen:
+        with torch.no_grad():
+            found = a.fn(model, stats, **a.kwargs)
+        rows.extend({"analysis": a.label, **r} for r in _check_rows(found, a.label, ckpt.label))
+    return rows
 
 
 def sweep(
@@ -374,6 +334,7 @@ def sweep(
                 "k": stats.k,
                 "n_ctx": stats.n_ctx,
                 "n_sequences": stats.n_sequences,
+                "content": _fingerprint(stats),  # same shape, other corpus: no resume
             },
         }
     )
@@ -382,6 +343,12 @@ def sweep(
         raise LeadTermsError(
             f"results={str(path)!r} is a folder; pass a file path like 'sweep.jsonl'"
         )
+    if path is not None:
+        try:  # fail now, not after the first checkpoint's work
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.open("a").close()
+        except OSError as err:
+            raise LeadTermsError(f"cannot write the results file {str(path)!r}: {err}") from err
     done, torn = _read_results(path, settings) if path is not None else ({}, [])
     records, status = [], {}
     for ckpt in tqdm(todo, desc="sweep", disable=not progress):
@@ -401,23 +368,14 @@ def sweep(
             raise LeadTermsError(
                 f"checkpoint {ckpt.label!r} ({ckpt.source}) could not be loaded: {err}{kept}"
             ) from err
-        d_vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)
-        if d_vocab is not None and d_vocab != stats.d_vocab:
-            raise LeadTermsError(
-                f"checkpoint {ckpt.label!r} has d_vocab={d_vocab} but the statistics have "
-                f"d_vocab={stats.d_vocab}; compute them with the checkpoints' tokenizer "
-                f"(corpus_stats(tokens, d_vocab={d_vocab}))"
-            )
-        rows = []
-        for a in chosen:
-            with torch.no_grad():
-                found = a.fn(model, stats, **a.kwargs)
-            rows.extend({"analysis": a.label, **r} for r in _check_rows(found, a.label, ckpt.label))
-        if ckpt.owned:
-            del model
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+        try:
+            rows = _analyse(model, stats, chosen, ckpt)
+        finally:  # free a model loaded here even when an analysis fails
+            if ckpt.owned:
+                del model
+                gc.collect()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
         record = {
             "checkpoint": ckpt.label,
             "step": ckpt.step,

@@ -116,9 +116,13 @@ def _save_checkpoint(hf_model, tokenizer, folder: Path, info: dict[str, Any]) ->
             hf_model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
         (tmp / CHECKPOINT_FILE).write_text(json.dumps(info, indent=2))
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
+        if folder.exists():  # move the old one aside first: a crash never leaves neither
+            old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old."))
+            os.replace(folder, old / folder.name)
+            os.replace(tmp, folder)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, folder)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -209,7 +213,8 @@ def train_neox_series(
     (every setting, the loss curve and the seconds taken). Each folder is written atomically.
 
     Args:
-        out_dir: the folder to write (created if missing; existing checkpoints are replaced).
+        out_dir: the folder to write (created if missing; the ``step*`` folders of an earlier
+            series there are removed).
         stories: the training texts (default: the embedded stories).
         n_stories, vocab_size, n_ctx, d_model, n_layers, n_heads: corpus and model sizes.
         steps: optimiser steps.
@@ -265,6 +270,9 @@ def train_neox_series(
         )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("step*"):  # a series is one run: no checkpoints of an earlier one
+        if stale.is_dir() and checkpoint_step(stale) is not None:
+            shutil.rmtree(stale)
     started = time.perf_counter()
 
     tokenizer = train_word_tokenizer(list(stories), vocab_size)

@@ -193,6 +193,12 @@ class CorpusStats:
                     f"{token!r} is {len(ids)} tokens ({ids}) for this tokenizer; pass a single "
                     "token or its id."
                 )
+            unk = getattr(tokenizer, "unk_token_id", None)
+            if unk is not None and ids[0] == unk and token != getattr(tokenizer, "unk_token", None):
+                raise LeadTermsError(
+                    f"{token!r} is not in the tokenizer's vocabulary (it encodes to the unknown "
+                    f"token {tokenizer.unk_token!r}); pick a word the tokenizer knows"
+                )
             return int(ids[0])
         if isinstance(token, torch.Tensor) and token.numel() == 1 and not token.is_floating_point():
             token = token.item()
