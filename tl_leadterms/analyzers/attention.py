@@ -172,26 +172,32 @@ def _rank_correlation(actual: Tensor, scores: Tensor, valid: Tensor) -> Tensor:
     return torch.where((n.squeeze(-1) >= 3) & (den > 0), out, math.nan)
 
 
-def _metrics(actual: Tensor, scores: Tensor, scale: float) -> tuple[float, float]:
-    """Mean JS divergence and mean rank correlation over query rows 2..T."""
+_ROWS = slice(1, None)  # the first query attends to itself only: nothing to compare
+
+
+def _js(actual: Tensor, scores: Tensor, scale: float) -> float:
+    """Mean JS divergence over query rows 2..T at scale ``c``."""
     predicted = torch.softmax(scale * scores, dim=-1)
-    rows = slice(1, None)  # the first query attends to itself only: nothing to compare
-    js = _js_divergence(actual[..., rows, :], predicted[..., rows, :])
-    valid = torch.isfinite(scores[..., rows, :])
-    rho = _rank_correlation(actual[..., rows, :], scores[..., rows, :], valid)
-    return float(js.mean()), float(rho[~rho.isnan()].mean()) if (~rho.isnan()).any() else math.nan
+    return float(_js_divergence(actual[..., _ROWS, :], predicted[..., _ROWS, :]).mean())
+
+
+def _rank(actual: Tensor, scores: Tensor) -> float:
+    """Mean rank correlation over query rows 2..T (independent of the scale)."""
+    valid = torch.isfinite(scores[..., _ROWS, :])
+    rho = _rank_correlation(actual[..., _ROWS, :], scores[..., _ROWS, :], valid)
+    return float(rho[~rho.isnan()].mean()) if (~rho.isnan()).any() else math.nan
 
 
 def _fit_scale(actual: Tensor, scores: Tensor) -> float:
     """The ``c`` minimising the mean JS divergence: a log grid, then a golden-section search."""
-    losses = [_metrics(actual, scores, float(c))[0] for c in _GRID]
+    losses = [_js(actual, scores, float(c)) for c in _GRID]
     best = int(torch.tensor(losses).argmin())
     low = math.log(float(_GRID[max(best - 1, 0)]))
     high = math.log(float(_GRID[min(best + 1, len(_GRID) - 1)]))
     golden = (math.sqrt(5) - 1) / 2
     for _ in range(30):
         a, b = high - golden * (high - low), low + golden * (high - low)
-        if _metrics(actual, scores, math.exp(a))[0] < _metrics(actual, scores, math.exp(b))[0]:
+        if _js(actual, scores, math.exp(a)) < _js(actual, scores, math.exp(b)):
             high = b
         else:
             low = a
@@ -287,7 +293,7 @@ def attention_agreement(
         for head in range(pattern.shape[1]):
             actual = pattern[:, head]
             scale = fixed if fixed is not None else _fit_scale(actual, scores)
-            js, rho = _metrics(actual, scores, scale)
+            js, rho = _js(actual, scores, scale), _rank(actual, scores)
             where = {"layer": layer, "head": head, "label": f"L{layer}H{head}"}
             rows.append(
                 where | {"js_divergence": js, "rank_correlation": rho, "temperature": scale}
