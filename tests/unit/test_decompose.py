@@ -81,6 +81,13 @@ def test_decompose_matches_hand_computation(corpus, trained):
             row = d.row(weight, layer, 0)
             assert row["cosine"] == pytest.approx(_cos(param, target), abs=1e-10)
             assert row["cosine"] > 0.999
+    # what train(track=) records is the same cosine, heads combined per layer
+    tracked = leading_cosines(model, stats)
+    assert tracked["W_O"] == pytest.approx(d.row("W_O")["cosine"], abs=1e-10)
+    for layer in range(L):
+        for weight in ("V", "W", "P"):
+            want = d.row(weight, layer, 0)["cosine"]
+            assert tracked[f"{weight}.{layer}"] == pytest.approx(want, abs=1e-10)
     # implied s·η from W_O's projection onto B̄ matches lr·steps within 1%
     assert d.row("W_O")["implied_s_lr"] == pytest.approx(4.0, rel=0.01)
     assert d.row("W_O")["expected_s_lr"] == 4.0

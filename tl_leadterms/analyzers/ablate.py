@@ -9,7 +9,8 @@ from tqdm.auto import tqdm
 
 from tl_leadterms.analyzers import basis
 from tl_leadterms.analyzers.decompose import _adapt, _layers, weight_kind
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.analyzers.fit import BasisCache
+from tl_leadterms.errors import LeadTermsError, positive_int
 from tl_leadterms.models.paper import PaperModel
 from tl_leadterms.models.train import _check_tokens
 from tl_leadterms.stats.corpus import CorpusStats
@@ -53,7 +54,7 @@ class AblationTable:
 @torch.no_grad()
 def evaluate_loss(model, tokens, *, batch_size: int = 64) -> float:
     """Mean next-token cross-entropy of ``model`` over all positions of ``tokens`` [N, T+1]."""
-    _check_batch_size(batch_size)
+    positive_int("batch_size", batch_size)
     tokens = _check_tokens(tokens, model).to(model.cfg.device)
     total, count = 0.0, 0
     for start in range(0, tokens.shape[0], batch_size):
@@ -75,7 +76,7 @@ def _parameter(model: PaperModel, weight: str, layer: int | None) -> torch.Tenso
 
 def _embedded_target(stats: CorpusStats, kind: str, like: torch.Tensor) -> torch.Tensor:
     """The leading term as a full-vocabulary tensor shaped like the parameter (0 off ``kept``)."""
-    T = basis.target(kind).build(stats).to(like.device, like.dtype)
+    T = BasisCache.of(stats).map(basis.target(kind)).to(like.device, like.dtype)
     if kind == "positional":
         out = torch.zeros_like(like)
         n = min(like.shape[0], T.shape[0])
@@ -96,11 +97,6 @@ def _fraction(removed: torch.Tensor, saved: torch.Tensor, stats: CorpusStats, we
         saved = saved[kept][:, kept]
     total = float((saved.double() ** 2).sum())
     return float((removed.double() ** 2).sum()) / total if total > 0 else 0.0
-
-
-def _check_batch_size(batch_size: object) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise LeadTermsError(f"batch_size must be a positive int, got {batch_size!r}")
 
 
 @torch.no_grad()
@@ -136,7 +132,7 @@ def ablate(
             f"(tl_leadterms.paper_model), got {type(model).__name__}; decompose() analyses "
             "other models"
         )
-    _check_batch_size(batch_size)
+    positive_int("batch_size", batch_size)
     pw = _adapt(model, stats)
     chosen = _layers(layers, pw.n_layers)
     if isinstance(weights, str):

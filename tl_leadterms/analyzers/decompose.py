@@ -215,10 +215,17 @@ def leading_cosines(model, stats: CorpusStats) -> dict[str, float]:
         for layer in [None] if weight == "W_O" else range(pw.n_layers):
             M = _maps(pw, stats, weight, layer, per_head=False)
             target = cache.map(basis.target(kind))
-            if weight == "P":
-                target = target[: M.shape[-1]].to(M.device, M.dtype)
-            target = target[None] if weight == "P" else target
-            zero = float(factored.sq_norm(M).flatten()[0]) == 0.0
-            value = math.nan if zero else float(factored.cosine(M, target).flatten()[0])
+            if weight == "P":  # [1, offsets], cut to the offsets both have
+                target = target[None, : M.shape[-1]].to(M.device, M.dtype)
+            # one pass for ‖M‖² and one for ⟨M, T⟩; ‖T‖² of a matrix target is cached
+            norm2 = float(factored.sq_norm(M).flatten()[0])
+            if norm2 == 0.0:
+                value = math.nan
+            else:
+                t2 = (
+                    float((target**2).sum()) if weight == "P" else cache.sq_norm(basis.target(kind))
+                )
+                dot = float(factored.inner_maps(M, target).flatten()[0])
+                value = max(-1.0, min(1.0, dot / math.sqrt(norm2 * t2))) if t2 > 0 else 0.0
             out[weight if layer is None else f"{weight}.{layer}"] = value
     return out

@@ -37,6 +37,7 @@ class BasisCache:
         self._stats = weakref.ref(stats)  # a strong reference would keep the cache key alive
         self._maps: dict[str, Tensor] = {}
         self._gram: dict[str, Tensor] = {}
+        self._sq_norms: dict[str, float] = {}
 
     @classmethod
     def of(cls, stats: CorpusStats) -> "BasisCache":
@@ -51,6 +52,13 @@ class BasisCache:
             else:
                 self._maps[component.formula] = component.build(self._stats())
         return self._maps[component.formula]
+
+    def sq_norm(self, component: Component) -> float:
+        """``‖T‖²`` of one basis map (summed in float64)."""
+        if component.formula not in self._sq_norms:
+            T = self.map(component)
+            self._sq_norms[component.formula] = float(factored.inner_maps(T, T))
+        return self._sq_norms[component.formula]
 
     def gram(self, kind: str) -> Tensor:
         """``G_ij = ⟨T_i, T_j⟩`` (float64) of a kind's basis."""

@@ -9,6 +9,7 @@ from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters import factored
 from tl_leadterms.analyzers import basis
+from tl_leadterms.analyzers.fit import BasisCache
 from tl_leadterms.errors import LeadTermsError
 
 __all__ = ["Decomposition", "PairDifference"]
@@ -142,7 +143,7 @@ class Decomposition:
             M = (pw.V if weight == "V" else pw.W)[layer][r["head"]]
         if stats.kept is not None:
             M = factored.restrict(M, stats.kept, stats.kept)
-        T = basis.target(r["kind"]).build(stats)
+        T = BasisCache.of(stats).map(basis.target(r["kind"]))
         scale = r["projection"]
         best_values = torch.empty(0, dtype=torch.float64)
         best_index = torch.empty(0, dtype=torch.long)

@@ -20,7 +20,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens.utilities import get_act_name
 
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.errors import LeadTermsError, positive_int
 
 __all__ = ["MAPS", "TokenMaps", "token_maps"]
 
@@ -152,12 +152,6 @@ def model_device(model: Any, device: object) -> torch.device:
     return here
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LeadTermsError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 @torch.no_grad()
 def token_maps(
     model: Any,
@@ -197,7 +191,7 @@ def token_maps(
     cfg = model.cfg
     ids = check_token_ids(token_ids, cfg.d_vocab)
     layers = check_layers(layers, cfg.n_layers)
-    batch_size = _positive_int("batch_size", batch_size)
+    batch_size = positive_int("batch_size", batch_size)
     device = model_device(model, device)
     try:
         out_device = torch.device(output_device)

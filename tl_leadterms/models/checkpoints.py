@@ -26,7 +26,8 @@ from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
+from tl_leadterms.models.neox import tiny_neox_model
 
 __all__ = [
     "checkpoint_step",
@@ -44,18 +45,6 @@ TOKENIZER_DIR = "tokenizer"
 _OPTIMIZERS = ("adamw", "sgd")
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LeadTermsError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def _positive_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise LeadTermsError(f"{name} must be a positive number, got {value!r}")
-    return float(value)
-
-
 def pythia_steps(steps: int) -> list[int]:
     """Pythia's early checkpoint steps up to ``steps``: ``0, 1, 2, 4, 8, ...`` and ``steps``.
 
@@ -63,7 +52,7 @@ def pythia_steps(steps: int) -> list[int]:
         >>> pythia_steps(20)
         [0, 1, 2, 4, 8, 16, 20]
     """
-    steps = _positive_int("steps", steps)
+    steps = positive_int("steps", steps)
     out, s = [0], 1
     while s < steps:
         out.append(s)
@@ -127,33 +116,6 @@ def _save_checkpoint(hf_model, tokenizer, folder: Path, info: dict[str, Any]) ->
         if tmp.exists():
             shutil.rmtree(tmp)
     return folder
-
-
-def _initial_model(out_dir: Path, tokenizer, d_vocab, n_ctx, d_model, n_layers, n_heads, seed):
-    """A randomly initialised GPTNeoXForCausalLM built exactly as save_tiny_neox builds it."""
-    from transformers import GPTNeoXForCausalLM
-
-    from tl_leadterms.models.neox import save_tiny_neox
-
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp, quiet_transformers():
-        save_tiny_neox(
-            tmp,
-            d_vocab=d_vocab,
-            n_layers=n_layers,
-            d_model=d_model,
-            n_heads=n_heads,
-            n_ctx=n_ctx,
-            seed=seed,
-            tokenizer=tokenizer,
-        )
-        hf_model = GPTNeoXForCausalLM.from_pretrained(tmp, attn_implementation="eager")
-    # undo save_tiny_neox's random LayerNorm gains and biases (there to exercise weight
-    # folding): training starts, like Pythia, from unit gains and zero biases
-    with torch.no_grad():
-        for name, param in hf_model.named_parameters():
-            if param.dim() == 1:
-                param.fill_(1.0 if "norm" in name and name.endswith("weight") else 0.0)
-    return hf_model
 
 
 def _scale_init(hf_model, init_scale: float) -> None:
@@ -248,11 +210,11 @@ def train_neox_series(
         ("n_heads", n_heads),
         ("batch_size", batch_size),
     ):
-        _positive_int(name, value)
-    steps = _positive_int("steps", steps)
+        positive_int(name, value)
+    steps = positive_int("steps", steps)
     saved = _checkpoint_steps(checkpoints, steps)
-    lr = _positive_float("lr", lr)
-    init_scale = _positive_float("init_scale", init_scale)
+    lr = positive_number("lr", lr)
+    init_scale = positive_number("init_scale", init_scale)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise LeadTermsError(f"warmup must be an int >= 0 (steps), got {warmup!r}")
     if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
@@ -284,7 +246,11 @@ def train_neox_series(
     os.replace(tmp, out_dir / WINDOWS_FILE)
 
     torch.manual_seed(seed)
-    hf_model = _initial_model(out_dir, tokenizer, d_vocab, n_ctx, d_model, n_layers, n_heads, seed)
+    # like Pythia: unit LayerNorm gains and zero biases (save_tiny_neox randomises them)
+    hf_model = tiny_neox_model(
+        d_vocab=d_vocab, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_ctx=n_ctx,
+        seed=seed, tokenizer=tokenizer, randomise_norms=False, attn_implementation="eager",
+    )  # fmt: skip
     _scale_init(hf_model, init_scale)
     hf_model.train()
     if optimizer == "adamw":

@@ -17,15 +17,73 @@ import torch
 from transformer_lens import HookedTransformer
 from transformer_lens import loading_from_pretrained as loading
 
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.errors import LeadTermsError, positive_int
 
-__all__ = ["load_neox", "save_tiny_neox"]
+__all__ = ["load_neox", "save_tiny_neox", "tiny_neox_model"]
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LeadTermsError(f"{name} must be a positive int, got {value!r}")
-    return value
+def tiny_neox_model(
+    *,
+    d_vocab: int,
+    n_layers: int = 2,
+    d_model: int = 64,
+    n_heads: int = 4,
+    n_ctx: int = 64,
+    d_mlp: int | None = None,
+    seed: int = 0,
+    tokenizer: Any = None,
+    randomise_norms: bool = True,
+    attn_implementation: str | None = None,
+):
+    """A randomly initialised Pythia-style ``GPTNeoXForCausalLM`` (see :func:`save_tiny_neox`).
+
+    With ``randomise_norms=False`` the LayerNorm gains stay 1 and all biases 0, as at Hugging
+    Face (and Pythia) initialisation. ``attn_implementation`` (e.g. ``"eager"``) picks
+    Hugging Face's attention kernel for training the model directly.
+    """
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    d_vocab = positive_int("d_vocab", d_vocab)
+    for name, value in (("n_layers", n_layers), ("d_model", d_model), ("n_heads", n_heads)):
+        positive_int(name, value)
+    positive_int("n_ctx", n_ctx)
+    d_mlp = 4 * d_model if d_mlp is None else positive_int("d_mlp", d_mlp)
+    if d_model % n_heads:
+        raise LeadTermsError(f"d_model={d_model} must be a multiple of n_heads={n_heads}")
+    if tokenizer is not None and len(tokenizer) > d_vocab:
+        raise LeadTermsError(
+            f"the tokenizer has {len(tokenizer)} tokens but d_vocab={d_vocab}; pass "
+            "d_vocab=len(tokenizer) or more"
+        )
+    config = GPTNeoXConfig(
+        vocab_size=d_vocab,
+        hidden_size=d_model,
+        num_hidden_layers=n_layers,
+        num_attention_heads=n_heads,
+        intermediate_size=d_mlp,
+        max_position_embeddings=n_ctx,
+        rotary_pct=0.25,
+        use_parallel_residual=True,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=0,
+        **({} if attn_implementation is None else {"attn_implementation": attn_implementation}),
+    )
+    torch.manual_seed(seed)
+    hf_model = GPTNeoXForCausalLM(config)
+    if not randomise_norms:
+        return hf_model
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in hf_model.named_parameters():
+            if "norm" in name.split(".")[-2]:  # input_, post_attention_, final_layer_norm
+                if name.endswith("weight"):
+                    param.add_(0.1 * torch.randn(param.shape, generator=g))
+                else:
+                    param.copy_(0.02 * torch.randn(param.shape, generator=g))
+            elif name.endswith("bias"):
+                param.copy_(0.02 * torch.randn(param.shape, generator=g))
+    return hf_model
 
 
 def save_tiny_neox(
@@ -58,45 +116,10 @@ def save_tiny_neox(
     Returns:
         The folder, as a :class:`~pathlib.Path`.
     """
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
-
-    d_vocab = _positive_int("d_vocab", d_vocab)
-    for name, value in (("n_layers", n_layers), ("d_model", d_model), ("n_heads", n_heads)):
-        _positive_int(name, value)
-    _positive_int("n_ctx", n_ctx)
-    d_mlp = 4 * d_model if d_mlp is None else _positive_int("d_mlp", d_mlp)
-    if d_model % n_heads:
-        raise LeadTermsError(f"d_model={d_model} must be a multiple of n_heads={n_heads}")
-    if tokenizer is not None and len(tokenizer) > d_vocab:
-        raise LeadTermsError(
-            f"the tokenizer has {len(tokenizer)} tokens but d_vocab={d_vocab}; pass "
-            "d_vocab=len(tokenizer) or more"
-        )
-    config = GPTNeoXConfig(
-        vocab_size=d_vocab,
-        hidden_size=d_model,
-        num_hidden_layers=n_layers,
-        num_attention_heads=n_heads,
-        intermediate_size=d_mlp,
-        max_position_embeddings=n_ctx,
-        rotary_pct=0.25,
-        use_parallel_residual=True,
-        tie_word_embeddings=False,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    torch.manual_seed(seed)
-    hf_model = GPTNeoXForCausalLM(config)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in hf_model.named_parameters():
-            if "norm" in name.split(".")[-2]:  # input_, post_attention_, final_layer_norm
-                if name.endswith("weight"):
-                    param.add_(0.1 * torch.randn(param.shape, generator=g))
-                else:
-                    param.copy_(0.02 * torch.randn(param.shape, generator=g))
-            elif name.endswith("bias"):
-                param.copy_(0.02 * torch.randn(param.shape, generator=g))
+    hf_model = tiny_neox_model(
+        d_vocab=d_vocab, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_ctx=n_ctx,
+        d_mlp=d_mlp, seed=seed, tokenizer=tokenizer,
+    )  # fmt: skip
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     hf_model.save_pretrained(path)

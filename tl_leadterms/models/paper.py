@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.components import Attention
 
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.errors import LeadTermsError, positive_int
 
 __all__ = ["PaperAttention", "PaperModel", "paper_model"]
 
@@ -150,12 +150,6 @@ class PaperModel(HookedTransformer):
         return params
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LeadTermsError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 def paper_model(
     d_vocab: int,
     n_ctx: int,
@@ -186,9 +180,9 @@ def paper_model(
         >>> model(torch.tensor([[1, 2, 3]])).shape  # zero init: uniform logits
         torch.Size([1, 3, 10])
     """
-    d_vocab = _positive_int("d_vocab", d_vocab)
-    n_ctx = _positive_int("n_ctx", n_ctx)
-    n_layers = _positive_int("n_layers", n_layers)
+    d_vocab = positive_int("d_vocab", d_vocab)
+    n_ctx = positive_int("n_ctx", n_ctx)
+    n_layers = positive_int("n_layers", n_layers)
     if dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
         raise LeadTermsError(f"dtype must be a floating torch dtype, got {dtype!r}")
     if tokenizer is not None and len(tokenizer) != d_vocab:

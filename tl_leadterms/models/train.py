@@ -16,7 +16,7 @@ from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
 from tl_leadterms.stats.corpus import CorpusStats
 
 __all__ = ["TrainHistory", "train"]
@@ -126,12 +126,6 @@ def _check_tokens(tokens: object, model) -> Int[Tensor, "n_seq seq"]:
     return tokens.long()
 
 
-def _check_positive(name: str, value: object, kind: type) -> None:
-    ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
-    if not ok or not value > 0 or (kind is float and not math.isfinite(value)):
-        raise LeadTermsError(f"{name} must be a positive {kind.__name__}, got {value!r}")
-
-
 def _loss_and_grad(model, batch: Tensor, chunk: int) -> float:
     """Mean cross-entropy over all positions of ``batch``; accumulates its gradient."""
     n_positions = batch.shape[0] * (batch.shape[1] - 1)
@@ -195,13 +189,13 @@ def train(
         True
     """
     tokens = _check_tokens(tokens, model)
-    _check_positive("lr", lr, float)
-    _check_positive("steps", steps, int)
-    _check_positive("every", every, int)
+    positive_number("lr", lr)
+    positive_int("steps", steps)
+    positive_int("every", every)
     if batch_size is not None:
-        _check_positive("batch_size", batch_size, int)
+        positive_int("batch_size", batch_size)
     if chunk_size is not None:
-        _check_positive("chunk_size", chunk_size, int)
+        positive_int("chunk_size", chunk_size)
     if track is not None:
         if not isinstance(track, CorpusStats):
             raise LeadTermsError(
