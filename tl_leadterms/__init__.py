@@ -24,10 +24,11 @@ from tl_leadterms.analyzers import (
     token_maps,
 )
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.models import PaperModel, TrainHistory, paper_model, train
+from tl_leadterms.models import PaperModel, paper_model
 from tl_leadterms.report import report
 from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
-from tl_leadterms.theory import LeadingTerms, coefficients, leading_terms, step_bound
+from tl_leadterms.theory import LeadingTerms, Schedule, coefficients, leading_terms, step_bound
+from tl_leadterms.training import TrainHistory, train
 from tl_leadterms.version import __version__
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "LeadingTerms",
     "PaperModel",
     "PaperWeights",
+    "Schedule",
     "SweepTable",
     "TokenMaps",
     "TrainHistory",

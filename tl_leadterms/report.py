@@ -18,7 +18,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from tl_leadterms.checks import check_stats
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.theory import FAMILIES, Schedule
 from tl_leadterms.version import __version__
 
 __all__ = ["report"]
@@ -107,7 +110,7 @@ def _provenance(stats, tokenizer, model, weights_meta, lr, steps, date) -> str:
 def _decompose_table(d) -> str:
     meta = d.metadata
     cols = ("weight", "where", "target", "cosine", "implied s·η", "explained")
-    fams = ("bigram", "interchangeability", "context", "positional")
+    fams = FAMILIES
     head = "".join(f"<th>{_esc(c)}</th>" for c in (*cols, *fams, "character"))
     body = []
     for r in d.rows:
@@ -163,26 +166,16 @@ def _words(words: object) -> list[tuple[str, str]]:
 
 
 def _check_args(path, stats, text, title, lr, steps) -> Path:
-    from tl_leadterms.stats.corpus import CorpusStats
-
     if not isinstance(path, (str, os.PathLike)):
         raise LeadTermsError(f"path must be a file path such as 'report.html', got {path!r}")
     path = Path(path)
     if path.is_dir():
         raise LeadTermsError(f"{str(path)!r} is a folder; pass a file path such as report.html")
-    if not isinstance(stats, CorpusStats):
-        raise LeadTermsError(
-            f"stats must be a CorpusStats (tl_leadterms.corpus_stats or CorpusStats.load), got "
-            f"{type(stats).__name__}"
-        )
+    check_stats(stats)
     for name, value in (("text", text), ("title", title)):
         if value is not None and not isinstance(value, str):
             raise LeadTermsError(f"{name} must be a string or None, got {value!r}")
-    for name, value in (("lr", lr), ("steps", steps)):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
-        ):
-            raise LeadTermsError(f"{name} must be a positive number or None, got {value!r}")
+    Schedule.of(lr, steps)
     return path
 
 
@@ -204,7 +197,7 @@ def _write_atomic(path: Path, content: str) -> None:
 def report(
     path: str | os.PathLike,
     *,
-    stats: Any,
+    stats: CorpusStats,
     model: Any = None,
     tokenizer: Any = None,
     text: str | None = None,

@@ -49,7 +49,7 @@ def test_prediction_equals_plain_formula(corpus, kept):
     c = (3 * math.comb(6, 4) + 2 * math.comb(6, 3)) * 2.0**4
     got = predict_attention(stats, tokens[:5, :T], lr=2.0, steps=6)
     assert torch.allclose(got, _plain_prediction(ref, tokens[:5, :T], c, kept), atol=1e-12)
-    same = predict_attention(stats, tokens[:5, :T], temperature=c)
+    same = predict_attention(stats, tokens[:5, :T], scale=c)
     assert torch.equal(got, same)
 
 
@@ -110,15 +110,15 @@ def test_bad_input(corpus):
     with pytest.raises(LeadTermsError, match="lr and steps"):
         predict_attention(stats, tokens[:2, :T])
     with pytest.raises(LeadTermsError, match=r"\[0, 20\)"):
-        predict_attention(stats, torch.full((1, 4), 25), temperature=1.0)
+        predict_attention(stats, torch.full((1, 4), 25), scale=1.0)
     with pytest.raises(LeadTermsError, match="positions"):
-        predict_attention(stats, tokens[:1], temperature=1.0)  # T + 1 > n_ctx
+        predict_attention(stats, tokens[:1], scale=1.0)  # T + 1 > n_ctx
     with pytest.raises(LeadTermsError, match="not both"):
-        predict_attention(stats, tokens[:1, :T], lr=1.0, steps=2, temperature=1.0)
+        predict_attention(stats, tokens[:1, :T], lr=1.0, steps=2, scale=1.0)
     with pytest.raises(LeadTermsError, match="CorpusStats"):
-        unchecked(predict_attention)("stats", tokens[:1, :T], temperature=1.0)
+        unchecked(predict_attention)("stats", tokens[:1, :T], scale=1.0)
     with pytest.raises(LeadTermsError, match="d_vocab=25"):
         attention_agreement(paper_model(25, T, 1), stats, tokens[:2, :T], progress=False)
     logits = F.one_hot(tokens[:1, :3], V)  # integers are fine, floats are not
     with pytest.raises(LeadTermsError, match="integer"):
-        unchecked(predict_attention)(stats, logits.float()[0], temperature=1.0)
+        unchecked(predict_attention)(stats, logits.float()[0], scale=1.0)

@@ -12,7 +12,8 @@ from tests.reference import dense_corpus_stats
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, leading_terms, paper_model, train
 from tl_leadterms.adapters import factored, to_paper
-from tl_leadterms.analyzers import ablate, basis, decompose, leading_cosines
+from tl_leadterms.analyzers import ablate, decompose, leading_cosines
+from tl_leadterms.theory import TERMS
 
 V, T, L = 24, 10, 2
 
@@ -37,11 +38,11 @@ def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _basis(ref: dict, kind: str) -> list[torch.Tensor]:
-    """The basis of each kind, written out from the table in analyzers/basis.py's docstring."""
+    """The basis of each kind, written out from the table in tl_leadterms/theory/table.py."""
     B, S, Phi, Q = ref["B_bar"], ref["Sigma_B"], ref["Phi_bar"], ref["Q_bar"]
     return {
         "output": [B, S, Phi.T, Phi.T @ S],
-        "value_output": [B, S, Phi.T, Phi.T @ S],  # same basis as output; leading term last
+        "value_output": [Phi.T @ S, B, S, Phi.T],  # the output basis, leading term first
         "value": [Phi.T @ B.T, B, S, Phi.T],
         "attention": [Q, B @ Phi, B.T, S, Phi],
     }[kind]
@@ -133,7 +134,7 @@ def test_factored_equals_materialised(corpus):
             QK = QK @ W_E.T / model.blocks[layer].attn.attn_scale
             for weight, dense, kind in (("V", OV, "value_output"), ("W", QK, "attention")):
                 r = d.row(weight, layer, head)
-                target = _basis(ref, kind)[3 if kind == "value_output" else 0]
+                target = _basis(ref, kind)[0]
                 assert r["cosine"] == pytest.approx(_cos(dense, target), rel=1e-5)
                 shares, remainder = _least_squares(dense, _basis(ref, kind))
                 assert list(r["shares"].values()) == pytest.approx(shares, rel=1e-4, abs=1e-8)
@@ -218,7 +219,7 @@ def test_bad_input(corpus):
     with pytest.raises(LeadTermsError, match="CorpusStats"):
         unchecked(decompose)(model, "stats")
     with pytest.raises(LeadTermsError, match="weights"):
-        decompose(model, stats, weights=("W_O", "MLP"))
+        unchecked(decompose)(model, stats, weights=("W_O", "MLP"))
     with torch.no_grad():
         model.blocks[1].attn.W_V[0, 2, 3] = float("nan")
     with pytest.raises(LeadTermsError, match=r"(?i)nan|finite"):
@@ -236,40 +237,46 @@ def test_train_tracks_an_attention_only_model_with_embeddings(corpus):
     model = _random_attn_only(5)
     before = model.W_Q.detach().clone()
     history = train(model, tokens, lr=0.05, steps=3, batch_size=32, track=stats, progress=False)
-    expected = {"W_O"} | {f"{w}.{i}" for w in "VWP" for i in range(2)}
+    expected = {"W_O"} | {f"{w}.{i}" for w in ("V·W_O", "W", "P") for i in range(2)}
     assert set(history.cosines) == expected and history.steps == [1, 2, 3]
     assert not torch.equal(before, model.W_Q)  # the model trained
-    assert history.cosines["V.1"][-1] == pytest.approx(leading_cosines(model, stats)["V.1"])
+    now = leading_cosines(model, stats)["V·W_O.1"]
+    assert history.cosines["V·W_O.1"][-1] == pytest.approx(now)
+    assert history.min_cosine("V") == history.min_cosine("V·W_O")
     frame = history.to_pandas()
     assert list(frame.columns[:2]) == ["step", "loss"] and len(frame) == 3
 
 
-@pytest.mark.parametrize("kind", ["output", "value", "value_output", "attention", "positional"])
+@pytest.mark.parametrize("weight", ["W_O", "V", "V·W_O", "W", "P"])
 @pytest.mark.parametrize(("lr", "steps"), [(0.01, 40), (0.5, 3), (2.0, 7)])
-def test_implied_s_lr_inverts_the_coefficient(kind, lr, steps):
+def test_implied_s_lr_inverts_the_coefficient(weight, lr, steps):
     from math import comb
 
     exact = {
-        "output": steps * lr,
-        "value": comb(steps, 2) * lr**2,
-        "value_output": comb(steps, 2) * lr**2 * steps * lr,
-        "attention": (3 * comb(steps, 4) + 2 * comb(steps, 3)) * lr**4,
-        "positional": (3 * comb(steps, 4) + 2 * comb(steps, 3)) * lr**4,
-    }[kind]
-    assert basis.coefficient(kind, lr, steps) == pytest.approx(exact, rel=1e-12)
-    assert basis.implied_s_lr(kind, exact, lr) == pytest.approx(steps * lr, rel=1e-9)
+        "W_O": steps * lr,
+        "V": comb(steps, 2) * lr**2,
+        "V·W_O": comb(steps, 2) * lr**2 * steps * lr,
+        "W": (3 * comb(steps, 4) + 2 * comb(steps, 3)) * lr**4,
+        "P": (3 * comb(steps, 4) + 2 * comb(steps, 3)) * lr**4,
+    }[weight]
+    t = TERMS[weight]
+    assert t.coefficient(lr, steps) == pytest.approx(exact, rel=1e-12)
+    assert t.implied_s_lr(exact, lr) == pytest.approx(steps * lr, rel=1e-9)
     # without lr: the gradient-flow limit, c = x^p / q at x = s·lr, exact as lr -> 0
-    flow = {"output": 1, "value": 2, "value_output": 3, "attention": 4, "positional": 4}[kind]
-    divisor = {"output": 1, "value": 2, "value_output": 2, "attention": 8, "positional": 8}[kind]
-    assert basis.implied_s_lr(kind, 3.0**flow / divisor) == pytest.approx(3.0, rel=1e-12)
-    assert math.isnan(basis.implied_s_lr(kind, -1.0, lr))
+    flow = {"W_O": 1, "V": 2, "V·W_O": 3, "W": 4, "P": 4}[weight]
+    divisor = {"W_O": 1, "V": 2, "V·W_O": 2, "W": 8, "P": 8}[weight]
+    assert t.implied_s_lr(3.0**flow / divisor) == pytest.approx(3.0, rel=1e-12)
+    assert t.flow_coefficient(3.0) == pytest.approx(3.0**flow / divisor, rel=1e-12)
+    assert math.isnan(t.implied_s_lr(-1.0, lr))
 
 
 def test_reprs_and_zero_maps(corpus):
     tokens, stats, _ = corpus
     model = paper_model(V, T, 1, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=2, progress=False)  # W and P are still zero
-    d = decompose(model, stats, steps=2)  # steps without lr
+    with pytest.raises(LeadTermsError, match="needs lr"):
+        decompose(model, stats, steps=2)  # steps without lr
+    d = decompose(model, stats)
     assert "lr·steps" not in repr(d)
     w = d.row("W", 0)
     assert math.isnan(w["cosine"]) and w["character"] == "zero"

@@ -11,7 +11,7 @@ MODULES = [
     "tl_leadterms.stats.windows",
     "tl_leadterms.theory",
     "tl_leadterms.models.paper",
-    "tl_leadterms.models.train",
+    "tl_leadterms.training",
     "tl_leadterms.analyzers.decompose",
     "tl_leadterms.analyzers.attention",
 ]

@@ -130,7 +130,8 @@ def test_bad_input():
         (dict(tokens=torch.full((2, 5), 6)), r"\[0, 6\)"),
         (dict(tokens=torch.zeros(3, 5)), "integer"),
         (dict(lr=-1.0), "lr"),
-        (dict(steps=0), "steps"),
+        (dict(steps=-1), "steps"),
+        (dict(steps=2.5), "steps"),
         (dict(batch_size=0), "batch_size"),
         (dict(track="stats"), "CorpusStats"),
     ]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import unchecked
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model, sweep, train
 from tl_leadterms.data import generate_stories, train_word_tokenizer
 from tl_leadterms.plot import (
@@ -70,7 +71,7 @@ def test_attention_page_is_offline_with_heads_and_prediction(setup, tmp_path):
         assert torch.allclose(attention[1], expected, atol=1e-5)
         assert torch.allclose(attention[0], view.data["actual"][layer], atol=1e-5)
     assert "L0H0" in page and "L1H0" in page and "L0 predicted" in page
-    assert view.data["fitted"] and all(c > 0 for c in view.data["temperature"].values())
+    assert view.data["fitted"] and all(c > 0 for c in view.data["scale"].values())
 
 
 def test_attention_with_lr_steps_matches_predict_attention(setup):
@@ -191,7 +192,7 @@ def test_associations_outside_kept_vocabulary_are_zero(setup):
 def test_bad_input(setup):
     tokenizer, windows, stats, model, _ = setup
     with pytest.raises(LeadTermsError, match="unknown kind 'colour'"):
-        plot_associations(stats, "the", kind="colour")
+        unchecked(plot_associations)(stats, "the", kind="colour")
     with pytest.raises(LeadTermsError, match="outside"):
         plot_associations(stats, 10_000)
     with pytest.raises(LeadTermsError, match="2 tokens"):

@@ -91,10 +91,10 @@ def test_step_bound_and_conditions(corpus):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"lr": 0.0, "steps": 3}, "lr must be a positive"),
-        ({"lr": float("nan"), "steps": 3}, "lr must be a positive"),
-        ({"lr": 0.1, "steps": -1}, "steps must be an int"),
-        ({"lr": 0.1, "steps": 2.5}, "steps must be an int"),
+        ({"lr": 0.0, "steps": 3}, "lr must be a finite number > 0"),
+        ({"lr": float("nan"), "steps": 3}, "lr must be a finite number > 0"),
+        ({"lr": 0.1, "steps": -1}, "steps must be an integer"),
+        ({"lr": 0.1, "steps": 2.5}, "steps must be an integer"),
         ({"lr": 0.1, "steps": 2, "n_layers": 0}, "n_layers must be"),
     ],
 )

@@ -8,10 +8,9 @@ from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters import factored
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.theory import WEIGHTS, term
 
 __all__ = ["LayerMaps", "PaperWeights"]
-
-WEIGHTS = ("W_O", "V", "W", "P")
 
 
 class LayerMaps(Sequence):
@@ -117,6 +116,11 @@ class PaperWeights:
         return self._P
 
     @property
+    def value_weight(self) -> str:
+        """The theorem's name of :attr:`V`: ``"V"`` (paper model) or ``"V·W_O"`` (embeddings)."""
+        return term(self.V_kind).weight
+
+    @property
     def has_P(self) -> bool:
         """Whether :attr:`P` is defined (learned positions)."""
         return self._P is not None
@@ -125,18 +129,18 @@ class PaperWeights:
         """The head-combined map of one weight in one layer.
 
         ``W`` and ``P`` average over heads (the paper's Pythia protocol uses
-        ``mean_h W_Q^h W_K^hᵀ``); ``V`` sums over heads (head outputs add in the residual
-        stream); ``W_O`` has no layer and comes back as is.
+        ``mean_h W_Q^h W_K^hᵀ``); ``V`` (or ``V·W_O``, the same value path) sums over heads
+        (head outputs add in the residual stream); ``W_O`` has no layer and comes back as is.
         """
         if weight not in WEIGHTS:
-            raise LeadTermsError(f"weight must be one of {WEIGHTS}, got {weight!r}")
+            raise LeadTermsError(f"weight must be one of {', '.join(WEIGHTS)}, got {weight!r}")
         if weight == "W_O":
             return self.W_O
         if layer is None:
             raise LeadTermsError(f"layer_map({weight!r}) needs a layer (0..{self.n_layers - 1})")
         if weight == "P":
             return self.P[layer].mean(0)
-        if weight == "V":
+        if weight in ("V", "V·W_O"):
             return factored.sum_heads(self.V[layer])
         return factored.mean_heads(self.W[layer])
 

@@ -1,5 +1,6 @@
 """Causal test (the paper's Table 3): remove a weight's projection onto its leading term."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -7,13 +8,13 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from tl_leadterms.analyzers import basis
-from tl_leadterms.analyzers.decompose import _adapt, _layers, weight_kind
+from tl_leadterms.analyzers.decompose import paper_weights
 from tl_leadterms.analyzers.fit import BasisCache
-from tl_leadterms.errors import LeadTermsError, positive_int
+from tl_leadterms.checks import check_bool, check_layers, check_windows, positive_int
+from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
-from tl_leadterms.models.train import _check_tokens
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.theory import Term, Weight, term
 
 __all__ = ["AblationTable", "ablate", "evaluate_loss"]
 
@@ -52,10 +53,10 @@ class AblationTable:
 
 
 @torch.no_grad()
-def evaluate_loss(model, tokens, *, batch_size: int = 64) -> float:
+def evaluate_loss(model: Any, tokens: Any, *, batch_size: int = 64) -> float:
     """Mean next-token cross-entropy of ``model`` over all positions of ``tokens`` [N, T+1]."""
     positive_int("batch_size", batch_size)
-    tokens = _check_tokens(tokens, model).to(model.cfg.device)
+    tokens = check_windows(tokens, model.cfg.d_vocab, model.cfg.n_ctx).to(model.cfg.device)
     total, count = 0.0, 0
     for start in range(0, tokens.shape[0], batch_size):
         part = tokens[start : start + batch_size]
@@ -67,6 +68,10 @@ def evaluate_loss(model, tokens, *, batch_size: int = 64) -> float:
     return total / count
 
 
+# the weights of the theorem that are parameters of the paper model (V·W_O is a product)
+_PARAMETERS = ("W_O", "V", "W", "P")
+
+
 def _parameter(model: PaperModel, weight: str, layer: int | None) -> torch.Tensor:
     if weight == "W_O":
         return model.unembed.W_U
@@ -74,10 +79,10 @@ def _parameter(model: PaperModel, weight: str, layer: int | None) -> torch.Tenso
     return {"V": attn.W_V[0], "W": attn.W_Q[0], "P": attn.P}[weight]
 
 
-def _embedded_target(stats: CorpusStats, kind: str, like: torch.Tensor) -> torch.Tensor:
+def _embedded_target(stats: CorpusStats, t: Term, like: torch.Tensor) -> torch.Tensor:
     """The leading term as a full-vocabulary tensor shaped like the parameter (0 off ``kept``)."""
-    T = BasisCache.of(stats).map(basis.target(kind)).to(like.device, like.dtype)
-    if kind == "positional":
+    T = BasisCache.of(stats).map(t.target).to(like.device, like.dtype)
+    if t.vector:
         out = torch.zeros_like(like)
         n = min(like.shape[0], T.shape[0])
         out[:n] = T[:n]
@@ -101,12 +106,12 @@ def _fraction(removed: torch.Tensor, saved: torch.Tensor, stats: CorpusStats, we
 
 @torch.no_grad()
 def ablate(
-    model,
+    model: PaperModel,
     stats: CorpusStats,
-    tokens,
+    tokens: Any,
     *,
-    weights: str | tuple[str, ...] | list[str] = ("W_O", "V", "W"),
-    layers: int | list[int] | None = None,
+    weights: Weight | Sequence[Weight] = ("W_O", "V", "W"),
+    layers: int | Sequence[int] | None = None,
     batch_size: int = 64,
     progress: bool = True,
 ) -> AblationTable:
@@ -133,17 +138,21 @@ def ablate(
             "other models"
         )
     positive_int("batch_size", batch_size)
-    pw = _adapt(model, stats)
-    chosen = _layers(layers, pw.n_layers)
+    check_bool("progress", progress)
+    pw = paper_weights(model, stats)
+    chosen = check_layers(layers, pw.n_layers)
     if isinstance(weights, str):
         weights = (weights,)
-    if any(w not in ("W_O", "V", "W", "P") for w in weights):
-        raise LeadTermsError(f"weights must be a subset of ('W_O', 'V', 'W', 'P'), got {weights}")
+    if not weights or any(w not in _PARAMETERS for w in weights):
+        raise LeadTermsError(
+            f"weights must be a non-empty list of {', '.join(_PARAMETERS)} (the paper model's "
+            f"parameters), got {weights!r}"
+        )
     table = AblationTable(original_loss=evaluate_loss(model, tokens, batch_size=batch_size))
     jobs = [(w, layer) for w in weights for layer in ([None] if w == "W_O" else chosen)]
     for weight, layer in tqdm(jobs, desc="ablate", disable=not progress):
         param = _parameter(model, weight, layer)
-        T = _embedded_target(stats, weight_kind(pw, weight), param)
+        T = _embedded_target(stats, term(weight), param)
         coefficient = float((param.double() * T.double()).sum() / (T.double() ** 2).sum())
         saved = param.detach().clone()
         removed = coefficient * T

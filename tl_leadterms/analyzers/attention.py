@@ -10,56 +10,45 @@ with a model's ``hook_pattern`` per layer and head.
 """
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
+from transformer_lens import ActivationCache
 from transformer_lens.utilities import get_act_name
 
-from tl_leadterms.analyzers import basis
+from tl_leadterms.checks import (
+    check_bool,
+    check_layers,
+    check_stats,
+    check_tokens,
+    check_vocab,
+    positive_number,
+)
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.theory import Schedule
 
 __all__ = ["AttentionAgreement", "attention_agreement", "predict_attention"]
 
-# the temperature fit scans c over this many log-spaced values, then refines around the best
-_GRID = torch.logspace(-3, 6, 37)
+# the scale fit scans c over log-spaced values (widening the range while the best value sits at
+# an end, up to these limits), then refines around the best with a golden-section search
+_GRID_STEP = 4  # points per decade
+_GRID_START = (-3.0, 6.0)  # log10 range of the first scan
+_GRID_LIMIT = (-12.0, 15.0)  # log10 range it may widen to
 
 
-def _check_stats_tokens(stats: object, tokens: object) -> Int[Tensor, "batch pos"]:
-    if not isinstance(stats, CorpusStats):
-        raise LeadTermsError(
-            f"stats must be a CorpusStats (from tl_leadterms.corpus_stats), got "
-            f"{type(stats).__name__}"
-        )
-    if not isinstance(tokens, Tensor):
-        try:
-            tokens = torch.as_tensor(tokens)
-        except (TypeError, ValueError) as err:
-            raise LeadTermsError("tokens must be a [batch, pos] tensor of token ids") from err
-    if tokens.dim() == 1:
-        tokens = tokens[None]
-    if tokens.dim() != 2 or tokens.is_floating_point() or tokens.dtype == torch.bool:
-        raise LeadTermsError(
-            f"tokens must be a [batch, pos] integer tensor, got shape {tuple(tokens.shape)} and "
-            f"dtype {tokens.dtype}"
-        )
-    if tokens.numel() == 0:
-        raise LeadTermsError("tokens is empty; pass at least one sequence of one token")
-    low, high = int(tokens.min()), int(tokens.max())
-    if low < 0 or high >= stats.d_vocab:
-        raise LeadTermsError(
-            f"token ids must lie in [0, {stats.d_vocab}) (the statistics' d_vocab); found "
-            f"{low if low < 0 else high}"
-        )
-    if tokens.shape[1] > stats.n_ctx:
-        raise LeadTermsError(
-            f"sequences have {tokens.shape[1]} positions but Δ covers offsets 0..{stats.n_ctx - 1}"
-            f" (the statistics' T); pass at most {stats.n_ctx} positions"
-        )
-    return tokens.long()
+def _check_stats_tokens(stats: Any, tokens: Any) -> Int[Tensor, "batch pos"]:
+    stats = check_stats(stats)
+    return check_tokens(
+        tokens,
+        stats.d_vocab,
+        max_len=stats.n_ctx,
+        max_len_hint=f" (Δ covers offsets 0..{stats.n_ctx - 1}, the statistics' T)",
+    )
 
 
 def predicted_scores(stats: CorpusStats, tokens: Tensor) -> Float[Tensor, "batch query key"]:
@@ -79,20 +68,23 @@ def predicted_scores(stats: CorpusStats, tokens: Tensor) -> Float[Tensor, "batch
 
 def predict_attention(
     stats: CorpusStats,
-    tokens,
+    tokens: Any,
     *,
     lr: float | None = None,
     steps: int | None = None,
-    temperature: float | None = None,
+    s_lr: float | None = None,
+    scale: float | None = None,
 ) -> Float[Tensor, "batch query key"]:
     """The attention pattern the leading terms predict for ``tokens``, in every layer.
 
     Args:
         stats: corpus statistics (Q̄ and Δ).
         tokens: ``[batch, pos]`` (or ``[pos]``) input token ids, ``pos ≤ stats.n_ctx``.
-        lr, steps: the training run; the scale is ``c = (3C(s,4) + 2C(s,3))·η⁴``.
-        temperature: the scale ``c`` directly (e.g. one fitted by
-            :func:`attention_agreement`); give either this or ``lr`` and ``steps``.
+        lr, steps: the training run; the scale is ``c = (3C(s,4) + 2C(s,3))·η⁴`` (``steps=0``
+            gives uniform attention, the model at initialisation).
+        s_lr: only the product ``s·η``: the scale is its gradient-flow limit ``(s·η)⁴/8``.
+        scale: the scale ``c`` directly (e.g. one fitted by :func:`attention_agreement`).
+            Give exactly one of (``lr``, ``steps``), ``s_lr`` and ``scale``.
 
     Returns:
         ``[batch, query, key]`` rows summing to 1, zero above the diagonal.
@@ -107,26 +99,29 @@ def predict_attention(
         (torch.Size([2, 8, 8]), True)
     """
     tokens = _check_stats_tokens(stats, tokens)
-    scale = _scale(lr, steps, temperature)
-    return torch.softmax(scale * predicted_scores(stats, tokens), dim=-1)
-
-
-def _scale(lr: object, steps: object, temperature: object) -> float:
-    if temperature is not None:
-        if lr is not None or steps is not None:
-            raise LeadTermsError("give either temperature or (lr, steps), not both")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-            raise LeadTermsError(f"temperature must be a number, got {temperature!r}")
-        return float(temperature)
-    if lr is None or steps is None:
+    c = _scale(lr, steps, s_lr, scale)
+    if c is None:
         raise LeadTermsError(
-            "the scale of the prediction needs lr and steps (c = (3C(s,4) + 2C(s,3))·lr⁴), "
-            "or temperature="
+            "the prediction needs its scale: lr and steps (c = (3C(s,4) + 2C(s,3))·lr⁴), s_lr "
+            "(c = (s·η)⁴/8), or scale="
         )
-    for name, value in (("lr", lr), ("steps", steps)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise LeadTermsError(f"{name} must be a positive number, got {value!r}")
-    return basis.coefficient("attention", float(lr), float(steps))
+    return torch.softmax(c * predicted_scores(stats, tokens), dim=-1)
+
+
+def _scale(lr: Any, steps: Any, s_lr: Any, scale: Any) -> float | None:
+    """The scale ``c`` of the attention statistic, or None when nothing fixes it."""
+    if scale is not None:
+        if lr is not None or steps is not None or s_lr is not None:
+            raise LeadTermsError(
+                "give either scale= or the training run (lr, steps, s_lr), not both"
+            )
+        return positive_number("scale", scale)
+    schedule = Schedule.of(lr, steps, s_lr)
+    if lr is not None and steps is None:
+        raise LeadTermsError(
+            f"lr={lr} alone does not fix the scale: pass steps too, or s_lr (s·η), or scale="
+        )
+    return schedule.coefficient("W")
 
 
 def _js_divergence(p: Tensor, q: Tensor) -> Tensor:
@@ -188,12 +183,38 @@ def _rank(actual: Tensor, scores: Tensor) -> float:
     return float(rho[~rho.isnan()].mean()) if (~rho.isnan()).any() else math.nan
 
 
-def _fit_scale(actual: Tensor, scores: Tensor) -> float:
-    """The ``c`` minimising the mean JS divergence: a log grid, then a golden-section search."""
-    losses = [_js(actual, scores, float(c)) for c in _GRID]
-    best = int(torch.tensor(losses).argmin())
-    low = math.log(float(_GRID[max(best - 1, 0)]))
-    high = math.log(float(_GRID[min(best + 1, len(_GRID) - 1)]))
+def _fit_scale(actual: Tensor, scores: Tensor) -> tuple[float, bool]:
+    """The ``c`` minimising the mean JS divergence, and whether it sits at the search's limit.
+
+    A log-spaced scan over ``10^-3 .. 10^6`` widens a decade at a time on the side where the
+    best value lies at the end (down to ``10^-12``, up to ``10^15``), so the optimum is
+    bracketed; a golden-section search then refines it between its two grid neighbours.
+    """
+    low_exp, high_exp = _GRID_START
+    losses: dict[float, float] = {}
+
+    def scan(lo: float, hi: float) -> None:
+        n = round((hi - lo) * _GRID_STEP) + 1
+        for e in torch.linspace(lo, hi, n).tolist():
+            losses.setdefault(round(e, 6), _js(actual, scores, 10.0**e))
+
+    scan(low_exp, high_exp)
+    while True:
+        best = min(losses, key=losses.get)
+        if best <= low_exp and low_exp > _GRID_LIMIT[0]:
+            low_exp -= 1.0
+            scan(low_exp, low_exp + 1.0)
+        elif best >= high_exp and high_exp < _GRID_LIMIT[1]:
+            high_exp += 1.0
+            scan(high_exp - 1.0, high_exp)
+        else:
+            break
+    at_bound = best <= _GRID_LIMIT[0] or best >= _GRID_LIMIT[1]
+    step = 1.0 / _GRID_STEP
+    low, high = (
+        max(best - step, low_exp) * math.log(10),
+        min(best + step, high_exp) * math.log(10),
+    )
     golden = (math.sqrt(5) - 1) / 2
     for _ in range(30):
         a, b = high - golden * (high - low), low + golden * (high - low)
@@ -201,7 +222,7 @@ def _fit_scale(actual: Tensor, scores: Tensor) -> float:
             high = b
         else:
             low = a
-    return math.exp(0.5 * (low + high))
+    return math.exp(0.5 * (low + high)), at_bound
 
 
 class AttentionAgreement:
@@ -210,8 +231,10 @@ class AttentionAgreement:
     Row fields: ``layer``, ``head``, ``label`` (``"L{l}H{h}"``), ``js_divergence`` (mean
     Jensen-Shannon divergence of the pattern rows, natural log, 0 = identical, ln 2 ≈ 0.693 =
     disjoint), ``rank_correlation`` (mean Spearman correlation of each row's keys, model pattern
-    against predicted scores) and ``temperature`` (the scale ``c`` used: from lr and steps, or
-    fitted per head to minimise the JS divergence).
+    against predicted scores), ``scale`` (the ``c`` of ``S(c·(XQ̄Xᵀ + DM(Δ)))`` used: from the
+    training run, or fitted per head to minimise the JS divergence) and ``scale_at_bound`` (a
+    fitted scale that hit the search's limit: the optimum is not bracketed, read it as "at
+    least" or "at most").
     """
 
     def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
@@ -235,69 +258,96 @@ class AttentionAgreement:
     def __repr__(self) -> str:
         lines = [
             f"AttentionAgreement ({self.metadata['n_sequences']} sequences of "
-            f"{self.metadata['n_positions']} tokens; temperature "
-            f"{'fitted per head' if self.metadata['fitted'] else 'from lr and steps'})",
-            f"{'head':<7} {'JS div.':>10} {'rank corr.':>10} {'temperature':>12}",
+            f"{self.metadata['n_positions']} tokens; scale c "
+            f"{'fitted per head' if self.metadata['fitted'] else 'from the training run'})",
+            f"{'head':<7} {'JS div.':>10} {'rank corr.':>10} {'scale c':>12}",
         ]
         for r in self.rows:
+            bound = " (at search limit)" if r["scale_at_bound"] else ""
             lines.append(
                 f"{r['label']:<7} {r['js_divergence']:10.3e} {r['rank_correlation']:10.5f} "
-                f"{r['temperature']:12.4g}"
+                f"{r['scale']:12.4g}{bound}"
             )
         return "\n".join(lines)
 
 
+def _patterns(
+    model: Any, tokens: Tensor, layers: list[int], cache: ActivationCache | None
+) -> dict[int, Tensor]:
+    """``hook_pattern`` of each layer: from ``cache`` when it has them, else one model run."""
+    names = {layer: get_act_name("pattern", layer) for layer in layers}
+    if cache is None:
+        device = next(model.parameters()).device
+        wanted = set(names.values())
+        _, cache = model.run_with_cache(tokens.to(device), names_filter=lambda n: n in wanted)
+    out = {}
+    for layer, name in names.items():
+        if name not in cache:
+            raise LeadTermsError(
+                f"cache has no {name!r}; run the model with run_with_cache on these tokens (or "
+                "pass cache=None)"
+            )
+        pattern = cache[name]
+        if pattern.shape[0] != tokens.shape[0] or pattern.shape[-1] != tokens.shape[1]:
+            raise LeadTermsError(
+                f"cache[{name!r}] has shape {tuple(pattern.shape)}, not that of tokens "
+                f"{tuple(tokens.shape)}: pass the cache of a run on these tokens"
+            )
+        out[layer] = pattern.to(torch.float64).cpu()
+    return out
+
+
 @torch.no_grad()
 def attention_agreement(
-    model,
+    model: Any,
     stats: CorpusStats,
-    tokens,
+    tokens: Any,
     *,
     lr: float | None = None,
     steps: int | None = None,
-    layers: int | list[int] | None = None,
+    s_lr: float | None = None,
+    layers: int | Sequence[int] | None = None,
+    cache: ActivationCache | None = None,
     progress: bool = True,
 ) -> AttentionAgreement:
     """Compare every head's attention pattern on ``tokens`` with the leading-term prediction.
 
-    The model is run once with hooks on ``hook_pattern``; each layer and head is compared with
-    :func:`predict_attention` on the same tokens. With ``lr`` and ``steps`` the prediction's
-    scale is the theory's ``c``; without them it is fitted per head (a model with embeddings
-    has its own score scale).
+    Each layer and head is compared with :func:`predict_attention` on the same tokens. With
+    the training run (``lr`` and ``steps``, or ``s_lr``) the prediction's scale is the
+    theory's ``c``; without it the scale is fitted per head (a model with embeddings has its
+    own score scale).
 
     Args:
         model: any HookedTransformer over the statistics' vocabulary.
         stats: corpus statistics.
         tokens: ``[batch, pos]`` input token ids (``pos ≤ stats.n_ctx``).
-        lr, steps: the training run, if known (the paper model).
+        lr, steps, s_lr: the training run, if known (the paper model).
         layers: which layers (default all).
+        cache: an ``ActivationCache`` of the model on ``tokens`` holding ``hook_pattern`` of
+            these layers (TransformerLens' ``run_with_cache``); the model is run only without
+            one.
         progress: show a tqdm bar over layers.
     """
-    from tl_leadterms.analyzers.decompose import _layers
-
     tokens = _check_stats_tokens(stats, tokens)
-    if model.cfg.d_vocab != stats.d_vocab:
-        raise LeadTermsError(
-            f"the statistics were computed for d_vocab={stats.d_vocab} but the model has "
-            f"d_vocab={model.cfg.d_vocab}; compute them with the model's tokenizer"
-        )
-    fixed = None if lr is None and steps is None else _scale(lr, steps, None)
-    chosen = _layers(layers, model.cfg.n_layers)
-    names = {get_act_name("pattern", layer) for layer in chosen}
-    device = next(model.parameters()).device
-    _, cache = model.run_with_cache(tokens.to(device), names_filter=lambda n: n in names)
+    check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
+    check_bool("progress", progress)
+    fixed = _scale(lr, steps, s_lr, None)
+    chosen = check_layers(layers, model.cfg.n_layers)
+    patterns = _patterns(model, tokens, chosen, cache)
     scores = predicted_scores(stats, tokens).to(torch.float64).cpu()
     rows = []
     for layer in tqdm(chosen, desc="attention agreement", disable=not progress):
-        pattern = cache[get_act_name("pattern", layer)].to(torch.float64).cpu()
+        pattern = patterns[layer]
         for head in range(pattern.shape[1]):
             actual = pattern[:, head]
-            scale = fixed if fixed is not None else _fit_scale(actual, scores)
-            js, rho = _js(actual, scores, scale), _rank(actual, scores)
+            c, at_bound = (fixed, False) if fixed is not None else _fit_scale(actual, scores)
+            js, rho = _js(actual, scores, c), _rank(actual, scores)
             where = {"layer": layer, "head": head, "label": f"L{layer}H{head}"}
             rows.append(
-                where | {"js_divergence": js, "rank_correlation": rho, "temperature": scale}
-            )
+                where
+                | {"js_divergence": js, "rank_correlation": rho, "scale": c,
+                   "scale_at_bound": at_bound}
+            )  # fmt: skip
     metadata = {"n_sequences": tokens.shape[0], "n_positions": tokens.shape[1],
-                "fitted": fixed is None, "lr": lr, "steps": steps}  # fmt: skip
+                "fitted": fixed is None, **Schedule.of(lr, steps, s_lr).to_dict()}  # fmt: skip
     return AttentionAgreement(rows, metadata)

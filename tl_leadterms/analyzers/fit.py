@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 
 from tl_leadterms.adapters import factored
-from tl_leadterms.analyzers.basis import COMPONENTS, FAMILIES, Component
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.theory import FAMILIES, Component, Term
 
 __all__ = ["BasisCache", "MapFit", "fit_map"]
 
@@ -60,18 +60,18 @@ class BasisCache:
             self._sq_norms[component.formula] = float(factored.inner_maps(T, T))
         return self._sq_norms[component.formula]
 
-    def gram(self, kind: str) -> Tensor:
-        """``G_ij = ⟨T_i, T_j⟩`` (float64) of a kind's basis."""
-        if kind not in self._gram:
-            maps = [self.map(c) for c in COMPONENTS[kind][1]]
+    def gram(self, term: Term) -> Tensor:
+        """``G_ij = ⟨T_i, T_j⟩`` (float64) of a weight's basis."""
+        if term.weight not in self._gram:
+            maps = [self.map(c) for c in term.basis]
             n = len(maps)
             gram = torch.zeros(n, n, dtype=torch.float64)
             for i in range(n):
                 for j in range(i, n):
                     value = float(factored.inner_maps(maps[i], maps[j]))  # sums in float64
                     gram[i, j] = gram[j, i] = value
-            self._gram[kind] = gram
-        return self._gram[kind]
+            self._gram[term.weight] = gram
+        return self._gram[term.weight]
 
 
 @dataclass
@@ -100,20 +100,20 @@ def _lstsq(gram: Tensor, b: Tensor) -> Tensor:
     return beta
 
 
-def fit_map(M, kind: str, cache: BasisCache, *, vector: bool = False) -> list[MapFit]:
-    """Fit ``M`` (``[h, n, m]`` maps or ``[h, n]`` vectors for ``positional``) onto its basis.
+def fit_map(M, term: Term, cache: BasisCache) -> list[MapFit]:
+    """Fit ``M`` (``[h, n, m]`` maps, or ``[h, n]`` vectors for ``P``) onto ``term``'s basis.
 
     Returns one :class:`MapFit` per leading index ``h``.
     """
-    lead, basis = COMPONENTS[kind]
-    if vector:  # [h, n] against vectors cut to the same length n (common offsets)
+    lead, basis = 0, term.basis
+    if term.vector:  # [h, n] against vectors cut to the same length n (common offsets)
         M = M.detach().double()
         maps = [cache.map(c).double().to(M.device)[: M.shape[-1]] for c in basis]
         gram = torch.stack([torch.stack([(S * T).sum() for T in maps]) for S in maps]).cpu()
         b = torch.stack([(M * T).sum(-1) for T in maps], dim=-1).cpu()
         sq = (M * M).sum(-1).cpu()
     else:
-        gram = cache.gram(kind)
+        gram = cache.gram(term)
         maps = [cache.map(c) for c in basis]
         b = torch.stack([factored.inner(M, T).cpu() for T in maps], dim=-1)
         sq = factored.sq_norm(M).cpu()

@@ -8,9 +8,9 @@ import torch
 from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters import factored
-from tl_leadterms.analyzers import basis
 from tl_leadterms.analyzers.fit import BasisCache
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.theory import term
 
 __all__ = ["Decomposition", "PairDifference"]
 
@@ -67,8 +67,12 @@ class Decomposition:
         return len(self.rows)
 
     def row(self, weight: str, layer: int | None = None, head: int | None = None) -> dict:
-        """The row of one weight (``head=None`` picks head 0 of a per-head table)."""
-        matches = [r for r in self.rows if r["weight"] == weight and r["layer"] == layer]
+        """The row of one weight (``head=None`` picks head 0 of a per-head table).
+
+        ``"V"`` and ``"V·W_O"`` both name the value path (see :func:`~tl_leadterms.decompose`).
+        """
+        names = {"V", "V·W_O"} if weight in ("V", "V·W_O") else {weight}
+        matches = [r for r in self.rows if r["weight"] in names and r["layer"] == layer]
         if head is not None or any(r["head"] is not None for r in matches):
             matches = [r for r in matches if r["head"] == (head or 0)]
         if not matches:
@@ -134,16 +138,17 @@ class Decomposition:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise LeadTermsError(f"k must be a positive int, got {k!r}")
         r = self.row(weight, layer, head)
+        weight = r["weight"]
         pw, stats = self.weights, self.stats
         if weight == "W_O":
             M = pw.W_O
         elif r["head"] is None:
             M = pw.layer_map(weight, layer)
         else:
-            M = (pw.V if weight == "V" else pw.W)[layer][r["head"]]
+            M = (pw.W if weight == "W" else pw.V)[layer][r["head"]]
         if stats.kept is not None:
             M = factored.restrict(M, stats.kept, stats.kept)
-        T = BasisCache.of(stats).map(basis.target(r["kind"]))
+        T = BasisCache.of(stats).map(term(r["weight"]).target)
         scale = r["projection"]
         best_values = torch.empty(0, dtype=torch.float64)
         best_index = torch.empty(0, dtype=torch.long)

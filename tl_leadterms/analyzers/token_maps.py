@@ -20,7 +20,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens.utilities import get_act_name
 
-from tl_leadterms.errors import LeadTermsError, positive_int
+from tl_leadterms.checks import check_layers, positive_int
+from tl_leadterms.errors import LeadTermsError
 
 __all__ = ["MAPS", "TokenMaps", "token_maps"]
 
@@ -81,26 +82,6 @@ class TokenMaps:
             f"dtype={self.resid_pre.dtype}, device={self.resid_pre.device}, "
             f"model={self.metadata.get('model_name')!r})"
         )
-
-
-def check_layers(layers: object, n_layers: int) -> list[int]:
-    """``None`` -> every layer; an int or a list of ints, each in ``[0, n_layers)``."""
-    if layers is None:
-        return list(range(n_layers))
-    if isinstance(layers, int) and not isinstance(layers, bool):
-        layers = [layers]
-    if not isinstance(layers, (list, tuple, range)) or not all(
-        isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in layers
-    ):
-        raise LeadTermsError(f"layers must be None, an int or a list of ints, got {layers!r}")
-    layers = [int(i) for i in layers]
-    bad = [i for i in layers if not 0 <= i < n_layers]
-    if bad or not layers:
-        raise LeadTermsError(
-            f"layers {bad or layers} out of range: the model has {n_layers} layers "
-            f"(0..{n_layers - 1})"
-        )
-    return layers
 
 
 def check_token_ids(token_ids: object, d_vocab: int) -> Int[Tensor, " n"]:

@@ -1,6 +1,5 @@
 """Models: the paper's one-hot attention-only transformer and its training loop."""
 
 from tl_leadterms.models.paper import PaperModel, paper_model
-from tl_leadterms.models.train import TrainHistory, train
 
 __all__ = ["PaperModel", "TrainHistory", "paper_model", "train"]

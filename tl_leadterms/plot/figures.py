@@ -48,7 +48,7 @@ def plot_history(history: object, path: object = None):
     Returns:
         A ``matplotlib.figure.Figure``.
     """
-    from tl_leadterms.models.train import TrainHistory
+    from tl_leadterms.training import TrainHistory
 
     if not isinstance(history, TrainHistory):
         raise LeadTermsError(

@@ -2,14 +2,17 @@
 
 import html
 import statistics
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
+from tl_leadterms.checks import check_layers, check_stats, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.plot.html import View
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.theory import Schedule
 
 __all__ = ["plot_associations", "plot_attention"]
 
@@ -21,15 +24,6 @@ _HEADINGS = {
     "interchangeability": "interchangeable Σ_B̄",
     "context": "context Φ̄ (preceding tokens)",
 }
-
-
-def _check_stats(stats: object) -> CorpusStats:
-    if not isinstance(stats, CorpusStats):
-        raise LeadTermsError(
-            f"stats must be a CorpusStats (from tl_leadterms.corpus_stats), got "
-            f"{type(stats).__name__}"
-        )
-    return stats
 
 
 def _label(tokenizer: Any, token_id: int) -> str:
@@ -75,23 +69,29 @@ def _rounded(x: Tensor) -> list:
     return torch.round(x.detach().to(torch.float64).cpu(), decimals=5).tolist()
 
 
+def _pick_tokenizer(*candidates: Any) -> Any:
+    return next((t for t in candidates if t is not None), None)
+
+
 @torch.no_grad()
 def plot_attention(
     model: Any,
-    stats: object,
-    tokens: object,
+    stats: CorpusStats,
+    tokens: str | Sequence[int] | Tensor,
     *,
-    layers: object = None,
+    layers: int | Sequence[int] | None = None,
     tokenizer: Any = None,
-    lr: object = None,
-    steps: object = None,
+    lr: float | None = None,
+    steps: int | None = None,
+    s_lr: float | None = None,
 ) -> View:
     """Each layer's attention heads on one sequence, next to the leading-term prediction.
 
-    The model runs once (``run_with_cache`` on ``hook_pattern``). Per layer, one circuitsvis
-    ``attention_heads`` view holds the model's heads (``"L{l}H{h}"``) and the predicted pattern
-    (``"L{l} predicted"``) of :func:`~tl_leadterms.predict_attention`: scaled by ``lr`` and
-    ``steps`` when given, else by the temperature :func:`~tl_leadterms.attention_agreement`
+    The model runs once (``run_with_cache`` on ``hook_pattern``); the same cache serves the
+    scale fit. Per layer, one circuitsvis ``attention_heads`` view holds the model's heads
+    (``"L{l}H{h}"``) and the predicted pattern (``"L{l} predicted"``) of
+    :func:`~tl_leadterms.predict_attention`: scaled by the training run when given (``lr`` and
+    ``steps``, or ``s_lr``), else by the scale ``c`` :func:`~tl_leadterms.attention_agreement`
     fits to this sequence (the median over the layer's heads).
 
     Args:
@@ -102,89 +102,79 @@ def plot_attention(
             cut to ``stats.n_ctx`` (and the model's ``n_ctx``) positions.
         layers: which layers (default all).
         tokenizer: to encode a string and label the tokens (labels are html-escaped).
-        lr, steps: the training run of the paper model, if known.
+        lr, steps, s_lr: the training run of the paper model, if known.
 
     Returns:
-        A :class:`View`; ``view.data`` holds ``tokens``, ``layers``, ``temperature`` (per
-        layer), ``fitted``, ``actual`` and ``predicted`` (per layer, ``[heads, q, k]`` and
-        ``[q, k]``).
+        A :class:`View`; ``view.data`` holds ``tokens``, ``layers``, ``scale`` (per layer),
+        ``fitted``, ``actual`` and ``predicted`` (per layer, ``[heads, q, k]`` and ``[q, k]``).
     """
     from transformer_lens.utilities import get_act_name
 
     from tl_leadterms.analyzers.attention import attention_agreement, predict_attention
-    from tl_leadterms.analyzers.decompose import _layers
 
-    stats = _check_stats(stats)
+    stats = check_stats(stats)
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(model, "run_with_cache"):
         raise LeadTermsError(
             f"model must be a HookedTransformer (with .cfg and run_with_cache), got "
             f"{type(model).__name__}"
         )
-    if cfg.d_vocab != stats.d_vocab:
-        raise LeadTermsError(
-            f"the statistics were computed for d_vocab={stats.d_vocab} but the model has "
-            f"d_vocab={cfg.d_vocab}; compute them with the model's tokenizer"
-        )
-    if (lr is None) != (steps is None):
-        raise LeadTermsError(
-            f"give both lr and steps (got lr={lr!r}, steps={steps!r}), or neither to fit the "
-            "temperature to the model's attention"
-        )
-    for tok in (tokenizer, getattr(model, "tokenizer", None), stats.tokenizer):
-        if tok is not None:
-            tokenizer = tok
-            break
+    tokenizer = _pick_tokenizer(tokenizer, getattr(model, "tokenizer", None), stats.tokenizer)
+    check_vocab(stats, d_vocab=cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
+    schedule = Schedule.of(lr, steps, s_lr)
+    fixed = schedule.coefficient("W")
     ids = _token_list(tokens, tokenizer)[: min(stats.n_ctx, cfg.n_ctx)]
     bad = [i for i in ids if not 0 <= i < stats.d_vocab]
     if bad:
         raise LeadTermsError(f"token id {bad[0]} is outside [0, d_vocab={stats.d_vocab})")
-    chosen = _layers(layers, cfg.n_layers)
+    chosen = check_layers(layers, cfg.n_layers)
     batch = torch.tensor([ids])
-    device = next(model.parameters()).device
     names = {get_act_name("pattern", layer) for layer in chosen}
+    device = next(model.parameters()).device
     _, cache = model.run_with_cache(batch.to(device), names_filter=lambda n: n in names)
-
-    if lr is not None:
-        temperature = dict.fromkeys(chosen, None)
+    if fixed is not None:
+        scale = dict.fromkeys(chosen, fixed)
     else:
-        agreement = attention_agreement(model, stats, batch, layers=chosen, progress=False)
-        temperature = {
-            layer: statistics.median(
-                r["temperature"] for r in agreement.rows if r["layer"] == layer
-            )
+        agreement = attention_agreement(
+            model, stats, batch, layers=chosen, cache=cache, progress=False
+        )
+        scale = {
+            layer: statistics.median(r["scale"] for r in agreement.rows if r["layer"] == layer)
             for layer in chosen
         }
+    how = (
+        "scale c fitted to this sequence"
+        if fixed is None
+        else ", ".join(f"{k} = {v}" for k, v in schedule.to_dict().items() if v is not None)
+    )
     labels = [_label(tokenizer, i) for i in ids]
+    data = {"tokens": ids, "labels": labels, "layers": chosen, "fitted": fixed is None,
+            "scale": scale, "actual": {}, "predicted": {}}  # fmt: skip
     parts: list[Any] = []
-    data = {"tokens": ids, "labels": labels, "layers": chosen, "fitted": lr is None,
-            "temperature": {}, "actual": {}, "predicted": {}}  # fmt: skip
-    import circuitsvis.attention
-
     for layer in chosen:
         actual = cache[get_act_name("pattern", layer)][0].to(torch.float64).cpu()
-        if lr is None:
-            predicted = predict_attention(stats, batch, temperature=temperature[layer])[0]
-            how = f"temperature c = {temperature[layer]:.4g}, fitted to this sequence"
-        else:
-            predicted = predict_attention(stats, batch, lr=lr, steps=steps)[0]
-            how = f"lr = {lr}, steps = {steps}"
-        data["actual"][layer], data["predicted"][layer] = actual, predicted.cpu()
-        data["temperature"][layer] = temperature[layer]
-        heads = [f"L{layer}H{h}" for h in range(actual.shape[0])]
-        parts.append(
-            f"<p>Layer {layer}: heads {', '.join(heads)} and <strong>L{layer} predicted</strong> "
-            f"(the leading terms, {html.escape(how)}).</p>"
-        )
-        parts.append(
-            circuitsvis.attention.attention_heads(
-                attention=_rounded(torch.cat([actual, predicted[None].to(actual)], dim=0)),
-                tokens=labels,
-                attention_head_names=[*heads, f"L{layer} predicted"],
-                mask_upper_tri=True,
-            )
-        )
+        predicted = predict_attention(stats, batch, scale=scale[layer])[0].cpu()
+        data["actual"][layer], data["predicted"][layer] = actual, predicted
+        parts += _layer_view(layer, actual, predicted, labels, f"{how}; c = {scale[layer]:.4g}")
     return View(parts, title="Attention: model heads and leading-term prediction", data=data)
+
+
+def _layer_view(layer: int, actual: Tensor, predicted: Tensor, labels: list[str], how: str):
+    """A caption and one circuitsvis view: the layer's heads, then the prediction."""
+    import circuitsvis.attention
+
+    heads = [f"L{layer}H{h}" for h in range(actual.shape[0])]
+    caption = (
+        f"<p>Layer {layer}: heads {', '.join(heads)} and <strong>L{layer} predicted</strong> "
+        f"(the leading terms, {html.escape(how)}).</p>"
+    )
+    view = circuitsvis.attention.attention_heads(
+        attention=_rounded(torch.cat([actual, predicted[None].to(actual)], dim=0)),
+        tokens=labels,
+        attention_head_names=[*heads, f"L{layer} predicted"],
+        mask_upper_tri=True,
+    )
+    return [caption, view]
 
 
 def _kind(kind: object) -> str:
@@ -213,13 +203,15 @@ def _token_id(token: object, tokenizer: Any) -> int:
 
 
 def plot_associations(
-    stats: object,
-    token: object,
+    stats: CorpusStats,
+    token: int | str,
     tokenizer: Any = None,
     *,
-    k: object = 10,
-    text: object = None,
-    kind: object = "context",
+    k: int = 10,
+    text: str | None = None,
+    kind: Literal[
+        "bigram", "interchangeability", "context", "B_bar", "Sigma_B", "Phi_bar"
+    ] = "context",
 ) -> View:
     """A token's top-``k`` bigram, interchangeable and context neighbours (paper Fig. 5).
 
@@ -239,11 +231,10 @@ def plot_associations(
         :meth:`CorpusStats.top` list) and, with ``text``, ``kind``, ``text_tokens`` and
         ``values``.
     """
-    stats = _check_stats(stats)
+    stats = check_stats(stats)
     tokenizer = tokenizer if tokenizer is not None else stats.tokenizer
     kind = _kind(kind)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise LeadTermsError(f"k must be a positive int, got {k!r}")
+    positive_int("k", k)
     if text is not None and not isinstance(text, str):
         raise LeadTermsError(f"text must be a str or None, got {type(text).__name__}")
     token_id = _token_id(token, tokenizer)

@@ -1,5 +1,8 @@
 """Plain SGD on next-token cross-entropy, with optional leading-term tracking.
 
+Training sits above the analyzers in the package's layers: tracking reads the theorem's table
+through :func:`tl_leadterms.leading_cosines`.
+
 The theory (MATH.md §3) is about full-batch gradient descent from zero initialisation at a
 constant learning rate; the paper's experiments use mini-batch SGD. :func:`train` does both and
 records, every ``every`` steps, the loss and (with ``track=stats``) the cosine of each weight with
@@ -7,17 +10,27 @@ its own leading term.
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
+from tl_leadterms.analyzers.decompose import leading_cosines
+from tl_leadterms.checks import (
+    check_bool,
+    check_lr,
+    check_stats,
+    check_steps,
+    check_windows,
+    positive_int,
+)
+from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.theory import WEIGHTS
 
 __all__ = ["TrainHistory", "train"]
 
@@ -51,11 +64,15 @@ class TrainHistory:
             self.cosines.setdefault(name, []).append(value)
 
     def min_cosine(self, weight: str) -> float:
-        """Minimum over logged steps and layers of the cosines of ``weight`` (``"W"``, ``"V"``…)."""
+        """Minimum over logged steps and layers of the cosines of ``weight`` (``"W"``, ``"V"``…).
+
+        ``"V"`` and ``"V·W_O"`` both name the value path.
+        """
+        names = {"V", "V·W_O"} if weight in ("V", "V·W_O") else {weight}
         values = [
             v
             for name, vs in self.cosines.items()
-            if name.split(".")[0] == weight
+            if name.rsplit(".", 1)[0] in names
             for v in vs
             if not math.isnan(v)  # a weight that is still zero has no cosine
         ]
@@ -84,46 +101,14 @@ class TrainHistory:
             return "TrainHistory(empty)"
         parts = [f"steps {self.steps[0]}..{self.steps[-1]} ({len(self.steps)} logged)",
                  f"loss {self.loss[0]:.4f} -> {self.loss[-1]:.4f}"]  # fmt: skip
-        for weight in ("W_O", "V", "W", "P"):
-            values = [v for n, vs in self.cosines.items() if n.split(".")[0] == weight for v in vs]
+        for weight in WEIGHTS:
+            values = [v for n, vs in self.cosines.items() if n.rsplit(".", 1)[0] == weight
+                      for v in vs]  # fmt: skip
             if any(not math.isnan(v) for v in values):
                 parts.append(f"min cos {weight} {self.min_cosine(weight):.6f}")
             elif values:  # W and P are still exactly zero before step 3
                 parts.append(f"min cos {weight} -")
         return "TrainHistory(" + "; ".join(parts) + ")"
-
-
-def _check_tokens(tokens: object, model) -> Int[Tensor, "n_seq seq"]:
-    if not isinstance(tokens, Tensor):
-        try:
-            tokens = torch.as_tensor(tokens)
-        except (TypeError, ValueError) as err:
-            raise LeadTermsError(
-                f"tokens must be a [n_sequences, T + 1] integer tensor, got {type(tokens).__name__}"
-            ) from err
-    if tokens.dim() != 2 or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-        raise LeadTermsError(
-            f"tokens must be a 2-D integer tensor [n_sequences, T + 1], got shape "
-            f"{tuple(tokens.shape)} and dtype {tokens.dtype}"
-        )
-    n_seq, length = tokens.shape
-    if n_seq < 1 or length < 2:
-        raise LeadTermsError(
-            f"tokens has shape {tuple(tokens.shape)}; need at least one sequence of T + 1 >= 2 "
-            "tokens (inputs are tokens[:, :-1], targets tokens[:, 1:])"
-        )
-    if length - 1 > model.cfg.n_ctx:
-        raise LeadTermsError(
-            f"sequences have T = {length - 1} input positions but the model's n_ctx is "
-            f"{model.cfg.n_ctx}; cut the windows to n_ctx + 1 tokens (make_windows)"
-        )
-    low, high = int(tokens.min()), int(tokens.max())
-    if low < 0 or high >= model.cfg.d_vocab:
-        raise LeadTermsError(
-            f"token ids must lie in [0, {model.cfg.d_vocab}) (the model's d_vocab); found "
-            f"{low if low < 0 else high}"
-        )
-    return tokens.long()
 
 
 def _loss_and_grad(model, batch: Tensor, chunk: int) -> float:
@@ -140,8 +125,8 @@ def _loss_and_grad(model, batch: Tensor, chunk: int) -> float:
 
 
 def train(
-    model,
-    tokens,
+    model: Any,
+    tokens: Any,
     lr: float,
     steps: int,
     *,
@@ -151,7 +136,7 @@ def train(
     seed: int = 0,
     chunk_size: int | None = None,
     progress: bool = True,
-    callback=None,
+    callback: Callable[[int, Any, float], None] | None = None,
 ) -> TrainHistory:
     """Train ``model`` in place with plain SGD on the mean next-token cross-entropy.
 
@@ -160,8 +145,9 @@ def train(
             parameter with ``requires_grad`` is trained.
         tokens: ``[n_sequences, T + 1]`` token ids; inputs are ``tokens[:, :-1]`` and targets
             ``tokens[:, 1:]``, every position counts (MATH.md §1).
-        lr: constant learning rate ``η``.
-        steps: number of SGD updates ``s``.
+        lr: constant learning rate ``η`` (finite, > 0).
+        steps: number of SGD updates ``s`` (an integer >= 0; 0 records nothing and leaves the
+            model as it is).
         batch_size: ``None`` for full-batch gradient descent (the theory); otherwise mini-batches
             of this many sequences drawn without replacement from a fresh permutation each epoch
             (the paper's experiments); when it does not divide ``n_sequences`` the last,
@@ -188,22 +174,16 @@ def train(
         >>> round(history.loss[0], 4) == round(float(torch.log(torch.tensor(12.0))), 4)
         True
     """
-    tokens = _check_tokens(tokens, model)
-    positive_number("lr", lr)
-    positive_int("steps", steps)
+    tokens = check_windows(tokens, model.cfg.d_vocab, model.cfg.n_ctx)
+    lr, steps = check_lr(lr), check_steps(steps)
     positive_int("every", every)
+    check_bool("progress", progress)
     if batch_size is not None:
         positive_int("batch_size", batch_size)
     if chunk_size is not None:
         positive_int("chunk_size", chunk_size)
     if track is not None:
-        if not isinstance(track, CorpusStats):
-            raise LeadTermsError(
-                f"track must be a CorpusStats (from tl_leadterms.corpus_stats) or None, got "
-                f"{type(track).__name__}"
-            )
-        from tl_leadterms.analyzers.decompose import leading_cosines
-
+        check_stats(track)
         leading_cosines(model, track)  # validates vocabulary and weights before any update
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -239,8 +219,6 @@ def train(
         if step % every == 0 or step == steps:
             cosines = None
             if track is not None:
-                from tl_leadterms.analyzers.decompose import leading_cosines
-
                 cosines = leading_cosines(model, track)
             history.record(step, loss, cosines)
             bar.set_postfix(loss=f"{loss:.4f}")

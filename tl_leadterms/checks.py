@@ -1,0 +1,262 @@
+"""The checks every public entry point applies to its arguments, written once.
+
+One rule per kind of argument, the same everywhere:
+
+* ``lr``: a finite real number ``> 0`` (``η``).
+* ``steps``: an integer ``>= 0`` (Python or numpy integer, or a float with an integral value):
+  the number of full-batch GD steps ``s`` from zero initialisation. ``steps=0`` is the model at
+  initialisation; it is valid wherever a step count is.
+* ``s_lr``: a finite real number ``>= 0``, the product ``s·η``. Where a result only depends on
+  that product (the gradient-flow limit of the coefficients, an expected scale) an entry point
+  accepts ``s_lr=`` instead of ``lr`` and ``steps``; a real ``s·η`` never goes in ``steps``.
+* ``layers``: ``None`` (every layer), an int, or a non-empty sequence of distinct ints (numpy
+  integers included), each in ``[0, n_layers)``. An empty selection is an error everywhere.
+* option strings: one of the documented values (each signature spells them as ``Literal``).
+* ``stats``: a :class:`~tl_leadterms.stats.CorpusStats`; its ``d_vocab`` must equal the model's
+  and, when both record one, its vocabulary hash must equal the tokenizer's.
+* ``tokens``: a 2-D integer tensor (or something ``torch.as_tensor`` turns into one) of ids in
+  ``[0, d_vocab)``.
+
+Every failure is a :class:`~tl_leadterms.errors.LeadTermsError` that names the value and says
+what to pass instead.
+
+>>> check_layers([np.int64(1), 0], n_layers=3)
+[1, 0]
+>>> check_steps(4.0), check_lr(np.float32(0.5))
+(4, 0.5)
+"""
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
+from tl_leadterms.stats.corpus import CorpusStats
+
+__all__ = [
+    "check_bool",
+    "check_choice",
+    "check_layers",
+    "check_lr",
+    "check_s_lr",
+    "check_stats",
+    "check_steps",
+    "check_tokens",
+    "check_vocab",
+    "check_windows",
+    "positive_int",
+    "positive_number",
+]
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _integer(value: Any) -> int | None:
+    """``value`` as an int if it is an integer (or an integral float), else None."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if _real(value) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    return None
+
+
+def check_lr(lr: Any, name: str = "lr") -> float:
+    """``lr`` as a float if it is finite and ``> 0``."""
+    if not _real(lr) or not math.isfinite(lr) or lr <= 0:
+        raise LeadTermsError(
+            f"{name} must be a finite number > 0 (the learning rate η), got {lr!r}"
+        )
+    return float(lr)
+
+
+def check_steps(steps: Any, name: str = "steps") -> int:
+    """``steps`` as an int if it is an integer ``>= 0`` (GD steps from zero initialisation)."""
+    value = _integer(steps)
+    if value is None or value < 0:
+        hint = (
+            "; for a real s·η pass s_lr= instead"
+            if _real(steps) and math.isfinite(steps) and steps >= 0
+            else ""
+        )
+        raise LeadTermsError(
+            f"{name} must be an integer >= 0 (GD steps from zero init), got {steps!r}{hint}"
+        )
+    return value
+
+
+def check_s_lr(s_lr: Any, name: str = "s_lr") -> float:
+    """``s_lr`` (the product ``s·η``) as a float if it is finite and ``>= 0``."""
+    if not _real(s_lr) or not math.isfinite(s_lr) or s_lr < 0:
+        raise LeadTermsError(f"{name} must be a finite number >= 0 (the product s·η), got {s_lr!r}")
+    return float(s_lr)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is True or False (numpy booleans included)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise LeadTermsError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def check_choice(name: str, value: Any, options: Sequence[str]) -> str:
+    """``value`` if it is one of ``options``."""
+    if not isinstance(value, str) or value not in options:
+        raise LeadTermsError(
+            f"{name} must be one of {', '.join(map(repr, options))}; got {value!r}"
+        )
+    return value
+
+
+def check_layers(layers: Any, n_layers: int) -> list[int]:
+    """``None`` -> every layer; an int or a non-empty sequence of distinct ints in range."""
+    if layers is None:
+        return list(range(n_layers))
+    if _integer(layers) is not None and not isinstance(layers, float):
+        layers = [layers]
+    if isinstance(layers, (Tensor, np.ndarray)):
+        layers = layers.tolist() if layers.ndim == 1 else [layers]
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, (Sequence, range)):
+        raise LeadTermsError(
+            f"layers must be None, an int or a sequence of ints, got {type(layers).__name__} "
+            f"{layers!r}"
+        )
+    chosen = [_integer(i) if not isinstance(i, float) else None for i in layers]
+    if any(i is None for i in chosen):
+        raise LeadTermsError(f"layers must be ints (numpy integers are fine), got {layers!r}")
+    if not chosen:
+        raise LeadTermsError(
+            f"layers is empty: pass None for every layer, or layer indices in 0..{n_layers - 1}"
+        )
+    bad = [i for i in chosen if not 0 <= i < n_layers]
+    if bad:
+        raise LeadTermsError(
+            f"layers {bad} out of range: the model has {n_layers} layers (0..{n_layers - 1})"
+        )
+    if len(set(chosen)) != len(chosen):
+        raise LeadTermsError(f"layers lists a layer twice: {chosen}; pass each layer once")
+    return chosen
+
+
+def check_stats(stats: Any) -> CorpusStats:
+    """``stats`` if it is a :class:`CorpusStats`."""
+    if not isinstance(stats, CorpusStats):
+        raise LeadTermsError(
+            "stats must be a CorpusStats (from tl_leadterms.corpus_stats or CorpusStats.load), "
+            f"got {type(stats).__name__}"
+        )
+    return stats
+
+
+def _tokenizer_hash(tokenizer: Any) -> str | None:
+    from tl_leadterms.data.tokenizers import vocab_hash
+
+    try:
+        return vocab_hash(tokenizer)
+    except Exception:  # a tokenizer without a readable vocabulary cannot be compared
+        return None
+
+
+def check_vocab(
+    stats: CorpusStats,
+    *,
+    d_vocab: int | None = None,
+    tokenizer: Any = None,
+    what: str = "the model",
+) -> None:
+    """Refuse statistics of another vocabulary than the model's or tokenizer's.
+
+    Compares ``d_vocab`` and, when the statistics record the vocabulary hash of the tokenizer
+    they were computed with and ``tokenizer`` is given, the two hashes.
+    """
+    if d_vocab is not None and d_vocab != stats.d_vocab:
+        raise LeadTermsError(
+            f"the statistics were computed for d_vocab={stats.d_vocab} but {what} has "
+            f"d_vocab={d_vocab}; compute them with {what}'s tokenizer "
+            f"(corpus_stats(tokens, d_vocab={d_vocab}))"
+        )
+    recorded = stats.metadata.get("tokenizer_vocab_hash")
+    if tokenizer is None or recorded is None:
+        return
+    actual = _tokenizer_hash(tokenizer)
+    if actual is not None and actual != recorded:
+        raise LeadTermsError(
+            f"the statistics were computed with another tokenizer than {what}'s (vocabulary hash "
+            f"{recorded[:12]}… vs {actual[:12]}…): recompute them with {what}'s tokenizer"
+        )
+
+
+def check_tokens(
+    tokens: Any,
+    d_vocab: int,
+    *,
+    min_len: int = 1,
+    max_len: int | None = None,
+    layout: str = "[batch, pos]",
+    max_len_hint: str = "",
+) -> Tensor:
+    """``tokens`` as a ``[batch, pos]`` int64 tensor of ids in ``[0, d_vocab)``.
+
+    A 1-D input becomes one sequence. ``min_len``/``max_len`` bound ``pos``; ``max_len_hint``
+    says where the upper bound comes from.
+    """
+    if not isinstance(tokens, Tensor):
+        try:
+            tokens = torch.as_tensor(np.asarray(tokens))
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise LeadTermsError(
+                f"tokens must be a {layout} tensor of token ids, got {type(tokens).__name__}"
+            ) from err
+    if tokens.dim() == 1:
+        tokens = tokens[None]
+    if (
+        tokens.dim() != 2
+        or tokens.is_floating_point()
+        or tokens.is_complex()
+        or (tokens.dtype == torch.bool)
+    ):
+        raise LeadTermsError(
+            f"tokens must be a {layout} integer tensor, got shape {tuple(tokens.shape)} and dtype "
+            f"{tokens.dtype}"
+        )
+    n, length = tokens.shape
+    if n < 1 or length < min_len:
+        raise LeadTermsError(
+            f"tokens has shape {tuple(tokens.shape)}: need at least one sequence of {min_len} or "
+            f"more tokens ({layout})"
+        )
+    if max_len is not None and length > max_len:
+        raise LeadTermsError(
+            f"sequences have {length} positions but at most {max_len} fit{max_len_hint}; cut them "
+            f"to {max_len}"
+        )
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= d_vocab:
+        raise LeadTermsError(
+            f"token ids must lie in [0, {d_vocab}) (d_vocab); found {low if low < 0 else high}"
+        )
+    return tokens.long()
+
+
+def check_windows(tokens: Any, d_vocab: int, n_ctx: int) -> Tensor:
+    """Training/evaluation windows ``[n_sequences, T + 1]`` for a model of context ``n_ctx``.
+
+    Inputs are ``tokens[:, :-1]`` and targets ``tokens[:, 1:]``, so a window needs at least two
+    tokens and at most ``n_ctx + 1``.
+    """
+    return check_tokens(
+        tokens,
+        d_vocab,
+        min_len=2,
+        max_len=n_ctx + 1,
+        layout="[n_sequences, T + 1]",
+        max_len_hint=f" (T = n_ctx = {n_ctx} inputs plus one target; make_windows cuts them)",
+    )

@@ -1,0 +1,206 @@
+"""The weights the theorem predicts for one training run, and the run's description.
+
+:class:`Schedule` is how every entry point takes a training run (``lr`` and ``steps``, or only
+the product ``s_lr``); :func:`leading_terms` builds the predicted weights from the table of
+:mod:`tl_leadterms.theory.table`.
+"""
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from jaxtyping import Float
+from torch import Tensor
+
+from tl_leadterms.checks import check_lr, check_s_lr, check_stats, check_steps, positive_int
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.theory.table import TERMS, term
+
+__all__ = [
+    "LeadingTerms",
+    "Schedule",
+    "coefficients",
+    "error_bounds",
+    "leading_terms",
+    "step_bound",
+]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A training run as the theory sees it: ``lr`` and ``steps``, or only ``s·η``.
+
+    Build it with :meth:`of`, which applies the one rule of :mod:`tl_leadterms.checks`. With
+    ``lr`` and ``steps`` the coefficients are exact; with only ``s_lr`` they are the
+    gradient-flow limits; with only ``lr`` nothing is scaled but implied step counts are solved
+    with the exact coefficient.
+
+    >>> Schedule.of(lr=0.5, steps=4).s_lr, Schedule.of(s_lr=2.0).coefficient("W_O")
+    (2.0, 2.0)
+    """
+
+    lr: float | None = None
+    steps: int | None = None
+    s_lr: float | None = None
+
+    @classmethod
+    def of(
+        cls, lr: float | None = None, steps: int | None = None, s_lr: float | None = None
+    ) -> "Schedule":
+        lr = None if lr is None else check_lr(lr)
+        steps = None if steps is None else check_steps(steps)
+        s_lr = None if s_lr is None else check_s_lr(s_lr)
+        if steps is not None and lr is None:
+            raise LeadTermsError(
+                f"steps={steps} needs lr (the coefficients depend on both); or pass s_lr= (s·η) "
+                "for the gradient-flow limit"
+            )
+        if lr is not None and steps is not None:
+            if s_lr is not None and not math.isclose(s_lr, lr * steps, rel_tol=1e-9):
+                raise LeadTermsError(
+                    f"s_lr={s_lr} disagrees with lr·steps = {lr * steps}; pass one or the other"
+                )
+            s_lr = lr * steps
+        return cls(lr, steps, s_lr)
+
+    @property
+    def exact(self) -> bool:
+        """Whether the coefficients are exact (``lr`` and ``steps`` known)."""
+        return self.lr is not None and self.steps is not None
+
+    def coefficient(self, weight: str) -> float | None:
+        """``c(s, η)`` of a weight: exact, its flow limit, or None when the run is unknown."""
+        t = term(weight)
+        if self.exact:
+            return t.coefficient(self.lr, self.steps)
+        return None if self.s_lr is None else t.flow_coefficient(self.s_lr)
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {"lr": self.lr, "steps": self.steps, "s_lr": self.s_lr}
+
+
+def coefficients(lr: float, steps: int) -> dict[str, float]:
+    """The exact coefficient of every weight of the table.
+
+    >>> coefficients(0.1, 4)["W"]  # (3·C(4,4) + 2·C(4,3))·η⁴ = 11·1e-4
+    0.0011000000000000003
+    """
+    lr, steps = check_lr(lr), check_steps(steps)
+    return {name: t.coefficient(lr, steps) for name, t in TERMS.items()}
+
+
+def step_bound(lr: float, n_layers: int, n_ctx: int) -> float:
+    """The theorem's largest step count ``η⁻¹·min(1/(12L), 5/(8√T))`` (a real number)."""
+    lr = check_lr(lr)
+    n_layers, n_ctx = positive_int("n_layers", n_layers), positive_int("n_ctx", n_ctx)
+    return min(1 / (12 * n_layers), 5 / (8 * math.sqrt(n_ctx))) / lr
+
+
+def error_bounds(lr: float, steps: int, n_ctx: int) -> dict[str, float]:
+    """The theorem's Frobenius error bound of every weight (NaN where it states none)."""
+    lr, steps = check_lr(lr), check_steps(steps)
+    return {name: t.error_bound(lr, steps, n_ctx) for name, t in TERMS.items()}
+
+
+@dataclass
+class LeadingTerms:
+    """Predicted weights and the theorem's conditions for one (lr, steps, n_layers).
+
+    Predicted maps are built on first access and kept (each ``[k, k]`` matrix is as large as a
+    statistic). ``V``, ``W`` and ``P`` hold one entry per layer; the theorem predicts the same
+    term in every layer, so the entries are one tensor object. :meth:`predicted` gives any
+    weight of the table by name, ``"V·W_O"`` included.
+
+    Attributes:
+        W_O: ``[k, k]`` ``sη·B̄`` [current token, next token].
+        V: per layer ``[k, k]`` ``C(s,2)η²·Φ̄ᵀB̄ᵀ`` [context token, current token].
+        W: per layer ``[k, k]`` ``c·Q̄`` [query token, key token].
+        P: per layer ``[T]`` ``c·Δ`` [offset].
+        coefficients: ``c(s, η)`` of every weight of the table.
+        step_bound: the theorem's largest ``s`` for this ``η``, ``L`` and ``T``.
+        within_bound: ``steps <= step_bound``.
+        conditions: the theorem's other hypotheses, each True or False for these statistics.
+        error_bounds: the Frobenius error bounds (meaningful inside the step bound).
+    """
+
+    stats: CorpusStats = field(repr=False)
+    lr: float
+    steps: int
+    n_layers: int
+    coefficients: dict[str, float]
+    step_bound: float
+    within_bound: bool
+    conditions: dict[str, bool] = field(default_factory=dict)
+    error_bounds: dict[str, float] = field(default_factory=dict)
+
+    def predicted(self, weight: str) -> Tensor:
+        """``c(s, η)`` times the leading term of ``weight`` (one map, valid in every layer)."""
+        t = term(weight)
+        return self.coefficients[t.weight] * t.target.build(self.stats)
+
+    @cached_property
+    def W_O(self) -> Float[Tensor, "k k"]:
+        return self.predicted("W_O")
+
+    @cached_property
+    def V(self) -> list[Tensor]:
+        return [self.predicted("V")] * self.n_layers
+
+    @cached_property
+    def W(self) -> list[Tensor]:
+        return [self.predicted("W")] * self.n_layers
+
+    @cached_property
+    def P(self) -> list[Tensor]:
+        return [self.predicted("P")] * self.n_layers
+
+    def __repr__(self) -> str:
+        coef = ", ".join(f"{k}={v:.4g}" for k, v in self.coefficients.items())
+        unmet = [name for name, ok in self.conditions.items() if not ok]
+        return (
+            f"LeadingTerms(lr={self.lr}, steps={self.steps}, n_layers={self.n_layers}, "
+            f"k={self.stats.k}, coefficients: {coef}; step bound {self.step_bound:.4g} "
+            f"({'inside' if self.within_bound else 'OUTSIDE'})"
+            + (f"; unmet conditions: {unmet}" if unmet else "")
+            + ")"
+        )
+
+
+def leading_terms(stats: CorpusStats, lr: float, steps: int, n_layers: int = 1) -> LeadingTerms:
+    """The weights the theory predicts after ``steps`` GD steps at learning rate ``lr``.
+
+    Args:
+        stats: corpus statistics from :func:`tl_leadterms.corpus_stats`.
+        lr: constant learning rate ``η`` (finite, > 0).
+        steps: full-batch GD steps ``s`` from zero initialisation (an integer >= 0).
+        n_layers: ``L``, for the per-layer lists and the step bound.
+
+    Example:
+        >>> import torch
+        >>> from tl_leadterms import corpus_stats, leading_terms
+        >>> stats = corpus_stats(torch.randint(0, 20, (32, 9)), d_vocab=20, progress=False)
+        >>> lt = leading_terms(stats, lr=0.1, steps=5, n_layers=2)
+        >>> torch.allclose(lt.W_O, 0.5 * stats.B_bar), len(lt.V)
+        (True, 2)
+    """
+    stats = check_stats(stats)
+    lr, steps = check_lr(lr), check_steps(steps)
+    n_layers = positive_int("n_layers", n_layers)
+    bound = step_bound(lr, n_layers, stats.n_ctx)
+    conditions = {
+        "L <= sqrt(T)/4": n_layers <= math.sqrt(stats.n_ctx) / 4,
+        "T >= 60": stats.n_ctx >= 60,
+        "|V| >= 500": stats.d_vocab >= 500,
+    }
+    return LeadingTerms(
+        stats=stats,
+        lr=lr,
+        steps=steps,
+        n_layers=n_layers,
+        coefficients=coefficients(lr, steps),
+        step_bound=bound,
+        within_bound=steps <= bound,
+        conditions=conditions,
+        error_bounds=error_bounds(lr, steps, stats.n_ctx),
+    )

@@ -1,0 +1,199 @@
+"""Theorem 4.1 as one table: every weight, its leading term, coefficient, limits and basis.
+
+From zero initialisation, after ``s`` full-batch GD steps at learning rate ``η``, every layer
+of the paper's attention-only model has, to leading order (MATH.md §3),
+
+=========  =========================  ===========================  ==========  =============
+weight     leading term               exact coefficient c(s, η)    first step  error bound
+=========  =========================  ===========================  ==========  =============
+``W_O``    ``B̄``                      ``s·η``                      1           ``3s²η²``
+``V``      ``Φ̄ᵀB̄ᵀ``                   ``C(s,2)·η²``                2           ``12s³η³``
+``W``      ``Q̄``                      ``(3C(s,4)+2C(s,3))·η⁴``     3           ``13s⁵η⁵T``
+``P``      ``Δ``                      ``(3C(s,4)+2C(s,3))·η⁴``     3           ``13s⁵η⁵T``
+``V·W_O``  ``Φ̄ᵀΣ_B̄``                 ``C(s,2)·η²·s·η``            2           not stated
+=========  =========================  ===========================  ==========  =============
+
+``V·W_O`` is the value→output product (paper Eqs. 12-13); models with token embeddings expose
+only that product in vocabulary space (``W_E W_V W_O W_U``), so it is what they are compared on.
+The coefficients are polynomials in ``s`` (``C(s,2) = s(s−1)/2``; ``3C(s,4)+2C(s,3) =
+s(s−1)(s−2)(3s−1)/24``), so they are defined for a real ``s`` when an implied step count is
+solved for. In the gradient-flow limit (``η → 0`` at fixed ``x = s·η``) each tends to
+``x^p / q``: ``x``, ``x²/2``, ``x⁴/8``, ``x⁴/8``, ``x³/2``.
+
+Each weight also has a *basis*: its leading term first, then the three corpus statistics alone
+and composed, oriented to that weight's rows and columns. :func:`tl_leadterms.decompose` fits
+every weight onto its basis; each component belongs to the families (bigram,
+interchangeability, context, positional) of the statistics it is built from.
+
+Nothing outside this module defines a weight name, a coefficient or a family.
+
+>>> TERMS["W"].coefficient(0.1, 4)  # (3·C(4,4) + 2·C(4,3))·η⁴ = 11·1e-4
+0.0011000000000000003
+>>> [t.weight for t in TERMS.values()]
+['W_O', 'V', 'W', 'P', 'V·W_O']
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from torch import Tensor
+
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.corpus import CorpusStats
+
+__all__ = [
+    "FAMILIES",
+    "KINDS",
+    "TERMS",
+    "WEIGHTS",
+    "Component",
+    "Family",
+    "Kind",
+    "Term",
+    "Weight",
+    "term",
+]
+
+Weight = Literal["W_O", "V", "W", "P", "V·W_O"]
+Kind = Literal["output", "value", "attention", "positional", "value_output"]
+Family = Literal["bigram", "interchangeability", "context", "positional"]
+FAMILIES: tuple[str, ...] = ("bigram", "interchangeability", "context", "positional")
+
+
+@dataclass(frozen=True)
+class Component:
+    """One basis map: a name, its formula, the families it belongs to and how to build it."""
+
+    name: str
+    formula: str
+    families: tuple[str, ...]
+    build: Callable[[CorpusStats], Tensor]
+    transpose_of: "Component | None" = None  # shares memory with this component's map
+
+
+_BIGRAM = Component("bigram", "B̄", ("bigram",), lambda s: s.B_bar)
+_PREVIOUS = Component("previous token", "B̄ᵀ", ("bigram",), lambda s: s.B_bar.T, _BIGRAM)
+_INTERCHANGE = Component("interchangeability", "Σ_B̄", ("interchangeability",), lambda s: s.Sigma_B)
+_CONTEXT_T = Component("context", "Φ̄ᵀ", ("context",), lambda s: s.Phi_bar.T)
+_CONTEXT = Component("context", "Φ̄", ("context",), lambda s: s.Phi_bar)
+_CONTEXT_INTERCHANGE = Component(
+    "context∘interchangeability", "Φ̄ᵀΣ_B̄", ("context", "interchangeability"), lambda s: s.G_bar.T
+)
+_CONTEXT_BIGRAM = Component(
+    "context∘bigram", "Φ̄ᵀB̄ᵀ", ("context", "bigram"), lambda s: s.B_bar_Phi_bar.T
+)
+_BIGRAM_CONTEXT = Component(
+    "bigram∘context", "B̄Φ̄", ("bigram", "context"), lambda s: s.B_bar_Phi_bar
+)
+_ATTENTION = Component(
+    "attention statistic", "Q̄", ("bigram", "interchangeability", "context"), lambda s: s.Q_bar
+)
+_POSITIONAL = Component("positional", "Δ", ("positional",), lambda s: s.Delta)
+
+
+def _quartic(s: float | int) -> float:
+    """``3C(s,4) + 2C(s,3) = s(s−1)(s−2)(3s−1)/24``."""
+    return s * (s - 1) * (s - 2) * (3 * s - 1) / 24
+
+
+@dataclass(frozen=True)
+class Term:
+    """One row of Theorem 4.1.
+
+    Attributes:
+        weight: the weight's name in every public result.
+        kind: what sort of map it is (a column of every result).
+        description: its rows and columns in words.
+        basis: the maps it is fitted onto; ``basis[0]`` is its leading term.
+        first_step: the first GD step after which the leading term is non-zero.
+        flow: ``(p, q)`` of the gradient-flow limit ``c → (s·η)^p / q``.
+        vector: a function of the offset (``P``) rather than a token-token map.
+    """
+
+    weight: str
+    kind: str
+    description: str
+    basis: tuple[Component, ...]
+    polynomial: Callable[[float], float]  # c(s, η) / η^degree, as a polynomial in s
+    degree: int  # power of η in the coefficient
+    first_step: int
+    flow: tuple[int, int]
+    error: Callable[[float, int], float] | None  # (s·η, T) -> Frobenius bound
+    vector: bool = False
+
+    @property
+    def target(self) -> Component:
+        """The leading-term component (``basis[0]``)."""
+        return self.basis[0]
+
+    def coefficient(self, lr: float | int, steps: float | int) -> float:
+        """The exact ``c(s, η)``; ``steps`` may be real (the polynomial in ``s``)."""
+        return self.polynomial(steps) * lr**self.degree
+
+    def flow_coefficient(self, s_lr: float | int) -> float:
+        """The gradient-flow limit of ``c`` at ``s·η = s_lr``."""
+        power, divisor = self.flow
+        return s_lr**power / divisor
+
+    def error_bound(self, lr: float | int, steps: int, n_ctx: int) -> float:
+        """The theorem's Frobenius error bound; NaN where the theorem states none."""
+        return math.nan if self.error is None else self.error(steps * lr, n_ctx)
+
+    def implied_s_lr(self, projection: float | int, lr: float | int | None = None) -> float:
+        """The ``s·η`` at which ``c`` equals ``projection`` (NaN when it is not positive).
+
+        With ``lr`` the real ``s`` solving ``c(s, lr) = projection`` past :attr:`first_step`
+        is found by bisection and ``s·lr`` returned; without it, the gradient-flow limit.
+        """
+        if not projection > 0 or not math.isfinite(projection):
+            return math.nan
+        power, divisor = self.flow
+        if lr is None:
+            return (projection * divisor) ** (1.0 / power)
+        low = float(self.first_step - 1)  # c is 0 here and increases after it
+        high = max(low + 1.0, 2.0 * (projection * divisor) ** (1.0 / power) / lr + 4.0)
+        while self.coefficient(lr, high) < projection:
+            high *= 2.0
+        for _ in range(200):
+            middle = 0.5 * (low + high)
+            if self.coefficient(lr, middle) < projection:
+                low = middle
+            else:
+                high = middle
+        return 0.5 * (low + high) * lr
+
+
+_OUTPUT_BASIS = (_BIGRAM, _INTERCHANGE, _CONTEXT_T, _CONTEXT_INTERCHANGE)
+_TERMS = (
+    Term("W_O", "output", "direct path [current token, next token]", _OUTPUT_BASIS,
+         lambda s: s, 1, 1, (1, 1), lambda x, T: 3 * x**2),
+    Term("V", "value", "value [context token, current token]",
+         (_CONTEXT_BIGRAM, _BIGRAM, _INTERCHANGE, _CONTEXT_T),
+         lambda s: s * (s - 1) / 2, 2, 2, (2, 2), lambda x, T: 12 * x**3),
+    Term("W", "attention", "query-key [query token, key token]",
+         (_ATTENTION, _BIGRAM_CONTEXT, _PREVIOUS, _INTERCHANGE, _CONTEXT),
+         _quartic, 4, 3, (4, 8), lambda x, T: 13 * x**5 * T),
+    Term("P", "positional", "relative position [offset query − key]", (_POSITIONAL,),
+         _quartic, 4, 3, (4, 8), lambda x, T: 13 * x**5 * T, vector=True),
+    Term("V·W_O", "value_output", "value→output [context token, next token]",
+         (_CONTEXT_INTERCHANGE, _BIGRAM, _INTERCHANGE, _CONTEXT_T),
+         lambda s: s * s * (s - 1) / 2, 3, 2, (3, 2), None),
+)  # fmt: skip
+TERMS: dict[str, Term] = {t.weight: t for t in _TERMS}
+WEIGHTS: tuple[str, ...] = tuple(TERMS)
+KINDS: tuple[str, ...] = tuple(t.kind for t in _TERMS)
+_BY_KIND = {t.kind: t for t in _TERMS}
+
+
+def term(name: str) -> Term:
+    """The table entry of a weight (``"W_O"``, ``"V"``, ``"W"``, ``"P"``, ``"V·W_O"``) or kind."""
+    if name in TERMS:
+        return TERMS[name]
+    if name in _BY_KIND:
+        return _BY_KIND[name]
+    raise LeadTermsError(
+        f"unknown weight {name!r}: the theorem's weights are {', '.join(WEIGHTS)} "
+        f"(kinds {', '.join(KINDS)})"
+    )
