@@ -26,7 +26,7 @@ from tl_leadterms.version import __version__
 
 __all__ = ["report"]
 
-KINDS = ("bigram", "interchangeability", "context")
+ASSOCIATIONS = ("bigram", "interchangeability", "context")
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
 h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; }
@@ -147,10 +147,10 @@ def _words(words: object) -> list[tuple[str, str]]:
     if isinstance(words, str):
         words = [words]
     if isinstance(words, dict):
-        bad = [k for k in words if k not in KINDS]
+        bad = [k for k in words if k not in ASSOCIATIONS]
         if bad or not all(isinstance(v, (list, tuple)) for v in words.values()):
             raise LeadTermsError(
-                f"words must map kinds {KINDS} to lists of words, got {words!r}; e.g. "
+                f"words must map kinds {ASSOCIATIONS} to lists of words, got {words!r}; e.g. "
                 "words={'bigram': ['red'], 'context': ['fish']}"
             )
         pairs = [(kind, w) for kind, ws in words.items() for w in ws]

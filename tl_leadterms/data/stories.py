@@ -26,30 +26,30 @@ from pathlib import Path
 from typing import Any, no_type_check
 
 from tl_leadterms.data.story_text import (
-    _ACTS,
-    _ADJ,
-    _ANIMAL_ACTS,
-    _ANIMALS,
-    _BIGRAMS,
-    _BOYS,
-    _EMOTIONS,
-    _ENDINGS,
-    _EPISODES,
-    _FOODS,
-    _GIRLS,
-    _KID_ADJ,
-    _MASS_FOODS,
-    _NOUNS,
-    _OPENINGS,
-    _PADJ,
-    _PARENTS,
-    _SETTING_TEXT,
-    _TIMES,
-    _TVERBS,
-    _WEATHER,
-    _WOW,
-    _parts,
-    _w,
+    ACTS,
+    ADJ,
+    ANIMAL_ACTS,
+    ANIMALS,
+    BIGRAMS,
+    BOYS,
+    EMOTIONS,
+    ENDINGS,
+    EPISODES,
+    FOODS,
+    GIRLS,
+    KID_ADJ,
+    MASS_FOODS,
+    NOUNS,
+    OPENINGS,
+    PADJ,
+    PARENTS,
+    SETTING_TEXT,
+    TIMES,
+    TVERBS,
+    WEATHER,
+    WOW,
+    phrase_parts,
+    words_of,
 )
 from tl_leadterms.errors import LeadTermsError
 
@@ -61,16 +61,16 @@ Setting = tuple[str, tuple[str, ...], str, tuple[str, ...], tuple[str, ...]]
 
 def _parse_settings(text: str) -> dict[str, Setting]:
     out: dict[str, Setting] = {}
-    for place, ats, to, things_and_first, *scenes in _parts(text):
+    for place, ats, to, things_and_first, *scenes in phrase_parts(text):
         things, first = things_and_first.split(":")
         at = tuple(a.strip() for a in ats.split(";"))
-        out[place] = (place, at, to, _w(things), (first.strip(), *scenes))
+        out[place] = (place, at, to, words_of(things), (first.strip(), *scenes))
     return out
 
 
-SETTINGS: dict[str, Setting] = _parse_settings(_SETTING_TEXT)
+SETTINGS: dict[str, Setting] = _parse_settings(SETTING_TEXT)
 """Settings by place word: (place, "at" phrases, "to" phrase, topic words, scene sentences)."""
-_OUTDOOR = frozenset(_w("pond farm forest beach park garden castle zoo jungle camp"))
+_OUTDOOR = frozenset(words_of("pond farm forest beach park garden castle zoo jungle camp"))
 _SCENE_LEADS = ("{x} saw that ", "{x} noticed that ", "{x} could see that ")
 _DIALOGUE = re.compile(
     r'"(?P<q>[^"]+?)(?P<e>[!?,.])" (?P<v>said|asked) (?P<who>\{\w+\}( \{\w+\})?)\.'
@@ -80,7 +80,7 @@ _DIALOGUE = re.compile(
 def _dialogue_forms() -> dict[str, tuple[str, str]]:
     """'"X," said {bn}.' -> ('"X," {b} said.', '{bn} said, "X."') for every such template."""
     forms = {}
-    for part in (*_OPENINGS, *_EPISODES, _WEATHER, *_ENDINGS):
+    for part in (*OPENINGS, *EPISODES, WEATHER, *ENDINGS):
         for template in part:
             if m := _DIALOGUE.fullmatch(template):
                 end = "." if m["e"] == "," else m["e"]
@@ -103,23 +103,27 @@ def _zipf(words: tuple[str, ...]) -> tuple[tuple[str, ...], list[float]]:
 
 
 # Slots drawn afresh at each use: uniformly, or with Zipf weights.
-_UNIFORM = (_EMOTIONS[:4] * 4 + _EMOTIONS[4:], _TIMES, _WOW, _PADJ, _MASS_FOODS, _KID_ADJ)
-_UNIFORM += (_ANIMAL_ACTS,)
-_ZIPFED = (_ACTS, _ACTS, _TVERBS, _TVERBS, _ADJ, _NOUNS, _ANIMALS, _FOODS)
+_UNIFORM = (EMOTIONS[:4] * 4 + EMOTIONS[4:], TIMES, WOW, PADJ, MASS_FOODS, KID_ADJ)
+_UNIFORM += (ANIMAL_ACTS,)
+_ZIPFED = (ACTS, ACTS, TVERBS, TVERBS, ADJ, NOUNS, ANIMALS, FOODS)
 _DRAW: dict[str, tuple[tuple[str, ...], list[float] | None]] = {
     **dict(
-        zip(_w("emo time wow padj mass kidadj aact"), ((v, None) for v in _UNIFORM), strict=True)
+        zip(
+            words_of("emo time wow padj mass kidadj aact"),
+            ((v, None) for v in _UNIFORM),
+            strict=True,
+        )
     ),
-    **dict(zip(_w("act act2 tv tv2 adj noun animal food"), map(_zipf, _ZIPFED), strict=True)),
+    **dict(zip(words_of("act act2 tv tv2 adj noun animal food"), map(_zipf, _ZIPFED), strict=True)),
 }
-_PLANTED_ADJ = tuple(_BIGRAMS)
+_PLANTED_ADJ = tuple(BIGRAMS)
 _PRONOUN_FIELD = {"p": 1, "po": 2, "ps": 3, "was": 4}
 
 PLANTED: dict[str, Any] = {
-    "bigram": {adj: list(nouns) for adj, nouns in _BIGRAMS.items()},
+    "bigram": {adj: list(nouns) for adj, nouns in BIGRAMS.items()},
     "interchangeable": [
         ["he", "she", "they"],
-        [name.lower() for name in (*_GIRLS[:4], *_BOYS[:4])],
+        [name.lower() for name in (*GIRLS[:4], *BOYS[:4])],
         ["happy", "sad", "excited", "scared"],
     ],
     "context": {
@@ -158,10 +162,10 @@ class _Story:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         hero_girl, friend_girl = rng.random() < 0.5, rng.random() < 0.5
-        self.hero = self._char(rng.choice(_GIRLS if hero_girl else _BOYS), hero_girl)
+        self.hero = self._char(rng.choice(GIRLS if hero_girl else BOYS), hero_girl)
         friend = self.hero[0]
         while friend == self.hero[0]:
-            friend = rng.choice(_GIRLS if friend_girl else _BOYS)
+            friend = rng.choice(GIRLS if friend_girl else BOYS)
         self.friend = self._char(friend, friend_girl)
         self.mixed = hero_girl != friend_girl  # "he" and "she" tell the two apart
         self.group: Character = (f"{self.hero[0]} and {friend}", "they", "them", "their", "were")
@@ -174,7 +178,7 @@ class _Story:
             adj, thing = "tall", "tree"
             while thing in ("cloud", "tree", "tower"):  # the toy is something one can hold
                 adj = rng.choice(_PLANTED_ADJ)
-                thing = rng.choice(_BIGRAMS[adj])
+                thing = rng.choice(BIGRAMS[adj])
         else:
             adj, thing = self.draw("adj"), self.draw("noun")
         kid = "girl" if hero_girl else "boy"
@@ -216,7 +220,7 @@ class _Story:
         """A noun phrase: a planted adjective and one of its nouns, or an ordinary pair."""
         if self.rng.random() < 0.45:
             adj = self.rng.choice(_PLANTED_ADJ)
-            noun = self.rng.choice(_BIGRAMS[adj])
+            noun = self.rng.choice(BIGRAMS[adj])
         else:
             adj, noun = self.draw("adj"), self.draw("noun")
         return f"{_article(adj)} {adj} {noun}" if article else f"{adj} {noun}"
@@ -229,7 +233,7 @@ class _Story:
             return self.fixed[key]
         if key in ("t", "animal", "parent"):  # one value for the whole episode
             if key not in self.episode:
-                pool = {"t": self.things, "parent": _PARENTS}.get(key)
+                pool = {"t": self.things, "parent": PARENTS}.get(key)
                 self.episode[key] = self.rng.choice(pool) if pool else self.draw(key)
             return self.episode[key]
         if key in _DRAW:
@@ -286,11 +290,11 @@ def _n_words(sentences: list[str]) -> int:
 def _one_story(rng: random.Random, min_words: int, max_words: int) -> str:
     st = _Story(rng)
     target = rng.randint(min_words, max_words)
-    out = [st.render(t) for t in rng.choice(_OPENINGS)]
+    out = [st.render(t) for t in rng.choice(OPENINGS)]
     out.append(st.scene())
-    episodes = list(_EPISODES) + ([_WEATHER] if st.place_key in _OUTDOOR else [])
+    episodes = list(EPISODES) + ([WEATHER] if st.place_key in _OUTDOOR else [])
     rng.shuffle(episodes)
-    ending = rng.choice(_ENDINGS)
+    ending = rng.choice(ENDINGS)
     i = 0
     while True:
         if i > 0 and _n_words(out) + 25 >= target:  # an ending has about 25 words

@@ -1,11 +1,11 @@
 """Word lists, scene sentences and story templates of the embedded corpus (data only).
 
 :mod:`tl_leadterms.data.stories` assembles stories from these pieces; the planted associations
-it documents live in the lists here (``_BIGRAMS``, the settings' topic words, ...).
+it documents live in the lists here (``BIGRAMS``, the settings' topic words, ...).
 """
 
 
-def _w(text: str) -> tuple[str, ...]:
+def words_of(text: str) -> tuple[str, ...]:
     """Split a word list on whitespace."""
     return tuple(text.split())
 
@@ -15,7 +15,7 @@ def _bar(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split("|"))
 
 
-def _parts(text: str) -> tuple[tuple[str, ...], ...]:
+def phrase_parts(text: str) -> tuple[tuple[str, ...], ...]:
     """Blocks of ``text`` (an indented line continues the one before) split on ``|``."""
     blocks: list[str] = []
     for line in text.strip("\n").splitlines():
@@ -26,33 +26,35 @@ def _parts(text: str) -> tuple[tuple[str, ...], ...]:
     return tuple(_bar(block) for block in blocks)
 
 
-_GIRLS = _w(
+GIRLS = words_of(
     "Lily Mia Sue Anna Emma Lucy Sara Zoe Amy Ella Rosa Kate Nina Ruby Jane Molly Hazel Grace "
     "Chloe Maya Hannah Ava Clara Luna Nora Alice Bella Ruth Julia Tess Eva Lola Fiona Greta Iris"
 )
-_BOYS = _w(
+BOYS = words_of(
     "Tom Ben Max Sam Jack Leo Tim Finn Jake Noah Luke Owen Adam Eli Hugo Oscar Theo Dan Joe Liam "
     "Ryan Paul Carl Jim Bob Ned Ted Wes Zack Milo Felix Henry Ivan Kai Otto"
 )
 # The first four emotions are drawn four times as often as each of the other eight.
-_EMOTIONS = _w("happy sad excited scared angry proud surprised worried lonely nervous glad grumpy")
-_BIGRAMS: dict[str, tuple[str, ...]] = {
-    "red": _w("ball car dress balloon truck"),
-    "shiny": _w("coin key star ring"),
-    "fluffy": _w("cat dog bunny cloud"),
-    "tall": _w("tree tower giraffe"),
-    "juicy": _w("apple pear peach plum"),
+EMOTIONS = words_of(
+    "happy sad excited scared angry proud surprised worried lonely nervous glad grumpy"
+)
+BIGRAMS: dict[str, tuple[str, ...]] = {
+    "red": words_of("ball car dress balloon truck"),
+    "shiny": words_of("coin key star ring"),
+    "fluffy": words_of("cat dog bunny cloud"),
+    "tall": words_of("tree tower giraffe"),
+    "juicy": words_of("apple pear peach plum"),
 }
 # Ordinary words, most common first (drawn with Zipf weights). None of them is a planted
 # adjective, an emotion or a setting's topic word.
-_ADJ = _w(
+ADJ = words_of(
     "big little small old new soft round bright tiny huge smooth bumpy sticky funny pretty lovely "
     "special magic wooden golden silver sparkly spotty striped heavy long short noisy strange blue "
     "green yellow pink purple orange brown black white gray fuzzy squeaky bouncy cozy plain fancy "
     "secret broken dusty muddy wobbly crooked cute giant shaggy silky glowing rusty soggy chunky "
     "dotted velvet plastic metal glass woolly lumpy curly"
 )
-_NOUNS = _w(
+NOUNS = words_of(
     "ball car dress balloon truck kite doll book box hat cup drum block train coin key ring robot "
     "puzzle crayon rope bell basket blanket shoe sock bag jar button feather stone map lamp clock "
     "flag whistle ribbon pillow chair umbrella bike wagon sticker marble wand necklace bracelet "
@@ -61,30 +63,30 @@ _NOUNS = _w(
     "candle cushion glove tricycle scooter skateboard notebook paintbrush bead envelope postcard "
     "trophy medal badge compass telescope magnet"
 )
-_ANIMALS = _w(
+ANIMALS = words_of(
     "dog cat bunny bird mouse puppy kitten rabbit hamster parrot pony lamb raccoon hedgehog ant "
     "beetle moth cricket lizard kangaroo koala panda chipmunk skunk bat badger otter mole robin "
     "sparrow crow goose donkey llama camel penguin bear wolf hippo rhino gerbil puffin walrus"
 )
-_FOODS = _w(
+FOODS = words_of(
     "apple cookie cake muffin sandwich banana pear peach plum pie cupcake pancake lemon cherry "
     "donut pretzel biscuit cracker waffle lollipop strawberry tomato melon bagel cucumber potato "
     "grape kiwi mango coconut blueberry raspberry taco omelet popsicle brownie scone"
 )
-_MASS_FOODS = _w(
+MASS_FOODS = words_of(
     "bread soup cheese honey jam milk juice rice candy popcorn yogurt cereal pasta porridge "
     "lemonade cocoa salad spaghetti butter"
 )
-_KID_ADJ = _w("little kind brave clever friendly gentle funny shy sweet smart")
-_PARENTS = _w("mom dad grandma grandpa aunt uncle")
-_PADJ = _w("big small funny pretty lovely noisy strange")
-_WOW = _bar("Wow | Oh | Look | Yay | Hooray | Oh my")
-_TIMES = _bar(
+KID_ADJ = words_of("little kind brave clever friendly gentle funny shy sweet smart")
+PARENTS = words_of("mom dad grandma grandpa aunt uncle")
+PADJ = words_of("big small funny pretty lovely noisy strange")
+WOW = _bar("Wow | Oh | Look | Yay | Hooray | Oh my")
+TIMES = _bar(
     "one day, | then | later, | after that, | soon | suddenly, | | | | the next day, "
     "| in the morning, | after lunch, | that afternoon, | then | next,"
 )
-_TIMES = tuple(t + " " if t else t for t in _TIMES)
-_ACTS = _bar(
+TIMES = tuple(t + " " if t else t for t in TIMES)
+ACTS = _bar(
     "ran around | jumped up and down | laughed | danced | sang a song | skipped | hopped like a "
     "rabbit | spun around | looked around | waved | clapped | giggled | hummed a little tune | "
     "took a nap | played a game | told a joke | counted to ten | did a cartwheel | sat down to "
@@ -95,13 +97,13 @@ _ACTS = _bar(
     "little dance | shouted hooray | crawled | hopped on one foot | jumped over a puddle | sat in "
     "the shade"
 )
-_TVERBS = _bar(
+TVERBS = _bar(
     "found | saw | picked up | held | carried | dropped | wanted | got | drew | painted | lost | "
     "fixed | cleaned | hid | washed | opened | hugged | chose | liked | noticed | shared | looked "
     "at | played with | made | bought | wrapped | kept | borrowed | needed | decorated | polished "
     "| packed | tossed | caught"
 )
-_ANIMAL_ACTS = _bar(
+ANIMAL_ACTS = _bar(
     "wagged its tail | ran away | made a funny sound | came closer | sat down | looked back at "
     "them | jumped in a circle | went to sleep | sniffed the air | hid behind a bush"
 )
@@ -109,7 +111,7 @@ _ANIMAL_ACTS = _bar(
 # One setting per block: place | "at" phrases (;) | "to" phrase | countable topic words, a colon,
 # then scene sentences separated by "|" (indented lines continue a block). The topic words of
 # one setting occur in no other setting and in no word list above.
-_SETTING_TEXT = """
+SETTING_TEXT = """
 pond | at the pond; by the pond; near the pond | to the pond | fish duck frog boat turtle dragonfly:
   a little fish swam in the water of the pond. | a duck swam across the pond. | a green frog
   jumped into the water with a big splash. | {x} saw a fish in the pond. | there was a small boat
@@ -215,7 +217,7 @@ market | at the market; in the market; near a market stall | to the market | sta
 # both, {g} both, {h}/{f} hero/friend by name; {p}/{po}/{ps}/{was} pronoun, object, possessive
 # and verb of the character named last. Dialogue '"X," said {bn}.' is also told as '"X," {b}
 # said.' (a pronoun where that is clear) or as '{bn} said, "X."'.
-_OPENINGS = _parts("""
+OPENINGS = phrase_parts("""
 once upon a time, there was a {kidadj} {kid} named {h}. | {p} liked to go {to} with {ps} friend
   {f}.
 one day, {h} and {ps} friend {f} went {to}. | {h} had a {toy} with {po}.
@@ -223,7 +225,7 @@ one day, {h} and {ps} friend {f} went {to}. | {h} had a {toy} with {po}.
 there once was a {kidadj} {kid} called {h}. | {p} had a {toy} that {p} loved a lot. | one day,
   {p} took it {to} to play with {ps} friend {f}.
 """)
-_EPISODES = _parts("""
+EPISODES = phrase_parts("""
 {time}{a} played with the {toy} {at}. | {a} showed the {toy} to {bn}. | "{wow}, what a nice
   {thing}!" said {bn}. | {a} smiled and felt {emo}.
 {time}{a} found {np} {at}. | "Look what I found!" {a} said to {bn}. | {b} came over to see it. |
@@ -256,11 +258,11 @@ after a while, {a} was hungry. | {a} took {meal} out of {ps} bag. | {a} shared i
 {time}{a} was tired, so {p} sat down {at}. | {b} sat down too. | "I am {emo}," said {an}. | "Me
   too," said {bn}.
 """)
-_WEATHER = _parts("""
+WEATHER = phrase_parts("""
 the sun was warm and the sky was blue. | a fluffy cloud floated by. | then it began to rain. |
   {g} ran to hide under a big tree. | soon the rain stopped, and {x} felt {emo} again.
 """)[0]
-_ENDINGS = _parts("""
+ENDINGS = phrase_parts("""
 at the end of the day, {g} went home. | {x} {was} tired but {emo}. | that night, {x} dreamed
   about the {place}.
 when the sun went down, {g} said goodbye to the {place}. | {h} held the {toy} and smiled. | it

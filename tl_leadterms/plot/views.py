@@ -17,8 +17,8 @@ from tl_leadterms.theory import Schedule
 __all__ = ["plot_associations", "plot_attention"]
 
 # plot_associations: the three statistics of the paper's Figure 5, by the names the user passes
-KINDS = {"bigram": "B_bar", "interchangeability": "Sigma_B", "context": "Phi_bar"}
-_ALIASES = {v: k for k, v in KINDS.items()}
+ASSOCIATIONS = {"bigram": "B_bar", "interchangeability": "Sigma_B", "context": "Phi_bar"}
+_ALIASES = {v: k for k, v in ASSOCIATIONS.items()}
 _HEADINGS = {
     "bigram": "bigram B̄ (next tokens)",
     "interchangeability": "interchangeable Σ_B̄",
@@ -179,9 +179,9 @@ def _layer_view(layer: int, actual: Tensor, predicted: Tensor, labels: list[str]
 
 def _kind(kind: object) -> str:
     name = _ALIASES.get(kind, kind) if isinstance(kind, str) else kind
-    if name not in KINDS:
+    if name not in ASSOCIATIONS:
         raise LeadTermsError(
-            f"unknown kind {kind!r}; choose one of {sorted(KINDS)} (or {sorted(_ALIASES)})"
+            f"unknown kind {kind!r}; choose one of {sorted(ASSOCIATIONS)} (or {sorted(_ALIASES)})"
         )
     return name
 
@@ -240,12 +240,12 @@ def plot_associations(
     token_id = _token_id(token, tokenizer)
     row_index = stats.vocab.position(token_id)  # clear error when out of range or not kept
     name = _label(tokenizer, token_id)
-    neighbours = {kd: stats.top(KINDS[kd], token_id, k, tokenizer) for kd in KINDS}
-    head = "".join(f"<th>{html.escape(_HEADINGS[kd])}</th>" for kd in KINDS)
+    neighbours = {kd: stats.top(ASSOCIATIONS[kd], token_id, k, tokenizer) for kd in ASSOCIATIONS}
+    head = "".join(f"<th>{html.escape(_HEADINGS[kd])}</th>" for kd in ASSOCIATIONS)
     rows = []
     for i in range(max(len(v) for v in neighbours.values())):
         cells = []
-        for kd in KINDS:
+        for kd in ASSOCIATIONS:
             if i < len(neighbours[kd]):
                 n = neighbours[kd][i]
                 cells.append(
@@ -265,7 +265,7 @@ def plot_associations(
         import circuitsvis.tokens
 
         ids = _encode(text, tokenizer, "text")
-        row = stats.row(KINDS[kind], row_index).to(torch.float64).cpu()
+        row = stats.row(ASSOCIATIONS[kind], row_index).to(torch.float64).cpu()
         index_map = stats.vocab.index_map()
         values = []
         for i in ids:
