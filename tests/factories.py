@@ -13,12 +13,14 @@ def random_attn_only(
     d_model: int = 12,
     d_head: int = 4,
     n_heads: int = 3,
+    positional: str = "standard",
 ) -> HookedTransformer:
     """An attention-only HookedTransformer with embeddings, learned positions and no LayerNorm,
     every weight (biases included) drawn from N(0, 0.5²)."""
     cfg = HookedTransformerConfig(
         d_model=d_model, d_head=d_head, n_heads=n_heads, n_layers=n_layers, n_ctx=n_ctx,
         d_vocab=d_vocab, attn_only=True, normalization_type=None, act_fn=None, seed=seed,
+        positional_embedding_type=positional,
     )  # fmt: skip
     model = HookedTransformer(cfg)
     with torch.no_grad():

@@ -39,6 +39,7 @@ from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
 from tl_leadterms.stats.corpus import CorpusStats
 
 __all__ = [
+    "Layers",
     "check_bool",
     "check_choice",
     "check_layers",
@@ -52,6 +53,10 @@ __all__ = [
     "positive_int",
     "positive_number",
 ]
+
+
+#: what every ``layers=`` argument accepts (see the module docstring)
+Layers = int | np.integer | Sequence[int | np.integer] | np.ndarray | Tensor | None
 
 
 def _real(value: Any) -> bool:

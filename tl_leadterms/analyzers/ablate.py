@@ -10,7 +10,7 @@ from tqdm.auto import tqdm
 
 from tl_leadterms.analyzers.decompose import paper_weights
 from tl_leadterms.analyzers.fit import BasisCache
-from tl_leadterms.checks import check_bool, check_layers, check_windows, positive_int
+from tl_leadterms.checks import Layers, check_bool, check_layers, check_windows, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
 from tl_leadterms.stats.corpus import CorpusStats
@@ -111,7 +111,7 @@ def ablate(
     tokens: Any,
     *,
     weights: Weight | Sequence[Weight] = ("W_O", "V", "W"),
-    layers: int | Sequence[int] | None = None,
+    layers: Layers = None,
     batch_size: int = 64,
     progress: bool = True,
 ) -> AblationTable:

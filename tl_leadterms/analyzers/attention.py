@@ -10,7 +10,6 @@ with a model's ``hook_pattern`` per layer and head.
 """
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -21,6 +20,7 @@ from transformer_lens import ActivationCache
 from transformer_lens.utilities import get_act_name
 
 from tl_leadterms.checks import (
+    Layers,
     check_bool,
     check_layers,
     check_stats,
@@ -32,7 +32,7 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
 
-__all__ = ["AttentionAgreement", "attention_agreement", "predict_attention"]
+__all__ = ["AttentionAgreement", "attention_agreement", "predict_attention", "scaled_softmax"]
 
 # the scale fit scans c over log-spaced values (widening the range while the best value sits at
 # an end, up to these limits), then refines around the best with a golden-section search
@@ -105,7 +105,15 @@ def predict_attention(
             "the prediction needs its scale: lr and steps (c = (3C(s,4) + 2C(s,3))·lr⁴), s_lr "
             "(c = (s·η)⁴/8), or scale="
         )
-    return torch.softmax(c * predicted_scores(stats, tokens), dim=-1)
+    return scaled_softmax(c, predicted_scores(stats, tokens))
+
+
+def scaled_softmax(scale: float, scores: Tensor) -> Tensor:
+    """``S(Mask(c·scores))`` with the causal mask kept at ``c = 0`` (uniform causal attention)."""
+    masked = torch.isneginf(scores)
+    return torch.softmax(
+        (scale * scores.masked_fill(masked, 0.0)).masked_fill(masked, -math.inf), -1
+    )
 
 
 def _scale(lr: Any, steps: Any, s_lr: Any, scale: Any) -> float | None:
@@ -172,7 +180,7 @@ _ROWS = slice(1, None)  # the first query attends to itself only: nothing to com
 
 def _js(actual: Tensor, scores: Tensor, scale: float) -> float:
     """Mean JS divergence over query rows 2..T at scale ``c``."""
-    predicted = torch.softmax(scale * scores, dim=-1)
+    predicted = scaled_softmax(scale, scores)
     return float(_js_divergence(actual[..., _ROWS, :], predicted[..., _ROWS, :]).mean())
 
 
@@ -306,7 +314,7 @@ def attention_agreement(
     lr: float | None = None,
     steps: int | None = None,
     s_lr: float | None = None,
-    layers: int | Sequence[int] | None = None,
+    layers: Layers = None,
     cache: ActivationCache | None = None,
     progress: bool = True,
 ) -> AttentionAgreement:

@@ -38,6 +38,7 @@ from tl_leadterms.analyzers.token_maps import (
     model_device,
     token_maps,
 )
+from tl_leadterms.checks import Layers
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.version import __version__
@@ -101,7 +102,7 @@ def covariance_similarity(
     model: Any,
     stats: object,
     *,
-    layers: object = None,
+    layers: Layers = None,
     per_head: bool = False,
     normalize: object = "theory",
     value_map: object = "post",

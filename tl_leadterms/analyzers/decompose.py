@@ -10,7 +10,7 @@ from transformer_lens import FactoredMatrix
 from tl_leadterms.adapters import PaperWeights, factored, to_paper
 from tl_leadterms.analyzers.fit import BasisCache, MapFit, fit_map
 from tl_leadterms.analyzers.result import Decomposition
-from tl_leadterms.checks import check_bool, check_layers, check_stats, check_vocab
+from tl_leadterms.checks import Layers, check_bool, check_layers, check_stats, check_vocab
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import WEIGHTS, Schedule, Term, Weight, term
@@ -90,7 +90,7 @@ def decompose(
     lr: float | None = None,
     steps: int | None = None,
     s_lr: float | None = None,
-    layers: int | Sequence[int] | None = None,
+    layers: Layers = None,
     per_head: bool = True,
     weights: Weight | Sequence[Weight] | None = None,
 ) -> Decomposition:

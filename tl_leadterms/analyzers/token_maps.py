@@ -20,7 +20,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens.utilities import get_act_name
 
-from tl_leadterms.checks import check_layers, positive_int
+from tl_leadterms.checks import Layers, check_layers, positive_int
 from tl_leadterms.errors import LeadTermsError
 
 __all__ = ["MAPS", "TokenMaps", "token_maps"]
@@ -138,7 +138,7 @@ def token_maps(
     model: Any,
     token_ids: object = None,
     *,
-    layers: object = None,
+    layers: Layers = None,
     batch_size: int = 1024,
     device: object = None,
     output_device: object = "cpu",

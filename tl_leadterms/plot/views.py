@@ -8,7 +8,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from tl_leadterms.checks import check_layers, check_stats, check_vocab, positive_int
+from tl_leadterms.checks import Layers, check_layers, check_stats, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.plot.html import View
 from tl_leadterms.stats.corpus import CorpusStats
@@ -79,7 +79,7 @@ def plot_attention(
     stats: CorpusStats,
     tokens: str | Sequence[int] | Tensor,
     *,
-    layers: int | Sequence[int] | None = None,
+    layers: Layers = None,
     tokenizer: Any = None,
     lr: float | None = None,
     steps: int | None = None,

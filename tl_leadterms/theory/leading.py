@@ -8,6 +8,7 @@ the product ``s_lr``); :func:`leading_terms` builds the predicted weights from t
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from jaxtyping import Float
 from torch import Tensor
@@ -45,9 +46,8 @@ class Schedule:
     s_lr: float | None = None
 
     @classmethod
-    def of(
-        cls, lr: float | None = None, steps: int | None = None, s_lr: float | None = None
-    ) -> "Schedule":
+    def of(cls, lr: Any = None, steps: Any = None, s_lr: Any = None) -> "Schedule":
+        """Validate a training run (any of the three may be None) and build it."""
         lr = None if lr is None else check_lr(lr)
         steps = None if steps is None else check_steps(steps)
         s_lr = None if s_lr is None else check_s_lr(s_lr)
