@@ -148,7 +148,9 @@ def test_decompose_text_json_csv(series, tmp_path, capsys):
     assert main(["decompose", ckpt, stats, "--quiet"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("Decomposition of")
-    assert sum(line.startswith(("W_O", "V ", "W ")) for line in text.splitlines()) == 1 + 2 * 2 * 2
+    assert (
+        sum(line.startswith(("W_O", "V·W_O", "W ")) for line in text.splitlines()) == 1 + 2 * 2 * 2
+    )
     assert main(["decompose", ckpt, stats, "--json", "-o", str(tmp_path / "d.json")]) == 0
     rows = json.loads((tmp_path / "d.json").read_text())["rows"]
     assert [r["label"] for r in rows][:3] == ["W_O", "L0H0", "L0H1"]

@@ -11,6 +11,7 @@ from tests.reference import dense_corpus_stats
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model, train
 from tl_leadterms.analyzers.attention import attention_agreement, predict_attention
+from tl_leadterms.analyzers.attention_fit import LayerScores
 
 V, T = 20, 10
 
@@ -82,27 +83,81 @@ def test_trained_paper_model_agrees_and_random_does_not(corpus):
     assert len(chance.to_pandas()) == 2 and "L1H0" in repr(chance)
 
 
-def test_js_and_rank_correlation_by_hand():
-    from tl_leadterms.analyzers.attention import _js_divergence, _rank_correlation
+def _layer(actual_rows, score_rows) -> LayerScores:
+    """One head, one sequence: the given rows become query rows 2.. (row 1 is a dummy)."""
+    a = torch.tensor(actual_rows, dtype=torch.float64)
+    s = torch.tensor(score_rows, dtype=torch.float64)
+    a = torch.cat([torch.zeros(1, a.shape[-1], dtype=a.dtype), a])[None, None]
+    s = torch.cat([torch.zeros(1, s.shape[-1], dtype=s.dtype), s])[None]
+    return LayerScores(a, s)
 
-    p = torch.tensor([[0.5, 0.5, 0.0]], dtype=torch.float64)
-    q = torch.tensor([[0.0, 0.5, 0.5]], dtype=torch.float64)
-    m = (p + q) / 2
-    kl = lambda a, b: sum(x * math.log(x / y) for x, y in zip(a[0], b[0], strict=True) if x > 0)  # noqa: E731
-    assert float(_js_divergence(p, q)) == pytest.approx(0.5 * kl(p, m) + 0.5 * kl(q, m))
-    assert float(_js_divergence(p, p)) == 0.0
-    a = torch.tensor([[0.1, 0.7, 0.2, 0.0]], dtype=torch.float64)
-    s = torch.tensor([[1.0, 5.0, 2.0, -math.inf]], dtype=torch.float64)
-    valid = torch.isfinite(s)
-    assert float(_rank_correlation(a, s, valid)) == pytest.approx(1.0)
-    assert float(_rank_correlation(a, -s.clamp(min=-10), valid)) == pytest.approx(-1.0)
+
+def test_js_and_rank_correlation_by_hand():
+    kl = lambda a, b: sum(x * math.log(x / y) for x, y in zip(a, b, strict=True) if x > 0)  # noqa: E731
+    p, q = [0.5, 0.5, 0.0], [0.0, 0.5, 0.5]
+    m = [(x + y) / 2 for x, y in zip(p, q, strict=True)]
+    logits = [math.log(x) if x > 0 else -math.inf for x in q]  # softmax(1·logits) = q
+    layer = _layer([p], [logits])
+    assert float(layer.js(1.0)[0]) == pytest.approx(0.5 * kl(p, m) + 0.5 * kl(q, m))
+    assert float(_layer([q], [logits]).js(1.0)[0]) == pytest.approx(0.0, abs=1e-15)
+    a, s = [0.1, 0.7, 0.2, 0.0], [1.0, 5.0, 2.0, -math.inf]
+    assert float(_layer([a], [s]).rank_correlation()[0]) == pytest.approx(1.0)
+    flipped = [-1.0, -5.0, -2.0, -math.inf]
+    assert float(_layer([a], [flipped]).rank_correlation()[0]) == pytest.approx(-1.0)
     # uniform attention has no preference: undefined, not a perfect (index-order) correlation
-    uniform = torch.tensor([[1 / 3, 1 / 3, 1 / 3, 0.0]], dtype=torch.float64)
-    assert math.isnan(float(_rank_correlation(uniform, s, valid)))
+    assert math.isnan(float(_layer([[1 / 3, 1 / 3, 1 / 3, 0.0]], [s]).rank_correlation()[0]))
     # ties share their average rank (Spearman with ties = Pearson on average ranks)
-    b = torch.tensor([[0.1, 0.7, 0.2, 0.2]], dtype=torch.float64)
-    t = torch.tensor([[1.0, 5.0, 2.0, 2.0]], dtype=torch.float64)
-    assert float(_rank_correlation(b, t, torch.ones(1, 4, dtype=torch.bool))) == pytest.approx(1.0)
+    tied = _layer([[0.1, 0.7, 0.2, 0.2]], [[1.0, 5.0, 2.0, 2.0]])
+    assert float(tied.rank_correlation()[0]) == pytest.approx(1.0)
+
+
+def test_layer_scores_equal_plain_per_head_loops():
+    """All heads at once == scipy's Spearman (average ties) and JS, one row at a time."""
+    from scipy.spatial.distance import jensenshannon
+    from scipy.stats import spearmanr
+
+    g = torch.Generator().manual_seed(4)
+    H, B, n = 3, 2, 7
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    scores = torch.randn(B, n, n, generator=g, dtype=torch.float64).round(decimals=1)
+    scores = scores.masked_fill(~causal, -math.inf)
+    planted = torch.tensor([0.5, 2.0, 7.0], dtype=torch.float64)[:, None, None, None]
+    noise = 0.3 * torch.randn(H, B, n, n, generator=g, dtype=torch.float64)
+    actual = torch.softmax(
+        (planted * scores.clamp(min=-1e9) + noise).masked_fill(~causal, -math.inf), -1
+    )
+    layer = LayerScores(actual, scores)
+    c = torch.tensor([0.5, 2.0, 7.0], dtype=torch.float64)
+    js, rho = layer.js(c), layer.rank_correlation()
+    for h in range(H):
+        js_rows, rho_rows = [], []
+        for b in range(B):
+            for t in range(1, n):
+                keys = slice(0, t + 1)
+                q = torch.softmax(c[h] * scores[b, t, keys], -1).numpy()
+                p = actual[h, b, t, keys].numpy()
+                js_rows.append(jensenshannon(p, q) ** 2)
+                if t + 1 >= 3:
+                    rho_rows.append(spearmanr(p, scores[b, t, keys].numpy()).statistic)
+        assert float(js[h]) == pytest.approx(sum(js_rows) / len(js_rows), rel=1e-9)
+        assert float(rho[h]) == pytest.approx(sum(rho_rows) / len(rho_rows), rel=1e-9)
+    fitted, at_bound = layer.fit_scale()
+    brute = torch.logspace(-3, 3, 4001, dtype=torch.float64)
+    for h in range(H):
+        best = min(float(layer.js(x)[h]) for x in brute)
+        assert float(layer.js(fitted)[h]) <= best + 1e-9 and not at_bound[h]
+
+
+def test_fit_scale_widens_past_the_first_grid():
+    """A pattern sharper than c = 10^6 can express on this scale: the scan widens to find it."""
+    s = [[0.0, 1e-7, 0.0, -math.inf]]
+    layer = _layer([[0.0, 1.0, 0.0, 0.0]], s)
+    fitted, at_bound = layer.fit_scale()
+    assert float(fitted[0]) > 1e7
+    assert not bool(at_bound[0])
+    beyond = _layer([[0.0, 1.0, 0.0, 0.0]], [[0.0, 1e-19, 0.0, -math.inf]])
+    fitted, at_bound = beyond.fit_scale()  # would need c ~ 1e20: past the search's limit
+    assert bool(at_bound[0]) and float(fitted[0]) >= 10.0**14.5
 
 
 def test_bad_input(corpus):

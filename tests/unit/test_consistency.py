@@ -92,7 +92,7 @@ def test_a_real_s_lr_goes_in_s_lr(setup):
     A = predict_attention(stats, tokens[:1, :T], s_lr=2.0)
     B = predict_attention(stats, tokens[:1, :T], scale=2.0**4 / 8)
     torch.testing.assert_close(A, B)
-    with pytest.raises(LeadTermsError, match="s_lr=3.0 disagrees"):
+    with pytest.raises(LeadTermsError, match=r"s_lr=3\.0 disagrees"):
         decompose(model, stats, lr=0.5, steps=4, s_lr=3.0)
     with pytest.raises(LeadTermsError, match="pass s_lr"):
         unchecked(decompose)(model, stats, lr=0.5, steps=2.5)

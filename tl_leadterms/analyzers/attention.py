@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from transformer_lens import ActivationCache
 from transformer_lens.utilities import get_act_name
 
+from tl_leadterms.analyzers.attention_fit import score_layer
 from tl_leadterms.checks import (
     Layers,
     check_bool,
@@ -33,12 +34,6 @@ from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
 
 __all__ = ["AttentionAgreement", "attention_agreement", "predict_attention", "scaled_softmax"]
-
-# the scale fit scans c over log-spaced values (widening the range while the best value sits at
-# an end, up to these limits), then refines around the best with a golden-section search
-_GRID_STEP = 4  # points per decade
-_GRID_START = (-3.0, 6.0)  # log10 range of the first scan
-_GRID_LIMIT = (-12.0, 15.0)  # log10 range it may widen to
 
 
 def _check_stats_tokens(stats: Any, tokens: Any) -> Int[Tensor, "batch pos"]:
@@ -132,107 +127,6 @@ def _scale(lr: Any, steps: Any, s_lr: Any, scale: Any) -> float | None:
     return schedule.coefficient("W")
 
 
-def _js_divergence(p: Tensor, q: Tensor) -> Tensor:
-    """Jensen-Shannon divergence (natural log, in [0, ln 2]) of rows; 0·log 0 = 0."""
-    m = 0.5 * (p + q)
-
-    def kl(a: Tensor, b: Tensor) -> Tensor:
-        return torch.where(a > 0, a * (a.clamp(min=1e-300).log() - b.clamp(min=1e-300).log()), 0.0)
-
-    return 0.5 * (kl(p, m) + kl(q, m)).sum(-1)
-
-
-def _ranks(x: Tensor, valid: Tensor) -> Tensor:
-    """Average ranks (ties share their mean rank, 0-based) of ``x`` among the valid entries.
-
-    A row of ties (uniform attention) gets a constant rank, so its correlation is undefined
-    rather than an artefact of index order.
-    """
-    out = torch.empty(x.shape, dtype=torch.float64)
-    rows_x, rows_v, flat = (
-        x.reshape(-1, x.shape[-1]),
-        valid.reshape(-1, x.shape[-1]),
-        out.view(-1, x.shape[-1]),
-    )
-    for start in range(0, rows_x.shape[0], 256):  # bounded [rows, n, n] comparisons
-        a, v = rows_x[start : start + 256], rows_v[start : start + 256]
-        other = v[:, None, :]
-        below = ((a[:, None, :] < a[:, :, None]) & other).sum(-1)
-        equal = ((a[:, None, :] == a[:, :, None]) & other).sum(-1)
-        flat[start : start + 256] = below + (equal - 1) / 2
-    return out
-
-
-def _rank_correlation(actual: Tensor, scores: Tensor, valid: Tensor) -> Tensor:
-    """Spearman correlation of each row over its valid (causal) keys; NaN for < 3 keys."""
-    n = valid.sum(-1, keepdim=True).to(torch.float64)
-    ra, rs = _ranks(actual, valid), _ranks(scores, valid)
-    ra = torch.where(valid, ra - (n - 1) / 2, 0.0)
-    rs = torch.where(valid, rs - (n - 1) / 2, 0.0)
-    num = (ra * rs).sum(-1)
-    den = (ra.square().sum(-1) * rs.square().sum(-1)).sqrt()
-    out = num / torch.where(den > 0, den, 1.0)
-    return torch.where((n.squeeze(-1) >= 3) & (den > 0), out, math.nan)
-
-
-_ROWS = slice(1, None)  # the first query attends to itself only: nothing to compare
-
-
-def _js(actual: Tensor, scores: Tensor, scale: float) -> float:
-    """Mean JS divergence over query rows 2..T at scale ``c``."""
-    predicted = scaled_softmax(scale, scores)
-    return float(_js_divergence(actual[..., _ROWS, :], predicted[..., _ROWS, :]).mean())
-
-
-def _rank(actual: Tensor, scores: Tensor) -> float:
-    """Mean rank correlation over query rows 2..T (independent of the scale)."""
-    valid = torch.isfinite(scores[..., _ROWS, :])
-    rho = _rank_correlation(actual[..., _ROWS, :], scores[..., _ROWS, :], valid)
-    return float(rho[~rho.isnan()].mean()) if (~rho.isnan()).any() else math.nan
-
-
-def _fit_scale(actual: Tensor, scores: Tensor) -> tuple[float, bool]:
-    """The ``c`` minimising the mean JS divergence, and whether it sits at the search's limit.
-
-    A log-spaced scan over ``10^-3 .. 10^6`` widens a decade at a time on the side where the
-    best value lies at the end (down to ``10^-12``, up to ``10^15``), so the optimum is
-    bracketed; a golden-section search then refines it between its two grid neighbours.
-    """
-    low_exp, high_exp = _GRID_START
-    losses: dict[float, float] = {}
-
-    def scan(lo: float, hi: float) -> None:
-        n = round((hi - lo) * _GRID_STEP) + 1
-        for e in torch.linspace(lo, hi, n).tolist():
-            losses.setdefault(round(e, 6), _js(actual, scores, 10.0**e))
-
-    scan(low_exp, high_exp)
-    while True:
-        best = min(losses, key=losses.get)
-        if best <= low_exp and low_exp > _GRID_LIMIT[0]:
-            low_exp -= 1.0
-            scan(low_exp, low_exp + 1.0)
-        elif best >= high_exp and high_exp < _GRID_LIMIT[1]:
-            high_exp += 1.0
-            scan(high_exp - 1.0, high_exp)
-        else:
-            break
-    at_bound = best <= _GRID_LIMIT[0] or best >= _GRID_LIMIT[1]
-    step = 1.0 / _GRID_STEP
-    low, high = (
-        max(best - step, low_exp) * math.log(10),
-        min(best + step, high_exp) * math.log(10),
-    )
-    golden = (math.sqrt(5) - 1) / 2
-    for _ in range(30):
-        a, b = high - golden * (high - low), low + golden * (high - low)
-        if _js(actual, scores, math.exp(a)) < _js(actual, scores, math.exp(b)):
-            high = b
-        else:
-            low = a
-    return math.exp(0.5 * (low + high)), at_bound
-
-
 class AttentionAgreement:
     """Per (layer, head): how close the model's attention is to the leading-term prediction.
 
@@ -240,8 +134,9 @@ class AttentionAgreement:
     Jensen-Shannon divergence of the pattern rows, natural log, 0 = identical, ln 2 ≈ 0.693 =
     disjoint), ``rank_correlation`` (mean Spearman correlation of each row's keys, model pattern
     against predicted scores), ``scale`` (the ``c`` of ``S(c·(XQ̄Xᵀ + DM(Δ)))`` used: from the
-    training run, or fitted per head to minimise the JS divergence) and ``scale_at_bound`` (a
-    fitted scale that hit the search's limit: the optimum is not bracketed, read it as "at
+    training run, or fitted per head to minimise the JS divergence; see
+    :mod:`~tl_leadterms.analyzers.attention_fit`) and ``scale_at_bound`` (a fitted scale that hit
+    the search's limit, ``10^-12`` or ``10^15``: the optimum is not bracketed, read it as "at
     least" or "at most").
     """
 
@@ -345,17 +240,9 @@ def attention_agreement(
     scores = predicted_scores(stats, tokens).to(torch.float64).cpu()
     rows = []
     for layer in tqdm(chosen, desc="attention agreement", disable=not progress):
-        pattern = patterns[layer]
-        for head in range(pattern.shape[1]):
-            actual = pattern[:, head]
-            c, at_bound = (fixed, False) if fixed is not None else _fit_scale(actual, scores)
-            js, rho = _js(actual, scores, c), _rank(actual, scores)
-            where = {"layer": layer, "head": head, "label": f"L{layer}H{head}"}
-            rows.append(
-                where
-                | {"js_divergence": js, "rank_correlation": rho, "scale": c,
-                   "scale_at_bound": at_bound}
-            )  # fmt: skip
+        heads = score_layer(patterns[layer].transpose(0, 1), scores, fixed)  # [H, B, q, k]
+        for head, scored in enumerate(heads):
+            rows.append({"layer": layer, "head": head, "label": f"L{layer}H{head}"} | scored)
     metadata = {"n_sequences": tokens.shape[0], "n_positions": tokens.shape[1],
                 "fitted": fixed is None, **Schedule.of(lr, steps, s_lr).to_dict()}  # fmt: skip
     return AttentionAgreement(rows, metadata)

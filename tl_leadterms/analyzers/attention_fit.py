@@ -1,0 +1,141 @@
+"""Scoring a layer's heads against the predicted attention, all heads at once.
+
+For one layer, ``actual`` holds every head's pattern ``[H, B, q, k]`` and ``scores`` the
+predicted scores ``X Q̄ Xᵀ + DM(Δ)`` ``[B, q, k]`` (``−inf`` above the diagonal). Per head:
+
+* the mean Jensen-Shannon divergence between its rows and ``S(c·scores)``, with ``c`` fixed or
+  fitted: a log-spaced scan shared by all heads (one softmax per grid point), widened a decade
+  at a time while some head's best value sits at an end, then a golden-section search per head
+  run for all heads together; ``JS = ½Σp log p + ½Σq log q − Σm log m`` with the ``p log p``
+  part computed once;
+* the mean Spearman correlation of its rows with the scores, from average ranks found by
+  sorting (``O(n log n)`` per row; ties share their mean rank); the scores' ranks are shared.
+
+Only query rows ``2..T`` count: the first query attends to itself alone.
+"""
+
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = ["LayerScores", "average_ranks", "score_layer"]
+
+GRID_STEP = 4  # grid points per decade of c
+GRID_START = (-3.0, 6.0)  # log10 c of the first scan
+GRID_LIMIT = (-12.0, 15.0)  # the furthest the scan widens
+_GOLDEN_ITERATIONS = 24
+
+
+def average_ranks(x: Tensor, valid: Tensor) -> Tensor:
+    """0-based average ranks of ``x`` along the last axis among the ``valid`` entries."""
+    filled = x.masked_fill(~valid, math.inf).contiguous()
+    ordered = filled.sort(-1).values
+    below = torch.searchsorted(ordered, filled, side="left")
+    upto = torch.searchsorted(ordered, filled, side="right")
+    return (below + (upto - below - 1) / 2).to(torch.float64)
+
+
+def _centred_ranks(x: Tensor, valid: Tensor, n: Tensor) -> Tensor:
+    return torch.where(valid, average_ranks(x, valid) - (n - 1) / 2, 0.0)
+
+
+def _entropy_part(p: Tensor) -> Tensor:
+    """``Σ p log p`` over the last axis (0·log 0 = 0)."""
+    return torch.where(p > 0, p * p.clamp(min=1e-300).log(), 0.0).sum(-1)
+
+
+class LayerScores:
+    """The per-head agreement of one layer; see the module docstring."""
+
+    def __init__(self, actual: Tensor, scores: Tensor) -> None:
+        self.actual = actual[..., 1:, :].to(torch.float64)  # [H, B, q-1, k]
+        self.scores = scores[..., 1:, :].to(torch.float64)  # [B, q-1, k]
+        self.valid = torch.isfinite(self.scores)
+        self._p_log_p = _entropy_part(self.actual).mean((-2, -1))  # [H], mean over rows
+
+    def js(self, scale: Tensor | float) -> Tensor:
+        """Mean JS divergence per head at per-head scales ``scale`` ``[H]`` (or one scalar)."""
+        scale = torch.as_tensor(scale, dtype=torch.float64).reshape(-1, 1, 1, 1)
+        logits = (scale * self.scores.masked_fill(~self.valid, 0.0)).masked_fill(
+            ~self.valid, -math.inf
+        )
+        log_q = torch.log_softmax(logits, dim=-1)
+        q = log_q.exp()
+        q_log_q = torch.where(q > 0, q * log_q, 0.0).sum(-1).mean((-2, -1))
+        m = 0.5 * (self.actual + q)
+        m_log_m = _entropy_part(m).mean((-2, -1))
+        return (0.5 * self._p_log_p + 0.5 * q_log_q - m_log_m).clamp(min=0.0)
+
+    def rank_correlation(self) -> Tensor:
+        """Mean Spearman correlation per head over rows with at least 3 keys ``[H]``."""
+        n = self.valid.sum(-1, keepdim=True).to(torch.float64)
+        rs = _centred_ranks(self.scores, self.valid, n)
+        ra = _centred_ranks(self.actual, self.valid.expand_as(self.actual), n)
+        num = (ra * rs).sum(-1)
+        den = (ra.square().sum(-1) * rs.square().sum(-1)).sqrt()
+        rho = torch.where((n.squeeze(-1) >= 3) & (den > 0), num / den.clamp(min=1e-300), math.nan)
+        counted = ~rho.isnan()
+        total = torch.where(counted, rho, 0.0).sum((-2, -1))
+        count = counted.sum((-2, -1))
+        return torch.where(count > 0, total / count.clamp(min=1), math.nan)
+
+    def fit_scale(self) -> tuple[Tensor, Tensor]:
+        """Per head the ``c`` minimising the mean JS divergence, and whether it hit the limit."""
+        exponents: list[float] = []
+        losses: list[Tensor] = []
+
+        def scan(lo: float, hi: float) -> None:
+            for e in torch.linspace(lo, hi, round((hi - lo) * GRID_STEP) + 1).tolist():
+                e = round(e, 6)
+                if e not in exponents:
+                    exponents.append(e)
+                    losses.append(self.js(10.0**e))
+
+        low, high = GRID_START
+        scan(low, high)
+        while True:
+            order = sorted(range(len(exponents)), key=exponents.__getitem__)
+            grid = torch.tensor([exponents[i] for i in order], dtype=torch.float64)
+            table = torch.stack([losses[i] for i in order], dim=-1)  # [H, grid]
+            best = grid[table.argmin(-1)]
+            if bool((best <= low).any()) and low > GRID_LIMIT[0]:
+                low -= 1.0
+                scan(low, low + 1.0)
+            elif bool((best >= high).any()) and high < GRID_LIMIT[1]:
+                high += 1.0
+                scan(high - 1.0, high)
+            else:
+                break
+        at_bound = (best <= GRID_LIMIT[0]) | (best >= GRID_LIMIT[1])
+        step = 1.0 / GRID_STEP
+        a = (best - step).clamp(min=low) * math.log(10)
+        b = (best + step).clamp(max=high) * math.log(10)
+        return self._golden(a, b), at_bound
+
+    def _golden(self, low: Tensor, high: Tensor) -> Tensor:
+        """Golden-section search of ``log c`` in ``[low, high]`` per head, all heads at once."""
+        ratio = (math.sqrt(5) - 1) / 2
+        for _ in range(_GOLDEN_ITERATIONS):
+            a, b = high - ratio * (high - low), low + ratio * (high - low)
+            left = self.js(a.exp()) < self.js(b.exp())
+            high = torch.where(left, b, high)
+            low = torch.where(left, low, a)
+        return (0.5 * (low + high)).exp()
+
+
+def score_layer(actual: Tensor, scores: Tensor, scale: float | None) -> list[dict]:
+    """Per head: JS divergence, rank correlation and the scale used (fixed or fitted)."""
+    layer = LayerScores(actual, scores)
+    n_heads = actual.shape[0]
+    if scale is None:
+        scales, at_bound = layer.fit_scale()
+    else:
+        scales = torch.full((n_heads,), float(scale), dtype=torch.float64)
+        at_bound = torch.zeros(n_heads, dtype=torch.bool)
+    js, rho = layer.js(scales), layer.rank_correlation()
+    return [
+        {"js_divergence": float(js[h]), "rank_correlation": float(rho[h]),
+         "scale": float(scales[h]), "scale_at_bound": bool(at_bound[h])}
+        for h in range(n_heads)
+    ]  # fmt: skip
