@@ -157,7 +157,8 @@ def test_decompose_text_json_csv(series, tmp_path, capsys):
     assert f"wrote {tmp_path / 'd.json'}" in capsys.readouterr().out
     assert main(["decompose", ckpt, stats, "--format", "csv", "--per-layer", "--layers", "1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0].startswith("weight,layer,head,label") and len(lines) == 1 + 1 + 2
+    # header, then V, W and P (rotary mean-field) of layer 1
+    assert lines[0].startswith("weight,layer,head,label") and len(lines) == 1 + 1 + 3
 
 
 def test_sweep_resumes_and_writes_a_table(series, tmp_path, capsys):
@@ -186,7 +187,8 @@ def test_report_from_the_command_line(series, tmp_path, capsys):
     assert main([*args, "--quiet"]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
     page = out.read_text()
-    assert len(re.findall(r'class="decompose-row"', page)) == 1 + 2 * 2 * 2  # W_O; V, W per head
+    # W_O; V, W and (rotary mean-field) P per head
+    assert len(re.findall(r'class="decompose-row"', page)) == 1 + 2 * 3 * 2
     assert 'data-word="red"' in page and "L1H1" in page and "&lt;b&gt;tiny&lt;/b&gt;" in page
     assert main(["report", str(series["stats"]), "-o", str(out), "--quiet"]) == 0  # stats only
 

@@ -86,8 +86,9 @@ def test_to_paper_on_pythia_architecture(folder):
         want_W = E @ a.W_Q[h] @ a.W_K[h].T @ E.T / a.attn_scale
         assert _close(pw.W[1].AB[h], want_W)
         assert _close(pw.V[1].AB[h], E @ a.W_V[h] @ a.W_O[h] @ U)
-    with pytest.raises(LeadTermsError, match="not defined for positional_embedding_type='rotary'"):
-        pw.P
+    # rotary: P is the mean-field offset profile (tests/unit/test_adapter_gqa_rotary.py)
+    assert pw.has_P and meta["P_kind"] == "rotary_mean_field"
+    assert pw.P[0].shape == (N_HEADS, model.cfg.n_ctx)
     # the raw (unfolded) model gives the same maps once the adapter folds LN itself
     raw = to_paper(
         load_neox(folder, fold_ln=False, center_writing_weights=False, center_unembed=False)
@@ -129,7 +130,7 @@ def test_docstring_examples():
 
 
 def test_decompose_on_pythia_architecture(folder):
-    """decompose runs on the Pythia-style model: per-head rows, no P (rotary), matching cosines."""
+    """decompose runs on the Pythia-style model: per-head rows (rotary mean-field P), cosines."""
     from tests.reference import dense_corpus_stats
     from tests.unit.test_reference import markov_tokens
     from tl_leadterms import corpus_stats, decompose
@@ -139,8 +140,8 @@ def test_decompose_on_pythia_architecture(folder):
     ref = dense_corpus_stats(tokens, D_VOCAB)
     model = load_neox(folder)
     d = decompose(model, stats)
-    assert {r["weight"] for r in d.rows} == {"W_O", "V", "W"}  # rotary: P is not defined
-    assert len(d.rows) == 1 + 2 * 2 * N_HEADS
+    assert {r["weight"] for r in d.rows} == {"W_O", "V", "W", "P"}  # rotary: mean-field P
+    assert len(d.rows) == 1 + 2 * 3 * N_HEADS
     assert d.metadata["model"]["ln_handling"] == "already folded by TransformerLens"
     W_E, W_U = model.W_E.detach().double(), model.W_U.detach().double()
     OV = (W_E @ model.W_V[1, 2].double() @ model.W_O[1, 2].double() @ W_U).detach()

@@ -69,8 +69,9 @@ def test_one_row_per_checkpoint_layer_score(table, series, stats):
     assert table.checkpoints == [f"step{s}" for s in STEPS]
     keys = [(r["checkpoint"], r["layer"], r["head"], r["score"]) for r in table.rows]
     assert len(keys) == len(set(keys))
-    # W_O (no layer) + V and W per layer, each with a cosine and an explained share
-    assert len(table) == len(STEPS) * (2 + 2 * 2 * N_LAYERS)
+    # W_O (no layer) + V, W and (rotary mean-field) P per layer, each with a cosine and an
+    # explained share
+    assert len(table) == len(STEPS) * (2 + 2 * 3 * N_LAYERS)
     assert {r["step"] for r in table.rows} == set(STEPS)
     # the sweep's values are decompose's own
     direct = decompose(load_neox(series / "step8"), stats, per_head=False)

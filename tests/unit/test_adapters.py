@@ -243,19 +243,17 @@ def test_rejects_nan_weights():
         to_paper(paper)
 
 
-def test_rotary_models_have_no_P():
-    model = _model(positional_embedding_type="rotary", rotary_dim=4)
+def test_alibi_models_have_no_P():
+    model = _model(positional_embedding_type="alibi")
     pw = to_paper(model)
-    assert not pw.has_P
+    assert not pw.has_P and pw.metadata["P_kind"] is None
     assert pw.W[0].shape == (N_HEADS, D_VOCAB, D_VOCAB)
-    with pytest.raises(LeadTermsError, match=r"P is not defined for.*'rotary'.*rotate queries"):
+    with pytest.raises(LeadTermsError, match=r"P is not defined for.*'alibi'.*linear distance"):
         pw.P
     assert "P[l]:   undefined" in repr(pw)
 
 
-def test_rejects_grouped_query_attention_and_bidirectional():
-    with pytest.raises(LeadTermsError, match=r"grouped-query attention.*n_key_value_heads=1"):
-        to_paper(_model(n_key_value_heads=1))
+def test_rejects_bidirectional_attention():
     with pytest.raises(LeadTermsError, match="attention_dir='bidirectional'"):
         to_paper(_model(attention_dir="bidirectional"))
 

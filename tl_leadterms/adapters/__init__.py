@@ -7,6 +7,7 @@ statistics without materialising them.
 
 from tl_leadterms.adapters import factored
 from tl_leadterms.adapters.convert import to_paper
+from tl_leadterms.adapters.extended import extended_embedding
 from tl_leadterms.adapters.weights import LayerMaps, PaperWeights
 
-__all__ = ["LayerMaps", "PaperWeights", "factored", "to_paper"]
+__all__ = ["LayerMaps", "PaperWeights", "extended_embedding", "factored", "to_paper"]

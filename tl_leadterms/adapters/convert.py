@@ -2,20 +2,27 @@
 
 For the paper's own model (:func:`tl_leadterms.models.paper.paper_model`) the maps ARE its
 parameters. For a model with embeddings every map is the token-token (direct-path) part of the
-corresponding computation, kept as a :class:`~transformer_lens.FactoredMatrix`:
+corresponding computation, kept as a :class:`~transformer_lens.FactoredMatrix`, with ``E`` the
+input map (``W_E``, or the extended embedding, see :func:`to_paper`) and ``g(h)`` the key/value
+group of query head ``h`` (``g(h) = h`` without grouped-query attention):
 
-========  ==============================================  =================================
-weight    map (per head h)                                 shape
-========  ==============================================  =================================
-``W_O``   ``W_E · W_U``                                   ``[d_vocab, d_vocab]``
-``V[l]``  ``W_E · W_V^h · W_O^h · W_U``                   ``[n_heads, d_vocab, d_vocab]``
-``W[l]``  ``W_E · W_Q^h · W_K^hᵀ · W_Eᵀ / attn_scale``    ``[n_heads, d_vocab, d_vocab]``
-``P[l]``  offset average of ``W_pos W_Q^h W_K^hᵀ W_posᵀ / attn_scale``  ``[n_heads, n_ctx]``
-========  ==============================================  =================================
+========  ====================================================  ===============================
+weight    map (per query head h)                                shape
+========  ====================================================  ===============================
+``W_O``   ``E · W_U``                                           ``[d_vocab, d_vocab]``
+``V[l]``  ``E · W_V^g(h) · W_O^h · W_U``                        ``[n_heads, d_vocab, d_vocab]``
+``W[l]``  ``E · W_Q^h · W_K^g(h)ᵀ · Eᵀ / attn_scale``           ``[n_heads, d_vocab, d_vocab]``
+``P[l]``  learned positions: offset average of                  ``[n_heads, n_ctx]``
+          ``W_pos W_Q^h W_K^g(h)ᵀ W_posᵀ / attn_scale``;
+          rotary: ``(R_d q̄_h)·k̄_h / attn_scale`` (mean-field,
+          :mod:`tl_leadterms.adapters.rotary`)
+========  ====================================================  ===============================
 
 ``attn_scale`` is the model's own score divisor (``√d_head``, times ``layer + 1`` under
 ``scale_attn_by_inverse_layer_idx``), so ``W`` and ``P`` are what enters the softmax.
-LayerNorm weights are folded on the fly (the model is not modified); see :func:`to_paper`.
+LayerNorm/RMSNorm weights are folded on the fly (the model is not modified); see :func:`to_paper`.
+Grouped keys and values are read grouped and gathered per layer, so no repeated copy of the
+whole model's key/value weights is ever made.
 """
 
 from typing import Any
@@ -25,16 +32,19 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import FactoredMatrix
 
+from tl_leadterms.adapters.extended import extended_embedding
+from tl_leadterms.adapters.folding import FoldedWeights
+from tl_leadterms.adapters.paper_weights import check_finite, paper_weights, unembed_centred
+from tl_leadterms.adapters.rotary import check_token_weights, rotary_profile
 from tl_leadterms.adapters.weights import LayerMaps, PaperWeights
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
 
-__all__ = ["to_paper"]
+__all__ = ["INPUT_MAPS", "to_paper"]
 
 NORMALIZATIONS = (None, "LN", "LNPre", "RMS", "RMSPre")
-ROTARY_LIKE_REASON = {
-    "rotary": "rotary positions rotate queries and keys by their position instead of adding a "
-    "learned vector to the residual stream, so the scores have no separate position-position term",
+INPUT_MAPS = ("embed", "extended")
+NO_P_REASON = {
     "alibi": "ALiBi adds a fixed (not learned) linear distance penalty to the scores",
     "shortformer": "shortformer positions enter only the query/key inputs, outside the residual "
     "stream that the adapter's maps describe",
@@ -51,10 +61,10 @@ def _check_model(model: object) -> None:
         )
     cfg = model.cfg
     n_kv = getattr(cfg, "n_key_value_heads", None)
-    if n_kv is not None and n_kv != cfg.n_heads:
+    if n_kv is not None and (n_kv < 1 or cfg.n_heads % n_kv):
         raise LeadTermsError(
-            f"grouped-query attention (n_key_value_heads={n_kv}, n_heads={cfg.n_heads}) is not "
-            "supported: the adapter expects one key and value matrix per query head"
+            f"n_key_value_heads={n_kv} does not divide n_heads={cfg.n_heads}: each key/value head "
+            "must serve the same number of query heads"
         )
     if getattr(cfg, "attention_dir", "causal") != "causal":
         raise LeadTermsError(
@@ -75,22 +85,29 @@ def _check_model(model: object) -> None:
             )
 
 
-def _check_finite(named: dict[str, Tensor]) -> None:
-    for name, tensor in named.items():
-        if not bool(torch.isfinite(tensor).all()):
-            raise LeadTermsError(
-                f"the weight {name} holds NaN or inf values; the model cannot be decomposed "
-                "(load a healthy checkpoint or fix training)"
-            )
-
-
 def _nonzero_biases(model: Any) -> list[str]:
     names = []
     for name, param in model.named_parameters():
         leaf = name.rsplit(".", 1)[-1]
-        if (leaf.startswith("b_") or leaf == "b") and bool((param != 0).any()):
+        if (leaf.lstrip("_").startswith("b_") or leaf == "b") and bool((param != 0).any()):
             names.append(name)
     return names
+
+
+def _unmodelled(cfg: Any) -> list[str]:
+    """Configured computations that the maps leave out (they make the maps approximate)."""
+    found = []
+    if getattr(cfg, "use_qk_norm", False):
+        found.append("use_qk_norm (RMSNorm of each query and key)")
+    if (getattr(cfg, "attn_scores_soft_cap", -1.0) or -1.0) > 0:
+        found.append(f"attn_scores_soft_cap={cfg.attn_scores_soft_cap}")
+    if getattr(cfg, "clip_qkv", None) is not None:
+        found.append(f"clip_qkv={cfg.clip_qkv}")
+    if getattr(cfg, "post_embedding_ln", False):
+        found.append("post_embedding_ln (LayerNorm after W_E)")
+    if getattr(cfg, "use_normalization_before_and_after", False):
+        found.append("use_normalization_before_and_after (post-attention norms)")
+    return found
 
 
 def _attn_scale(cfg: Any, layer: int) -> float:
@@ -98,76 +115,6 @@ def _attn_scale(cfg: Any, layer: int) -> float:
     if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
         scale *= layer + 1
     return scale
-
-
-def _centred(W_U: Float[Tensor, "d_in d_vocab"]) -> bool:
-    """Whether every row of ``W_U`` has zero mean over the vocabulary (up to rounding)."""
-    return bool((W_U.mean(-1).abs().max() <= 1e-6 * W_U.abs().max()).item())
-
-
-def _paper_weights(model: PaperModel) -> PaperWeights:
-    cfg = model.cfg
-    params = {name: p for name, p in model.paper_parameters().items()}
-    _check_finite(params)
-    blocks = model.blocks
-    metadata = {
-        "model_name": cfg.model_name,
-        "original_architecture": "tl_leadterms.PaperModel",
-        "architecture": "paper",
-        "normalization_type": None,
-        "positional_embedding_type": "paper relative bias P",
-        "fold_ln": False,
-        "ln_handling": "none (no LayerNorm)",
-        "ln_folded_into": [],
-        "ln_centring": None,
-        "ln_scale_ignored": False,
-        "unembed_centred": _centred(model.unembed.W_U.detach()),
-        "biases_ignored": [],
-        "attn_scale": [1.0] * cfg.n_layers,
-        "scores_divided_by_attn_scale": True,
-        "V_kind": "value",
-    }
-    return PaperWeights(
-        W_O=model.unembed.W_U,
-        V=LayerMaps("V", cfg.n_layers, lambda i: blocks[i].attn.W_V, "[1, V, V] W_V parameters"),
-        W=LayerMaps("W", cfg.n_layers, lambda i: blocks[i].attn.W_Q, "[1, V, V] W_Q parameters"),
-        P=LayerMaps("P", cfg.n_layers, lambda i: blocks[i].attn.P[None], "[1, n_ctx] P views"),
-        P_error=None,
-        V_kind="value",
-        n_layers=cfg.n_layers,
-        n_heads=1,
-        d_vocab=cfg.d_vocab,
-        n_ctx=cfg.n_ctx,
-        architecture="paper",
-        exact=True,
-        metadata=metadata,
-    )
-
-
-class _Folded:
-    """The model's weights with LayerNorm folded in (new tensors; the model is untouched)."""
-
-    def __init__(self, model: Any, fold_ln: bool) -> None:
-        self.model = model
-        norm = model.cfg.normalization_type
-        self.scale_ln = fold_ln and norm in ("LN", "RMS")  # multiply the LN weights in
-        # LayerNorm centres its input; LNPre models keep doing so at run time
-        self.centre = norm == "LNPre" or (fold_ln and norm == "LN")
-
-    def _fold(self, W: Tensor, ln: Any) -> Tensor:
-        if self.scale_ln:
-            W = ln.w[:, None] * W
-        if self.centre:
-            # x̃ W with x̃ = x − mean(x) equals x (W − mean over the d_model rows of W)
-            W = W - W.mean(-2, keepdim=True)
-        return W
-
-    def reading(self, layer: int, name: str) -> Float[Tensor, "n_heads d_model d_head"]:
-        block = self.model.blocks[layer]
-        return self._fold(getattr(block.attn, name).detach(), getattr(block, "ln1", None))
-
-    def unembed(self) -> Float[Tensor, "d_model d_vocab"]:
-        return self._fold(self.model.W_U.detach(), getattr(self.model, "ln_final", None))
 
 
 def _offset_average(M: Float[Tensor, "n_heads n_ctx n_ctx"]) -> Float[Tensor, "n_heads n_ctx"]:
@@ -183,99 +130,166 @@ def _offset_average(M: Float[Tensor, "n_heads n_ctx n_ctx"]) -> Float[Tensor, "n
     return sums / counts
 
 
-def _embedded_weights(model: Any, fold_ln: bool) -> PaperWeights:
-    cfg = model.cfg
-    norm = cfg.normalization_type
+class _Maps:
+    """The per-layer map builders of a model with embeddings (one layer built per call)."""
+
+    def __init__(self, model: Any, folded: FoldedWeights, extended: Tensor | None, pi: Any):
+        self.model, self.cfg, self.folded = model, model.cfg, folded
+        self.W_E = model.W_E.detach()
+        self.extended = extended
+        self.pi = pi  # float64 token frequencies, or None for uniform
+        self.groups = torch.tensor(folded.kv_group, device=self.W_E.device)
+        with torch.no_grad():
+            self.W_U = folded.unembed()
+
+    def inputs(self, layer: int) -> Float[Tensor, "d_vocab d_model"]:
+        """The input map of a layer: ``W_E`` for layer 0, the extended embedding after it."""
+        return self.W_E if self.extended is None or layer == 0 else self.extended
+
+    def direct(self) -> FactoredMatrix:
+        return FactoredMatrix(self.W_E if self.extended is None else self.extended, self.W_U)
+
+    @torch.no_grad()
+    def value(self, layer: int) -> FactoredMatrix:
+        E_V = self.inputs(layer) @ self.folded.reading(layer, "W_V")  # [kv heads, V, d_head]
+        W_O = self.model.blocks[layer].attn.W_O.detach()
+        return FactoredMatrix(E_V[self.groups], W_O @ self.W_U)
+
+    @torch.no_grad()
+    def query_key(self, layer: int) -> FactoredMatrix:
+        E = self.inputs(layer)
+        A = E @ self.folded.reading(layer, "W_Q") / _attn_scale(self.cfg, layer)
+        E_K = E @ self.folded.reading(layer, "W_K")  # [kv heads, V, d_head]
+        return FactoredMatrix(A, E_K[self.groups].transpose(-1, -2))
+
+    @torch.no_grad()
+    def learned_positional(self, layer: int) -> Float[Tensor, "n_heads n_ctx"]:
+        W_pos = self.model.W_pos.detach()
+        q = W_pos @ self.folded.reading(layer, "W_Q")
+        k = (W_pos @ self.folded.reading(layer, "W_K"))[self.groups]
+        return _offset_average(q @ k.transpose(-1, -2) / _attn_scale(self.cfg, layer))
+
+    @torch.no_grad()
+    def mean_vector(self, layer: int, name: str) -> Float[Tensor, "heads d_head"]:
+        """``Σ_v π_v (E_v W + b)`` for ``W_Q`` or ``W_K`` (per kv group), biases included."""
+        E = self.inputs(layer)
+        e_mean = E.double().mean(0) if self.pi is None else self.pi.to(E.device) @ E.double()
+        W = self.folded.reading(layer, name)
+        return e_mean.to(W.dtype) @ W + self.folded.bias(layer, name)
+
+    @torch.no_grad()
+    def rotary_positional(self, layer: int) -> Float[Tensor, "n_heads n_ctx"]:
+        q_mean = self.mean_vector(layer, "W_Q")
+        k_mean = self.mean_vector(layer, "W_K")[self.groups]
+        attn = self.model.blocks[layer].attn
+        return rotary_profile(attn, q_mean, k_mean, self.cfg.n_ctx, _attn_scale(self.cfg, layer))
+
+
+def _positional(maps: _Maps) -> tuple[LayerMaps | None, str | None, str | None]:
+    """``(P, P_error, P_kind)`` for the model's positional embedding type."""
+    cfg = maps.cfg
     pos_type = cfg.positional_embedding_type
+    if pos_type == "standard":
+        kind = "[n_heads, n_ctx] offset averages of learned positions"
+        return LayerMaps("P", cfg.n_layers, maps.learned_positional, kind), None, "learned"
+    if pos_type == "rotary":
+        kind = "[n_heads, n_ctx] rotary mean-field profiles"
+        return LayerMaps("P", cfg.n_layers, maps.rotary_positional, kind), None, "rotary_mean_field"
+    reason = NO_P_REASON.get(pos_type, "it has neither learned nor rotary positions")
+    error = (
+        f"P is not defined for positional_embedding_type={pos_type!r}: {reason}, so there is no "
+        "per-offset bias to compare with Δ; use pw.W and pw.V (pw.has_P tells whether P "
+        "exists), or a model with learned ('standard') or rotary positions"
+    )
+    return None, error, None
+
+
+def _check_weights(model: Any, folded: FoldedWeights) -> None:
     used = {"W_E": model.W_E, "W_U": model.W_U}
-    if pos_type == "standard":
+    if model.cfg.positional_embedding_type == "standard":
         used["W_pos"] = model.W_pos
-    for layer, block in enumerate(model.blocks):
-        for name in ("W_Q", "W_K", "W_V", "W_O"):
-            used[f"blocks.{layer}.attn.{name}"] = getattr(block.attn, name)
-        if fold_ln and norm in ("LN", "RMS"):
-            used[f"blocks.{layer}.ln1.w"] = block.ln1.w
-    if fold_ln and norm in ("LN", "RMS"):
-        used["ln_final.w"] = model.ln_final.w
-    _check_finite(used)
-
-    folded = _Folded(model, fold_ln)
-    W_E = model.W_E.detach()
-    with torch.no_grad():
-        W_U = folded.unembed()
-
-    @torch.no_grad()
-    def value(layer: int) -> FactoredMatrix:
-        W_V = folded.reading(layer, "W_V")
-        W_O = model.blocks[layer].attn.W_O.detach()
-        return FactoredMatrix(W_E @ W_V, W_O @ W_U)
-
-    @torch.no_grad()
-    def query_key(layer: int) -> FactoredMatrix:
-        scale = _attn_scale(cfg, layer)
-        A = W_E @ folded.reading(layer, "W_Q") / scale
-        return FactoredMatrix(A, (W_E @ folded.reading(layer, "W_K")).transpose(-1, -2))
-
-    @torch.no_grad()
-    def positional(layer: int) -> Float[Tensor, "n_heads n_ctx"]:
-        W_pos = model.W_pos.detach()
-        q = W_pos @ folded.reading(layer, "W_Q")
-        k = W_pos @ folded.reading(layer, "W_K")
-        return _offset_average(q @ k.transpose(-1, -2) / _attn_scale(cfg, layer))
-
-    if pos_type == "standard":
-        P, P_error = LayerMaps("P", cfg.n_layers, positional, "[n_heads, n_ctx] tensors"), None
-    else:
-        reason = ROTARY_LIKE_REASON.get(pos_type, "it has no learned absolute positions")
-        P, P_error = (
-            None,
-            (
-                f"P is not defined for positional_embedding_type={pos_type!r}: {reason}, so "
-                "there is no learned per-offset bias to compare with Δ; use pw.W and pw.V "
-                "(pw.has_P tells whether P exists), or a model with learned ('standard') positions"
-            ),
-        )
-
-    architecture = "attn_only" if cfg.attn_only else "full"
-    exact = cfg.attn_only and norm is None
-    if norm in ("LNPre", "RMSPre"):
-        ln_handling = "already folded by TransformerLens"
-    elif norm is None:
-        ln_handling = "none (no LayerNorm)"
-    elif fold_ln:
-        ln_handling = "folded by the adapter"
-    else:
-        ln_handling = "not folded (fold_ln=False): LayerNorm weights left out of the maps"
-    ln_into = []
+    for layer in range(model.cfg.n_layers):
+        used.update(folded.parameters_used(layer))
     if folded.scale_ln:
-        ln_into = ["blocks.l.ln1.w -> W_Q, W_K, W_V", "ln_final.w -> W_U"]
+        used["ln_final.w"] = model.ln_final.w
+    check_finite(used)
+
+
+def _ln_metadata(norm: str | None, fold_ln: bool, folded: FoldedWeights) -> dict[str, Any]:
+    if norm in ("LNPre", "RMSPre"):
+        handling = "already folded by TransformerLens"
+    elif norm is None:
+        handling = "none (no LayerNorm)"
+    elif fold_ln:
+        handling = "folded by the adapter"
+    else:
+        handling = "not folded (fold_ln=False): LayerNorm weights left out of the maps"
+    centring = None
+    if folded.centre:
+        centring = (
+            "reading weights (W_Q, W_K, W_V, W_U) centred over d_model, equivalent to "
+            "LayerNorm centring the residual stream"
+        )
+    return {
+        "fold_ln": fold_ln,
+        "ln_handling": handling,
+        "ln_folded_into": (
+            ["blocks.l.ln1.w -> W_Q, W_K, W_V", "ln_final.w -> W_U"] if folded.scale_ln else []
+        ),
+        "ln_centring": centring,
+        "ln_scale_ignored": norm is not None,
+    }
+
+
+def _embedded_weights(model: Any, fold_ln: bool, pi: Any, input_map: str) -> PaperWeights:
+    cfg = model.cfg
+    folded = FoldedWeights(model, fold_ln)
+    _check_weights(model, folded)
+    extended = None
+    if input_map == "extended":
+        extended = extended_embedding(model)
+        check_finite({"the extended embedding (residual after block 0)": extended})
+    maps = _Maps(model, folded, extended, pi)
+    P, P_error, P_kind = _positional(maps)
+    architecture = "attn_only" if cfg.attn_only else "full"
+    exact = cfg.attn_only and cfg.normalization_type is None and extended is None
     metadata = {
         "model_name": cfg.model_name,
         "original_architecture": getattr(cfg, "original_architecture", None),
         "architecture": architecture,
-        "normalization_type": norm,
-        "positional_embedding_type": pos_type,
-        "fold_ln": fold_ln,
-        "ln_handling": ln_handling,
-        "ln_folded_into": ln_into,
-        "ln_centring": (
-            "reading weights (W_Q, W_K, W_V, W_U) centred over d_model, equivalent to "
-            "LayerNorm centring the residual stream"
-            if folded.centre
-            else None
-        ),
-        "ln_scale_ignored": norm is not None,
+        "normalization_type": cfg.normalization_type,
+        "positional_embedding_type": cfg.positional_embedding_type,
+        **_ln_metadata(cfg.normalization_type, fold_ln, folded),
         # center_unembed: zero mean over the vocabulary, like the theory targets' rows
-        "unembed_centred": _centred(W_U),
+        "unembed_centred": unembed_centred(maps.W_U),
         "biases_ignored": _nonzero_biases(model),
+        "unmodelled": _unmodelled(cfg),
         "attn_scale": [_attn_scale(cfg, layer) for layer in range(cfg.n_layers)],
         "scores_divided_by_attn_scale": True,
         "V_kind": "value_output",
+        "n_key_value_heads": getattr(cfg, "n_key_value_heads", None) or cfg.n_heads,
+        "kv_group": list(folded.kv_group),
+        "P_kind": P_kind,
+        "token_weights": None,
+        "input_map": input_map,
+        "input_map_by_layer": [
+            "W_E" if extended is None or layer == 0 else "extended" for layer in range(cfg.n_layers)
+        ],
     }
+    if P_kind == "rotary_mean_field":
+        metadata["token_weights"] = "uniform" if pi is None else "given"
+        metadata["rotary"] = {
+            "rotary_dim": cfg.rotary_dim,
+            "rotary_base": cfg.rotary_base,
+            "rotary_adjacent_pairs": bool(getattr(cfg, "rotary_adjacent_pairs", False)),
+            "biases_included": "b_Q, b_K (and the folded LayerNorm bias)",
+        }
     return PaperWeights(
-        W_O=FactoredMatrix(W_E, W_U),
-        V=LayerMaps("V", cfg.n_layers, value, "[n_heads, V, V] FactoredMatrix (W_E W_V W_O W_U)"),
-        W=LayerMaps("W", cfg.n_layers, query_key, "[n_heads, V, V] FactoredMatrix"),
+        W_O=maps.direct(),
+        V=LayerMaps(
+            "V", cfg.n_layers, maps.value, "[n_heads, V, V] FactoredMatrix (E W_V W_O W_U)"
+        ),
+        W=LayerMaps("W", cfg.n_layers, maps.query_key, "[n_heads, V, V] FactoredMatrix"),
         P=P,
         P_error=P_error,
         V_kind="value_output",
@@ -286,32 +300,54 @@ def _embedded_weights(model: Any, fold_ln: bool) -> PaperWeights:
         architecture=architecture,
         exact=bool(exact),
         metadata=metadata,
+        kv_group=folded.kv_group,
     )
 
 
-def to_paper(model: Any, *, fold_ln: bool = True) -> PaperWeights:
+def to_paper(
+    model: Any,
+    *,
+    fold_ln: bool = True,
+    token_weights: Tensor | None = None,
+    input_map: str = "embed",
+) -> PaperWeights:
     """A model's weights in the paper's notation: ``W_O``, ``V[l]``, ``W[l]``, ``P[l]``.
 
     Args:
         model: a :class:`~transformer_lens.HookedTransformer`: the paper model, an
-            attention-only model, or a full model (GPT-2, Pythia, ...), causal, without
-            grouped-query attention.
+            attention-only model, or a full model (GPT-2, Pythia, Llama-style with grouped-query
+            attention, ...), causal. MLPs are not part of the maps (attention paths only) unless
+            ``input_map="extended"``.
         fold_ln: fold unfolded LayerNorm / RMSNorm (``normalization_type`` ``"LN"``/``"RMS"``)
             into the maps on the fly, as ``HookedTransformer.process_weights_(fold_ln=True)``
             would: ``ln1.w`` scales the rows of ``W_Q, W_K, W_V``, ``ln_final.w`` those of
             ``W_U``, and for LayerNorm the reading weights are centred over ``d_model``. The
             model is not modified. Already-folded models (``"LNPre"``/``"RMSPre"``) are used
-            as they are (LNPre still centres). LayerNorm's ``1/σ`` scale, LN biases and all
-            attention / unembedding biases are ignored; ``metadata`` records which were nonzero.
+            as they are (LNPre still centres). The norms' ``1/σ`` scale is ignored; LN biases
+            and attention / unembedding biases are left out of ``W_O``, ``V`` and ``W``
+            (``metadata["biases_ignored"]`` lists the nonzero ones) but enter rotary ``P``.
+        token_weights: ``[d_vocab]`` token frequencies or counts (e.g. unigram counts mapped
+            to the model's token ids) for the mean query/key vectors of the rotary ``P``
+            (:mod:`tl_leadterms.adapters.rotary`); ``None`` = uniform. Unused by other models.
+        input_map: ``"embed"`` (``W_E``) or ``"extended"``: layers ``l ≥ 1`` and ``W_O`` read
+            each token through its residual stream after block 0 on a length-1 input
+            (:func:`tl_leadterms.adapters.extended.extended_embedding`: one batched pass over
+            the vocabulary, ``d_vocab × d_model`` memory); layer 0 still reads ``W_E``, which
+            is its actual input. Not available for the paper model.
 
     Returns:
-        :class:`PaperWeights`; its module docstring table says what each map contains.
+        :class:`PaperWeights` with one entry per QUERY head (``pw.kv_group`` names each
+        head's key/value group); the module docstring table says what each map contains.
         ``metadata`` keys: ``model_name``, ``original_architecture``, ``architecture``,
         ``normalization_type``, ``positional_embedding_type``, ``fold_ln``, ``ln_handling``,
         ``ln_folded_into``, ``ln_centring``, ``ln_scale_ignored``, ``unembed_centred`` (``W_U``
         has zero mean over the vocabulary, as after ``center_unembed``: the ``W_O`` and ``V``
-        maps' rows then sum to 0 like the theory targets'), ``biases_ignored``,
-        ``attn_scale`` (per layer), ``scores_divided_by_attn_scale``, ``V_kind``.
+        maps' rows then sum to 0 like the theory targets'), ``biases_ignored``, ``unmodelled``
+        (configured computations the maps leave out: QK-norm, soft-capping, ...),
+        ``attn_scale`` (per layer), ``scores_divided_by_attn_scale``, ``V_kind``,
+        ``n_key_value_heads``, ``kv_group``, ``P_kind`` (``"learned"``,
+        ``"rotary_mean_field"`` or ``None``), ``token_weights`` (``"uniform"``/``"given"`` for
+        rotary ``P``), ``input_map``, ``input_map_by_layer``, and ``rotary`` for rotary models.
 
     Example:
         >>> from tl_leadterms.models.paper import paper_model
@@ -326,6 +362,14 @@ def to_paper(model: Any, *, fold_ln: bool = True) -> PaperWeights:
     _check_model(model)
     if not isinstance(fold_ln, bool):
         raise LeadTermsError(f"fold_ln must be True or False, got {fold_ln!r}")
+    if input_map not in INPUT_MAPS:
+        raise LeadTermsError(f"input_map must be one of {INPUT_MAPS}, got {input_map!r}")
+    pi = check_token_weights(token_weights, model.cfg.d_vocab)
     if isinstance(model, PaperModel):
-        return _paper_weights(model)
-    return _embedded_weights(model, fold_ln)
+        if input_map != "embed":
+            raise LeadTermsError(
+                "input_map='extended' needs a model with embeddings; the paper model reads "
+                "one-hot tokens directly (use input_map='embed')"
+            )
+        return paper_weights(model)
+    return _embedded_weights(model, fold_ln, pi, input_map)

@@ -64,11 +64,18 @@ class PaperWeights:
             :attr:`V_kind` for what "output" means.
         W: per layer, ``[n_heads, d_vocab, d_vocab]`` query-key maps [query token, key token],
             exactly what enters the softmax (divided by the model's attention scale).
-        P: per layer, ``[n_heads, n_ctx]`` relative positional bias, index ``d`` = query − key.
-            Raises :class:`LeadTermsError` for models without learned positions (rotary, ...).
+        P: per layer, ``[n_heads, n_ctx]`` relative positional bias, index ``d`` = query − key:
+            for learned positions the offset average of the position-position scores; for rotary
+            models the mean-field profile of :mod:`tl_leadterms.adapters.rotary`
+            (``metadata["P_kind"]`` says which). Raises :class:`LeadTermsError` for models with
+            neither (ALiBi, ...).
         V_kind: ``"value"`` (paper model: ``V`` is the paper's ``V^(l)``, theory target
             ``Φ̄ᵀB̄ᵀ``) or ``"value_output"`` (models with embeddings: ``V`` is the value→logit map
             ``W_E W_V W_O W_U``, theory target ``Φ̄ᵀΣ_B̄``).
+        kv_group: per query head, the index of its key/value head (grouped-query attention
+            shares one key/value head among several query heads; ``list(range(n_heads))`` for
+            ordinary multi-head attention). Per-head maps always have one entry per query head.
+        n_kv_heads: number of key/value heads.
         architecture: ``"paper"``, ``"attn_only"`` or ``"full"``.
         exact: whether the maps are exact (no LayerNorm scale or MLP approximated away).
         metadata: how the weights were processed (see ``to_paper``).
@@ -93,6 +100,7 @@ class PaperWeights:
         architecture: str,
         exact: bool,
         metadata: dict[str, Any],
+        kv_group: Sequence[int] | None = None,
     ) -> None:
         self.W_O = W_O
         self.V = V
@@ -107,6 +115,27 @@ class PaperWeights:
         self.architecture = architecture
         self.exact = exact
         self.metadata = metadata
+        self.kv_group = list(range(n_heads)) if kv_group is None else [int(g) for g in kv_group]
+        if len(self.kv_group) != n_heads:
+            raise LeadTermsError(
+                f"kv_group has {len(self.kv_group)} entries for {n_heads} query heads; give one "
+                "key/value group index per query head"
+            )
+        self.n_kv_heads = len(set(self.kv_group))
+
+    def head_label(self, layer: int, head: int) -> str:
+        """``"L{layer}H{head}"``, plus ``"/KV{group}"`` under grouped-query attention.
+
+        Example:
+            >>> from tl_leadterms.models.paper import paper_model
+            >>> from tl_leadterms.adapters import to_paper
+            >>> to_paper(paper_model(d_vocab=4, n_ctx=3, n_layers=1)).head_label(0, 0)
+            'L0H0'
+        """
+        label = f"L{layer}H{head}"
+        if self.n_kv_heads != self.n_heads:
+            label += f"/KV{self.kv_group[head]}"
+        return label
 
     @property
     def P(self) -> LayerMaps:
@@ -151,7 +180,7 @@ class PaperWeights:
             f"PaperWeights({meta.get('model_name')!r}, architecture={self.architecture!r}, "
             f"exact={self.exact})",
             f"  n_layers={self.n_layers}, n_heads={self.n_heads}, d_vocab={self.d_vocab}, "
-            f"n_ctx={self.n_ctx}",
+            f"n_ctx={self.n_ctx}, n_kv_heads={self.n_kv_heads}",
             f"  W_O:    {_describe(self.W_O)}",
             f"  V[l]:   {_describe(self.V[0]) if self.n_layers else '-'}  (V_kind={self.V_kind!r})",
             f"  W[l]:   {_describe(self.W[0]) if self.n_layers else '-'}",

@@ -1,0 +1,111 @@
+"""The content-independent positional score of a rotary attention head (mean-field ``P``).
+
+A rotary head scores query position ``t`` against key position ``j`` as
+``(R_t q)·(R_j k) / attn_scale``, with ``R_p`` the rotation by ``p`` times each frequency on the
+first ``rotary_dim`` dimensions (the rest pass unrotated). Because ``R_tᵀ R_j = R_{j−t}``, the
+score depends on the positions only through the offset ``d = t − j``. With the token-averaged
+query and key vectors ``q̄ = Σ_v π_v q_v`` and ``k̄ = Σ_v π_v k_v`` (``π`` token frequencies, ``q_v``
+the query of token ``v`` read through the adapter's input map, biases included):
+
+    P_h[d] = (R_d q̄_h) · (R_0 k̄_h) / attn_scale,     d = 0 .. n_ctx − 1
+
+(``R_0`` is the identity except under YaRN's attention factor, which scales both sides). This is
+the score a query at ``t`` gives a key at ``t − d`` when both carry the *average* token: a
+mean-field profile. It is not the full positional effect: the content-position interaction
+``q_v·R_d·k_w − q̄·R_d·k̄`` (which differs by token pair and can dominate) is left out, as are
+LayerNorm's ``1/σ``, QK-norm, soft-capping, and length-dependent rescaling (dynamic NTK, log-n
+query scaling beyond the training length). The rotation itself follows the model's own settings
+(``rotary_dim``, ``rotary_base`` / ``rotary_base_local``, ``rotary_adjacent_pairs``, NTK-by-parts,
+YaRN and linear scaling) through the attention module's ``calculate_sin_cos_rotary``.
+"""
+
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["check_token_weights", "rotary_profile"]
+
+
+def check_token_weights(token_weights: Any, d_vocab: int) -> Float[Tensor, " d_vocab"] | None:
+    """``token_weights`` as float64 frequencies summing to 1, or ``None`` (uniform).
+
+    Example:
+        >>> check_token_weights(torch.tensor([1, 3]), 2)
+        tensor([0.2500, 0.7500], dtype=torch.float64)
+    """
+    if token_weights is None:
+        return None
+    if not isinstance(token_weights, Tensor):
+        raise LeadTermsError(
+            f"token_weights must be a 1-D torch.Tensor of {d_vocab} token frequencies (e.g. "
+            f"unigram counts over the model's vocabulary), got {type(token_weights).__name__}"
+        )
+    if token_weights.shape != (d_vocab,):
+        raise LeadTermsError(
+            f"token_weights must have shape ({d_vocab},) (one weight per vocabulary token of the "
+            f"model), got {tuple(token_weights.shape)}; map kept-vocabulary statistics back to the "
+            "model's token ids first"
+        )
+    w = token_weights.detach().to(torch.float64)
+    if not bool(torch.isfinite(w).all()) or bool((w < 0).any()) or float(w.sum()) <= 0:
+        raise LeadTermsError(
+            "token_weights must be finite, non-negative and not all zero (frequencies or counts); "
+            f"got min {float(w.min())}, sum {float(w.sum())}"
+        )
+    return w / w.sum()
+
+
+def _rotary_base(attn: Any) -> float:
+    cfg = attn.cfg
+    local = getattr(cfg, "rotary_base_local", None)
+    if local is not None and getattr(attn, "attn_type", "global") == "local":
+        return float(local)
+    return float(cfg.rotary_base)
+
+
+def _rotate(
+    x: Float[Tensor, "heads d_head"], cos: Tensor, sin: Tensor, adjacent: bool
+) -> Float[Tensor, "n_ctx heads d_head"]:
+    """``x`` rotated to every position: ``x_rot·cos + flip(x_rot)·sin`` on the rotary dims."""
+    rd = cos.shape[-1]
+    x_rot, x_pass = x[:, :rd], x[:, rd:]
+    flip = torch.empty_like(x_rot)
+    if adjacent:  # GPT-J: pairs (2i, 2i + 1)
+        flip[:, ::2], flip[:, 1::2] = -x_rot[:, 1::2], x_rot[:, ::2]
+    else:  # GPT-NeoX: pairs (i, i + rd/2)
+        n = rd // 2
+        flip[:, :n], flip[:, n:] = -x_rot[:, n:], x_rot[:, :n]
+    rotated = x_rot[None] * cos[:, None] + flip[None] * sin[:, None]
+    return torch.cat([rotated, x_pass[None].expand(len(cos), -1, -1)], dim=-1)
+
+
+@torch.no_grad()
+def rotary_profile(
+    attn: Any,
+    q_mean: Float[Tensor, "n_heads d_head"],
+    k_mean: Float[Tensor, "n_heads d_head"],
+    n_ctx: int,
+    attn_scale: float,
+) -> Float[Tensor, "n_heads n_ctx"]:
+    """``P[h, d] = (R_d q̄_h)·(R_0 k̄_h) / attn_scale`` with the rotary tables of ``attn``.
+
+    Args:
+        attn: a TransformerLens attention module with rotary positions.
+        q_mean, k_mean: mean query and key vector per query head (keys already mapped to the
+            query heads' groups).
+        n_ctx: number of offsets.
+        attn_scale: the score divisor.
+
+    Computed in float64; returned in ``q_mean``'s dtype.
+    """
+    sin, cos = attn.calculate_sin_cos_rotary(
+        attn.cfg.rotary_dim, n_ctx, base=_rotary_base(attn), dtype=torch.float64
+    )
+    adjacent = bool(getattr(attn.cfg, "rotary_adjacent_pairs", False))
+    q = _rotate(q_mean.to(torch.float64), cos, sin, adjacent)  # [n_ctx, heads, d_head]
+    k0 = _rotate(k_mean.to(torch.float64), cos[:1], sin[:1], adjacent)[0]
+    return (torch.einsum("dhe,he->hd", q, k0) / attn_scale).to(q_mean.dtype)
