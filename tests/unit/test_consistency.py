@@ -142,12 +142,12 @@ def test_one_weight_vocabulary_in_every_result(setup):
     assert set(history.cosines) == {"W_O", "V.0", "W.0", "P.0"}
 
 
-def test_asking_for_p_of_a_rotary_model_says_why(setup):
+def test_asking_for_p_of_a_model_without_it_says_why(setup):
     _, stats, _ = setup
-    rotary = random_attn_only(V, T, n_layers=1, n_heads=2, seed=2, positional="rotary")
-    assert "P" not in {r["weight"] for r in decompose(rotary, stats).rows}
+    alibi = random_attn_only(V, T, n_layers=1, n_heads=2, seed=2, positional="alibi")
+    assert "P" not in {r["weight"] for r in decompose(alibi, stats).rows}
     with pytest.raises(LeadTermsError, match="P is not defined"):
-        decompose(rotary, stats, weights=("W_O", "P"))
+        decompose(alibi, stats, weights=("W_O", "P"))
 
 
 def test_plot_attention_runs_the_model_once(setup):
