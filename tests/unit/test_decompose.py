@@ -225,7 +225,7 @@ def test_bad_input(corpus):
     with pytest.raises(LeadTermsError, match=r"(?i)nan|finite"):
         decompose(model, stats)
     with pytest.raises(LeadTermsError, match="paper model"):
-        ablate(_random_attn_only(0), stats, tokens)
+        unchecked(ablate)(_random_attn_only(0), stats, tokens)
     with pytest.raises(LeadTermsError, match=r"HookedTransformer|missing"):
         unchecked(decompose)(torch.nn.Linear(3, 3), stats)
     with pytest.raises(LeadTermsError, match="d_vocab=29"):
@@ -283,3 +283,40 @@ def test_reprs_and_zero_maps(corpus):
     assert d.row("W_O")["character"] == "bigram-like"
     frame = d.to_pandas()
     assert len(frame) == 4 and "share:bigram" in frame.columns
+
+
+def test_shared_factor_path_equals_materialised_maps_under_gqa(corpus):
+    """V·W_O and W of a GQA model with LayerNorm, restricted statistics, per head and per layer:
+    the projected (shared outer factors) path equals dense maps built from to_paper's factors."""
+    from transformer_lens import HookedTransformerConfig
+
+    tokens, _, _ = corpus
+    kept = [3, 7, 1, 20, 11, 5, 9, 14, 0, 2]
+    stats = corpus_stats(tokens, d_vocab=V, vocab=kept, progress=False)
+    ref = dense_corpus_stats(tokens, V, kept=kept)
+    cfg = HookedTransformerConfig(
+        d_model=16, d_head=4, n_heads=4, n_key_value_heads=2, n_layers=2, n_ctx=T, d_vocab=V,
+        attn_only=True, normalization_type="LN", act_fn=None, seed=3,
+        positional_embedding_type="rotary", rotary_dim=4, dtype=torch.float64,
+    )  # fmt: skip
+    model = HookedTransformer(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    pw = to_paper(model)
+    index = torch.tensor(kept)
+    for per_head in (True, False):
+        d = decompose(model, stats, per_head=per_head)
+        for layer in range(2):
+            for weight, maps, kind in (("V·W_O", pw.V, "value_output"), ("W", pw.W, "attention")):
+                dense = factored.materialise(maps[layer]).double()[:, index][:, :, index]
+                if not per_head:
+                    dense = dense.sum(0, keepdim=True) / (dense.shape[0] if weight == "W" else 1)
+                for head in range(dense.shape[0]):
+                    r = d.row(weight, layer, head if per_head else None)
+                    assert r["cosine"] == pytest.approx(
+                        _cos(dense[head], _basis(ref, kind)[0]), rel=1e-6, abs=1e-9
+                    )
+                    shares, remainder = _least_squares(dense[head], _basis(ref, kind))
+                    assert list(r["shares"].values()) == pytest.approx(shares, rel=1e-5, abs=1e-9)
+                    assert r["remainder"] == pytest.approx(remainder, rel=1e-5, abs=1e-9)

@@ -36,6 +36,7 @@ from tl_leadterms.adapters.extended import extended_embedding
 from tl_leadterms.adapters.folding import FoldedWeights
 from tl_leadterms.adapters.paper_weights import check_finite, paper_weights, unembed_centred
 from tl_leadterms.adapters.rotary import check_token_weights, rotary_profile
+from tl_leadterms.adapters.sandwich import Sandwich
 from tl_leadterms.adapters.weights import LayerMaps, PaperWeights
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
@@ -154,6 +155,21 @@ class _Maps:
         E_V = self.inputs(layer) @ self.folded.reading(layer, "W_V")  # [kv heads, V, d_head]
         W_O = self.model.blocks[layer].attn.W_O.detach()
         return FactoredMatrix(E_V[self.groups], W_O @ self.W_U)
+
+    @torch.no_grad()
+    def value_sandwich(self, layer: int) -> Sandwich:
+        """``inputs · W_V^h · W_O^h · W_U`` with the key/value group of each query head."""
+        W_V = self.folded.reading(layer, "W_V")[self.groups]
+        W_O = self.model.blocks[layer].attn.W_O.detach()
+        return Sandwich(self.inputs(layer), W_V, W_O, self.W_U)
+
+    @torch.no_grad()
+    def query_key_sandwich(self, layer: int) -> Sandwich:
+        """``inputs · W_Q^h · W_K^hᵀ / scale · inputsᵀ``."""
+        E = self.inputs(layer)
+        W_Q = self.folded.reading(layer, "W_Q") / _attn_scale(self.cfg, layer)
+        W_K = self.folded.reading(layer, "W_K")[self.groups]
+        return Sandwich(E, W_Q, W_K.transpose(-1, -2), E.T)
 
     @torch.no_grad()
     def query_key(self, layer: int) -> FactoredMatrix:
@@ -301,6 +317,7 @@ def _embedded_weights(model: Any, fold_ln: bool, pi: Any, input_map: str) -> Pap
         exact=bool(exact),
         metadata=metadata,
         kv_group=folded.kv_group,
+        sandwiches={"V": maps.value_sandwich, "W": maps.query_key_sandwich},
     )
 
 

@@ -101,6 +101,7 @@ class PaperWeights:
         exact: bool,
         metadata: dict[str, Any],
         kv_group: Sequence[int] | None = None,
+        sandwiches: dict[str, Callable[[int], Any]] | None = None,
     ) -> None:
         self.W_O = W_O
         self.V = V
@@ -115,6 +116,7 @@ class PaperWeights:
         self.architecture = architecture
         self.exact = exact
         self.metadata = metadata
+        self._sandwiches = dict(sandwiches or {})
         self.kv_group = list(range(n_heads)) if kv_group is None else [int(g) for g in kv_group]
         if len(self.kv_group) != n_heads:
             raise LeadTermsError(
@@ -143,6 +145,13 @@ class PaperWeights:
         if self._P is None:
             raise LeadTermsError(self._P_error or "P is not defined for this model")
         return self._P
+
+    def sandwich(self, weight: str, layer: int) -> Any:
+        """The layer's per-head ``V`` or ``W`` maps as a
+        :class:`~tl_leadterms.adapters.sandwich.Sandwich` ``L·A_h·B_h·R`` (shared outer
+        factors), or None when the model's maps have no such form (the paper model)."""
+        build = self._sandwiches.get("V" if weight in ("V", "V·W_O") else weight)
+        return None if build is None else build(layer)
 
     @property
     def value_weight(self) -> str:

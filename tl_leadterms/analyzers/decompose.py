@@ -5,10 +5,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters import PaperWeights, factored, to_paper
-from tl_leadterms.analyzers.fit import BasisCache, MapFit, fit_map
+from tl_leadterms.analyzers.fit import BasisCache, MapFit, Projections, fit_map
 from tl_leadterms.analyzers.result import Decomposition
 from tl_leadterms.checks import Layers, check_bool, check_layers, check_stats, check_vocab
 from tl_leadterms.errors import LeadTermsError
@@ -63,9 +64,26 @@ def _select_weights(weights: Any, pw: PaperWeights) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
-def _maps(pw: PaperWeights, stats: CorpusStats, t: Term, layer: int | None, per_head: bool):
-    """The map(s) of one weight, restricted to the kept tokens: ``[h, k, k]`` or ``[h, n_ctx]``."""
+def _maps(
+    pw: PaperWeights,
+    stats: CorpusStats,
+    t: Term,
+    layer: int | None,
+    per_head: bool,
+    projections: Projections | None = None,
+):
+    """The map(s) of one weight, restricted to the kept tokens: ``[h, k, k]`` or ``[h, n_ctx]``.
+
+    With ``projections``, ``V``/``W`` of a model with embeddings come back as a restricted
+    :class:`~tl_leadterms.adapters.sandwich.Sandwich` (its outer factors shared across heads and
+    layers).
+    """
     kept = stats.kept
+    sandwich = None if projections is None or layer is None else pw.sandwich(t.weight, layer)
+    if sandwich is not None and t.weight != "P":
+        if not per_head:
+            sandwich = sandwich.combined(mean=t.weight == "W")
+        return projections.restrict(sandwich)
     if t.weight == "P":
         P = pw.P[layer] if per_head else pw.layer_map("P", layer)[None]
         return P[..., : min(P.shape[-1], stats.n_ctx)]
@@ -93,6 +111,7 @@ def decompose(
     layers: Layers = None,
     per_head: bool = True,
     weights: Weight | Sequence[Weight] | None = None,
+    progress: bool = False,
 ) -> Decomposition:
     """Decompose each weight of ``model`` into bigram, interchangeability and context parts.
 
@@ -116,6 +135,7 @@ def decompose(
             :func:`model_weights`); names from :data:`tl_leadterms.theory.WEIGHTS`. ``"V"`` and
             ``"V·W_O"`` both select the value path; asking for ``P`` of a model without learned
             positions is an error that says why.
+        progress: a tqdm bar over (weight, layer).
 
     The statistics depend on the window length T they were counted with (Q̄, Φ̄ and Δ weigh
     positions by ``1/t``); compare a model with statistics of the T it was trained on. ``P``
@@ -140,15 +160,20 @@ def decompose(
     chosen = check_layers(layers, pw.n_layers)
     per_head = check_bool("per_head", per_head)
     schedule = Schedule.of(lr, steps, s_lr)
+    check_bool("progress", progress)
     cache = BasisCache.of(stats)
+    kept = None if stats.kept is None else stats.kept.to(pw.W_O.A.device if hasattr(pw.W_O, "A")
+                                                         else pw.W_O.device)  # fmt: skip
+    projections = Projections(cache, kept)
+    jobs = [(w, layer) for w in _select_weights(weights, pw)
+            for layer in ([None] if w == "W_O" else chosen)]  # fmt: skip
     rows: list[dict[str, Any]] = []
-    for weight in _select_weights(weights, pw):
+    for weight, layer in tqdm(jobs, desc="decompose", disable=not progress):
         t = term(weight)
-        for layer in [None] if weight == "W_O" else chosen:
-            M = _maps(pw, stats, t, layer, per_head)
-            for head, fit in enumerate(fit_map(M, t, cache)):
-                head = head if per_head and weight != "W_O" else None
-                rows.append(_row(t, layer, head, fit, schedule))
+        M = _maps(pw, stats, t, layer, per_head, projections)
+        for head, fit in enumerate(fit_map(M, t, cache, projections)):
+            head = head if per_head and weight != "W_O" else None
+            rows.append(_row(t, layer, head, fit, schedule))
     metadata = {
         "model": pw.metadata,
         "stats": dict(stats.metadata),

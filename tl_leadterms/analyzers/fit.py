@@ -20,10 +20,11 @@ import torch
 from torch import Tensor
 
 from tl_leadterms.adapters import factored
+from tl_leadterms.adapters.sandwich import Sandwich, project
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import FAMILIES, Component, Term
 
-__all__ = ["BasisCache", "MapFit", "fit_map"]
+__all__ = ["BasisCache", "MapFit", "Projections", "fit_map"]
 
 
 class BasisCache:
@@ -74,6 +75,47 @@ class BasisCache:
         return self._gram[term.weight]
 
 
+def _key(t: Tensor) -> tuple:
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+
+
+class Projections:
+    """One analysis' cache for :class:`~tl_leadterms.adapters.sandwich.Sandwich` maps.
+
+    The outer factors ``L`` and ``R`` of a model are shared by its heads and usually by its
+    layers; restricting them to the kept tokens, their Gram matrices and each basis map's
+    projection ``Lᵀ T Rᵀ`` are computed once per factor and reused. Factors are held here (keys
+    are storage addresses, which must stay alive to stay unique).
+    """
+
+    def __init__(self, cache: BasisCache, kept: Tensor | None) -> None:
+        self.cache, self.kept = cache, kept
+        self._held: dict[tuple, Tensor] = {}
+
+    def _memo(self, key: tuple, build) -> Tensor:
+        if key not in self._held:
+            self._held[key] = build()
+        return self._held[key]
+
+    def restrict(self, s: Sandwich) -> Sandwich:
+        if self.kept is None:
+            return s
+        left = self._memo(("rows", _key(s.left)), lambda: s.left.index_select(0, self.kept))
+        right = self._memo(("cols", _key(s.right)), lambda: s.right.index_select(1, self.kept))
+        self._held[("src", _key(s.left))], self._held[("src", _key(s.right))] = s.left, s.right
+        return Sandwich(left, s.A, s.B, right)
+
+    def norms(self, s: Sandwich) -> Tensor:
+        GL = self._memo(("GL", _key(s.left)), lambda: s.left.double().T @ s.left.double())
+        GR = self._memo(("GR", _key(s.right)), lambda: s.right.double() @ s.right.double().T)
+        return s.sq_norm(GL, GR)
+
+    def inner(self, s: Sandwich, component: Component) -> Tensor:
+        key = ("T", component.formula, _key(s.left), _key(s.right))
+        P = self._memo(key, lambda: project(self.cache.map(component), s.left, s.right))
+        return s.inner_projected(P)
+
+
 @dataclass
 class MapFit:
     """The fit of one map (one head, or one head-combined layer)."""
@@ -100,13 +142,21 @@ def _lstsq(gram: Tensor, b: Tensor) -> Tensor:
     return beta
 
 
-def fit_map(M, term: Term, cache: BasisCache) -> list[MapFit]:
-    """Fit ``M`` (``[h, n, m]`` maps, or ``[h, n]`` vectors for ``P``) onto ``term``'s basis.
+def fit_map(
+    M, term: Term, cache: BasisCache, projections: Projections | None = None
+) -> list[MapFit]:
+    """Fit ``M`` onto ``term``'s basis; one :class:`MapFit` per leading index ``h``.
 
-    Returns one :class:`MapFit` per leading index ``h``.
+    ``M`` is ``[h, n, m]`` maps (dense, factored, or a restricted
+    :class:`~tl_leadterms.adapters.sandwich.Sandwich` with ``projections``), or ``[h, n]``
+    vectors for ``P``.
     """
     lead, basis = 0, term.basis
-    if term.vector:  # [h, n] against vectors cut to the same length n (common offsets)
+    if isinstance(M, Sandwich):
+        gram = cache.gram(term)
+        b = torch.stack([projections.inner(M, c).cpu() for c in basis], dim=-1)
+        sq = projections.norms(M).cpu()
+    elif term.vector:  # [h, n] against vectors cut to the same length n (common offsets)
         M = M.detach().double()
         maps = [cache.map(c).double().to(M.device)[: M.shape[-1]] for c in basis]
         gram = torch.stack([torch.stack([(S * T).sum() for T in maps]) for S in maps]).cpu()
