@@ -201,7 +201,8 @@ def dense_corpus_stats(
     Delta_sum = torch.zeros(n_ctx, dtype=torch.float64)
     for n in range(n_samples):
         X = one_hot_rows(tokens[n, :-1], d_vocab, kept)
-        Q_n = sample_Q(tokens[n], G_bar, d_vocab, kept=kept, u=u if q_targets == "centred" else 0.0)
+        u_q = u if q_targets == "centred" else 0.0
+        Q_n = sample_Q(tokens[n], G_bar, d_vocab, kept=kept, u=u_q)
         Q_sum = Q_sum + X.T @ Q_n @ X
         for d in range(n_ctx):
             for t in range(d + 1, n_ctx + 1):  # 1-based t > d, key position t - d >= 1

@@ -17,9 +17,10 @@ The two agree whenever ``1ᵀḠ = 1ᵀΣ_B̄ Φ̄ = 0``, which holds for the fu
 with its own size (``B̄1 = 0`` there, so ``1ᵀΣ_B̄ = (B̄1)ᵀB̄ = 0``); the term is then skipped,
 so those statistics are unchanged bit for bit. With a restriction (or a ``centre_vocab`` other
 than ``d_vocab``) ``B̄1 ≠ 0`` and they differ: Q̄ by several percent (relative Frobenius; 7% on
-a 30-token Markov corpus keeping every third token). Since ``J_t`` removes any constant, only the key-dependent
-``−u·(1ᵀḠ)[x_j]`` matters, and it is the same for every target: ``"centred"`` adds one per-key
-vector ``h = −u·1ᵀḠ`` (``h = 0`` at a dropped key) to every looked-up ``g``.
+a 30-token Markov corpus keeping every third token). Since ``J_t`` removes any constant, only
+the key-dependent ``−u·(1ᵀḠ)[x_j]`` matters, and it is the same for every target:
+``"centred"`` adds one per-key vector ``h = −u·1ᵀḠ`` (``h = 0`` at a dropped key) to every
+looked-up ``g``.
 
 **The last target of each window** (``last_target``). ``"data"`` (the default) uses the corpus
 as it is. ``"paper-code"`` replaces the last target ``y_T`` of every window by token id 0
