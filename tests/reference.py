@@ -16,14 +16,21 @@ Corpus statistics (see :func:`dense_corpus_stats`)::
     Sigma_B = B_bar^T B_bar
     Phi_bar = (1/NT) sum_n (Y_n - u)^T A_0 X_n          [target token x context token]
     G_bar   = Sigma_B Phi_bar
-    M_n     = Y_n G_bar X_n^T                           (M_n[t, j] = G_bar[y_t, x_j])
+    M_n     = (Y_n - u) G_bar X_n^T                     (q_targets="centred", the default)
+    M_n     = Y_n G_bar X_n^T                           (q_targets="one-hot": G_bar[y_t, x_j])
     Q_n[t, j] = (1/t) (M_n[t, j] - mean_{j' <= t} M_n[t, j'])   for j <= t, else 0
     Q_bar   = (1/NT) sum_n X_n^T Q_n X_n                [query token x key token]
     Delta[d] = (1/NT) sum_n sum_{t > d} Q_n[t, t - d]   d = 0 .. T-1
 
 With a vocabulary restriction ``kept``, tokens not in ``kept`` get a zero one-hot row (in both X
 and Y) and the columns are the kept tokens in ``kept`` order, so all matrices are k x k.
-``N``, ``T``, ``NT``, ``A_0`` and ``u`` are unchanged by the restriction.
+``N``, ``T``, ``NT``, ``A_0`` and ``u`` are unchanged by the restriction. ``Y_n - u`` subtracts
+``u`` from every entry of the restricted ``Y_n`` (zero rows included), so with ``kept`` the
+centred ``M_n[t, j] = G_bar[y_t, x_j] - u (1^T G_bar)[x_j]`` for a kept ``y_t`` and
+``-u (1^T G_bar)[x_j]`` for a dropped one; for the full vocabulary ``1^T G_bar = 0`` and the two
+``q_targets`` agree. ``last_target="paper-code"`` first sets ``z_{T+1}`` of every sample to 0.
+:func:`paper_code_stats` computes the same statistics a second, independent way: one-hot
+einsums over the whole corpus with an explicit ``T x T x T`` softmax-Jacobian tensor.
 
 The paper model (see :func:`paper_forward`) is an attention-only transformer with one-hot
 embeddings, zero-initialised parameters and no LayerNorm / MLP / biases / scaling::
@@ -125,11 +132,17 @@ def sample_Q(
     d_vocab: int,
     *,
     kept: list[int] | None = None,
+    u: float = 0.0,
 ) -> torch.Tensor:
-    """Q_n (T x T) for one sample ``sample_tokens`` [T+1], given the composed matrix G_bar."""
+    """Q_n (T x T) for one sample ``sample_tokens`` [T+1], given the composed matrix G_bar.
+
+    Scores the rows of ``(Y - u) G_bar X^T``: ``u = 0`` (the default) gives
+    ``M[t, j] = G_bar[y_t, x_j]`` (0 if y_t or x_j is not kept), ``u = 1/centre_vocab`` the
+    centred targets.
+    """
     X = one_hot_rows(sample_tokens[:-1], d_vocab, kept)
     Y = one_hot_rows(sample_tokens[1:], d_vocab, kept)
-    M = Y @ G_bar @ X.T  # M[t, j] = G_bar[y_t, x_j] (0 if y_t or x_j is not kept)
+    M = (Y - u) @ G_bar @ X.T
     return softmax_jacobian_rows(M)
 
 
@@ -139,15 +152,24 @@ def dense_corpus_stats(
     *,
     kept: list[int] | None = None,
     centre_vocab: int | None = None,
+    q_targets: str = "centred",
+    last_target: str = "data",
 ) -> dict[str, torch.Tensor]:
     """Literal per-sample computation of B_bar, Sigma_B, Phi_bar, G_bar, Q_bar, Delta (float64).
 
     ``tokens`` is a LongTensor [N, T+1]. Matrices are V x V (or k x k with ``kept``, indexed by
     position in ``kept``); ``Delta`` has length T. ``u = 1 / centre_vocab`` with ``centre_vocab``
-    defaulting to ``d_vocab`` (not ``len(kept)``).
+    defaulting to ``d_vocab`` (not ``len(kept)``). ``q_targets``: ``"centred"`` scores rows of
+    ``(Y - u) G_bar X^T``, ``"one-hot"`` rows of ``Y G_bar X^T``. ``last_target="paper-code"``
+    sets the last token of every sample to 0 first.
     """
     _check_tokens(tokens, d_vocab)
     _check_kept(kept, d_vocab)
+    if q_targets not in ("centred", "one-hot") or last_target not in ("data", "paper-code"):
+        raise ValueError("q_targets must be centred/one-hot, last_target data/paper-code")
+    if last_target == "paper-code":
+        tokens = tokens.clone()
+        tokens[:, -1] = 0
     if centre_vocab is None:
         centre_vocab = d_vocab
     if int(centre_vocab) < 1:
@@ -179,7 +201,8 @@ def dense_corpus_stats(
     Delta_sum = torch.zeros(n_ctx, dtype=torch.float64)
     for n in range(n_samples):
         X = one_hot_rows(tokens[n, :-1], d_vocab, kept)
-        Q_n = sample_Q(tokens[n], G_bar, d_vocab, kept=kept)
+        u_q = u if q_targets == "centred" else 0.0
+        Q_n = sample_Q(tokens[n], G_bar, d_vocab, kept=kept, u=u_q)
         Q_sum = Q_sum + X.T @ Q_n @ X
         for d in range(n_ctx):
             for t in range(d + 1, n_ctx + 1):  # 1-based t > d, key position t - d >= 1
@@ -187,6 +210,64 @@ def dense_corpus_stats(
     Q_bar = Q_sum / NT
     Delta = Delta_sum / NT
 
+    return {
+        "B_bar": B_bar,
+        "Sigma_B": Sigma_B,
+        "Phi_bar": Phi_bar,
+        "G_bar": G_bar,
+        "Q_bar": Q_bar,
+        "Delta": Delta,
+    }
+
+
+def paper_code_stats(
+    tokens: torch.Tensor,
+    d_vocab: int,
+    *,
+    kept: list[int] | None = None,
+    centre_vocab: int | None = None,
+    last_target: str = "data",
+) -> dict[str, torch.Tensor]:
+    """The six statistics as dense one-hot einsums over the whole corpus (float64).
+
+    Written straight from the formulas with restricted one-hot ``X``, ``Y`` ([N, T, k]) and
+    ``R = Y - u`` (u subtracted from every entry)::
+
+        B_bar = sum_n X_n^T R_n / NT          Phi_bar = sum_n R_n^T A_0 X_n / NT
+        G_bar = B_bar^T B_bar Phi_bar         M_n = R_n G_bar X_n^T
+        J[t, j, j'] = (1/t)(delta_jj' - 1/t) for j, j' <= t (else 0)
+        Q_n[t, j] = sum_j' J[t, j, j'] M_n[t, j']
+        Q_bar = sum_n X_n^T Q_n X_n / NT      Delta[d] = sum_n sum_t Q_n[t, t - d] / NT
+
+    ``last_target="paper-code"`` sets the last token of every sample to 0 first.
+    """
+    _check_tokens(tokens, d_vocab)
+    _check_kept(kept, d_vocab)
+    if last_target == "paper-code":
+        tokens = tokens.clone()
+        tokens[:, -1] = 0
+    u = 1.0 / float(centre_vocab or d_vocab)
+    n_samples, n_ctx = tokens.shape[0], tokens.shape[1] - 1
+    NT = n_samples * n_ctx
+    columns = torch.arange(d_vocab) if kept is None else torch.tensor(kept)
+    X = F.one_hot(tokens[:, :-1].long(), d_vocab).double()[..., columns]  # dropped: zero rows
+    Y = F.one_hot(tokens[:, 1:].long(), d_vocab).double()[..., columns]
+    R = Y - u
+    t = torch.arange(1, n_ctx + 1, dtype=torch.float64)
+    causal = torch.tril(torch.ones(n_ctx, n_ctx, dtype=torch.float64))  # [t, j]: j <= t
+    A0 = causal / t[:, None]
+    prefix = causal[:, :, None] * causal[:, None, :]  # [t, j, j']: both keys in the prefix
+    J = (torch.eye(n_ctx, dtype=torch.float64)[None] - 1.0 / t[:, None, None]) * prefix
+    J = J / t[:, None, None]
+    B_bar = torch.einsum("nti,ntj->ij", X, R) / NT
+    Phi_bar = torch.einsum("nti,ts,nsj->ij", R, A0, X) / NT
+    Sigma_B = B_bar.T @ B_bar
+    G_bar = Sigma_B @ Phi_bar
+    M = torch.einsum("nti,ij,nsj->nts", R, G_bar, X)
+    Q = torch.einsum("tjs,nts->ntj", J, M)
+    Q_bar = torch.einsum("nta,ntj,njb->ab", X, Q, X) / NT
+    offset = torch.arange(n_ctx)[:, None] - torch.arange(n_ctx)[None, :]  # t - j
+    Delta = torch.stack([(Q.sum(0) * (offset == d)).sum() for d in range(n_ctx)]) / NT
     return {
         "B_bar": B_bar,
         "Sigma_B": Sigma_B,

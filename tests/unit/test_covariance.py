@@ -53,11 +53,15 @@ def _plain(model_map: torch.Tensor, theory: torch.Tensor, normalize: str) -> flo
     return float((_cov(model_map, normalize == "both") * _cov(theory, True)).sum())
 
 
-def _reference(model, stats, normalize: str, value_map: str, per_head: bool) -> dict:
-    """Every score from one forward of all kept tokens as length-1 sequences (run_with_cache)."""
+def _reference(model, stats, normalize: str, value_map: str, per_head: bool, protocol="theorem"):
+    """Every score from one forward of all kept tokens as length-1 sequences (run_with_cache).
+
+    The attention map is compared with Q̄ [query, key], or with Q̄ᵀ under the paper's code.
+    """
     ids = stats.kept if stats.kept is not None else torch.arange(stats.d_vocab)
     _, cache = model.run_with_cache(ids[:, None])
-    Q, TV = stats.Q_bar, stats.B_bar_Phi_bar.T  # [query, key]; Φ̄ᵀB̄ᵀ
+    Q = stats.Q_bar.T if protocol == "paper-code" else stats.Q_bar
+    TV = stats.B_bar_Phi_bar.T  # Φ̄ᵀB̄ᵀ
     out = {}
     for layer in range(model.cfg.n_layers):
         pre = cache[f"blocks.{layer}.hook_resid_pre"][:, 0].double()
@@ -82,7 +86,7 @@ def _check_against_reference(model, stats, normalize, value_map, per_head, **kw)
         model, stats, normalize=normalize, value_map=value_map, per_head=per_head,
         progress=False, **kw,
     )  # fmt: skip
-    ref = _reference(model, stats, normalize, value_map, per_head)
+    ref = _reference(model, stats, normalize, value_map, per_head, kw.get("protocol", "theorem"))
     got = {(r["score"], r["layer"], r["head"]): r["value"] for r in sim.rows}
     assert got.keys() == ref.keys()
     for key, value in ref.items():
@@ -116,6 +120,42 @@ def test_neox_restricted_matches_plain_computation(neox, kept_stats, normalize, 
     sim = _check_against_reference(neox, kept_stats, normalize, value_map, per_head=True)
     assert sim.metadata["fold_ln"] is True and sim.metadata["n_tokens"] == 19
     assert sim.metadata["restricted"] is True
+
+
+@pytest.fixture(scope="module")
+def paper_code_stats(tokens, kept_stats):
+    return corpus_stats(
+        tokens, d_vocab=V, vocab=kept_stats.kept.tolist(), last_target="paper-code", progress=False
+    )
+
+
+@pytest.mark.parametrize("normalize", ["theory", "both"])
+def test_paper_code_protocol_compares_with_Q_bar_transposed(neox, paper_code_stats, normalize):
+    sim = _check_against_reference(
+        neox, paper_code_stats, normalize, "post", per_head=True, protocol="paper-code"
+    )
+    assert sim.metadata["protocol"] == "paper-code"
+    assert sim.metadata["theory"]["attention"] == "Q_bar^T"
+    assert sim.metadata["stats"]["last_target"] == "paper-code"
+    assert sim.metadata["stats"]["q_targets"] == "centred"
+    # the transpose matters (Q̄ is not symmetric) and the value scores do not depend on it
+    theorem = covariance_similarity(neox, paper_code_stats, normalize=normalize, progress=False)
+    assert abs(sim.value("attention", 1) - theorem.value("attention", 1)) > 1e-3
+    assert sim.value("value_post", 1) == theorem.value("value_post", 1)
+    assert theorem.metadata["protocol"] == "theorem"
+
+
+def test_paper_code_protocol_needs_paper_code_statistics(neox, kept_stats, tokens):
+    with pytest.raises(LeadTermsError, match="last_target='paper-code'"):
+        covariance_similarity(neox, kept_stats, protocol="paper-code", progress=False)
+    one_hot = corpus_stats(
+        tokens, d_vocab=V, vocab=kept_stats.kept.tolist(), last_target="paper-code",
+        q_targets="one-hot", progress=False,
+    )  # fmt: skip
+    with pytest.raises(LeadTermsError, match="'q_targets': 'one-hot'"):
+        covariance_similarity(neox, one_hot, protocol="paper-code", progress=False)
+    with pytest.raises(LeadTermsError, match="protocol must be one of"):
+        unchecked(covariance_similarity)(neox, kept_stats, protocol="paper", progress=False)
 
 
 def test_blockwise_products_and_float32(neox, kept_stats, monkeypatch):

@@ -95,11 +95,16 @@ def corpus_stats(corpus):
 # B_bar' = [[1/3, -1/6], [1/3, -1/6]], Sigma_B' = [[2/9, -1/9], [-1/9, 1/18]],
 # Phi_bar' = [[1/6, 1/2], [-1/12, -1/4]], G_bar' = Sigma_B' Phi_bar' =
 #   [[5/108, 5/36], [-5/216, -5/72]].
+# q_targets="one-hot" (rows of Y G X^T):
 # Q_1: t=2: y = token 1 -> pos 0, x = (token 0 -> pos 1, token 1 -> pos 0):
 #   g = (G'[0,1], G'[0,0]) = (15/108, 5/108), mean 10/108, Q[2,1] = 5/216, Q[2,2] = -5/216.
 # Q_bar' = 1/2 (5/216 at [pos(1), pos(0)] = [0,1]; -5/216 at [0,0]) = [[-5/432, 5/432], [0, 0]].
 # Delta' = (-5/432, 5/432).
-# (Note: 1^T G_bar' != 0 here, so using (Y - u) instead of Y in Y G X^T would change Q.)
+# q_targets="centred" (rows of (Y - u) G X^T, the default): 1^T G_bar' = (5/216, 5/72) != 0, so
+#   g gains -u (1^T G_bar')[x_j] = (-5/216, -5/648) for x = (pos 1, pos 0):
+#   g = (15/108 - 5/216, 5/108 - 5/648) = (75/648, 25/648), mean 50/648,
+#   Q[2,1] = 25/1296, Q[2,2] = -25/1296; Q_bar' = [[-25/2592, 25/2592], [0, 0]],
+#   Delta' = (-25/2592, 25/2592).
 
 HAND_TOKENS = torch.tensor([[0, 1, 1]])
 
@@ -124,20 +129,33 @@ def test_hand_example_unrestricted():
     assert_close(Q_1, frac_tensor([[0, 0], ["1/36", "-1/36"]]))
 
 
-def test_hand_example_restricted():
-    stats = ref.dense_corpus_stats(HAND_TOKENS, 3, kept=[1, 0])
+RESTRICTED_Q = {  # the hand-derived Q_bar', Delta' of each q_targets (see above)
+    "one-hot": (frac_tensor([["-5/432", "5/432"], [0, 0]]), [-5 / 432, 5 / 432]),
+    "centred": (frac_tensor([["-25/2592", "25/2592"], [0, 0]]), [-25 / 2592, 25 / 2592]),
+}
+
+
+@pytest.mark.parametrize("q_targets", ["centred", "one-hot"])
+def test_hand_example_restricted(q_targets):
+    stats = ref.dense_corpus_stats(HAND_TOKENS, 3, kept=[1, 0], q_targets=q_targets)
+    Q_bar, Delta = RESTRICTED_Q[q_targets]
     expected = {
         "B_bar": frac_tensor([["1/3", "-1/6"], ["1/3", "-1/6"]]),
         "Sigma_B": frac_tensor([["2/9", "-1/9"], ["-1/9", "1/18"]]),
         "Phi_bar": frac_tensor([["1/6", "1/2"], ["-1/12", "-1/4"]]),
         "G_bar": frac_tensor([["5/108", "5/36"], ["-5/216", "-5/72"]]),
-        "Q_bar": frac_tensor([["-5/432", "5/432"], [0, 0]]),
-        "Delta": torch.tensor([-5 / 432, 5 / 432], dtype=torch.float64),
+        "Q_bar": Q_bar,
+        "Delta": torch.tensor(Delta, dtype=torch.float64),
     }
     for key in KEYS:
         assert_close(stats[key], expected[key])
+    # the einsum reference of the paper's code gives the centred values
+    if q_targets == "centred":
+        dense = ref.paper_code_stats(HAND_TOKENS, 3, kept=[1, 0])
+        for key in KEYS:
+            assert_close(dense[key], expected[key])
     # Explicit centre_vocab equal to the default gives the same result.
-    again = ref.dense_corpus_stats(HAND_TOKENS, 3, kept=[1, 0], centre_vocab=3)
+    again = ref.dense_corpus_stats(HAND_TOKENS, 3, kept=[1, 0], centre_vocab=3, q_targets=q_targets)
     for key in KEYS:
         assert_close(again[key], stats[key], atol=0.0)
 
@@ -268,19 +286,30 @@ def test_Phi_bar_by_counting(corpus, kept, centre_vocab):
 @pytest.mark.parametrize(
     ("kept", "centre_vocab"), [(None, None), ([8, 1, 13, 4, 6], None), ([3, 9, 2], 7)]
 )
-def test_Q_bar_and_Delta_by_lookup_loops(corpus, kept, centre_vocab):
-    """Q_bar / Delta from g_ntj = G_bar[y_t, x_j] by table look-up (0 if a token is not kept)."""
+@pytest.mark.parametrize("q_targets", ["centred", "one-hot"])
+def test_Q_bar_and_Delta_by_lookup_loops(corpus, kept, centre_vocab, q_targets):
+    """Q_bar / Delta from g_ntj by table look-up.
+
+    one-hot: g = G_bar[y_t, x_j] (0 if a token is not kept); centred: minus u (1^T G_bar)[x_j]
+    for every target, kept or not (0 if x_j is not kept).
+    """
     tokens, d_vocab = corpus
     n_samples, n_ctx = tokens.shape[0], tokens.shape[1] - 1
     NT = n_samples * n_ctx
+    u = 1.0 / (centre_vocab or d_vocab) if q_targets == "centred" else 0.0
     pos, k = _positions(kept, d_vocab)
-    stats = ref.dense_corpus_stats(tokens, d_vocab, kept=kept, centre_vocab=centre_vocab)
+    stats = ref.dense_corpus_stats(
+        tokens, d_vocab, kept=kept, centre_vocab=centre_vocab, q_targets=q_targets
+    )
     G = stats["G_bar"].tolist()
+    column_sums = [sum(G[i][j] for i in range(k)) for j in range(k)]
 
     def g(target_tok, context_tok):
-        if target_tok in pos and context_tok in pos:
-            return G[pos[target_tok]][pos[context_tok]]
-        return 0.0
+        if context_tok not in pos:
+            return 0.0
+        j = pos[context_tok]
+        looked_up = G[pos[target_tok]][j] if target_tok in pos else 0.0
+        return looked_up - u * column_sums[j]
 
     Q_bar = [[0.0] * k for _ in range(k)]
     Delta = [0.0] * n_ctx

@@ -20,13 +20,14 @@ Everything is computed in exact factored form, never as an ``n × n`` model cova
 """
 
 import math
-from typing import Any
+from typing import Any, Literal, NamedTuple, get_args
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
 from tl_leadterms.analyzers.covariance_algebra import (  # noqa: F401 (theory_terms re-exported)
+    TheoryTerms,
     _cached_terms,
     attention_scores,
     theory_terms,
@@ -41,6 +42,7 @@ from tl_leadterms.analyzers.token_maps import (
 from tl_leadterms.checks import Layers
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.definitions import check_choice
 from tl_leadterms.version import __version__
 
 __all__ = ["CovarianceSimilarity", "covariance_similarity"]
@@ -48,6 +50,8 @@ __all__ = ["CovarianceSimilarity", "covariance_similarity"]
 SCORES = ("attention", "value_post", "value_attn")
 NORMALIZE = ("theory", "both")
 VALUE_MAPS = ("post", "write")
+Protocol = Literal["theorem", "paper-code"]
+PROTOCOLS: tuple[str, ...] = get_args(Protocol)
 
 
 def _check(model: Any, stats: object, normalize: object, value_map: object, dtype: object):
@@ -111,6 +115,7 @@ def covariance_similarity(
     device: object = None,
     dtype: object = torch.float64,
     progress: bool = True,
+    protocol: Protocol = "theorem",
 ) -> "CovarianceSimilarity":
     """The paper's covariance similarity of a model's token maps with the leading terms.
 
@@ -141,6 +146,15 @@ def covariance_similarity(
     arithmetic but holds rounding noise (e.g. a token never seen as a query, whose ``Q̄`` row
     is 0) is scaled to unit norm like any other row.
 
+    Two protocols. ``"theorem"`` (the default) compares ``A_l`` with ``Q̄`` in the theorem's
+    orientation (``W ≈ c·Q̄``, rows = query tokens, as :func:`~tl_leadterms.decompose` does).
+    ``"paper-code"`` reproduces the paper's ``pythia.py``: ``A_l`` is compared with ``Q̄ᵀ``
+    (the script transposes relative to its own toy experiment), and the statistics must have
+    been computed the way that script computes them, i.e. with
+    ``corpus_stats(..., last_target="paper-code", q_targets="centred")`` (every window's last
+    target set to token 0); other statistics raise a :class:`LeadTermsError`. The value scores
+    are the same under both.
+
     Args:
         model: a HookedTransformer (e.g. Pythia from ``from_pretrained(..., fold_ln=True)``).
         stats: corpus statistics with the model's ``d_vocab`` (typically restricted to the most
@@ -155,6 +169,8 @@ def covariance_similarity(
             ``[k, k]`` theory matrices are moved there.
         dtype: precision of the products (``float32`` halves time and memory).
         progress: show tqdm bars.
+        protocol: ``"theorem"`` (attention map vs ``Q̄``) or ``"paper-code"`` (vs ``Q̄ᵀ``, on
+            statistics with ``last_target="paper-code"``); recorded in ``metadata``.
 
     Example:
         >>> import torch
@@ -169,54 +185,112 @@ def covariance_similarity(
         >>> round(sim.value("value_post", 0), 6)
         1.0
     """
-    cfg = model.cfg
     _check(model, stats, normalize, value_map, dtype)
-    layers = check_layers(layers, cfg.n_layers)
+    _check_protocol(protocol, stats)
+    layers = check_layers(layers, model.cfg.n_layers)
     if not isinstance(per_head, bool):
         raise LeadTermsError(f"per_head must be True or False, got {per_head!r}")
-    try:
-        device = model_device(model, None) if device is None else torch.device(device)
-    except (TypeError, RuntimeError) as err:
-        raise LeadTermsError(f"device must be a torch device or its name, got {device!r}") from err
+    device = _resolve_device(model, device)
     ids = stats.kept.cpu() if stats.kept is not None else torch.arange(stats.d_vocab)
     if maps is None:
         maps = token_maps(model, ids, layers=layers, batch_size=batch_size, progress=progress)
     maps = _check_maps(maps, ids, layers)
-    T_att = stats.Q_bar.to(device)
-    T_val = stats.B_bar_Phi_bar.T.to(device)
-    att_terms = _cached_terms(stats, "Q_bar", T_att, dtype)
-    val_terms = _cached_terms(stats, "Phi_bar^T B_bar^T", T_val, dtype)
-    both = normalize == "both"
+    theory = _Theory.of(stats, protocol, device, dtype)
     rows: list[dict[str, Any]] = []
     for layer in tqdm(layers, desc="covariance similarity", disable=not progress):
-        W_Q = _finite(f"W_Q of layer {layer}", model.W_Q[layer].detach().to(device, dtype))
-        W_K = _finite(f"W_K of layer {layer}", model.W_K[layer].detach().to(device, dtype))
+        rows += _layer_rows(model, maps, layer, theory, normalize, value_map, per_head)
+    metadata = _metadata(model, stats, layers, ids, theory, normalize, value_map, per_head)
+    return CovarianceSimilarity(rows, metadata)
 
-        def get(name: str, layer: int = layer) -> Tensor:
-            E = maps.get(name, layer).to(device, dtype)
-            return _finite(f"the layer {layer} {name} token map", E)
 
-        E_pre = get("pre")
-        att = attention_scores(E_pre, W_Q, W_K, T_att, att_terms, both, per_head, dtype)
-        values = [get("post"), get("attn")]
-        if value_map == "write":
-            values = [E - E_pre for E in values]
-        val = value_scores(values, T_val, val_terms, both, dtype)
-        rows.append({"layer": layer, "head": None, "score": "attention", "value": att[0]})
-        rows.append({"layer": layer, "head": None, "score": "value_post", "value": val[0]})
-        rows.append({"layer": layer, "head": None, "score": "value_attn", "value": val[1]})
-        for head, value in enumerate(att[1:]):
-            rows.append({"layer": layer, "head": head, "score": "attention", "value": value})
+def _check_protocol(protocol: object, stats: CorpusStats) -> None:
+    check_choice("protocol", protocol, PROTOCOLS)
+    if protocol != "paper-code":
+        return
+    built = {key: stats.metadata.get(key) for key in ("last_target", "q_targets")}
+    if built != {"last_target": "paper-code", "q_targets": "centred"}:
+        raise LeadTermsError(
+            f"protocol='paper-code' needs statistics computed as the paper's code does, but "
+            f"these have {built}; recompute them with corpus_stats(..., "
+            "last_target='paper-code', q_targets='centred'), or use protocol='theorem'."
+        )
+
+
+def _resolve_device(model: Any, device: object) -> torch.device:
+    try:
+        return model_device(model, None) if device is None else torch.device(device)
+    except (TypeError, RuntimeError) as err:
+        raise LeadTermsError(f"device must be a torch device or its name, got {device!r}") from err
+
+
+class _Theory(NamedTuple):
+    """The two theory matrices on the device, their cached terms and what they are."""
+
+    protocol: str
+    attention_name: str
+    attention: Tensor
+    attention_terms: TheoryTerms
+    value: Tensor
+    value_terms: TheoryTerms
+    device: torch.device
+    dtype: torch.dtype
+
+    @classmethod
+    def of(cls, stats: CorpusStats, protocol: str, device, dtype) -> "_Theory":
+        transposed = protocol == "paper-code"
+        name = "Q_bar^T" if transposed else "Q_bar"
+        T_att = (stats.Q_bar.T if transposed else stats.Q_bar).to(device)
+        T_val = stats.B_bar_Phi_bar.T.to(device)
+        att_terms = _cached_terms(stats, name, T_att, dtype)
+        val_terms = _cached_terms(stats, "Phi_bar^T B_bar^T", T_val, dtype)
+        return cls(protocol, name, T_att, att_terms, T_val, val_terms, device, dtype)
+
+
+def _layer_rows(model, maps: TokenMaps, layer: int, theory: _Theory, normalize, value_map,
+                per_head: bool) -> list[dict[str, Any]]:  # fmt: skip
+    """The scores of one layer: attention (and per head), value_post, value_attn."""
+    device, dtype = theory.device, theory.dtype
+    W_Q = _finite(f"W_Q of layer {layer}", model.W_Q[layer].detach().to(device, dtype))
+    W_K = _finite(f"W_K of layer {layer}", model.W_K[layer].detach().to(device, dtype))
+
+    def get(name: str) -> Tensor:
+        E = maps.get(name, layer).to(device, dtype)
+        return _finite(f"the layer {layer} {name} token map", E)
+
+    both = normalize == "both"
+    E_pre = get("pre")
+    att = attention_scores(
+        E_pre, W_Q, W_K, theory.attention, theory.attention_terms, both, per_head, dtype
+    )
+    values = [get("post"), get("attn")]
+    if value_map == "write":
+        values = [E - E_pre for E in values]
+    val = value_scores(values, theory.value, theory.value_terms, both, dtype)
+    rows = [
+        {"layer": layer, "head": None, "score": "attention", "value": att[0]},
+        {"layer": layer, "head": None, "score": "value_post", "value": val[0]},
+        {"layer": layer, "head": None, "score": "value_attn", "value": val[1]},
+    ]
+    rows += [
+        {"layer": layer, "head": head, "score": "attention", "value": value}
+        for head, value in enumerate(att[1:])
+    ]
+    return rows
+
+
+def _metadata(model, stats, layers, ids, theory: _Theory, normalize, value_map, per_head):
+    cfg = model.cfg
     norm_type = cfg.normalization_type
-    metadata = {
+    return {
         "normalize": normalize,
         "value_map": value_map,
         "per_head": per_head,
+        "protocol": theory.protocol,
         "layers": layers,
         "n_tokens": int(ids.numel()),
         "d_vocab": stats.d_vocab,
         "restricted": stats.kept is not None,
-        "theory": {"attention": "Q_bar", "value": "Phi_bar^T B_bar^T"},
+        "theory": {"attention": theory.attention_name, "value": "Phi_bar^T B_bar^T"},
         "model_name": getattr(cfg, "model_name", None),
         "normalization_type": norm_type,
         "fold_ln": norm_type in ("LNPre", "RMSPre"),
@@ -225,11 +299,12 @@ def covariance_similarity(
             "n_ctx": stats.n_ctx,
             "n_sequences": stats.n_sequences,
             "centre_vocab": stats.centre_vocab,
+            "q_targets": stats.metadata.get("q_targets"),
+            "last_target": stats.metadata.get("last_target"),
         },
-        "dtype": str(dtype).removeprefix("torch."),
+        "dtype": str(theory.dtype).removeprefix("torch."),
         "library_version": __version__,
     }
-    return CovarianceSimilarity(rows, metadata)
 
 
 class CovarianceSimilarity:

@@ -16,6 +16,15 @@ from typing import Any
 import torch
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.definitions import (
+    LAST_TARGETS,
+    Q_TARGETS,
+    LastTarget,
+    QTargets,
+    apply_last_target,
+    check_choice,
+    key_shift,
+)
 from tl_leadterms.stats.tables import (
     PairLayout,
     add_counts,
@@ -42,6 +51,7 @@ class _Shape:
     n_ctx: int | None
     dtype: torch.dtype
     device: torch.device
+    last_target: str = "data"
 
     def check_compatible(self, other: "_Shape", what: str) -> None:
         same_kept = (self.vocab.kept is None and other.vocab.kept is None) or (
@@ -57,6 +67,11 @@ class _Shape:
                 f"centre_vocab, dtype) {mine} vs {theirs}, kept vocab equal: {same_kept}. Count "
                 "every shard with the same d_vocab, vocab=, centre_vocab= and dtype=."
             )
+        if self.last_target != other.last_target:
+            raise LeadTermsError(
+                f"cannot merge {what}s counted with last_target={self.last_target!r} and "
+                f"{other.last_target!r}; count every shard with the same last_target=."
+            )
         if None not in (self.n_ctx, other.n_ctx) and self.n_ctx != other.n_ctx:
             raise LeadTermsError(
                 f"cannot merge {what}s over windows of different lengths: T = {self.n_ctx} vs "
@@ -70,13 +85,20 @@ class _PassBase:
     what = "accumulator"
 
     def __init__(
-        self, vocab: KeptVocab, n_ctx: int | None, dtype: torch.dtype, device, backend: str
+        self,
+        vocab: KeptVocab,
+        n_ctx: int | None,
+        dtype: torch.dtype,
+        device,
+        backend: str,
+        last_target: str = "data",
     ) -> None:
         if dtype not in (torch.float32, torch.float64):
             raise LeadTermsError(
                 f"a {self.what} accumulates in torch.float32 or torch.float64, got {dtype}."
             )
-        self.shape = _Shape(vocab, n_ctx, dtype, torch.device(device))
+        check_choice("last_target", last_target, LAST_TARGETS)
+        self.shape = _Shape(vocab, n_ctx, dtype, torch.device(device), last_target)
         self.backend = resolve_backend(backend, self.shape.device)
         self.n_sequences = 0
         self._index = vocab.index_map(self.shape.device)
@@ -93,6 +115,11 @@ class _PassBase:
     @property
     def n_positions(self) -> int:
         return self.n_sequences * (self.n_ctx or 0)
+
+    @property
+    def last_target(self) -> str:
+        """``"data"`` or ``"paper-code"`` (see :mod:`.definitions`)."""
+        return self.shape.last_target
 
     def _prepare(self, batch: Any) -> tuple[torch.Tensor, PairLayout]:
         """Validate a ``[b, T + 1]`` batch; return it in matrix indices (dropped = ``k``).
@@ -111,7 +138,7 @@ class _PassBase:
             self._layout = PairLayout(
                 t, self.shape.dtype, self.shape.device, code_dtype(self.vocab)
             )
-        batch = batch.to(self.shape.device)
+        batch = apply_last_target(batch.to(self.shape.device), self.shape.last_target)
         idx = batch if self._index is None else self._index[batch]
         return idx, self._layout
 
@@ -161,6 +188,9 @@ class ContextAccumulator(_PassBase):
 
     Φ̄[i, j] = (1/NT) Σ_n Σ_t (1/t) Σ_{m<=t} [y_t = i][x_m = j] − μ_j, with
     μ_j = (u/NT) Σ_n Σ_m [x_m = j] Σ_{t>=m} 1/t.
+
+    ``last_target="paper-code"`` counts every window with its last target replaced by token 0
+    (the paper's ``pythia.py``; see :mod:`.definitions`).
     """
 
     what = "ContextAccumulator"
@@ -173,8 +203,9 @@ class ContextAccumulator(_PassBase):
         dtype: torch.dtype = torch.float64,
         device: torch.device | str = "cpu",
         backend: str = "auto",
+        last_target: LastTarget = "data",
     ) -> None:
-        super().__init__(vocab, n_ctx, dtype, device, backend)
+        super().__init__(vocab, n_ctx, dtype, device, backend, last_target)
         k = vocab.k
         dev = self.shape.device
         self._phi = torch.zeros(k * k + 1, dtype=dtype, device=dev)
@@ -265,8 +296,12 @@ class ContextAccumulator(_PassBase):
 class AttentionAccumulator(_PassBase):
     """Pass two: the attention statistic Q̄ and the positional statistic Δ, given Ḡ.
 
-    For query t and key j <= t, g = Ḡ[y_t, x_j], ḡ_t = (1/t) Σ_{j<=t} g and Q[t, j] =
-    (g − ḡ_t)/t; Q̄ = (1/NT) Σ X_nᵀ Q_n X_n and Δ[d] = (1/NT) Σ_n Σ_t Q_n[t, t − d].
+    For query t and key j <= t, g = row t of (Y_n − u)ḠX_nᵀ, ḡ_t = (1/t) Σ_{j<=t} g and
+    Q[t, j] = (g − ḡ_t)/t; Q̄ = (1/NT) Σ X_nᵀ Q_n X_n and Δ[d] = (1/NT) Σ_n Σ_t Q_n[t, t − d].
+    Under a restriction ``q_targets`` chooses g (see :mod:`.definitions`): ``"centred"`` (the
+    default, the paper's code) ``g = Ḡ[y_t, x_j] − u·(1ᵀḠ)[x_j]`` (only the second term for a
+    dropped target), ``"one-hot"`` ``g = Ḡ[y_t, x_j]``; a dropped key gives 0 in both.
+    ``last_target`` must be the one pass one was counted with.
 
     ``rows=(lo, hi)`` restricts it to the queries whose matrix index is in ``[lo, hi)`` (index
     ``k`` stands for a dropped token and counts for Δ only): its table and result are the rows
@@ -286,8 +321,11 @@ class AttentionAccumulator(_PassBase):
         backend: str = "auto",
         dtype: torch.dtype | None = None,
         rows: tuple[int, int] | None = None,
+        q_targets: QTargets = "centred",
+        last_target: LastTarget = "data",
     ) -> None:
         k = vocab.k
+        self.q_targets = check_choice("q_targets", q_targets, Q_TARGETS)
         lo, hi = rows if rows is not None else (0, k + 1)
         if not 0 <= lo < hi <= k + 1:
             raise LeadTermsError(
@@ -303,7 +341,9 @@ class AttentionAccumulator(_PassBase):
         device = G_bar.device if device is None else torch.device(device)
         if device.type == G_bar.device.type and device.index is None:
             device = G_bar.device  # "cuda" means the Ḡ's own "cuda:i": no copy
-        super().__init__(vocab, n_ctx, dtype or G_bar.dtype, device, backend)
+        super().__init__(vocab, n_ctx, dtype or G_bar.dtype, device, backend, last_target)
+        shift = key_shift(G_bar, vocab, q_targets)  # [k + 1] per-key −u·1ᵀḠ, or None
+        self._shift = None if shift is None else shift.to(self.shape.device)
         self._g = padded_flat(G_bar)
         if self._g is None or self._g.device != self.shape.device:
             self._g = torch.zeros(k * k + 1, dtype=G_bar.dtype, device=self.shape.device)
@@ -322,8 +362,9 @@ class AttentionAccumulator(_PassBase):
         if self.backend == "numba":
             k = self.vocab.k
             q_np, delta_np = self._q.numpy(), self._delta.numpy()
+            shift = None if self._shift is None else self._shift.numpy()
             kernels().attention_pass(
-                as_numpy(x), as_numpy(y), self._g.numpy(), q_np, delta_np, k, self.rows
+                as_numpy(x), as_numpy(y), self._g.numpy(), q_np, delta_np, k, self.rows, shift
             )
             self.n_sequences += b
             return self
@@ -335,6 +376,8 @@ class AttentionAccumulator(_PassBase):
         x_row = torch.where(in_rows & (x < k), (x - lo) * k, pad).to(x_col.dtype)
         key_part = x_col.index_select(1, layout.key)
         g = self._g.index_select(0, pair_codes(y_row, key_part, layout, self.vocab)).view(b, -1)
+        if self._shift is not None:  # + h[x_j] for every target, kept or dropped
+            g += self._shift.index_select(0, x.reshape(-1)).view(b, t).index_select(1, layout.key)
         g = g.to(self._q.dtype)
         g_mean = torch.segment_reduce(g, "sum", lengths=layout.row_lengths(b), axis=1)
         g_mean *= layout.inv_pos
@@ -354,6 +397,11 @@ class AttentionAccumulator(_PassBase):
             raise LeadTermsError(
                 f"cannot merge AttentionAccumulators over different query rows: {self.rows} vs "
                 f"{other.rows}; merge shards of the same row range."
+            )
+        if self.q_targets != other.q_targets:
+            raise LeadTermsError(
+                f"cannot merge AttentionAccumulators with q_targets={self.q_targets!r} and "
+                f"{other.q_targets!r}; build every shard with the same q_targets=."
             )
         if not torch.equal(self._g, other._g.to(self._g.device)):
             raise LeadTermsError(

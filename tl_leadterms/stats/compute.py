@@ -3,6 +3,7 @@
 import itertools
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -12,6 +13,13 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats import algebra
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.definitions import (
+    LAST_TARGETS,
+    Q_TARGETS,
+    LastTarget,
+    QTargets,
+    check_choice,
+)
 from tl_leadterms.stats.tokens import TokenSource
 from tl_leadterms.stats.vocab import VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
@@ -71,18 +79,66 @@ def _row_groups(k: int, dtype: torch.dtype, acc_dtype: torch.dtype) -> list[tupl
     return list(itertools.pairwise(bounds))
 
 
-def _attention_pass(source, g_bar, kept, n_sequences, dtype, acc_dtype, backend, progress):
+@dataclass(frozen=True)
+class _Plan:
+    """What both passes share: dtypes, backend and the two definition choices."""
+
+    dtype: torch.dtype
+    acc_dtype: torch.dtype
+    backend: str
+    q_targets: str
+    last_target: str
+    progress: bool
+
+
+def _check_options(dtype, accumulate_dtype, q_targets, last_target) -> torch.dtype:
+    """Validate the options of :func:`corpus_stats`; return the accumulation dtype."""
+    for name, value in (("dtype", dtype), ("accumulate_dtype", accumulate_dtype or dtype)):
+        if value not in _FLOAT_DTYPES:
+            raise LeadTermsError(
+                f"{name} must be torch.float64 or torch.float32, got {value}; use float64 for "
+                "exactness, float32 at scale."
+            )
+    check_choice("q_targets", q_targets, Q_TARGETS)
+    check_choice("last_target", last_target, LAST_TARGETS)
+    return accumulate_dtype or torch.float64
+
+
+def _context_pass(source, kept, device, plan: _Plan):
+    """Pass one: bigram counts, unigram counts and Φ̄; returns the counts and the backend used."""
+    first = ContextAccumulator(
+        kept,
+        dtype=plan.acc_dtype,
+        device=device,
+        backend=plan.backend,
+        last_target=plan.last_target,
+    )
+    total = len(source) or None
+    for batch in tqdm(source, total=total, desc="pass 1/2: B̄, Φ̄", disable=not plan.progress):
+        first.update(batch)
+    counts = first.result(release=True, dtype=plan.dtype)  # reuses the table when dtypes agree
+    return counts, first.backend
+
+
+def _attention_pass(source, g_bar, kept, n_sequences, plan: _Plan):
     """Pass two, in query-row groups when accumulating wider than the result (bounded memory)."""
-    groups = _row_groups(kept.k, dtype, acc_dtype)
+    groups = _row_groups(kept.k, plan.dtype, plan.acc_dtype)
     q_bar = None if len(groups) == 1 else torch.empty_like(g_bar)
     delta = 0
     total = len(source) or None
     for i, rows in enumerate(groups):
         desc = "pass 2/2: Q̄, Δ" + (f" (rows {i + 1}/{len(groups)})" if len(groups) > 1 else "")
         acc = AttentionAccumulator(
-            g_bar, kept, device=g_bar.device, backend=backend, dtype=acc_dtype, rows=rows
+            g_bar,
+            kept,
+            device=g_bar.device,
+            backend=plan.backend,
+            dtype=plan.acc_dtype,
+            rows=rows,
+            q_targets=plan.q_targets,
+            last_target=plan.last_target,
         )
-        for batch in tqdm(source, total=total, desc=desc, disable=not progress):
+        for batch in tqdm(source, total=total, desc=desc, disable=not plan.progress):
             acc.update(batch)
         if acc.n_sequences != n_sequences:
             raise LeadTermsError(
@@ -92,12 +148,30 @@ def _attention_pass(source, g_bar, kept, n_sequences, dtype, acc_dtype, backend,
             )
         block, part = acc.result(release=True)  # in the accumulation dtype, in the table
         if q_bar is None:
-            q_bar = block.to(dtype)
+            q_bar = block.to(plan.dtype)
         else:
             q_bar[rows[0] : rows[0] + block.shape[0]] = block  # rounds once, no extra block
         del acc, block
         delta = delta + part  # Δ of all groups summed before its one rounding
-    return q_bar, delta.to(dtype)
+    return q_bar, delta.to(plan.dtype)
+
+
+def _metadata(d_vocab, counts, kept, plan: _Plan, tokenizer) -> dict[str, Any]:
+    """Provenance of the statistics, including the definition choices (kept by save/load)."""
+    return {
+        "library_version": __version__,
+        "d_vocab": int(d_vocab),
+        "n_ctx": counts.n_ctx,
+        "n_sequences": counts.n_sequences,
+        "n_kept": kept.k,
+        "centre_vocab": kept.centre_vocab,
+        "dtype": str(plan.dtype).removeprefix("torch."),
+        "accumulate_dtype": str(plan.acc_dtype).removeprefix("torch."),
+        "backend": plan.backend,
+        "q_targets": plan.q_targets,
+        "last_target": plan.last_target,
+        **_tokenizer_provenance(tokenizer),
+    }
 
 
 def corpus_stats(
@@ -114,6 +188,8 @@ def corpus_stats(
     backend: str = "auto",
     accumulate_dtype: torch.dtype | None = None,
     timings: dict[str, float] | None = None,
+    q_targets: QTargets = "centred",
+    last_target: LastTarget = "data",
 ) -> CorpusStats:
     """Compute B̄, Σ_B̄, Φ̄, Ḡ, Q̄ and Δ (MATH.md §2) of a tokenized corpus.
 
@@ -131,9 +207,7 @@ def corpus_stats(
             frequent input tokens (an int; ``k >= d_vocab`` keeps every token, most frequent
             first); other tokens are encoded as the zero vector, so
             they add nothing to any matrix but still count as positions (``N·T`` and the
-            ``1/t`` weights are unchanged). Q̄ and Δ then use ``g = Ḡ[y_t, x_j]`` with the
-            restricted Ḡ, exactly as MATH.md §2 defines them: the ``−u·(1ᵀḠ)[x_j]`` term of
-            ``(Y − u)ḠXᵀ``, which vanishes for the full vocabulary, is not added back.
+            ``1/t`` weights are unchanged). How Q̄ and Δ treat the restriction is ``q_targets``.
         centre_vocab: ``|V|`` of the centring ``u = 1/|V|``; defaults to ``d_vocab`` even with
             a restriction (the paper's choice).
         dtype: ``torch.float64`` (exact) or ``torch.float32`` (half the memory, for large
@@ -155,60 +229,41 @@ def corpus_stats(
             that second pass.
         timings: if a dict, the wall-clock seconds of each stage are stored in it under
             ``"vocab"``, ``"pass1"`` (B̄ counts and Φ̄), ``"G_bar"`` and ``"pass2"`` (Q̄, Δ).
+        q_targets: the score rows of Q̄ and Δ (:mod:`tl_leadterms.stats.definitions`).
+            ``"centred"`` (default): row ``t`` of ``(Y − u)ḠXᵀ`` with restricted one-hots,
+            ``g = Ḡ[y_t, x_j] − u·(1ᵀḠ)[x_j]`` (``−u·(1ᵀḠ)[x_j]`` for a dropped target, 0
+            for a dropped key), the paper's code. ``"one-hot"``: ``g = Ḡ[y_t, x_j]`` (0 if
+            either is dropped), the ``−u·1ᵀḠ`` term left out. Identical for the full vocabulary
+            with the default ``centre_vocab`` (the term is zero there).
+        last_target: ``"data"`` (default) or ``"paper-code"``: every window's last target
+            replaced by token 0 before counting, as the paper's ``pythia.py`` does (for
+            ``covariance_similarity(..., protocol="paper-code")``).
 
     Returns:
-        A :class:`CorpusStats`.
+        A :class:`CorpusStats`; ``metadata`` records ``q_targets`` and ``last_target``.
 
     Example:
         >>> import torch
         >>> from tl_leadterms import corpus_stats
         >>> windows = torch.randint(0, 50, (64, 17))
         >>> stats = corpus_stats(windows, d_vocab=50, progress=False)
-        >>> stats.B_bar.shape, stats.Delta.shape
-        (torch.Size([50, 50]), torch.Size([16]))
+        >>> stats.B_bar.shape, stats.Delta.shape, stats.metadata["q_targets"]
+        (torch.Size([50, 50]), torch.Size([16]), 'centred')
     """
-    for name, value in (("dtype", dtype), ("accumulate_dtype", accumulate_dtype or dtype)):
-        if value not in _FLOAT_DTYPES:
-            raise LeadTermsError(
-                f"{name} must be torch.float64 or torch.float32, got {value}; use float64 for "
-                "exactness, float32 at scale."
-            )
-    acc_dtype = accumulate_dtype or torch.float64
+    acc_dtype = _check_options(dtype, accumulate_dtype, q_targets, last_target)
     clock = _Clock(timings)
     source = TokenSource(tokens, d_vocab, batch_size=batch_size, device=device)
     d_vocab = source.d_vocab  # a plain int from here on
     with clock("vocab"):
         kept = resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab, count_batches=source)
-
+    plan = _Plan(dtype, acc_dtype, backend, q_targets, last_target, progress)
     with clock("pass1"):
-        first = ContextAccumulator(kept, dtype=acc_dtype, device=device, backend=backend)
-        total = len(source) or None
-        for batch in tqdm(source, total=total, desc="pass 1/2: B̄, Φ̄", disable=not progress):
-            first.update(batch)
-        counts = first.result(release=True, dtype=dtype)  # reuses the table when dtypes agree
-        used_backend = first.backend
-        del first
-
+        counts, used_backend = _context_pass(source, kept, device, plan)
+    plan = replace(plan, backend=used_backend)
     with clock("G_bar"):
         g_bar = composed_from_counts(counts, kept, progress=progress, backend=used_backend)
-
     with clock("pass2"):
-        q_bar, delta = _attention_pass(
-            source, g_bar, kept, counts.n_sequences, dtype, acc_dtype, used_backend, progress
-        )
-
-    metadata = {
-        "library_version": __version__,
-        "d_vocab": int(d_vocab),
-        "n_ctx": counts.n_ctx,
-        "n_sequences": counts.n_sequences,
-        "n_kept": kept.k,
-        "centre_vocab": kept.centre_vocab,
-        "dtype": str(dtype).removeprefix("torch."),
-        "accumulate_dtype": str(acc_dtype).removeprefix("torch."),
-        "backend": used_backend,
-        **_tokenizer_provenance(tokenizer),
-    }
+        q_bar, delta = _attention_pass(source, g_bar, kept, counts.n_sequences, plan)
     return CorpusStats(
         vocab=kept,
         n_sequences=counts.n_sequences,
@@ -220,6 +275,6 @@ def corpus_stats(
         G_bar=g_bar,
         Q_bar=q_bar,
         Delta=delta,
-        metadata=metadata,
+        metadata=_metadata(d_vocab, counts, kept, plan, tokenizer),
         tokenizer=tokenizer,
     )

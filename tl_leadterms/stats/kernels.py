@@ -47,7 +47,7 @@ def _context(x, y, table, k, n_parts):  # pragma: no cover - compiled
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 @no_type_check
-def _attention(x, y, g_table, q_table, delta_parts, k, lo, hi, n_parts):  # pragma: no cover
+def _attention(x, y, g_table, shift, q_table, delta_parts, k, lo, hi, n_parts):  # pragma: no cover
     b, t_len = x.shape
     for part in prange(n_parts):
         g = np.empty(t_len, dtype=g_table.dtype)
@@ -59,14 +59,15 @@ def _attention(x, y, g_table, q_table, delta_parts, k, lo, hi, n_parts):  # prag
                     continue  # another group's or thread's row (dropped queries = k count for Δ)
                 target = y[n, t]
                 total = 0.0
-                if target == k:
+                if target == k:  # a dropped target: only the per-key term (shift[k] = 0)
                     for m in range(t + 1):
-                        g[m] = 0.0
+                        g[m] = shift[x[n, m]]
+                        total += g[m]
                 else:
                     base = target * k
                     for m in range(t + 1):
                         col = x[n, m]
-                        g[m] = 0.0 if col == k else g_table[base + col]
+                        g[m] = (0.0 if col == k else g_table[base + col]) + shift[col]
                         total += g[m]
                 inv = 1.0 / (t + 1)
                 mean = total * inv
@@ -110,13 +111,17 @@ def attention_pass(
     delta: np.ndarray,
     k: int,
     rows: tuple[int, int],
+    shift: np.ndarray | None = None,
 ) -> None:
     """Q̄ and Δ sums of one batch given the flat Ḡ table (in place).
 
     Only queries with matrix index in ``rows = (lo, hi)`` count (``k``, a dropped query, counts
-    for Δ alone); ``q_table`` holds rows ``lo..hi-1`` of Q̄.
+    for Δ alone); ``q_table`` holds rows ``lo..hi-1`` of Q̄. ``shift`` (``[k + 1]``, last entry
+    0) is added to every looked-up ``g`` by key, for any target (``q_targets="centred"``).
     """
     parts = n_threads()
     delta_parts = np.zeros((parts, x.shape[1]), dtype=q_table.dtype)
-    _attention(x, y, g_table, q_table, delta_parts, k, rows[0], rows[1], parts)
+    if shift is None:  # adding exact zeros leaves every sum bit for bit as it was
+        shift = np.zeros(k + 1, dtype=g_table.dtype)
+    _attention(x, y, g_table, shift, q_table, delta_parts, k, rows[0], rows[1], parts)
     delta += delta_parts.sum(0)
