@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
+from tl_leadterms.errors import LeadTermsError, check_choice, positive_int, positive_number
 from tl_leadterms.stats.corpus import CorpusStats
 
 __all__ = [
@@ -110,15 +110,6 @@ def check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise LeadTermsError(f"{name} must be True or False, got {value!r}")
     return bool(value)
-
-
-def check_choice(name: str, value: Any, options: Sequence[str]) -> str:
-    """``value`` if it is one of ``options``."""
-    if not isinstance(value, str) or value not in options:
-        raise LeadTermsError(
-            f"{name} must be one of {', '.join(map(repr, options))}; got {value!r}"
-        )
-    return value
 
 
 def check_layers(layers: Any, n_layers: int) -> list[int]:

@@ -1,4 +1,10 @@
-"""The one exception type of tl_leadterms, and the two checks most inputs need."""
+"""The one exception type of tl_leadterms, and the checks the lowest layers need.
+
+Every entry point reaches these through :mod:`tl_leadterms.checks`, which re-exports them.
+"""
+
+from collections.abc import Sequence
+from typing import Any
 
 
 class LeadTermsError(ValueError):
@@ -22,3 +28,12 @@ def positive_number(name: str, value: object) -> float:
     if not ok or not 0 < value < float("inf"):
         raise LeadTermsError(f"{name} must be a positive number, got {value!r}")
     return float(value)
+
+
+def check_choice(name: str, value: Any, options: Sequence[str]) -> str:
+    """``value`` if it is one of ``options``."""
+    if not isinstance(value, str) or value not in options:
+        raise LeadTermsError(
+            f"{name} must be one of {', '.join(map(repr, options))}; got {value!r}"
+        )
+    return value

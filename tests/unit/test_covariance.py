@@ -269,9 +269,9 @@ def test_bad_input(neox, stats, kept_stats, tokens):
     other = corpus_stats(tokens, d_vocab=V + 3, progress=False)
     with pytest.raises(LeadTermsError, match=r"d_vocab=33 but the model has d_vocab=30"):
         call(neox, other, progress=False)
-    with pytest.raises(LeadTermsError, match=r"normalize must be 'theory'.*got 'rows'"):
+    with pytest.raises(LeadTermsError, match=r"normalize must be one of 'theory'.*got 'rows'"):
         call(neox, stats, normalize="rows", progress=False)
-    with pytest.raises(LeadTermsError, match=r"value_map must be 'post'.*got 'pre'"):
+    with pytest.raises(LeadTermsError, match=r"value_map must be one of 'post'.*got 'pre'"):
         call(neox, stats, value_map="pre", progress=False)
     with pytest.raises(LeadTermsError, match="stats must be a CorpusStats"):
         call(neox, stats.Q_bar, progress=False)

@@ -28,21 +28,22 @@ from tqdm.auto import tqdm
 
 from tl_leadterms.analyzers.covariance_algebra import (  # noqa: F401 (theory_terms re-exported)
     TheoryTerms,
-    _cached_terms,
     attention_scores,
+    cached_terms,
     theory_terms,
     value_scores,
 )
-from tl_leadterms.analyzers.token_maps import (
-    TokenMaps,
+from tl_leadterms.analyzers.token_maps import TokenMaps, model_device, token_maps
+from tl_leadterms.checks import (
+    Layers,
+    check_bool,
+    check_choice,
     check_layers,
-    model_device,
-    token_maps,
+    check_stats,
+    check_vocab,
 )
-from tl_leadterms.checks import Layers
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
-from tl_leadterms.stats.definitions import check_choice
 from tl_leadterms.version import __version__
 
 __all__ = ["CovarianceSimilarity", "covariance_similarity"]
@@ -54,28 +55,11 @@ Protocol = Literal["theorem", "paper-code"]
 PROTOCOLS: tuple[str, ...] = get_args(Protocol)
 
 
-def _check(model: Any, stats: object, normalize: object, value_map: object, dtype: object):
-    if not isinstance(stats, CorpusStats):
-        raise LeadTermsError(
-            f"stats must be a CorpusStats (from tl_leadterms.corpus_stats), got "
-            f"{type(stats).__name__}"
-        )
-    if stats.d_vocab != model.cfg.d_vocab:
-        raise LeadTermsError(
-            f"the statistics were computed for d_vocab={stats.d_vocab} but the model has "
-            f"d_vocab={model.cfg.d_vocab}; compute them with the model's own tokenizer "
-            "(corpus_stats(tokens, d_vocab=model.cfg.d_vocab, vocab=...))"
-        )
-    if normalize not in NORMALIZE:
-        raise LeadTermsError(
-            f"normalize must be 'theory' (the paper: scale theory rows only) or 'both', "
-            f"got {normalize!r}"
-        )
-    if value_map not in VALUE_MAPS:
-        raise LeadTermsError(
-            f"value_map must be 'post' (the paper: E_post, E_attn) or 'write' (E_post − E_pre, "
-            f"E_attn − E_pre), got {value_map!r}"
-        )
+def _check(model: Any, stats: Any, normalize: Any, value_map: Any, dtype: Any):
+    check_stats(stats)
+    check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
+    check_choice("normalize", normalize, NORMALIZE)
+    check_choice("value_map", value_map, VALUE_MAPS)
     if dtype not in (torch.float32, torch.float64):
         raise LeadTermsError(f"dtype must be torch.float64 or torch.float32, got {dtype!r}")
 
@@ -104,16 +88,16 @@ def _finite(name: str, t: Tensor) -> Tensor:
 @torch.no_grad()
 def covariance_similarity(
     model: Any,
-    stats: object,
+    stats: CorpusStats,
     *,
     layers: Layers = None,
     per_head: bool = False,
-    normalize: object = "theory",
-    value_map: object = "post",
-    maps: object = None,
+    normalize: Literal["theory", "both"] = "theory",
+    value_map: Literal["post", "write"] = "post",
+    maps: TokenMaps | None = None,
     batch_size: int = 1024,
-    device: object = None,
-    dtype: object = torch.float64,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float64,
     progress: bool = True,
     protocol: Protocol = "theorem",
 ) -> "CovarianceSimilarity":
@@ -188,8 +172,7 @@ def covariance_similarity(
     _check(model, stats, normalize, value_map, dtype)
     _check_protocol(protocol, stats)
     layers = check_layers(layers, model.cfg.n_layers)
-    if not isinstance(per_head, bool):
-        raise LeadTermsError(f"per_head must be True or False, got {per_head!r}")
+    check_bool("per_head", per_head)
     device = _resolve_device(model, device)
     ids = stats.kept.cpu() if stats.kept is not None else torch.arange(stats.d_vocab)
     if maps is None:
@@ -241,8 +224,8 @@ class _Theory(NamedTuple):
         name = "Q_bar^T" if transposed else "Q_bar"
         T_att = (stats.Q_bar.T if transposed else stats.Q_bar).to(device)
         T_val = stats.B_bar_Phi_bar.T.to(device)
-        att_terms = _cached_terms(stats, name, T_att, dtype)
-        val_terms = _cached_terms(stats, "Phi_bar^T B_bar^T", T_val, dtype)
+        att_terms = cached_terms(stats, name, T_att, dtype)
+        val_terms = cached_terms(stats, "Phi_bar^T B_bar^T", T_val, dtype)
         return cls(protocol, name, T_att, att_terms, T_val, val_terms, device, dtype)
 
 

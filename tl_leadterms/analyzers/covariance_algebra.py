@@ -77,7 +77,7 @@ def theory_terms(T: Float[Tensor, "n m"], dtype: torch.dtype = torch.float64) ->
     return terms._replace(norm2=norm2)
 
 
-def _cached_terms(stats: CorpusStats, name: str, T: Tensor, dtype: torch.dtype) -> TheoryTerms:
+def cached_terms(stats: CorpusStats, name: str, T: Tensor, dtype: torch.dtype) -> TheoryTerms:
     per_stats = _THEORY_CACHE.setdefault(stats, {})
     key = (name, dtype, str(T.device))
     if key not in per_stats:

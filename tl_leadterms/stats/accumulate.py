@@ -15,14 +15,13 @@ from typing import Any
 
 import torch
 
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.stats.definitions import (
     LAST_TARGETS,
     Q_TARGETS,
     LastTarget,
     QTargets,
     apply_last_target,
-    check_choice,
     key_shift,
 )
 from tl_leadterms.stats.tables import (

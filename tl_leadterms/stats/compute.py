@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.stats import algebra
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
 from tl_leadterms.stats.corpus import CorpusStats
@@ -18,7 +18,6 @@ from tl_leadterms.stats.definitions import (
     Q_TARGETS,
     LastTarget,
     QTargets,
-    check_choice,
 )
 from tl_leadterms.stats.tokens import TokenSource
 from tl_leadterms.stats.vocab import VocabSpec, resolve_vocab

@@ -36,7 +36,6 @@ from typing import Literal, get_args
 
 import torch
 
-from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.vocab import KeptVocab
 
 __all__ = [
@@ -45,7 +44,6 @@ __all__ = [
     "LastTarget",
     "QTargets",
     "apply_last_target",
-    "check_choice",
     "key_shift",
     "shift_vanishes",
 ]
@@ -56,13 +54,6 @@ Q_TARGETS: tuple[str, ...] = get_args(QTargets)
 LAST_TARGETS: tuple[str, ...] = get_args(LastTarget)
 
 PAPER_CODE_LAST_TOKEN = 0  # the token id the paper's code writes into every window's last target
-
-
-def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
-    """``value`` if it is one of ``allowed``, else a :class:`LeadTermsError` naming both."""
-    if not isinstance(value, str) or value not in allowed:
-        raise LeadTermsError(f"{name} must be one of {list(allowed)}, got {value!r}.")
-    return value
 
 
 def apply_last_target(batch: torch.Tensor, last_target: str) -> torch.Tensor:
