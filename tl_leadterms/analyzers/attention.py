@@ -33,7 +33,13 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
 
-__all__ = ["AttentionAgreement", "attention_agreement", "predict_attention", "scaled_softmax"]
+__all__ = [
+    "AttentionAgreement",
+    "attention_agreement",
+    "attention_scale",
+    "predict_attention",
+    "scaled_softmax",
+]
 
 
 def _check_stats_tokens(stats: Any, tokens: Any) -> Int[Tensor, "batch pos"]:
@@ -94,7 +100,7 @@ def predict_attention(
         (torch.Size([2, 8, 8]), True)
     """
     tokens = _check_stats_tokens(stats, tokens)
-    c = _scale(lr, steps, s_lr, scale)
+    c = attention_scale(lr, steps, s_lr, scale)
     if c is None:
         raise LeadTermsError(
             "the prediction needs its scale: lr and steps (c = (3C(s,4) + 2C(s,3))·lr⁴), s_lr "
@@ -111,8 +117,9 @@ def scaled_softmax(scale: float, scores: Tensor) -> Tensor:
     )
 
 
-def _scale(lr: Any, steps: Any, s_lr: Any, scale: Any) -> float | None:
-    """The scale ``c`` of the attention statistic, or None when nothing fixes it."""
+def attention_scale(lr: Any, steps: Any, s_lr: Any, scale: Any) -> float | None:
+    """The scale ``c`` of the attention statistic from a training run or ``scale``; None when
+    neither is given (the scale is then fitted). ``lr`` alone is refused."""
     if scale is not None:
         if lr is not None or steps is not None or s_lr is not None:
             raise LeadTermsError(
@@ -234,7 +241,7 @@ def attention_agreement(
     tokens = _check_stats_tokens(stats, tokens)
     check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
     check_bool("progress", progress)
-    fixed = _scale(lr, steps, s_lr, None)
+    fixed = attention_scale(lr, steps, s_lr, None)
     chosen = check_layers(layers, model.cfg.n_layers)
     patterns = _patterns(model, tokens, chosen, cache)
     scores = predicted_scores(stats, tokens).to(torch.float64).cpu()

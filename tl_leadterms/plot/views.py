@@ -110,7 +110,11 @@ def plot_attention(
     """
     from transformer_lens.utilities import get_act_name
 
-    from tl_leadterms.analyzers.attention import attention_agreement, predict_attention
+    from tl_leadterms.analyzers.attention import (
+        attention_agreement,
+        attention_scale,
+        predict_attention,
+    )
 
     stats = check_stats(stats)
     cfg = getattr(model, "cfg", None)
@@ -122,7 +126,7 @@ def plot_attention(
     tokenizer = _pick_tokenizer(tokenizer, getattr(model, "tokenizer", None), stats.tokenizer)
     check_vocab(stats, d_vocab=cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
     schedule = Schedule.of(lr, steps, s_lr)
-    fixed = schedule.coefficient("W")
+    fixed = attention_scale(lr, steps, s_lr, None)
     ids = _token_list(tokens, tokenizer)[: min(stats.n_ctx, cfg.n_ctx)]
     bad = [i for i in ids if not 0 <= i < stats.d_vocab]
     if bad:
