@@ -6,8 +6,9 @@ target's suffix so that writers which look at the extension, such as ``np.save``
 matplotlib, behave), is fsynced, then ``os.replace``-d onto the target, and the folder is fsynced.
 A reader sees the old file or the new one, never a half-written one, even after a crash.
 
-* Mode: the temporary is created as ``open(path, "w")`` would create the target, so a file ends
-  up ``0o666 & ~umask`` (a folder ``0o777 & ~umask``), not mkstemp's private ``0o600``.
+* Mode: a file ends up as ``open(path, "w")`` would create it, ``0o666 & ~umask`` (a folder
+  ``0o777 & ~umask``), not mkstemp's private ``0o600``, even when the writer makes its file
+  private (safetensors' ``save_file`` does); files in a folder get the same (execute bits kept).
 * Errors: on any exception, ``KeyboardInterrupt`` included, the temporary is removed and the
   target keeps its old content (or stays absent).
 * Crashes: a temporary left by a killed writer is removed by the next write to the same target,
@@ -83,9 +84,10 @@ def atomic_path(path: str | os.PathLike, *, parents: bool = False) -> Iterator[P
     """
     target = _target(path, parents, folder=False)
     tmp = _create(target, folder=False)
+    mode = tmp.stat().st_mode & 0o7777  # what open() gives under this umask and folder
     try:
         yield tmp
-        _fsync_file(tmp)
+        _fsync_file(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
         _remove(tmp)
@@ -103,11 +105,12 @@ def atomic_folder(path: str | os.PathLike, *, parents: bool = False) -> Iterator
     """
     target = _target(path, parents, folder=True)
     tmp = _create(target, folder=True)
+    mode = tmp.stat().st_mode & 0o7777
     try:
         yield tmp
         if not tmp.is_dir():
             raise LeadTermsError(f"the temporary folder {str(tmp)!r} was removed; write into it")
-        _fsync_tree(tmp)
+        _fsync_tree(tmp, mode & 0o666)
         _swap_in(tmp, target)
     except BaseException:
         _remove(tmp)
@@ -166,7 +169,7 @@ def _name(target: Path, kind: str) -> Path:
 def _create(target: Path, folder: bool) -> Path:
     """Sweep the target's orphans, then create a fresh temporary file or folder for it."""
     _sweep(target)
-    while True:
+    for _ in range(100):
         tmp = _name(target, "tmp")
         try:
             if folder:
@@ -180,6 +183,7 @@ def _create(target: Path, folder: bool) -> Path:
             if isinstance(err, PermissionError) or err.errno == errno.EROFS:
                 raise _unwritable(target, target.parent, err) from err
             raise
+    raise LeadTermsError(f"no free temporary name next to {str(target)!r}; clean up its folder")
 
 
 def _sweep(target: Path) -> None:
@@ -255,7 +259,9 @@ def _remove(path: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-def _fsync_file(path: Path) -> None:
+def _fsync_file(path: Path, mode: int) -> None:
+    """fsync ``path``, first giving it ``mode`` (plus its own execute bits) if a writer such as
+    safetensors' ``save_file`` made it private."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError as err:
@@ -264,17 +270,21 @@ def _fsync_file(path: Path) -> None:
             "the target; write to exactly the path atomic_path yields"
         ) from err
     try:
+        now = os.fstat(fd).st_mode & 0o7777
+        wanted = mode | (now & (mode & 0o444) >> 2)  # keep execute bits where reading is allowed
+        if now != wanted:
+            os.fchmod(fd, wanted)
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def _fsync_tree(folder: Path) -> None:
+def _fsync_tree(folder: Path, mode: int) -> None:
     for root, _, files in os.walk(folder):
         for name in files:
             file = Path(root, name)
             if not file.is_symlink():
-                _fsync_file(file)
+                _fsync_file(file, mode)
         _fsync_folder(Path(root))
 
 

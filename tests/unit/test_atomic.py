@@ -72,6 +72,24 @@ def test_modes_equal_those_of_plain_open(tmp_path, umask):
     assert mode("folder") == mode("plain_dir") == 0o777 & ~umask
 
 
+def test_private_files_of_writers_get_the_ordinary_mode(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    with open(tmp_path / "plain.txt", "w") as f:
+        f.write("x")
+    ordinary = (tmp_path / "plain.txt").stat().st_mode & 0o777
+    with atomic_path(tmp_path / "stats.safetensors") as tmp:
+        save_file({"a": torch.zeros(2)}, str(tmp))  # it writes 0o600 files
+    with atomic_folder(tmp_path / "ckpt") as tmp:
+        save_file({"a": torch.zeros(2)}, str(tmp / "model.safetensors"))
+        (tmp / "run.sh").write_text("true")
+        (tmp / "run.sh").chmod(0o700)
+    assert (tmp_path / "stats.safetensors").stat().st_mode & 0o777 == ordinary
+    assert (tmp_path / "ckpt" / "model.safetensors").stat().st_mode & 0o777 == ordinary
+    assert (tmp_path / "ckpt" / "run.sh").stat().st_mode & 0o777 == ordinary | 0o100  # its u+x
+
+
 def test_temporary_names_are_unique_and_next_to_the_target(tmp_path):
     path = tmp_path / "stats.safetensors"
     seen = []
