@@ -84,8 +84,8 @@ def atomic_path(path: str | os.PathLike, *, parents: bool = False) -> Iterator[P
     """
     target = _target(path, parents, folder=False)
     tmp = _create(target, folder=False)
-    mode = tmp.stat().st_mode & 0o7777  # what open() gives under this umask and folder
     try:
+        mode = tmp.stat().st_mode & 0o7777  # what open() gives under this umask and folder
         yield tmp
         _fsync_file(tmp, mode)
         os.replace(tmp, target)
@@ -105,8 +105,8 @@ def atomic_folder(path: str | os.PathLike, *, parents: bool = False) -> Iterator
     """
     target = _target(path, parents, folder=True)
     tmp = _create(target, folder=True)
-    mode = tmp.stat().st_mode & 0o7777
     try:
+        mode = tmp.stat().st_mode & 0o7777
         yield tmp
         if not tmp.is_dir():
             raise LeadTermsError(f"the temporary folder {str(tmp)!r} was removed; write into it")
