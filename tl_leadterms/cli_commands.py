@@ -8,11 +8,11 @@ import argparse
 import json
 import math
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
+from tl_leadterms import atomic
 from tl_leadterms.errors import LeadTermsError
 
 _TOKEN_SUFFIXES = (".pt", ".npy")
@@ -95,16 +95,8 @@ def write_text(content: str, path: str | None) -> None:
     target = Path(path)
     if target.is_dir():
         raise LeadTermsError(f"-o {path!r} is a folder; pass a file path")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(content if content.endswith("\n") else content + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = content if content.endswith("\n") else content + "\n"
+    atomic.write_text(target, text, parents=True)
     print(f"wrote {target}")
 
 

@@ -12,12 +12,12 @@ import html
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
+from tl_leadterms.atomic import write_text
 from tl_leadterms.checks import check_stats
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
@@ -177,21 +177,6 @@ def _check_args(path, stats, text, title, lr, steps) -> Path:
             raise LeadTermsError(f"{name} must be a string or None, got {value!r}")
     Schedule.of(lr, steps)
     return path
-
-
-def _write_atomic(path: Path, content: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(content)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def report(
@@ -375,7 +360,7 @@ def report(
         page.append(f'<section id="{sid}"><h2>{_esc(head)}</h2>\n{body}\n</section>')
     page.append("</body></html>")
     content = "\n".join(page)
-    _write_atomic(path, content)
+    write_text(path, content, parents=True)
     bar.update()
     bar.close()
     return path

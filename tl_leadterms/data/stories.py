@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 import random
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, no_type_check
 
+from tl_leadterms.atomic import write_text
 from tl_leadterms.data.story_text import (
     ACTS,
     ADJ,
@@ -381,15 +381,7 @@ def write_corpus(
         )
     stories = generate_stories(n_stories, seed=seed, min_words=min_words, max_words=max_words)
     text = "\n\n".join(stories) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes the file private; a corpus is ordinary data
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, text)
     return path
 
 

@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tl_leadterms.atomic import atomic_path
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.plot.html import _atomic_write
 
 __all__ = ["plot_history", "plot_sweep"]
 
@@ -32,7 +32,8 @@ def _save(fig: Any, path: object) -> None:
         raise LeadTermsError(f"path must be a str, os.PathLike or None, got {path!r}")
     if Path(path).suffix.lower() not in ("", ".png"):
         raise LeadTermsError(f"figures are saved as PNG; give {path!r} a .png suffix")
-    _atomic_write(path, lambda file: fig.savefig(file, format="png", dpi=120))
+    with atomic_path(path, parents=True) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
 
 
 def plot_history(history: object, path: object = None):

@@ -16,13 +16,12 @@ time the view is written. So:
 
 import base64
 import html
-import os
 import re
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
 
+from tl_leadterms.atomic import write_bytes
 from tl_leadterms.errors import LeadTermsError
 
 __all__ = ["View", "figure_html", "save_html"]
@@ -195,25 +194,6 @@ class View:
         return f"View({self.title!r}, parts={kinds})"
 
 
-def _atomic_write(path: object, write) -> Path:
-    if not isinstance(path, (str, os.PathLike)):
-        raise LeadTermsError(f"path must be a str or os.PathLike, got {path!r}")
-    path = Path(path)
-    if path.is_dir():
-        raise LeadTermsError(f"{path} is a directory; pass a file path such as {path / 'x'}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            write(file)
-        os.chmod(tmp, 0o644)  # mkstemp makes the file private; give it a normal file's mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def save_html(view: object, path: object) -> Path:
     """Write a self-contained, offline HTML page for a :class:`View` or a circuitsvis
     ``RenderedHTML`` (its ``local_src``), atomically (a temporary file, then a rename).
@@ -228,7 +208,7 @@ def save_html(view: object, path: object) -> Path:
             )
         view = View([view])
     page = view.html(standalone=True).encode("utf-8")
-    return _atomic_write(path, lambda file: file.write(page))
+    return write_bytes(path, page, parents=True)
 
 
 def figure_html(fig: object, alt: object = "figure") -> str:

@@ -7,7 +7,6 @@ folder and are renamed into place, so a crash never leaves a half-written file.
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from tl_leadterms.atomic import atomic_path
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
@@ -34,7 +34,6 @@ def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
     path = Path(path)
     if path.is_dir():
         raise LeadTermsError(f"{path} is a directory; pass a file path such as stats.safetensors.")
-    path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {name: getattr(stats, name) for name in _REQUIRED}
     if stats.kept is not None:
         tensors["kept"] = stats.kept
@@ -51,17 +50,8 @@ def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
         "centre_vocab": stats.centre_vocab,
         "dtype": str(stats.dtype).removeprefix("torch."),
     }
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata={"tl_leadterms": json.dumps(header)})
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a saved file is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path, parents=True) as tmp:
+        save_file(tensors, str(tmp), metadata={"tl_leadterms": json.dumps(header)})
 
 
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
