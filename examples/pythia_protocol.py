@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from tl_leadterms import attention_agreement, corpus_stats
-from tl_leadterms.analyzers.sweep import sweep
+from tl_leadterms.checkpoints.sweep import sweep
 from tl_leadterms.models.checkpoints import load_series, load_windows, train_neox_series
 
 PRESETS = {

@@ -298,7 +298,7 @@ def cmd_decompose(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from tl_leadterms.analyzers.sweep import sweep
+    from tl_leadterms.checkpoints.sweep import sweep
 
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".json"):
         raise LeadTermsError(f"--out {args.out!r} must end in .csv or .json")
@@ -374,7 +374,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _read_sweep(path: str):
-    from tl_leadterms.analyzers.sweep_table import SweepTable
+    from tl_leadterms.checkpoints.sweep_table import SweepTable
 
     if not Path(path).is_file():
         raise LeadTermsError(f"no sweep results file at {path!r} (from sweep --results)")

@@ -2,15 +2,14 @@
 
 :func:`train_neox_series` builds the package's story corpus and word-level tokenizer, trains a
 randomly initialised ``GPTNeoXForCausalLM`` (the conventions of
-:func:`~tl_leadterms.models.neox.save_tiny_neox`) with Adam on next-token loss on the CPU, and
+:func:`~tl_leadterms.checkpoints.tiny.tiny_neox_model`) with Adam on next-token loss on the CPU, and
 saves checkpoints at Pythia-like steps ``0, 1, 2, 4, ..., steps`` as local folders
-``out_dir/step{N}`` that :func:`~tl_leadterms.models.neox.load_neox` reads offline. The
+``out_dir/step{N}`` that :func:`~tl_leadterms.checkpoints.loading.load_model` reads offline. The
 training windows (``windows.pt``) and tokenizer are saved beside them, so the statistics of the
 training corpus can be computed; :func:`load_series` lists the checkpoints for
-:func:`tl_leadterms.analyzers.sweep.sweep`.
+:func:`tl_leadterms.checkpoints.sweep.sweep`.
 """
 
-import contextlib
 import json
 import math
 import os
@@ -27,19 +26,12 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
-from tl_leadterms.models.neox import tiny_neox_model
+from tl_leadterms.checkpoints.loading import checkpoint_step, load_series, quiet_transformers
+from tl_leadterms.checkpoints.tiny import tiny_neox_model
 
-__all__ = [
-    "checkpoint_step",
-    "load_series",
-    "load_windows",
-    "pythia_steps",
-    "quiet_transformers",
-    "train_neox_series",
-]
+__all__ = ["load_series", "load_windows", "pythia_steps", "train_neox_series"]
 
 SERIES_FILE = "series.json"
-CHECKPOINT_FILE = "checkpoint.json"
 WINDOWS_FILE = "windows.pt"
 TOKENIZER_DIR = "tokenizer"
 _OPTIMIZERS = ("adamw", "sgd")
@@ -75,20 +67,6 @@ def _checkpoint_steps(checkpoints: object, steps: int) -> list[int]:
     return sorted(set(out))
 
 
-@contextlib.contextmanager
-def quiet_transformers():
-    """Silence Hugging Face's per-file progress bars (saving, loading) and restore them after."""
-    from transformers.utils import logging as hf_logging
-
-    enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            hf_logging.enable_progress_bar()
-
-
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     """Write JSON atomically (temporary file in the same folder, then rename)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -104,7 +82,7 @@ def _save_checkpoint(hf_model, tokenizer, folder: Path, info: dict[str, Any]) ->
         with quiet_transformers():
             hf_model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
-        (tmp / CHECKPOINT_FILE).write_text(json.dumps(info, indent=2))
+        (tmp / "checkpoint.json").write_text(json.dumps(info, indent=2))
         if folder.exists():  # move the old one aside first: a crash never leaves neither
             old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old."))
             os.replace(folder, old / folder.name)
@@ -158,10 +136,10 @@ def train_neox_series(
     The corpus is ``stories`` or :func:`~tl_leadterms.data.generate_stories` (``n_stories``,
     ``seed``); a word-level tokenizer of ``vocab_size`` tokens is trained on it and the stories
     are cut into windows of ``n_ctx + 1`` tokens (:func:`~tl_leadterms.stats.make_windows`,
-    ``[EOS]`` between stories). The model is ``save_tiny_neox``'s randomly initialised
+    ``[EOS]`` between stories). The model is ``tiny_neox_model``'s randomly initialised
     ``GPTNeoXForCausalLM`` (rotary on a quarter of each head, parallel attention and MLP,
     untied embeddings, ``d_mlp = 4·d_model``) with its matrices scaled by ``init_scale`` and,
-    like Pythia, unit LayerNorm gains and zero biases (``save_tiny_neox`` randomises those to
+    like Pythia, unit LayerNorm gains and zero biases (``save_tiny_model`` randomises those to
     exercise weight folding; random biases add one direction shared by every token's residual
     maps, which alone scores about 0.95 on the covariance protocol at step 0). It is
     trained with AdamW (betas 0.9/0.95 like Pythia, linear warm-up over ``warmup`` steps, then a
@@ -191,7 +169,7 @@ def train_neox_series(
 
     Example:
         >>> import tempfile
-        >>> from tl_leadterms.models.checkpoints import load_series, train_neox_series
+        >>> from tl_leadterms.checkpoints.series import load_series, train_neox_series
         >>> out = tempfile.mkdtemp()
         >>> folders = train_neox_series(out, n_stories=30, vocab_size=60, n_ctx=16, d_model=16,
         ...     n_heads=2, n_layers=1, steps=4, batch_size=8, progress=False)
@@ -246,7 +224,7 @@ def train_neox_series(
     os.replace(tmp, out_dir / WINDOWS_FILE)
 
     torch.manual_seed(seed)
-    # like Pythia: unit LayerNorm gains and zero biases (save_tiny_neox randomises them)
+    # like Pythia: unit LayerNorm gains and zero biases (save_tiny_model randomises them)
     hf_model = tiny_neox_model(
         d_vocab=d_vocab, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_ctx=n_ctx,
         seed=seed, tokenizer=tokenizer, randomise_norms=False, attn_implementation="eager",
@@ -328,44 +306,6 @@ def train_neox_series(
         },
     )
     return folders
-
-
-def checkpoint_step(folder: Path) -> int | None:
-    """A checkpoint folder's step: from its ``checkpoint.json``, else the digits ending its name."""
-    info = folder / CHECKPOINT_FILE
-    if info.is_file():
-        try:
-            step = json.loads(info.read_text()).get("step")
-        except (OSError, ValueError):
-            step = None
-        if isinstance(step, int) and not isinstance(step, bool):
-            return step
-    digits = folder.name[len(folder.name.rstrip("0123456789")) :]
-    return int(digits) if digits else None
-
-
-def load_series(out_dir: str | os.PathLike) -> list[tuple[str, int | None, Path]]:
-    """The checkpoints of a series folder as ``(label, step, folder)``, in step order.
-
-    A checkpoint is any sub-folder with a ``config.json``; its step comes from its
-    ``checkpoint.json`` or the digits ending its name (``step64`` → 64).
-    """
-    out_dir = Path(out_dir)
-    if not out_dir.is_dir():
-        raise LeadTermsError(
-            f"{str(out_dir)!r} is not a folder; pass the out_dir of train_neox_series"
-        )
-    found = [
-        (f.name, checkpoint_step(f), f)
-        for f in out_dir.iterdir()
-        if f.is_dir() and not f.name.startswith(".") and (f / "config.json").is_file()
-    ]
-    if not found:
-        raise LeadTermsError(
-            f"{str(out_dir)!r} holds no checkpoint folder (a sub-folder with config.json); "
-            "write one with train_neox_series"
-        )
-    return sorted(found, key=lambda x: (x[1] is None, x[1] if x[1] is not None else 0, x[0]))
 
 
 def load_windows(out_dir: str | os.PathLike) -> Int[Tensor, "n_windows n_ctx_plus_1"]:
