@@ -347,8 +347,15 @@ def load_model(
         )
     path = Path(path_or_name).expanduser()
     if path.is_dir():
-        folder = path if checkpoint is None else _series_checkpoint(path, checkpoint)
-        return _load_folder(folder, device, dtype, processing)
+        if checkpoint is not None:
+            return _load_folder(_series_checkpoint(path, checkpoint), device, dtype, processing)
+        if not (path / "config.json").is_file() and any(path.glob("*/config.json")):
+            steps = [step for _, step, _ in load_series(path)]
+            raise LeadTermsError(
+                f"{str(path)!r} is a series folder; pick a checkpoint with checkpoint=step, "
+                f"one of {steps}"
+            )
+        return _load_folder(path, device, dtype, processing)
     if path.exists() or not isinstance(path_or_name, str) or _looks_like_path(path_or_name):
         raise LeadTermsError(
             f"no checkpoint folder at {str(path_or_name)!r}; pass a folder written by "
