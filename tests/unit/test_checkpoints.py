@@ -7,8 +7,8 @@ import pytest
 
 from tests.conftest import unchecked
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.models import checkpoints
-from tl_leadterms.models.checkpoints import (
+from tl_leadterms.checkpoints import series as checkpoints
+from tl_leadterms.checkpoints.series import (
     checkpoint_step,
     load_series,
     load_windows,
