@@ -10,10 +10,10 @@ from transformers import GPTNeoXForCausalLM
 
 from tests.conftest import unchecked
 from tl_leadterms.adapters import factored, to_paper
-from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.checkpoints import configs, loading, tiny
 from tl_leadterms.checkpoints.loading import load_model
 from tl_leadterms.checkpoints.tiny import save_tiny_model
+from tl_leadterms.errors import LeadTermsError
 
 D_VOCAB, D_MODEL, N_HEADS, N_CTX = 40, 32, 4, 16
 
@@ -144,12 +144,12 @@ def _copy(folder, dest):
 def test_broken_weights_and_config(tmp_path, folder):
     no_weights = _copy(folder, tmp_path / "no-weights")
     (no_weights / "model.safetensors").unlink()
-    with pytest.raises(LeadTermsError, match="cannot read the weights.*missing or truncated"):
+    with pytest.raises(LeadTermsError, match=r"cannot read the weights.*missing or truncated"):
         load_model(no_weights)
     truncated = _copy(folder, tmp_path / "truncated")
     data = (truncated / "model.safetensors").read_bytes()
     (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(LeadTermsError, match="cannot read the weights.*missing or truncated"):
+    with pytest.raises(LeadTermsError, match=r"cannot read the weights.*missing or truncated"):
         load_model(truncated)
     resized = _copy(folder, tmp_path / "resized")
     config = json.loads((resized / "config.json").read_text())

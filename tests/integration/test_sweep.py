@@ -7,10 +7,10 @@ import torch
 from transformer_lens import HookedTransformer
 
 from tl_leadterms.analyzers.decompose import decompose
-from tl_leadterms.checkpoints.sweep import SweepTable, sweep
-from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.checkpoints.loading import load_model
 from tl_leadterms.checkpoints.series import load_series, load_windows, train_neox_series
+from tl_leadterms.checkpoints.sweep import SweepTable, sweep
+from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats import corpus_stats
 
 STEPS = [0, 1, 2, 4, 8, 16]

@@ -6,7 +6,6 @@ import json
 import pytest
 
 from tests.conftest import unchecked
-from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.checkpoints import series as checkpoints
 from tl_leadterms.checkpoints.series import (
     checkpoint_step,
@@ -15,6 +14,7 @@ from tl_leadterms.checkpoints.series import (
     pythia_steps,
     train_neox_series,
 )
+from tl_leadterms.errors import LeadTermsError
 
 
 def test_pythia_steps():

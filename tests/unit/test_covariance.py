@@ -107,7 +107,12 @@ def test_attention_only_model_matches_plain_computation(stats, normalize, value_
 def neox(tmp_path_factory):
     folder = save_tiny_model(
         "gpt_neox",
-        tmp_path_factory.mktemp("neox"), d_vocab=V, n_layers=2, d_model=32, n_heads=4, n_ctx=T
+        tmp_path_factory.mktemp("neox"),
+        d_vocab=V,
+        n_layers=2,
+        d_model=32,
+        n_heads=4,
+        n_ctx=T,
     )
     return load_model(folder, device="cpu")
 

@@ -328,7 +328,9 @@ def load_model(
         torch.Size([1, 3, 20])
     """
     _check_flags(
-        fold_ln=fold_ln, center_writing_weights=center_writing_weights, center_unembed=center_unembed
+        fold_ln=fold_ln,
+        center_writing_weights=center_writing_weights,
+        center_unembed=center_unembed,
     )
     processing = {
         "fold_ln": fold_ln,

@@ -25,9 +25,9 @@ from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
 from tl_leadterms.checkpoints.loading import checkpoint_step, load_series, quiet_transformers
 from tl_leadterms.checkpoints.tiny import tiny_neox_model
+from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
 
 __all__ = ["load_series", "load_windows", "pythia_steps", "train_neox_series"]
 

@@ -74,7 +74,12 @@ def _gemma(s: Sizes) -> tuple[str, dict[str, Any]]:
 
 def _gemma2(s: Sizes) -> tuple[str, dict[str, Any]]:
     scalar = {"query_pre_attn_scalar": s.d_head, "sliding_window": max(4, s.n_ctx // 4)}
-    return "Gemma2", {**s.common(), "num_key_value_heads": s.n_kv_heads, "head_dim": s.d_head, **scalar}
+    return "Gemma2", {
+        **s.common(),
+        "num_key_value_heads": s.n_kv_heads,
+        "head_dim": s.d_head,
+        **scalar,
+    }
 
 
 def _opt(s: Sizes) -> tuple[str, dict[str, Any]]:
@@ -85,7 +90,12 @@ def _opt(s: Sizes) -> tuple[str, dict[str, Any]]:
 
 def _gptj(s: Sizes) -> tuple[str, dict[str, Any]]:
     kw = {"n_embd": s.d_model, "n_layer": s.n_layers, "n_head": s.n_heads, "n_inner": None}
-    return "GPTJ", {"vocab_size": s.d_vocab, "n_positions": s.n_ctx, "rotary_dim": s.d_head // 2, **kw}
+    return "GPTJ", {
+        "vocab_size": s.d_vocab,
+        "n_positions": s.n_ctx,
+        "rotary_dim": s.d_head // 2,
+        **kw,
+    }
 
 
 def _phi(s: Sizes) -> tuple[str, dict[str, Any]]:
@@ -174,7 +184,9 @@ def tiny_model(
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     config = getattr(transformers, f"{prefix}Config")(**kwargs)
-    model_class = getattr(transformers, f"{prefix}LMHeadModel" if family == "gpt2" else f"{prefix}ForCausalLM")
+    model_class = getattr(
+        transformers, f"{prefix}LMHeadModel" if family == "gpt2" else f"{prefix}ForCausalLM"
+    )
     torch.manual_seed(seed)
     hf_model = model_class(config)
     if randomise_norms:
