@@ -110,6 +110,117 @@ def _scale_init(hf_model, init_scale: float) -> None:
                 param.mul_(init_scale)
 
 
+def _check_training(
+    *, sizes: dict[str, object], steps: object, checkpoints: object, lr: object,
+    init_scale: object, warmup: object, weight_decay: object, optimizer: object,
+) -> tuple[int, list[int], float, float]:  # fmt: skip
+    """Refuse bad training settings; the step count, the steps to save, lr and init_scale."""
+    for name, value in sizes.items():
+        positive_int(name, value)
+    steps = positive_int("steps", steps)
+    saved = _checkpoint_steps(checkpoints, steps)
+    lr = positive_number("lr", lr)
+    init_scale = positive_number("init_scale", init_scale)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise LeadTermsError(f"warmup must be an int >= 0 (steps), got {warmup!r}")
+    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
+        raise LeadTermsError(f"weight_decay must be a number >= 0, got {weight_decay!r}")
+    if weight_decay < 0:
+        raise LeadTermsError(f"weight_decay must be >= 0, got {weight_decay!r}")
+    if optimizer not in _OPTIMIZERS:
+        raise LeadTermsError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
+    return steps, saved, lr, init_scale
+
+
+def _corpus(out_dir: Path, stories: object, n_stories: int, vocab_size: int, n_ctx: int, seed: int):
+    """The stories, their word-level tokenizer and training windows, saved under ``out_dir``
+    (whose ``step*`` folders of an earlier series are removed first)."""
+    from tl_leadterms.data import generate_stories, train_word_tokenizer
+    from tl_leadterms.stats import make_windows
+
+    if stories is None:
+        stories = generate_stories(n_stories, seed=seed)
+    elif isinstance(stories, str) or not isinstance(stories, (list, tuple)):
+        raise LeadTermsError(
+            f"stories must be a list of texts, got {type(stories).__name__}; wrap a single "
+            "text in a list"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("step*"):  # a series is one run: no checkpoints of an earlier one
+        if stale.is_dir() and checkpoint_step(stale) is not None:
+            shutil.rmtree(stale)
+    tokenizer = train_word_tokenizer(list(stories), vocab_size)
+    windows = make_windows(list(stories), n_ctx, tokenizer=tokenizer)
+    tokenizer.save_pretrained(out_dir / TOKENIZER_DIR)
+    tmp = out_dir / f".{WINDOWS_FILE}.tmp"
+    torch.save(windows, tmp)
+    os.replace(tmp, out_dir / WINDOWS_FILE)
+    return stories, tokenizer, windows
+
+
+def _optimiser(hf_model, optimizer: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    if optimizer == "adamw":  # Pythia's betas
+        return torch.optim.AdamW(
+            hf_model.parameters(), lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=weight_decay
+        )
+    return torch.optim.SGD(hf_model.parameters(), lr=lr, weight_decay=weight_decay)
+
+
+class _Batches:
+    """Mini-batches of windows drawn without replacement, reshuffled each epoch, seeded."""
+
+    def __init__(self, windows: Tensor, batch_size: int, seed: int) -> None:
+        self.windows, self.batch_size, self.seed = windows, batch_size, seed
+        self.restart()
+
+    def restart(self) -> None:
+        """Back to the first batch (the one scored at step 0 is the first one trained on)."""
+        self.rng = random.Random(self.seed)
+        self.order: list[int] = []
+
+    def next(self) -> Int[Tensor, "batch n_ctx_plus_1"]:
+        if len(self.order) < self.batch_size:
+            fresh = list(range(len(self.windows)))
+            self.rng.shuffle(fresh)
+            self.order = self.order + fresh
+        picked, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
+        return self.windows[picked]
+
+
+def _loss(hf_model, tokens: Tensor) -> Tensor:
+    """Mean next-token cross-entropy of the windows ``tokens``."""
+    logits = hf_model(input_ids=tokens[:, :-1]).logits
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
+    )
+
+
+def _train(hf_model, opt, batches: _Batches, *, steps, saved, lr, warmup, save, progress):
+    """The optimiser loop (linear warm-up, then constant ``lr``); ``save(step, loss, lr)`` at
+    every step in ``saved``. Returns the loss of every step."""
+    if 0 in saved:
+        with torch.no_grad():
+            save(0, float(_loss(hf_model, batches.next())), 0.0)
+        batches.restart()
+    losses: list[float] = []
+    for step in tqdm(range(1, steps + 1), desc="training", disable=not progress):
+        step_lr = lr * min(1.0, step / warmup) if warmup else lr
+        for group in opt.param_groups:
+            group["lr"] = step_lr
+        loss = _loss(hf_model, batches.next())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if not math.isfinite(losses[-1]):
+            raise LeadTermsError(
+                f"the training loss is {losses[-1]} at step {step}: lower lr={lr} or init_scale"
+            )
+        if step in saved:
+            save(step, losses[-1], step_lr)
+    return losses
+
+
 def train_neox_series(
     out_dir: str | os.PathLike,
     *,
@@ -176,53 +287,17 @@ def train_neox_series(
         >>> [(label, step) for label, step, _ in load_series(out)]
         [('step0', 0), ('step1', 1), ('step2', 2), ('step4', 4)]
     """
-    from tl_leadterms.data import generate_stories, train_word_tokenizer
-    from tl_leadterms.stats import make_windows
-
-    for name, value in (
-        ("n_stories", n_stories),
-        ("vocab_size", vocab_size),
-        ("n_ctx", n_ctx),
-        ("d_model", d_model),
-        ("n_layers", n_layers),
-        ("n_heads", n_heads),
-        ("batch_size", batch_size),
-    ):
-        positive_int(name, value)
-    steps = positive_int("steps", steps)
-    saved = _checkpoint_steps(checkpoints, steps)
-    lr = positive_number("lr", lr)
-    init_scale = positive_number("init_scale", init_scale)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise LeadTermsError(f"warmup must be an int >= 0 (steps), got {warmup!r}")
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
-        raise LeadTermsError(f"weight_decay must be a number >= 0, got {weight_decay!r}")
-    if weight_decay < 0:
-        raise LeadTermsError(f"weight_decay must be >= 0, got {weight_decay!r}")
-    if optimizer not in _OPTIMIZERS:
-        raise LeadTermsError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
-    if stories is None:
-        stories = generate_stories(n_stories, seed=seed)
-    elif isinstance(stories, str) or not isinstance(stories, (list, tuple)):
-        raise LeadTermsError(
-            f"stories must be a list of texts, got {type(stories).__name__}; wrap a single "
-            "text in a list"
-        )
+    steps, saved, lr, init_scale = _check_training(
+        sizes={"n_stories": n_stories, "vocab_size": vocab_size, "n_ctx": n_ctx,
+               "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
+               "batch_size": batch_size},
+        steps=steps, checkpoints=checkpoints, lr=lr, init_scale=init_scale, warmup=warmup,
+        weight_decay=weight_decay, optimizer=optimizer,
+    )  # fmt: skip
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("step*"):  # a series is one run: no checkpoints of an earlier one
-        if stale.is_dir() and checkpoint_step(stale) is not None:
-            shutil.rmtree(stale)
     started = time.perf_counter()
-
-    tokenizer = train_word_tokenizer(list(stories), vocab_size)
-    windows = make_windows(list(stories), n_ctx, tokenizer=tokenizer)
+    stories, tokenizer, windows = _corpus(out_dir, stories, n_stories, vocab_size, n_ctx, seed)
     d_vocab = len(tokenizer)
-    tokenizer.save_pretrained(out_dir / TOKENIZER_DIR)
-    tmp = out_dir / f".{WINDOWS_FILE}.tmp"
-    torch.save(windows, tmp)
-    os.replace(tmp, out_dir / WINDOWS_FILE)
-
     torch.manual_seed(seed)
     # like Pythia: unit LayerNorm gains and zero biases (save_tiny_model randomises them)
     hf_model = tiny_neox_model(
@@ -231,59 +306,18 @@ def train_neox_series(
     )  # fmt: skip
     _scale_init(hf_model, init_scale)
     hf_model.train()
-    if optimizer == "adamw":
-        opt = torch.optim.AdamW(
-            hf_model.parameters(), lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=weight_decay
-        )
-    else:
-        opt = torch.optim.SGD(hf_model.parameters(), lr=lr, weight_decay=weight_decay)
-    rng = random.Random(seed)
-    order: list[int] = []
-
-    def batch() -> Int[Tensor, "batch n_ctx_plus_1"]:
-        nonlocal order
-        if len(order) < batch_size:
-            fresh = list(range(len(windows)))
-            rng.shuffle(fresh)
-            order = order + fresh
-        picked, order = order[:batch_size], order[batch_size:]
-        return windows[picked]
-
-    def loss_of(tokens: Tensor) -> Tensor:
-        logits = hf_model(input_ids=tokens[:, :-1]).logits
-        return torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
-        )
-
-    folders: list[Path] = []
-    losses: list[float] = []
     meta = {"d_vocab": d_vocab, "n_ctx": n_ctx, "seed": seed, "init_scale": init_scale}
+    folders: list[Path] = []
 
     def save(step: int, loss: float, step_lr: float) -> None:
         info = {"step": step, "loss": loss, "lr": step_lr, **meta}
         folders.append(_save_checkpoint(hf_model, tokenizer, out_dir / f"step{step}", info))
 
-    if 0 in saved:
-        with torch.no_grad():
-            save(0, float(loss_of(batch())), 0.0)
-        order = []  # the first training batch is the one scored at step 0
-        rng = random.Random(seed)
-    for step in tqdm(range(1, steps + 1), desc="training", disable=not progress):
-        step_lr = lr * min(1.0, step / warmup) if warmup else lr
-        for group in opt.param_groups:
-            group["lr"] = step_lr
-        loss = loss_of(batch())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-        if not math.isfinite(losses[-1]):
-            raise LeadTermsError(
-                f"the training loss is {losses[-1]} at step {step}: lower lr={lr} or init_scale"
-            )
-        if step in saved:
-            save(step, losses[-1], step_lr)
-
+    losses = _train(
+        hf_model, _optimiser(hf_model, optimizer, lr, weight_decay),
+        _Batches(windows, batch_size, seed), steps=steps, saved=saved, lr=lr, warmup=warmup,
+        save=save, progress=progress,
+    )  # fmt: skip
     _write_json(
         out_dir / SERIES_FILE,
         {
