@@ -102,6 +102,21 @@ def _phi(s: Sizes) -> tuple[str, dict[str, Any]]:
     return "Phi", {**s.common(), "partial_rotary_factor": 0.5}
 
 
+def _bloom(s: Sizes) -> tuple[str, dict[str, Any]]:
+    return "Bloom", {"vocab_size": s.d_vocab, "hidden_size": s.d_model, "n_layer": s.n_layers,
+                     "n_head": s.n_heads, "tie_word_embeddings": False}  # fmt: skip
+
+
+def _gpt_neo(s: Sizes) -> tuple[str, dict[str, Any]]:
+    even = s.n_layers % 2 == 0  # alternate global and local (sliding-window) layers
+    types = [[["global", "local"], s.n_layers // 2]] if even else [[["global"], s.n_layers]]
+    return "GPTNeo", {
+        "vocab_size": s.d_vocab, "hidden_size": s.d_model, "num_layers": s.n_layers,
+        "num_heads": s.n_heads, "max_position_embeddings": s.n_ctx, "attention_types": types,
+        "window_size": max(4, s.n_ctx // 4), "tie_word_embeddings": False,
+    }  # fmt: skip
+
+
 # family -> builder of (transformers class prefix, config keywords)
 FAMILIES: dict[str, Callable[[Sizes], tuple[str, dict[str, Any]]]] = {
     "gpt2": _gpt2,
@@ -116,9 +131,11 @@ FAMILIES: dict[str, Callable[[Sizes], tuple[str, dict[str, Any]]]] = {
     "gptj": _gptj,
     "phi": _phi,
     "phi3": _gqa("Phi3", pad_token_id=0),
+    "bloom": _bloom,
+    "gpt_neo": _gpt_neo,
 }
 # families whose MLP width is fixed at 4·d_model by the Hugging Face or TransformerLens config
-_FIXED_MLP = ("gptj",)
+_FIXED_MLP = ("gptj", "bloom", "gpt_neo")
 
 
 def _sizes(family: str, **raw: Any) -> Sizes:
