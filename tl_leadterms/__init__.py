@@ -11,7 +11,6 @@ from tl_leadterms.analyzers import (
     AttentionAgreement,
     CovarianceSimilarity,
     Decomposition,
-    SweepTable,
     TokenMaps,
     ablate,
     attention_agreement,
@@ -20,9 +19,9 @@ from tl_leadterms.analyzers import (
     evaluate_loss,
     leading_cosines,
     predict_attention,
-    sweep,
     token_maps,
 )
+from tl_leadterms.checkpoints import SweepTable, load_model, sweep
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models import PaperModel, paper_model
 from tl_leadterms.report import report
@@ -55,6 +54,7 @@ __all__ = [
     "evaluate_loss",
     "leading_cosines",
     "leading_terms",
+    "load_model",
     "make_windows",
     "paper_model",
     "predict_attention",

@@ -212,7 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     top.set_defaults(func=commands.cmd_top)
 
     dec = sub.add_parser("decompose", help="a checkpoint + statistics -> the decompose table")
-    dec.add_argument("checkpoint", help="a local GPT-NeoX checkpoint folder or a model name")
+    dec.add_argument(
+        "checkpoint", help="a Hugging Face folder (any architecture TL converts) or a model name"
+    )
     dec.add_argument("stats", help="a statistics file over the model's vocabulary")
     fmt = dec.add_mutually_exclusive_group()
     fmt.add_argument(
@@ -250,7 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="statistics (+ a model) -> one self-contained report.html")
     rep.add_argument("stats", help="a statistics file")
-    rep.add_argument("--model", help="a local GPT-NeoX checkpoint folder or a model name")
+    rep.add_argument(
+        "--model", help="a Hugging Face folder (any architecture TL converts) or a model name"
+    )
     rep.add_argument("--text", help="a sample text for the attention views (needs --model)")
     rep.add_argument("--text-file", help="read the sample text from a file")
     rep.add_argument("--words", nargs="+", help="words for the association lists")

@@ -8,7 +8,6 @@ import argparse
 import json
 import math
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,6 @@ from tl_leadterms import atomic
 from tl_leadterms.errors import LeadTermsError
 
 _TOKEN_SUFFIXES = (".pt", ".npy")
-# TransformerLens 3 announces HookedTransformer's future removal on every hub load
-_DEPRECATED = "HookedTransformer.from_pretrained is deprecated"
 
 
 # -- loaders --------------------------------------------------------------------------------
@@ -53,32 +50,11 @@ def _looks_like_path(name: str) -> bool:
 
 
 def load_model(spec: str, device: str = "cpu"):
-    """A local GPT-NeoX folder (``load_neox``) or a TransformerLens / hub model name."""
-    from tl_leadterms.models.checkpoints import quiet_transformers
+    """A local Hugging Face folder of any architecture TransformerLens converts, or a
+    TransformerLens / hub model name (:func:`tl_leadterms.checkpoints.loading.load_model`)."""
+    from tl_leadterms.checkpoints.loading import load_model as load
 
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        from tl_leadterms.models.neox import load_neox
-
-        with quiet_transformers():
-            return load_neox(path, device=device)
-    if path.exists() or _looks_like_path(spec):
-        raise LeadTermsError(
-            f"no checkpoint folder at {spec!r}; pass a folder written by save_pretrained "
-            "(GPT-NeoX) or a TransformerLens model name such as pythia-70m"
-        )
-    from transformer_lens import HookedTransformer
-
-    try:
-        with quiet_transformers(), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", _DEPRECATED, DeprecationWarning)
-            return HookedTransformer.from_pretrained(spec, device=device)
-    except Exception as err:  # network, hub and name errors come in many types
-        raise LeadTermsError(
-            f"cannot load model {spec!r} with HookedTransformer.from_pretrained "
-            f"({_first_line(err)}); offline (HF_HUB_OFFLINE=1) only cached models load: pass a "
-            "local checkpoint folder instead"
-        ) from err
+    return load(spec, device=device)
 
 
 def load_stats(path: str, tokenizer: Any = None):
@@ -290,7 +266,7 @@ def cmd_decompose(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from tl_leadterms.analyzers.sweep import sweep
+    from tl_leadterms.checkpoints.sweep import sweep
 
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".json"):
         raise LeadTermsError(f"--out {args.out!r} must end in .csv or .json")
@@ -308,19 +284,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if missing:
             raise LeadTermsError(f"no checkpoint folder at {missing}; pass existing folders")
         checkpoints = names[0] if len(names) == 1 else names
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", _DEPRECATED, DeprecationWarning)
-        table = sweep(
-            checkpoints,
-            stats,
-            analyses=args.analyses,
-            steps=args.steps,
-            results=args.results,
-            layers=args.layers,
-            per_head=args.per_head,
-            device=args.device,
-            progress=not args.quiet,
-        )
+    table = sweep(
+        checkpoints,
+        stats,
+        analyses=args.analyses,
+        steps=args.steps,
+        results=args.results,
+        layers=args.layers,
+        per_head=args.per_head,
+        device=args.device,
+        progress=not args.quiet,
+    )
     print(repr(table))
     if args.out:
         if Path(args.out).suffix.lower() == ".csv":
@@ -366,7 +340,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _read_sweep(path: str):
-    from tl_leadterms.analyzers.sweep_table import SweepTable
+    from tl_leadterms.checkpoints.sweep_table import SweepTable
 
     if not Path(path).is_file():
         raise LeadTermsError(f"no sweep results file at {path!r} (from sweep --results)")

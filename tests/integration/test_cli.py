@@ -99,7 +99,7 @@ def test_every_subcommand_has_help(capsys):
 @pytest.fixture(scope="module")
 def series(tmp_path_factory):
     """A tiny trained GPT-NeoX series (step0, step1, step2), its windows and statistics."""
-    from tl_leadterms.models.checkpoints import load_windows, train_neox_series
+    from tl_leadterms.checkpoints.series import load_windows, train_neox_series
 
     out = tmp_path_factory.mktemp("series")
     train_neox_series(out, n_stories=40, vocab_size=100, n_ctx=16, d_model=16, n_layers=2,
@@ -162,7 +162,7 @@ def test_decompose_text_json_csv(series, tmp_path, capsys):
 
 
 def test_sweep_resumes_and_writes_a_table(series, tmp_path, capsys):
-    from tl_leadterms.models.checkpoints import load_series
+    from tl_leadterms.checkpoints.series import load_series
 
     results, table = tmp_path / "r.jsonl", tmp_path / "t.csv"
     args = ["sweep", str(series["dir"]), str(series["stats"]), "--results", str(results)]

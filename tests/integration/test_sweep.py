@@ -7,10 +7,10 @@ import torch
 from transformer_lens import HookedTransformer
 
 from tl_leadterms.analyzers.decompose import decompose
-from tl_leadterms.analyzers.sweep import SweepTable, sweep
+from tl_leadterms.checkpoints.loading import load_model
+from tl_leadterms.checkpoints.series import load_series, load_windows, train_neox_series
+from tl_leadterms.checkpoints.sweep import SweepTable, sweep
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.models.checkpoints import load_series, load_windows, train_neox_series
-from tl_leadterms.models.neox import load_neox
 from tl_leadterms.stats import corpus_stats
 
 STEPS = [0, 1, 2, 4, 8, 16]
@@ -56,7 +56,7 @@ def test_series_folders_load_offline(series):
     windows = load_windows(series)
     assert windows.dtype == torch.int64 and windows.shape[1] == 17
     assert int(windows.max()) < info["d_vocab"]
-    first, last = (load_neox(found[i][2]) for i in (0, -1))
+    first, last = (load_model(found[i][2]) for i in (0, -1))
     assert first.cfg.d_vocab == info["d_vocab"] and first.cfg.n_layers == N_LAYERS
     assert first.cfg.positional_embedding_type == "rotary"
     assert not torch.equal(first.W_E, last.W_E)  # the weights did train
@@ -74,7 +74,7 @@ def test_one_row_per_checkpoint_layer_score(table, series, stats):
     assert len(table) == len(STEPS) * (2 + 2 * 3 * N_LAYERS)
     assert {r["step"] for r in table.rows} == set(STEPS)
     # the sweep's values are decompose's own
-    direct = decompose(load_neox(series / "step8"), stats, per_head=False)
+    direct = decompose(load_model(series / "step8"), stats, per_head=False)
     assert table.values("cos_V", layer=1)[STEPS.index(8)] == pytest.approx(
         direct.row("V", 1)["cosine"], abs=1e-12
     )
@@ -99,7 +99,7 @@ def test_table_views(table):
 
 
 def test_model_pairs_and_step_filter(series, stats, table):
-    pairs = [(label, load_neox(folder)) for label, _, folder in load_series(series)]
+    pairs = [(label, load_model(folder)) for label, _, folder in load_series(series)]
     got = sweep(pairs[:3], stats, analyses="decompose", progress=False)
     assert got.rows == [r for r in table.rows if r["checkpoint"] in ("step0", "step1", "step2")]
     kept = sweep(load_series(series), stats, analyses="decompose", steps=[2, 16], progress=False)
@@ -122,13 +122,13 @@ def test_callable_and_covariance(series, stats):
         progress=False,
     )
     want = covariance_similarity(
-        load_neox(series / "step16"), stats, normalize="both", value_map="write", progress=False
+        load_model(series / "step16"), stats, normalize="both", value_map="write", progress=False
     )
     for r in want.rows:
         value = got.values(r["score"], r["layer"], r["head"], analysis="covariance")[1]
         assert value == pytest.approx(r["value"], abs=1e-12)
     assert got.values("W_E_norm")[1] == pytest.approx(
-        float(load_neox(series / "step16").W_E.detach().norm())
+        float(load_model(series / "step16").W_E.detach().norm())
     )
 
 
@@ -191,7 +191,7 @@ def test_pythia_name_uses_checkpoint_value(series, stats, monkeypatch):
 
     def fake_from_pretrained(name, *, checkpoint_value=None, device=None, **kwargs):
         calls.append((name, checkpoint_value, device))
-        return load_neox(series / f"step{checkpoint_value}")
+        return load_model(series / f"step{checkpoint_value}")
 
     monkeypatch.setattr(HookedTransformer, "from_pretrained", fake_from_pretrained)
     got = sweep("pythia-14m", stats, steps=[0, 4, 16], analyses="decompose", progress=False)
@@ -253,7 +253,7 @@ def test_training_writes_the_leading_terms(series, stats):
 def test_results_of_other_statistics_are_not_reused(series, stats, tmp_path):
     """Same shapes, other corpus: the fingerprint refuses the resume instead of old rows."""
     from tl_leadterms import corpus_stats
-    from tl_leadterms.models.checkpoints import load_windows
+    from tl_leadterms.checkpoints.series import load_windows
 
     path = tmp_path / "nested" / "folder" / "sweep.jsonl"  # created up front
     probe = [("probe", _Probe(), {})]

@@ -6,15 +6,15 @@ import json
 import pytest
 
 from tests.conftest import unchecked
-from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.models import checkpoints
-from tl_leadterms.models.checkpoints import (
+from tl_leadterms.checkpoints import series as checkpoints
+from tl_leadterms.checkpoints.series import (
     checkpoint_step,
     load_series,
     load_windows,
     pythia_steps,
     train_neox_series,
 )
+from tl_leadterms.errors import LeadTermsError
 
 
 def test_pythia_steps():

@@ -16,7 +16,8 @@ from tl_leadterms import LeadTermsError, corpus_stats, paper_model, train
 from tl_leadterms.analyzers import covariance_algebra
 from tl_leadterms.analyzers.covariance import covariance_similarity
 from tl_leadterms.analyzers.token_maps import token_maps
-from tl_leadterms.models.neox import load_neox, save_tiny_neox
+from tl_leadterms.checkpoints.loading import load_model
+from tl_leadterms.checkpoints.tiny import save_tiny_model
 
 V, T = 30, 8
 SCORES = ("attention", "value_post", "value_attn")
@@ -108,10 +109,16 @@ def test_attention_only_model_matches_plain_computation(stats, normalize, value_
 
 @pytest.fixture(scope="module")
 def neox(tmp_path_factory):
-    folder = save_tiny_neox(
-        tmp_path_factory.mktemp("neox"), d_vocab=V, n_layers=2, d_model=32, n_heads=4, n_ctx=T
+    folder = save_tiny_model(
+        "gpt_neox",
+        tmp_path_factory.mktemp("neox"),
+        d_vocab=V,
+        n_layers=2,
+        d_model=32,
+        n_heads=4,
+        n_ctx=T,
     )
-    return load_neox(folder)
+    return load_model(folder, device="cpu")
 
 
 @pytest.mark.parametrize("normalize", ["theory", "both"])

@@ -14,6 +14,7 @@ MODULES = [
     "tl_leadterms.training",
     "tl_leadterms.analyzers.decompose",
     "tl_leadterms.analyzers.attention",
+    "tl_leadterms.checkpoints.sweep_results",
 ]
 
 

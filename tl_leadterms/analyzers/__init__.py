@@ -1,4 +1,4 @@
-"""Analyzers: decompose weights into corpus statistics, track them in training, ablate them."""
+"""Analyzers: decompose weights into corpus statistics, compare attention with them, ablate them."""
 
 from tl_leadterms.analyzers.ablate import AblationTable, ablate, evaluate_loss
 from tl_leadterms.analyzers.attention import (
@@ -9,8 +9,6 @@ from tl_leadterms.analyzers.attention import (
 from tl_leadterms.analyzers.covariance import CovarianceSimilarity, covariance_similarity
 from tl_leadterms.analyzers.decompose import decompose, leading_cosines
 from tl_leadterms.analyzers.result import Decomposition, PairDifference
-from tl_leadterms.analyzers.sweep import sweep
-from tl_leadterms.analyzers.sweep_table import SweepTable
 from tl_leadterms.analyzers.token_maps import TokenMaps, token_maps
 
 __all__ = [
@@ -19,7 +17,6 @@ __all__ = [
     "CovarianceSimilarity",
     "Decomposition",
     "PairDifference",
-    "SweepTable",
     "TokenMaps",
     "ablate",
     "attention_agreement",
@@ -28,6 +25,5 @@ __all__ = [
     "evaluate_loss",
     "leading_cosines",
     "predict_attention",
-    "sweep",
     "token_maps",
 ]

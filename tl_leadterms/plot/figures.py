@@ -94,7 +94,7 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
     """
     import numpy as np
 
-    from tl_leadterms.analyzers.sweep_table import SweepTable
+    from tl_leadterms.checkpoints.sweep_table import SweepTable
 
     if not isinstance(table, SweepTable):
         raise LeadTermsError(

@@ -2,15 +2,14 @@
 
 :func:`train_neox_series` builds the package's story corpus and word-level tokenizer, trains a
 randomly initialised ``GPTNeoXForCausalLM`` (the conventions of
-:func:`~tl_leadterms.models.neox.save_tiny_neox`) with Adam on next-token loss on the CPU, and
+:func:`~tl_leadterms.checkpoints.tiny.tiny_neox_model`) with Adam on next-token loss on the CPU, and
 saves checkpoints at Pythia-like steps ``0, 1, 2, 4, ..., steps`` as local folders
-``out_dir/step{N}`` that :func:`~tl_leadterms.models.neox.load_neox` reads offline. The
+``out_dir/step{N}`` that :func:`~tl_leadterms.checkpoints.loading.load_model` reads offline. The
 training windows (``windows.pt``) and tokenizer are saved beside them, so the statistics of the
 training corpus can be computed; :func:`load_series` lists the checkpoints for
-:func:`tl_leadterms.analyzers.sweep.sweep`.
+:func:`tl_leadterms.checkpoints.sweep.sweep`.
 """
 
-import contextlib
 import json
 import math
 import os
@@ -26,20 +25,13 @@ from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from tl_leadterms.checkpoints.loading import checkpoint_step, load_series, quiet_transformers
+from tl_leadterms.checkpoints.tiny import tiny_neox_model
 from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
-from tl_leadterms.models.neox import tiny_neox_model
 
-__all__ = [
-    "checkpoint_step",
-    "load_series",
-    "load_windows",
-    "pythia_steps",
-    "quiet_transformers",
-    "train_neox_series",
-]
+__all__ = ["load_series", "load_windows", "pythia_steps", "train_neox_series"]
 
 SERIES_FILE = "series.json"
-CHECKPOINT_FILE = "checkpoint.json"
 WINDOWS_FILE = "windows.pt"
 TOKENIZER_DIR = "tokenizer"
 _OPTIMIZERS = ("adamw", "sgd")
@@ -75,20 +67,6 @@ def _checkpoint_steps(checkpoints: object, steps: int) -> list[int]:
     return sorted(set(out))
 
 
-@contextlib.contextmanager
-def quiet_transformers():
-    """Silence Hugging Face's per-file progress bars (saving, loading) and restore them after."""
-    from transformers.utils import logging as hf_logging
-
-    enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            hf_logging.enable_progress_bar()
-
-
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     """Write JSON atomically (temporary file in the same folder, then rename)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -104,7 +82,7 @@ def _save_checkpoint(hf_model, tokenizer, folder: Path, info: dict[str, Any]) ->
         with quiet_transformers():
             hf_model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
-        (tmp / CHECKPOINT_FILE).write_text(json.dumps(info, indent=2))
+        (tmp / "checkpoint.json").write_text(json.dumps(info, indent=2))
         if folder.exists():  # move the old one aside first: a crash never leaves neither
             old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old."))
             os.replace(folder, old / folder.name)
@@ -130,6 +108,117 @@ def _scale_init(hf_model, init_scale: float) -> None:
         for param in hf_model.parameters():
             if param.dim() == 2:
                 param.mul_(init_scale)
+
+
+def _check_training(
+    *, sizes: dict[str, object], steps: object, checkpoints: object, lr: object,
+    init_scale: object, warmup: object, weight_decay: object, optimizer: object,
+) -> tuple[int, list[int], float, float]:  # fmt: skip
+    """Refuse bad training settings; the step count, the steps to save, lr and init_scale."""
+    for name, value in sizes.items():
+        positive_int(name, value)
+    steps = positive_int("steps", steps)
+    saved = _checkpoint_steps(checkpoints, steps)
+    lr = positive_number("lr", lr)
+    init_scale = positive_number("init_scale", init_scale)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise LeadTermsError(f"warmup must be an int >= 0 (steps), got {warmup!r}")
+    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
+        raise LeadTermsError(f"weight_decay must be a number >= 0, got {weight_decay!r}")
+    if weight_decay < 0:
+        raise LeadTermsError(f"weight_decay must be >= 0, got {weight_decay!r}")
+    if optimizer not in _OPTIMIZERS:
+        raise LeadTermsError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
+    return steps, saved, lr, init_scale
+
+
+def _corpus(out_dir: Path, stories: object, n_stories: int, vocab_size: int, n_ctx: int, seed: int):
+    """The stories, their word-level tokenizer and training windows, saved under ``out_dir``
+    (whose ``step*`` folders of an earlier series are removed first)."""
+    from tl_leadterms.data import generate_stories, train_word_tokenizer
+    from tl_leadterms.stats import make_windows
+
+    if stories is None:
+        stories = generate_stories(n_stories, seed=seed)
+    elif isinstance(stories, str) or not isinstance(stories, (list, tuple)):
+        raise LeadTermsError(
+            f"stories must be a list of texts, got {type(stories).__name__}; wrap a single "
+            "text in a list"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("step*"):  # a series is one run: no checkpoints of an earlier one
+        if stale.is_dir() and checkpoint_step(stale) is not None:
+            shutil.rmtree(stale)
+    tokenizer = train_word_tokenizer(list(stories), vocab_size)
+    windows = make_windows(list(stories), n_ctx, tokenizer=tokenizer)
+    tokenizer.save_pretrained(out_dir / TOKENIZER_DIR)
+    tmp = out_dir / f".{WINDOWS_FILE}.tmp"
+    torch.save(windows, tmp)
+    os.replace(tmp, out_dir / WINDOWS_FILE)
+    return stories, tokenizer, windows
+
+
+def _optimiser(hf_model, optimizer: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    if optimizer == "adamw":  # Pythia's betas
+        return torch.optim.AdamW(
+            hf_model.parameters(), lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=weight_decay
+        )
+    return torch.optim.SGD(hf_model.parameters(), lr=lr, weight_decay=weight_decay)
+
+
+class _Batches:
+    """Mini-batches of windows drawn without replacement, reshuffled each epoch, seeded."""
+
+    def __init__(self, windows: Tensor, batch_size: int, seed: int) -> None:
+        self.windows, self.batch_size, self.seed = windows, batch_size, seed
+        self.restart()
+
+    def restart(self) -> None:
+        """Back to the first batch (the one scored at step 0 is the first one trained on)."""
+        self.rng = random.Random(self.seed)
+        self.order: list[int] = []
+
+    def next(self) -> Int[Tensor, "batch n_ctx_plus_1"]:
+        if len(self.order) < self.batch_size:
+            fresh = list(range(len(self.windows)))
+            self.rng.shuffle(fresh)
+            self.order = self.order + fresh
+        picked, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
+        return self.windows[picked]
+
+
+def _loss(hf_model, tokens: Tensor) -> Tensor:
+    """Mean next-token cross-entropy of the windows ``tokens``."""
+    logits = hf_model(input_ids=tokens[:, :-1]).logits
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
+    )
+
+
+def _train(hf_model, opt, batches: _Batches, *, steps, saved, lr, warmup, save, progress):
+    """The optimiser loop (linear warm-up, then constant ``lr``); ``save(step, loss, lr)`` at
+    every step in ``saved``. Returns the loss of every step."""
+    if 0 in saved:
+        with torch.no_grad():
+            save(0, float(_loss(hf_model, batches.next())), 0.0)
+        batches.restart()
+    losses: list[float] = []
+    for step in tqdm(range(1, steps + 1), desc="training", disable=not progress):
+        step_lr = lr * min(1.0, step / warmup) if warmup else lr
+        for group in opt.param_groups:
+            group["lr"] = step_lr
+        loss = _loss(hf_model, batches.next())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if not math.isfinite(losses[-1]):
+            raise LeadTermsError(
+                f"the training loss is {losses[-1]} at step {step}: lower lr={lr} or init_scale"
+            )
+        if step in saved:
+            save(step, losses[-1], step_lr)
+    return losses
 
 
 def train_neox_series(
@@ -158,10 +247,10 @@ def train_neox_series(
     The corpus is ``stories`` or :func:`~tl_leadterms.data.generate_stories` (``n_stories``,
     ``seed``); a word-level tokenizer of ``vocab_size`` tokens is trained on it and the stories
     are cut into windows of ``n_ctx + 1`` tokens (:func:`~tl_leadterms.stats.make_windows`,
-    ``[EOS]`` between stories). The model is ``save_tiny_neox``'s randomly initialised
+    ``[EOS]`` between stories). The model is ``tiny_neox_model``'s randomly initialised
     ``GPTNeoXForCausalLM`` (rotary on a quarter of each head, parallel attention and MLP,
     untied embeddings, ``d_mlp = 4·d_model``) with its matrices scaled by ``init_scale`` and,
-    like Pythia, unit LayerNorm gains and zero biases (``save_tiny_neox`` randomises those to
+    like Pythia, unit LayerNorm gains and zero biases (``save_tiny_model`` randomises those to
     exercise weight folding; random biases add one direction shared by every token's residual
     maps, which alone scores about 0.95 on the covariance protocol at step 0). It is
     trained with AdamW (betas 0.9/0.95 like Pythia, linear warm-up over ``warmup`` steps, then a
@@ -191,121 +280,44 @@ def train_neox_series(
 
     Example:
         >>> import tempfile
-        >>> from tl_leadterms.models.checkpoints import load_series, train_neox_series
+        >>> from tl_leadterms.checkpoints.series import load_series, train_neox_series
         >>> out = tempfile.mkdtemp()
         >>> folders = train_neox_series(out, n_stories=30, vocab_size=60, n_ctx=16, d_model=16,
         ...     n_heads=2, n_layers=1, steps=4, batch_size=8, progress=False)
         >>> [(label, step) for label, step, _ in load_series(out)]
         [('step0', 0), ('step1', 1), ('step2', 2), ('step4', 4)]
     """
-    from tl_leadterms.data import generate_stories, train_word_tokenizer
-    from tl_leadterms.stats import make_windows
-
-    for name, value in (
-        ("n_stories", n_stories),
-        ("vocab_size", vocab_size),
-        ("n_ctx", n_ctx),
-        ("d_model", d_model),
-        ("n_layers", n_layers),
-        ("n_heads", n_heads),
-        ("batch_size", batch_size),
-    ):
-        positive_int(name, value)
-    steps = positive_int("steps", steps)
-    saved = _checkpoint_steps(checkpoints, steps)
-    lr = positive_number("lr", lr)
-    init_scale = positive_number("init_scale", init_scale)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise LeadTermsError(f"warmup must be an int >= 0 (steps), got {warmup!r}")
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
-        raise LeadTermsError(f"weight_decay must be a number >= 0, got {weight_decay!r}")
-    if weight_decay < 0:
-        raise LeadTermsError(f"weight_decay must be >= 0, got {weight_decay!r}")
-    if optimizer not in _OPTIMIZERS:
-        raise LeadTermsError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
-    if stories is None:
-        stories = generate_stories(n_stories, seed=seed)
-    elif isinstance(stories, str) or not isinstance(stories, (list, tuple)):
-        raise LeadTermsError(
-            f"stories must be a list of texts, got {type(stories).__name__}; wrap a single "
-            "text in a list"
-        )
+    steps, saved, lr, init_scale = _check_training(
+        sizes={"n_stories": n_stories, "vocab_size": vocab_size, "n_ctx": n_ctx,
+               "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
+               "batch_size": batch_size},
+        steps=steps, checkpoints=checkpoints, lr=lr, init_scale=init_scale, warmup=warmup,
+        weight_decay=weight_decay, optimizer=optimizer,
+    )  # fmt: skip
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("step*"):  # a series is one run: no checkpoints of an earlier one
-        if stale.is_dir() and checkpoint_step(stale) is not None:
-            shutil.rmtree(stale)
     started = time.perf_counter()
-
-    tokenizer = train_word_tokenizer(list(stories), vocab_size)
-    windows = make_windows(list(stories), n_ctx, tokenizer=tokenizer)
+    stories, tokenizer, windows = _corpus(out_dir, stories, n_stories, vocab_size, n_ctx, seed)
     d_vocab = len(tokenizer)
-    tokenizer.save_pretrained(out_dir / TOKENIZER_DIR)
-    tmp = out_dir / f".{WINDOWS_FILE}.tmp"
-    torch.save(windows, tmp)
-    os.replace(tmp, out_dir / WINDOWS_FILE)
-
     torch.manual_seed(seed)
-    # like Pythia: unit LayerNorm gains and zero biases (save_tiny_neox randomises them)
+    # like Pythia: unit LayerNorm gains and zero biases (save_tiny_model randomises them)
     hf_model = tiny_neox_model(
         d_vocab=d_vocab, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_ctx=n_ctx,
         seed=seed, tokenizer=tokenizer, randomise_norms=False, attn_implementation="eager",
     )  # fmt: skip
     _scale_init(hf_model, init_scale)
     hf_model.train()
-    if optimizer == "adamw":
-        opt = torch.optim.AdamW(
-            hf_model.parameters(), lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=weight_decay
-        )
-    else:
-        opt = torch.optim.SGD(hf_model.parameters(), lr=lr, weight_decay=weight_decay)
-    rng = random.Random(seed)
-    order: list[int] = []
-
-    def batch() -> Int[Tensor, "batch n_ctx_plus_1"]:
-        nonlocal order
-        if len(order) < batch_size:
-            fresh = list(range(len(windows)))
-            rng.shuffle(fresh)
-            order = order + fresh
-        picked, order = order[:batch_size], order[batch_size:]
-        return windows[picked]
-
-    def loss_of(tokens: Tensor) -> Tensor:
-        logits = hf_model(input_ids=tokens[:, :-1]).logits
-        return torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
-        )
-
-    folders: list[Path] = []
-    losses: list[float] = []
     meta = {"d_vocab": d_vocab, "n_ctx": n_ctx, "seed": seed, "init_scale": init_scale}
+    folders: list[Path] = []
 
     def save(step: int, loss: float, step_lr: float) -> None:
         info = {"step": step, "loss": loss, "lr": step_lr, **meta}
         folders.append(_save_checkpoint(hf_model, tokenizer, out_dir / f"step{step}", info))
 
-    if 0 in saved:
-        with torch.no_grad():
-            save(0, float(loss_of(batch())), 0.0)
-        order = []  # the first training batch is the one scored at step 0
-        rng = random.Random(seed)
-    for step in tqdm(range(1, steps + 1), desc="training", disable=not progress):
-        step_lr = lr * min(1.0, step / warmup) if warmup else lr
-        for group in opt.param_groups:
-            group["lr"] = step_lr
-        loss = loss_of(batch())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-        if not math.isfinite(losses[-1]):
-            raise LeadTermsError(
-                f"the training loss is {losses[-1]} at step {step}: lower lr={lr} or init_scale"
-            )
-        if step in saved:
-            save(step, losses[-1], step_lr)
-
+    losses = _train(
+        hf_model, _optimiser(hf_model, optimizer, lr, weight_decay),
+        _Batches(windows, batch_size, seed), steps=steps, saved=saved, lr=lr, warmup=warmup,
+        save=save, progress=progress,
+    )  # fmt: skip
     _write_json(
         out_dir / SERIES_FILE,
         {
@@ -328,44 +340,6 @@ def train_neox_series(
         },
     )
     return folders
-
-
-def checkpoint_step(folder: Path) -> int | None:
-    """A checkpoint folder's step: from its ``checkpoint.json``, else the digits ending its name."""
-    info = folder / CHECKPOINT_FILE
-    if info.is_file():
-        try:
-            step = json.loads(info.read_text()).get("step")
-        except (OSError, ValueError):
-            step = None
-        if isinstance(step, int) and not isinstance(step, bool):
-            return step
-    digits = folder.name[len(folder.name.rstrip("0123456789")) :]
-    return int(digits) if digits else None
-
-
-def load_series(out_dir: str | os.PathLike) -> list[tuple[str, int | None, Path]]:
-    """The checkpoints of a series folder as ``(label, step, folder)``, in step order.
-
-    A checkpoint is any sub-folder with a ``config.json``; its step comes from its
-    ``checkpoint.json`` or the digits ending its name (``step64`` → 64).
-    """
-    out_dir = Path(out_dir)
-    if not out_dir.is_dir():
-        raise LeadTermsError(
-            f"{str(out_dir)!r} is not a folder; pass the out_dir of train_neox_series"
-        )
-    found = [
-        (f.name, checkpoint_step(f), f)
-        for f in out_dir.iterdir()
-        if f.is_dir() and not f.name.startswith(".") and (f / "config.json").is_file()
-    ]
-    if not found:
-        raise LeadTermsError(
-            f"{str(out_dir)!r} holds no checkpoint folder (a sub-folder with config.json); "
-            "write one with train_neox_series"
-        )
-    return sorted(found, key=lambda x: (x[1] is None, x[1] if x[1] is not None else 0, x[0]))
 
 
 def load_windows(out_dir: str | os.PathLike) -> Int[Tensor, "n_windows n_ctx_plus_1"]:

@@ -1,4 +1,4 @@
-"""The results file of :func:`~tl_leadterms.analyzers.sweep.sweep`: JSON lines, one per finished
+"""The results file of :func:`~tl_leadterms.checkpoints.sweep.sweep`: JSON lines, one per finished
 checkpoint, appended, flushed and fsynced; read back on a resume (a torn last line is set aside).
 """
 
@@ -10,18 +10,26 @@ from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
 
+__all__ = ["append_record", "jsonable", "read_results"]
 
-def _jsonable(value: Any) -> Any:
+
+def jsonable(value: Any) -> Any:
+    """``value`` with dict keys as strings, tuples as lists and other objects as their repr.
+
+    Example:
+        >>> jsonable({1: (2, None), "f": float})
+        {'1': [2, None], 'f': "<class 'float'>"}
+    """
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return repr(value)
 
 
-def _read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict], list[str]]:
+def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict], list[str]]:
     """Complete checkpoint records of a results file; a torn last line is moved aside."""
     if not path.exists():
         return {}, []
@@ -69,7 +77,7 @@ def _read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict]
     return done, torn
 
 
-def _append(path: Path, record: dict[str, Any]) -> None:
+def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append one complete JSON line and make it durable before returning."""
     line = json.dumps(record) + "\n"
     with open(path, "a") as f:

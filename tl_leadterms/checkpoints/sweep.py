@@ -1,9 +1,9 @@
 """`sweep`: run analyses over a series of checkpoints, one model in memory at a time, resumable.
 
-Checkpoints come as ``(label, model)`` pairs, local checkpoint folders (loaded with
-:func:`~tl_leadterms.models.neox.load_neox`), a series folder written by
-:func:`~tl_leadterms.models.checkpoints.train_neox_series`, or a Pythia name with ``steps``
-(``HookedTransformer.from_pretrained(name, checkpoint_value=step)``). With ``results=`` every
+Checkpoints come as ``(label, model)`` pairs, local checkpoint folders of any architecture
+:func:`~tl_leadterms.checkpoints.loading.load_model` reads, a series folder written by
+:func:`~tl_leadterms.checkpoints.series.train_neox_series`, or a Pythia name with ``steps``
+(``load_model(name, checkpoint=step)``). With ``results=`` every
 finished checkpoint is appended to a JSON-lines file as one complete line (flushed and
 fsynced), so an interrupted sweep resumes where it stopped and never loses finished work.
 """
@@ -20,8 +20,9 @@ from typing import Any, NamedTuple
 import torch
 from tqdm.auto import tqdm
 
-from tl_leadterms.analyzers.sweep_results import _append, _jsonable, _read_results
-from tl_leadterms.analyzers.sweep_table import SweepTable
+from tl_leadterms.checkpoints.loading import checkpoint_step, load_model, load_series
+from tl_leadterms.checkpoints.sweep_results import append_record, jsonable, read_results
+from tl_leadterms.checkpoints.sweep_table import SweepTable
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
 
@@ -133,32 +134,41 @@ def _step_from_name(name: str) -> int | None:
 
 
 def _local(folder: Path, device: str, loader_kwargs: dict[str, Any]) -> _Checkpoint:
-    from tl_leadterms.models.checkpoints import checkpoint_step
-
     def load():
-        from tl_leadterms.models.checkpoints import quiet_transformers
-        from tl_leadterms.models.neox import load_neox
-
-        with quiet_transformers():
-            return load_neox(folder, device=device, **loader_kwargs)
+        return load_model(folder, device=device, **loader_kwargs)
 
     return _Checkpoint(folder.name, checkpoint_step(folder), str(folder), load, True)
 
 
 def _hub(name: str, step: int, device: str, loader_kwargs: dict[str, Any]) -> _Checkpoint:
     def load():
-        from transformer_lens import HookedTransformer
+        return load_model(name, checkpoint=step, device=device, **loader_kwargs)
 
-        return HookedTransformer.from_pretrained(
-            name, checkpoint_value=step, device=device, **loader_kwargs
-        )
+    return _Checkpoint(f"step{step}", step, f"{name} checkpoint={step}", load, True)
 
-    return _Checkpoint(f"step{step}", step, f"{name} checkpoint_value={step}", load, True)
+
+def _from_items(items, device: str, loader_kwargs: dict[str, Any]) -> list[_Checkpoint]:
+    """Checkpoints from a list of folders, (label, model) pairs or (label, step, model) triples."""
+    found = []
+    for item in items:
+        if isinstance(item, (str, os.PathLike)):
+            found.append(_local(Path(item), device, loader_kwargs))
+        elif isinstance(item, tuple) and len(item) in (2, 3) and isinstance(item[0], str):
+            label, obj = item[0], item[-1]
+            step = item[1] if len(item) == 3 else _step_from_name(label)
+            if isinstance(obj, (str, os.PathLike)):
+                found.append(_local(Path(obj), device, loader_kwargs)._replace(label=label))
+            else:
+                found.append(_Checkpoint(label, step, label, lambda m=obj: m, False))
+        else:
+            raise LeadTermsError(
+                f"checkpoint {item!r} is not a folder, a (label, model) pair or a "
+                "(label, step, model_or_folder) triple"
+            )
+    return found
 
 
 def _checkpoints(checkpoints: object, steps: object, device, loader_kwargs) -> list[_Checkpoint]:
-    from tl_leadterms.models.checkpoints import load_series
-
     if steps is not None and (
         isinstance(steps, (str, bytes))
         or not hasattr(steps, "__iter__")
@@ -181,23 +191,7 @@ def _checkpoints(checkpoints: object, steps: object, device, loader_kwargs) -> l
                 "(e.g. sweep('pythia-160m', stats, steps=[1, 2, 4]))"
             )
     elif hasattr(checkpoints, "__iter__"):
-        found = []
-        for item in checkpoints:
-            if isinstance(item, (str, os.PathLike)):
-                folder = Path(item)
-                found.append(_local(folder, device, loader_kwargs))
-            elif isinstance(item, tuple) and len(item) in (2, 3) and isinstance(item[0], str):
-                label, obj = item[0], item[-1]
-                step = item[1] if len(item) == 3 else _step_from_name(label)
-                if isinstance(obj, (str, os.PathLike)):
-                    found.append(_local(Path(obj), device, loader_kwargs)._replace(label=label))
-                else:
-                    found.append(_Checkpoint(label, step, label, lambda m=obj: m, False))
-            else:
-                raise LeadTermsError(
-                    f"checkpoint {item!r} is not a folder, a (label, model) pair or a "
-                    "(label, step, model_or_folder) triple"
-                )
+        found = _from_items(checkpoints, device, loader_kwargs)
     else:
         raise LeadTermsError(
             f"checkpoints must be a list of (label, model) pairs or folders, a series folder or "
@@ -264,6 +258,92 @@ def _analyse(model, stats: CorpusStats, chosen: list, ckpt) -> list[dict[str, An
     return rows
 
 
+def _check_arguments(stats: object, loader_kwargs: object, per_head: object) -> dict[str, Any]:
+    """Refuse a wrong ``stats``, ``loader_kwargs`` or ``per_head``; the loader keywords."""
+    if not isinstance(stats, CorpusStats):
+        raise LeadTermsError(
+            f"stats must be a CorpusStats (from tl_leadterms.corpus_stats), got "
+            f"{type(stats).__name__}"
+        )
+    if loader_kwargs is None:
+        loader_kwargs = {}
+    if not isinstance(loader_kwargs, dict):
+        raise LeadTermsError(f"loader_kwargs must be a dict or None, got {loader_kwargs!r}")
+    if "device" in loader_kwargs or "checkpoint" in loader_kwargs:
+        raise LeadTermsError(
+            "loader_kwargs may not hold device or checkpoint; pass device= and steps= to sweep"
+        )
+    if not isinstance(per_head, bool):
+        raise LeadTermsError(f"per_head must be True or False, got {per_head!r}")
+    return loader_kwargs
+
+
+def _settings(chosen: list[_Analysis], stats: CorpusStats) -> dict[str, Any]:
+    """What a resumed sweep must share with the results file: the analyses and statistics."""
+    return jsonable(
+        {
+            "format": _FORMAT,
+            # where and how fast it ran does not change the rows: resume on any device
+            "analyses": {
+                a.label: {k: v for k, v in a.kwargs.items() if k not in _NOT_SETTINGS}
+                for a in chosen
+            },
+            "stats": {
+                "d_vocab": stats.d_vocab,
+                "k": stats.k,
+                "n_ctx": stats.n_ctx,
+                "n_sequences": stats.n_sequences,
+                "content": _fingerprint(stats),  # same shape, other corpus: no resume
+            },
+        }
+    )
+
+
+def _results_path(results: object) -> Path | None:
+    """The results file, checked writable now rather than after the first checkpoint's work."""
+    if results is None:
+        return None
+    path = Path(results)
+    if path.is_dir():
+        raise LeadTermsError(
+            f"results={str(path)!r} is a folder; pass a file path like 'sweep.jsonl'"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.open("a").close()
+    except OSError as err:
+        raise LeadTermsError(f"cannot write the results file {str(path)!r}: {err}") from err
+    return path
+
+
+def _run_checkpoint(ckpt, stats, chosen, settings, path: Path | None, n_done: int) -> dict:
+    """Load one checkpoint, run the analyses, free it; its record for the results file."""
+    started = time.perf_counter()
+    try:
+        model = ckpt.load()
+    except Exception as err:
+        kept = f"; the {n_done} finished checkpoint(s) are kept in {str(path)!r}" if path else ""
+        raise LeadTermsError(
+            f"checkpoint {ckpt.label!r} ({ckpt.source}) could not be loaded: {err}{kept}"
+        ) from err
+    try:
+        rows = _analyse(model, stats, chosen, ckpt)
+    finally:  # free a model loaded here even when an analysis fails
+        if ckpt.owned:
+            del model
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    return {
+        "checkpoint": ckpt.label,
+        "step": ckpt.step,
+        "source": ckpt.source,
+        "seconds": time.perf_counter() - started,
+        "settings": settings,
+        "rows": rows,
+    }
+
+
 def sweep(
     checkpoints: object,
     stats: object,
@@ -282,7 +362,7 @@ def sweep(
 
     Args:
         checkpoints: ``(label, model)`` pairs (or ``(label, step, model_or_folder)``, as
-            :func:`~tl_leadterms.models.checkpoints.load_series` gives); a list of local
+            :func:`~tl_leadterms.checkpoints.loading.load_series` gives); a list of local
             checkpoint folders; a series folder (its ``step{N}`` sub-folders); or a hub name such
             as ``"pythia-1.4b"`` with ``steps``. Folders and hub checkpoints are loaded one at a
             time and freed after use, so memory holds one model.
@@ -300,92 +380,30 @@ def sweep(
         layers, per_head: passed to the named analyses.
         device: where models are loaded and covariance products run.
         progress: a tqdm bar over the checkpoints.
-        loader_kwargs: extra keywords for ``load_neox`` / ``HookedTransformer.from_pretrained``.
+        loader_kwargs: extra keywords for :func:`~tl_leadterms.checkpoints.loading.load_model`
+            (``fold_ln``, ``dtype``, ...), for folders and hub names alike.
         **analysis_kwargs: keywords for the named analyses (each gets those it accepts, e.g.
             ``normalize="both", value_map="write"`` for covariance).
 
     Returns:
         A :class:`SweepTable`, one row per (checkpoint, layer, head, analysis, score).
     """
-    if not isinstance(stats, CorpusStats):
-        raise LeadTermsError(
-            f"stats must be a CorpusStats (from tl_leadterms.corpus_stats), got "
-            f"{type(stats).__name__}"
-        )
-    if loader_kwargs is None:
-        loader_kwargs = {}
-    if not isinstance(loader_kwargs, dict):
-        raise LeadTermsError(f"loader_kwargs must be a dict or None, got {loader_kwargs!r}")
-    if not isinstance(per_head, bool):
-        raise LeadTermsError(f"per_head must be True or False, got {per_head!r}")
+    loader_kwargs = _check_arguments(stats, loader_kwargs, per_head)
     common = {"layers": layers, "per_head": per_head, "device": device, "progress": False}
     chosen = _analyses(analyses, common, analysis_kwargs)
     todo = _checkpoints(checkpoints, steps, device, loader_kwargs)
-    settings = _jsonable(
-        {
-            "format": _FORMAT,
-            # where and how fast it ran does not change the rows: resume on any device
-            "analyses": {
-                a.label: {k: v for k, v in a.kwargs.items() if k not in _NOT_SETTINGS}
-                for a in chosen
-            },
-            "stats": {
-                "d_vocab": stats.d_vocab,
-                "k": stats.k,
-                "n_ctx": stats.n_ctx,
-                "n_sequences": stats.n_sequences,
-                "content": _fingerprint(stats),  # same shape, other corpus: no resume
-            },
-        }
-    )
-    path = None if results is None else Path(results)
-    if path is not None and path.is_dir():
-        raise LeadTermsError(
-            f"results={str(path)!r} is a folder; pass a file path like 'sweep.jsonl'"
-        )
-    if path is not None:
-        try:  # fail now, not after the first checkpoint's work
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.open("a").close()
-        except OSError as err:
-            raise LeadTermsError(f"cannot write the results file {str(path)!r}: {err}") from err
-    done, torn = _read_results(path, settings) if path is not None else ({}, [])
+    settings = _settings(chosen, stats)
+    path = _results_path(results)
+    done, torn = read_results(path, settings) if path is not None else ({}, [])
     records, status = [], {}
     for ckpt in tqdm(todo, desc="sweep", disable=not progress):
         if ckpt.label in done:
             records.append(done[ckpt.label])
             status[ckpt.label] = "loaded"
             continue
-        started = time.perf_counter()
-        try:
-            model = ckpt.load()
-        except Exception as err:
-            kept = (
-                f"; the {len(records)} finished checkpoint(s) are kept in {str(path)!r}"
-                if path
-                else ""
-            )
-            raise LeadTermsError(
-                f"checkpoint {ckpt.label!r} ({ckpt.source}) could not be loaded: {err}{kept}"
-            ) from err
-        try:
-            rows = _analyse(model, stats, chosen, ckpt)
-        finally:  # free a model loaded here even when an analysis fails
-            if ckpt.owned:
-                del model
-                gc.collect()
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-        record = {
-            "checkpoint": ckpt.label,
-            "step": ckpt.step,
-            "source": ckpt.source,
-            "seconds": time.perf_counter() - started,
-            "settings": settings,
-            "rows": rows,
-        }
+        record = _run_checkpoint(ckpt, stats, chosen, settings, path, len(records))
         if path is not None:
-            _append(path, record)
+            append_record(path, record)
         records.append(record)
         status[ckpt.label] = "computed"
     metadata = {

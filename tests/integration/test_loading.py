@@ -1,4 +1,5 @@
-"""A tiny Pythia-architecture checkpoint: saved and loaded offline, converted by TransformerLens."""
+"""load_model on a tiny Pythia-architecture checkpoint (saved and loaded offline, converted by
+TransformerLens), on series steps, hub names offline, and on broken folders."""
 
 import doctest
 import json
@@ -9,9 +10,10 @@ from transformers import GPTNeoXForCausalLM
 
 from tests.conftest import unchecked
 from tl_leadterms.adapters import factored, to_paper
+from tl_leadterms.checkpoints import configs, loading, tiny
+from tl_leadterms.checkpoints.loading import load_model
+from tl_leadterms.checkpoints.tiny import save_tiny_model
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.models import neox
-from tl_leadterms.models.neox import load_neox, save_tiny_neox
 
 D_VOCAB, D_MODEL, N_HEADS, N_CTX = 40, 32, 4, 16
 
@@ -23,7 +25,8 @@ def _close(got, want, rtol=1e-4):
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    return save_tiny_neox(
+    return save_tiny_model(
+        "gpt_neox",
         tmp_path_factory.mktemp("tiny-neox"),
         d_vocab=D_VOCAB,
         n_layers=2,
@@ -52,7 +55,7 @@ def test_saved_config_is_pythia_like(folder):
 @pytest.mark.parametrize("processing", [True, False])
 def test_logits_match_hugging_face(folder, hf_logits, processing):
     tokens, want = hf_logits
-    model = load_neox(
+    model = load_model(
         folder,
         fold_ln=processing,
         center_writing_weights=processing,
@@ -70,7 +73,7 @@ def test_logits_match_hugging_face(folder, hf_logits, processing):
 
 
 def test_to_paper_on_pythia_architecture(folder):
-    model = load_neox(folder)
+    model = load_model(folder)
     pw = to_paper(model)
     assert (pw.architecture, pw.exact, pw.V_kind) == ("full", False, "value_output")
     assert (pw.n_layers, pw.n_heads, pw.d_vocab) == (2, N_HEADS, D_VOCAB)
@@ -91,7 +94,7 @@ def test_to_paper_on_pythia_architecture(folder):
     assert pw.P[0].shape == (N_HEADS, model.cfg.n_ctx)
     # the raw (unfolded) model gives the same maps once the adapter folds LN itself
     raw = to_paper(
-        load_neox(folder, fold_ln=False, center_writing_weights=False, center_unembed=False)
+        load_model(folder, fold_ln=False, center_writing_weights=False, center_unembed=False)
     )
     assert raw.metadata["ln_handling"] == "folded by the adapter"
     assert meta["unembed_centred"] is True and raw.metadata["unembed_centred"] is False
@@ -108,23 +111,87 @@ def test_to_paper_on_pythia_architecture(folder):
 
 
 def test_bad_folders(tmp_path, folder):
-    with pytest.raises(LeadTermsError, match="is not a folder"):
-        load_neox(tmp_path / "missing")
+    with pytest.raises(LeadTermsError, match="no checkpoint folder at"):
+        load_model(tmp_path / "missing")
+    with pytest.raises(LeadTermsError, match="no checkpoint folder at"):
+        load_model("./missing-model")
     with pytest.raises(LeadTermsError, match=r"has no config\.json"):
-        load_neox(tmp_path)
+        load_model(tmp_path)
     (tmp_path / "config.json").write_text(
-        json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]})
+        json.dumps({"model_type": "t5", "architectures": ["T5ForConditionalGeneration"]})
     )
-    with pytest.raises(LeadTermsError, match=r"model_type='gpt2'.*not a GPT-NeoX"):
-        load_neox(tmp_path)
+    with pytest.raises(LeadTermsError, match=r"model_type='t5'.*cannot convert.*GPT2LMHeadModel"):
+        load_model(tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(LeadTermsError, match="not readable JSON"):
+        load_model(tmp_path)
     with pytest.raises(LeadTermsError, match="fold_ln must be True or False"):
-        unchecked(load_neox)(folder, fold_ln=1)
+        unchecked(load_model)(folder, fold_ln=1)
+    with pytest.raises(LeadTermsError, match="dtype must be a floating"):
+        unchecked(load_model)(folder, dtype=torch.int64)
     with pytest.raises(LeadTermsError, match="d_model=30 must be a multiple of n_heads=4"):
-        save_tiny_neox(tmp_path / "x", d_vocab=10, d_model=30, n_heads=4)
+        save_tiny_model("gpt_neox", tmp_path / "x", d_vocab=10, d_model=30, n_heads=4)
+    with pytest.raises(LeadTermsError, match="unknown family 'bert'"):
+        save_tiny_model("bert", tmp_path / "x")
 
 
-def test_docstring_examples():
-    result = doctest.testmod(neox, optionflags=doctest.ELLIPSIS)
+def _copy(folder, dest):
+    dest.mkdir()
+    for f in folder.iterdir():
+        (dest / f.name).write_bytes(f.read_bytes())
+    return dest
+
+
+def test_broken_weights_and_config(tmp_path, folder):
+    no_weights = _copy(folder, tmp_path / "no-weights")
+    (no_weights / "model.safetensors").unlink()
+    with pytest.raises(LeadTermsError, match=r"cannot read the weights.*missing or truncated"):
+        load_model(no_weights)
+    truncated = _copy(folder, tmp_path / "truncated")
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(LeadTermsError, match=r"cannot read the weights.*missing or truncated"):
+        load_model(truncated)
+    resized = _copy(folder, tmp_path / "resized")
+    config = json.loads((resized / "config.json").read_text())
+    config["hidden_size"] = 2 * D_MODEL  # the saved matrices are D_MODEL wide
+    (resized / "config.json").write_text(json.dumps(config))
+    with pytest.raises(LeadTermsError, match=r"weights in .*resized"):
+        load_model(resized)
+
+
+def test_series_checkpoint(tmp_path, folder):
+    series = tmp_path / "series"
+    _copy(folder, series.mkdir() or series / "step0")
+    _copy(folder, series / "step4")
+    (series / "step4" / "checkpoint.json").write_text(json.dumps({"step": 4}))
+    model = load_model(series, checkpoint=4)
+    assert model.cfg.model_name == "step4"
+    with pytest.raises(LeadTermsError, match=r"no checkpoint at step 3 .* its steps: \[0, 4\]"):
+        load_model(series, checkpoint=3)
+    with pytest.raises(LeadTermsError, match="is one checkpoint; pass its series folder"):
+        load_model(series / "step4", checkpoint=4)
+    with pytest.raises(LeadTermsError, match="checkpoint must be an int step"):
+        unchecked(load_model)(series, checkpoint="4")
+    with pytest.raises(LeadTermsError, match=r"is a series folder; .* one of \[0, 4\]"):
+        load_model(series)
+
+
+def test_hub_name_fails_cleanly_offline():
+    with pytest.raises(LeadTermsError, match=r"cannot load model 'pythia-14m-not-cached'.*offline"):
+        load_model("pythia-14m-not-cached", device="cpu")
+
+
+def test_path_named_after_a_name_routed_family(tmp_path, folder):
+    """TransformerLens picks Llama/Gemma by a name containing 'llama'/'gemma': a GPT-NeoX folder
+    under such a path still loads as GPT-NeoX."""
+    model = load_model(_copy(folder, tmp_path / "llama-gemma-runs"))
+    assert model.cfg.original_architecture == "GPTNeoXForCausalLM"
+
+
+@pytest.mark.parametrize("module", [loading, tiny, configs])
+def test_docstring_examples(module):
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0
 
@@ -138,7 +205,7 @@ def test_decompose_on_pythia_architecture(folder):
     tokens = markov_tokens(40, N_CTX + 1, D_VOCAB, seed=2)
     stats = corpus_stats(tokens, d_vocab=D_VOCAB, progress=False)
     ref = dense_corpus_stats(tokens, D_VOCAB)
-    model = load_neox(folder)
+    model = load_model(folder)
     d = decompose(model, stats)
     assert {r["weight"] for r in d.rows} == {"W_O", "V", "W", "P"}  # rotary: mean-field P
     assert len(d.rows) == 1 + 2 * 3 * N_HEADS

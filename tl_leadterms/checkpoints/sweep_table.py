@@ -1,4 +1,4 @@
-"""`SweepTable`: the tidy result of :func:`tl_leadterms.analyzers.sweep.sweep`."""
+"""`SweepTable`: the tidy result of :func:`tl_leadterms.checkpoints.sweep.sweep`."""
 
 from typing import Any
 
