@@ -15,9 +15,12 @@ from tl_leadterms import (
     attention_agreement,
     corpus_stats,
     covariance_similarity,
+    decompose,
     load_model,
+    to_paper,
     token_maps,
 )
+from tl_leadterms.adapters import factored
 from tl_leadterms.checkpoints.tiny import FAMILIES, save_tiny_model
 from tl_leadterms.cli import main
 
@@ -39,13 +42,6 @@ KV_HEADS = {
     "bloom": None,  # ALiBi, LayerNorm after the embedding
     "gpt_neo": None,  # alternating global and local attention, no attention scale
 }
-GQA = "adapters: GQA support lands separately"
-
-
-def _decompose_mark(family):
-    if KV_HEADS[family] is not None:
-        return pytest.mark.xfail(reason=GQA, strict=False)
-    return []
 
 
 def test_every_family_is_in_the_matrix():
@@ -124,15 +120,43 @@ def test_analyses_run(built, stats, tokens, family):
     assert all(0.0 <= r["js_divergence"] <= 0.7 for r in agree.rows)
 
 
-@pytest.mark.parametrize(
-    "family", [pytest.param(f, marks=_decompose_mark(f)) for f in KV_HEADS]
-)  # fmt: skip
-def test_cli_decompose(built, stats_file, tmp_path, family, capsys):
+@pytest.mark.parametrize("family", list(KV_HEADS))
+def test_to_paper_and_decompose(built, stats, family):
+    """Per head and per layer; the factored/shared-factor rows equal materialised maps."""
+    _, model = built(family)
+    pw = to_paper(model)
+    per_head = decompose(model, stats)
+    per_layer = decompose(model, stats, per_head=False)
+    assert {r["weight"] for r in per_head.rows} >= {"W_O", "V·W_O", "W"}
+    assert len([r for r in per_head.rows if r["weight"] == "W"]) == N_LAYERS * N_HEADS
+    assert len([r for r in per_layer.rows if r["weight"] == "W"]) == N_LAYERS
+    G, Q = stats.G_bar.T.double(), stats.Q_bar.double()
+    for layer in range(N_LAYERS):
+        V = factored.materialise(pw.V[layer]).double()
+        W = factored.materialise(pw.W[layer]).double()
+        for head in range(N_HEADS):
+            for weight, dense, target in (("V·W_O", V[head], G), ("W", W[head], Q)):
+                cosine = float((dense * target).sum() / (dense.norm() * target.norm()))
+                row = per_head.row(weight, layer, head)
+                assert row["cosine"] == pytest.approx(cosine, rel=1e-5, abs=1e-7)
+        summed = float((V.sum(0) * G).sum() / (V.sum(0).norm() * G.norm()))
+        assert per_layer.row("V", layer)["cosine"] == pytest.approx(summed, rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("family", list(KV_HEADS))
+def test_cli_decompose_report_sweep(built, stats_file, tmp_path, family, capsys):
     folder, _ = built(family)
     out = tmp_path / "decompose.json"
     code = main(["decompose", str(folder), str(stats_file), "-o", str(out), "--quiet"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
+    assert code == 0, capsys.readouterr().err
     rows = json.loads(out.read_text())["rows"]
-    assert {r["weight"] for r in rows} >= {"W_O", "V", "W"}
-    assert {r["layer"] for r in rows if r["weight"] == "V"} == set(range(N_LAYERS))
+    assert {r["weight"] for r in rows} >= {"W_O", "V·W_O", "W"}
+    assert {r["layer"] for r in rows if r["weight"] == "V·W_O"} == set(range(N_LAYERS))
+    page = tmp_path / "report.html"
+    code = main(["report", str(stats_file), "--model", str(folder), "-o", str(page), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    assert page.read_text().count('class="decompose-row"') == len(rows)
+    table = tmp_path / "sweep.csv"
+    code = main(["sweep", str(folder), str(stats_file), "--out", str(table), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    assert len(table.read_text().strip().splitlines()) > 1

@@ -15,7 +15,6 @@ import math
 import os
 import random
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from tl_leadterms.atomic import atomic_folder, atomic_path, write_text
 from tl_leadterms.checkpoints.loading import checkpoint_step, load_series, quiet_transformers
 from tl_leadterms.checkpoints.tiny import tiny_neox_model
 from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
@@ -68,31 +68,16 @@ def _checkpoint_steps(checkpoints: object, steps: int) -> list[int]:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON atomically (temporary file in the same folder, then rename)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    write_text(path, json.dumps(data, indent=2))
 
 
 def _save_checkpoint(hf_model, tokenizer, folder: Path, info: dict[str, Any]) -> Path:
-    """Save one checkpoint folder atomically: written under a temporary name, then renamed."""
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    try:
-        with quiet_transformers():
-            hf_model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
+    """Save one checkpoint folder atomically (:func:`tl_leadterms.atomic.atomic_folder`)."""
+    with atomic_folder(folder) as tmp, quiet_transformers():
+        hf_model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        # a plain write: the whole folder is swapped in at the end
         (tmp / "checkpoint.json").write_text(json.dumps(info, indent=2))
-        if folder.exists():  # move the old one aside first: a crash never leaves neither
-            old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old."))
-            os.replace(folder, old / folder.name)
-            os.replace(tmp, folder)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return folder
 
 
@@ -152,9 +137,8 @@ def _corpus(out_dir: Path, stories: object, n_stories: int, vocab_size: int, n_c
     tokenizer = train_word_tokenizer(list(stories), vocab_size)
     windows = make_windows(list(stories), n_ctx, tokenizer=tokenizer)
     tokenizer.save_pretrained(out_dir / TOKENIZER_DIR)
-    tmp = out_dir / f".{WINDOWS_FILE}.tmp"
-    torch.save(windows, tmp)
-    os.replace(tmp, out_dir / WINDOWS_FILE)
+    with atomic_path(out_dir / WINDOWS_FILE) as tmp:
+        torch.save(windows, tmp)
     return stories, tokenizer, windows
 
 

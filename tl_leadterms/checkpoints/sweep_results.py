@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from tl_leadterms.atomic import write_text
 from tl_leadterms.errors import LeadTermsError
 
 __all__ = ["append_record", "jsonable", "read_results"]
@@ -65,9 +66,7 @@ def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict],
         with open(aside, "a") as f:
             f.write("\n".join(torn) + "\n")
         good = "".join(json.dumps(r) + "\n" for r in done.values())
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(good)
-        os.replace(tmp, path)
+        write_text(path, good)
         if torn:
             warnings.warn(
                 f"ignored an incomplete last line of {str(path)!r} (an interrupted write; kept "
