@@ -112,9 +112,7 @@ class ArrayShard(Shard):
         return data if self.rows is None else data[self.rows[0] : self.rows[1]]
 
 
-def _rows_from_columns(
-    columns: dict[str, Any], spec: WindowSpec, tokenizer: Any, name: str
-) -> Any:
+def _rows_from_columns(columns: dict[str, Any], spec: WindowSpec, tokenizer: Any, name: str) -> Any:
     """Windows from a table's columns: texts (with a tokenizer) or ``input_ids``."""
     if tokenizer is not None and spec.text_column in columns:
         texts = [str(t) for t in columns[spec.text_column]]
@@ -133,7 +131,9 @@ def _rows_from_columns(
         return np.zeros((0, 2), dtype=np.int64)
     if spec.n_ctx is None:
         return [list(r) for r in rows]  # windows: TokenSource checks their lengths
-    return make_windows([np.asarray(r) for r in rows], spec.n_ctx, mode=spec.mode, eos_id=spec.eos_id)
+    return make_windows(
+        [np.asarray(r) for r in rows], spec.n_ctx, mode=spec.mode, eos_id=spec.eos_id
+    )
 
 
 def _need_n_ctx(spec: WindowSpec, name: str) -> int:

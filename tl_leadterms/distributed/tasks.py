@@ -16,12 +16,11 @@ from typing import Any
 
 import torch
 
+from tl_leadterms.distributed.shards import Shard, WindowSpec
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
 from tl_leadterms.stats.tokens import TokenSource
 from tl_leadterms.stats.vocab import KeptVocab
-
-from tl_leadterms.distributed.shards import Shard, WindowSpec
 
 __all__ = ["PassOptions", "attention_task", "context_task", "count_task", "merge_task"]
 
