@@ -61,7 +61,8 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
     try:
         if address is None:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, **quiet)
+            # "local": a new Ray even where `ray start` runs one on this machine
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **quiet)
         else:
             ray.init(address=address, **quiet)
     except ConnectionError as err:
