@@ -6,6 +6,7 @@
     tl-leadterms stats corpus.txt -o s.safetensors --tokenizer word:3000 --n-ctx 200
     tl-leadterms stats ids.npy -o s.safetensors --d-vocab 50304     # token arrays [n, T+1]
     tl-leadterms stats my_dataset_dir -o s.safetensors --tokenizer tok_dir --text-column text
+    tl-leadterms stats shards/*.npy -o s.safetensors --d-vocab 50304 --ray auto  # a Ray cluster
     tl-leadterms top s.safetensors red --tokenizer tok_dir
     tl-leadterms decompose ckpt_dir s.safetensors [--json|--csv] [-o table.json]
     tl-leadterms sweep series_dir s.safetensors [--results r.jsonl] [--out table.csv]
@@ -200,6 +201,13 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--text-column", default="text", help="text column of a dataset")
     stats.add_argument("--split", default="train", help="split of a dataset")
     stats.add_argument("--save-tokenizer", help="folder to save the tokenizer to")
+    stats.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS|auto|local:N",
+        help="run on Ray, one task per input file: a cluster address, auto, or local[:N CPUs]",
+    )
     _add_common(stats, device=False)
     stats.set_defaults(func=commands.cmd_stats)
 

@@ -188,9 +188,51 @@ def read_inputs(args: argparse.Namespace) -> tuple[str, Any]:
     return kind, torch.cat(parts["windows"])
 
 
+def stats_on_ray(args: argparse.Namespace) -> int:
+    """``stats --ray``: each input file is a shard read by a worker (the driver reads no data,
+    except the texts a ``word:N``/``bpe:N`` tokenizer is trained on)."""
+    from tl_leadterms.distributed import corpus_stats, parse_target
+
+    if args.max_windows:
+        raise LeadTermsError("--max-windows is not supported with --ray; pass fewer files")
+    texts = [
+        p for p in args.inputs if Path(p).suffix not in (*_TOKEN_SUFFIXES, ".parquet", ".arrow")
+    ]
+    tokenizer = None
+    if args.tokenizer or (texts and not Path(texts[0]).is_dir()):
+        from tl_leadterms.data import read_corpus
+
+        spec = args.tokenizer or "word:3000"
+        trains = spec.partition(":")[0] in ("word", "bpe")
+        tokenizer = load_tokenizer(
+            spec, [d for p in texts for d in read_corpus(p)] if trains else None
+        )
+    d_vocab = args.d_vocab or (len(tokenizer) if tokenizer is not None else None)
+    if d_vocab is None:
+        raise LeadTermsError("token ids need the vocabulary size: pass --d-vocab or --tokenizer")
+    address, num_cpus = parse_target(args.ray)
+    stats = corpus_stats(
+        args.inputs,
+        d_vocab,
+        vocab=args.keep or None,
+        n_ctx=args.n_ctx or (128 if tokenizer is not None else None),
+        mode=args.mode,
+        text_column=args.text_column,
+        tokenizer=tokenizer,
+        address=address,
+        num_cpus=num_cpus,
+        progress=not args.quiet,
+    )
+    stats.save(args.output)
+    print(f"{stats!r}\nwrote {args.output}")
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     from tl_leadterms import corpus_stats, make_windows
 
+    if getattr(args, "ray", None) is not None:
+        return stats_on_ray(args)
     kind, data = read_inputs(args)
     if kind == "texts":
         tokenizer = load_tokenizer(args.tokenizer or "word:3000", data)

@@ -1,0 +1,178 @@
+"""Corpus statistics on a local Ray (2 workers) against the single-process path, same machine.
+
+Cases (JSON under benchmarks/results/distributed_*.json):
+
+* ``speed``: 50,000 Zipf windows, T 128, d_vocab 50,304 restricted to 5,000 kept ids, float64.
+  The single-process ``tl_leadterms.corpus_stats`` (numba, all cores) against
+  ``tl_leadterms.distributed.corpus_stats`` on a local Ray with 2 CPUs (one task per shard,
+  1 CPU each). Both timed warm (Ray started and its workers' kernels compiled by a first run),
+  best of ``--repeats``; the results are checked equal. Also the per-shard task seconds, merge
+  seconds and the bytes each shard puts into the object store (the pickled accumulator).
+* ``tiny``: the fixed overhead on a tiny corpus (300 windows, T 16, d_vocab 60).
+* a projection (not a measurement) for 8, 32 and 128 nodes at 1B tokens, from the measured
+  per-window task cost and per-merge cost (model in ``projection``'s docstring).
+
+    python benchmarks/bench_distributed.py [--repeats 2]
+"""
+
+import argparse
+import json
+import math
+import os
+import pickle
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tl_leadterms import corpus_stats  # noqa: E402
+from tl_leadterms.distributed import corpus_stats as ray_stats  # noqa: E402
+from tl_leadterms.stats import ContextAccumulator, resolve_vocab  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+STATS = ("Phi_bar", "G_bar", "Q_bar", "Delta", "B_bar")
+
+
+def zipf_windows(n: int, n_ctx: int, d_vocab: int, seed: int = 0, a: float = 1.1) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, d_vocab + 1) ** a
+    ids = rng.choice(d_vocab, size=(n, n_ctx + 1), p=p / p.sum())
+    return torch.from_numpy(rng.permutation(d_vocab)[ids]).long()
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def best(fn, repeats: int):
+    times, out = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return out, min(times), times
+
+
+def max_diff(a, b) -> float:
+    return max(float((getattr(a, n) - getattr(b, n)).abs().max()) for n in STATS)
+
+
+def shard_bytes(windows: torch.Tensor, kept, n_shards: int) -> int:
+    """Bytes of one shard's pass-one accumulator as it is pickled into the object store."""
+    part = windows[: math.ceil(windows.shape[0] / n_shards)]
+    acc = ContextAccumulator(kept).update(part)
+    acc.merge(ContextAccumulator(kept))  # the task compacts its bigram codes the same way
+    return len(pickle.dumps(acc, protocol=5))
+
+
+def run_case(windows, d_vocab, vocab, n_shards, repeats, folder):
+    path = Path(folder) / f"w{windows.shape[0]}.npy"
+    np.save(path, windows.numpy().astype(np.int32))
+    size = math.ceil(windows.shape[0] / n_shards)
+    single, single_s, single_all = best(
+        lambda: corpus_stats(windows, d_vocab, vocab=vocab, progress=False), repeats
+    )
+    ray_stats([path], d_vocab, vocab=vocab, shard_size=size, progress=False)  # warm the workers
+    timings: dict = {}
+    dist, dist_s, dist_all = best(
+        lambda: ray_stats(
+            [path], d_vocab, vocab=vocab, shard_size=size, progress=False, timings=timings
+        ),
+        repeats,
+    )
+    return {
+        "single_process_s": single_s,
+        "ray_s": dist_s,
+        "speedup": single_s / dist_s,
+        "all_runs_s": {"single": single_all, "ray": dist_all},
+        "max_abs_difference": max_diff(dist, single),
+        "stages_s": {k: timings[k] for k in ("vocab", "pass1", "G_bar", "pass2")},
+        "shard_task_s": {
+            "pass1": [i["seconds"] for i in timings["pass1_shards"]],
+            "pass2": [i["seconds"] for i in timings["pass2_shards"]],
+        },
+        "merge_s": {"pass1": timings["pass1_merges"], "pass2": timings["pass2_merges"]},
+    }
+
+
+def projection(result: dict, k: int, n_ctx: int, windows: int, cores_per_node: int = 16):
+    """Wall time at 1B tokens = compute / (nodes·cores) + serial terms (Amdahl).
+
+    Model: every core runs 1-CPU shard tasks at the measured per-window cost (pass one plus
+    pass two, this machine's speed per core); a merge tree has ``log2(shards)`` levels and each
+    level costs one measured in-memory merge plus moving one accumulator (8·k² bytes) over a
+    10 Gb/s link; Ḡ (8·k² bytes) is formed once on the driver (measured) and sent to every
+    node, serially from the driver in the worst case. Not measured on a cluster.
+    """
+    per_window = sum(sum(v) for v in result["shard_task_s"].values()) / windows
+    n_windows = 1e9 / (n_ctx + 1)
+    merge = max(max(v) for v in result["merge_s"].values() if v)
+    table_s = 8 * k * k / 1.25e9
+    rows = []
+    for nodes in (8, 32, 128):
+        shards = nodes * cores_per_node
+        compute = per_window * n_windows / shards
+        tree = 2 * math.ceil(math.log2(shards)) * (merge + table_s)
+        broadcast = nodes * table_s
+        serial = tree + broadcast + result["stages_s"]["G_bar"]
+        rows.append({
+            "nodes": nodes, "cores": shards, "compute_s": compute, "merge_tree_s": tree,
+            "G_bar_and_broadcast_s": broadcast + result["stages_s"]["G_bar"],
+            "total_s": compute + serial, "serial_fraction": serial / (compute + serial),
+        })  # fmt: skip
+    return {"model": projection.__doc__.strip(), "per_window_core_s": per_window, "rows": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--windows", type=int, default=50_000)
+    args = parser.parse_args()
+    import ray
+
+    RESULTS.mkdir(exist_ok=True)
+    load_before = load()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    d_vocab, k, n_ctx = 50_304, 5_000, 128
+    with tempfile.TemporaryDirectory() as folder:
+        tiny = run_case(zipf_windows(300, 16, 60, seed=1), 60, None, 2, 3, folder)
+        windows = zipf_windows(args.windows, n_ctx, d_vocab)
+        kept = resolve_vocab(k, d_vocab, count_batches=[windows])
+        speed = run_case(windows, d_vocab, kept.kept.tolist(), 2, args.repeats, folder)
+    ray.shutdown()
+    speed["object_store_bytes_per_shard_pass1"] = shard_bytes(windows, kept, 2)
+    speed["object_store_bytes_per_shard_pass2"] = 8 * k * k + 8 * n_ctx  # Q table and Δ
+    speed["G_bar_broadcast_bytes"] = 8 * k * k
+    machine = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": load(),
+    }
+    setting = {"windows": args.windows, "n_ctx": n_ctx, "d_vocab": d_vocab, "kept": k,
+               "dtype": "float64", "ray_cpus": 2, "shards": 2}  # fmt: skip
+    out = {
+        "machine": machine,
+        "setting": setting,
+        "speed": speed,
+        "tiny": tiny,
+        "projection_1B_tokens": projection(speed, k, n_ctx, args.windows),
+    }
+    path = RESULTS / "distributed_speed.json"
+    path.write_text(json.dumps(out, indent=1))
+    print(json.dumps({"speed": {k: speed[k] for k in ("single_process_s", "ray_s", "speedup")},
+                      "tiny": {k: tiny[k] for k in ("single_process_s", "ray_s")},
+                      "load": [load_before, machine["load_after"]]}, indent=1))  # fmt: skip
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

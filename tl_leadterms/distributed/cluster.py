@@ -1,0 +1,76 @@
+"""Which Ray to use: one already running in this process, an existing cluster, or a local one.
+
+Ray is imported here, lazily: importing :mod:`tl_leadterms` (or this package) never imports it.
+"""
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tl_leadterms.errors import LeadTermsError, positive_int
+
+__all__ = ["import_ray", "parse_target", "ray_session"]
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a LeadTermsError saying how to install it."""
+    try:
+        import ray
+    except ImportError as err:
+        raise LeadTermsError(
+            f"distributed statistics need Ray ({err}); install it with "
+            "pip install 'tl_leadterms[ray]' (Ray >= 2.40)."
+        ) from None
+    return ray
+
+
+def parse_target(text: str | None) -> tuple[str | None, int | None]:
+    """``--ray`` text -> ``(address, num_cpus)``: ``local``, ``local:N``, ``auto`` or an address.
+
+    Example:
+        >>> parse_target("local:2"), parse_target("auto"), parse_target("10.0.0.1:6379")
+        ((None, 2), ('auto', None), ('10.0.0.1:6379', None))
+    """
+    if text is None or text == "local":
+        return None, None
+    if text.startswith("local:"):
+        count = text.removeprefix("local:")
+        if not count.isdigit() or int(count) < 1:
+            raise LeadTermsError(
+                f"--ray {text}: local:N needs a positive number of CPUs N, e.g. local:4."
+            )
+        return None, int(count)
+    return text, None
+
+
+@contextmanager
+def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[Any]:
+    """Yield the ``ray`` module connected to a cluster; stop only a Ray started here.
+
+    * Ray already initialised in this process: use it as it is (``address`` is ignored).
+    * ``address=None``: start a local Ray with ``num_cpus`` CPUs (default: all), no dashboard.
+    * ``"auto"`` or ``"host:port"``: connect to a running cluster (``ray start --head``).
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    if num_cpus is not None:
+        positive_int("num_cpus", num_cpus)
+    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    try:
+        if address is None:
+            # "local": a new Ray even where `ray start` runs one on this machine
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **quiet)
+        else:
+            ray.init(address=address, **quiet)
+    except ConnectionError as err:
+        raise LeadTermsError(
+            f"cannot connect to a Ray cluster at address={address!r} ({err}); start one with "
+            "`ray start --head`, pass its address, or address=None for a local Ray."
+        ) from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

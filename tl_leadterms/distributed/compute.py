@@ -1,0 +1,245 @@
+"""`corpus_stats` on Ray: one task per shard for each pass, accumulators merged as a tree.
+
+The driver lists the shards, submits one task per shard, and merges the returned accumulators
+pairwise in Ray tasks (a binary tree fixed by the shard order, so the sums are reproducible).
+Between the passes it forms Ḡ = Σ_B̄Φ̄ from the merged counts (as the single-process path does)
+and puts it once into the object store; every pass-two task gets its ObjectRef. The driver holds
+the ``[k, k]`` results, never the corpus.
+"""
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from tl_leadterms.distributed.cluster import ray_session
+from tl_leadterms.distributed.shards import Shard, WindowSpec, plan_shards
+from tl_leadterms.distributed.tasks import (
+    PassOptions,
+    attention_task,
+    context_task,
+    count_task,
+    merge_task,
+    one_line,
+)
+from tl_leadterms.errors import LeadTermsError, positive_int
+from tl_leadterms.stats.compute import composed_from_counts
+from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.vocab import KeptVocab, VocabSpec, resolve_vocab
+from tl_leadterms.version import __version__
+
+__all__ = ["corpus_stats"]
+
+
+class _Pass:
+    """Submit one pass (a task per shard, a merge tree), follow it, return the merged value."""
+
+    def __init__(self, ray: Any, task: Callable, *, cpus: int, retries: int) -> None:
+        options = {"num_cpus": cpus, "max_retries": retries, "retry_exceptions": False}
+        self.ray = ray
+        self.leaf = ray.remote(task).options(num_returns=2, **options)
+        self.merge = ray.remote(merge_task).options(num_returns=2, **options)
+
+    def get(self, refs: Any, pending: Sequence[Any] = ()) -> Any:
+        """``ray.get`` with a shard's failure as one LeadTermsError line (the rest cancelled)."""
+        try:
+            return self.ray.get(refs)
+        except self.ray.exceptions.RayTaskError as err:
+            for ref in pending:
+                self.ray.cancel(ref, recursive=True)
+            cause = getattr(err, "cause", None) or err
+            raise LeadTermsError(one_line(cause)) from None
+
+    def run(self, shards: list[Shard], args: tuple, desc: str, progress: bool) -> tuple:
+        leaves = [self.leaf.remote(shard, *args) for shard in shards]
+        values, infos = [v for v, _ in leaves], [i for _, i in leaves]
+        level, merge_seconds = values, []
+        while len(level) > 1:  # a fixed pairwise tree: Ray runs each merge when its inputs exist
+            pairs = [self.merge.remote(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+            merge_seconds += [s for _, s in pairs]
+            level = [v for v, _ in pairs] + ([level[-1]] if len(level) % 2 else [])
+        done = self._follow(infos, values + merge_seconds + level, desc, progress)
+        return self.get(level[0]), done, self.get(merge_seconds)
+
+    def _follow(self, infos: list, everything: list, desc: str, progress: bool) -> list[dict]:
+        """Wait for the shards in finishing order, with a progress bar of shards and tokens."""
+        done: dict[Any, dict] = {}
+        pending, tokens = list(infos), 0
+        with tqdm(total=len(infos), desc=desc, unit="shard", disable=not progress) as bar:
+            while pending:
+                ready, pending = self.ray.wait(pending, num_returns=1)
+                info = self.get(ready[0], pending=everything)
+                done[ready[0]] = info
+                tokens += info["tokens"]
+                bar.set_postfix(tokens=f"{tokens:,}", refresh=False)
+                bar.update(1)
+        infos_in_order = [done[ref] for ref in infos]
+        _check_same_width(infos_in_order)
+        return infos_in_order
+
+
+def _check_same_width(infos: list[dict]) -> None:
+    widths = {info["n_ctx"]: info["shard"] for info in infos if info["n_ctx"] is not None}
+    if len(widths) > 1:
+        (t1, s1), (t2, s2) = list(widths.items())[:2]
+        raise LeadTermsError(
+            f"shards have windows of different lengths: T = {t1} in shard {s1}, T = {t2} in "
+            f"shard {s2}; every window must have T + 1 tokens (pass n_ctx= to cut documents)."
+        )
+    if not any(info["windows"] for info in infos):
+        raise LeadTermsError(
+            f"the corpus is empty: no shard of {len(infos)} held a window of T + 1 >= 2 tokens."
+        )
+
+
+def _kept_vocab(vocab, d_vocab, centre_vocab, count: Callable[[], torch.Tensor]) -> KeptVocab:
+    """``resolve_vocab``, with the token counts of ``vocab=<int>`` summed over the shards."""
+    if isinstance(vocab, int) and not isinstance(vocab, bool):
+        k = min(positive_int("vocab", vocab), d_vocab)
+        order = torch.sort(-count(), stable=True).indices  # most frequent first, ties by id
+        return resolve_vocab(order[:k], d_vocab, centre_vocab=centre_vocab)
+    return resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab)
+
+
+def _provenance(tokenizer: Any) -> dict[str, Any]:
+    if tokenizer is None:
+        return {}
+    from tl_leadterms.data.tokenizers import vocab_hash
+
+    name = getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
+    return {"tokenizer_name": name, "tokenizer_vocab_hash": vocab_hash(tokenizer)}
+
+
+def corpus_stats(
+    source: Any,
+    d_vocab: int,
+    *,
+    vocab: VocabSpec = None,
+    centre_vocab: int | None = None,
+    n_ctx: int | None = None,
+    mode: str = "chunk",
+    eos_id: int | None = None,
+    text_column: str = "text",
+    tokenizer: Any = None,
+    dtype: torch.dtype = torch.float64,
+    batch_size: int | None = None,
+    shard_size: int | None = None,
+    num_shards: int | None = None,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    cpus_per_task: int = 1,
+    max_retries: int = 3,
+    backend: str = "auto",
+    progress: bool = True,
+    timings: dict[str, Any] | None = None,
+) -> CorpusStats:
+    """:func:`tl_leadterms.corpus_stats` on a Ray cluster, one task per shard.
+
+    Args:
+        source: token arrays (``.npy``, memory-mapped, or ``.pt``: windows ``[n, T + 1]`` or a
+            1-D stream), parquet/arrow files or folders of them, text files (with
+            ``tokenizer``), a list of :class:`~tl_leadterms.distributed.shards.Shard`, or a
+            ``datasets.Dataset`` (split with ``.shard()``). See :mod:`.shards` for how windows
+            are made; they match the single-process windows shard by shard.
+        d_vocab, vocab, centre_vocab, dtype, batch_size, backend, tokenizer: as in
+            :func:`tl_leadterms.corpus_stats` (``vocab=<int>`` adds a counting pass). Sums are
+            accumulated in float64 and rounded once to ``dtype``.
+        n_ctx, mode, eos_id, text_column: how documents become windows (``make_windows``);
+            ``n_ctx=None`` takes windows as they are.
+        shard_size: windows per shard for ``.npy`` files, rows per shard for a dataset.
+        num_shards: shards of a dataset (default: ``shard_size`` rows each, else the
+            cluster's CPU count).
+        address: ``None`` starts a local Ray with ``num_cpus`` CPUs (stopped at the end);
+            ``"auto"`` or ``"host:port"`` connects to a running cluster. A Ray already
+            initialised in this process is used as it is.
+        cpus_per_task: CPUs each shard task reserves (its numba/torch threads).
+        max_retries: times Ray reruns a task whose worker died (data errors are not retried).
+        progress: tqdm bars counting finished shards and tokens.
+        timings: if a dict, receives the seconds of ``"vocab"``, ``"pass1"``, ``"G_bar"``,
+            ``"pass2"`` and per-shard infos ``"pass1_shards"``/``"pass2_shards"`` and merge
+            seconds ``"pass1_merges"``/``"pass2_merges"``.
+
+    Returns:
+        A :class:`~tl_leadterms.CorpusStats` equal (to rounding) to the single-process one.
+    """
+    if dtype not in (torch.float64, torch.float32):
+        raise LeadTermsError(f"dtype must be torch.float64 or torch.float32, got {dtype}.")
+    d_vocab = positive_int("d_vocab", d_vocab)
+    positive_int("cpus_per_task", cpus_per_task)
+    options = PassOptions(d_vocab, WindowSpec(n_ctx, mode, eos_id, text_column), batch_size)
+    options = PassOptions(d_vocab, options.window, batch_size, torch.float64, backend)
+    clock = timings if timings is not None else {}
+    with ray_session(address, num_cpus) as ray:
+        dataset = source if type(source).__name__ == "Dataset" else None
+        if dataset is not None and num_shards is None and shard_size is None:
+            num_shards = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        shards = plan_shards(source, n_ctx=n_ctx, shard_size=shard_size, num_shards=num_shards)
+        shared = (
+            None if dataset is None else ray.put(dataset),
+            None if tokenizer is None else ray.put(tokenizer),  # once; tasks get the ref
+        )
+
+        def runner(task: Callable) -> _Pass:
+            return _Pass(ray, task, cpus=cpus_per_task, retries=max_retries)
+
+        def count() -> torch.Tensor:
+            return runner(count_task).run(shards, (options, *shared), "count", progress)[0]
+
+        start = time.perf_counter()
+        kept = _kept_vocab(vocab, d_vocab, centre_vocab, count)
+        clock["vocab"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        first, clock["pass1_shards"], clock["pass1_merges"] = runner(context_task).run(
+            shards, (kept, options, *shared), "pass 1/2: B̄, Φ̄", progress
+        )
+        counts = first.result(release=True, dtype=dtype)
+        clock["pass1"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        g_bar = composed_from_counts(counts, kept, progress=progress, backend=first.backend)
+        g_ref = ray.put(g_bar)  # one copy in the object store, read by every pass-two task
+        clock["G_bar"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        second, clock["pass2_shards"], clock["pass2_merges"] = runner(attention_task).run(
+            shards, (kept, g_ref, options, *shared), "pass 2/2: Q̄, Δ", progress
+        )
+        if second.n_sequences != counts.n_sequences:
+            raise LeadTermsError(
+                f"the shards gave {counts.n_sequences} windows in pass one but "
+                f"{second.n_sequences} in pass two; shards must read the same windows each time."
+            )
+        q_bar, delta = second.result(release=True, dtype=dtype)
+        clock["pass2"] = time.perf_counter() - start
+        del g_ref
+
+    metadata = {
+        "library_version": __version__,
+        "d_vocab": d_vocab,
+        "n_ctx": counts.n_ctx,
+        "n_sequences": counts.n_sequences,
+        "n_kept": kept.k,
+        "centre_vocab": kept.centre_vocab,
+        "dtype": str(dtype).removeprefix("torch."),
+        "accumulate_dtype": "float64",
+        "backend": first.backend,
+        "distributed": f"ray, {len(shards)} shards",
+        **_provenance(tokenizer),
+    }
+    return CorpusStats(
+        vocab=kept,
+        n_sequences=counts.n_sequences,
+        n_ctx=counts.n_ctx,
+        pair_codes=counts.pair_codes,
+        pair_counts=counts.pair_counts,
+        unigram_counts=counts.unigram_counts,
+        Phi_bar=counts.Phi_bar,
+        G_bar=g_bar,
+        Q_bar=q_bar,
+        Delta=delta,
+        metadata=metadata,
+        tokenizer=tokenizer,
+    )
