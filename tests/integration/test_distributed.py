@@ -115,6 +115,12 @@ def test_kept_vocabulary_and_shuffled_shards(cluster, tmp_path):
         assert [s.path for s in shards] != [str(f) for f in files]
         got = ray_stats(shards, d_vocab, vocab=vocab, progress=False)
         assert_same(got, reference)
+    # the restricted definitions of Q̄/Δ travel to the workers too
+    options = {"q_targets": "one-hot", "last_target": "paper-code"}
+    reference = corpus_stats(windows, d_vocab, vocab=kept, progress=False, **options)
+    got = ray_stats(plan_shards(files), d_vocab, vocab=kept, progress=False, **options)
+    assert_same(got, reference)
+    assert got.metadata["q_targets"] == "one-hot" and got.metadata["last_target"] == "paper-code"
 
 
 def test_datasets_and_parquet_folders(cluster, tmp_path):

@@ -24,9 +24,10 @@ from tl_leadterms.distributed.tasks import (
     merge_task,
     one_line,
 )
-from tl_leadterms.errors import LeadTermsError, positive_int
+from tl_leadterms.errors import LeadTermsError, check_choice, positive_int
 from tl_leadterms.stats.compute import composed_from_counts
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.definitions import LAST_TARGETS, Q_TARGETS, LastTarget, QTargets
 from tl_leadterms.stats.vocab import KeptVocab, VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
 
@@ -134,6 +135,8 @@ def corpus_stats(
     backend: str = "auto",
     progress: bool = True,
     timings: dict[str, Any] | None = None,
+    q_targets: QTargets = "centred",
+    last_target: LastTarget = "data",
 ) -> CorpusStats:
     """:func:`tl_leadterms.corpus_stats` on a Ray cluster, one task per shard.
 
@@ -143,7 +146,8 @@ def corpus_stats(
             ``tokenizer``), a list of :class:`~tl_leadterms.distributed.shards.Shard`, or a
             ``datasets.Dataset`` (split with ``.shard()``). See :mod:`.shards` for how windows
             are made; they match the single-process windows shard by shard.
-        d_vocab, vocab, centre_vocab, dtype, batch_size, backend, tokenizer: as in
+        d_vocab, vocab, centre_vocab, dtype, batch_size, backend, tokenizer, q_targets,
+        last_target: as in
             :func:`tl_leadterms.corpus_stats` (``vocab=<int>`` adds a counting pass). Sums are
             accumulated in float64 and rounded once to ``dtype``.
         n_ctx, mode, eos_id, text_column: how documents become windows (``make_windows``);
@@ -168,8 +172,12 @@ def corpus_stats(
         raise LeadTermsError(f"dtype must be torch.float64 or torch.float32, got {dtype}.")
     d_vocab = positive_int("d_vocab", d_vocab)
     positive_int("cpus_per_task", cpus_per_task)
-    options = PassOptions(d_vocab, WindowSpec(n_ctx, mode, eos_id, text_column), batch_size)
-    options = PassOptions(d_vocab, options.window, batch_size, torch.float64, backend)
+    check_choice("q_targets", q_targets, Q_TARGETS)
+    check_choice("last_target", last_target, LAST_TARGETS)
+    window = WindowSpec(n_ctx, mode, eos_id, text_column)
+    options = PassOptions(
+        d_vocab, window, batch_size, torch.float64, backend, q_targets, last_target
+    )
     clock = timings if timings is not None else {}
     with ray_session(address, num_cpus) as ray:
         dataset = source if type(source).__name__ == "Dataset" else None
@@ -227,6 +235,8 @@ def corpus_stats(
         "accumulate_dtype": "float64",
         "backend": first.backend,
         "distributed": f"ray, {len(shards)} shards",
+        "q_targets": q_targets,
+        "last_target": last_target,
         **_provenance(tokenizer),
     }
     return CorpusStats(

@@ -34,6 +34,8 @@ class PassOptions:
     batch_size: int | None = None
     accumulate_dtype: torch.dtype = torch.float64
     backend: str = "auto"
+    q_targets: str = "centred"  # see tl_leadterms.stats.definitions
+    last_target: str = "data"
 
 
 def one_line(err: BaseException) -> str:
@@ -105,11 +107,23 @@ def context_task(
     use_task_cpus()
     start = time.perf_counter()
     with shard_errors(shard):
-        acc = ContextAccumulator(kept, dtype=options.accumulate_dtype, backend=options.backend)
+        acc = ContextAccumulator(
+            kept,
+            dtype=options.accumulate_dtype,
+            backend=options.backend,
+            last_target=options.last_target,
+        )
         for batch in shard_batches(shard, options, dataset, tokenizer) or ():
             acc.update(batch)
         # merging an empty accumulator counts the pending bigram codes: fewer bytes to ship
-        acc.merge(ContextAccumulator(kept, dtype=options.accumulate_dtype, backend=acc.backend))
+        acc.merge(
+            ContextAccumulator(
+                kept,
+                dtype=options.accumulate_dtype,
+                backend=acc.backend,
+                last_target=options.last_target,
+            )
+        )
     return acc, _info(shard, acc.n_sequences, acc.n_ctx, start)
 
 
@@ -126,7 +140,12 @@ def attention_task(
     start = time.perf_counter()
     with shard_errors(shard):
         acc = AttentionAccumulator(
-            g_bar, kept, backend=options.backend, dtype=options.accumulate_dtype
+            g_bar,
+            kept,
+            backend=options.backend,
+            dtype=options.accumulate_dtype,
+            q_targets=options.q_targets,
+            last_target=options.last_target,
         )
         for batch in shard_batches(shard, options, dataset, tokenizer) or ():
             acc.update(batch)
