@@ -39,8 +39,7 @@ def model_weights(pw: PaperWeights) -> list[str]:
     ``W_O``, ``V·W_O`` (its value path is defined in vocabulary space only as the product), ``W``
     and, with learned positions, ``P``.
     """
-    value = term(pw.V_kind).weight
-    return [w for w in WEIGHTS if w in ("W_O", value, "W") or (w == "P" and pw.has_P)]
+    return ["W_O", pw.value_weight, "W"] + (["P"] if pw.has_P else [])
 
 
 def _select_weights(weights: Any, pw: PaperWeights) -> list[str]:
