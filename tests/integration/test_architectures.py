@@ -21,7 +21,7 @@ from tl_leadterms import (
     token_maps,
 )
 from tl_leadterms.adapters import factored
-from tl_leadterms.checkpoints.tiny import FAMILIES, save_tiny_model
+from tl_leadterms.checkpoints.tiny import MODEL_FAMILIES, save_tiny_model
 from tl_leadterms.cli import main
 
 D_VOCAB, N_LAYERS, D_MODEL, N_HEADS, N_CTX = 96, 2, 32, 4, 32
@@ -45,7 +45,7 @@ KV_HEADS = {
 
 
 def test_every_family_is_in_the_matrix():
-    assert set(KV_HEADS) == set(FAMILIES)
+    assert set(KV_HEADS) == set(MODEL_FAMILIES)
 
 
 @pytest.fixture(scope="module")

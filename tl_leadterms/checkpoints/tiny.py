@@ -1,7 +1,7 @@
 """Tiny randomly initialised Hugging Face models of every family the loader converts, offline.
 
 :func:`save_tiny_model` writes a small ``*ForCausalLM`` of one family (``"gpt2"``, ``"gpt_neox"``,
-``"llama"``, ...; see :data:`FAMILIES`) to a local folder, seeded, so tests, examples and the
+``"llama"``, ...; see :data:`MODEL_FAMILIES`) to a local folder, seeded, so tests, examples and the
 README exercise :func:`~tl_leadterms.checkpoints.loading.load_model` on every architecture
 without the hub. :func:`tiny_neox_model` is the Pythia-style GPT-NeoX that the checkpoint series
 trains. Real checkpoints go through ``load_model("pythia-1.4b", checkpoint=512)``.
@@ -16,7 +16,7 @@ import torch
 from tl_leadterms.checkpoints.loading import quiet_transformers
 from tl_leadterms.errors import LeadTermsError, positive_int
 
-__all__ = ["FAMILIES", "save_tiny_model", "tiny_model", "tiny_neox_model"]
+__all__ = ["MODEL_FAMILIES", "save_tiny_model", "tiny_model", "tiny_neox_model"]
 
 
 class Sizes(NamedTuple):
@@ -118,7 +118,7 @@ def _gpt_neo(s: Sizes) -> tuple[str, dict[str, Any]]:
 
 
 # family -> builder of (transformers class prefix, config keywords)
-FAMILIES: dict[str, Callable[[Sizes], tuple[str, dict[str, Any]]]] = {
+MODEL_FAMILIES: dict[str, Callable[[Sizes], tuple[str, dict[str, Any]]]] = {
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
     "llama": _gqa("Llama"),
@@ -139,8 +139,8 @@ _FIXED_MLP = ("gptj", "bloom", "gpt_neo")
 
 
 def _sizes(family: str, **raw: Any) -> Sizes:
-    if family not in FAMILIES:
-        raise LeadTermsError(f"unknown family {family!r}; use one of {sorted(FAMILIES)}")
+    if family not in MODEL_FAMILIES:
+        raise LeadTermsError(f"unknown family {family!r}; use one of {sorted(MODEL_FAMILIES)}")
     for name in ("d_vocab", "n_layers", "d_model", "n_heads", "n_ctx"):
         positive_int(name, raw[name])
     d_model, n_heads = raw["d_model"], raw["n_heads"]
@@ -197,7 +197,7 @@ def tiny_model(
         family, d_vocab=d_vocab, n_layers=n_layers, d_model=d_model, n_heads=n_heads,
         n_kv_heads=n_kv_heads, d_mlp=d_mlp, n_ctx=n_ctx,
     )  # fmt: skip
-    prefix, kwargs = FAMILIES[family](s)
+    prefix, kwargs = MODEL_FAMILIES[family](s)
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     config = getattr(transformers, f"{prefix}Config")(**kwargs)
@@ -260,7 +260,7 @@ def save_tiny_model(
     """Save a seeded random ``family`` model (:func:`tiny_model`) to the folder ``path``.
 
     Args:
-        family: one of :data:`FAMILIES` (Hugging Face ``model_type`` names).
+        family: one of :data:`MODEL_FAMILIES` (Hugging Face ``model_type`` names).
         path: folder to write (created if missing).
         d_vocab, n_layers, d_model, n_heads, n_kv_heads, d_mlp, n_ctx: architecture sizes.
         seed: seed of the random weights.
