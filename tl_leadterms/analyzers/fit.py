@@ -121,11 +121,11 @@ class Projections:
         return s.inner_projected(P)
 
     def inner_permuted(self, s: Sandwich, component: Component, perms: Tensor) -> Tensor:
-        """``⟨M_h, T_π⟩`` for each row ``π`` of ``perms`` (``[R, k]``): ``[R, h]``.
+        """``⟨M_h[π][:, π], T⟩ = ⟨M_h, T_π⟩`` for each row ``π`` of ``perms`` (``[R, k]``).
 
         ``T_π = T[π⁻¹][:, π⁻¹]`` is the statistic with its kept tokens relabelled; since
         ``⟨L A B R, T_π⟩ = ⟨A B, L_πᵀ T R_πᵀ⟩`` with ``L_π = L[π]``, ``R_π = R[:, π]``, one
-        projection per draw and outer factor serves every head and layer.
+        projection per draw and outer factor serves every head and layer. Returns ``[R, h]``.
         """
         T = self.cache.map(component)
         out = []
@@ -208,9 +208,8 @@ def permuted_lead_inner(
         return projections.inner_permuted(M, term.target, perms)
     T = cache.map(term.target)
     out = []
-    for perm in perms:
-        p = perm.to(T.device)
-        out.append(factored.inner(M, T[p][:, p]).cpu().double())
+    for perm in perms:  # ⟨M[π][:, π], T⟩ = ⟨M, T_π⟩, as for the Sandwich maps
+        out.append(factored.inner(factored.restrict(M, perm, perm), T).cpu().double())
     return torch.stack(out)
 
 
