@@ -123,8 +123,6 @@ def decompose(
     weights: Weight | Sequence[Weight] | None = None,
     progress: bool = False,
     null: int | NullSpec | None = None,
-    ci: float | None = None,
-    blocks: Any = None,
 ) -> Decomposition:
     """Decompose each weight of ``model`` into bigram, interchangeability and context parts.
 
@@ -154,10 +152,6 @@ def decompose(
             ``null_mean``, ``null_sd``, ``z``, ``p``; see :mod:`tl_leadterms.analyzers.null`)
             and, with ``NullSpec(reference=...)``, a ``reference`` column (the reference
             model's cosine). ``P`` is indexed by offset, not token: its null columns are NaN.
-        ci: a confidence level (e.g. 0.95): add ``lo``/``hi`` columns, a bootstrap interval of
-            the cosine over blocks of the corpus (needs ``blocks``, see
-            :func:`tl_leadterms.stats.block_stats`).
-        blocks: the :class:`~tl_leadterms.stats.BlockStats` of the same corpus, for ``ci``.
 
     Shares are exact Shapley values of ``R²`` (:mod:`tl_leadterms.analyzers.attribution`),
     with per-component ``unique`` and ``shared`` parts; ``character`` names a component only
@@ -224,12 +218,7 @@ def decompose(
         metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed,
                             "reference": None if spec.reference is None else (
                                 spec.reference if isinstance(spec.reference, str) else "model")}  # fmt: skip
-    result = Decomposition(rows, metadata=metadata, weights=pw, stats=stats)
-    if ci is not None or blocks is not None:
-        from tl_leadterms.analyzers.bootstrap import add_decompose_ci
-
-        add_decompose_ci(result, blocks, ci)
-    return result
+    return Decomposition(rows, metadata=metadata, weights=pw, stats=stats)
 
 
 def _null_cosines(M, t: Term, cache: BasisCache, perms, projections, fits) -> torch.Tensor:
