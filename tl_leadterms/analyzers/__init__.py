@@ -1,6 +1,7 @@
 """Analyzers: decompose weights into corpus statistics, track them in training, ablate them."""
 
 from tl_leadterms.analyzers.ablate import AblationTable, ablate, evaluate_loss
+from tl_leadterms.analyzers.atlas import HeadAtlas, head_atlas
 from tl_leadterms.analyzers.attention import (
     AttentionAgreement,
     attention_agreement,
@@ -8,6 +9,7 @@ from tl_leadterms.analyzers.attention import (
 )
 from tl_leadterms.analyzers.covariance import CovarianceSimilarity, covariance_similarity
 from tl_leadterms.analyzers.decompose import decompose, leading_cosines
+from tl_leadterms.analyzers.null import NullSpec, random_reference
 from tl_leadterms.analyzers.result import Decomposition, PairDifference
 from tl_leadterms.analyzers.sweep import sweep
 from tl_leadterms.analyzers.sweep_table import SweepTable
@@ -18,6 +20,8 @@ __all__ = [
     "AttentionAgreement",
     "CovarianceSimilarity",
     "Decomposition",
+    "HeadAtlas",
+    "NullSpec",
     "PairDifference",
     "SweepTable",
     "TokenMaps",
@@ -26,8 +30,10 @@ __all__ = [
     "covariance_similarity",
     "decompose",
     "evaluate_loss",
+    "head_atlas",
     "leading_cosines",
     "predict_attention",
+    "random_reference",
     "sweep",
     "token_maps",
 ]

@@ -282,10 +282,12 @@ def _layer_rows(model, maps: TokenMaps, layer: int, theory: _Theory, normalize, 
         for head, value in enumerate(att[1:])
     ]
     if perms is not None:
-        att_null = permuted_scores(attention_factors(E_pre, W_Q, W_K, both, per_head),
-                                   theory.attention, theory.attention_terms, perms, dtype)  # fmt: skip
-        val_null = permuted_scores(value_factors(values, both), theory.value,
-                                   theory.value_terms, perms, dtype)  # fmt: skip
+        att_factors = attention_factors(E_pre, W_Q, W_K, both, per_head)
+        att_null = permuted_scores(
+            att_factors, theory.attention, theory.attention_terms, perms, dtype
+        )
+        val_factors = value_factors(values, both)
+        val_null = permuted_scores(val_factors, theory.value, theory.value_terms, perms, dtype)
         draws = [att_null[:, 0], val_null[:, 0], val_null[:, 1], *att_null[:, 1:].T]
         for row, d in zip(rows, draws, strict=True):
             summary = summarize(row["value"], d)
@@ -330,8 +332,8 @@ class CovarianceSimilarity:
 
     Row fields: ``layer``, ``head`` (None for the layer-level scores), ``score``
     (``"attention"``, ``"value_post"`` or ``"value_attn"``) and ``value`` (the cosine). With
-    ``null=`` the rows also hold ``null_mean``, ``null_sd``, ``z``, ``p`` (and ``reference``); in those rows the key ``score`` still names the score (the
-    ``score`` column of the other results is ``value`` here).
+    ``null=`` the rows also hold ``null_mean``, ``null_sd``, ``z``, ``p`` (and ``reference``); the key ``score`` still names
+    the score (what the other results call ``score``, the cosine, is ``value`` here).
     """
 
     def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:

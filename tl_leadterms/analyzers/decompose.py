@@ -215,9 +215,14 @@ def decompose(
         "P_offsets_compared": min(pw.n_ctx, stats.n_ctx) if pw.has_P else 0,
     }
     if spec is not None:
-        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed,
-                            "reference": None if spec.reference is None else (
-                                spec.reference if isinstance(spec.reference, str) else "model")}  # fmt: skip
+        reference = spec.reference
+        if reference is not None and not isinstance(reference, str):
+            reference = "model"
+        metadata["null"] = {
+            "permutations": spec.permutations,
+            "seed": spec.seed,
+            "reference": reference,
+        }
     return Decomposition(rows, metadata=metadata, weights=pw, stats=stats)
 
 

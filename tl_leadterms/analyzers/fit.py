@@ -29,7 +29,14 @@ from tl_leadterms.analyzers.attribution import character, shapley
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import FAMILIES, Component, Term
 
-__all__ = ["BasisCache", "MapFit", "Projections", "fit_map", "fits_from_products", "permuted_lead_inner"]
+__all__ = [
+    "BasisCache",
+    "MapFit",
+    "Projections",
+    "fit_map",
+    "fits_from_products",
+    "permuted_lead_inner",
+]
 
 
 class BasisCache:
@@ -241,7 +248,9 @@ def fits_from_products(gram: Tensor, b: Tensor, sq: Tensor, basis) -> list[MapFi
                 remainder=remainder,
                 unique=dict(zip(names, attribution.unique[h].tolist(), strict=True)),
                 shared=dict(zip(names, attribution.shared[h].tolist(), strict=True)),
-                character=character(names, list(shares.values()), float(attribution.r2[h]), norm2**0.5),
+                character=character(
+                    names, list(shares.values()), float(attribution.r2[h]), norm2**0.5
+                ),
             )
         )
     return fits
