@@ -123,5 +123,5 @@ def test_sandwich_null_matches_materialised_permuted_maps():
 def test_bad_null_arguments(setting):
     _, stats, model = setting
     for bad in (1, -3, True, "many", NullSpec(permutations=10, reference="untrained")):
-        with pytest.raises(LeadTermsError, match="null|reference"):
+        with pytest.raises(LeadTermsError, match=r"null|reference"):
             unchecked(decompose)(model, stats, null=bad)
