@@ -333,7 +333,8 @@ class CovarianceSimilarity:
     Row fields: ``layer``, ``head`` (None for the layer-level scores), ``score``
     (``"attention"``, ``"value_post"`` or ``"value_attn"``) and ``value`` (the cosine). With
     ``null=`` the rows also hold ``null_mean``, ``null_sd``, ``z``, ``p`` (and ``reference``);
-    the key ``score`` still names the score (what the other results call ``score``, the cosine, is ``value`` here).
+    the key ``score`` still names the score (what the other results call ``score``, the
+    cosine, is ``value`` here).
     """
 
     def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
