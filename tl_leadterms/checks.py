@@ -14,6 +14,8 @@ One rule per kind of argument, the same everywhere:
 * option strings: one of the documented values (each signature spells them as ``Literal``).
 * ``stats``: a :class:`~tl_leadterms.stats.CorpusStats`; its ``d_vocab`` must equal the model's
   and, when both record one, its vocabulary hash must equal the tokenizer's.
+* counts (permutations, bootstrap resamples, blocks, seeds): an integer ``>= minimum``.
+* ``ci``: ``None`` or a confidence level strictly between 0 and 1 (e.g. 0.95).
 * ``tokens``: a 2-D integer tensor (or something ``torch.as_tensor`` turns into one) of ids in
   ``[0, d_vocab)``.
 
@@ -42,7 +44,9 @@ __all__ = [
     "Layers",
     "check_bool",
     "check_choice",
+    "check_count",
     "check_layers",
+    "check_level",
     "check_lr",
     "check_s_lr",
     "check_stats",
@@ -103,6 +107,25 @@ def check_s_lr(s_lr: Any, name: str = "s_lr") -> float:
     if not _real(s_lr) or not math.isfinite(s_lr) or s_lr < 0:
         raise LeadTermsError(f"{name} must be a finite number >= 0 (the product s·η), got {s_lr!r}")
     return float(s_lr)
+
+
+def check_count(name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as an int if it is an integer ``>= minimum``."""
+    count = _integer(value)
+    if count is None or count < minimum:
+        raise LeadTermsError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return count
+
+
+def check_level(name: str, value: Any) -> float | None:
+    """``None``, or a confidence level in ``(0, 1)`` as a float (e.g. ``ci=0.95``)."""
+    if value is None:
+        return None
+    if not _real(value) or not 0 < value < 1:
+        raise LeadTermsError(
+            f"{name} must be None or a confidence level between 0 and 1 (e.g. 0.95), got {value!r}"
+        )
+    return float(value)
 
 
 def check_bool(name: str, value: Any) -> bool:

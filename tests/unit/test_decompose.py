@@ -1,5 +1,6 @@
 """decompose / leading_cosines / ablate against plain computations from MATH.md."""
 
+import itertools
 import math
 
 import pytest
@@ -48,13 +49,28 @@ def _basis(ref: dict, kind: str) -> list[torch.Tensor]:
     }[kind]
 
 
+def _r2(X: torch.Tensor, y: torch.Tensor, cols: tuple[int, ...]) -> float:
+    if not cols:
+        return 0.0
+    Xs = X[:, list(cols)]
+    beta = torch.linalg.lstsq(Xs, y[:, None], driver="gelsd").solution[:, 0]
+    return 1.0 - float(((y - Xs @ beta) ** 2).sum() / (y @ y))
+
+
 def _least_squares(M: torch.Tensor, maps: list[torch.Tensor]) -> tuple[list[float], float]:
+    """Shapley values of R² (averaged over every order of adding the components) and the
+    least-squares remainder, written plainly from materialised maps."""
     X = torch.stack([m.flatten() for m in maps], dim=1)
     y = M.detach().double().flatten()
-    beta = torch.linalg.lstsq(X, y[:, None], driver="gelsd").solution[:, 0]
-    shares = [float(b * (X[:, i] @ y) / (y @ y)) for i, b in enumerate(beta)]
-    remainder = float(((y - X @ beta) ** 2).sum() / (y @ y))
-    return shares, remainder
+    n = len(maps)
+    orders = list(itertools.permutations(range(n)))
+    shares = [0.0] * n
+    for order in orders:
+        for position, i in enumerate(order):
+            before = tuple(sorted(order[:position]))
+            gain = _r2(X, y, tuple(sorted((*before, i)))) - _r2(X, y, before)
+            shares[i] += gain / len(orders)
+    return shares, 1.0 - _r2(X, y, tuple(range(n)))
 
 
 def test_tracked_cosines_at_small_s_lr(trained):

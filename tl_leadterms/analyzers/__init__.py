@@ -1,6 +1,7 @@
 """Analyzers: decompose weights into corpus statistics, compare attention with them, ablate them."""
 
 from tl_leadterms.analyzers.ablate import AblationTable, ablate, evaluate_loss
+from tl_leadterms.analyzers.atlas import HeadAtlas, head_atlas
 from tl_leadterms.analyzers.attention import (
     AttentionAgreement,
     attention_agreement,
@@ -8,6 +9,7 @@ from tl_leadterms.analyzers.attention import (
 )
 from tl_leadterms.analyzers.covariance import CovarianceSimilarity, covariance_similarity
 from tl_leadterms.analyzers.decompose import decompose, leading_cosines
+from tl_leadterms.analyzers.null import NullSpec, random_reference
 from tl_leadterms.analyzers.result import Decomposition, PairDifference
 from tl_leadterms.analyzers.token_maps import TokenMaps, token_maps
 
@@ -16,6 +18,8 @@ __all__ = [
     "AttentionAgreement",
     "CovarianceSimilarity",
     "Decomposition",
+    "HeadAtlas",
+    "NullSpec",
     "PairDifference",
     "TokenMaps",
     "ablate",
@@ -23,7 +27,9 @@ __all__ = [
     "covariance_similarity",
     "decompose",
     "evaluate_loss",
+    "head_atlas",
     "leading_cosines",
     "predict_attention",
+    "random_reference",
     "token_maps",
 ]

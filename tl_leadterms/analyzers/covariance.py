@@ -28,11 +28,15 @@ from tqdm.auto import tqdm
 
 from tl_leadterms.analyzers.covariance_algebra import (  # noqa: F401 (theory_terms re-exported)
     TheoryTerms,
+    attention_factors,
     attention_scores,
     cached_terms,
+    permuted_scores,
     theory_terms,
+    value_factors,
     value_scores,
 )
+from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
 from tl_leadterms.analyzers.token_maps import TokenMaps, model_device, token_maps
 from tl_leadterms.checks import (
     Layers,
@@ -100,6 +104,7 @@ def covariance_similarity(
     dtype: torch.dtype = torch.float64,
     progress: bool = True,
     protocol: Protocol = "theorem",
+    null: int | NullSpec | None = None,
 ) -> "CovarianceSimilarity":
     """The paper's covariance similarity of a model's token maps with the leading terms.
 
@@ -155,6 +160,10 @@ def covariance_similarity(
         progress: show tqdm bars.
         protocol: ``"theorem"`` (attention map vs ``Q̄``) or ``"paper-code"`` (vs ``Q̄ᵀ``, on
             statistics with ``last_target="paper-code"``); recorded in ``metadata``.
+        null: ``R`` or a :class:`~tl_leadterms.analyzers.null.NullSpec`: add the permutation
+            null of every score (``score``, ``null_mean``, ``null_sd``, ``z``, ``p``; each draw
+            is one more pass over the theory with the model's token rows re-indexed, the token
+            maps are reused) and, with a reference model, a ``reference`` column.
 
     Example:
         >>> import torch
@@ -179,11 +188,25 @@ def covariance_similarity(
         maps = token_maps(model, ids, layers=layers, batch_size=batch_size, progress=progress)
     maps = _check_maps(maps, ids, layers)
     theory = _Theory.of(stats, protocol, device, dtype)
+    spec = NullSpec.of(null)
+    perms = None if spec is None else permutations(ids.numel(), spec.permutations, spec.seed)
     rows: list[dict[str, Any]] = []
     for layer in tqdm(layers, desc="covariance similarity", disable=not progress):
-        rows += _layer_rows(model, maps, layer, theory, normalize, value_map, per_head)
+        rows += _layer_rows(model, maps, layer, theory, normalize, value_map, per_head, perms)
     metadata = _metadata(model, stats, layers, ids, theory, normalize, value_map, per_head)
-    return CovarianceSimilarity(rows, metadata)
+    if spec is not None and spec.reference is not None:
+        ref = covariance_similarity(
+            spec.reference_model(model), stats, layers=layers, per_head=per_head,
+            normalize=normalize, value_map=value_map, batch_size=batch_size, device=device,
+            dtype=dtype, progress=False, protocol=protocol,
+        )  # fmt: skip
+        by_key = {(r["layer"], r["head"], r["score"]): r["value"] for r in ref.rows}
+        for r in rows:
+            r["reference"] = by_key.get((r["layer"], r["head"], r["score"]), math.nan)
+    if spec is not None:
+        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
+    result = CovarianceSimilarity(rows, metadata)
+    return result
 
 
 def _check_protocol(protocol: object, stats: CorpusStats) -> None:
@@ -230,7 +253,7 @@ class _Theory(NamedTuple):
 
 
 def _layer_rows(model, maps: TokenMaps, layer: int, theory: _Theory, normalize, value_map,
-                per_head: bool) -> list[dict[str, Any]]:  # fmt: skip
+                per_head: bool, perms: Tensor | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """The scores of one layer: attention (and per head), value_post, value_attn."""
     device, dtype = theory.device, theory.dtype
     W_Q = _finite(f"W_Q of layer {layer}", model.W_Q[layer].detach().to(device, dtype))
@@ -258,6 +281,17 @@ def _layer_rows(model, maps: TokenMaps, layer: int, theory: _Theory, normalize, 
         {"layer": layer, "head": head, "score": "attention", "value": value}
         for head, value in enumerate(att[1:])
     ]
+    if perms is not None:
+        att_factors = attention_factors(E_pre, W_Q, W_K, both, per_head)
+        att_null = permuted_scores(
+            att_factors, theory.attention, theory.attention_terms, perms, dtype
+        )
+        val_factors = value_factors(values, both)
+        val_null = permuted_scores(val_factors, theory.value, theory.value_terms, perms, dtype)
+        draws = [att_null[:, 0], val_null[:, 0], val_null[:, 1], *att_null[:, 1:].T]
+        for row, d in zip(rows, draws, strict=True):
+            summary = summarize(row["value"], d)
+            row.update({k: v for k, v in summary.items() if k != "score"})
     return rows
 
 
@@ -290,11 +324,17 @@ def _metadata(model, stats, layers, ids, theory: _Theory, normalize, value_map, 
     }
 
 
+_OPTIONAL = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi")
+
+
 class CovarianceSimilarity:
     """Scores of :func:`covariance_similarity`: one row per (layer, head, score).
 
     Row fields: ``layer``, ``head`` (None for the layer-level scores), ``score``
-    (``"attention"``, ``"value_post"`` or ``"value_attn"``) and ``value`` (the cosine).
+    (``"attention"``, ``"value_post"`` or ``"value_attn"``) and ``value`` (the cosine). With
+    ``null=`` the rows also hold ``null_mean``, ``null_sd``, ``z``, ``p`` (and ``reference``);
+    the key ``score`` still names the score (what the other results call ``score``, the
+    cosine, is ``value`` here).
     """
 
     def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
@@ -322,7 +362,9 @@ class CovarianceSimilarity:
         """A long DataFrame, one row per (layer, head, score)."""
         import pandas as pd
 
-        return pd.DataFrame(self.rows, columns=["layer", "head", "score", "value"])
+        columns = ["layer", "head", "score", "value"]
+        extra = [c for c in _OPTIONAL if any(c in r for r in self.rows)]
+        return pd.DataFrame(self.rows, columns=columns + extra)
 
     def table(self, heads: bool = False):
         """Layers × scores (``heads=True``: layers × heads of the per-head attention scores)."""

@@ -167,6 +167,42 @@ def value_scores(maps: list[Tensor], T, terms, both: bool, dtype) -> list[float]
     ]
 
 
+def value_factors(maps: list[Tensor], both: bool) -> list[Factor]:
+    """The prepared factors :func:`value_scores` scores."""
+    return [prepare(Factor(E, None), both) for E in maps]
+
+
+def attention_factors(E, W_Q, W_K, both: bool, per_head: bool) -> list[Factor]:
+    """The prepared factors :func:`attention_scores` scores: the layer's, then each head's."""
+    H, d, d_head = W_Q.shape
+    if H * d_head <= d:
+        layer = Factor(E @ W_Q.transpose(0, 1).reshape(d, H * d_head) / H,
+                       E @ W_K.transpose(0, 1).reshape(d, H * d_head))  # fmt: skip
+    else:
+        layer = Factor(E @ (torch.einsum("hdk,hek->de", W_Q, W_K) / H), E)
+    heads = [prepare(Factor(E @ W_Q[h], E @ W_K[h]), both) for h in range(H)] if per_head else []
+    return [prepare(layer, both), *heads]
+
+
+def permuted_scores(factors: list[Factor], T, terms, perms: Tensor, dtype) -> Tensor:
+    """``[R, len(factors)]`` scores with the tokens relabelled by each row of ``perms``.
+
+    Relabelling the theory's tokens (rows and columns of ``T`` together) gives the same score
+    as relabelling the rows of the model's prepared ``L`` (its covariance depends on ``L``'s
+    rows only; row scaling and the column centring of ``R`` commute with it), so each draw is
+    one pass of :func:`cross_terms` with re-indexed ``L``; self norms are unchanged.
+    """
+    self2 = [self_norm2(f) for f in factors]
+    out = torch.empty(perms.shape[0], len(factors), dtype=torch.float64)
+    for r, perm in enumerate(perms):
+        p = perm.to(factors[0].L.device)
+        moved = [Factor(f.L[p], f.R) for f in factors]
+        accs = cross_terms(moved, T, terms, dtype)
+        for i, (a, f) in enumerate(zip(accs, moved, strict=True)):
+            out[r, i] = score(_cross(a, f), self2[i], terms.norm2)
+    return out
+
+
 def attention_scores(E, W_Q, W_K, T, terms, both: bool, per_head: bool, dtype) -> list[float]:
     """``E mean_h(W_Q^h W_K^hᵀ) Eᵀ``'s score, then one per head (when ``per_head``)."""
     H, d, d_head = W_Q.shape

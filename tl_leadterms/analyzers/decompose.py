@@ -9,14 +9,24 @@ from tqdm.auto import tqdm
 from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters import PaperWeights, factored, to_paper
-from tl_leadterms.analyzers.fit import BasisCache, MapFit, Projections, fit_map
+from tl_leadterms.analyzers.fit import (
+    BasisCache,
+    MapFit,
+    Projections,
+    fit_map,
+    permuted_lead_inner,
+)
+from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
 from tl_leadterms.analyzers.result import Decomposition
 from tl_leadterms.checks import Layers, check_bool, check_layers, check_stats, check_vocab
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import WEIGHTS, Schedule, Term, Weight, term
 
-__all__ = ["decompose", "leading_cosines", "model_weights", "paper_weights"]
+__all__ = ["IMPLIED_MIN_COSINE", "decompose", "leading_cosines", "model_weights", "paper_weights"]
+
+#: the implied s·η is reported only when the cosine with the leading term is at least this
+IMPLIED_MIN_COSINE = 0.2
 
 
 def paper_weights(model: Any, stats: Any) -> PaperWeights:
@@ -111,6 +121,7 @@ def decompose(
     per_head: bool = True,
     weights: Weight | Sequence[Weight] | None = None,
     progress: bool = False,
+    null: int | NullSpec | None = None,
 ) -> Decomposition:
     """Decompose each weight of ``model`` into bigram, interchangeability and context parts.
 
@@ -135,6 +146,17 @@ def decompose(
             ``"V·W_O"`` both select the value path; asking for ``P`` of a model without learned
             positions is an error that says why.
         progress: a tqdm bar over (weight, layer).
+        null: ``R`` (an int) or a :class:`~tl_leadterms.analyzers.null.NullSpec`: add the
+            permutation null of each row's cosine (columns ``score`` = the cosine,
+            ``null_mean``, ``null_sd``, ``z``, ``p``; see :mod:`tl_leadterms.analyzers.null`)
+            and, with ``NullSpec(reference=...)``, a ``reference`` column (the reference
+            model's cosine). ``P`` is indexed by offset, not token: its null columns are NaN.
+
+    Shares are exact Shapley values of ``R²`` (:mod:`tl_leadterms.analyzers.attribution`),
+    with per-component ``unique`` and ``shared`` parts; ``character`` names a component only
+    when it clearly dominates (else ``"mixed"`` or ``"unexplained"``). ``implied_s_lr`` is NaN
+    unless the cosine is at least :data:`IMPLIED_MIN_COSINE` (0.2): a projection onto a
+    direction the map barely points along implies no training time.
 
     The statistics depend on the window length T they were counted with (Q̄, Φ̄ and Δ weigh
     positions by ``1/t``); compare a model with statistics of the T it was trained on. ``P``
@@ -164,15 +186,23 @@ def decompose(
     kept = None if stats.kept is None else stats.kept.to(pw.W_O.A.device if hasattr(pw.W_O, "A")
                                                          else pw.W_O.device)  # fmt: skip
     projections = Projections(cache, kept)
+    spec = NullSpec.of(null)
+    perms = None if spec is None else permutations(stats.k, spec.permutations, spec.seed)
     jobs = [(w, layer) for w in _select_weights(weights, pw)
             for layer in ([None] if w == "W_O" else chosen)]  # fmt: skip
     rows: list[dict[str, Any]] = []
     for weight, layer in tqdm(jobs, desc="decompose", disable=not progress):
         t = term(weight)
         M = _maps(pw, stats, t, layer, per_head, projections)
-        for head, fit in enumerate(fit_map(M, t, cache, projections)):
-            head = head if per_head and weight != "W_O" else None
-            rows.append(_row(t, layer, head, fit, schedule))
+        fits = fit_map(M, t, cache, projections)
+        draws = None if perms is None else _null_cosines(M, t, cache, perms, projections, fits)
+        for head, fit in enumerate(fits):
+            row = _row(t, layer, head if per_head and weight != "W_O" else None, fit, schedule)
+            if draws is not None:
+                row.update(summarize(fit.cosine, draws[:, head]))
+            rows.append(row)
+    if spec is not None and spec.reference is not None:
+        _add_reference(rows, spec.reference_model(model), stats, layers, per_head, weights)
     metadata = {
         "model": pw.metadata,
         "stats": dict(stats.metadata),
@@ -183,11 +213,38 @@ def decompose(
         "per_head": per_head,
         "P_offsets_compared": min(pw.n_ctx, stats.n_ctx) if pw.has_P else 0,
     }
+    if spec is not None:
+        reference = spec.reference
+        if reference is not None and not isinstance(reference, str):
+            reference = "model"
+        metadata["null"] = {
+            "permutations": spec.permutations,
+            "seed": spec.seed,
+            "reference": reference,
+        }
     return Decomposition(rows, metadata=metadata, weights=pw, stats=stats)
 
 
+def _null_cosines(M, t: Term, cache: BasisCache, perms, projections, fits) -> torch.Tensor:
+    """``[R, h]`` cosines of each head's map with the leading term relabelled by ``perms``."""
+    inner = permuted_lead_inner(M, t, cache, perms, projections)
+    if t.vector:
+        return inner
+    norms = torch.tensor([f.norm for f in fits], dtype=torch.float64)
+    denominator = norms * math.sqrt(cache.sq_norm(t.target))
+    return torch.where(denominator > 0, inner / denominator, torch.full_like(inner, math.nan))
+
+
+def _add_reference(rows: list[dict], reference, stats, layers, per_head, weights) -> None:
+    """A ``reference`` column: the same rows scored on the reference model."""
+    ref = decompose(reference, stats, layers=layers, per_head=per_head, weights=weights)
+    by_key = {(r["weight"], r["layer"], r["head"]): r["cosine"] for r in ref.rows}
+    for r in rows:
+        r["reference"] = by_key.get((r["weight"], r["layer"], r["head"]), math.nan)
+
+
 def _row(t: Term, layer: int | None, head: int | None, fit: MapFit, schedule: Schedule) -> dict:
-    dominant = max(fit.shares, key=fit.shares.get)
+    clear = fit.cosine >= IMPLIED_MIN_COSINE
     label = "" if layer is None else f"L{layer}" + ("" if head is None else f"H{head}")
     return {
         "weight": t.weight,
@@ -198,13 +255,15 @@ def _row(t: Term, layer: int | None, head: int | None, fit: MapFit, schedule: Sc
         "target": t.target.formula,
         "cosine": fit.cosine,
         "projection": fit.projection,
-        "implied_s_lr": t.implied_s_lr(fit.projection, schedule.lr),
+        "implied_s_lr": t.implied_s_lr(fit.projection, schedule.lr) if clear else math.nan,
         "expected_s_lr": math.nan if schedule.s_lr is None else schedule.s_lr,
         "norm": fit.norm,
         "explained": 1.0 - fit.remainder,
         "remainder": fit.remainder,
-        "character": f"{dominant}-like" if fit.norm > 0 else "zero",
+        "character": fit.character,
         "shares": fit.shares,
+        "unique": fit.unique,
+        "shared": fit.shared,
         "family_shares": fit.family_shares,
     }
 

@@ -6,9 +6,13 @@ factored map is never materialised. For a map ``M`` and basis ``T_1..T_n`` with 
 
 - cosine with the leading term ``T_0``: ``b_0 / (‖M‖ ‖T_0‖)``;
 - projection coefficient ``a = b_0 / ‖T_0‖²`` (the ``c`` of ``M ≈ c·T_0``);
-- least squares ``β = argmin ‖M − Σ β_i T_i‖``; share of component ``i`` is
-  ``β_i b_i / ‖M‖²``. The shares add up to the explained fraction ``1 − ‖r‖²/‖M‖²`` exactly;
-  with strongly correlated components an individual share can be negative.
+- least squares ``β = argmin ‖M − Σ β_i T_i‖``; the explained fraction ``R² = 1 − ‖r‖²/‖M‖²``;
+- the share of component ``i`` is its exact Shapley value of ``R²``
+  (:mod:`tl_leadterms.analyzers.attribution`): order-independent, the shares add up to ``R²``
+  exactly, and each comes with its unique part (``R²`` lost without it) and shared part;
+- a family's share is the sum of the shares of the components it owns; a composed component
+  (e.g. ``Φ̄ᵀB̄ᵀ``, owned by context and bigram) is split equally among its owners, the only
+  split the fit itself cannot inform (its Shapley value is one number).
 """
 
 import math
@@ -21,10 +25,18 @@ from torch import Tensor
 
 from tl_leadterms.adapters import factored
 from tl_leadterms.adapters.sandwich import Sandwich, project
+from tl_leadterms.analyzers.attribution import character, shapley
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import FAMILIES, Component, Term
 
-__all__ = ["BasisCache", "MapFit", "Projections", "fit_map"]
+__all__ = [
+    "BasisCache",
+    "MapFit",
+    "Projections",
+    "fit_map",
+    "fits_from_products",
+    "permuted_lead_inner",
+]
 
 
 class BasisCache:
@@ -115,6 +127,23 @@ class Projections:
         P = self._memo(key, lambda: project(self.cache.map(component), s.left, s.right))
         return s.inner_projected(P)
 
+    def inner_permuted(self, s: Sandwich, component: Component, perms: Tensor) -> Tensor:
+        """``⟨M_h[π][:, π], T⟩ = ⟨M_h, T_π⟩`` for each row ``π`` of ``perms`` (``[R, k]``).
+
+        ``T_π = T[π⁻¹][:, π⁻¹]`` is the statistic with its kept tokens relabelled; since
+        ``⟨L A B R, T_π⟩ = ⟨A B, L_πᵀ T R_πᵀ⟩`` with ``L_π = L[π]``, ``R_π = R[:, π]``, one
+        projection per draw and outer factor serves every head and layer. Returns ``[R, h]``.
+        """
+        T = self.cache.map(component)
+        out = []
+        for r, perm in enumerate(perms):
+            key = ("Tπ", component.formula, _key(s.left), _key(s.right), _key(perms), r)
+            p = perm.to(s.left.device)
+            P = self._memo(key, lambda p=p: project(T, s.left[p], s.right[:, p]))
+            out.append(s.inner_projected(P).cpu())
+        self._held[("perms", _key(perms))] = perms
+        return torch.stack(out)
+
 
 @dataclass
 class MapFit:
@@ -123,9 +152,12 @@ class MapFit:
     cosine: float
     projection: float
     norm: float
-    shares: dict[str, float]
+    shares: dict[str, float]  # Shapley value of R² per component
     family_shares: dict[str, float]
     remainder: float
+    unique: dict[str, float]  # R²(all) − R²(all without the component)
+    shared: dict[str, float]  # Shapley − unique
+    character: str  # see tl_leadterms.analyzers.attribution.character
 
 
 def _lstsq(gram: Tensor, b: Tensor) -> Tensor:
@@ -151,7 +183,7 @@ def fit_map(
     :class:`~tl_leadterms.adapters.sandwich.Sandwich` with ``projections``), or ``[h, n]``
     vectors for ``P``.
     """
-    lead, basis = 0, term.basis
+    basis = term.basis
     if isinstance(M, Sandwich):
         gram = cache.gram(term)
         b = torch.stack([projections.inner(M, c).cpu() for c in basis], dim=-1)
@@ -167,19 +199,45 @@ def fit_map(
         maps = [cache.map(c) for c in basis]
         b = torch.stack([factored.inner(M, T).cpu() for T in maps], dim=-1)
         sq = factored.sq_norm(M).cpu()
+    return fits_from_products(gram, b, sq, basis)
+
+
+def permuted_lead_inner(
+    M, term: Term, cache: BasisCache, perms: Tensor, projections: Projections | None = None
+) -> Tensor:
+    """``⟨M_h, T_π⟩`` of the leading term relabelled by each permutation: ``[R, h]``.
+
+    A vector weight (``P``, indexed by offset, not token) has no token relabelling: NaN.
+    """
+    if term.vector:
+        return torch.full((perms.shape[0], M.shape[0]), math.nan, dtype=torch.float64)
+    if isinstance(M, Sandwich):
+        return projections.inner_permuted(M, term.target, perms)
+    T = cache.map(term.target)
+    out = []
+    for perm in perms:  # ⟨M[π][:, π], T⟩ = ⟨M, T_π⟩, as for the Sandwich maps
+        out.append(factored.inner(factored.restrict(M, perm, perm), T).cpu().double())
+    return torch.stack(out)
+
+
+def fits_from_products(gram: Tensor, b: Tensor, sq: Tensor, basis) -> list[MapFit]:
+    """One :class:`MapFit` per head from ``G`` (``[n, n]``), ``b`` (``[h, n]``), ``‖M‖²``."""
+    lead = 0
     beta = _lstsq(gram, b)
     residual = sq - 2 * (beta * b).sum(-1) + ((beta @ gram) * beta).sum(-1)
+    attribution = shapley(gram, b, sq)
+    names = [c.name for c in basis]
     fits = []
     for h in range(b.shape[0]):
         norm2, lead_sq = float(sq[h]), float(gram[lead, lead])
         denominator = (norm2 * lead_sq) ** 0.5
         cosine = float(b[h, lead]) / denominator if denominator > 0 else math.nan
-        shares = {c.name: float(beta[h, i] * b[h, i]) / norm2 if norm2 > 0 else 0.0
-                  for i, c in enumerate(basis)}  # fmt: skip
+        shares = dict(zip(names, attribution.shapley[h].tolist(), strict=True))
         families = dict.fromkeys(FAMILIES, 0.0)
         for component in basis:
             for family in component.families:
                 families[family] += shares[component.name] / len(component.families)
+        remainder = max(0.0, float(residual[h]) / norm2) if norm2 > 0 else 1.0
         fits.append(
             MapFit(
                 cosine=cosine if math.isnan(cosine) else max(-1.0, min(1.0, cosine)),
@@ -187,7 +245,12 @@ def fit_map(
                 norm=norm2**0.5,
                 shares=shares,
                 family_shares={f: v for f, v in families.items() if f in _families(basis)},
-                remainder=max(0.0, float(residual[h]) / norm2) if norm2 > 0 else 1.0,
+                remainder=remainder,
+                unique=dict(zip(names, attribution.unique[h].tolist(), strict=True)),
+                shared=dict(zip(names, attribution.shared[h].tolist(), strict=True)),
+                character=character(
+                    names, list(shares.values()), float(attribution.r2[h]), norm2**0.5
+                ),
             )
         )
     return fits

@@ -54,6 +54,15 @@ class Decomposition:
     (the basis component with the largest share, e.g. ``"bigram-like"``; ``"zero"`` for a map
     that is exactly zero, whose cosine is NaN).
 
+    ``shares`` are exact Shapley values of ``R²`` over the basis components (they add up to
+    ``explained``), ``unique``/``shared`` their parts lost without the component / shared with
+    others; ``family_shares`` sum the Shapley values of each family's components (a composed
+    component split equally among its families). ``character`` is ``"<component>-like"`` only
+    when that component's Shapley value leads the runner-up by 20% of ``R²`` and ``R² ≥ 0.1``;
+    otherwise ``"mixed"`` or ``"unexplained"`` (:mod:`tl_leadterms.analyzers.attribution`).
+    With ``null=``: ``score`` (the cosine), ``null_mean``, ``null_sd``, ``z``, ``p`` (and
+    ``reference``); with ``ci=``: ``lo``, ``hi`` (and ``ci_level``).
+
     :meth:`top_pairs` reads the model's weights when called; call it before training further.
     """
 
@@ -87,15 +96,18 @@ class Decomposition:
         return {"rows": [dict(r) for r in self.rows], "metadata": self.metadata}
 
     def to_pandas(self):
-        """A DataFrame, one row per (weight, layer, head); shares become ``share:<name>`` and
+        """A DataFrame, one row per (weight, layer, head); the per-component dictionaries become
+        ``share:<name>`` (Shapley value), ``unique:<name>``, ``shared:<name>`` and
         ``family:<name>`` columns."""
         import pandas as pd
 
+        nested = {"shares": "share", "unique": "unique", "shared": "shared",
+                  "family_shares": "family"}  # fmt: skip
         flat = []
         for r in self.rows:
-            row = {k: v for k, v in r.items() if k not in ("shares", "family_shares")}
-            row.update({f"share:{k}": v for k, v in r["shares"].items()})
-            row.update({f"family:{k}": v for k, v in r["family_shares"].items()})
+            row = {k: v for k, v in r.items() if k not in nested}
+            for key, prefix in nested.items():
+                row.update({f"{prefix}:{k}": v for k, v in r.get(key, {}).items()})
             flat.append(row)
         return pd.DataFrame(flat)
 

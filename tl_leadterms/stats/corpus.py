@@ -8,8 +8,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.stats import algebra
+from tl_leadterms.errors import LeadTermsError, check_choice
+from tl_leadterms.stats import algebra, neighbours
 from tl_leadterms.stats.vocab import KeptVocab
 
 __all__ = ["CorpusStats", "Neighbour"]
@@ -214,7 +214,9 @@ class CorpusStats:
         tokenizer: Any = None,
         *,
         exclude_self: bool | None = None,
-    ) -> list[Neighbour]:
+        scoring: str = "raw",
+        exclude: Any = None,
+    ) -> "neighbours.Neighbours":
         """The ``k`` tokens most associated with ``token`` under a statistic (paper Fig. 5).
 
         Reads the row of ``token``: for ``"B_bar"`` the likeliest next tokens, for ``"Sigma_B"``
@@ -229,18 +231,37 @@ class CorpusStats:
                 tokenizer attached to the statistics, if any.
             exclude_self: drop ``token`` itself (default: only for ``Sigma_B``, whose diagonal
                 is trivially large).
+            scoring: ``"raw"`` (the paper's), ``"cosine"`` (row/column normalised) or
+                ``"ppmi"`` (frequency-corrected); formulas in :mod:`tl_leadterms.stats.neighbours`.
+            exclude: token ids to leave out, or ``"special"`` for the tokenizer's special tokens.
+
+        Returns a :class:`~tl_leadterms.stats.neighbours.Neighbours` list; for a token that never
+        occurs (or whose row is zero) it is empty and its ``note`` says so.
         """
         tokenizer = tokenizer if tokenizer is not None else self.tokenizer
         key = self._key(matrix_name)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise LeadTermsError(f"k must be a positive int, got {k!r}.")
-        row_index = self.vocab.position(self._token_id(token, tokenizer))
-        row = self.row(key, row_index).clone()
+        check_choice("scoring", scoring, neighbours.SCORINGS)
+        token_id = self._token_id(token, tokenizer)
+        row_index = self.vocab.position(token_id)
+        if scoring == "raw":
+            row = self.row(key, row_index).double().clone()
+        else:
+            row = neighbours.scored_row(self.matrix(key), row_index, scoring,
+                                        symmetric_gram=key == "Sigma_B")  # fmt: skip
+        raw = self.row(key, row_index)
+        note = neighbours.no_associations(token, float(self.unigram_counts[row_index]), raw)
+        if note:
+            return neighbours.Neighbours(scoring=scoring, note=note)
         if exclude_self if exclude_self is not None else key == "Sigma_B":
             row[row_index] = -torch.inf
+        for tid in neighbours.exclusion_ids(exclude, tokenizer):
+            if 0 <= tid < self.d_vocab and (self.kept is None or bool((self.kept == tid).any())):
+                row[self.vocab.position(tid)] = -torch.inf
         n = min(k, int(torch.isfinite(row).sum()))
         scores, idx = torch.topk(row, n)
-        out = []
+        out = neighbours.Neighbours(scoring=scoring)
         for score, i in zip(scores.tolist(), idx.tolist(), strict=True):
             tid = self.vocab.token_id(i)
             label = tokenizer.decode([tid]) if tokenizer is not None else tid

@@ -1,0 +1,66 @@
+"""CorpusStats.top scorings against plain computations."""
+
+import math
+
+import pytest
+import torch
+
+from tests.unit.test_reference import markov_tokens
+from tl_leadterms import LeadTermsError, corpus_stats
+
+V = 12
+
+
+@pytest.fixture(scope="module")
+def stats():
+    tokens = markov_tokens(80, 7, V - 1, seed=6)  # token V-1 never occurs
+    return corpus_stats(tokens, d_vocab=V, progress=False)
+
+
+def _plain(M: torch.Tensor, i: int, scoring: str, gram: bool) -> list[float]:
+    M = M.double()
+    out = []
+    for j in range(M.shape[1]):
+        if scoring == "raw":
+            out.append(float(M[i, j]))
+        elif scoring == "cosine" and gram:
+            d = math.sqrt(float(M[i, i]) * float(M[j, j]))
+            out.append(float(M[i, j]) / d if d > 0 else 0.0)
+        elif scoring == "cosine":
+            d = float(M[i].norm()) * float(M[:, j].norm())
+            out.append(float(M[i, j]) / d if d > 0 else 0.0)
+        else:
+            P = M.clamp(min=0)
+            if float(P[i, j]) == 0:
+                out.append(0.0)
+                continue
+            value = float(P[i, j]) * float(P.sum()) / (float(P[i].sum()) * float(P[:, j].sum()))
+            out.append(max(0.0, math.log(value)))
+    return out
+
+
+@pytest.mark.parametrize("scoring", ["raw", "cosine", "ppmi"])
+@pytest.mark.parametrize("name", ["B_bar", "Sigma_B", "Phi_bar"])
+def test_scorings_match_plain(stats, scoring, name):
+    M = stats.matrix(name)
+    for token in (0, 3):
+        want = _plain(M, token, scoring, name == "Sigma_B")
+        got = stats.top(name, token, k=5, scoring=scoring, exclude=[1])
+        assert got.scoring == scoring and len(got) == 5
+        candidates = [(v, j) for j, v in enumerate(want)
+                      if j != 1 and not (name == "Sigma_B" and j == token)]  # fmt: skip
+        best = sorted(candidates, reverse=True)[:5]
+        assert [n.score for n in got] == pytest.approx([v for v, _ in best], abs=1e-12)
+        assert 1 not in [n.token_id for n in got]
+
+
+def test_unseen_token_says_so(stats):
+    out = stats.top("Sigma_B", V - 1, scoring="cosine")
+    assert len(out) == 0 and "never occurs" in out.note and "never occurs" in repr(out)
+
+
+def test_bad_scoring_and_exclude(stats):
+    with pytest.raises(LeadTermsError, match="scoring"):
+        stats.top("B_bar", 0, scoring="tfidf")
+    with pytest.raises(LeadTermsError, match="special"):
+        stats.top("B_bar", 0, exclude="special")  # no tokenizer attached

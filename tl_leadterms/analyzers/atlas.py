@@ -1,0 +1,137 @@
+"""`head_atlas`: one row per attention head, with what the theory and TransformerLens say of it.
+
+Per (layer, head): the character of its query-key map ``W`` (Shapley attribution, see
+:mod:`~tl_leadterms.analyzers.attribution`) and of its value path, the cosine of ``W`` with its
+leading term ``Q̄`` with the permutation null's ``z`` and ``p`` (and a bootstrap interval when
+asked for), the implied ``s·η``; with ``tokens``, the agreement of its attention with the
+predicted attention (:func:`~tl_leadterms.attention_agreement`) and TransformerLens's head
+detector scores for comparison: previous-token, duplicate-token and induction, from
+``transformer_lens.head_detector``'s detection patterns and its default ``"mul"`` measure
+(``compute_head_attention_similarity_score``: the fraction of the head's attention on the
+pattern), averaged over the sequences. (``detect_head`` itself encodes strings with the
+model's tokenizer; the atlas applies the same patterns and measure to token ids.)
+"""
+
+import math
+from typing import Any
+
+import torch
+from transformer_lens import head_detector
+
+from tl_leadterms.analyzers.attention import attention_agreement
+from tl_leadterms.analyzers.decompose import decompose
+from tl_leadterms.analyzers.null import NullSpec
+from tl_leadterms.checks import check_tokens
+
+__all__ = ["DETECTORS", "HeadAtlas", "head_atlas"]
+
+DETECTORS = ("previous_token", "duplicate_token", "induction")
+_COLUMNS = ("label", "layer", "head", "character", "cosine", "lo", "hi", "z", "p",
+            "implied_s_lr", "value_character", "value_cosine", "js_divergence",
+            "rank_correlation", *DETECTORS)  # fmt: skip
+
+
+class HeadAtlas:
+    """Rows of :func:`head_atlas` (``to_pandas()``, ``to_dict()``; ``repr`` a compact table)."""
+
+    def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
+        self.rows, self.metadata = rows, metadata
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": [dict(r) for r in self.rows], "metadata": dict(self.metadata)}
+
+    def to_pandas(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=list(_COLUMNS))
+
+    def __repr__(self) -> str:
+        lines = [f"HeadAtlas ({len(self.rows)} heads; null: {self.metadata.get('null')})",
+                 f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {'z':>7} {'p':>6} "
+                 f"{'value':<22} {'prev':>5} {'dup':>5} {'ind':>5}"]  # fmt: skip
+        for r in self.rows:
+            lines.append(
+                f"{r['label']:<7} {r['character']:<26} {r['cosine']:8.4f} {r['z']:7.2f} "
+                f"{r['p']:6.3f} {r['value_character']:<22} {r['previous_token']:5.2f} "
+                f"{r['duplicate_token']:5.2f} {r['induction']:5.2f}"
+            )
+        return "\n".join(lines)
+
+
+def detector_scores(model: Any, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """TransformerLens's detector scores per head, ``[n_layers, n_heads]`` each, averaged over
+    the sequences of ``tokens`` (see the module docstring)."""
+    cfg = model.cfg
+    out = {name: torch.zeros(cfg.n_layers, cfg.n_heads, dtype=torch.float64) for name in DETECTORS}
+    for seq in tokens:
+        seq = seq[None]
+        _, cache = model.run_with_cache(seq.to(cfg.device), remove_batch_dim=True)
+        for name in DETECTORS:
+            pattern = getattr(head_detector, f"get_{name}_head_detection_pattern")(seq.cpu())
+            for layer in range(cfg.n_layers):
+                attn = cache["pattern", layer].detach().cpu()
+                for h in range(cfg.n_heads):
+                    out[name][layer, h] += head_detector.compute_head_attention_similarity_score(
+                        attn[h], pattern.to(attn.dtype), exclude_bos=False,
+                        exclude_current_token=False, error_measure="mul",
+                    )  # fmt: skip
+    return {name: v / tokens.shape[0] for name, v in out.items()}
+
+
+@torch.no_grad()
+def head_atlas(
+    model: Any,
+    stats: Any,
+    tokens: Any = None,
+    *,
+    null: int | NullSpec | None = 99,
+    lr: float | None = None,
+    steps: int | None = None,
+    s_lr: float | None = None,
+) -> HeadAtlas:
+    """Every head of ``model`` in one table (see the module docstring for the columns).
+
+    Args:
+        model: a HookedTransformer (anything :func:`~tl_leadterms.decompose` accepts).
+        stats: corpus statistics over its vocabulary.
+        tokens: optional ``[batch, pos]`` token ids (``1 < pos < n_ctx``, at most the
+            statistics' ``n_ctx``): adds attention agreement and the detector scores.
+        null: permutations of the null for ``z``/``p`` (``None``: no null, NaN columns).
+        lr, steps, s_lr: the training run, if known (sharpens the implied ``s·η``).
+
+    ``lo``/``hi`` (a bootstrap interval of the cosine) are NaN here; they are filled by the
+    bootstrap over corpus blocks when it is available.
+    """
+    d = decompose(model, stats, lr=lr, steps=steps, s_lr=s_lr, weights=["W", "V"], null=null)
+    value = {(r["layer"], r["head"]): r for r in d.rows if r["weight"] != "W"}
+    agreement, detectors = {}, None
+    if tokens is not None:
+        tokens = check_tokens(tokens, model.cfg.d_vocab, min_len=2)
+        agree = attention_agreement(model, stats, tokens, lr=lr, steps=steps, s_lr=s_lr,
+                                    progress=False)  # fmt: skip
+        agreement = {(r["layer"], r["head"]): r for r in agree.rows}
+        detectors = detector_scores(model, tokens)
+    rows = []
+    nan = math.nan
+    for r in d.rows:
+        if r["weight"] != "W":
+            continue
+        key = (r["layer"], r["head"])
+        v, a = value.get(key, {}), agreement.get(key, {})
+        row = {
+            "label": r["label"], "layer": r["layer"], "head": r["head"],
+            "character": r["character"], "cosine": r["cosine"],
+            "lo": r.get("lo", nan), "hi": r.get("hi", nan),
+            "z": r.get("z", nan), "p": r.get("p", nan), "implied_s_lr": r["implied_s_lr"],
+            "value_character": v.get("character", ""), "value_cosine": v.get("cosine", nan),
+            "js_divergence": a.get("js_divergence", nan),
+            "rank_correlation": a.get("rank_correlation", nan),
+        }  # fmt: skip
+        for name in DETECTORS:
+            row[name] = nan if detectors is None else float(detectors[name][key])
+        rows.append(row)
+    metadata = {**d.metadata, "tokens": None if tokens is None else list(tokens.shape)}
+    return HeadAtlas(rows, metadata)
