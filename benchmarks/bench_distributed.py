@@ -3,7 +3,8 @@
 Cases (JSON under benchmarks/results/distributed_*.json):
 
 * ``speed``: 50,000 Zipf windows, T 128, d_vocab 50,304 restricted to 5,000 kept ids, float64.
-  The single-process ``tl_leadterms.corpus_stats`` (numba, all cores) against
+  The single-process ``tl_leadterms.corpus_stats`` (numba, 2 threads; and once with 1 thread)
+  against
   ``tl_leadterms.distributed.corpus_stats`` on a local Ray with 2 CPUs (one task per shard,
   1 CPU each). Both timed warm (Ray started and its workers' kernels compiled by a first run),
   best of ``--repeats``; the results are checked equal. Also the per-shard task seconds, merge
@@ -34,7 +35,11 @@ sys.path.insert(0, str(ROOT))
 
 from tl_leadterms import corpus_stats  # noqa: E402
 from tl_leadterms.distributed import corpus_stats as ray_stats  # noqa: E402
-from tl_leadterms.stats import ContextAccumulator, resolve_vocab  # noqa: E402
+from tl_leadterms.stats import (  # noqa: E402
+    AttentionAccumulator,
+    ContextAccumulator,
+    resolve_vocab,
+)
 
 RESULTS = ROOT / "benchmarks" / "results"
 STATS = ("Phi_bar", "G_bar", "Q_bar", "Delta", "B_bar")
@@ -72,14 +77,51 @@ def shard_bytes(windows: torch.Tensor, kept, n_shards: int) -> int:
     return len(pickle.dumps(acc, protocol=5))
 
 
-def run_case(windows, d_vocab, vocab, n_shards, repeats, folder):
+def threads(n: int) -> int:
+    """Set numba's and torch's thread counts to ``n``; the previous numba count."""
+    import numba
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(n)
+    torch.set_num_threads(n)
+    return before
+
+
+def single_process(windows, d_vocab, vocab, repeats, n_threads):
+    """The single-process path with ``n_threads`` numba/torch threads, and its stage times."""
+    before = threads(n_threads)
+    stages: dict = {}
+    try:
+        out, seconds, runs = best(
+            lambda: corpus_stats(windows, d_vocab, vocab=vocab, progress=False, timings=stages),
+            repeats,
+        )
+    finally:
+        threads(before)
+    return out, {"seconds": seconds, "runs": runs, "threads": n_threads, "stages_s": stages}
+
+
+def shard_bytes_pass2(windows: torch.Tensor, kept) -> int:
+    """Bytes of one shard's pass-two accumulator as pickled: Q table, Δ, and the Ḡ it holds.
+
+    The tables are dense, so the size does not depend on the windows or Ḡ's values.
+    """
+    g_bar = torch.zeros(kept.k, kept.k, dtype=torch.float64)
+    acc = AttentionAccumulator(g_bar, kept).update(windows[:100])
+    return len(pickle.dumps(acc, protocol=5))
+
+
+def run_case(windows, d_vocab, vocab, n_shards, repeats, folder, one_thread=False):
     path = Path(folder) / f"w{windows.shape[0]}.npy"
     np.save(path, windows.numpy().astype(np.int32))
     size = math.ceil(windows.shape[0] / n_shards)
-    single, single_s, single_all = best(
-        lambda: corpus_stats(windows, d_vocab, vocab=vocab, progress=False), repeats
-    )
-    ray_stats([path], d_vocab, vocab=vocab, shard_size=size, progress=False)  # warm the workers
+    single, both = single_process(windows, d_vocab, vocab, repeats, 2)
+    single_s, single_all = both["seconds"], both["runs"]
+    one = single_process(windows, d_vocab, vocab, 1, 1)[1] if one_thread else None
+    # warm the workers (numba compiles in each) on a small slice in two shards: same kernels
+    warm = Path(folder) / "warm.npy"
+    np.save(warm, windows[: min(2000, windows.shape[0])].numpy().astype(np.int32))
+    ray_stats([warm], d_vocab, vocab=vocab, shard_size=min(1000, size), progress=False)
     timings: dict = {}
     dist, dist_s, dist_all = best(
         lambda: ray_stats(
@@ -92,6 +134,9 @@ def run_case(windows, d_vocab, vocab, n_shards, repeats, folder):
         "ray_s": dist_s,
         "speedup": single_s / dist_s,
         "all_runs_s": {"single": single_all, "ray": dist_all},
+        "single_process_2_threads": both,
+        "single_process_1_thread": one,
+        "speedup_vs_1_thread": None if one is None else one["seconds"] / dist_s,
         "max_abs_difference": max_diff(dist, single),
         "stages_s": {k: timings[k] for k in ("vocab", "pass1", "G_bar", "pass2")},
         "shard_task_s": {
@@ -145,10 +190,12 @@ def main() -> None:
         tiny = run_case(zipf_windows(300, 16, 60, seed=1), 60, None, 2, 3, folder)
         windows = zipf_windows(args.windows, n_ctx, d_vocab)
         kept = resolve_vocab(k, d_vocab, count_batches=[windows])
-        speed = run_case(windows, d_vocab, kept.kept.tolist(), 2, args.repeats, folder)
+        speed = run_case(
+            windows, d_vocab, kept.kept.tolist(), 2, args.repeats, folder, one_thread=True
+        )
     ray.shutdown()
     speed["object_store_bytes_per_shard_pass1"] = shard_bytes(windows, kept, 2)
-    speed["object_store_bytes_per_shard_pass2"] = 8 * k * k + 8 * n_ctx  # Q table and Δ
+    speed["object_store_bytes_per_shard_pass2"] = shard_bytes_pass2(windows, kept)
     speed["G_bar_broadcast_bytes"] = 8 * k * k
     machine = {
         "python": platform.python_version(),
@@ -168,7 +215,9 @@ def main() -> None:
     }
     path = RESULTS / "distributed_speed.json"
     path.write_text(json.dumps(out, indent=1))
-    print(json.dumps({"speed": {k: speed[k] for k in ("single_process_s", "ray_s", "speedup")},
+    keys = ("single_process_s", "ray_s", "speedup", "speedup_vs_1_thread", "stages_s")
+    print(json.dumps({"speed": {k: speed[k] for k in keys},
+                      "single_stages": speed["single_process_2_threads"]["stages_s"],
                       "tiny": {k: tiny[k] for k in ("single_process_s", "ray_s")},
                       "load": [load_before, machine["load_after"]]}, indent=1))  # fmt: skip
     print(f"wrote {path}")

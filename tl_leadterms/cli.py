@@ -11,6 +11,7 @@
     tl-leadterms decompose ckpt_dir s.safetensors [--json|--csv] [-o table.json]
     tl-leadterms sweep series_dir s.safetensors [--results r.jsonl] [--out table.csv]
     tl-leadterms sweep pythia-70m s.safetensors --steps 0 1 2 4    # hub checkpoints
+    tl-leadterms sweep series_dir s.safetensors --results r.jsonl --ray auto --device cuda
     tl-leadterms report s.safetensors --model ckpt_dir --text "..." --words red fish -o r.html
 
 Every subcommand has ``--help``. Exit codes: 0 success, 2 bad arguments or input.
@@ -255,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sw.add_argument("--layers", type=int, nargs="+", help="layers to analyse (default: all)")
     sw.add_argument("--per-head", action="store_true", help="scores per head as well")
+    sw.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS|auto|local:N",
+        help="one Ray task per checkpoint (a GPU each with --device cuda, else a CPU): a "
+        "cluster address, auto, or local[:N CPUs]",
+    )
     _add_common(sw)
     sw.set_defaults(func=commands.cmd_sweep)
 

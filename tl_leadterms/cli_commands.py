@@ -326,6 +326,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if missing:
             raise LeadTermsError(f"no checkpoint folder at {missing}; pass existing folders")
         checkpoints = names[0] if len(names) == 1 else names
+    on_ray: dict[str, Any] = {}
+    if getattr(args, "ray", None) is not None:
+        from tl_leadterms.distributed import parse_target
+
+        address, num_cpus = parse_target(args.ray)
+        on_ray = {"executor": "ray", "address": address, "num_cpus": num_cpus}
     table = sweep(
         checkpoints,
         stats,
@@ -336,6 +342,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         per_head=args.per_head,
         device=args.device,
         progress=not args.quiet,
+        **on_ray,
     )
     print(repr(table))
     if args.out:

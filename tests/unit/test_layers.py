@@ -1,7 +1,7 @@
 """The package's imports point down its layers, form no cycle and share no private names.
 
 Layers, bottom to top (DESIGN.md): errors/version/atomic < data < stats < checks < theory <
-models < adapters < analyzers < training < checkpoints < distributed < plot < report < cli.
+models < adapters < analyzers < training < distributed < checkpoints < plot < report < cli.
 A module may import its own layer and the layers below; function-level (lazy) imports count.
 """
 
@@ -22,8 +22,8 @@ LAYERS = [
     ("adapters",),
     ("analyzers",),
     ("training",),
-    ("checkpoints",),
     ("distributed",),
+    ("checkpoints",),
     ("plot",),
     ("report",),
     ("cli", "cli_commands"),

@@ -14,6 +14,7 @@ import inspect
 import os
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -23,12 +24,13 @@ from tqdm.auto import tqdm
 from tl_leadterms.checkpoints.loading import checkpoint_step, load_model, load_series
 from tl_leadterms.checkpoints.sweep_results import append_record, jsonable, read_results
 from tl_leadterms.checkpoints.sweep_table import SweepTable
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.stats.corpus import CorpusStats
 
-__all__ = ["SweepTable", "sweep"]
+__all__ = ["EXECUTORS", "SweepTable", "run_checkpoint", "sweep"]
 
 NAMES = ("decompose", "covariance")
+EXECUTORS = ("local", "ray")
 _FORMAT = 1
 _NOT_SETTINGS = ("device", "progress", "batch_size")
 
@@ -133,17 +135,16 @@ def _step_from_name(name: str) -> int | None:
     return int(digits) if digits else None
 
 
-def _local(folder: Path, device: str, loader_kwargs: dict[str, Any]) -> _Checkpoint:
-    def load():
-        return load_model(folder, device=device, **loader_kwargs)
+# the loaders are partials of load_model, not closures: a Ray task pickles them by reference
 
+
+def _local(folder: Path, device: str, loader_kwargs: dict[str, Any]) -> _Checkpoint:
+    load = partial(load_model, folder, device=device, **loader_kwargs)
     return _Checkpoint(folder.name, checkpoint_step(folder), str(folder), load, True)
 
 
 def _hub(name: str, step: int, device: str, loader_kwargs: dict[str, Any]) -> _Checkpoint:
-    def load():
-        return load_model(name, checkpoint=step, device=device, **loader_kwargs)
-
+    load = partial(load_model, name, checkpoint=step, device=device, **loader_kwargs)
     return _Checkpoint(f"step{step}", step, f"{name} checkpoint={step}", load, True)
 
 
@@ -278,6 +279,20 @@ def _check_arguments(stats: object, loader_kwargs: object, per_head: object) -> 
     return loader_kwargs
 
 
+def _check_executor(executor: str, todo: list[_Checkpoint], *ray_only: object) -> None:
+    if executor == "local" and any(x is not None for x in ray_only):
+        raise LeadTermsError(
+            "resources=, address= and num_cpus= choose the Ray cluster; pass executor='ray' "
+            "with them, or drop them for a sweep in this process"
+        )
+    held = [c.label for c in todo if not c.owned]
+    if executor == "ray" and held:
+        raise LeadTermsError(
+            f"checkpoints {held} are models held by this process, but a Ray worker loads its "
+            "own model: pass checkpoint folders, a series folder or a hub name with steps"
+        )
+
+
 def _settings(chosen: list[_Analysis], stats: CorpusStats) -> dict[str, Any]:
     """What a resumed sweep must share with the results file: the analyses and statistics."""
     return jsonable(
@@ -316,8 +331,20 @@ def _results_path(results: object) -> Path | None:
     return path
 
 
-def _run_checkpoint(ckpt, stats, chosen, settings, path: Path | None, n_done: int) -> dict:
-    """Load one checkpoint, run the analyses, free it; its record for the results file."""
+def run_checkpoint(
+    ckpt,
+    stats: CorpusStats,
+    chosen: list,
+    settings: dict,
+    path: Path | None = None,
+    n_done: int = 0,
+) -> dict[str, Any]:
+    """Load one checkpoint, run the analyses, free it; its record for the results file.
+
+    The unit of work of both executors: :func:`sweep` calls it in this process, and with
+    ``executor="ray"`` one Ray task per checkpoint calls it in a worker, so the records agree.
+    ``path`` and ``n_done`` only word the error of a checkpoint that cannot be loaded.
+    """
     started = time.perf_counter()
     try:
         model = ckpt.load()
@@ -356,6 +383,10 @@ def sweep(
     device: str = "cpu",
     progress: bool = True,
     loader_kwargs: object = None,
+    executor: str = "local",
+    resources: dict[str, Any] | None = None,
+    address: str | None = None,
+    num_cpus: int | None = None,
     **analysis_kwargs: Any,
 ) -> SweepTable:
     """Run ``analyses`` on every checkpoint and collect one tidy table.
@@ -382,6 +413,15 @@ def sweep(
         progress: a tqdm bar over the checkpoints.
         loader_kwargs: extra keywords for :func:`~tl_leadterms.checkpoints.loading.load_model`
             (``fold_ln``, ``dtype``, ...), for folders and hub names alike.
+        executor: ``"local"`` (this process, one checkpoint after the other) or ``"ray"``: one
+            Ray task per checkpoint (see :func:`tl_leadterms.distributed.sweep.run_on_ray`),
+            each loading its model in the worker; every record is appended to ``results`` as it
+            arrives, so an interrupted Ray sweep resumes like a local one. Checkpoints must be
+            folders or hub names (a worker cannot load a model held by this process).
+        resources, address, num_cpus: with ``executor="ray"``: what each task reserves
+            (default ``{"num_gpus": 1}`` when ``device`` is CUDA, else ``{"num_cpus": 1}``), and
+            the cluster (``None``: a local Ray with ``num_cpus`` CPUs; ``"auto"`` or
+            ``"host:port"``: a running one; a Ray already initialised here is used as it is).
         **analysis_kwargs: keywords for the named analyses (each gets those it accepts, e.g.
             ``normalize="both", value_map="write"`` for covariance).
 
@@ -389,23 +429,36 @@ def sweep(
         A :class:`SweepTable`, one row per (checkpoint, layer, head, analysis, score).
     """
     loader_kwargs = _check_arguments(stats, loader_kwargs, per_head)
+    check_choice("executor", executor, EXECUTORS)
     common = {"layers": layers, "per_head": per_head, "device": device, "progress": False}
     chosen = _analyses(analyses, common, analysis_kwargs)
     todo = _checkpoints(checkpoints, steps, device, loader_kwargs)
+    _check_executor(executor, todo, resources, address, num_cpus)
     settings = _settings(chosen, stats)
     path = _results_path(results)
     done, torn = read_results(path, settings) if path is not None else ({}, [])
-    records, status = [], {}
-    for ckpt in tqdm(todo, desc="sweep", disable=not progress):
-        if ckpt.label in done:
-            records.append(done[ckpt.label])
-            status[ckpt.label] = "loaded"
-            continue
-        record = _run_checkpoint(ckpt, stats, chosen, settings, path, len(records))
-        if path is not None:
-            append_record(path, record)
-        records.append(record)
-        status[ckpt.label] = "computed"
+    missing = [c for c in todo if c.label not in done]
+    computed: dict[str, dict] = {}
+    with tqdm(total=len(missing), desc="sweep", disable=not progress) as bar:
+
+        def finished(record: dict) -> None:
+            if path is not None:
+                append_record(path, record)
+            computed[record["checkpoint"]] = record
+            bar.update(1)
+
+        if executor == "ray":
+            from tl_leadterms.distributed.sweep import run_on_ray
+
+            shared = (stats, chosen, settings)  # put into the object store once
+            ray_at = {"address": address, "num_cpus": num_cpus, "device": device}
+            run_on_ray(run_checkpoint, missing, shared, finished, resources=resources, **ray_at)
+        else:
+            for ckpt in missing:
+                n_done = len(done) + len(computed)
+                finished(run_checkpoint(ckpt, stats, chosen, settings, path, n_done))
+    records = [done.get(c.label) or computed[c.label] for c in todo]
+    status = {c.label: "loaded" if c.label in done else "computed" for c in todo}
     metadata = {
         "results": None if path is None else str(path),
         "status": status,
