@@ -207,7 +207,7 @@ def test_decompose_on_pythia_architecture(folder):
     ref = dense_corpus_stats(tokens, D_VOCAB)
     model = load_model(folder)
     d = decompose(model, stats)
-    assert {r["weight"] for r in d.rows} == {"W_O", "V", "W", "P"}  # rotary: mean-field P
+    assert {r["weight"] for r in d.rows} == {"W_O", "V·W_O", "W", "P"}  # rotary: mean-field P
     assert len(d.rows) == 1 + 2 * 3 * N_HEADS
     assert d.metadata["model"]["ln_handling"] == "already folded by TransformerLens"
     W_E, W_U = model.W_E.detach().double(), model.W_U.detach().double()

@@ -75,7 +75,7 @@ def test_one_row_per_checkpoint_layer_score(table, series, stats):
     assert {r["step"] for r in table.rows} == set(STEPS)
     # the sweep's values are decompose's own
     direct = decompose(load_model(series / "step8"), stats, per_head=False)
-    assert table.values("cos_V", layer=1)[STEPS.index(8)] == pytest.approx(
+    assert table.values("cos_V·W_O", layer=1)[STEPS.index(8)] == pytest.approx(
         direct.row("V", 1)["cosine"], abs=1e-12
     )
     assert table.values("cos_W_O")[STEPS.index(8)] == pytest.approx(
@@ -91,7 +91,7 @@ def test_table_views(table):
     assert list(grid.columns) == table.checkpoints and list(grid.index) == [0, 1]
     assert list(table.pivot("cos_W_O").index) == ["-"]
     text = repr(table)
-    assert "decompose: cos_V" in text and "step16" in text and "L1" in text
+    assert "decompose: cos_V·W_O" in text and "step16" in text and "L1" in text
     data = table.to_dict()
     assert json.loads(json.dumps(data))["checkpoints"] == table.checkpoints
     with pytest.raises(LeadTermsError, match="no rows"):
