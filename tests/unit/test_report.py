@@ -153,3 +153,53 @@ def test_docstring_example():
 
     module = importlib.import_module("tl_leadterms.report")  # the attribute is the function
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_report_of_a_deep_model_stays_small(tmp_path):
+    """12 layers × 4 heads: heatmaps, the per-head rows inside a collapsed <details>, and a
+    handful of attention views (the best and worst agreeing heads)."""
+    from tests.factories import random_attn_only
+    from tl_leadterms import corpus_stats
+    from tl_leadterms.data import generate_stories, train_word_tokenizer
+    from tl_leadterms.report.sections import ATTENTION_VIEWS
+    from tl_leadterms.report.tables import COSINE_FLOOR, EXPLAINED_FLOOR
+    from tl_leadterms.stats import make_windows
+
+    stories = generate_stories(60, seed=2)
+    tokenizer = train_word_tokenizer(stories, 60)
+    windows = make_windows(stories, 12, tokenizer=tokenizer)[:64]
+    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = random_attn_only(len(tokenizer), 12, seed=1, n_layers=12, n_heads=4)
+    path = report(tmp_path / "deep.html", stats=stats, model=model, text=None, progress=False)
+    page = path.read_text(encoding="utf-8")
+    size = path.stat().st_size
+    print(f"12x4 report without attention views: {size / 1e3:.0f} kB")
+    details = re.search(r'<details class="decompose-details">(.*?)</details>', page, re.S)
+    assert details is not None  # collapsed (no "open") for 12 layers
+    rows = re.findall(r'<tr class="decompose-row"', page)
+    assert len(rows) == 1 + 3 * 12 * 4  # W_O; V, W, P per layer and head
+    assert len(re.findall(r'<tr class="decompose-row"', details.group(1))) == len(rows)
+    for metric in ("cosine", "explained", "character"):
+        grids = re.findall(rf'<table class="heatmap" data-weight="[^"]+" data-metric="{metric}"',
+                           page)  # fmt: skip
+        assert len(grids) == 3  # V, W, P
+    # a random model explains little: no character where R² is below the floor, and no
+    # implied s·η where the cosine is below its floor
+    body = details.group(1)
+    for row in re.findall(r'<tr class="decompose-row".*?</tr>', body, re.S):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+        cosine, implied, explained, character = cells[3], cells[4], cells[5], cells[-1]
+        if float(explained) < EXPLAINED_FLOOR:
+            assert character == "–"
+        if float(cosine) < COSINE_FLOOR:
+            assert implied == "–"
+    # with a text: ATTENTION_VIEWS heads, one view each, and the agreement beside each
+    path = report(tmp_path / "deep_text.html", stats=stats, model=model, progress=False,
+                  text="the little girl saw a red ball")  # fmt: skip
+    page = path.read_text(encoding="utf-8")
+    print(f"12x4 report with attention views: {path.stat().st_size / 1e3:.0f} kB")
+    heads = re.findall(r'<p class="agreement" data-head="(L\d+H\d+)">', page)
+    assert len(heads) == ATTENTION_VIEWS and len(set(heads)) == ATTENTION_VIEWS
+    assert page.count("CircuitsVis.render(") == ATTENTION_VIEWS
+    assert page.count("CircuitsVis=") == 1
+    assert path.stat().st_size < 1.3e6 + 300e3  # the circuitsvis bundle (~1.3 MB) and the rest

@@ -53,7 +53,7 @@ def diverging_colour(x: float) -> str:
 
 def legend(scale: float) -> str:
     """A gradient bar from ``-scale`` through 0 to ``+scale``."""
-    ends = ", ".join(diverging_colour(x) for x in (-1, 0, 1))
+    ends = ", ".join(diverging_colour(x) for x in (-1.0, 0.0, 1.0))
     bar = f"linear-gradient(to right, {ends})"
     return (
         '<div class="shade-legend" style="display:flex;align-items:center;gap:.4em;'

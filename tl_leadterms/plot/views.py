@@ -15,7 +15,7 @@ from tl_leadterms.plot.tokens import shaded_tokens, token_labels
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
 
-__all__ = ["extreme_heads", "plot_associations", "plot_attention"]
+__all__ = ["extreme_heads", "from_uniform", "plot_associations", "plot_attention"]
 
 # plot_associations: the three statistics of the paper's Figure 5, by the names the user passes
 ASSOCIATIONS = {"bigram": "B_bar", "interchangeability": "Sigma_B", "context": "Phi_bar"}
@@ -223,6 +223,19 @@ def extreme_heads(agreement: list[dict], n: int) -> list[str]:
     return [agreement[i]["label"] for i in sorted(top + low)]
 
 
+def from_uniform(pattern: Tensor) -> float:
+    """The largest ``|p − 1/(q+1)|`` of causal attention ``[..., q, k]``: how far it is from
+    attending uniformly to every earlier position (0 for uniform attention).
+
+    >>> from_uniform(torch.tensor([[1.0, 0.0], [0.5, 0.5]]))
+    0.0
+    """
+    n = pattern.shape[-1]
+    uniform = torch.tril(torch.ones(n, n, dtype=torch.float64))
+    uniform = uniform / uniform.sum(-1, keepdim=True)
+    return float((pattern.to(torch.float64) - uniform).abs().max())
+
+
 def _agreement_text(row: dict) -> str:
     return (
         f"rank correlation {row['rank_correlation']:.3f}, JS divergence {row['js_divergence']:.4f}"
@@ -238,7 +251,8 @@ def _head_view(label: str, actual: Tensor, predicted: Tensor, labels: list[str],
     caption = (
         f'<p class="agreement" data-head="{label}"><strong>{label}</strong>: '
         f"{_agreement_text(row)} with <strong>L{layer} predicted</strong> "
-        f"(the leading terms, {html.escape(how)}).</p>"
+        f"(the leading terms, {html.escape(how)}). Largest distance from uniform attention: "
+        f"{from_uniform(actual):.2g} (head), {from_uniform(predicted):.2g} (predicted).</p>"
     )
     view = circuitsvis.attention.attention_heads(
         attention=_rounded(torch.stack([actual, predicted.to(actual)])),
@@ -259,7 +273,8 @@ def _layer_view(layer: int, actual: Tensor, predicted: Tensor, labels: list[str]
     caption = (
         f'<p class="agreement" data-layer="{layer}">Layer {layer}: heads {", ".join(heads)} and '
         f"<strong>L{layer} predicted</strong> (the leading terms, {html.escape(how)}). "
-        f"Agreement with the prediction: {agree}.</p>"
+        f"Agreement with the prediction: {agree}. Largest distance from uniform attention: "
+        f"{from_uniform(actual):.2g} (heads), {from_uniform(predicted):.2g} (predicted).</p>"
     )
     view = circuitsvis.attention.attention_heads(
         attention=_rounded(torch.cat([actual, predicted[None].to(actual)], dim=0)),
