@@ -60,7 +60,12 @@ def test_full_report_is_self_contained(trained, tmp_path):
     assert "ball" in page and "balloon" in page
     # attention views: actual heads next to the prediction, one circuitsvis bundle for all
     assert "L0H0" in page and "L1H0" in page and "predicted" in page
-    assert page.count("CircuitsVis=") == 1 and page.count("CircuitsVis.render(") >= 3
+    assert page.count("CircuitsVis=") == 1 and page.count("CircuitsVis.render(") == N_LAYERS
+    # the findings on top, then heatmaps (V, W, P × cosine, explained, character)
+    assert page.index('id="findings"') < page.index('id="provenance"')
+    assert page.count('<table class="heatmap"') == 3 * 3
+    assert '<details class="decompose-details" open>' in page  # 2 layers: the table is open
+    assert "Training history: every weight keeps cosine ≥ 0.9" in page
     assert page.count("data:image/png;base64,") == 1  # the training history
     # provenance
     for key in ("n_sequences", "tokenizer_name", "tl_leadterms-word-level", "ln_handling"):
@@ -203,3 +208,44 @@ def test_report_of_a_deep_model_stays_small(tmp_path):
     assert page.count("CircuitsVis.render(") == ATTENTION_VIEWS
     assert page.count("CircuitsVis=") == 1
     assert path.stat().st_size < 1.3e6 + 300e3  # the circuitsvis bundle (~1.3 MB) and the rest
+
+
+def test_findings_null_ci_and_atlas(trained, tmp_path):
+    from tl_leadterms import decompose
+
+    d = decompose(trained["model"], trained["stats"], lr=1.0, steps=3)
+    # the columns of the null and CI helpers, written here by hand
+    for i, row in enumerate(d.rows):
+        row.update(score=row["cosine"], lo=row["cosine"] - 0.01, hi=row["cosine"] + 0.03,
+                   null_mean=0.1, null_sd=0.05, z=9.0, p=0.5 if i == 2 else 0.001)  # fmt: skip
+    label = f"{d.rows[2]['weight']} {d.rows[2]['label']}"
+
+    class Atlas:
+        def html(self):
+            return '<div class="head-atlas"><span>L0H0</span></div>'
+
+    page = report(tmp_path / "r.html", stats=trained["stats"], decomposition=d,
+                  head_atlas=Atlas(), progress=False).read_text()  # fmt: skip
+    findings = re.search(r'<ul class="findings">(.*?)</ul>', page, re.S).group(1)
+    assert f"1 of {len(d.rows)} scores are indistinguishable from the null (p ≥ 0.05): " in findings
+    assert label in findings
+    assert f"over {len(d.rows)} scores: median width 0.04" in findings
+    assert "The head atlas is below" in findings
+    assert '<div class="view atlas"><div class="head-atlas">' in page
+    for column in ("null_mean", "null_sd", "z", "p", "lo", "hi"):
+        assert f"<th>{column}</th>" in page
+    assert page.count("data:image/png;base64,") == 1  # the scores with their bands
+    # the row with p ≥ 0.05 gets no implied s·η even where its cosine is high
+    row = re.search(rf'<tr class="decompose-row" id="decompose-{d.rows[2]["weight"]}-'
+                    rf'{d.rows[2]["label"]}".*?</tr>', page).group(0)  # fmt: skip
+    assert re.findall(r"<td[^>]*>(.*?)</td>", row)[4] == "–"
+    bare = report(tmp_path / "b.html", stats=trained["stats"], decomposition=d,
+                  atlas_html=EVIL, progress=False).read_text()  # fmt: skip
+    assert EVIL in bare  # atlas_html is trusted HTML, placed as given
+    plain = decompose(trained["model"], trained["stats"])
+    page = report(tmp_path / "p.html", stats=trained["stats"], decomposition=plain,
+                  progress=False).read_text()  # fmt: skip
+    assert "No null baseline in these rows" in page and "No confidence intervals" in page
+    assert "No head atlas given" in page
+    with pytest.raises(LeadTermsError, match=r"\.html\(\)"):
+        report(tmp_path / "x.html", stats=trained["stats"], head_atlas=3, progress=False)
