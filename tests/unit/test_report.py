@@ -146,7 +146,7 @@ def test_bad_arguments(trained, tmp_path):
         report(tmp_path / "r.html", stats=stats, words={"nonsense": ["red"]}, progress=False)
     with pytest.raises(LeadTermsError, match="title must be a string"):
         unchecked(report)(tmp_path / "r.html", stats=stats, title=3, progress=False)
-    with pytest.raises(LeadTermsError, match="lr must be a positive"):
+    with pytest.raises(LeadTermsError, match="lr must be a finite number > 0"):
         unchecked(report)(tmp_path / "r.html", stats=stats, lr=-1.0, progress=False)
     with pytest.raises(LeadTermsError, match="path must be a file path"):
         unchecked(report)(None, stats=stats, progress=False)

@@ -85,8 +85,9 @@ def _null_and_ci(rows: list[dict]) -> list[str]:
 
 
 def _first_below(steps: list, values: list[float]) -> tuple[Any, float] | None:
+    """The first (step, value) below ``HOLD_COSINE``; NaN (a weight still zero) is skipped."""
     for step, value in zip(steps, values, strict=True):
-        if not (isinstance(value, (int, float)) and value >= HOLD_COSINE):
+        if isinstance(value, (int, float)) and value < HOLD_COSINE:
             return step, value
     return None
 
