@@ -238,7 +238,7 @@ def from_uniform(pattern: Tensor) -> float:
 
 def _agreement_text(row: dict) -> str:
     return (
-        f"rank correlation {row['rank_correlation']:.3f}, JS divergence {row['js_divergence']:.4f}"
+        f"rank correlation {row['rank_correlation']:.3f}, JS divergence {row['js_divergence']:.3g}"
     )
 
 

@@ -38,7 +38,8 @@ def _characters(rows: list[dict]) -> list[str]:
             if cosines
             else "no finite cosine"
         )
-        text = f"<b>{esc(weight)}</b> ({len(mine)} rows): {esc(span)}; " + (
+        count = f"{len(mine)} row" + ("s" if len(mine) > 1 else "")
+        text = f"<b>{esc(weight)}</b> ({count}): {esc(span)}; " + (
             esc("; ".join(named)) if named else "no character"
         )
         unexplained = groups.get("–", [])
@@ -139,9 +140,9 @@ def _attention(agreement: list[dict] | None) -> list[str]:
     return [
         esc(
             f"Attention on the sample text: best agreement with the prediction {best['label']} "
-            f"(rank correlation {best['rank_correlation']:.3f}, JS {best['js_divergence']:.4f}), "
+            f"(rank correlation {best['rank_correlation']:.3f}, JS {best['js_divergence']:.3g}), "
             f"least {worst['label']} (rank correlation {worst['rank_correlation']:.3f}, JS "
-            f"{worst['js_divergence']:.4f})."
+            f"{worst['js_divergence']:.3g})."
         )
     ]
 
