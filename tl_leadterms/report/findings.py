@@ -158,7 +158,7 @@ def findings(
     """The findings as an HTML list (``<ul class="findings">``), each item escaped.
 
     >>> print(findings())  # doctest: +ELLIPSIS
-    <ul class="findings"><li>No decomposition ...</li>...</ul>
+    <ul class="findings"><li>No decomposition...</li><li>No head atlas given...</li></ul>
     """
     items = []
     if decomposition is not None:
