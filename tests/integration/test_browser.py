@@ -30,7 +30,7 @@ FLAGS = [
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    from tl_leadterms import corpus_stats, paper_model, train
+    from tl_leadterms import corpus_stats, decompose, paper_model, train
     from tl_leadterms.data import generate_stories, train_word_tokenizer
     from tl_leadterms.report import report
     from tl_leadterms.stats import make_windows
@@ -41,10 +41,17 @@ def page(tmp_path_factory):
     stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
     model = paper_model(len(tokenizer), 24, 2, tokenizer=tokenizer)
     history = train(model, windows, lr=1.0, steps=4, track=stats, progress=False)
+    decomposition = decompose(model, stats, lr=1.0, steps=4)
+    if "lo" not in decomposition.rows[0]:  # the CI and null columns, written here by hand
+        for row in decomposition.rows:
+            row.update(score=row["cosine"], lo=row["cosine"] - 0.01, hi=row["cosine"] + 0.01,
+                       null_mean=0.1, null_sd=0.05, z=17.0, p=0.001)  # fmt: skip
     path = tmp_path_factory.mktemp("report") / "report.html"
     report(path, stats=stats, model=model, tokenizer=tokenizer, history=history,
-           text="the little girl saw a red ball", words=["red", "he"], lr=1.0, steps=4,
-           title="browser <test> & report")  # fmt: skip
+           decomposition=decomposition, text="the little girl saw a red ball",
+           words=["red", "he"], lr=1.0, steps=4, title="browser <test> & report",
+           atlas_html='<div class="head-atlas"><table><tr><td>L0H0</td></tr></table></div>',
+           )  # fmt: skip
     return path
 
 
@@ -61,6 +68,13 @@ def test_dom_holds_tables_and_head_labels(page):
     for label in ("L0H0", "L1H0"):
         assert label in dom
     assert "<canvas" in dom or "<svg" in dom  # circuitsvis drew its views
+    findings = re.search(r'<section id="findings">.*?<ul class="findings">(.*?)</ul>', dom, re.S)
+    assert findings is not None and "Null baseline: 0 of 7" in findings.group(1)
+    assert len(re.findall(r'<table class="heatmap"', dom)) == 3 * 3  # V, W, P × 3 metrics
+    assert '<div class="head-atlas">' in dom
+    for column in ("lo", "hi", "z", "p"):
+        assert f"<th>{column}</th>" in dom
+    assert dom.count('class="agreement"') == 2  # one caption per layer, with the agreement
 
 
 def test_screenshot_is_not_blank(page, tmp_path):

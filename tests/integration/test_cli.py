@@ -48,6 +48,10 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
     )
     assert (tmp_path / "demo_stats.safetensors").is_file()
     assert (tmp_path / "tokenizer" / "tokenizer.json").is_file()
+    # each head's agreement with the predicted attention on the sample sentence
+    for head in ("L0H0", "L1H0", "L2H0"):
+        assert re.search(rf"{head}: rank correlation -?\d\.\d{{3}}, JS divergence .*"
+                         r"largest distance from uniform: head", out)  # fmt: skip
     # report.html: decompose rows, the planted words, attention views, the history figure
     assert f"Wrote {tmp_path / 'report.html'}" in out
     page = (tmp_path / "report.html").read_text()
@@ -57,6 +61,7 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
     assert {"red", "fish", "he"} <= set(words)
     assert "L2H0" in page and "predicted" in page and 'class="sample-text"' in page
     assert page.count("data:image/png;base64,") == 1
+    assert '<section id="findings">' in page and '<table class="heatmap"' in page
     assert not re.search(r"(?:src|href)=[\"']?https?://", page)
 
 

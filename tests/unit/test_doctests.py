@@ -15,6 +15,11 @@ MODULES = [
     "tl_leadterms.analyzers.decompose",
     "tl_leadterms.analyzers.attention",
     "tl_leadterms.checkpoints.sweep_results",
+    "tl_leadterms.plot.tokens",
+    "tl_leadterms.plot.views",
+    "tl_leadterms.report.markup",
+    "tl_leadterms.report.tables",
+    "tl_leadterms.report.findings",
 ]
 
 

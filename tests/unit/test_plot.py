@@ -3,6 +3,7 @@
 import html
 import json
 import re
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -85,7 +86,7 @@ def test_attention_with_lr_steps_matches_predict_attention(setup):
     expected = predict_attention(stats, torch.tensor([ids]), lr=1.0, steps=3)[0]
     assert torch.allclose(view.data["predicted"][1], expected)
     (_, _, props), = calls(view.html())  # fmt: skip
-    assert props["tokens"][1:3] == ["&lt;b&gt;", "&amp;"]
+    assert props["tokens"][1:3] == ["\u00a0&lt;b&gt;", "\u00a0&amp;"]  # with their spaces
     # too long a sequence is cut to the statistics' n_ctx
     long = plot_attention(model, stats, windows[:2].flatten(), layers=0, lr=1.0, steps=3)
     assert len(long.data["tokens"]) == N_CTX
@@ -103,7 +104,7 @@ def test_token_strings_are_escaped(setup):
         assert "<b>" not in page  # the raw token never reaches the markup
         assert "&lt;b&gt;" in page
         for _, _, props in calls(page):
-            assert "&" not in props["tokens"] and "&amp;" in props["tokens"]
+            assert "\u00a0&" not in props["tokens"] and "\u00a0&amp;" in props["tokens"]
             assert "<b>" not in props["tokens"]
     assert "<strong>&amp;</strong>" in pages[1] and "<strong>&lt;b&gt;</strong>" in pages[2]
 
@@ -118,14 +119,14 @@ def test_two_views_in_one_page_have_distinct_ids(setup, tmp_path):
     assert_offline(page)
     assert page.count("var CircuitsVis") == 1
     ids = re.findall(r'<div id="([^"]+)"', page)
-    assert len(ids) == 2 + 1 + 2 and len(set(ids)) == len(ids)  # the same view twice, too
+    assert len(ids) == 2 + 2 and len(set(ids)) == len(ids)  # the same view twice, too
     assert [i for i, _, _ in calls(page)] == ids  # each call renders into its own div
     assert "data:image/png;base64," in page
     assert "<title>report &lt;b&gt; &amp; co</title>" in page
     # fragments of separate views concatenated: still one id per element, no unclosed <div/>
     joined = attention.fragment() + words.fragment() + attention.fragment()
     ids = re.findall(r'<div id="([^"]+)"', joined)
-    assert len(set(ids)) == len(ids) == 5
+    assert len(set(ids)) == len(ids) == 4
     assert not re.search(r"<div[^>]*/>", joined)
     assert attention._repr_html_().count("var CircuitsVis") == 1
     assert "var CircuitsVis" not in attention.fragment(library=False)
@@ -169,10 +170,21 @@ def test_associations_neighbours_and_colours(setup, kind):
     row = stats.matrix(names[kind])[stats.vocab.position(token_id)]
     expected = [float(row[stats.vocab.position(i)]) for i in ids]
     assert view.data["values"] == pytest.approx(expected, rel=1e-12, abs=0)
-    (_, name, props), = calls(page)  # fmt: skip
-    assert name == "ColoredTokens"
-    assert props["values"] == pytest.approx(expected, rel=1e-12, abs=0)
-    assert props["tokens"] == [html.escape(tokenizer.decode([i])) for i in ids]
+    assert view.data["scale"] == pytest.approx(float(row.abs().max()), rel=1e-12)
+    # the words with the spaces between them (a no-break space before every word but the first)
+    words = [html.escape(tokenizer.decode([i])) for i in ids]  # [UNK] for words not kept
+    assert view.data["labels"] == [words[0]] + ["\u00a0" + w for w in words[1:]]
+    spans = re.findall(r'<span class="tok" title="([^"]+)" style="background:rgb\((\d+),(\d+),'
+                       r'(\d+)\)">([^<]*)</span>', page)  # fmt: skip
+    if spans:  # shaded: each token's title is its value; red for > 0, blue for < 0, white at 0
+        assert [float(t) for t, *_ in spans] == pytest.approx(expected, rel=1e-3)
+        for (_, r, g, b, _), value in zip(spans, expected, strict=True):
+            r, g, b = int(r), int(g), int(b)
+            assert (r >= b) if value > 0 else (b >= r) if value < 0 else (r == g == b == 255)
+        assert 'class="shade-legend"' in page
+    else:  # nothing in this text reaches 1% of the row's largest value
+        assert max(abs(v) for v in expected) < 0.01 * view.data["scale"]
+        assert "No association in this text" in page
 
 
 def test_associations_outside_kept_vocabulary_are_zero(setup):
@@ -240,6 +252,13 @@ def test_plot_history_png(setup, tmp_path):
     assert _png_varies(tmp_path / "history.png")
     top, bottom = fig.axes[:2]
     assert {line.get_label() for line in top.get_lines()} == set(history.cosines)
+    # 1 - cosine on a log axis, no "1e-6+9.9999e-1" offset labels
+    assert top.get_yscale() == "log"
+    fig.canvas.draw()
+    assert top.yaxis.get_offset_text().get_text() == ""
+    for line in top.get_lines():
+        gaps = [max(1 - c, 1e-12) for c in history.cosines[line.get_label()]]  # NaN stays NaN
+        assert list(line.get_ydata()) == pytest.approx(gaps, rel=1e-12, nan_ok=True)
     assert list(bottom.get_lines()[0].get_ydata()) == history.loss
     assert figure_html(fig).startswith('<img src="data:image/png;base64,')
     with pytest.raises(LeadTermsError, match=r"\.png"):
@@ -264,3 +283,71 @@ def test_plot_sweep_png(setup, tmp_path):
     assert f"{grid.to_numpy()[0, 0]:.3f}" in texts
     with pytest.raises(LeadTermsError, match="no rows"):
         plot_sweep(table, "no such score")
+
+
+def test_token_labels_keep_their_spaces_and_shading_has_a_floor():
+    from tl_leadterms.plot.tokens import SHADE_FLOOR, shaded_tokens, token_labels
+
+    class Words:  # a word-level decoder: tokens joined by single spaces
+        def decode(self, ids):
+            return " ".join(["the", "<b>", "dog"][i] for i in ids)
+
+    assert token_labels([0, 1, 2], Words()) == ["the", "\u00a0&lt;b&gt;", "\u00a0dog"]
+    assert token_labels([2, 0], None) == ["2", "0"]
+    flat = shaded_tokens(["a", "b"], [1e-9, -2e-9], scale=1.0)
+    assert "No association in this text" in flat and "background" not in flat
+    assert "No association" in shaded_tokens(["a"], [0.5], scale=0.0)
+    edge = shaded_tokens(["a", "b", "c"], [SHADE_FLOOR, -1.0, 0.0], scale=1.0)
+    assert "No association" not in edge
+    assert re.findall(r"background:(rgb\([^)]*\))", edge) == [
+        "rgb(254,253,253)",  # 1% of the way from white to red (178, 24, 43), rounded
+        "rgb(33,102,172)",  # full blue
+        "rgb(255,255,255)",  # white at 0
+    ]
+
+
+def test_attention_views_of_chosen_heads_with_agreement(setup):
+    from tl_leadterms import attention_agreement
+    from tl_leadterms.plot.views import extreme_heads
+
+    _, windows, stats, model, _ = setup
+    tokens = windows[0, :-1]
+    view = plot_attention(model, stats, tokens, heads=["L1H0"], lr=1.0, steps=3)
+    (_, _, props), = calls(view.html())  # fmt: skip
+    assert props["attentionHeadNames"] == ["L1H0", "L1 predicted"]
+    assert view.data["layers"] == [1] and view.data["heads"] == ["L1H0"]
+    expected = attention_agreement(model, stats, tokens[None], layers=[1], lr=1.0, steps=3,
+                                   progress=False).rows[0]  # fmt: skip
+    page = view.html()
+    assert f"rank correlation {expected['rank_correlation']:.3f}" in page
+    assert f"JS divergence {expected['js_divergence']:.3g}" in page
+    both = plot_attention(model, stats, tokens, heads=2, lr=1.0, steps=3)
+    assert sorted(both.data["heads"]) == ["L0H0", "L1H0"] and len(calls(both.html())) == 2
+    rows = [{"label": f"L{i}H0", "rank_correlation": r} for i, r in enumerate([0.2, float("nan"),
+            0.9, 0.5])]  # fmt: skip
+    assert extreme_heads(rows, 3) == ["L1H0", "L2H0", "L3H0"]  # best two, and the NaN one
+    for bad in (["L9H0"], ["L0H7"], ["head0"], []):
+        with pytest.raises(LeadTermsError, match="head"):
+            plot_attention(model, stats, tokens, heads=bad)
+
+
+def test_plot_scores_bands(setup):
+    from tl_leadterms.plot import plot_scores
+
+    class Rows:
+        rows: ClassVar = [{"weight": "V", "layer": i, "label": f"L{i}", "score": 0.5 + i / 10,
+                 "lo": 0.4 + i / 10, "hi": 0.6 + i / 10, "null_mean": 0.1, "null_sd": 0.05}
+                for i in range(3)]  # fmt: skip
+
+    fig = plot_scores(Rows())
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["null mean ± 2 sd", "CI",
+                                                                    "score"]  # fmt: skip
+    assert list(ax.get_lines()[0].get_ydata()) == pytest.approx([0.5, 0.6, 0.7])
+    null_band, ci_band = ax.collections
+    ys = null_band.get_paths()[0].vertices[:, 1]
+    assert min(ys) == pytest.approx(0.0) and max(ys) == pytest.approx(0.2)
+    ys = ci_band.get_paths()[0].vertices[:, 1]
+    assert min(ys) == pytest.approx(0.4) and max(ys) == pytest.approx(0.8)
+    with pytest.raises(LeadTermsError, match="Decomposition"):
+        plot_scores([1, 2])

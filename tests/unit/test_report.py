@@ -60,7 +60,12 @@ def test_full_report_is_self_contained(trained, tmp_path):
     assert "ball" in page and "balloon" in page
     # attention views: actual heads next to the prediction, one circuitsvis bundle for all
     assert "L0H0" in page and "L1H0" in page and "predicted" in page
-    assert page.count("CircuitsVis=") == 1 and page.count("CircuitsVis.render(") >= 3
+    assert page.count("CircuitsVis=") == 1 and page.count("CircuitsVis.render(") == N_LAYERS
+    # the findings on top, then heatmaps (V, W, P × cosine, explained, character)
+    assert page.index('id="findings"') < page.index('id="provenance"')
+    assert page.count('<table class="heatmap"') == 3 * 3
+    assert '<details class="decompose-details" open>' in page  # 2 layers: the table is open
+    assert "Training history: every weight keeps cosine ≥ 0.9" in page
     assert page.count("data:image/png;base64,") == 1  # the training history
     # provenance
     for key in ("n_sequences", "tokenizer_name", "tl_leadterms-word-level", "ln_handling"):
@@ -153,3 +158,94 @@ def test_docstring_example():
 
     module = importlib.import_module("tl_leadterms.report")  # the attribute is the function
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_report_of_a_deep_model_stays_small(tmp_path):
+    """12 layers × 4 heads: heatmaps, the per-head rows inside a collapsed <details>, and a
+    handful of attention views (the best and worst agreeing heads)."""
+    from tests.factories import random_attn_only
+    from tl_leadterms import corpus_stats
+    from tl_leadterms.data import generate_stories, train_word_tokenizer
+    from tl_leadterms.report.sections import ATTENTION_VIEWS
+    from tl_leadterms.report.tables import COSINE_FLOOR, EXPLAINED_FLOOR
+    from tl_leadterms.stats import make_windows
+
+    stories = generate_stories(60, seed=2)
+    tokenizer = train_word_tokenizer(stories, 60)
+    windows = make_windows(stories, 12, tokenizer=tokenizer)[:64]
+    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = random_attn_only(len(tokenizer), 12, seed=1, n_layers=12, n_heads=4)
+    path = report(tmp_path / "deep.html", stats=stats, model=model, text=None, progress=False)
+    page = path.read_text(encoding="utf-8")
+    size = path.stat().st_size
+    print(f"12x4 report without attention views: {size / 1e3:.0f} kB")
+    details = re.search(r'<details class="decompose-details">(.*?)</details>', page, re.S)
+    assert details is not None  # collapsed (no "open") for 12 layers
+    rows = re.findall(r'<tr class="decompose-row"', page)
+    assert len(rows) == 1 + 3 * 12 * 4  # W_O; V, W, P per layer and head
+    assert len(re.findall(r'<tr class="decompose-row"', details.group(1))) == len(rows)
+    for metric in ("cosine", "explained", "character"):
+        grids = re.findall(rf'<table class="heatmap" data-weight="[^"]+" data-metric="{metric}"',
+                           page)  # fmt: skip
+        assert len(grids) == 3  # V, W, P
+    # a random model explains little: no character where R² is below the floor, and no
+    # implied s·η where the cosine is below its floor
+    body = details.group(1)
+    for row in re.findall(r'<tr class="decompose-row".*?</tr>', body, re.S):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+        cosine, implied, explained, character = cells[3], cells[4], cells[5], cells[-1]
+        if float(explained) < EXPLAINED_FLOOR:
+            assert character == "–"
+        if float(cosine) < COSINE_FLOOR:
+            assert implied == "–"
+    # with a text: ATTENTION_VIEWS heads, one view each, and the agreement beside each
+    path = report(tmp_path / "deep_text.html", stats=stats, model=model, progress=False,
+                  text="the little girl saw a red ball")  # fmt: skip
+    page = path.read_text(encoding="utf-8")
+    print(f"12x4 report with attention views: {path.stat().st_size / 1e3:.0f} kB")
+    heads = re.findall(r'<p class="agreement" data-head="(L\d+H\d+)">', page)
+    assert len(heads) == ATTENTION_VIEWS and len(set(heads)) == ATTENTION_VIEWS
+    assert page.count("CircuitsVis.render(") == ATTENTION_VIEWS
+    assert page.count("CircuitsVis=") == 1
+    assert path.stat().st_size < 1.3e6 + 300e3  # the circuitsvis bundle (~1.3 MB) and the rest
+
+
+def test_findings_null_ci_and_atlas(trained, tmp_path):
+    from tl_leadterms import decompose
+
+    d = decompose(trained["model"], trained["stats"], lr=1.0, steps=3)
+    # the columns of the null and CI helpers, written here by hand
+    for i, row in enumerate(d.rows):
+        row.update(score=row["cosine"], lo=row["cosine"] - 0.01, hi=row["cosine"] + 0.03,
+                   null_mean=0.1, null_sd=0.05, z=9.0, p=0.5 if i == 2 else 0.001)  # fmt: skip
+    label = f"{d.rows[2]['weight']} {d.rows[2]['label']}"
+
+    class Atlas:
+        def html(self):
+            return '<div class="head-atlas"><span>L0H0</span></div>'
+
+    page = report(tmp_path / "r.html", stats=trained["stats"], decomposition=d,
+                  head_atlas=Atlas(), progress=False).read_text()  # fmt: skip
+    findings = re.search(r'<ul class="findings">(.*?)</ul>', page, re.S).group(1)
+    assert f"1 of {len(d.rows)} scores are indistinguishable from the null (p ≥ 0.05): " in findings
+    assert label in findings
+    assert f"over {len(d.rows)} scores: median width 0.04" in findings
+    assert "The head atlas is below" in findings
+    assert '<div class="view atlas"><div class="head-atlas">' in page
+    for column in ("null_mean", "null_sd", "z", "p", "lo", "hi"):
+        assert f"<th>{column}</th>" in page
+    assert page.count("data:image/png;base64,") == 1  # the scores with their bands
+    # the row with p ≥ 0.05 gets no implied s·η even where its cosine is high
+    row = re.search(rf'<tr class="decompose-row" id="decompose-{d.rows[2]["weight"]}-'
+                    rf'{d.rows[2]["label"]}".*?</tr>', page).group(0)  # fmt: skip
+    assert re.findall(r"<td[^>]*>(.*?)</td>", row)[4] == "–"
+    bare = report(tmp_path / "b.html", stats=trained["stats"], decomposition=d,
+                  atlas_html=EVIL, progress=False).read_text()  # fmt: skip
+    assert EVIL in bare  # atlas_html is trusted HTML, placed as given
+    plain = decompose(trained["model"], trained["stats"])
+    page = report(tmp_path / "p.html", stats=trained["stats"], decomposition=plain,
+                  progress=False).read_text()  # fmt: skip
+    assert "No null baseline in these rows" in page and "No confidence intervals" in page
+    assert "No head atlas given" in page
+    with pytest.raises(LeadTermsError, match=r"\.html\(\)"):
+        report(tmp_path / "x.html", stats=trained["stats"], head_atlas=3, progress=False)

@@ -3,7 +3,7 @@
 >>> from tl_leadterms.plot import View, plot_associations, plot_attention, plot_history
 """
 
-from tl_leadterms.plot.figures import plot_history, plot_sweep
+from tl_leadterms.plot.figures import plot_history, plot_scores, plot_sweep
 from tl_leadterms.plot.html import View, figure_html, save_html
 from tl_leadterms.plot.views import plot_associations, plot_attention
 
@@ -13,6 +13,7 @@ __all__ = [
     "plot_associations",
     "plot_attention",
     "plot_history",
+    "plot_scores",
     "plot_sweep",
     "save_html",
 ]

@@ -12,7 +12,10 @@ from typing import Any
 from tl_leadterms.atomic import atomic_path
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["plot_history", "plot_sweep"]
+__all__ = ["COSINE_GAP_FLOOR", "plot_history", "plot_scores", "plot_sweep"]
+
+#: 1 − cosine is drawn on a log axis, clipped below at this value (a cosine of exactly 1)
+COSINE_GAP_FLOOR = 1e-12
 
 
 def _figure(width: float, height: float, rows: int = 1) -> tuple[Any, list]:
@@ -40,7 +43,9 @@ def plot_history(history: object, path: object = None):
     """Training curves of :func:`~tl_leadterms.train`: cosines and loss against the step.
 
     The top panel has one line per recorded weight (``"W_O"``, ``"V.0"``, ``"W.0"``, ...): its
-    cosine with its leading term; the bottom panel has the loss.
+    distance from its leading term as ``1 − cosine`` on a log axis (clipped below at
+    :data:`COSINE_GAP_FLOOR`), so that 0.999999 and 0.99 read apart without offset tick labels;
+    the bottom panel has the loss.
 
     Args:
         history: a :class:`~tl_leadterms.TrainHistory`.
@@ -62,12 +67,15 @@ def plot_history(history: object, path: object = None):
     if history.cosines:
         for name, values in history.cosines.items():
             style = "-" if name == "W_O" else ("--" if name.startswith("V") else "-.")
-            top.plot(history.steps, values, style, marker=".", label=name)
+            gaps = [max(1.0 - v, COSINE_GAP_FLOOR) if math.isfinite(v) else math.nan
+                    for v in values]  # fmt: skip
+            top.plot(history.steps, gaps, style, marker=".", label=name)
+        top.set_yscale("log")
         top.legend(fontsize="small", ncol=max(1, math.ceil(len(history.cosines) / 6)))
     else:
         top.text(0.5, 0.5, "no cosines recorded (train with track=stats)", ha="center",
                  va="center", transform=top.transAxes)  # fmt: skip
-    top.set_ylabel("cosine with leading term")
+    top.set_ylabel("1 − cosine with leading term")
     top.set_title("weights vs. their leading terms")
     top.grid(alpha=0.3)
     bottom.plot(history.steps, history.loss, color="black", marker=".")
@@ -133,5 +141,57 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
     label = score if analysis is None else f"{analysis}: {score}"
     ax.set_title(label)
     fig.colorbar(image, ax=ax, label=score)
+    _save(fig, path)
+    return fig
+
+
+def plot_scores(decomposition: object, *, score: str | None = None, path: object = None):
+    """Each weight's scores over its rows, with the CI band and the null band when present.
+
+    One panel per weight (rows with a layer, in table order). The line is ``score`` (default:
+    the rows' ``"score"`` column when they have one, else ``"cosine"``); the shaded band is the
+    confidence interval ``lo``–``hi`` and the grey band ``null_mean ± 2·null_sd``, each drawn
+    only where the rows have those columns.
+
+    Args:
+        decomposition: a :class:`~tl_leadterms.Decomposition` (or anything with ``.rows``).
+        score: the column to draw.
+        path: when given, the figure is also written there as PNG (atomically).
+
+    Returns:
+        A ``matplotlib.figure.Figure``.
+    """
+    rows = getattr(decomposition, "rows", None)
+    if not isinstance(rows, list):
+        raise LeadTermsError(
+            "decomposition must be a Decomposition (with .rows), got "
+            f"{type(decomposition).__name__}"
+        )
+    rows = [r for r in rows if r.get("layer") is not None]
+    if not rows:
+        raise LeadTermsError("the decomposition has no per-layer or per-head rows to plot")
+    column = score or ("score" if any("score" in r for r in rows) else "cosine")
+    weights = list(dict.fromkeys(r["weight"] for r in rows))
+    fig, axes = _figure(7.0, 1.2 + 1.8 * len(weights), rows=len(weights))
+    for ax, weight in zip(axes, weights, strict=True):
+        mine = [r for r in rows if r["weight"] == weight]
+        x = list(range(len(mine)))
+
+        def get(key: str, mine: list[dict] = mine) -> list[float]:
+            return [float(r.get(key, math.nan)) for r in mine]
+
+        if any("null_mean" in r and "null_sd" in r for r in mine):
+            mean, sd = get("null_mean"), get("null_sd")
+            ax.fill_between(x, [m - 2 * s for m, s in zip(mean, sd, strict=True)],
+                            [m + 2 * s for m, s in zip(mean, sd, strict=True)], color="0.8",
+                            alpha=0.7, label="null mean ± 2 sd")  # fmt: skip
+        if any("lo" in r and "hi" in r for r in mine):
+            ax.fill_between(x, get("lo"), get("hi"), color="tab:blue", alpha=0.25, label="CI")
+        ax.plot(x, get(column), marker=".", color="tab:blue", label=column)
+        ticks = x if len(x) <= 24 else x[:: math.ceil(len(x) / 24)]
+        ax.set_xticks(ticks, [mine[i]["label"] for i in ticks], rotation=90, fontsize="x-small")
+        ax.set_ylabel(f"{weight}: {column}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
     _save(fig, path)
     return fig

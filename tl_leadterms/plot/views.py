@@ -11,10 +11,11 @@ from torch import Tensor
 from tl_leadterms.checks import Layers, check_layers, check_stats, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.plot.html import View
+from tl_leadterms.plot.tokens import shaded_tokens, token_labels
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
 
-__all__ = ["plot_associations", "plot_attention"]
+__all__ = ["extreme_heads", "from_uniform", "plot_associations", "plot_attention"]
 
 # plot_associations: the three statistics of the paper's Figure 5, by the names the user passes
 ASSOCIATIONS = {"bigram": "B_bar", "interchangeability": "Sigma_B", "context": "Phi_bar"}
@@ -80,19 +81,20 @@ def plot_attention(
     tokens: str | Sequence[int] | Tensor,
     *,
     layers: Layers = None,
+    heads: int | Sequence[str] | None = None,
     tokenizer: Any = None,
     lr: float | None = None,
     steps: int | None = None,
     s_lr: float | None = None,
 ) -> View:
-    """Each layer's attention heads on one sequence, next to the leading-term prediction.
+    """Attention heads on one sequence, next to the leading-term prediction and their agreement.
 
-    The model runs once (``run_with_cache`` on ``hook_pattern``); the same cache serves the
-    scale fit. Per layer, one circuitsvis ``attention_heads`` view holds the model's heads
-    (``"L{l}H{h}"``) and the predicted pattern (``"L{l} predicted"``) of
-    :func:`~tl_leadterms.predict_attention`: scaled by the training run when given (``lr`` and
-    ``steps``, or ``s_lr``), else by the scale ``c`` :func:`~tl_leadterms.attention_agreement`
-    fits to this sequence (the median over the layer's heads).
+    The model runs once (``run_with_cache`` on ``hook_pattern``); the same cache serves
+    :func:`~tl_leadterms.attention_agreement` (rank correlation and JS divergence of every head
+    with the prediction, printed beside each view) and the scale fit. The prediction is
+    :func:`~tl_leadterms.predict_attention` scaled by the training run when given (``lr`` and
+    ``steps``, or ``s_lr``), else by the scale ``c`` fitted to this sequence (the median over
+    the layer's heads).
 
     Args:
         model: a HookedTransformer over the statistics' vocabulary.
@@ -101,12 +103,19 @@ def plot_attention(
             tokenizer is available (``tokenizer``, ``model.tokenizer`` or ``stats.tokenizer``);
             cut to ``stats.n_ctx`` (and the model's ``n_ctx``) positions.
         layers: which layers (default all).
-        tokenizer: to encode a string and label the tokens (labels are html-escaped).
+        heads: ``None``: per layer one circuitsvis ``attention_heads`` view of all its heads
+            (``"L{l}H{h}"``) and ``"L{l} predicted"``. A list of labels such as
+            ``["L3H1", "L0H2"]``, or a number ``n`` (the ``n - n // 2`` heads that agree best
+            and the ``n // 2`` that agree least, by rank correlation): one view per head, the
+            head next to its layer's prediction.
+        tokenizer: to encode a string and label the tokens (html-escaped, with their spaces).
         lr, steps, s_lr: the training run of the paper model, if known.
 
     Returns:
-        A :class:`View`; ``view.data`` holds ``tokens``, ``layers``, ``scale`` (per layer),
-        ``fitted``, ``actual`` and ``predicted`` (per layer, ``[heads, q, k]`` and ``[q, k]``).
+        A :class:`View`; ``view.data`` holds ``tokens``, ``labels``, ``layers``, ``heads`` (the
+        labels shown, or None), ``scale`` (per layer), ``fitted``, ``agreement`` (rows of
+        :func:`~tl_leadterms.attention_agreement`), ``actual`` and ``predicted`` (per layer,
+        ``[heads, q, k]`` and ``[q, k]``).
     """
     from transformer_lens.utilities import get_act_name
 
@@ -132,45 +141,140 @@ def plot_attention(
     if bad:
         raise LeadTermsError(f"token id {bad[0]} is outside [0, d_vocab={stats.d_vocab})")
     chosen = check_layers(layers, cfg.n_layers)
+    wanted = _check_heads(heads, chosen, cfg.n_heads)
+    if isinstance(wanted, list):
+        chosen = sorted({int(label[1:].split("H")[0]) for label in wanted})
     batch = torch.tensor([ids])
     names = {get_act_name("pattern", layer) for layer in chosen}
     device = next(model.parameters()).device
     _, cache = model.run_with_cache(batch.to(device), names_filter=lambda n: n in names)
-    if fixed is not None:
-        scale = dict.fromkeys(chosen, fixed)
-    else:
-        agreement = attention_agreement(
-            model, stats, batch, layers=chosen, cache=cache, progress=False
-        )
-        scale = {
-            layer: statistics.median(r["scale"] for r in agreement.rows if r["layer"] == layer)
-            for layer in chosen
-        }
+    agreement = attention_agreement(model, stats, batch, layers=chosen, cache=cache, lr=lr,
+                                    steps=steps, s_lr=s_lr, progress=False).rows  # fmt: skip
+    scale = {
+        layer: fixed
+        if fixed is not None
+        else statistics.median(r["scale"] for r in agreement if r["layer"] == layer)
+        for layer in chosen
+    }
+    if isinstance(wanted, int):
+        wanted = extreme_heads(agreement, wanted)
     how = (
         "scale c fitted to this sequence"
         if fixed is None
         else ", ".join(f"{k} = {v}" for k, v in schedule.to_dict().items() if v is not None)
     )
-    labels = [_label(tokenizer, i) for i in ids]
-    data = {"tokens": ids, "labels": labels, "layers": chosen, "fitted": fixed is None,
-            "scale": scale, "actual": {}, "predicted": {}}  # fmt: skip
+    labels = token_labels(ids, tokenizer)
+    data = {"tokens": ids, "labels": labels, "layers": chosen, "heads": wanted,
+            "fitted": fixed is None, "scale": scale, "agreement": agreement, "actual": {},
+            "predicted": {}}  # fmt: skip
+    scored = {r["label"]: r for r in agreement}
     parts: list[Any] = []
     for layer in chosen:
         actual = cache[get_act_name("pattern", layer)][0].to(torch.float64).cpu()
         predicted = predict_attention(stats, batch, scale=scale[layer])[0].cpu()
         data["actual"][layer], data["predicted"][layer] = actual, predicted
-        parts += _layer_view(layer, actual, predicted, labels, f"{how}; c = {scale[layer]:.4g}")
+        note = f"{how}; c = {scale[layer]:.4g}"
+        if wanted is None:
+            parts += _layer_view(layer, actual, predicted, labels, note, scored)
+            continue
+        for label in (h for h in wanted if h.startswith(f"L{layer}H")):
+            head = int(label.split("H")[1])
+            parts += _head_view(label, actual[head], predicted, labels, note, scored[label])
     return View(parts, title="Attention: model heads and leading-term prediction", data=data)
 
 
-def _layer_view(layer: int, actual: Tensor, predicted: Tensor, labels: list[str], how: str):
-    """A caption and one circuitsvis view: the layer's heads, then the prediction."""
+def _check_heads(heads: object, layers: list[int], n_heads: int) -> int | list[str] | None:
+    if heads is None:
+        return None
+    if isinstance(heads, int) and not isinstance(heads, bool):
+        return positive_int("heads", heads)
+    if isinstance(heads, str):
+        heads = [heads]
+    if not isinstance(heads, (list, tuple)) or not heads:
+        raise LeadTermsError(
+            f"heads must be None, a number of heads or labels such as ['L0H1'], got {heads!r}"
+        )
+    out = []
+    for label in heads:
+        parts = label[1:].split("H") if isinstance(label, str) and label[:1] == "L" else []
+        ok = len(parts) == 2 and all(p.isdigit() for p in parts)
+        if not ok or int(parts[0]) not in layers or int(parts[1]) >= n_heads:
+            raise LeadTermsError(
+                f"head {label!r} is not 'L<layer>H<head>' with layer in {layers} and head < "
+                f"{n_heads}; e.g. heads=['L{layers[0]}H0']"
+            )
+        out.append(f"L{int(parts[0])}H{int(parts[1])}")
+    return list(dict.fromkeys(out))
+
+
+def extreme_heads(agreement: list[dict], n: int) -> list[str]:
+    """The ``n - n // 2`` heads with the highest and the ``n // 2`` with the lowest rank
+    correlation (NaN counts as lowest), in layer order.
+
+    >>> rows = [{"label": f"L0H{h}", "rank_correlation": r} for h, r in enumerate([.1, .9, .5])]
+    >>> extreme_heads(rows, 2)
+    ['L0H0', 'L0H1']
+    """
+    key = [(r["rank_correlation"] if r["rank_correlation"] == r["rank_correlation"] else -2.0,
+            i) for i, r in enumerate(agreement)]  # fmt: skip
+    order = [i for _, i in sorted(key, reverse=True)]
+    top = order[: n - n // 2]
+    low = [i for i in reversed(order) if i not in top][: n // 2]
+    return [agreement[i]["label"] for i in sorted(top + low)]
+
+
+def from_uniform(pattern: Tensor) -> float:
+    """The largest ``|p − 1/(q+1)|`` of causal attention ``[..., q, k]``: how far it is from
+    attending uniformly to every earlier position (0 for uniform attention).
+
+    >>> from_uniform(torch.tensor([[1.0, 0.0], [0.5, 0.5]]))
+    0.0
+    """
+    n = pattern.shape[-1]
+    uniform = torch.tril(torch.ones(n, n, dtype=torch.float64))
+    uniform = uniform / uniform.sum(-1, keepdim=True)
+    return float((pattern.to(torch.float64) - uniform).abs().max())
+
+
+def _agreement_text(row: dict) -> str:
+    return (
+        f"rank correlation {row['rank_correlation']:.3f}, JS divergence {row['js_divergence']:.3g}"
+    )
+
+
+def _head_view(label: str, actual: Tensor, predicted: Tensor, labels: list[str], how: str,
+               row: dict):  # fmt: skip
+    """A caption with the head's agreement and one view: the head, then its layer's prediction."""
+    import circuitsvis.attention
+
+    layer = label[1:].split("H")[0]
+    caption = (
+        f'<p class="agreement" data-head="{label}"><strong>{label}</strong>: '
+        f"{_agreement_text(row)} with <strong>L{layer} predicted</strong> "
+        f"(the leading terms, {html.escape(how)}). Largest distance from uniform attention: "
+        f"{from_uniform(actual):.2g} (head), {from_uniform(predicted):.2g} (predicted).</p>"
+    )
+    view = circuitsvis.attention.attention_heads(
+        attention=_rounded(torch.stack([actual, predicted.to(actual)])),
+        tokens=labels,
+        attention_head_names=[label, f"L{layer} predicted"],
+        mask_upper_tri=True,
+    )
+    return [caption, view]
+
+
+def _layer_view(layer: int, actual: Tensor, predicted: Tensor, labels: list[str], how: str,
+                scored: dict):  # fmt: skip
+    """A caption with each head's agreement and one view: the layer's heads, then the prediction."""
     import circuitsvis.attention
 
     heads = [f"L{layer}H{h}" for h in range(actual.shape[0])]
+    agree = "; ".join(f"{h}: {_agreement_text(scored[h])}" for h in heads)
     caption = (
-        f"<p>Layer {layer}: heads {', '.join(heads)} and <strong>L{layer} predicted</strong> "
-        f"(the leading terms, {html.escape(how)}).</p>"
+        f'<p class="agreement" data-layer="{layer}">Layer {layer}: heads {", ".join(heads)} and '
+        f"<strong>L{layer} predicted</strong> (the leading terms, {html.escape(how)}). "
+        f"Agreement with the prediction: {agree}. Largest distance from uniform attention: "
+        f"{from_uniform(actual):.2g} (heads), {from_uniform(predicted):.2g} (predicted).</p>"
     )
     view = circuitsvis.attention.attention_heads(
         attention=_rounded(torch.cat([actual, predicted[None].to(actual)], dim=0)),
@@ -224,16 +328,18 @@ def plot_associations(
         token: a token id, or a string (one token) with a tokenizer.
         tokenizer: encodes strings and labels tokens; defaults to ``stats.tokenizer``.
         k: neighbours per statistic.
-        text: optional text (needs a tokenizer) shown as circuitsvis ``colored_tokens``, each
+        text: optional text (needs a tokenizer) shown as shaded tokens (plain HTML), each
             token shaded by its association with ``token`` under ``kind``: the value of row
-            ``token`` of that statistic at the text token (0 outside the kept vocabulary).
+            ``token`` of that statistic at the text token (0 outside the kept vocabulary), on a
+            diverging scale centred at 0 whose full colour is the largest ``|value|`` of that
+            row (see :mod:`tl_leadterms.plot.tokens`); tokens are shown with their spaces.
         kind: ``"bigram"``, ``"interchangeability"`` or ``"context"`` (or ``"B_bar"``,
             ``"Sigma_B"``, ``"Phi_bar"``).
 
     Returns:
         A :class:`View`; ``view.data`` holds ``token_id``, ``neighbours`` (per kind, the
-        :meth:`CorpusStats.top` list) and, with ``text``, ``kind``, ``text_tokens`` and
-        ``values``.
+        :meth:`CorpusStats.top` list) and, with ``text``, ``kind``, ``text_tokens``,
+        ``labels``, ``values`` and ``scale``.
     """
     stats = check_stats(stats)
     tokenizer = tokenizer if tokenizer is not None else stats.tokenizer
@@ -266,10 +372,8 @@ def plot_associations(
     parts: list[Any] = [table]
     data: dict[str, Any] = {"token_id": token_id, "neighbours": neighbours}
     if text is not None:
-        import circuitsvis.tokens
-
         ids = _encode(text, tokenizer, "text")
-        row = stats.row(ASSOCIATIONS[kind], row_index).to(torch.float64).cpu()
+        full = stats.row(ASSOCIATIONS[kind], row_index).to(torch.float64).cpu()
         index_map = stats.vocab.index_map()
         values = []
         for i in ids:
@@ -279,12 +383,13 @@ def plot_associations(
                     "the tokenizer the statistics were computed with"
                 )
             j = i if index_map is None else int(index_map[i])
-            values.append(float(row[j]) if j < stats.k else 0.0)
-        labels = [_label(tokenizer, i) for i in ids]
+            values.append(float(full[j]) if j < stats.k else 0.0)
+        labels = token_labels(ids, tokenizer)
+        scale = float(full.abs().max()) if full.numel() else 0.0
         parts.append(
             f"<p>The text's tokens shaded by their {html.escape(_HEADINGS[kind])} association "
-            f"with <strong>{name}</strong>.</p>"
+            f"with <strong>{name}</strong> (full colour: the largest |value| of its row).</p>"
         )
-        parts.append(circuitsvis.tokens.colored_tokens(tokens=labels, values=values))
-        data.update(kind=kind, text_tokens=ids, labels=labels, values=values)
+        parts.append(shaded_tokens(labels, values, scale=scale))
+        data.update(kind=kind, text_tokens=ids, labels=labels, values=values, scale=scale)
     return View(parts, title=f"Associations of {html.unescape(name)}", data=data)

@@ -1,0 +1,92 @@
+"""Tokens as a reader sees them: with their spaces, shaded on a diverging scale centred at 0.
+
+:func:`token_labels` gives each token the text it adds to the decoded sequence (so a word-level
+or BPE token keeps the space before it); a leading space is written as a no-break space, which
+a browser never collapses. :func:`shaded_tokens` colours tokens blue (negative), white (0) and
+red (positive) against a fixed scale ``±scale`` with a legend. It never stretches a tiny range
+to full colour: when the largest ``|value|`` in the text is below ``SHADE_FLOOR · scale``, the
+tokens stay unshaded and the page says "no association in this text".
+
+>>> "No association in this text" in shaded_tokens(["a", "b"], [0.0, 1e-9], scale=1.0)
+True
+"""
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["SHADE_FLOOR", "diverging_colour", "legend", "shaded_tokens", "token_labels"]
+
+#: texts whose largest |value| is below this fraction of the scale are "no association"
+SHADE_FLOOR = 0.01
+_NEG, _POS = (33, 102, 172), (178, 24, 43)  # the ends of the diverging scale (blue, red)
+NBSP = "\u00a0"
+
+
+def token_labels(ids: Sequence[int], tokenizer: Any) -> list[str]:
+    """Each token's text as decoded in sequence (with the space before it), html-escaped.
+
+    Token ``i`` is the text that ``decode(ids[: i + 1])`` adds to ``decode(ids[:i])``; where
+    the decoder rewrites earlier text (clean-up of spaces), the token's own ``decode([id])``.
+    A leading space becomes a no-break space. Without a tokenizer the labels are the ids.
+    """
+    if tokenizer is None:
+        return [str(i) for i in ids]
+    labels, before = [], ""
+    for n, token_id in enumerate(ids):
+        text = tokenizer.decode(list(ids[: n + 1]))
+        piece = text[len(before) :] if text.startswith(before) else tokenizer.decode([token_id])
+        before = text
+        if piece[:1].isspace():
+            piece = NBSP + piece.lstrip()
+        labels.append(html.escape(piece, quote=False))
+    return labels
+
+
+def diverging_colour(x: float) -> str:
+    """``x`` in ``[-1, 1]`` (clipped) as blue (−1), white (0) or red (+1), an ``rgb()`` string."""
+    end = _POS if x >= 0 else _NEG
+    a = min(abs(x), 1.0)
+    r, g, b = (round(255 + (c - 255) * a) for c in end)
+    return f"rgb({r},{g},{b})"
+
+
+def legend(scale: float) -> str:
+    """A gradient bar from ``-scale`` through 0 to ``+scale``."""
+    ends = ", ".join(diverging_colour(x) for x in (-1.0, 0.0, 1.0))
+    bar = f"linear-gradient(to right, {ends})"
+    return (
+        '<div class="shade-legend" style="display:flex;align-items:center;gap:.4em;'
+        f'font-size:.85em;margin:.3em 0"><span>−{scale:.3g}</span>'
+        f'<span style="display:inline-block;width:12em;height:.8em;background:{bar};'
+        'border:1px solid #ccc"></span>'
+        f"<span>+{scale:.3g}</span><span>(0 is white)</span></div>"
+    )
+
+
+def shaded_tokens(labels: Sequence[str], values: Sequence[float], *, scale: float) -> str:
+    """HTML of escaped ``labels`` shaded by ``values / scale`` (clipped to ±1), with a legend.
+
+    Args:
+        labels: token strings, already html-escaped (see :func:`token_labels`).
+        values: one number per token.
+        scale: the value drawn in full colour, e.g. the largest ``|value|`` of the whole row
+            of the statistic, so that one text is not stretched to the colour range.
+    """
+    peak = max((abs(v) for v in values), default=0.0)
+    if not scale > 0 or peak < SHADE_FLOOR * scale:
+        spans = "".join(f'<span class="tok">{t}</span>' for t in labels)
+        return (
+            f'<p class="note no-association">No association in this text: the largest |value| '
+            f"here, {peak:.3g}, is below {SHADE_FLOOR:g} of the scale {scale:.3g}.</p>"
+            f'<div class="shaded-tokens" style="white-space:pre-wrap">{spans}</div>'
+        )
+    spans = "".join(
+        f'<span class="tok" title="{v:.4g}" style="background:{diverging_colour(v / scale)}">'
+        f"{t}</span>"
+        for t, v in zip(labels, values, strict=True)
+    )
+    return (
+        f'<div class="shaded-tokens" style="white-space:pre-wrap;line-height:1.8">{spans}</div>'
+        + legend(scale)
+    )

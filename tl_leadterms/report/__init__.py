@@ -1,0 +1,173 @@
+"""`report`: one self-contained HTML file with what a model learned from its corpus.
+
+The file opens offline in any browser: no CDN, no network. From the top: **Findings** (sentences
+written from the numbers, :mod:`~tl_leadterms.report.findings`); the provenance of the
+statistics and the model; the :func:`~tl_leadterms.decompose` results as layer × head heatmaps
+of cosine, explained share and character, with the full table (one ``<tr
+class="decompose-row" data-label="L0H0">`` per weight, layer and head) in a ``<details>``
+element, collapsed beyond a few layers (:mod:`~tl_leadterms.report.tables` documents the
+thresholds below which no character and no implied s·η are shown); a head atlas grid when
+given; the actual and predicted attention of a handful of heads with their agreement;
+association lists of chosen words with a text shaded on a diverging scale; and the
+training-history, sweep and score figures as embedded PNGs. Every optional part that is missing
+is left out with a note.
+"""
+
+import datetime
+import os
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from tl_leadterms.atomic import write_text
+from tl_leadterms.checks import check_stats
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.report import sections
+from tl_leadterms.report.findings import findings
+from tl_leadterms.report.markup import page
+from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.theory import Schedule
+from tl_leadterms.version import __version__
+
+__all__ = ["report"]
+
+
+def _check_args(path, stats, text, title, lr, steps) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise LeadTermsError(f"path must be a file path such as 'report.html', got {path!r}")
+    path = Path(path)
+    if path.is_dir():
+        raise LeadTermsError(f"{str(path)!r} is a folder; pass a file path such as report.html")
+    check_stats(stats)
+    for name, value in (("text", text), ("title", title)):
+        if value is not None and not isinstance(value, str):
+            raise LeadTermsError(f"{name} must be a string or None, got {value!r}")
+    Schedule.of(lr, steps)
+    return path
+
+
+def report(
+    path: str | os.PathLike,
+    *,
+    stats: CorpusStats,
+    model: Any = None,
+    tokenizer: Any = None,
+    text: str | None = None,
+    history: Any = None,
+    decomposition: Any = None,
+    sweep_table: Any = None,
+    words: Any = None,
+    title: str | None = None,
+    lr: float | None = None,
+    steps: int | None = None,
+    association_stats: Any = None,
+    heads: int | list[str] | None = None,
+    atlas_html: str | None = None,
+    head_atlas: Any = None,
+    progress: bool = True,
+) -> Path:
+    """Write one self-contained HTML report (works offline, no CDN) and return its path.
+
+    Args:
+        path: the ``.html`` file to write (atomically; parent folders are created).
+        stats: the :class:`~tl_leadterms.CorpusStats` everything is read against.
+        model: a HookedTransformer: its config and weight processing go in the provenance, it
+            is decomposed when ``decomposition`` is not given, and its attention is shown on
+            ``text``.
+        tokenizer: reads ``words`` and ``text``; defaults to ``stats.tokenizer``, then
+            ``model.tokenizer``.
+        text: a sample text for the attention views (actual heads next to the prediction).
+        history: a :class:`~tl_leadterms.TrainHistory` (loss and cosine curves).
+        decomposition: a :class:`~tl_leadterms.Decomposition` to show instead of computing one.
+        sweep_table: a :class:`~tl_leadterms.SweepTable`: one heatmap per score.
+        words: association lists (each word's bigram, interchangeability and context
+            neighbours): a list of words, or a dict ``{"bigram": ["red"], ...}`` whose kind
+            shades ``text`` by that association (a list shades by context).
+        title: the page title.
+        lr, steps: the training run, for ``decompose`` and the predicted attention.
+        association_stats: statistics for the association lists only (default ``stats``),
+            e.g. of a larger corpus than the model's training windows.
+        heads: which heads get an attention view: labels such as ``["L3H1", "L0H2"]``, or a
+            number ``n`` of the best and worst agreeing heads. Default: every head when the
+            model has at most :data:`~tl_leadterms.report.sections.ATTENTION_VIEWS`, else that
+            many (best and worst agreeing).
+        atlas_html: the HTML of a head atlas grid (trusted, e.g. from
+            :mod:`tl_leadterms.plot.atlas`), shown in its own section.
+        head_atlas: a head atlas object with an ``.html()`` method (used when ``atlas_html``
+            is not given).
+        progress: a tqdm bar over the sections.
+
+    Returns:
+        The path written.
+
+    Example:
+        >>> import tempfile, torch
+        >>> from tl_leadterms import corpus_stats, paper_model
+        >>> from tl_leadterms.report import report
+        >>> stats = corpus_stats(torch.randint(0, 12, (16, 9)), 12, progress=False)
+        >>> out = report(tempfile.mkdtemp() + "/r.html", stats=stats, progress=False,
+        ...              model=paper_model(d_vocab=12, n_ctx=8, n_layers=1))
+        >>> out.read_text().count('class="decompose-row"')  # W_O, V, W, P
+        4
+    """
+    path = _check_args(path, stats, text, title, lr, steps)
+    assoc = stats if association_stats is None else association_stats
+    if not isinstance(assoc, type(stats)):
+        raise LeadTermsError(
+            f"association_stats must be a CorpusStats or None, got {type(assoc).__name__}"
+        )
+    pairs = [] if words is None else sections.word_pairs(words)
+    if tokenizer is None:
+        tokenizer = stats.tokenizer or getattr(model, "tokenizer", None)
+    title = title or "tl_leadterms report"
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    atlas_body = sections.atlas(atlas_html, head_atlas)  # checks the argument before any work
+    weights_meta = None
+    if model is not None:
+        from tl_leadterms.adapters import to_paper
+
+        weights_meta = to_paper(model).metadata
+    elif decomposition is not None:
+        weights_meta = decomposition.metadata.get("model")
+    library = [False]  # the circuitsvis bundle goes once, before the first view that needs it
+
+    def fragment(view) -> str:
+        html_text = view.fragment(library=not library[0])
+        library[0] = library[0] or "CircuitsVis=" in html_text
+        return html_text
+
+    bar = tqdm(total=6, desc="report", disable=not progress)
+    if decomposition is None and model is not None:
+        from tl_leadterms.analyzers.decompose import decompose
+
+        decomposition = decompose(model, stats, lr=lr, steps=steps)
+    bar.update()
+    # the attention views run first: their circuitsvis bundle must precede later views
+    attention_body, agreement = sections.attention(
+        model, stats, text, tokenizer, lr, steps, heads, fragment
+    )
+    bar.update()
+    association_body = sections.associations(assoc, pairs, tokenizer, text, fragment)
+    bar.update()
+    figure_body = sections.figures(history, sweep_table, decomposition)
+    bar.update()
+    has_atlas = atlas_html is not None or head_atlas is not None
+    told = findings(decomposition, agreement=agreement, history=history,
+                    sweep_table=sweep_table, atlas=has_atlas)  # fmt: skip
+    body = [
+        ("findings", "Findings", told),
+        ("provenance", "Provenance",
+         sections.provenance(stats, tokenizer, model, weights_meta, lr, steps, date)),
+        ("decompose", "Decomposition into corpus statistics",
+         sections.decomposition(decomposition)),
+        ("atlas", "Head atlas", atlas_body),
+        ("attention", "Attention on a sample text", attention_body),
+        ("associations", "Association lists", association_body),
+        ("figures", "Figures", figure_body),
+    ]  # fmt: skip
+    bar.update()
+    write_text(path, page(title, date, __version__, body), parents=True)
+    bar.update()
+    bar.close()
+    return path

@@ -1,0 +1,176 @@
+"""The "Findings" section: what the numbers say, in sentences, at the top of the report.
+
+Each finding is read off the tables below it, with the documented thresholds of
+:mod:`tl_leadterms.report.tables` and ``HOLD_COSINE``: across training steps (a history or a
+sweep), "the theory stops holding" at the first step where a weight's cosine with its leading
+term falls below ``HOLD_COSINE``.
+"""
+
+import math
+from typing import Any
+
+from tl_leadterms.report.markup import esc
+from tl_leadterms.report.tables import EXPLAINED_FLOOR, P_LEVEL, shown_character
+
+__all__ = ["HOLD_COSINE", "findings"]
+
+#: the cosine below which the leading term no longer describes a weight
+HOLD_COSINE = 0.9
+_LISTED = 8  # labels named in one sentence before "and N more"
+
+
+def _names(labels: list[str]) -> str:
+    shown = ", ".join(labels[:_LISTED])
+    return shown + (f" and {len(labels) - _LISTED} more" if len(labels) > _LISTED else "")
+
+
+def _characters(rows: list[dict]) -> list[str]:
+    out = []
+    for weight in dict.fromkeys(r["weight"] for r in rows):
+        mine = [r for r in rows if r["weight"] == weight]
+        groups: dict[str, list[str]] = {}
+        for r in mine:
+            groups.setdefault(shown_character(r), []).append(r["label"])
+        named = [f"{c} in {_names(ls)}" for c, ls in groups.items() if c != "–"]
+        cosines = [r["cosine"] for r in mine if math.isfinite(r["cosine"])]
+        span = (
+            f"cosine with its leading term {min(cosines):.3f} to {max(cosines):.3f}"
+            if cosines
+            else "no finite cosine"
+        )
+        count = f"{len(mine)} row" + ("s" if len(mine) > 1 else "")
+        text = f"<b>{esc(weight)}</b> ({count}): {esc(span)}; " + (
+            esc("; ".join(named)) if named else "no character"
+        )
+        unexplained = groups.get("–", [])
+        if unexplained:
+            text += esc(
+                f"; {len(unexplained)} explain less than R² {EXPLAINED_FLOOR} (no character): "
+                f"{_names(unexplained)}"
+            )
+        out.append(text)
+    return out
+
+
+def _null_and_ci(rows: list[dict]) -> list[str]:
+    out = []
+    tested = [r for r in rows if isinstance(r.get("p"), (int, float)) and math.isfinite(r["p"])]
+    if tested:
+        null = [f"{r['weight']} {r['label']}" for r in tested if r["p"] >= P_LEVEL]
+        out.append(
+            esc(
+                f"Null baseline: {len(null)} of {len(tested)} scores are indistinguishable from "
+                f"the null (p ≥ {P_LEVEL})" + (f": {_names(null)}." if null else ".")
+            )
+        )
+    else:
+        out.append(
+            esc(
+                "No null baseline in these rows (no null_mean, null_sd, z, p columns): a cosine "
+                "here has no reference; random-init models can score high too."
+            )
+        )
+    widths = [r["hi"] - r["lo"] for r in rows if "lo" in r and "hi" in r]
+    widths = [w for w in widths if math.isfinite(w)]
+    if widths:
+        widths.sort()
+        out.append(
+            esc(
+                f"Confidence intervals (lo, hi) over {len(widths)} scores: median width "
+                f"{widths[len(widths) // 2]:.3g}, widest {widths[-1]:.3g}."
+            )
+        )
+    else:
+        out.append(esc("No confidence intervals in these rows (no lo, hi columns)."))
+    return out
+
+
+def _first_below(steps: list, values: list[float]) -> tuple[Any, float] | None:
+    """The first (step, value) below ``HOLD_COSINE``; NaN (a weight still zero) is skipped."""
+    for step, value in zip(steps, values, strict=True):
+        if isinstance(value, (int, float)) and value < HOLD_COSINE:
+            return step, value
+    return None
+
+
+def _across_steps(history: Any, sweep_table: Any) -> list[str]:
+    out = []
+    if history is not None and history.cosines:
+        broken = {}
+        for name, values in history.cosines.items():
+            hit = _first_below(history.steps, values)
+            if hit is not None:
+                broken[name] = hit
+        last = history.steps[-1]
+        if broken:
+            where = "; ".join(f"{n} at step {s} (cosine {v:.3f})" for n, (s, v) in broken.items())
+            out.append(esc(f"Training history: the theory stops holding (cosine < "
+                           f"{HOLD_COSINE}) for {where}."))  # fmt: skip
+        else:
+            out.append(esc(f"Training history: every weight keeps cosine ≥ {HOLD_COSINE} with its "
+                           f"leading term through step {last}."))  # fmt: skip
+    if sweep_table is not None:
+        for analysis, score in sweep_table.scores():
+            if not score.startswith("cos"):
+                continue
+            grid = sweep_table.pivot(score, analysis=analysis)
+            if grid.empty:  # per-head rows only
+                continue
+            cols = [str(c) for c in grid.columns]
+            broken = []
+            for layer, values in grid.iterrows():
+                hit = _first_below(cols, [float(v) for v in values])
+                if hit is not None:
+                    broken.append(f"layer {layer} at {hit[0]} ({hit[1]:.3f})")
+            text = (
+                f"Sweep {score}: below {HOLD_COSINE} from " + "; ".join(broken)
+                if broken
+                else f"Sweep {score}: ≥ {HOLD_COSINE} at every checkpoint and layer"
+            )
+            out.append(esc(text + "."))
+    return out
+
+
+def _attention(agreement: list[dict] | None) -> list[str]:
+    rows = [r for r in agreement or [] if math.isfinite(r["rank_correlation"])]
+    if not rows:
+        return []
+    rows = sorted(rows, key=lambda r: r["rank_correlation"])
+    best, worst = rows[-1], rows[0]
+    return [
+        esc(
+            f"Attention on the sample text: best agreement with the prediction {best['label']} "
+            f"(rank correlation {best['rank_correlation']:.3f}, JS {best['js_divergence']:.3g}), "
+            f"least {worst['label']} (rank correlation {worst['rank_correlation']:.3f}, JS "
+            f"{worst['js_divergence']:.3g})."
+        )
+    ]
+
+
+def findings(
+    decomposition: Any = None,
+    *,
+    agreement: list[dict] | None = None,
+    history: Any = None,
+    sweep_table: Any = None,
+    atlas: bool = False,
+) -> str:
+    """The findings as an HTML list (``<ul class="findings">``), each item escaped.
+
+    >>> print(findings())  # doctest: +ELLIPSIS
+    <ul class="findings"><li>No decomposition...</li><li>No head atlas given...</li></ul>
+    """
+    items = []
+    if decomposition is not None:
+        items += _characters(decomposition.rows)
+        items += _null_and_ci(decomposition.rows)
+    else:
+        items.append(esc("No decomposition: pass model= or decomposition= for the characters."))
+    items += _attention(agreement)
+    items += _across_steps(history, sweep_table)
+    items.append(
+        esc("The head atlas is below.")
+        if atlas
+        else esc("No head atlas given (pass atlas_html= or head_atlas=).")
+    )
+    return '<ul class="findings">' + "".join(f"<li>{i}</li>" for i in items) + "</ul>"

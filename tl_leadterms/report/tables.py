@@ -1,0 +1,193 @@
+"""The decomposition as heatmaps (layer × head) and as the full table, one click away.
+
+Two documented thresholds keep the page from implying what the numbers do not show:
+
+* ``EXPLAINED_FLOOR``: a row whose least-squares ``R²`` on the basis (``explained``) is below
+  it gets no "character" ("–"): nothing is explained, so no statistic dominates anything.
+* ``COSINE_FLOOR``: the implied ``s·η`` is shown only where the cosine with the leading term
+  is at least this (and, when the row has a null ``p`` column, ``p < P_LEVEL``); elsewhere the
+  projection does not measure a training time and the cell reads "–".
+
+Null-baseline (``null_mean``, ``null_sd``, ``z``, ``p``) and confidence-interval (``lo``,
+``hi``) columns of the rows are shown when present.
+"""
+
+import math
+
+from tl_leadterms.plot.tokens import diverging_colour
+from tl_leadterms.report.markup import esc, num
+from tl_leadterms.theory import FAMILIES
+
+__all__ = [
+    "COSINE_FLOOR",
+    "EXPLAINED_FLOOR",
+    "P_LEVEL",
+    "SMALL_LAYERS",
+    "character_code",
+    "decompose_table",
+    "heatmaps",
+    "shown_character",
+    "shown_implied",
+]
+
+#: below this R² (``explained``) a row has no character
+EXPLAINED_FLOOR = 0.05
+#: below this cosine no implied s·η is shown
+COSINE_FLOOR = 0.2
+#: a null p-value at or above this is "indistinguishable from the null"
+P_LEVEL = 0.05
+#: up to this many layers the full table is shown open; beyond, collapsed under the heatmaps
+SMALL_LAYERS = 4
+_CHARACTER_COLOURS = {"B": "#f4a582", "I": "#92c5de", "C": "#b8e186", "P": "#d8b365",
+                      "AS": "#c2a5cf", "PT": "#fddbc7", "M": "#dddddd"}  # fmt: skip
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def shown_character(row: dict) -> str:
+    """The row's character, or "–" when its R² is below :data:`EXPLAINED_FLOOR`."""
+    explained = row.get("explained")
+    if not _finite(explained) or explained < EXPLAINED_FLOOR:
+        return "–"
+    return str(row.get("character", "–"))
+
+
+def shown_implied(row: dict) -> float | None:
+    """The implied s·η where the cosine is clearly positive (see the module), else None."""
+    cosine, p = row.get("cosine"), row.get("p")
+    if not _finite(cosine) or cosine < COSINE_FLOOR or (_finite(p) and p >= P_LEVEL):
+        return None
+    return row.get("implied_s_lr")
+
+
+def character_code(character: str) -> str:
+    """A short code for a character: the initials of each part.
+
+    >>> character_code("bigram∘context-like"), character_code("attention statistic-like")
+    ('B∘C', 'AS')
+    """
+    if character in ("–", "zero"):
+        return character
+    name = character.removesuffix("-like")
+    return "∘".join("".join(w[0].upper() for w in part.split()) for part in name.split("∘"))
+
+
+def _extra_columns(rows: list[dict]) -> list[str]:
+    return [c for c in ("score", "null_mean", "null_sd", "z", "p", "lo", "hi")
+            if any(c in r for r in rows)]  # fmt: skip
+
+
+def decompose_table(d) -> str:
+    """The full table, one ``<tr class="decompose-row">`` per row, inside ``<details>``
+    (open for models of up to :data:`SMALL_LAYERS` layers)."""
+    meta = d.metadata
+    extra = _extra_columns(d.rows)
+    cols = ("weight", "where", "target", "cosine", "implied s·η", "explained")
+    head = "".join(f"<th>{esc(c)}</th>" for c in (*cols, *FAMILIES, *extra, "character"))
+    body = []
+    for r in d.rows:
+        fam = r["family_shares"]
+        label = r["label"]
+        ident = f"decompose-{r['weight']}-{label}".replace(" ", "_")
+        cells = [esc(r["weight"]), esc(label if r["layer"] is not None else "-"), esc(r["target"])]
+        nums = [num(r["cosine"], 6), num(shown_implied(r)), num(r["explained"])]
+        nums += [num(fam.get(f)) for f in FAMILIES]
+        nums += [num(r.get(c)) for c in extra]
+        row = "".join(f"<td>{c}</td>" for c in cells)
+        row += "".join(f'<td class="num">{n}</td>' for n in nums)
+        row += f"<td>{esc(shown_character(r))}</td>"
+        body.append(
+            f'<tr class="decompose-row" id="{esc(ident)}" data-weight="{esc(r["weight"])}" '
+            f'data-label="{esc(label)}">{row}</tr>'
+        )
+    lr, steps = meta.get("lr"), meta.get("steps")
+    caption = f"k={meta['k']}, T={meta['n_ctx']}, {meta['n_sequences']} sequences" + (
+        f"; lr·steps = {lr * steps:.4g}" if lr is not None and steps is not None else ""
+    )
+    layers = {r["layer"] for r in d.rows if r["layer"] is not None}
+    is_open = " open" if len(layers) <= SMALL_LAYERS else ""
+    thresholds = (
+        f"character only where explained ≥ {EXPLAINED_FLOOR}; implied s·η only where cosine ≥ "
+        f"{COSINE_FLOOR}" + (f" and p < {P_LEVEL}" if "p" in extra else "")
+    )
+    return (
+        f'<details class="decompose-details"{is_open}><summary>Full table: {len(d.rows)} rows '
+        f"({esc(caption)}; {esc(thresholds)})</summary>"
+        f'<table class="decompose"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></details>"
+    )
+
+
+def _grid(rows: list[dict]) -> tuple[list[int], list, dict]:
+    layers = sorted({r["layer"] for r in rows})
+    heads = sorted({r["head"] for r in rows}, key=lambda h: -1 if h is None else h)
+    return layers, heads, {(r["layer"], r["head"]): r for r in rows}
+
+
+def _cell(metric: str, row: dict | None) -> str:
+    if row is None:
+        return "<td></td>"
+    tip = (
+        f"{row['label']} {row['weight']}: cosine {num(row['cosine'])}, explained "
+        f"{num(row['explained'])}, {shown_character(row)}"
+    )
+    if metric == "character":
+        code = character_code(shown_character(row))
+        colour = _CHARACTER_COLOURS.get(code.split("∘")[0], "#ffffff" if code == "–" else "#eee")
+        return f'<td title="{esc(tip)}" style="background:{colour}">{esc(code)}</td>'
+    value = row[metric]
+    if not _finite(value):
+        return f'<td title="{esc(tip)}">–</td>'
+    if metric == "cosine":
+        colour = diverging_colour(value)
+    else:  # explained: white (0) to green (1)
+        a = min(max(value, 0.0), 1.0)
+        colour = f"rgb({round(255 - 128 * a)},{round(255 - 55 * a)},{round(255 - 128 * a)})"
+    ink = "#fff" if metric == "cosine" and abs(value) > 0.6 else "#222"
+    return f'<td title="{esc(tip)}" style="background:{colour};color:{ink}">{value:.2f}</td>'
+
+
+def _heatmap(weight: str, metric: str, rows: list[dict]) -> str:
+    layers, heads, at = _grid(rows)
+    top = "".join(f"<th>{'all' if h is None else f'H{h}'}</th>" for h in heads)
+    body = "".join(
+        f"<tr><th>L{layer}</th>{''.join(_cell(metric, at.get((layer, h))) for h in heads)}</tr>"
+        for layer in layers
+    )
+    return (
+        f'<table class="heatmap" data-weight="{esc(weight)}" data-metric="{metric}">'
+        f"<caption>{esc(weight)}</caption><tr><th></th>{top}</tr>{body}</table>"
+    )
+
+
+def heatmaps(d) -> str:
+    """Layer × head heatmaps of cosine, explained share (R²) and character, one per weight."""
+    by_weight: dict[str, list[dict]] = {}
+    for r in d.rows:
+        if r["layer"] is not None:
+            by_weight.setdefault(r["weight"], []).append(r)
+    if not by_weight:
+        return ""
+    titles = {
+        "cosine": "Cosine with the leading term (blue −1, white 0, red +1)",
+        "explained": "Explained share R² on the basis (white 0, green 1)",
+        "character": f"Character (none where R² < {EXPLAINED_FLOOR})",
+    }
+    out = []
+    for metric, title in titles.items():
+        grids = "".join(_heatmap(w, metric, rows) for w, rows in by_weight.items())
+        out.append(
+            f'<h3>{esc(title)}</h3><div class="heatmaps" data-metric="{metric}">{grids}</div>'
+        )
+    codes = sorted({character_code(shown_character(r)) for r in d.rows} - {"–", "zero"})
+    names = {character_code(shown_character(r)): shown_character(r) for r in d.rows}
+    legend = "".join(
+        f'<span style="background:{_CHARACTER_COLOURS.get(c.split("∘")[0], "#eee")}">'
+        f"{esc(c)} = {esc(names[c])}</span>"
+        for c in codes
+    )
+    if legend:
+        out.append(f'<p class="legend">{legend} (hover a cell for its numbers)</p>')
+    return "\n".join(out)
