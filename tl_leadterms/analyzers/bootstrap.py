@@ -74,7 +74,7 @@ class Bootstrap:
 
 
 def resolve_bootstrap(stats: Any, ci: Any, bootstrap: Any) -> tuple[Any, Bootstrap | None]:
-    """``(statistics to score, Bootstrap or None)`` from an analyzer's ``stats``/``ci``/``bootstrap``.
+    """``(statistics to score, Bootstrap or None)`` from ``stats``, ``ci`` and ``bootstrap``.
 
     ``stats`` may be a :class:`BlockStats` (its full-corpus statistics are scored); ``ci`` needs
     one.

@@ -28,6 +28,7 @@ vocabulary (``vocab=``) for large tokenizers.
 torch.Size([6, 6])
 """
 
+import itertools
 from typing import Any
 
 import torch
@@ -131,7 +132,7 @@ def _combine_counts(parts: list[ContextCounts], mult: list[int], share, n: int) 
 
 def _block_bounds(n: int, blocks: int) -> list[tuple[int, int]]:
     edges = [round(i * n / blocks) for i in range(blocks + 1)]
-    return list(zip(edges[:-1], edges[1:], strict=True))
+    return list(itertools.pairwise(edges))
 
 
 def _split(batch: Tensor, start: int, bounds: list[tuple[int, int]]):
