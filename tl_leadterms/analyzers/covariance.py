@@ -225,7 +225,7 @@ def covariance_similarity(
     if boot is not None:
         factors = [_factors(model, maps, layer, theory, normalize, value_map, per_head)
                    for layer in layers]  # fmt: skip
-        add_interval(rows, bootstrap_scores(factors, boot, protocol, device, dtype), boot)
+        add_interval(rows, bootstrap_scores(factors, boot, protocol, device, dtype), boot, "value")
         metadata["ci"] = boot.metadata()
     return CovarianceSimilarity(rows, metadata)
 

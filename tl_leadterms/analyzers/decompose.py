@@ -222,7 +222,7 @@ def decompose(
                 row.update(summarize(fit.cosine, draws[:, head]))
             rows.append(row)
     if boot is not None:
-        add_interval(rows, _bootstrap_cosines(scored, boot, projections), boot)
+        add_interval(rows, _bootstrap_cosines(scored, boot, projections), boot, "cosine")
     if spec is not None and spec.reference is not None:
         _add_reference(rows, spec.reference_model(model), stats, layers, per_head, weights)
     metadata = {
