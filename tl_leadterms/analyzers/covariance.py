@@ -54,6 +54,7 @@ from tl_leadterms.checks import (
     check_vocab,
 )
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.version import __version__
 
@@ -99,7 +100,7 @@ def _finite(name: str, t: Tensor) -> Tensor:
 @torch.no_grad()
 def covariance_similarity(
     model: Any,
-    stats: CorpusStats,
+    stats: CorpusStats | BlockStats,
     *,
     layers: Layers = None,
     per_head: bool = False,

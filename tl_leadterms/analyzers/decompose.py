@@ -27,6 +27,7 @@ from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
 from tl_leadterms.analyzers.result import Decomposition
 from tl_leadterms.checks import Layers, check_bool, check_layers, check_stats, check_vocab
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import WEIGHTS, Schedule, Term, Weight, term
 
@@ -119,7 +120,7 @@ def _maps(
 @torch.no_grad()
 def decompose(
     model: Any,
-    stats: CorpusStats,
+    stats: CorpusStats | BlockStats,
     *,
     lr: float | None = None,
     steps: int | None = None,

@@ -13,8 +13,13 @@ blocks (``B`` blocks drawn with replacement), without reading the corpus again:
   This keeps the sampling variability of the windows (first order, the delta-method term
   in the windows) but drops the propagation of the resample's own Ḡ into Q̄ (the term
   ``L̄(Ḡ* − Ḡ)``, also first order, which would need one more pass over the resampled windows).
-  The error is measured in ``tests/unit/test_blocks.py`` against the exact recomputation
-  (pass two rerun on the resampled windows with the resampled Ḡ) and in the README.
+  Measured against the exact recomputation (pass two rerun on the resampled windows with the
+  resampled Ḡ; ``tests/unit/test_blocks.py``) on 120 windows of a 10-token chain in 6 blocks,
+  20 resamples: Q̄ is off by 16% of ‖Q̄‖ on average (43% at most) while a resample moves the
+  exact Q̄ by 21%; the cosine of a trained ``W`` with Q̄ is off by 0.043 on average, as much
+  as the resampling spread itself (0.036). At such sizes the interval of a ``W``/``Q̄``
+  score is therefore rough (its coverage was 80% for a nominal 90%); pass-one scores
+  (``W_O``, ``V``) are exact.
 
 Memory: every block keeps a ``[k, k]`` Φ̄ and Q̄, so ``2·B·k²`` numbers; use a restricted
 vocabulary (``vocab=``) for large tokenizers.
