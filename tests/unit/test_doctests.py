@@ -15,6 +15,8 @@ MODULES = [
     "tl_leadterms.analyzers.decompose",
     "tl_leadterms.analyzers.attention",
     "tl_leadterms.checkpoints.sweep_results",
+    "tl_leadterms.stats.blocks",
+    "tl_leadterms.analyzers.bootstrap",
 ]
 
 
