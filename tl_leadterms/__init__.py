@@ -24,11 +24,13 @@ from tl_leadterms.analyzers import (
     predict_attention,
     token_maps,
 )
+from tl_leadterms.analyzers.bootstrap import BootstrapSpec
 from tl_leadterms.checkpoints import SweepTable, load_model, sweep
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models import PaperModel, paper_model
 from tl_leadterms.report import report
 from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
+from tl_leadterms.stats.blocks import BlockStats, block_stats
 from tl_leadterms.theory import LeadingTerms, Schedule, coefficients, leading_terms, step_bound
 from tl_leadterms.training import TrainHistory, train
 from tl_leadterms.version import __version__
@@ -36,6 +38,8 @@ from tl_leadterms.version import __version__
 __all__ = [
     "AblationTable",
     "AttentionAgreement",
+    "BlockStats",
+    "BootstrapSpec",
     "CorpusStats",
     "CovarianceSimilarity",
     "Decomposition",
@@ -52,6 +56,7 @@ __all__ = [
     "__version__",
     "ablate",
     "attention_agreement",
+    "block_stats",
     "coefficients",
     "corpus_stats",
     "covariance_similarity",

@@ -9,7 +9,6 @@ MODULES = [
     "tl_leadterms",
     "tl_leadterms.stats.compute",
     "tl_leadterms.stats.windows",
-    "tl_leadterms.theory",
     "tl_leadterms.models.paper",
     "tl_leadterms.training",
     "tl_leadterms.analyzers.decompose",
@@ -20,6 +19,13 @@ MODULES = [
     "tl_leadterms.report.markup",
     "tl_leadterms.report.tables",
     "tl_leadterms.report.findings",
+    "tl_leadterms.stats.blocks",
+    "tl_leadterms.analyzers.bootstrap",
+    "tl_leadterms.checks",
+    "tl_leadterms.theory.table",
+    "tl_leadterms.theory.leading",
+    "tl_leadterms.atomic",
+    "tl_leadterms.adapters.sandwich",
 ]
 
 

@@ -19,9 +19,11 @@ import torch
 from transformer_lens import head_detector
 
 from tl_leadterms.analyzers.attention import attention_agreement
+from tl_leadterms.analyzers.bootstrap import BootstrapSpec
 from tl_leadterms.analyzers.decompose import decompose
 from tl_leadterms.analyzers.null import NullSpec
 from tl_leadterms.checks import check_tokens
+from tl_leadterms.stats.blocks import BlockStats
 
 __all__ = ["DETECTORS", "HeadAtlas", "head_atlas"]
 
@@ -91,21 +93,30 @@ def head_atlas(
     lr: float | None = None,
     steps: int | None = None,
     s_lr: float | None = None,
+    ci: float | None = None,
+    bootstrap: int | BootstrapSpec = 50,
 ) -> HeadAtlas:
     """Every head of ``model`` in one table (see the module docstring for the columns).
 
     Args:
         model: a HookedTransformer (anything :func:`~tl_leadterms.decompose` accepts).
-        stats: corpus statistics over its vocabulary.
+        stats: corpus statistics over its vocabulary, or a ``BlockStats`` from
+            :func:`~tl_leadterms.stats.blocks.block_stats`: then ``lo``/``hi`` hold the
+            bootstrap interval of the cosine of ``W`` with ``Q̄`` (level ``ci``, default 0.95;
+            ``bootstrap`` resamples, default 50; see :mod:`tl_leadterms.analyzers.bootstrap`).
         tokens: optional ``[batch, pos]`` token ids (``1 < pos < n_ctx``, at most the
             statistics' ``n_ctx``): adds attention agreement and the detector scores.
         null: permutations of the null for ``z``/``p`` (``None``: no null, NaN columns).
         lr, steps, s_lr: the training run, if known (sharpens the implied ``s·η``).
+        ci, bootstrap: the interval's level and resamples (a ``BlockStats`` only).
 
-    ``lo``/``hi`` (a bootstrap interval of the cosine) are NaN here; they are filled by the
-    bootstrap over corpus blocks when it is available.
+    ``lo``/``hi`` are NaN without a ``BlockStats``.
     """
-    d = decompose(model, stats, lr=lr, steps=steps, s_lr=s_lr, weights=["W", "V"], null=null)
+    if isinstance(stats, BlockStats) and ci is None:
+        ci = 0.95
+    d = decompose(model, stats, lr=lr, steps=steps, s_lr=s_lr, weights=["W", "V"], null=null,
+                  ci=ci, bootstrap=bootstrap)  # fmt: skip
+    stats = d.stats
     value = {(r["layer"], r["head"]): r for r in d.rows if r["weight"] != "W"}
     agreement, detectors = {}, None
     if tokens is not None:

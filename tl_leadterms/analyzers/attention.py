@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 from transformer_lens import ActivationCache
 from transformer_lens.utilities import get_act_name
 
-from tl_leadterms.analyzers.attention_fit import score_layer
+from tl_leadterms.analyzers.attention_fit import LayerScores, score_layer, score_ranks
+from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
 from tl_leadterms.checks import (
     Layers,
     check_bool,
@@ -52,14 +53,22 @@ def _check_stats_tokens(stats: Any, tokens: Any) -> Int[Tensor, "batch pos"]:
     )
 
 
-def predicted_scores(stats: CorpusStats, tokens: Tensor) -> Float[Tensor, "batch query key"]:
-    """``X Q̄ Xᵀ + DM(Δ)`` (unscaled, unmasked above the diagonal: −inf there)."""
+def predicted_scores(
+    stats: CorpusStats, tokens: Tensor, perm: Tensor | None = None
+) -> Float[Tensor, "batch query key"]:
+    """``X Q̄ Xᵀ + DM(Δ)`` (unscaled, unmasked above the diagonal: −inf there).
+
+    ``perm`` (``[k]``): relabel the kept tokens, kept token ``i`` reading row and column
+    ``perm[i]`` of Q̄ (the permutation null; a gather, nothing recomputed).
+    """
     Q, Delta = stats.Q_bar, stats.Delta
     k = stats.k
     padded = torch.zeros(k + 1, k + 1, dtype=Q.dtype, device=Q.device)
     padded[:k, :k] = Q
     index_map = stats.vocab.index_map(Q.device)
     idx = tokens.to(Q.device) if index_map is None else index_map[tokens.to(Q.device)]
+    if perm is not None:  # index k (a dropped token) stays k
+        idx = torch.cat([perm.to(Q.device), torch.tensor([k], device=Q.device)])[idx]
     scores = padded[idx[:, :, None], idx[:, None, :]]  # [batch, query, key]
     n = tokens.shape[1]
     offset = torch.arange(n, device=Q.device)[:, None] - torch.arange(n, device=Q.device)[None]
@@ -219,6 +228,7 @@ def attention_agreement(
     layers: Layers = None,
     cache: ActivationCache | None = None,
     progress: bool = True,
+    null: int | NullSpec | None = None,
 ) -> AttentionAgreement:
     """Compare every head's attention pattern on ``tokens`` with the leading-term prediction.
 
@@ -237,6 +247,12 @@ def attention_agreement(
             these layers (TransformerLens' ``run_with_cache``); the model is run only without
             one.
         progress: show a tqdm bar over layers.
+        null: ``R`` or a :class:`~tl_leadterms.analyzers.null.NullSpec`: the permutation null
+            of ``rank_correlation`` (columns ``score`` = the rank correlation, ``null_mean``,
+            ``null_sd``, ``z``, ``p``; see :mod:`tl_leadterms.analyzers.null`). Each draw
+            relabels the statistics' kept tokens (rows and columns of Q̄ together), gathers the
+            predicted scores again and ranks them once for every head; the model's patterns
+            and their ranks are reused. (``NullSpec.reference`` is not used here.)
     """
     tokens = _check_stats_tokens(stats, tokens)
     check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
@@ -244,12 +260,29 @@ def attention_agreement(
     fixed = attention_scale(lr, steps, s_lr, None)
     chosen = check_layers(layers, model.cfg.n_layers)
     patterns = _patterns(model, tokens, chosen, cache)
+    spec = NullSpec.of(null)
     scores = predicted_scores(stats, tokens).to(torch.float64).cpu()
-    rows = []
+    rows, scored_layers = [], []
     for layer in tqdm(chosen, desc="attention agreement", disable=not progress):
-        heads = score_layer(patterns[layer].transpose(0, 1), scores, fixed)  # [H, B, q, k]
+        actual = patterns[layer].transpose(0, 1)  # [H, B, q, k]
+        scored_layers.append(LayerScores(actual, scores))
+        heads = score_layer(actual, scores, fixed, scored_layers[-1])
         for head, scored in enumerate(heads):
             rows.append({"layer": layer, "head": head, "label": f"L{layer}H{head}"} | scored)
     metadata = {"n_sequences": tokens.shape[0], "n_positions": tokens.shape[1],
                 "fitted": fixed is None, **Schedule.of(lr, steps, s_lr).to_dict()}  # fmt: skip
+    if spec is not None:
+        draws = _null_rank_correlations(stats, tokens, scored_layers, spec)
+        for row, column in zip(rows, draws.T, strict=True):
+            row.update(summarize(row["rank_correlation"], column))
+        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
     return AttentionAgreement(rows, metadata)
+
+
+def _null_rank_correlations(stats, tokens, layers: list[LayerScores], spec: NullSpec) -> Tensor:
+    """``[R, heads]`` rank correlations with the predicted scores of relabelled tokens."""
+    out = []
+    for perm in permutations(stats.k, spec.permutations, spec.seed):
+        ranks = score_ranks(predicted_scores(stats, tokens, perm).to(torch.float64).cpu())
+        out.append(torch.cat([layer.rank_correlation(ranks) for layer in layers]))
+    return torch.stack(out)

@@ -19,7 +19,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["LayerScores", "average_ranks", "score_layer"]
+__all__ = ["LayerScores", "average_ranks", "score_layer", "score_ranks"]
 
 GRID_STEP = 2  # grid points per decade of c in the first scan (one per decade when widening)
 GRID_START = (-3.0, 6.0)  # log10 c of the first scan
@@ -40,6 +40,14 @@ def _centred_ranks(x: Tensor, valid: Tensor, n: Tensor) -> Tensor:
     return torch.where(valid, average_ranks(x, valid) - (n - 1) / 2, 0.0)
 
 
+def score_ranks(scores: Tensor) -> Tensor:
+    """Centred average ranks of predicted scores ``[B, q, k]`` over each row's valid keys, for
+    :meth:`LayerScores.rank_correlation` (query rows ``2..T``, as the layer keeps them)."""
+    scores = scores[..., 1:, :].to(torch.float64)
+    valid = torch.isfinite(scores)
+    return _centred_ranks(scores, valid, valid.sum(-1, keepdim=True).to(torch.float64))
+
+
 def _entropy_part(p: Tensor) -> Tensor:
     """``Σ p log p`` over the last axis (0·log 0 = 0)."""
     return torch.xlogy(p, p).sum(-1)
@@ -57,6 +65,7 @@ class LayerScores:
             ~self.valid, torch.finfo(dtype).min / 4
         )
         self._p_log_p = _entropy_part(self.actual).mean((-2, -1))  # [H], mean over rows
+        self._actual_ranks: Tensor | None = None
 
     def js(self, scale: Tensor | float) -> Tensor:
         """Mean JS divergence per head at per-head scales ``scale`` ``[H]`` (or one scalar)."""
@@ -69,11 +78,17 @@ class LayerScores:
         m_log_m = torch.xlogy(m, m).sum(-1).mean((-2, -1))
         return (0.5 * self._p_log_p + 0.5 * q_log_q - m_log_m).clamp(min=0.0)
 
-    def rank_correlation(self) -> Tensor:
-        """Mean Spearman correlation per head over rows with at least 3 keys ``[H]``."""
+    def rank_correlation(self, ranks: Tensor | None = None) -> Tensor:
+        """Mean Spearman correlation per head over rows with at least 3 keys ``[H]``.
+
+        ``ranks``: :func:`score_ranks` of other predicted scores with the same causal mask (a
+        permutation null's draw); the pattern's ranks are computed once and reused.
+        """
         n = self.valid.sum(-1, keepdim=True).to(torch.float64)
-        rs = _centred_ranks(self.scores, self.valid, n)
-        ra = _centred_ranks(self.actual, self.valid.expand_as(self.actual), n)
+        rs = _centred_ranks(self.scores, self.valid, n) if ranks is None else ranks
+        if self._actual_ranks is None:
+            self._actual_ranks = _centred_ranks(self.actual, self.valid.expand_as(self.actual), n)
+        ra = self._actual_ranks
         num = (ra * rs).sum(-1)
         den = (ra.square().sum(-1) * rs.square().sum(-1)).sqrt()
         rho = torch.where((n.squeeze(-1) >= 3) & (den > 0), num / den.clamp(min=1e-300), math.nan)
@@ -142,10 +157,15 @@ class LayerScores:
         return (0.5 * (low + high)).exp()
 
 
-def score_layer(actual: Tensor, scores: Tensor, scale: float | None) -> list[dict]:
-    """Per head: JS divergence, rank correlation and the scale used (fixed or fitted)."""
-    layer = LayerScores(actual, scores)
-    n_heads = actual.shape[0]
+def score_layer(
+    actual: Tensor, scores: Tensor, scale: float | None, layer: LayerScores | None = None
+) -> list[dict]:
+    """Per head: JS divergence, rank correlation and the scale used (fixed or fitted).
+
+    ``layer``: the :class:`LayerScores` of ``actual`` and ``scores`` when already built.
+    """
+    layer = LayerScores(actual, scores) if layer is None else layer
+    n_heads = layer.actual.shape[0]
     if scale is None:  # the grid scan in float32 (half the time), the refinement in float64
         scales, at_bound = layer.fit_scale(coarse=LayerScores(actual, scores, torch.float32))
     else:

@@ -20,16 +20,23 @@ Everything is computed in exact factored form, never as an ``n × n`` model cova
 """
 
 import math
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from tl_leadterms.analyzers.bootstrap import (
+    BootstrapSpec,
+    add_interval,
+    resolve_bootstrap,
+)
 from tl_leadterms.analyzers.covariance_algebra import (  # noqa: F401 (theory_terms re-exported)
+    Theory,
     TheoryTerms,
     attention_factors,
     attention_scores,
+    bootstrap_scores,
     cached_terms,
     permuted_scores,
     theory_terms,
@@ -47,6 +54,7 @@ from tl_leadterms.checks import (
     check_vocab,
 )
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.version import __version__
 
@@ -92,7 +100,7 @@ def _finite(name: str, t: Tensor) -> Tensor:
 @torch.no_grad()
 def covariance_similarity(
     model: Any,
-    stats: CorpusStats,
+    stats: CorpusStats | BlockStats,
     *,
     layers: Layers = None,
     per_head: bool = False,
@@ -105,6 +113,8 @@ def covariance_similarity(
     progress: bool = True,
     protocol: Protocol = "theorem",
     null: int | NullSpec | None = None,
+    ci: float | None = None,
+    bootstrap: int | BootstrapSpec = 50,
 ) -> "CovarianceSimilarity":
     """The paper's covariance similarity of a model's token maps with the leading terms.
 
@@ -164,6 +174,13 @@ def covariance_similarity(
             null of every score (``score``, ``null_mean``, ``null_sd``, ``z``, ``p``; each draw
             is one more pass over the theory with the model's token rows re-indexed, the token
             maps are reused) and, with a reference model, a ``reference`` column.
+        ci, bootstrap: a confidence level and ``R`` (default 50) or a ``BootstrapSpec``: add
+            ``lo``/``hi``, the percentile bootstrap interval of each score over resamples of
+            corpus blocks; ``stats`` must then be a ``BlockStats`` from
+            :func:`~tl_leadterms.stats.blocks.block_stats` (see
+            :mod:`tl_leadterms.analyzers.bootstrap`). The model's factors are built once;
+            each resample costs one pass over its two theory matrices (``O(n³)`` for their
+            norms, cached per resample only).
 
     Example:
         >>> import torch
@@ -178,6 +195,7 @@ def covariance_similarity(
         >>> round(sim.value("value_post", 0), 6)
         1.0
     """
+    stats, boot = resolve_bootstrap(stats, ci, bootstrap)
     _check(model, stats, normalize, value_map, dtype)
     _check_protocol(protocol, stats)
     layers = check_layers(layers, model.cfg.n_layers)
@@ -187,7 +205,7 @@ def covariance_similarity(
     if maps is None:
         maps = token_maps(model, ids, layers=layers, batch_size=batch_size, progress=progress)
     maps = _check_maps(maps, ids, layers)
-    theory = _Theory.of(stats, protocol, device, dtype)
+    theory = Theory.of(stats, protocol, device, dtype)
     spec = NullSpec.of(null)
     perms = None if spec is None else permutations(ids.numel(), spec.permutations, spec.seed)
     rows: list[dict[str, Any]] = []
@@ -205,8 +223,19 @@ def covariance_similarity(
             r["reference"] = by_key.get((r["layer"], r["head"], r["score"]), math.nan)
     if spec is not None:
         metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
-    result = CovarianceSimilarity(rows, metadata)
-    return result
+    if boot is not None:
+        factors = [_factors(model, maps, layer, theory, normalize, value_map, per_head)
+                   for layer in layers]  # fmt: skip
+        add_interval(rows, bootstrap_scores(factors, boot, protocol, device, dtype), boot, "value")
+        metadata["ci"] = boot.metadata()
+    return CovarianceSimilarity(rows, metadata)
+
+
+def _factors(model, maps, layer, theory, normalize, value_map, per_head):
+    """A layer's prepared factors in row order: attention (layer, heads), value_post/attn."""
+    E_pre, W_Q, W_K, values = _layer_inputs(model, maps, layer, theory, value_map)
+    both = normalize == "both"
+    return attention_factors(E_pre, W_Q, W_K, both, per_head), value_factors(values, both)
 
 
 def _check_protocol(protocol: object, stats: CorpusStats) -> None:
@@ -229,48 +258,33 @@ def _resolve_device(model: Any, device: object) -> torch.device:
         raise LeadTermsError(f"device must be a torch device or its name, got {device!r}") from err
 
 
-class _Theory(NamedTuple):
-    """The two theory matrices on the device, their cached terms and what they are."""
-
-    protocol: str
-    attention_name: str
-    attention: Tensor
-    attention_terms: TheoryTerms
-    value: Tensor
-    value_terms: TheoryTerms
-    device: torch.device
-    dtype: torch.dtype
-
-    @classmethod
-    def of(cls, stats: CorpusStats, protocol: str, device, dtype) -> "_Theory":
-        transposed = protocol == "paper-code"
-        name = "Q_bar^T" if transposed else "Q_bar"
-        T_att = (stats.Q_bar.T if transposed else stats.Q_bar).to(device)
-        T_val = stats.B_bar_Phi_bar.T.to(device)
-        att_terms = cached_terms(stats, name, T_att, dtype)
-        val_terms = cached_terms(stats, "Phi_bar^T B_bar^T", T_val, dtype)
-        return cls(protocol, name, T_att, att_terms, T_val, val_terms, device, dtype)
-
-
-def _layer_rows(model, maps: TokenMaps, layer: int, theory: _Theory, normalize, value_map,
-                per_head: bool, perms: Tensor | None = None) -> list[dict[str, Any]]:  # fmt: skip
-    """The scores of one layer: attention (and per head), value_post, value_attn."""
+def _layer_inputs(model, maps: TokenMaps, layer: int, theory: Theory, value_map):
+    """``E_pre``, ``W_Q``, ``W_K`` and the two value maps of a layer, checked finite."""
     device, dtype = theory.device, theory.dtype
     W_Q = _finite(f"W_Q of layer {layer}", model.W_Q[layer].detach().to(device, dtype))
     W_K = _finite(f"W_K of layer {layer}", model.W_K[layer].detach().to(device, dtype))
 
     def get(name: str) -> Tensor:
-        E = maps.get(name, layer).to(device, dtype)
-        return _finite(f"the layer {layer} {name} token map", E)
+        return _finite(
+            f"the layer {layer} {name} token map", maps.get(name, layer).to(device, dtype)
+        )
 
-    both = normalize == "both"
     E_pre = get("pre")
-    att = attention_scores(
-        E_pre, W_Q, W_K, theory.attention, theory.attention_terms, both, per_head, dtype
-    )
     values = [get("post"), get("attn")]
     if value_map == "write":
         values = [E - E_pre for E in values]
+    return E_pre, W_Q, W_K, values
+
+
+def _layer_rows(model, maps: TokenMaps, layer: int, theory: Theory, normalize, value_map,
+                per_head: bool, perms: Tensor | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """The scores of one layer: attention (and per head), value_post, value_attn."""
+    dtype = theory.dtype
+    E_pre, W_Q, W_K, values = _layer_inputs(model, maps, layer, theory, value_map)
+    both = normalize == "both"
+    att = attention_scores(
+        E_pre, W_Q, W_K, theory.attention, theory.attention_terms, both, per_head, dtype
+    )
     val = value_scores(values, theory.value, theory.value_terms, both, dtype)
     rows = [
         {"layer": layer, "head": None, "score": "attention", "value": att[0]},
@@ -295,7 +309,7 @@ def _layer_rows(model, maps: TokenMaps, layer: int, theory: _Theory, normalize, 
     return rows
 
 
-def _metadata(model, stats, layers, ids, theory: _Theory, normalize, value_map, per_head):
+def _metadata(model, stats, layers, ids, theory: Theory, normalize, value_map, per_head):
     cfg = model.cfg
     norm_type = cfg.normalization_type
     return {

@@ -231,3 +231,41 @@ def attention_scores(E, W_Q, W_K, T, terms, both: bool, per_head: bool, dtype) -
     return [
         score(_cross(a, f), self_norm2(f), terms.norm2) for a, f in zip(accs, factors, strict=True)
     ]
+
+
+class Theory(NamedTuple):
+    """The two theory matrices on the device, their cached terms and what they are."""
+
+    protocol: str
+    attention_name: str
+    attention: Tensor
+    attention_terms: TheoryTerms
+    value: Tensor
+    value_terms: TheoryTerms
+    device: torch.device
+    dtype: torch.dtype
+
+    @classmethod
+    def of(cls, stats: CorpusStats, protocol: str, device, dtype) -> "Theory":
+        transposed = protocol == "paper-code"
+        name = "Q_bar^T" if transposed else "Q_bar"
+        T_att = (stats.Q_bar.T if transposed else stats.Q_bar).to(device)
+        T_val = stats.B_bar_Phi_bar.T.to(device)
+        att_terms = cached_terms(stats, name, T_att, dtype)
+        val_terms = cached_terms(stats, "Phi_bar^T B_bar^T", T_val, dtype)
+        return cls(protocol, name, T_att, att_terms, T_val, val_terms, device, dtype)
+
+
+def bootstrap_scores(factors, boot, protocol, device, dtype) -> Tensor:
+    """``[R, rows]`` scores of every layer's factors against each resample's theory."""
+    identity = torch.arange(factors[0][0][0].L.shape[0])[None]
+    out = []
+    for resampled in boot.resamples():
+        theory = Theory.of(resampled, protocol, device, dtype)
+        draw = []
+        for att, val in factors:
+            a = permuted_scores(att, theory.attention, theory.attention_terms, identity, dtype)[0]
+            v = permuted_scores(val, theory.value, theory.value_terms, identity, dtype)[0]
+            draw += [a[0], v[0], v[1], *a[1:]]
+        out.append(torch.stack(draw))
+    return torch.stack(out)

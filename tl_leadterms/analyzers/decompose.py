@@ -9,17 +9,25 @@ from tqdm.auto import tqdm
 from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters import PaperWeights, factored, to_paper
+from tl_leadterms.analyzers.bootstrap import (
+    Bootstrap,
+    BootstrapSpec,
+    add_interval,
+    resolve_bootstrap,
+)
 from tl_leadterms.analyzers.fit import (
     BasisCache,
     MapFit,
     Projections,
     fit_map,
+    lead_cosines,
     permuted_lead_inner,
 )
 from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
 from tl_leadterms.analyzers.result import Decomposition
 from tl_leadterms.checks import Layers, check_bool, check_layers, check_stats, check_vocab
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import WEIGHTS, Schedule, Term, Weight, term
 
@@ -112,7 +120,7 @@ def _maps(
 @torch.no_grad()
 def decompose(
     model: Any,
-    stats: CorpusStats,
+    stats: CorpusStats | BlockStats,
     *,
     lr: float | None = None,
     steps: int | None = None,
@@ -122,6 +130,8 @@ def decompose(
     weights: Weight | Sequence[Weight] | None = None,
     progress: bool = False,
     null: int | NullSpec | None = None,
+    ci: float | None = None,
+    bootstrap: int | BootstrapSpec = 50,
 ) -> Decomposition:
     """Decompose each weight of ``model`` into bigram, interchangeability and context parts.
 
@@ -151,6 +161,13 @@ def decompose(
             ``null_mean``, ``null_sd``, ``z``, ``p``; see :mod:`tl_leadterms.analyzers.null`)
             and, with ``NullSpec(reference=...)``, a ``reference`` column (the reference
             model's cosine). ``P`` is indexed by offset, not token: its null columns are NaN.
+        ci: a confidence level (e.g. ``0.95``): add ``lo``/``hi`` (and ``ci_level``), the
+            percentile bootstrap interval of each row's cosine over resamples of corpus blocks.
+            Needs ``stats`` from :func:`~tl_leadterms.stats.blocks.block_stats` (a
+            ``BlockStats``: its full-corpus statistics are the ones scored); see
+            :mod:`tl_leadterms.analyzers.bootstrap`.
+        bootstrap: ``R`` (default 50) or a
+            :class:`~tl_leadterms.analyzers.bootstrap.BootstrapSpec` (resamples and seed).
 
     Shares are exact Shapley values of ``R²`` (:mod:`tl_leadterms.analyzers.attribution`),
     with per-component ``unique`` and ``shared`` parts; ``character`` names a component only
@@ -177,6 +194,7 @@ def decompose(
         >>> row["cosine"] > 0.999, round(row["implied_s_lr"], 1)  # lr·steps = 4
         (True, 4.0)
     """
+    stats, boot = resolve_bootstrap(stats, ci, bootstrap)
     pw = paper_weights(model, stats)
     chosen = check_layers(layers, pw.n_layers)
     per_head = check_bool("per_head", per_head)
@@ -191,16 +209,21 @@ def decompose(
     jobs = [(w, layer) for w in _select_weights(weights, pw)
             for layer in ([None] if w == "W_O" else chosen)]  # fmt: skip
     rows: list[dict[str, Any]] = []
+    scored: list[tuple[Any, Term, torch.Tensor]] = []  # kept for the bootstrap
     for weight, layer in tqdm(jobs, desc="decompose", disable=not progress):
         t = term(weight)
         M = _maps(pw, stats, t, layer, per_head, projections)
         fits = fit_map(M, t, cache, projections)
+        if boot is not None:
+            scored.append((M, t, torch.tensor([f.norm for f in fits], dtype=torch.float64)))
         draws = None if perms is None else _null_cosines(M, t, cache, perms, projections, fits)
         for head, fit in enumerate(fits):
             row = _row(t, layer, head if per_head and weight != "W_O" else None, fit, schedule)
             if draws is not None:
                 row.update(summarize(fit.cosine, draws[:, head]))
             rows.append(row)
+    if boot is not None:
+        add_interval(rows, _bootstrap_cosines(scored, boot, projections), boot, "cosine")
     if spec is not None and spec.reference is not None:
         _add_reference(rows, spec.reference_model(model), stats, layers, per_head, weights)
     metadata = {
@@ -222,7 +245,23 @@ def decompose(
             "seed": spec.seed,
             "reference": reference,
         }
+    if boot is not None:
+        metadata["ci"] = boot.metadata()
     return Decomposition(rows, metadata=metadata, weights=pw, stats=stats)
+
+
+def _bootstrap_cosines(scored, boot: Bootstrap, projections: Projections) -> torch.Tensor:
+    """``[R, rows]`` leading-term cosines of every scored map on each bootstrap resample.
+
+    The maps, their norms and the model side of ``projections`` are reused; each resample
+    rebuilds only its basis maps and their projections.
+    """
+    out = []
+    for resampled in boot.resamples():
+        cache = BasisCache(resampled)
+        proj = projections.with_cache(cache)
+        out.append(torch.cat([lead_cosines(M, t, cache, norms, proj) for M, t, norms in scored]))
+    return torch.stack(out)
 
 
 def _null_cosines(M, t: Term, cache: BasisCache, perms, projections, fits) -> torch.Tensor:

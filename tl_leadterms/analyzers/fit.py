@@ -35,6 +35,7 @@ __all__ = [
     "Projections",
     "fit_map",
     "fits_from_products",
+    "lead_cosines",
     "permuted_lead_inner",
 ]
 
@@ -108,6 +109,14 @@ class Projections:
         if key not in self._held:
             self._held[key] = build()
         return self._held[key]
+
+    def with_cache(self, cache: BasisCache) -> "Projections":
+        """A :class:`Projections` for other statistics over the same kept tokens (e.g. a
+        bootstrap resample) that reuses this one's model side (restricted factors, their Gram
+        matrices) and recomputes only the theory's projections."""
+        other = Projections(cache, self.kept)
+        other._held = {k: v for k, v in self._held.items() if k[0] not in ("T", "Tπ")}
+        return other
 
     def restrict(self, s: Sandwich) -> Sandwich:
         if self.kept is None:
@@ -218,6 +227,28 @@ def permuted_lead_inner(
     for perm in perms:  # ⟨M[π][:, π], T⟩ = ⟨M, T_π⟩, as for the Sandwich maps
         out.append(factored.inner(factored.restrict(M, perm, perm), T).cpu().double())
     return torch.stack(out)
+
+
+def lead_cosines(
+    M, term: Term, cache: BasisCache, norms: Tensor, projections: Projections | None = None
+) -> Tensor:
+    """``[h]`` cosines of each map with ``term``'s leading term from ``cache``'s statistics.
+
+    ``norms`` are the maps' ``‖M_h‖`` (model side, computed once); NaN where a norm is 0.
+    """
+    if isinstance(M, Sandwich):
+        inner = projections.inner(M, term.target).cpu().double()
+        t2 = cache.sq_norm(term.target)
+    elif term.vector:
+        M = M.detach().double()
+        T = cache.map(term.target).double().to(M.device)[: M.shape[-1]]
+        inner, t2 = (M * T).sum(-1).cpu(), float((T * T).sum())
+    else:
+        inner = factored.inner(M, cache.map(term.target)).cpu().double()
+        t2 = cache.sq_norm(term.target)
+    denominator = norms.double() * math.sqrt(max(t2, 0.0))
+    nan = torch.full_like(inner, math.nan)
+    return torch.where(denominator > 0, inner / denominator, nan).clamp(-1.0, 1.0)
 
 
 def fits_from_products(gram: Tensor, b: Tensor, sq: Tensor, basis) -> list[MapFit]:
