@@ -98,24 +98,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> dict:
     """Train the paper's model briefly on the same corpus and print what its weights hold."""
-    from tl_leadterms import corpus_stats, decompose, make_windows, paper_model, train
+    from tl_leadterms import block_stats, decompose, head_atlas, make_windows, paper_model, train
 
     start = time.perf_counter()
     n_ctx = args.train_n_ctx
     windows = make_windows(stories, n_ctx, tokenizer=tokenizer)[: args.train_windows]
-    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
+    # statistics kept per block of windows: the whole corpus for training, resamples for the CIs
+    blocks = block_stats(windows, len(tokenizer), blocks=8, tokenizer=tokenizer, progress=False)
+    stats = blocks.full()
     lr, steps = args.train_lr, args.train_steps
     print(
         f"\nTraining the paper's 3-layer model (|V| = {len(tokenizer)}, T = {n_ctx}) on "
         f"{windows.shape[0]} windows: full-batch GD, η = {lr}, {steps} steps, from zero ..."
     )
     model = paper_model(len(tokenizer), n_ctx, 3)
-    history = train(model, windows, lr=lr, steps=steps, track=stats, progress=not args.quiet)
+    history = train(
+        model, windows, lr=lr, steps=steps, track=stats, every=4, progress=not args.quiet
+    )
     print(f"  {history!r}")
-    decomposition = decompose(model, stats, lr=lr, steps=steps)
+    # each score beside its permutation null (99 relabellings) and a 95% bootstrap interval
+    decomposition = decompose(model, blocks, lr=lr, steps=steps, null=99, ci=0.95)
     print(f"\n{decomposition}")
+    atlas = head_atlas(model, blocks, windows[:8, :n_ctx], null=49, lr=lr, steps=steps)
+    print(f"\n{atlas}")
     print(f"  ({time.perf_counter() - start:.1f} s)")
-    return {"model": model, "stats": stats, "history": history, "decomposition": decomposition}
+    return {"model": model, "stats": stats, "history": history, "decomposition": decomposition,
+            "atlas": atlas}  # fmt: skip
 
 
 def _print_agreement(trained: dict, tokenizer, lr: float, steps: int) -> None:
@@ -157,6 +165,7 @@ def _demo_report(args, stats, tokenizer, stories: list[str], trained: dict) -> N
         text=text,
         history=trained.get("history"),
         decomposition=trained.get("decomposition"),
+        head_atlas=trained.get("atlas"),
         words=DEMO_WORDS,
         title="tl_leadterms demo: the embedded stories corpus",
         lr=args.train_lr if trained else None,

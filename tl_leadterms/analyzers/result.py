@@ -121,20 +121,27 @@ class Decomposition:
                 if meta["lr"] is not None and meta["steps"] is not None
                 else ""
             ),
-            f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} {'sη impl.':>8} "
-            f"{'explained':>9} {'bigram':>7} {'interch.':>8} {'context':>7}  "
-            "character (largest share)",
+            f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} "
+            + (f"{'CI (cosine)':<22}" if self._has("lo") else "")
+            + (f"{'z':>7} {'p':>6} " if self._has("p") else "")
+            + f"{'sη impl.':>8} {'explained':>9} {'bigram':>7} {'interch.':>8} {'context':>7}  "
+            "character (Shapley)",
         ]
         for r in self.rows:
             fam = r["family_shares"]
             where = r["label"] if r["layer"] is not None else "-"
+            interval = f"[{r['lo']:8.5f}, {r['hi']:8.5f}] " if self._has("lo") else ""
+            null = f"{_fmt(r.get('z'), 7)} {_fmt(r.get('p'), 6)} " if self._has("p") else ""
             lines.append(
                 f"{r['weight']:<6} {where:<7} {_pad(r['target'], 8)} {r['cosine']:9.6f} "
-                f"{_fmt(r['implied_s_lr'])} {r['explained']:9.4f} "
+                f"{interval}{null}{_fmt(r['implied_s_lr'])} {r['explained']:9.4f} "
                 f"{_fmt(fam.get('bigram'), 7)} {_fmt(fam.get('interchangeability'))} "
                 f"{_fmt(fam.get('context'), 7)}  {r['character']}"
             )
         return "\n".join(lines)
+
+    def _has(self, column: str) -> bool:
+        return any(column in r for r in self.rows)
 
     def top_pairs(
         self, weight: str, layer: int | None = None, head: int | None = None, k: int = 10

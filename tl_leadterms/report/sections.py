@@ -148,12 +148,19 @@ def attention(model, stats, text, tokenizer, lr, steps, heads, fragment) -> tupl
 
 
 def atlas(atlas_html: str | None, head_atlas: Any) -> str:
-    """The head atlas grid: ``atlas_html`` as given (trusted HTML) or ``head_atlas.html()``."""
-    if atlas_html is None and head_atlas is not None:
+    """The head atlas grid: ``atlas_html`` as given (trusted HTML), a
+    :class:`~tl_leadterms.HeadAtlas` drawn by :func:`tl_leadterms.plot.atlas.atlas_html`, or any
+    object with an ``.html()`` method."""
+    from tl_leadterms.analyzers.atlas import HeadAtlas
+    from tl_leadterms.plot.atlas import atlas_html as draw_atlas
+
+    if atlas_html is None and isinstance(head_atlas, HeadAtlas):
+        atlas_html = draw_atlas(head_atlas)
+    elif atlas_html is None and head_atlas is not None:
         if not callable(getattr(head_atlas, "html", None)):
             raise LeadTermsError(
-                f"head_atlas must have an .html() method (a head atlas), got "
-                f"{type(head_atlas).__name__}"
+                f"head_atlas must be a HeadAtlas (tl_leadterms.head_atlas) or have an .html() "
+                f"method, got {type(head_atlas).__name__}"
             )
         atlas_html = head_atlas.html()
     if atlas_html is None:
