@@ -20,8 +20,9 @@ from typing import Any, NamedTuple
 import torch
 from tqdm.auto import tqdm
 
+from tl_leadterms.checkpoints.fingerprint import checkpoint_fingerprint
 from tl_leadterms.checkpoints.loading import checkpoint_step, load_model, load_series
-from tl_leadterms.checkpoints.sweep_results import append_record, jsonable, read_results
+from tl_leadterms.checkpoints.sweep_results import ResultsFile, jsonable
 from tl_leadterms.checkpoints.sweep_table import SweepTable
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
@@ -242,14 +243,22 @@ def _fingerprint(stats: CorpusStats) -> str:
     return digest.hexdigest()[:16]
 
 
+def _checkpoint_fingerprint(ckpt: _Checkpoint) -> str:
+    """What was analysed: a model handed in, a local folder, or a hub name and step."""
+    if not ckpt.owned:
+        return checkpoint_fingerprint(ckpt.load())
+    return checkpoint_fingerprint(Path(ckpt.source) if Path(ckpt.source).is_dir() else ckpt.source)
+
+
 def _analyse(model, stats: CorpusStats, chosen: list, ckpt) -> list[dict[str, Any]]:
-    d_vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)
-    if d_vocab is not None and d_vocab != stats.d_vocab:
-        raise LeadTermsError(
-            f"checkpoint {ckpt.label!r} has d_vocab={d_vocab} but the statistics have "
-            f"d_vocab={stats.d_vocab}; compute them with the checkpoints' tokenizer "
-            f"(corpus_stats(tokens, d_vocab={d_vocab}))"
-        )
+    from tl_leadterms.checks import check_vocab
+
+    check_vocab(
+        stats,
+        d_vocab=getattr(getattr(model, "cfg", None), "d_vocab", None),
+        tokenizer=getattr(model, "tokenizer", None),
+        what=f"checkpoint {ckpt.label!r}",
+    )
     rows = []
     for a in chosen:
         with torch.no_grad():
@@ -394,18 +403,20 @@ def sweep(
     todo = _checkpoints(checkpoints, steps, device, loader_kwargs)
     settings = _settings(chosen, stats)
     path = _results_path(results)
-    done, torn = read_results(path, settings) if path is not None else ({}, [])
     records, status = [], {}
-    for ckpt in tqdm(todo, desc="sweep", disable=not progress):
-        if ckpt.label in done:
-            records.append(done[ckpt.label])
-            status[ckpt.label] = "loaded"
-            continue
-        record = _run_checkpoint(ckpt, stats, chosen, settings, path, len(records))
-        if path is not None:
-            append_record(path, record)
-        records.append(record)
-        status[ckpt.label] = "computed"
+    with ResultsFile(path, settings) as stored:
+        for ckpt in tqdm(todo, desc="sweep", disable=not progress):
+            fingerprint = _checkpoint_fingerprint(ckpt)
+            if stored.done(ckpt.label, fingerprint):
+                records.append(stored.record(ckpt.label))
+                status[ckpt.label] = "loaded"
+                continue
+            record = _run_checkpoint(ckpt, stats, chosen, settings, path, len(records))
+            record["fingerprint"] = fingerprint
+            stored.append(record)
+            records.append(record)
+            status[ckpt.label] = "recomputed" if ckpt.label in stored.changed else "computed"
+    torn = stored.torn
     metadata = {
         "results": None if path is None else str(path),
         "status": status,
