@@ -161,6 +161,16 @@ def _attention_pass(source, g_bar, kept, n_sequences, plan: _Plan):
     return q_bar, delta.to(plan.dtype)
 
 
+def _known_positions(tokens: Any, source: TokenSource) -> int | None:
+    """``N·T`` when it is known without reading the corpus (an array, or a counted source)."""
+    if source.n_sequences is not None and source.n_ctx is not None:
+        return source.n_sequences * source.n_ctx
+    shape = getattr(tokens, "shape", None)
+    if shape is not None and len(shape) == 2:
+        return int(shape[0]) * max(int(shape[1]) - 1, 1)
+    return None
+
+
 def resolve_want(want: Iterable[str] | str | None) -> tuple[str, ...]:
     """The statistics ``corpus_stats`` computes for ``want`` (None: all), in pass order.
 
@@ -307,7 +317,12 @@ def corpus_stats(
     with clock("vocab"):
         kept = resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab, count_batches=source)
     memory = plan_memory(
-        d_vocab, k=kept.k, dtype=dtype, accumulate_dtype=acc_dtype, want=statistics
+        d_vocab,
+        k=kept.k,
+        dtype=dtype,
+        accumulate_dtype=acc_dtype,
+        want=statistics,
+        n_positions=_known_positions(tokens, source),
     )
     if check_memory and torch.device(device).type == "cpu":
         check_memory_fits(memory)

@@ -42,6 +42,19 @@ def _eps(dtype: torch.dtype | str | None, fallback: torch.dtype) -> float:
     return torch.finfo(dtype).eps
 
 
+def _norm(tensor: torch.Tensor, rows: int = 1024) -> float:
+    """Frobenius norm in float64, a block of rows at a time (no full-size copy)."""
+    flat = tensor.reshape(tensor.shape[0], -1) if tensor.ndim > 1 else tensor.reshape(1, -1)
+    total = 0.0
+    for start in range(0, flat.shape[0], rows):
+        total += float(torch.linalg.vector_norm(flat[start : start + rows].double())) ** 2
+    return total**0.5
+
+
+def _max_abs(tensor: torch.Tensor) -> float:
+    return max(float(tensor.max()), -float(tensor.min())) if tensor.numel() else 0.0
+
+
 def negligible(
     tensor: torch.Tensor, scale: float, *, summed_in: torch.dtype | str | None = None
 ) -> bool:
@@ -55,7 +68,7 @@ def negligible(
     """
     if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
         raise LeadTermsError(f"negligible needs a float tensor, got {type(tensor).__name__}")
-    norm = float(torch.linalg.vector_norm(tensor.double()))
+    norm = _norm(tensor)
     if not scale > 0:
         return norm == 0 or scale <= 0
     return norm <= TOLERANCE * _eps(summed_in, tensor.dtype) * float(scale)
@@ -66,7 +79,7 @@ def statistic_scales(tables: dict[str, torch.Tensor | None]) -> dict[str, float]
     scales = {name: 1.0 for name in ("Phi_bar", "G_bar") if tables.get(name) is not None}
     g_bar = tables.get("G_bar")
     if g_bar is not None:
-        g_max = float(g_bar.abs().max()) if g_bar.numel() else 0.0
+        g_max = _max_abs(g_bar)
         scales.update({name: g_max for name in ("Q_bar", "Delta") if tables.get(name) is not None})
     return scales
 

@@ -23,10 +23,10 @@ Example:
 >>> plan = plan_memory(50_304, dtype=torch.float32, accumulate_dtype=torch.float32,
 ...                    want=("B_bar", "Phi_bar"))
 >>> round(plan.peak / 2**30, 1), plan.peak_stage
-(9.5, 'pass one')
+(10.2, 'pass one')
 >>> full = plan_memory(50_304, k=20_000, dtype=torch.float32)
 >>> round(full.peak / 2**30, 1), full.peak_stage
-(6.1, 'pass two')
+(6.0, 'pass two')
 """
 
 import math
@@ -54,7 +54,7 @@ _BLOCK_BYTES = 1 << 27  # one column-block temporary of Ḡ (algebra.py)
 _WORKSPACE = 64 << 20  # one batch of windows and its pair codes
 
 
-def format_bytes(n: float) -> str:
+def format_bytes(n: int | float) -> str:
     """``n`` bytes in GiB (or MiB below 1 GiB), e.g. ``'6.1 GiB'``.
 
     >>> format_bytes(3 * 2**30), format_bytes(5 * 2**20)
@@ -113,13 +113,14 @@ def plan_memory(
         d_vocab: the vocabulary size; ``k`` the kept tokens (default ``d_vocab``).
         dtype, accumulate_dtype: as for ``corpus_stats`` (accumulation defaults to float64).
         want: the statistics asked for (see :data:`ALL_STATISTICS`).
-        n_positions: ``N·T`` if known; bounds the sparse bigram counts (else ``k²``).
+        n_positions: ``N·T`` if known; bounds the sparse bigram counts (at most ``N·T``
+            distinct pairs; unknown: assumed ``2**24``, 256 MiB of codes and counts).
     """
     k = d_vocab if k is None else min(k, d_vocab)
     acc = accumulate_dtype or torch.float64
     cells = k * k
     d, a = cells * dtype.itemsize, cells * acc.itemsize
-    distinct = min(cells, n_positions if n_positions is not None else cells, 1 << 27)
+    distinct = min(cells, n_positions if n_positions is not None else _PENDING_PAIRS)
     pairs = 16 * distinct + 8 * 4 * min(_PENDING_PAIRS, n_positions or _PENDING_PAIRS)
     stages = {"pass one": a + (d if acc != dtype else 0) + pairs + _WORKSPACE}
     if any(s in want for s in ("G_bar", "Q_bar", "Delta")):
