@@ -7,7 +7,7 @@ are widened to int64 one at a time, so peak memory does not depend on the file s
 """
 
 import argparse
-import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,10 +65,14 @@ def check_output(path: str | None, flag: str, *, folder: bool = False) -> None:
         parent = parent.parent
     if not parent.is_dir():
         raise LeadTermsError(f"{flag} {path!r}: {str(parent)!r} is a file, not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
+    try:  # a real probe: permissions, read-only mounts and pseudo file systems alike
+        with tempfile.TemporaryFile(dir=parent, prefix=".tl-leadterms-probe."):
+            pass
+    except OSError as err:
         raise LeadTermsError(
-            f"{flag} {path!r}: folder {str(parent)!r} is not writable; choose another path"
-        )
+            f"{flag} {path!r}: folder {str(parent)!r} is not writable ({err.strerror}); "
+            "choose another path"
+        ) from None
 
 
 def _first_line(err: BaseException) -> str:
