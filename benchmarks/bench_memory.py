@@ -51,9 +51,7 @@ print(json.dumps({{"base": base, "peak": peak, "peak_before": before,
 
 def run(root: Path, args: tuple) -> dict:
     code = CHILD.format(root=str(root), args=args)
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
-    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"setting {args} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

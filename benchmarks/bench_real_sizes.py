@@ -87,7 +87,11 @@ def _old_js_divergence(p, q):
 
 def _old_ranks(x, valid):
     out = torch.empty(x.shape, dtype=torch.float64)
-    rx, rv, flat = x.reshape(-1, x.shape[-1]), valid.reshape(-1, x.shape[-1]), out.view(-1, x.shape[-1])
+    rx, rv, flat = (
+        x.reshape(-1, x.shape[-1]),
+        valid.reshape(-1, x.shape[-1]),
+        out.view(-1, x.shape[-1]),
+    )
     for start in range(0, rx.shape[0], 256):
         a, v = rx[start : start + 256], rv[start : start + 256]
         other = v[:, None, :]
@@ -104,7 +108,9 @@ def _old_rank(actual, scores):
     ra = torch.where(valid, _old_ranks(a, valid) - (n - 1) / 2, 0.0)
     rs = torch.where(valid, _old_ranks(s, valid) - (n - 1) / 2, 0.0)
     num, den = (ra * rs).sum(-1), (ra.square().sum(-1) * rs.square().sum(-1)).sqrt()
-    rho = torch.where((n.squeeze(-1) >= 3) & (den > 0), num / torch.where(den > 0, den, 1.0), math.nan)
+    rho = torch.where(
+        (n.squeeze(-1) >= 3) & (den > 0), num / torch.where(den > 0, den, 1.0), math.nan
+    )
     return float(rho[~rho.isnan()].mean())
 
 

@@ -46,7 +46,9 @@ def corpus(tmp_path_factory):
     ids = rng.integers(0, D_VOCAB, (40, 9))
     np.save(out / "ids.npy", ids)
     stats = out / "s.safetensors"
-    assert main(["stats", str(out / "ids.npy"), "-o", str(stats), "--d-vocab", "100", "--quiet"]) == 0
+    assert (
+        main(["stats", str(out / "ids.npy"), "-o", str(stats), "--d-vocab", "100", "--quiet"]) == 0
+    )
     sizes = {"d_vocab": D_VOCAB, "n_layers": 1, "d_model": 16, "n_heads": 2, "n_ctx": 16}
     folders = [save_tiny_model("gpt_neox", out / f"step{i}", seed=i, **sizes) for i in (0, 1)]
     return {"dir": out, "ids": ids, "stats": stats, "folders": folders, "sizes": sizes}
@@ -188,6 +190,7 @@ def test_a_replaced_checkpoint_is_recomputed_and_the_user_told(corpus, tmp_path)
         again = sweep(folders, stats, analyses="decompose", results=results, progress=False)
     assert again.metadata["status"] == {"step0": "loaded", "step1": "recomputed"}
     fresh = sweep(folders, stats, analyses="decompose", progress=False)
+
     def step1(table):
         return [r["value"] for r in table.rows if r["checkpoint"] == "step1"]
 
