@@ -4,7 +4,7 @@
                                             # -> a short training run -> decompose table
                                             # -> out/report.html
     tl-leadterms stats corpus.txt -o s.safetensors --tokenizer word:3000 --n-ctx 200
-    tl-leadterms stats ids.npy -o s.safetensors --d-vocab 50304     # token arrays [n, T+1]
+    tl-leadterms stats ids.npy -o s.safetensors --d-vocab 50304 --keep 20000 --dtype float32
     tl-leadterms stats my_dataset_dir -o s.safetensors --tokenizer tok_dir --text-column text
     tl-leadterms stats shards/*.npy -o s.safetensors --d-vocab 50304 --ray auto  # a Ray cluster
     tl-leadterms top s.safetensors red --tokenizer tok_dir
