@@ -203,7 +203,8 @@ class ResultsFile:
 
     def append(self, record: dict[str, Any]) -> None:
         """Store a finished checkpoint's record (a complete, fsynced line; a later line of the
-        same checkpoint replaces an earlier one on reading)."""
+        same checkpoint replaces an earlier one on reading); ``settings`` is filled in."""
+        record = {**record, "settings": record.get("settings", self.settings)}
         if self.path is not None:
             if self._lock_fd is None:
                 raise LeadTermsError("ResultsFile.append outside its with-block; open it first")
