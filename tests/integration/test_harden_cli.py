@@ -5,6 +5,7 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -97,12 +98,12 @@ def test_bad_inputs_end_in_one_line_and_exit_2(corpus, tmp_path, capsys):
     fails(["stats", str(tmp_path / "dict.pt"), "-o", str(tmp_path / "o.st"), "--d-vocab", "9"],
           capsys, "holds a dict, not an array")  # fmt: skip
     truncated = tmp_path / "truncated"
-    os.system(f"cp -r {corpus['folders'][0]} {truncated}")  # noqa: S605 (a test copy)
+    shutil.copytree(corpus["folders"][0], truncated)
     weights = truncated / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-200])
     fails(["decompose", str(truncated), stats], capsys, "cannot read the weights")
     resized = tmp_path / "resized"
-    os.system(f"cp -r {corpus['folders'][0]} {resized}")  # noqa: S605
+    shutil.copytree(corpus["folders"][0], resized)
     config = json.loads((resized / "config.json").read_text())
     config["hidden_size"] = 24
     (resized / "config.json").write_text(json.dumps(config))
