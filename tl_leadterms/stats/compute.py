@@ -273,8 +273,9 @@ def corpus_stats(
             either ``dtype``. float32 sums of millions of small weights lose digits (relative
             Frobenius error about 1% on 20k windows, 3% on 50k, 9% on 100k; see
             ``benchmarks/bench_float32_error.py``), so float32 statistics are summed in
-            float64 and rounded once; pass two then runs over the corpus in two halves of the query rows, so the wider table
-            costs no memory beyond one ``[k, k]`` float32 matrix. ``torch.float32`` here saves
+            float64 and rounded once; pass two then runs over the corpus in two halves of the
+            query rows, so the wider table costs no memory beyond one ``[k, k]`` float32
+            matrix. ``torch.float32`` here saves
             that second pass.
         timings: if a dict, the wall-clock seconds of each stage are stored in it under
             ``"vocab"``, ``"pass1"`` (B̄ counts and Φ̄), ``"G_bar"`` and ``"pass2"`` (Q̄, Δ).
