@@ -193,14 +193,22 @@ def check_vocab(
 ) -> None:
     """Refuse statistics of another vocabulary than the model's or tokenizer's.
 
-    Compares ``d_vocab`` and, when the statistics record the vocabulary hash of the tokenizer
-    they were computed with and ``tokenizer`` is given, the two hashes.
+    Compares ``d_vocab``, refuses a tokenizer with more tokens than the statistics' ``d_vocab``
+    and, when the statistics record the vocabulary hash of the tokenizer they were computed
+    with and ``tokenizer`` is given, compares the two hashes.
     """
     if d_vocab is not None and d_vocab != stats.d_vocab:
         raise LeadTermsError(
             f"the statistics were computed for d_vocab={stats.d_vocab} but {what} has "
             f"d_vocab={d_vocab}; compute them with {what}'s tokenizer "
             f"(corpus_stats(tokens, d_vocab={d_vocab}))"
+        )
+    size = len(tokenizer) if tokenizer is not None and hasattr(tokenizer, "__len__") else None
+    if size is not None and size > stats.d_vocab:
+        raise LeadTermsError(
+            f"{what}'s tokenizer has {size} tokens but the statistics were computed for "
+            f"d_vocab={stats.d_vocab}: they are of another vocabulary; compute them with "
+            f"{what}'s tokenizer"
         )
     recorded = stats.metadata.get("tokenizer_vocab_hash")
     if tokenizer is None or recorded is None:

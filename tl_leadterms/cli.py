@@ -4,7 +4,7 @@
                                             # -> a short training run -> decompose table
                                             # -> out/report.html
     tl-leadterms stats corpus.txt -o s.safetensors --tokenizer word:3000 --n-ctx 200
-    tl-leadterms stats ids.npy -o s.safetensors --d-vocab 50304     # token arrays [n, T+1]
+    tl-leadterms stats ids.npy -o s.safetensors --d-vocab 50304 --keep 20000 --dtype float32
     tl-leadterms stats my_dataset_dir -o s.safetensors --tokenizer tok_dir --text-column text
     tl-leadterms stats shards/*.npy -o s.safetensors --d-vocab 50304 --ray auto  # a Ray cluster
     tl-leadterms top s.safetensors red --tokenizer tok_dir
@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from tl_leadterms import cli_commands as commands
+from tl_leadterms.cli_inputs import check_device, positive_int_arg
 from tl_leadterms.errors import LeadTermsError
 
 DEMO_WORDS = {
@@ -181,7 +182,9 @@ def _demo_report(args, stats, tokenizer, stories: list[str], trained: dict) -> N
 def _add_common(p: argparse.ArgumentParser, *, device: bool = True) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     if device:
-        p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+        p.add_argument(
+            "--device", default="cpu", type=check_device, help="torch device (default: cpu)"
+        )
 
 
 def _add_run(p: argparse.ArgumentParser) -> None:
@@ -200,9 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo", help="embedded corpus -> statistics -> a short training run -> report.html"
     )
-    demo.add_argument("--stories", type=int, default=4000, help="stories to generate")
-    demo.add_argument("--vocab", type=int, default=2000, help="word-level vocabulary size")
-    demo.add_argument("--n-ctx", type=int, default=128, help="window length T")
+    demo.add_argument("--stories", type=_positive, default=4000, help="stories to generate")
+    demo.add_argument("--vocab", type=_positive, default=2000, help="word-level vocabulary size")
+    demo.add_argument("--n-ctx", type=_positive, default=128, help="window length T")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="out", help="folder for the outputs")
     demo.add_argument(
@@ -213,8 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
         "every cosine with its leading term above 0.99 on this corpus, 48 does not",
     )
     demo.add_argument("--train-lr", type=float, default=1.0, help="learning rate η")
-    demo.add_argument("--train-n-ctx", type=int, default=32, help="window length for training")
-    demo.add_argument("--train-windows", type=int, default=256, help="training windows")
+    demo.add_argument(
+        "--train-n-ctx", type=_positive, default=32, help="window length for training"
+    )
+    demo.add_argument("--train-windows", type=_positive, default=256, help="training windows")
     demo.add_argument("--no-report", action="store_true", help="do not write report.html")
     _add_common(demo, device=False)
     demo.set_defaults(func=cmd_demo)
@@ -233,14 +238,34 @@ def build_parser() -> argparse.ArgumentParser:
         "(default for texts: word:3000)",
     )
     stats.add_argument(
-        "--d-vocab", type=int, help="vocabulary size for token ids (default: tokenizer's)"
+        "--d-vocab", type=_positive, help="vocabulary size for token ids (default: tokenizer's)"
     )
     stats.add_argument(
         "--n-ctx", type=_positive, help="window length T (default 128; arrays: their width - 1)"
     )
     stats.add_argument("--mode", choices=["chunk", "truncate"], default="chunk")
-    stats.add_argument("--max-windows", type=int, default=0, help="use at most this many windows")
-    stats.add_argument("--keep", type=int, default=0, help="keep the k most frequent tokens")
+    stats.add_argument("--max-windows", type=_positive, help="use at most this many windows")
+    stats.add_argument("--keep", type=_positive, help="keep the k most frequent tokens")
+    stats.add_argument(
+        "--dtype",
+        choices=["float64", "float32"],
+        default="float64",
+        help="dtype of the statistics (float32: half the memory and file; recorded in the file)",
+    )
+    stats.add_argument(
+        "--accumulate-dtype",
+        choices=["float64", "float32"],
+        help="dtype of the sums (default float64; float32 saves memory, loses digits)",
+    )
+    stats.add_argument(
+        "--only",
+        nargs="+",
+        choices=["B_bar", "Phi_bar", "G_bar", "Q_bar", "Delta"],
+        help="compute only these (B_bar Phi_bar: one pass, no Ḡ/Q̄/Δ; default: all)",
+    )
+    stats.add_argument(
+        "--no-memory-check", action="store_true", help="do not refuse a plan above free memory"
+    )
     stats.add_argument("--text-column", default="text", help="text column of a dataset")
     stats.add_argument("--split", default="train", help="split of a dataset")
     stats.add_argument("--save-tokenizer", help="folder to save the tokenizer to")
@@ -259,7 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("tokens", nargs="+", help="tokens (strings with --tokenizer, else ids)")
     top.add_argument("--matrix", default="bigram", help="bigram, interchangeability, context, ...")
     top.add_argument("--tokenizer", help="tokenizer folder or name")
-    top.add_argument("-k", type=int, default=10)
+    top.add_argument("-k", type=_positive, default=10)
+    top.add_argument(
+        "--allow-vocab-mismatch",
+        action="store_true",
+        help="use a tokenizer other than the statistics' (experts: the hash check is skipped)",
+    )
     top.set_defaults(func=commands.cmd_top)
 
     dec = sub.add_parser("decompose", help="a checkpoint + statistics -> the decompose table")
@@ -328,18 +358,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive(text: str) -> int:
-    """argparse type: an int >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive int, got {text}")
-    return value
+_positive = positive_int_arg
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``| head``): files were written before printing; stop
+    quietly, with Python's own flush at exit pointed at nowhere."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        print(f"tl-leadterms {args.command}: interrupted", file=sys.stderr)
+        return 130  # temporaries are removed by the atomic writer on the way out
+    except BrokenPipeError:
+        return _stdout_closed()
     except (LeadTermsError, OSError, UnicodeDecodeError) as err:
         # bad input and unreadable or unwritable files: one line, whatever the message held
         message = " ".join(str(err).split())

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tl_leadterms import atomic
+from tl_leadterms.cli_inputs import ArrayWindows, check_output, open_token_array
 from tl_leadterms.errors import LeadTermsError
 
 _TOKEN_SUFFIXES = (".pt", ".npy")
@@ -32,7 +33,7 @@ def load_tokenizer(spec: str, texts: list[str] | None):
 
     try:
         return AutoTokenizer.from_pretrained(spec)
-    except (OSError, ValueError) as err:
+    except Exception as err:  # missing, unreadable or malformed (tokenizer.json) tokenizers
         raise LeadTermsError(
             f"cannot load tokenizer {spec!r} ({_first_line(err)}); pass a local tokenizer folder, "
             "a cached hub name, or word:N / bpe:N to train one on the corpus."
@@ -54,17 +55,25 @@ def load_model(spec: str, device: str = "cpu"):
     TransformerLens / hub model name (:func:`tl_leadterms.checkpoints.loading.load_model`)."""
     from tl_leadterms.checkpoints.loading import load_model as load
 
-    return load(spec, device=device)
+    try:
+        return load(spec, device=device)
+    except LeadTermsError:
+        raise
+    except Exception as err:  # truncated weights, inconsistent configs, unusable devices ...
+        raise LeadTermsError(
+            f"cannot load model {spec!r} ({_first_line(err)}); check the checkpoint folder "
+            "(config.json, complete weight files) and --device"
+        ) from err
 
 
-def load_stats(path: str, tokenizer: Any = None):
+def load_stats(path: str, tokenizer: Any = None, *, only=None, check_vocab: bool = True):
     from tl_leadterms import CorpusStats
 
-    return CorpusStats.load(path, tokenizer=tokenizer)
+    return CorpusStats.load(path, tokenizer=tokenizer, only=only, check_vocab=check_vocab)
 
 
-def write_text(content: str, path: str | None) -> None:
-    """Print ``content``, or write it to ``path`` atomically."""
+def write_text(content: str, path: str | None, *, announce: bool = True) -> None:
+    """Print ``content``, or write it to ``path`` atomically (and say so if ``announce``)."""
     if path is None or path == "-":
         print(content)
         return
@@ -73,7 +82,8 @@ def write_text(content: str, path: str | None) -> None:
         raise LeadTermsError(f"-o {path!r} is a folder; pass a file path")
     text = content if content.endswith("\n") else content + "\n"
     atomic.write_text(target, text, parents=True)
-    print(f"wrote {target}")
+    if announce:
+        print(f"wrote {target}")
 
 
 def _json_safe(value: Any) -> Any:
@@ -94,25 +104,6 @@ def to_json(data: Any) -> str:
 
 
 # -- stats inputs ---------------------------------------------------------------------------
-def _token_array(path: Path):
-    import numpy as np
-    import torch
-
-    try:
-        data = torch.load(path, weights_only=True) if path.suffix == ".pt" else np.load(path)
-    except Exception as err:  # pickle, zip and numpy format errors
-        raise LeadTermsError(
-            f"cannot read token ids from {str(path)!r} ({_first_line(err)})"
-        ) from err
-    tensor = torch.as_tensor(data)
-    if tensor.ndim != 2 or tensor.is_floating_point() or tensor.dtype == torch.bool:
-        raise LeadTermsError(
-            f"{str(path)!r} holds a {tuple(tensor.shape)} {tensor.dtype} array; token files must "
-            "hold integer ids of shape [n_sequences, T + 1]"
-        )
-    return tensor.long()
-
-
 def _dataset(name: str, args: argparse.Namespace):
     import datasets
 
@@ -151,16 +142,15 @@ def _dataset(name: str, args: argparse.Namespace):
 
 def read_inputs(args: argparse.Namespace) -> tuple[str, Any]:
     """The inputs of ``stats`` as ``("texts", [str])``, ``("ids", [[int]])`` or
-    ``("windows", LongTensor [n, T + 1])``."""
-    import torch
-
+    ``("windows", ArrayWindows)`` (memory-mapped token arrays, streamed in int64 batches)."""
     from tl_leadterms.data import read_corpus
+    from tl_leadterms.stats.tokens import default_batch_size
 
     parts: dict[str, list] = {"texts": [], "ids": [], "windows": []}
     for name in args.inputs:
         path = Path(name)
         if path.is_file() and path.suffix in _TOKEN_SUFFIXES:
-            parts["windows"].append(_token_array(path))
+            parts["windows"].append(open_token_array(path))
         elif path.is_file():
             parts["texts"].extend(read_corpus(path))  # documents are separated by blank lines
         elif path.is_dir():
@@ -182,10 +172,9 @@ def read_inputs(args: argparse.Namespace) -> tuple[str, Any]:
     kind = kinds[0]
     if kind != "windows":
         return kind, parts[kind]
-    widths = {w.shape[1] for w in parts["windows"]}
-    if len(widths) != 1:
-        raise LeadTermsError(f"the token arrays have different widths T + 1 = {sorted(widths)}")
-    return kind, torch.cat(parts["windows"])
+    width = int(parts["windows"][0].shape[1])
+    batch = default_batch_size(max(width - 1, 1))
+    return kind, ArrayWindows(parts["windows"], args.max_windows, batch)
 
 
 def stats_on_ray(args: argparse.Namespace) -> int:
@@ -195,6 +184,8 @@ def stats_on_ray(args: argparse.Namespace) -> int:
 
     if args.max_windows:
         raise LeadTermsError("--max-windows is not supported with --ray; pass fewer files")
+    if args.dtype != "float64" or args.only or args.accumulate_dtype:
+        raise LeadTermsError("--dtype, --accumulate-dtype and --only are not supported with --ray")
     texts = [
         p for p in args.inputs if Path(p).suffix not in (*_TOKEN_SUFFIXES, ".parquet", ".arrow")
     ]
@@ -214,7 +205,7 @@ def stats_on_ray(args: argparse.Namespace) -> int:
     stats = corpus_stats(
         args.inputs,
         d_vocab,
-        vocab=args.keep or None,
+        vocab=args.keep,
         n_ctx=args.n_ctx or (128 if tokenizer is not None else None),
         mode=args.mode,
         text_column=args.text_column,
@@ -228,12 +219,29 @@ def stats_on_ray(args: argparse.Namespace) -> int:
     return 0
 
 
+def stats_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--dtype``, ``--accumulate-dtype``, ``--only`` and ``--no-memory-check`` as keywords."""
+    import torch
+
+    options: dict[str, Any] = {"dtype": getattr(torch, args.dtype)}
+    if args.accumulate_dtype:
+        options["accumulate_dtype"] = getattr(torch, args.accumulate_dtype)
+    if args.only:
+        options["want"] = tuple(args.only)
+    options["check_memory"] = not args.no_memory_check
+    return options
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     from tl_leadterms import corpus_stats, make_windows
 
+    check_output(args.output, "-o")
+    check_output(args.save_tokenizer, "--save-tokenizer", folder=True)
     if getattr(args, "ray", None) is not None:
         return stats_on_ray(args)
     kind, data = read_inputs(args)
+    if args.save_tokenizer and kind != "texts" and not args.tokenizer:
+        raise LeadTermsError("--save-tokenizer needs a tokenizer (--tokenizer)")
     if kind == "texts":
         tokenizer = load_tokenizer(args.tokenizer or "word:3000", data)
     else:
@@ -242,39 +250,47 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if d_vocab is None:
         raise LeadTermsError("token ids need the vocabulary size: pass --d-vocab or --tokenizer")
     if kind == "windows":
-        n_ctx = data.shape[1] - 1
+        n_ctx = data.width - 1
         if args.n_ctx is not None and args.n_ctx != n_ctx:
             raise LeadTermsError(
                 f"--n-ctx {args.n_ctx} but the token arrays have T + 1 = {n_ctx + 1} columns"
             )
-        windows = data[: args.max_windows] if args.max_windows else data
+        windows = data  # streamed, at most --max-windows
     else:
         windows = make_windows(
             data,
             args.n_ctx or 128,
             mode=args.mode,
             tokenizer=tokenizer if kind == "texts" else None,
-            max_windows=args.max_windows or None,
+            max_windows=args.max_windows,
         )
     stats = corpus_stats(
         windows,
         d_vocab,
-        vocab=args.keep or None,
+        vocab=args.keep,
         tokenizer=tokenizer,
         progress=not args.quiet,
+        **stats_options(args),
     )
     stats.save(args.output)
     if args.save_tokenizer:
-        if tokenizer is None:
-            raise LeadTermsError("--save-tokenizer needs a tokenizer (--tokenizer)")
         tokenizer.save_pretrained(args.save_tokenizer)
     print(f"{stats!r}\nwrote {args.output}")
     return 0
 
 
 def cmd_top(args: argparse.Namespace) -> int:
+    from tl_leadterms.stats.corpus import ALIASES, MATRICES
+
+    key = ALIASES.get(args.matrix, args.matrix)
+    if key not in MATRICES:
+        raise LeadTermsError(
+            f"unknown --matrix {args.matrix!r}; choose one of {sorted([*MATRICES, *ALIASES])}"
+        )
     tokenizer = load_tokenizer(args.tokenizer, None) if args.tokenizer else None
-    stats = load_stats(args.stats, tokenizer)
+    stats = load_stats(
+        args.stats, tokenizer, only=(key,), check_vocab=not args.allow_vocab_mismatch
+    )  # only the table asked for is read
     for word in args.tokens:
         token = int(word) if word.isdigit() and tokenizer is None else word
         neighbours = stats.top(args.matrix, token, k=args.k, tokenizer=tokenizer)
@@ -291,9 +307,17 @@ def _format(args: argparse.Namespace) -> str:
 
 def cmd_decompose(args: argparse.Namespace) -> int:
     from tl_leadterms.analyzers.decompose import decompose
+    from tl_leadterms.checks import check_vocab
 
+    check_output(args.output, "-o")
     stats = load_stats(args.stats)  # first: the cheaper file to find missing
     model = load_model(args.checkpoint, args.device)
+    check_vocab(
+        stats,
+        d_vocab=model.cfg.d_vocab,
+        tokenizer=getattr(model, "tokenizer", None),
+        what=f"checkpoint {args.checkpoint!r}",
+    )
     d = decompose(
         model, stats, lr=args.lr, steps=args.steps, layers=args.layers, per_head=not args.per_layer
     )
@@ -312,6 +336,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".json"):
         raise LeadTermsError(f"--out {args.out!r} must end in .csv or .json")
+    check_output(args.out, "--out")
+    check_output(args.results, "--results")
     stats = load_stats(args.stats)
     names = args.checkpoints
     if len(names) == 1 and not Path(names[0]).exists():
@@ -344,18 +370,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         **on_ray,
     )
+    if args.out:  # on disk first: a closed stdout pipe cannot lose it
+        if Path(args.out).suffix.lower() == ".csv":
+            write_text(table.to_pandas().to_csv(index=False), args.out, announce=False)
+        else:
+            write_text(to_json(table.to_dict()), args.out, announce=False)
     print(repr(table))
     if args.out:
-        if Path(args.out).suffix.lower() == ".csv":
-            write_text(table.to_pandas().to_csv(index=False), args.out)
-        else:
-            write_text(to_json(table.to_dict()), args.out)
+        print(f"wrote {args.out}")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from tl_leadterms.report import report
 
+    check_output(args.output, "-o")
     text = args.text
     if args.text_file:
         if not Path(args.text_file).is_file():

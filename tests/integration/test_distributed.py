@@ -285,14 +285,16 @@ def test_an_interrupted_ray_sweep_resumes(cluster, series, tmp_path, monkeypatch
     path = tmp_path / "sweep.jsonl"
     appended = []
 
-    def append_then_interrupt(where, record):  # Ctrl-C on the driver after the 2nd record
-        real_append(where, record)
+    results_module = importlib.import_module("tl_leadterms.checkpoints.sweep_results")
+
+    def append_then_interrupt(self, record):  # Ctrl-C on the driver after the 2nd record
+        real_append(self, record)
         appended.append(record["checkpoint"])
         if len(appended) == 2:
             raise KeyboardInterrupt
 
-    real_append = sweep_module.append_record
-    monkeypatch.setattr(sweep_module, "append_record", append_then_interrupt)
+    real_append = results_module.ResultsFile.append
+    monkeypatch.setattr(results_module.ResultsFile, "append", append_then_interrupt)
     probe = [("probe", CallLog(tmp_path / "first.log"), {})]
     with pytest.raises(KeyboardInterrupt):
         sweep_module.sweep(folder, stats, analyses=probe, executor="ray", results=path,

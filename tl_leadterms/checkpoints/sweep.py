@@ -21,8 +21,9 @@ from typing import Any, NamedTuple
 import torch
 from tqdm.auto import tqdm
 
+from tl_leadterms.checkpoints.fingerprint import checkpoint_fingerprint
 from tl_leadterms.checkpoints.loading import checkpoint_step, load_model, load_series
-from tl_leadterms.checkpoints.sweep_results import append_record, jsonable, read_results
+from tl_leadterms.checkpoints.sweep_results import ResultsFile, jsonable
 from tl_leadterms.checkpoints.sweep_table import SweepTable
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.stats.corpus import CorpusStats
@@ -243,14 +244,22 @@ def _fingerprint(stats: CorpusStats) -> str:
     return digest.hexdigest()[:16]
 
 
+def _checkpoint_fingerprint(ckpt: _Checkpoint) -> str:
+    """What was analysed: a model handed in, a local folder, or a hub name and step."""
+    if not ckpt.owned:
+        return checkpoint_fingerprint(ckpt.load())
+    return checkpoint_fingerprint(Path(ckpt.source) if Path(ckpt.source).is_dir() else ckpt.source)
+
+
 def _analyse(model, stats: CorpusStats, chosen: list, ckpt) -> list[dict[str, Any]]:
-    d_vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)
-    if d_vocab is not None and d_vocab != stats.d_vocab:
-        raise LeadTermsError(
-            f"checkpoint {ckpt.label!r} has d_vocab={d_vocab} but the statistics have "
-            f"d_vocab={stats.d_vocab}; compute them with the checkpoints' tokenizer "
-            f"(corpus_stats(tokens, d_vocab={d_vocab}))"
-        )
+    from tl_leadterms.checks import check_vocab
+
+    check_vocab(
+        stats,
+        d_vocab=getattr(getattr(model, "cfg", None), "d_vocab", None),
+        tokenizer=getattr(model, "tokenizer", None),
+        what=f"checkpoint {ckpt.label!r}",
+    )
     rows = []
     for a in chosen:
         with torch.no_grad():
@@ -436,29 +445,38 @@ def sweep(
     _check_executor(executor, todo, resources, address, num_cpus)
     settings = _settings(chosen, stats)
     path = _results_path(results)
-    done, torn = read_results(path, settings) if path is not None else ({}, [])
-    missing = [c for c in todo if c.label not in done]
-    computed: dict[str, dict] = {}
-    with tqdm(total=len(missing), desc="sweep", disable=not progress) as bar:
+    with ResultsFile(path, settings) as stored:
+        found: dict[str, dict] = {}
+        status: dict[str, str] = {}
+        missing, fingerprints = [], {}
+        for ckpt in todo:  # fingerprints on the driver: a replaced checkpoint is recomputed
+            fingerprint = _checkpoint_fingerprint(ckpt)
+            if stored.done(ckpt.label, fingerprint):
+                found[ckpt.label], status[ckpt.label] = stored.record(ckpt.label), "loaded"
+            else:
+                missing.append(ckpt)
+                fingerprints[ckpt.label] = fingerprint
+        with tqdm(total=len(missing), desc="sweep", disable=not progress) as bar:
 
-        def finished(record: dict) -> None:
-            if path is not None:
-                append_record(path, record)
-            computed[record["checkpoint"]] = record
-            bar.update(1)
+            def finished(record: dict) -> None:
+                label = record["checkpoint"]
+                record["fingerprint"] = fingerprints[label]
+                stored.append(record)  # locked, one fsynced line, as each record arrives
+                found[label] = record
+                status[label] = "recomputed" if label in stored.changed else "computed"
+                bar.update(1)
 
-        if executor == "ray":
-            from tl_leadterms.distributed.sweep import run_on_ray
+            if executor == "ray":
+                from tl_leadterms.distributed.sweep import run_on_ray
 
-            shared = (stats, chosen, settings)  # put into the object store once
-            ray_at = {"address": address, "num_cpus": num_cpus, "device": device}
-            run_on_ray(run_checkpoint, missing, shared, finished, resources=resources, **ray_at)
-        else:
-            for ckpt in missing:
-                n_done = len(done) + len(computed)
-                finished(run_checkpoint(ckpt, stats, chosen, settings, path, n_done))
-    records = [done.get(c.label) or computed[c.label] for c in todo]
-    status = {c.label: "loaded" if c.label in done else "computed" for c in todo}
+                shared = (stats, chosen, settings)  # put into the object store once
+                ray_at = {"address": address, "num_cpus": num_cpus, "device": device}
+                run_on_ray(run_checkpoint, missing, shared, finished, resources=resources, **ray_at)
+            else:
+                for ckpt in missing:
+                    finished(run_checkpoint(ckpt, stats, chosen, settings, path, len(found)))
+        torn = stored.torn
+    records = [found[c.label] for c in todo]
     metadata = {
         "results": None if path is None else str(path),
         "status": status,

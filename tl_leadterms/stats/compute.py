@@ -1,7 +1,9 @@
 """`corpus_stats`: both passes over a corpus, from token windows to a :class:`CorpusStats`."""
 
 import itertools
+import sys
 import time
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,11 +21,15 @@ from tl_leadterms.stats.definitions import (
     LastTarget,
     QTargets,
 )
+from tl_leadterms.stats.degenerate import degenerate
+from tl_leadterms.stats.memory import ALL_STATISTICS, plan_memory
+from tl_leadterms.stats.memory import check_memory as check_memory_fits
+from tl_leadterms.stats.provenance import ids_vocab_hash
 from tl_leadterms.stats.tokens import TokenSource
 from tl_leadterms.stats.vocab import VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
 
-__all__ = ["composed_from_counts", "corpus_stats"]
+__all__ = ["composed_from_counts", "corpus_stats", "resolve_want"]
 
 _FLOAT_DTYPES = (torch.float64, torch.float32)
 
@@ -155,8 +161,48 @@ def _attention_pass(source, g_bar, kept, n_sequences, plan: _Plan):
     return q_bar, delta.to(plan.dtype)
 
 
+def _known_positions(tokens: Any, source: TokenSource) -> int | None:
+    """``N·T`` when it is known without reading the corpus (an array, or a counted source)."""
+    if source.n_sequences is not None and source.n_ctx is not None:
+        return source.n_sequences * source.n_ctx
+    shape = getattr(tokens, "shape", None)
+    if shape is not None and len(shape) == 2:
+        return int(shape[0]) * max(int(shape[1]) - 1, 1)
+    return None
+
+
+def resolve_want(want: Iterable[str] | str | None) -> tuple[str, ...]:
+    """The statistics ``corpus_stats`` computes for ``want`` (None: all), in pass order.
+
+    B̄ (and Σ_B̄) and Φ̄ always come with pass one; Ḡ comes with any of Ḡ, Q̄, Δ; Q̄ and Δ come
+    together from pass two.
+
+    >>> resolve_want(["Phi_bar"]), resolve_want(("Delta",))
+    (('B_bar', 'Phi_bar'), ('B_bar', 'Phi_bar', 'G_bar', 'Q_bar', 'Delta'))
+    """
+    if want is None:
+        return ALL_STATISTICS
+    names = (want,) if isinstance(want, str) else want
+    try:
+        names = set(names)
+    except TypeError as err:
+        raise LeadTermsError(
+            f"want must be None or names from {ALL_STATISTICS}, got {want!r}"
+        ) from err
+    bad = sorted(map(str, names - {*ALL_STATISTICS, "Sigma_B"}))
+    if bad or not names:
+        raise LeadTermsError(
+            f"want= names statistics among {(*ALL_STATISTICS, 'Sigma_B')}, got {want!r}; "
+            "None computes all of them"
+        )
+    if names & {"Q_bar", "Delta"}:
+        return ALL_STATISTICS
+    return ("B_bar", "Phi_bar", "G_bar") if "G_bar" in names else ("B_bar", "Phi_bar")
+
+
 def _metadata(d_vocab, counts, kept, plan: _Plan, tokenizer) -> dict[str, Any]:
     """Provenance of the statistics, including the definition choices (kept by save/load)."""
+    tokenizer_info = _tokenizer_provenance(tokenizer)
     return {
         "library_version": __version__,
         "d_vocab": int(d_vocab),
@@ -169,7 +215,9 @@ def _metadata(d_vocab, counts, kept, plan: _Plan, tokenizer) -> dict[str, Any]:
         "backend": plan.backend,
         "q_targets": plan.q_targets,
         "last_target": plan.last_target,
-        **_tokenizer_provenance(tokenizer),
+        **tokenizer_info,
+        "vocab_hash": tokenizer_info.get("tokenizer_vocab_hash")
+        or ids_vocab_hash(d_vocab, kept.kept),
     }
 
 
@@ -189,6 +237,8 @@ def corpus_stats(
     timings: dict[str, float] | None = None,
     q_targets: QTargets = "centred",
     last_target: LastTarget = "data",
+    want: Iterable[str] | None = None,
+    check_memory: bool = True,
 ) -> CorpusStats:
     """Compute B̄, Σ_B̄, Φ̄, Ḡ, Q̄ and Δ (MATH.md §2) of a tokenized corpus.
 
@@ -220,11 +270,12 @@ def corpus_stats(
         backend: ``"numba"`` (fused CPU kernels, the default on CPU), ``"torch"``
             (vectorised torch ops, any device, the default elsewhere) or ``"auto"``.
         accumulate_dtype: dtype of the accumulation tables; default ``torch.float64`` for
-            either ``dtype``. float32 sums of millions of small weights lose digits (0.5-1%
-            relative Frobenius error on 20k windows, growing with the corpus; see benchmark
-            ``float32``), so float32 statistics are summed in float64 and rounded once; pass
-            two then runs over the corpus in two halves of the query rows, so the wider table
-            costs no memory beyond one ``[k, k]`` float32 matrix. ``torch.float32`` here saves
+            either ``dtype``. float32 sums of millions of small weights lose digits (relative
+            Frobenius error about 1% on 20k windows, 3% on 50k, 9% on 100k; see
+            ``benchmarks/bench_float32_error.py``), so float32 statistics are summed in
+            float64 and rounded once; pass two then runs over the corpus in two halves of the
+            query rows, so the wider table costs no memory beyond one ``[k, k]`` float32
+            matrix. ``torch.float32`` here saves
             that second pass.
         timings: if a dict, the wall-clock seconds of each stage are stored in it under
             ``"vocab"``, ``"pass1"`` (B̄ counts and Φ̄), ``"G_bar"`` and ``"pass2"`` (Q̄, Δ).
@@ -237,9 +288,19 @@ def corpus_stats(
         last_target: ``"data"`` (default) or ``"paper-code"``: every window's last target
             replaced by token 0 before counting, as the paper's ``pythia.py`` does (for
             ``covariance_similarity(..., protocol="paper-code")``).
+        want: the statistics needed (None: all). ``("B_bar", "Phi_bar")`` stops after pass
+            one (no Ḡ, no second pass: ``top bigram``/``top context`` need nothing else);
+            ``"G_bar"`` adds Ḡ; ``"Q_bar"`` or ``"Delta"`` run pass two (see
+            :func:`resolve_want`). The tables not computed are absent: accessing one raises a
+            :class:`LeadTermsError` saying how to get it.
+        check_memory: estimate the peak memory before allocating any table
+            (:mod:`tl_leadterms.stats.memory`) and refuse, naming the estimate, the available
+            memory and the fixes, when it does not fit. ``False`` skips the check.
 
     Returns:
-        A :class:`CorpusStats`; ``metadata`` records ``q_targets`` and ``last_target``.
+        A :class:`CorpusStats`; ``metadata`` records ``q_targets``, ``last_target``,
+        ``statistics`` (those computed), ``degenerate`` (per dense statistic: zero up to
+        rounding, :mod:`tl_leadterms.stats.degenerate`) and ``vocab_hash``.
 
     Example:
         >>> import torch
@@ -250,19 +311,41 @@ def corpus_stats(
         (torch.Size([50, 50]), torch.Size([16]), 'centred')
     """
     acc_dtype = _check_options(dtype, accumulate_dtype, q_targets, last_target)
+    statistics = resolve_want(want)
     clock = _Clock(timings)
     source = TokenSource(tokens, d_vocab, batch_size=batch_size, device=device)
     d_vocab = source.d_vocab  # a plain int from here on
     with clock("vocab"):
         kept = resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab, count_batches=source)
+    memory = plan_memory(
+        d_vocab,
+        k=kept.k,
+        dtype=dtype,
+        accumulate_dtype=acc_dtype,
+        want=statistics,
+        n_positions=_known_positions(tokens, source),
+    )
+    if check_memory and torch.device(device).type == "cpu":
+        check_memory_fits(memory)
+    if progress:
+        tqdm.write(str(memory), file=sys.stderr)
     plan = _Plan(dtype, acc_dtype, backend, q_targets, last_target, progress)
     with clock("pass1"):
         counts, used_backend = _context_pass(source, kept, device, plan)
     plan = replace(plan, backend=used_backend)
-    with clock("G_bar"):
-        g_bar = composed_from_counts(counts, kept, progress=progress, backend=used_backend)
-    with clock("pass2"):
-        q_bar, delta = _attention_pass(source, g_bar, kept, counts.n_sequences, plan)
+    g_bar = q_bar = delta = None
+    if "G_bar" in statistics:
+        with clock("G_bar"):
+            g_bar = composed_from_counts(counts, kept, progress=progress, backend=used_backend)
+    if "Q_bar" in statistics:
+        with clock("pass2"):
+            q_bar, delta = _attention_pass(source, g_bar, kept, counts.n_sequences, plan)
+    tables = {"Phi_bar": counts.Phi_bar, "G_bar": g_bar, "Q_bar": q_bar, "Delta": delta}
+    metadata = {
+        **_metadata(d_vocab, counts, kept, plan, tokenizer),
+        "statistics": list(statistics),
+        "degenerate": degenerate(tables, acc_dtype),
+    }
     return CorpusStats(
         vocab=kept,
         n_sequences=counts.n_sequences,
@@ -274,6 +357,6 @@ def corpus_stats(
         G_bar=g_bar,
         Q_bar=q_bar,
         Delta=delta,
-        metadata=_metadata(d_vocab, counts, kept, plan, tokenizer),
+        metadata=metadata,
         tokenizer=tokenizer,
     )

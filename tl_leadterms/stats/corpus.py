@@ -31,6 +31,12 @@ ALIASES = {
 }
 
 
+MISSING_HINT = (
+    "compute them with corpus_stats(..., want=None) (every statistic) or tl-leadterms stats "
+    "without --only, and load the file without only="
+)
+
+
 class Neighbour(NamedTuple):
     """One entry of :meth:`CorpusStats.top`."""
 
@@ -66,10 +72,10 @@ class CorpusStats:
         pair_codes: Int[Tensor, " n_pairs"],
         pair_counts: Int[Tensor, " n_pairs"],
         unigram_counts: Int[Tensor, " k"],
-        Phi_bar: Float[Tensor, "k k"],
-        G_bar: Float[Tensor, "k k"],
-        Q_bar: Float[Tensor, "k k"],
-        Delta: Float[Tensor, " n_ctx"],
+        Phi_bar: Float[Tensor, "k k"] | None,
+        G_bar: Float[Tensor, "k k"] | None,
+        Q_bar: Float[Tensor, "k k"] | None,
+        Delta: Float[Tensor, " n_ctx"] | None,
         metadata: dict[str, Any] | None = None,
         tokenizer: Any = None,
     ) -> None:
@@ -79,12 +85,29 @@ class CorpusStats:
         self.pair_codes = pair_codes
         self.pair_counts = pair_counts
         self.unigram_counts = unigram_counts
-        self.Phi_bar = Phi_bar
-        self.G_bar = G_bar
-        self.Q_bar = Q_bar
-        self.Delta = Delta
         self.metadata = dict(metadata or {})
+        self._tables = {"Phi_bar": Phi_bar, "G_bar": G_bar, "Q_bar": Q_bar, "Delta": Delta}
         self.tokenizer = tokenizer
+
+    # -- the dense tables (absent when not computed or not loaded) ----------------------------
+    def has(self, name: str) -> bool:
+        """Whether the statistic ``name`` (``"Phi_bar"``, ``"G_bar"``, ``"Q_bar"``, ``"Delta"``) is
+        here; ``"B_bar"`` and ``"Sigma_B"`` always are (they come from the sparse counts)."""
+        return name in ("B_bar", "Sigma_B") or self._tables.get(name) is not None
+
+    def _table(self, name: str) -> Tensor:
+        table = self._tables[name]
+        if table is None:
+            raise LeadTermsError(
+                f"these statistics hold no {name} (computed: "
+                f"{', '.join(n for n in ('B_bar', *self._tables) if self.has(n))}); {MISSING_HINT}"
+            )
+        return table
+
+    Phi_bar = property(lambda self: self._table("Phi_bar"), doc="Context map Φ̄ [k, k].")
+    G_bar = property(lambda self: self._table("G_bar"), doc="Composed Ḡ = Σ_B̄Φ̄ [k, k].")
+    Q_bar = property(lambda self: self._table("Q_bar"), doc="Attention statistic Q̄ [k, k].")
+    Delta = property(lambda self: self._table("Delta"), doc="Positional statistic Δ [T].")
 
     # -- sizes and provenance -----------------------------------------------------------------
     @property
@@ -114,11 +137,14 @@ class CorpusStats:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.Phi_bar.dtype
+        table = next((t for t in self._tables.values() if t is not None), None)
+        if table is not None:
+            return table.dtype
+        return getattr(torch, str(self.metadata.get("dtype", "float64")), torch.float64)
 
     @property
     def device(self) -> torch.device:
-        return self.Phi_bar.device
+        return self.unigram_counts.device
 
     # -- derived matrices ---------------------------------------------------------------------
     @property
@@ -206,6 +232,19 @@ class CorpusStats:
             raise LeadTermsError(f"token must be a token id or a string, got {token!r}.")
         return int(token)
 
+    def check_occurred(self, index: int, token: object = None) -> None:
+        """Refuse a token (matrix index ``index``) that never occurred as an input token.
+
+        Its rows hold only the centring terms (B̄: ``−α_i·u = 0``; Φ̄: ``−μ``), so a top-k list
+        of it would rank arbitrary tokens.
+        """
+        if int(self.unigram_counts[index]) == 0:
+            name = token if token is not None else self.vocab.token_id(index)
+            raise LeadTermsError(
+                f"token {name!r} (id {self.vocab.token_id(index)}) never occurred in the corpus "
+                f"({self.n_positions} positions): it has no associations; pick a token that occurs"
+            )
+
     def top(
         self,
         matrix_name: str,
@@ -272,7 +311,9 @@ class CorpusStats:
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         """A copy on another device and/or float dtype (counts stay int64)."""
 
-        def move(t: Tensor) -> Tensor:
+        def move(t: Tensor | None) -> Tensor | None:
+            if t is None:
+                return None
             return t.to(device=device, dtype=dtype if t.is_floating_point() else None)
 
         kept = None if self.kept is None else self.kept.to(device)
@@ -283,10 +324,10 @@ class CorpusStats:
             pair_codes=self.pair_codes.to(device),
             pair_counts=self.pair_counts.to(device),
             unigram_counts=self.unigram_counts.to(device),
-            Phi_bar=move(self.Phi_bar),
-            G_bar=move(self.G_bar),
-            Q_bar=move(self.Q_bar),
-            Delta=move(self.Delta),
+            Phi_bar=move(self._tables["Phi_bar"]),
+            G_bar=move(self._tables["G_bar"]),
+            Q_bar=move(self._tables["Q_bar"]),
+            Delta=move(self._tables["Delta"]),
             metadata={
                 **self.metadata,
                 **({"dtype": str(dtype).removeprefix("torch.")} if dtype else {}),
@@ -301,14 +342,31 @@ class CorpusStats:
         save_stats(self, path)
 
     @classmethod
-    def load(cls, path, *, tokenizer: Any = None, d_vocab: int | None = None, device="cpu"):
-        """Load statistics saved by :meth:`save`, validating shapes and metadata.
+    def load(
+        cls,
+        path,
+        *,
+        tokenizer: Any = None,
+        d_vocab: int | None = None,
+        device="cpu",
+        only=None,
+        check_vocab: bool = True,
+    ):
+        """Load statistics saved by :meth:`save`, validating shapes, metadata and checksums.
 
-        ``tokenizer`` and ``d_vocab``, when given, must match what the file was counted with.
+        ``tokenizer`` and ``d_vocab``, when given, must match what the file was counted with;
+        ``only`` reads just some statistics (see :func:`tl_leadterms.stats.io.load_stats`).
         """
         from tl_leadterms.stats.io import load_stats
 
-        return load_stats(path, tokenizer=tokenizer, d_vocab=d_vocab, device=device)
+        return load_stats(
+            path,
+            tokenizer=tokenizer,
+            d_vocab=d_vocab,
+            device=device,
+            only=only,
+            check_vocab=check_vocab,
+        )
 
     def __repr__(self) -> str:
         kept = "all" if self.kept is None else f"{self.k} kept"

@@ -1,12 +1,21 @@
 """Saving and loading :class:`CorpusStats`: one safetensors file with JSON metadata.
 
-The file holds the primary statistics (sparse bigram counts, unigram counts, Φ̄, Ḡ, Q̄, Δ and
-the kept ids); B̄ and Σ_B̄ are derived again on load. Writes go to a temporary file in the same
-folder and are renamed into place, so a crash never leaves a half-written file.
+The file holds the primary statistics (sparse bigram counts, unigram counts, the kept ids and
+those of Φ̄, Ḡ, Q̄, Δ that were computed); B̄ and Σ_B̄ are derived again on load. Writes go
+through the atomic writer, so a crash never leaves a half-written file.
+
+Format version 2 adds provenance (:mod:`.provenance`): a vocabulary hash, and a SHA-256 of every
+tensor and of the metadata, verified on load (a flipped bit or an edited count is refused, naming
+the tensor). Version 1 files (no checksums) still load, with a warning.
+
+``load_stats(path, only=(...))`` reads just the tables asked for (safetensors reads tensors one
+by one from the file): ``top bigram`` reads the sparse counts, ``top context`` adds Φ̄.
 """
 
 import json
 import os
+import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +26,19 @@ from safetensors.torch import save_file
 from tl_leadterms.atomic import atomic_path
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.provenance import ids_vocab_hash, metadata_checksum, tensor_checksum
 from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
 from tl_leadterms.version import __version__
 
 __all__ = ["load_stats", "save_stats"]
 
 FORMAT = "tl_leadterms.CorpusStats"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_VERSIONS = (1, 2)
 _COUNTS = ("pair_codes", "pair_counts", "unigram_counts")
 _FLOATS = ("Phi_bar", "G_bar", "Q_bar", "Delta")
 _REQUIRED = (*_COUNTS, *_FLOATS)
+_LARGEST = 1 << 53  # metadata integers above this are not exact in JSON readers
 
 
 def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
@@ -34,10 +46,15 @@ def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
     path = Path(path)
     if path.is_dir():
         raise LeadTermsError(f"{path} is a directory; pass a file path such as stats.safetensors.")
-    tensors = {name: getattr(stats, name) for name in _REQUIRED}
+    tensors = {
+        name: getattr(stats, name) for name in _REQUIRED if name in _COUNTS or stats.has(name)
+    }
     if stats.kept is not None:
         tensors["kept"] = stats.kept
     tensors = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
+    vocab_hash = stats.metadata.get("tokenizer_vocab_hash") or ids_vocab_hash(
+        stats.d_vocab, stats.kept
+    )
     header = {
         **stats.metadata,
         "format": FORMAT,
@@ -49,18 +66,29 @@ def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
         "n_kept": stats.k,
         "centre_vocab": stats.centre_vocab,
         "dtype": str(stats.dtype).removeprefix("torch."),
+        "vocab_hash": vocab_hash,
+        "statistics": ["B_bar", *(n for n in _FLOATS if stats.has(n))],
+    }
+    header["checksums"] = {
+        **{name: tensor_checksum(t) for name, t in tensors.items()},
+        "metadata": metadata_checksum(header),
     }
     with atomic_path(path, parents=True) as tmp:
         save_file(tensors, str(tmp), metadata={"tl_leadterms": json.dumps(header)})
 
 
-def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _read(path: Path, names: set[str] | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The header and the tensors in ``names`` (None: all), each read on its own."""
     if not path.is_file():
         raise LeadTermsError(f"no statistics file at {path}; save one with stats.save(path).")
     try:
         with safe_open(path, framework="pt") as f:  # one read: header, then the tensors
             raw = (f.metadata() or {}).get("tl_leadterms")
-            tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (a handle)
+            tensors = {
+                name: f.get_tensor(name)
+                for name in f.keys()  # noqa: SIM118 (a handle)
+                if names is None or name in names
+            }
     except (SafetensorError, OSError, ValueError) as err:
         raise LeadTermsError(
             f"{path} is not a readable safetensors file ({err}); it is corrupt or not written by "
@@ -93,15 +121,23 @@ def _check(path: Path, tensors: dict[str, torch.Tensor], meta: Any) -> None:
     """Refuse anything CorpusStats.save could not have written."""
     if not isinstance(meta, dict):
         raise _corrupt(path, "the metadata is not a JSON object")
-    if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format") != FORMAT or meta.get("format_version") not in _VERSIONS:
         raise LeadTermsError(
             f"{path}: format {meta.get('format')!r} version {meta.get('format_version')!r} is not "
             f"{FORMAT!r} version {FORMAT_VERSION}; recompute the statistics with this version."
         )
-    bad_meta = [key for key in _META_INTS if not isinstance(meta.get(key), int) or meta[key] < 1]
+    bad_meta = [
+        key
+        for key in _META_INTS
+        if isinstance(meta.get(key), bool)
+        or not isinstance(meta.get(key), int)
+        or not 1 <= meta[key] < _LARGEST
+    ]
     if bad_meta:
-        raise _corrupt(path, f"metadata {bad_meta} missing or not positive integers")
-    missing = [name for name in _REQUIRED if name not in tensors]
+        raise _corrupt(path, f"metadata {bad_meta} missing or not positive integers below 2**53")
+    if meta["n_sequences"] * meta["n_ctx"] >= _LARGEST:
+        raise _corrupt(path, "metadata n_sequences·n_ctx is not below 2**53")
+    missing = [name for name in _COUNTS if name not in tensors]
     if missing:
         raise _corrupt(path, f"missing tensors {missing}")
     k, t = meta["n_kept"], meta["n_ctx"]
@@ -112,15 +148,15 @@ def _check(path: Path, tensors: dict[str, torch.Tensor], meta: Any) -> None:
     elif k != meta["d_vocab"]:
         raise _corrupt(path, f"n_kept={k} differs from d_vocab={meta['d_vocab']} but no kept ids")
     for name, shape in expected.items():
-        if tuple(tensors[name].shape) != shape:
+        if name in tensors and tuple(tensors[name].shape) != shape:
             raise _corrupt(
                 path, f"{name} has shape {tuple(tensors[name].shape)}, the metadata says {shape}"
             )
-    dtypes = {tensors[name].dtype for name in _FLOATS}
-    if len(dtypes) != 1 or not dtypes <= {torch.float32, torch.float64}:
+    dtypes = {tensors[name].dtype for name in _FLOATS if name in tensors}
+    if len(dtypes) > 1 or not dtypes <= {torch.float32, torch.float64}:
         raise _corrupt(path, f"the statistics have dtypes {sorted(map(str, dtypes))}")
     for name in _FLOATS:
-        if not torch.isfinite(tensors[name]).all():
+        if name in tensors and not torch.isfinite(tensors[name]).all():
             raise _corrupt(path, f"{name} has NaN or infinite entries")
     for name in (*_COUNTS, *(("kept",) if "kept" in tensors else ())):
         if tensors[name].dtype != torch.int64 or tensors[name].ndim != 1:
@@ -143,31 +179,108 @@ def _check(path: Path, tensors: dict[str, torch.Tensor], meta: Any) -> None:
             raise _corrupt(path, f"invalid kept ids ({err})") from err
 
 
+def _stored(meta: dict[str, Any]) -> tuple[str, ...]:
+    """The dense tables the file says it holds (version 1: all of them)."""
+    listed = meta.get("statistics")
+    if meta.get("format_version") == 1 or not isinstance(listed, list):
+        return _FLOATS
+    return tuple(name for name in _FLOATS if name in listed)
+
+
+def _wanted(only: Iterable[str] | None) -> set[str] | None:
+    """Tensor names to read for the statistics in ``only`` (None: every tensor)."""
+    if only is None:
+        return None
+    names = {only} if isinstance(only, str) else set(only)
+    known = {"B_bar", "Sigma_B", *_FLOATS}
+    if not names or not names <= known:
+        raise LeadTermsError(f"only= names statistics among {sorted(known)}, got {only!r}")
+    return {*_COUNTS, "kept", *(names & set(_FLOATS))}
+
+
+def _verify(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    """Compare the stored checksums with the metadata and every tensor read."""
+    if meta.get("format_version") == 1:
+        warnings.warn(
+            f"{path} is a format-1 statistics file without checksums: its content cannot be "
+            "verified; save it again (or recompute it) to add them",
+            stacklevel=4,
+        )
+        return
+    sums = meta.get("checksums")
+    if not isinstance(sums, dict) or sums.get("metadata") != metadata_checksum(meta):
+        raise _corrupt(
+            path, "the metadata does not match its checksum (a count or a setting was edited)"
+        )
+    for name, tensor in tensors.items():
+        if sums.get(name) != tensor_checksum(tensor):
+            raise _corrupt(path, f"tensor {name} does not match its checksum")
+
+
+def _check_tokenizer(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
+    from tl_leadterms.data.tokenizers import vocab_hash
+
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
+    if size is not None and size > meta["d_vocab"]:
+        raise LeadTermsError(
+            f"{path} was counted with d_vocab={meta['d_vocab']} but the tokenizer has {size} "
+            "tokens: these statistics are of another vocabulary; use the tokenizer they were "
+            "computed with (or pass check_vocab=False / --allow-vocab-mismatch if you know better)"
+        )
+    stored = meta.get("tokenizer_vocab_hash")
+    if stored is not None and stored != vocab_hash(tokenizer):
+        raise LeadTermsError(
+            f"{path} was counted with tokenizer {meta.get('tokenizer_name')!r} whose "
+            "vocabulary differs from the tokenizer given (vocabulary hash); use the same "
+            "tokenizer (or pass check_vocab=False / --allow-vocab-mismatch if you know better)"
+        )
+
+
 def load_stats(
     path: str | os.PathLike,
     *,
     tokenizer: Any = None,
     d_vocab: int | None = None,
     device: torch.device | str = "cpu",
+    only: Iterable[str] | None = None,
+    check_vocab: bool = True,
 ) -> CorpusStats:
-    """Load statistics written by :func:`save_stats`; check them against the expectations."""
+    """Load statistics written by :func:`save_stats`; check them against the expectations.
+
+    Args:
+        path: the ``.safetensors`` file.
+        tokenizer: must be the vocabulary the statistics were counted with: no more tokens than
+            ``d_vocab`` and, when the file records a tokenizer hash, the same hash.
+        d_vocab: if given, must equal the file's.
+        device: where the tensors go.
+        only: read just these statistics (``"B_bar"``, ``"Sigma_B"``, ``"Phi_bar"``,
+            ``"G_bar"``, ``"Q_bar"``, ``"Delta"``); the sparse counts are always read. The
+            others are absent from the result (accessing one raises). None reads everything.
+        check_vocab: ``False`` skips the tokenizer comparison (for experts).
+    """
     path = Path(path)
-    tensors, meta = _read(path)
+    names = _wanted(only)
+    tensors, meta = _read(path, names)
     _check(path, tensors, meta)
+    stored = _stored(meta)
+    needed = [n for n in (*_COUNTS, *stored) if names is None or n in names]
+    missing = [n for n in needed if n not in tensors]
+    if missing:
+        raise _corrupt(path, f"missing tensors {missing}")
+    absent = sorted(names & set(_FLOATS) - set(stored)) if names is not None else []
+    if absent:
+        raise LeadTermsError(
+            f"{path} holds no {absent} (it has {['B_bar', *stored]}); recompute the statistics "
+            "with all of them (tl-leadterms stats without --only; corpus_stats(want=None))"
+        )
+    _verify(path, tensors, meta)
     if d_vocab is not None and d_vocab != meta["d_vocab"]:
         raise LeadTermsError(
             f"{path} was counted with d_vocab={meta['d_vocab']}, but d_vocab={d_vocab} was "
             "expected; use statistics computed with this tokenizer."
         )
-    if tokenizer is not None:
-        from tl_leadterms.data.tokenizers import vocab_hash
-
-        stored = meta.get("tokenizer_vocab_hash")
-        if stored is not None and stored != vocab_hash(tokenizer):
-            raise LeadTermsError(
-                f"{path} was counted with tokenizer {meta.get('tokenizer_name')!r} whose "
-                "vocabulary differs from the tokenizer given; use the same tokenizer."
-            )
+    if tokenizer is not None and check_vocab:
+        _check_tokenizer(path, meta, tokenizer)
     kept = tensors.get("kept")
     tensors = {name: v.to(device) for name, v in tensors.items()}
     vocab = KeptVocab(
@@ -180,10 +293,14 @@ def load_stats(
         pair_codes=tensors["pair_codes"],
         pair_counts=tensors["pair_counts"],
         unigram_counts=tensors["unigram_counts"],
-        Phi_bar=tensors["Phi_bar"],
-        G_bar=tensors["G_bar"],
-        Q_bar=tensors["Q_bar"],
-        Delta=tensors["Delta"],
-        metadata={key: v for key, v in meta.items() if key not in ("format", "format_version")},
+        Phi_bar=tensors.get("Phi_bar"),
+        G_bar=tensors.get("G_bar"),
+        Q_bar=tensors.get("Q_bar"),
+        Delta=tensors.get("Delta"),
+        metadata={
+            key: v
+            for key, v in meta.items()
+            if key not in ("format", "format_version", "checksums")
+        },
         tokenizer=tokenizer,
     )

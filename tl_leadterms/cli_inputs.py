@@ -1,0 +1,151 @@
+"""What the ``tl-leadterms`` subcommands check before any work: token arrays streamed from disk,
+output paths, devices; and the argparse types that refuse zero or negative counts.
+
+Token arrays are never read whole: a ``.npy`` file is memory-mapped (``np.load(mmap_mode="r")``)
+and a ``.pt`` file loaded with ``mmap=True``; :class:`ArrayWindows` cuts them into batches that
+are widened to int64 one at a time, so peak memory does not depend on the file size.
+"""
+
+import argparse
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = [
+    "ArrayWindows",
+    "check_device",
+    "check_output",
+    "open_token_array",
+    "positive_int_arg",
+]
+
+
+def positive_int_arg(text: str) -> int:
+    """argparse type: an int >= 1 (zero and negative counts are refused, with the value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive int, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive int, got {text}")
+    return value
+
+
+def check_device(spec: str) -> str:
+    """argparse type: a device torch knows (``cpu``, ``cuda``, ``cuda:1``, ``mps`` ...)."""
+    import torch
+
+    try:
+        torch.device(spec)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"{spec!r} is not a torch device; use cpu, cuda, cuda:N or mps"
+        ) from None
+    return spec
+
+
+def check_output(path: str | None, flag: str, *, folder: bool = False) -> None:
+    """Refuse an output path that cannot be written, before any computation.
+
+    The path must not be a folder (or, with ``folder=True``, a file), and its nearest existing
+    parent must be a writable folder (missing folders are created when writing).
+    """
+    if path is None or path == "-":
+        return
+    target = Path(path)
+    if not folder and target.is_dir():
+        raise LeadTermsError(f"{flag} {path!r} is a folder; pass a file path")
+    if folder and target.exists() and not target.is_dir():
+        raise LeadTermsError(f"{flag} {path!r} is a file; pass a folder path")
+    parent = target.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise LeadTermsError(f"{flag} {path!r}: {str(parent)!r} is a file, not a folder")
+    try:  # a real probe: permissions, read-only mounts and pseudo file systems alike
+        with tempfile.TemporaryFile(dir=parent, prefix=".tl-leadterms-probe."):
+            pass
+    except OSError as err:
+        raise LeadTermsError(
+            f"{flag} {path!r}: folder {str(parent)!r} is not writable ({err.strerror}); "
+            "choose another path"
+        ) from None
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def open_token_array(path: Path) -> Any:
+    """A ``[n, T + 1]`` integer array from a ``.npy`` or ``.pt`` file, mapped, not read."""
+    import numpy as np
+    import torch
+
+    try:
+        if path.suffix == ".npy":
+            data = np.load(path, mmap_mode="r", allow_pickle=False)
+        else:
+            data = torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+    except Exception as err:  # pickle, zip and numpy format errors
+        raise LeadTermsError(
+            f"cannot read token ids from {str(path)!r} ({_first_line(err)})"
+        ) from err
+    if isinstance(data, np.ndarray):
+        ok = data.ndim == 2 and np.issubdtype(data.dtype, np.integer)
+        shape, dtype = data.shape, data.dtype
+    elif isinstance(data, torch.Tensor):
+        ok = data.ndim == 2 and not (data.is_floating_point() or data.is_complex())
+        ok = ok and data.dtype != torch.bool
+        shape, dtype = tuple(data.shape), data.dtype
+    else:
+        raise LeadTermsError(
+            f"{str(path)!r} holds a {type(data).__name__}, not an array; token files must hold "
+            "one integer array of shape [n_sequences, T + 1] (save it with np.save/torch.save)"
+        )
+    if not ok:
+        raise LeadTermsError(
+            f"{str(path)!r} holds a {tuple(shape)} {dtype} array; token files must hold integer "
+            "ids of shape [n_sequences, T + 1]"
+        )
+    return data
+
+
+class ArrayWindows:
+    """Re-iterable batches of windows from mapped arrays, at most ``max_windows`` in all.
+
+    Each batch is a slice of at most ``batch`` rows, widened to int64 on its own, so the
+    statistics' two passes stream the files without holding them.
+    """
+
+    def __init__(self, arrays: list[Any], max_windows: int | None, batch: int) -> None:
+        widths = {int(a.shape[1]) for a in arrays}
+        if len(widths) != 1:
+            raise LeadTermsError(f"the token arrays have different widths T + 1 = {sorted(widths)}")
+        self.arrays = arrays
+        self.width = widths.pop()
+        self.batch = batch
+        total = sum(int(a.shape[0]) for a in arrays)
+        self.n_windows = total if max_windows is None else min(total, max_windows)
+
+    def __iter__(self) -> Iterator[Any]:
+        import numpy as np
+        import torch
+
+        left = self.n_windows
+        for array in self.arrays:
+            for start in range(0, int(array.shape[0]), self.batch):
+                if left <= 0:
+                    return
+                chunk = array[start : start + min(self.batch, left)]
+                left -= int(chunk.shape[0])
+                if isinstance(chunk, np.ndarray):
+                    yield torch.from_numpy(np.array(chunk, dtype=np.int64))  # a copy: one batch
+                else:
+                    yield chunk.to(torch.int64)
+
+    def __len__(self) -> int:
+        return sum(-(-min(int(a.shape[0]), self.n_windows) // self.batch) for a in self.arrays)

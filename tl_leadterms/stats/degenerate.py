@@ -1,0 +1,119 @@
+r"""Degenerate statistics: a table that is zero up to rounding carries no direction.
+
+On a corpus of one repeated token every window's scores are equal, so Q̄ and Δ are exactly zero
+in exact arithmetic; computed, they hold rounding noise (``max|Q̄| ≈ 4e-17``), and a cosine with
+that noise is a number without meaning. :func:`negligible` is the test:
+
+    ``‖T‖_F <= TOLERANCE · eps · scale``
+
+with ``eps`` the machine epsilon of the dtype the table was *summed* in (float64 by default, also
+for float32 results, which are rounded once at the end) and ``scale`` the natural size of what
+the accumulation sums (:func:`statistic_scales`): each term of Φ̄ and of B̄ is a frequency weight
+``<= 1``, and Ḡ = B̄ᵀB̄Φ̄ is a product of such maps, so their scale is 1; each term of Q̄ and Δ is a
+score ``g − ḡ_t`` with ``|g| <= 2·max|Ḡ|``, so their scale is ``max|Ḡ|``. Rounding noise of a sum
+of such terms stays a few ``eps·scale``; ``TOLERANCE = 1e3`` leaves room for the number of
+summed terms without reaching real statistics (a real Q̄ on a few windows already has
+``‖Q̄‖ / max|Ḡ|`` around ``1e-4`` or more).
+
+Example:
+
+>>> import torch
+>>> negligible(torch.full((3, 3), 4e-17, dtype=torch.float64), scale=1.0)
+True
+>>> negligible(torch.full((3, 3), 1e-9, dtype=torch.float64), scale=1.0)
+False
+"""
+
+import torch
+
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["TOLERANCE", "degenerate", "degenerate_reason", "negligible", "statistic_scales"]
+
+TOLERANCE = 1e3
+_SYMBOL = {"Phi_bar": "Φ̄", "G_bar": "Ḡ", "Q_bar": "Q̄", "Delta": "Δ"}
+
+
+def _eps(dtype: torch.dtype | str | None, fallback: torch.dtype) -> float:
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        dtype = fallback
+    return torch.finfo(dtype).eps
+
+
+def _norm(tensor: torch.Tensor, rows: int = 1024) -> float:
+    """Frobenius norm in float64, a block of rows at a time (no full-size copy)."""
+    flat = tensor.reshape(tensor.shape[0], -1) if tensor.ndim > 1 else tensor.reshape(1, -1)
+    total = 0.0
+    for start in range(0, flat.shape[0], rows):
+        total += float(torch.linalg.vector_norm(flat[start : start + rows].double())) ** 2
+    return total**0.5
+
+
+def _max_abs(tensor: torch.Tensor) -> float:
+    return max(float(tensor.max()), -float(tensor.min())) if tensor.numel() else 0.0
+
+
+def negligible(
+    tensor: torch.Tensor, scale: float, *, summed_in: torch.dtype | str | None = None
+) -> bool:
+    """True if ``tensor`` is zero up to rounding: ``‖tensor‖_F <= TOLERANCE·eps·scale``.
+
+    Args:
+        tensor: a statistic (any shape).
+        scale: the size of the terms the statistic sums (see :func:`statistic_scales`);
+            ``scale <= 0`` means every term was zero, so the tensor is negligible.
+        summed_in: the dtype of the accumulation (default the tensor's own).
+    """
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+        raise LeadTermsError(f"negligible needs a float tensor, got {type(tensor).__name__}")
+    norm = _norm(tensor)
+    if not scale > 0:
+        return norm == 0 or scale <= 0
+    return norm <= TOLERANCE * _eps(summed_in, tensor.dtype) * float(scale)
+
+
+def statistic_scales(tables: dict[str, torch.Tensor | None]) -> dict[str, float]:
+    """The natural scale of each statistic present in ``tables`` (see the module docstring)."""
+    scales = {name: 1.0 for name in ("Phi_bar", "G_bar") if tables.get(name) is not None}
+    g_bar = tables.get("G_bar")
+    if g_bar is not None:
+        g_max = _max_abs(g_bar)
+        scales.update({name: g_max for name in ("Q_bar", "Delta") if tables.get(name) is not None})
+    return scales
+
+
+def degenerate(
+    tables: dict[str, torch.Tensor | None], summed_in: torch.dtype | str | None = None
+) -> dict[str, bool]:
+    """For each statistic present: whether it is :func:`negligible` at its natural scale."""
+    scales = statistic_scales(tables)
+    return {
+        name: negligible(tables[name], scale, summed_in=summed_in) for name, scale in scales.items()
+    }
+
+
+def degenerate_reason(stats, name: str) -> str | None:
+    """Why the statistic ``name`` of ``stats`` (a CorpusStats) means nothing, or None.
+
+    This is what a score against it (a cosine, an implied ``s·η``) should report, as NaN with
+    this reason, instead of a number. It reads ``stats.metadata["degenerate"]`` when the
+    statistics recorded it, and tests the table otherwise.
+    """
+    recorded = stats.metadata.get("degenerate")
+    if isinstance(recorded, dict) and name in recorded:
+        is_degenerate = bool(recorded[name])
+    elif stats.has(name) and stats.has("G_bar"):
+        tables = {"G_bar": stats.G_bar, name: getattr(stats, name)}
+        found = degenerate(tables, stats.metadata.get("accumulate_dtype"))
+        is_degenerate = found.get(name, False)
+    else:
+        return None
+    if not is_degenerate:
+        return None
+    symbol = _SYMBOL.get(name, name)
+    return (
+        f"{symbol} is zero up to rounding on this corpus (norm below {TOLERANCE:g}·eps of its "
+        f"scale): it has no direction to compare with (e.g. every window repeats one token)"
+    )

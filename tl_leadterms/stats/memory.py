@@ -1,0 +1,208 @@
+r"""The memory plan of :func:`~tl_leadterms.stats.corpus_stats`, made before any table exists.
+
+The statistics are ``[k, k]`` tables (``k`` = ``d_vocab`` or the number of kept tokens), so their
+memory depends on ``k``, the dtypes and which statistics are asked for, not on the corpus size.
+:func:`plan_memory` adds up what is alive at the peak of each stage; :func:`check_memory`
+compares the largest with what the machine (or its cgroup limit) has available and refuses with
+one line naming the estimate, the available memory and the fixes.
+
+With ``D = k²·bytes(dtype)`` and ``A = k²·bytes(accumulate_dtype)``, the stages hold:
+
+* pass one (B̄ counts, Φ̄): the accumulation table ``A``, then Φ̄ rounded to the result dtype
+  (``+D`` when the dtypes differ), plus the sparse bigram counts;
+* Ḡ = Σ_B̄Φ̄: Φ̄ and Ḡ (``2D``) and column-block temporaries;
+* pass two (Q̄, Δ): Φ̄, Ḡ and Q̄'s table; with a float32 result summed in float64 the query
+  rows run in two halves, so ``3D`` plus one float64 half table (``4D`` in all).
+
+Only B̄ and Φ̄ (``want=("B_bar", "Phi_bar")``) stop after pass one: ``A (+D)``. Add the memory of
+the process itself (Python, torch: a few hundred MB), which the plan does not count.
+
+Example:
+
+>>> import torch
+>>> plan = plan_memory(50_304, dtype=torch.float32, accumulate_dtype=torch.float32,
+...                    want=("B_bar", "Phi_bar"))
+>>> round(plan.peak / 2**30, 1), plan.peak_stage
+(10.2, 'pass one')
+>>> full = plan_memory(50_304, k=20_000, dtype=torch.float32)
+>>> round(full.peak / 2**30, 1), full.peak_stage
+(6.0, 'pass two')
+"""
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = [
+    "ALL_STATISTICS",
+    "MemoryPlan",
+    "available_memory",
+    "check_memory",
+    "format_bytes",
+    "plan_memory",
+]
+
+#: every statistic ``corpus_stats`` can compute, in the order of the passes
+ALL_STATISTICS = ("B_bar", "Phi_bar", "G_bar", "Q_bar", "Delta")
+_PENDING_PAIRS = 1 << 24  # bigram codes buffered before they are counted (accumulate.py)
+_BLOCK_BYTES = 1 << 27  # one column-block temporary of Ḡ (algebra.py)
+_WORKSPACE = 64 << 20  # one batch of windows and its pair codes
+
+
+def format_bytes(n: int | float) -> str:
+    """``n`` bytes in GiB (or MiB below 1 GiB), e.g. ``'6.1 GiB'``.
+
+    >>> format_bytes(3 * 2**30), format_bytes(5 * 2**20)
+    ('3.0 GiB', '5.0 MiB')
+    """
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Estimated bytes alive at the peak of each stage of ``corpus_stats``.
+
+    Attributes:
+        k: side of the tables.
+        dtype, accumulate_dtype: result and accumulation dtypes.
+        statistics: the statistics asked for (B̄ and Φ̄ always come with pass one).
+        stages: stage name -> estimated bytes at its peak (only the stages that run).
+    """
+
+    k: int
+    dtype: torch.dtype
+    accumulate_dtype: torch.dtype
+    statistics: tuple[str, ...]
+    stages: dict[str, int]
+
+    @property
+    def peak(self) -> int:
+        """The largest stage estimate, in bytes."""
+        return max(self.stages.values())
+
+    @property
+    def peak_stage(self) -> str:
+        return max(self.stages, key=self.stages.__getitem__)
+
+    def __str__(self) -> str:
+        dt = str(self.dtype).removeprefix("torch.")
+        acc = str(self.accumulate_dtype).removeprefix("torch.")
+        return (
+            f"memory plan: about {format_bytes(self.peak)} at peak ({self.peak_stage}; k={self.k}, "
+            f"{dt} summed in {acc}, {', '.join(self.statistics)})"
+        )
+
+
+def plan_memory(
+    d_vocab: int,
+    *,
+    k: int | None = None,
+    dtype: torch.dtype = torch.float64,
+    accumulate_dtype: torch.dtype | None = None,
+    want: tuple[str, ...] = ALL_STATISTICS,
+    n_positions: int | None = None,
+) -> MemoryPlan:
+    """Estimate the memory of ``corpus_stats`` (see the module docstring for the model).
+
+    Args:
+        d_vocab: the vocabulary size; ``k`` the kept tokens (default ``d_vocab``).
+        dtype, accumulate_dtype: as for ``corpus_stats`` (accumulation defaults to float64).
+        want: the statistics asked for (see :data:`ALL_STATISTICS`).
+        n_positions: ``N·T`` if known; bounds the sparse bigram counts (at most ``N·T``
+            distinct pairs; unknown: assumed ``2**24``, 256 MiB of codes and counts).
+    """
+    k = d_vocab if k is None else min(k, d_vocab)
+    acc = accumulate_dtype or torch.float64
+    cells = k * k
+    d, a = cells * dtype.itemsize, cells * acc.itemsize
+    distinct = min(cells, n_positions if n_positions is not None else _PENDING_PAIRS)
+    pairs = 16 * distinct + 8 * 4 * min(_PENDING_PAIRS, n_positions or _PENDING_PAIRS)
+    stages = {"pass one": a + (d if acc != dtype else 0) + pairs + _WORKSPACE}
+    if any(s in want for s in ("G_bar", "Q_bar", "Delta")):
+        blocks = 3 * min(_BLOCK_BYTES, d)
+        stages["Ḡ"] = 2 * d + blocks + 16 * distinct + _WORKSPACE
+    if any(s in want for s in ("Q_bar", "Delta")):
+        groups = max(1, acc.itemsize // dtype.itemsize)
+        table = math.ceil((k + 1) / groups) * k * acc.itemsize
+        stages["pass two"] = 2 * d + table + (d if groups > 1 else 0) + _WORKSPACE
+    return MemoryPlan(k, dtype, acc, tuple(want), stages)
+
+
+def _meminfo() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cgroup_room() -> int | None:
+    """Room left under a cgroup v2 memory limit, if there is one."""
+    base = Path("/sys/fs/cgroup")
+    try:
+        limit = (base / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return max(0, int(limit) - int((base / "memory.current").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still allocate: ``MemAvailable`` (``/proc/meminfo``, or psutil if
+    installed), capped by a cgroup v2 limit; None where neither is known."""
+    found = _meminfo()
+    if found is None:
+        try:
+            import psutil
+
+            found = int(psutil.virtual_memory().available)
+        except (ImportError, AttributeError, OSError):
+            found = None
+    room = _cgroup_room()
+    known = [v for v in (found, room) if v is not None]
+    return min(known) if known else None
+
+
+def check_memory(plan: MemoryPlan, available: int | None = None) -> None:
+    """Refuse ``plan`` when its peak exceeds the available memory (one-line LeadTermsError).
+
+    ``available`` defaults to :func:`available_memory` (nothing is refused where it is unknown).
+    """
+    if available is None:
+        available = available_memory()
+    if available is None or plan.peak <= available:
+        return
+    fixes = []
+    if plan.k > 1000:
+        fixes.append(f"keep fewer tokens (--keep / vocab=, e.g. {max(1000, plan.k // 3)})")
+    if plan.dtype == torch.float64:
+        fixes.append("--dtype float32 (dtype=torch.float32)")
+    elif plan.accumulate_dtype == torch.float64:
+        fixes.append("--accumulate-dtype float32 (accumulate_dtype=torch.float32, less exact)")
+    if any(s in plan.statistics for s in ("G_bar", "Q_bar", "Delta")):
+        fixes.append('only B̄ and Φ̄ (--only B_bar Phi_bar / want=("B_bar", "Phi_bar"))')
+    fixes.append("a machine with more memory (check_memory=False / --no-memory-check to try)")
+    raise LeadTermsError(
+        f"the statistics need about {format_bytes(plan.peak)} at peak ({plan.peak_stage}, "
+        f"k={plan.k}, {str(plan.dtype).removeprefix('torch.')}) but only "
+        f"{format_bytes(available)} is available on this machine; " + "; or ".join(fixes)
+    )
+
+
+def rss_bytes() -> int | None:
+    """Resident memory of this process now (Linux ``/proc/self/status``), for benchmarks."""
+    try:
+        for line in Path(f"/proc/{os.getpid()}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
