@@ -294,6 +294,9 @@ def cmd_top(args: argparse.Namespace) -> int:
     for word in args.tokens:
         token = int(word) if word.isdigit() and tokenizer is None else word
         neighbours = stats.top(args.matrix, token, k=args.k, tokenizer=tokenizer)
+        if not neighbours and getattr(neighbours, "note", ""):
+            print(f"{word}: {neighbours.note}")
+            continue
         print(f"{word}: " + ", ".join(f"{n.token} ({n.score:.3g})" for n in neighbours))
     return 0
 

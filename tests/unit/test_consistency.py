@@ -168,3 +168,19 @@ def test_fitted_scale_is_bracketed(setup):
     for row in agreement.rows:
         assert row["scale"] > 0 and not math.isnan(row["js_divergence"])
         assert isinstance(row["scale_at_bound"], bool)
+
+
+def test_a_degenerate_statistic_gets_no_score():
+    """One repeated token: Q̄ and Δ are zero up to rounding, so W and P get NaN and a reason
+    instead of a cosine of rounding noise (issue 10, case 6)."""
+    tokens = torch.full((16, T + 1), 3)
+    stats = corpus_stats(tokens, d_vocab=V, progress=False)
+    model = paper_model(V, T, 1, dtype=torch.float64)
+    with torch.no_grad():  # a weight with a direction, so only the target can void the score
+        model.blocks[0].attn.W_Q.normal_()
+        model.blocks[0].attn.P.normal_()
+    d = decompose(model, stats)
+    for weight in ("W", "P"):
+        row = d.row(weight, 0)
+        assert math.isnan(row["cosine"]) and math.isnan(row["implied_s_lr"])
+        assert row["character"] == "degenerate" and "zero up to rounding" in row["reason"]

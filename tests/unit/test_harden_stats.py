@@ -138,6 +138,6 @@ def test_top_says_a_token_never_occurred():
     tokens = windows() % 10  # ids 10 and 11 never occur
     stats = corpus_stats(tokens, 12, progress=False)
     for matrix in ("bigram", "context"):
-        with pytest.raises(LeadTermsError, match=r"token 11 .*never occurred in the corpus"):
-            stats.top(matrix, 11)
+        out = stats.top(matrix, 11)  # no arbitrary score-0 neighbours: an empty list that says why
+        assert len(out) == 0 and "never occurs in the corpus" in out.note
     assert len(stats.top("bigram", 3, k=2)) == 2

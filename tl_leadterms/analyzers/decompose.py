@@ -29,6 +29,7 @@ from tl_leadterms.checks import Layers, check_bool, check_layers, check_stats, c
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.degenerate import degenerate_reason
 from tl_leadterms.theory import WEIGHTS, Schedule, Term, Weight, term
 
 __all__ = ["IMPLIED_MIN_COSINE", "decompose", "leading_cosines", "model_weights", "paper_weights"]
@@ -210,6 +211,8 @@ def decompose(
             for layer in ([None] if w == "W_O" else chosen)]  # fmt: skip
     rows: list[dict[str, Any]] = []
     scored: list[tuple[Any, Term, torch.Tensor]] = []  # kept for the bootstrap
+    voided = {w: degenerate_reason(stats, term(w).statistic) for w, _ in jobs
+              if term(w).statistic is not None and stats.has(term(w).statistic)}  # fmt: skip
     for weight, layer in tqdm(jobs, desc="decompose", disable=not progress):
         t = term(weight)
         M = _maps(pw, stats, t, layer, per_head, projections)
@@ -221,6 +224,9 @@ def decompose(
             row = _row(t, layer, head if per_head and weight != "W_O" else None, fit, schedule)
             if draws is not None:
                 row.update(summarize(fit.cosine, draws[:, head]))
+            if voided.get(weight):  # the target is zero up to rounding: no score, a reason
+                row.update(cosine=math.nan, implied_s_lr=math.nan, character="degenerate")
+                row["reason"] = voided[weight]
             rows.append(row)
     if boot is not None:
         add_interval(rows, _bootstrap_cosines(scored, boot, projections), boot, "cosine")

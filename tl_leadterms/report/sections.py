@@ -105,6 +105,9 @@ def associations(stats, pairs, tokenizer, text, fragment: Callable) -> str:
     parts = []
     for kind, word in pairs:
         try:
+            # a word that never occurred gets a note, not a list of empty tables
+            token_id = stats.token_id_of(word, tokenizer)
+            stats.check_occurred(stats.vocab.position(token_id), word)
             view = plot_associations(stats, word, tokenizer, kind=kind, text=text)
         except LeadTermsError as err:
             parts.append(note(f"{word!r}: {err}"))

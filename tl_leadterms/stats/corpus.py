@@ -206,7 +206,7 @@ class CorpusStats:
         key = self._key(name)
         return self.bigram.row(index) if key == "B_bar" else getattr(self, key)[index]
 
-    def _token_id(self, token: object, tokenizer: Any) -> int:
+    def token_id_of(self, token: object, tokenizer: Any = None) -> int:
         if isinstance(token, str):
             if tokenizer is None:
                 raise LeadTermsError(
@@ -282,7 +282,7 @@ class CorpusStats:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise LeadTermsError(f"k must be a positive int, got {k!r}.")
         check_choice("scoring", scoring, neighbours.SCORINGS)
-        token_id = self._token_id(token, tokenizer)
+        token_id = self.token_id_of(token, tokenizer)
         row_index = self.vocab.position(token_id)
         if scoring == "raw":
             row = self.row(key, row_index).double().clone()

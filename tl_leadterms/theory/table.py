@@ -110,6 +110,8 @@ class Term:
         first_step: the first GD step after which the leading term is non-zero.
         flow: ``(p, q)`` of the gradient-flow limit ``c → (s·η)^p / q``.
         vector: a function of the offset (``P``) rather than a token-token map.
+        statistic: the statistic (a ``CorpusStats`` table) the leading term is built from that
+            can vanish on a degenerate corpus; a score against a vanished one means nothing.
     """
 
     weight: str
@@ -122,6 +124,7 @@ class Term:
     flow: tuple[int, int]
     error: Callable[[float, int], float] | None  # (s·η, T) -> Frobenius bound
     vector: bool = False
+    statistic: str | None = None  # the CorpusStats table whose degeneracy voids the comparison
 
     @property
     def target(self) -> Component:
@@ -171,15 +174,15 @@ _TERMS = (
          lambda s: s, 1, 1, (1, 1), lambda x, T: 3 * x**2),
     Term("V", "value", "value [context token, current token]",
          (_CONTEXT_BIGRAM, _BIGRAM, _INTERCHANGE, _CONTEXT_T),
-         lambda s: s * (s - 1) / 2, 2, 2, (2, 2), lambda x, T: 12 * x**3),
+         lambda s: s * (s - 1) / 2, 2, 2, (2, 2), lambda x, T: 12 * x**3, statistic="Phi_bar"),
     Term("W", "attention", "query-key [query token, key token]",
          (_ATTENTION, _BIGRAM_CONTEXT, _PREVIOUS, _INTERCHANGE, _CONTEXT),
-         _quartic, 4, 3, (4, 8), lambda x, T: 13 * x**5 * T),
+         _quartic, 4, 3, (4, 8), lambda x, T: 13 * x**5 * T, statistic="Q_bar"),
     Term("P", "positional", "relative position [offset query − key]", (_POSITIONAL,),
-         _quartic, 4, 3, (4, 8), lambda x, T: 13 * x**5 * T, vector=True),
+         _quartic, 4, 3, (4, 8), lambda x, T: 13 * x**5 * T, vector=True, statistic="Delta"),
     Term("V·W_O", "value_output", "value→output [context token, next token]",
          (_CONTEXT_INTERCHANGE, _BIGRAM, _INTERCHANGE, _CONTEXT_T),
-         lambda s: s * s * (s - 1) / 2, 3, 2, (3, 2), None),
+         lambda s: s * s * (s - 1) / 2, 3, 2, (3, 2), None, statistic="G_bar"),
 )  # fmt: skip
 TERMS: dict[str, Term] = {t.weight: t for t in _TERMS}
 WEIGHTS: tuple[str, ...] = tuple(TERMS)
