@@ -60,7 +60,7 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
     words = re.findall(r'class="view association" data-word="([^"]+)"', page)
     assert {"red", "fish", "he"} <= set(words)
     assert "L2H0" in page and "predicted" in page and 'class="sample-text"' in page
-    assert page.count("data:image/png;base64,") == 1
+    assert page.count("data:image/png;base64,") == 2  # history; scores with CI and null bands
     assert '<section id="findings">' in page and '<table class="heatmap"' in page
     assert not re.search(r"(?:src|href)=[\"']?https?://", page)
 
@@ -187,14 +187,16 @@ def test_sweep_resumes_and_writes_a_table(series, tmp_path, capsys):
 def test_report_from_the_command_line(series, tmp_path, capsys):
     out = tmp_path / "report.html"
     args = ["report", str(series["stats"]), "--model", str(series["dir"] / "step2"), "-o", str(out)]
-    args += ["--text", "the girl saw a red ball", "--words", "red", "--title", "<b>tiny</b>"]
+    args += ["--text", "the girl saw a red ball", "--words", "the", "red", "--title", "<b>tiny</b>"]
     capsys.readouterr()
     assert main([*args, "--quiet"]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
     page = out.read_text()
     # W_O; V, W and (rotary mean-field) P per head
     assert len(re.findall(r'class="decompose-row"', page)) == 1 + 2 * 3 * 2
-    assert 'data-word="red"' in page and "L1H1" in page and "&lt;b&gt;tiny&lt;/b&gt;" in page
+    assert 'data-word="the"' in page and "L1H1" in page and "&lt;b&gt;tiny&lt;/b&gt;" in page
+    # a word outside this small tokenizer gets a note, not the [UNK] token's neighbours
+    assert "&#x27;red&#x27; is not in the tokenizer&#x27;s vocabulary" in page
     assert main(["report", str(series["stats"]), "-o", str(out), "--quiet"]) == 0  # stats only
 
 
