@@ -151,8 +151,10 @@ class AttentionAgreement:
     disjoint), ``rank_correlation`` (mean Spearman correlation of each row's keys, model pattern
     against predicted scores), ``scale`` (the ``c`` of ``S(c·(XQ̄Xᵀ + DM(Δ)))`` used: from the
     training run, or fitted per head to minimise the JS divergence; see
-    :mod:`~tl_leadterms.analyzers.attention_fit`) and ``scale_at_bound`` (a fitted scale that hit
-    the search's limit, ``10^-12`` or ``10^15``: the optimum is not bracketed, read it as "at
+    :mod:`~tl_leadterms.analyzers.attention_fit`) and ``scale_at_bound`` (a fitted scale at the
+    edge of the search: the limit ``10^-12`` or ``10^15``, or where the divergence stopped
+    changing, i.e. attention as uniform (c → 0) or as sharp (c → ∞) as the prediction can make
+    it: the optimum is not bracketed, read it as "at
     least" or "at most").
     """
 
