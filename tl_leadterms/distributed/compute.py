@@ -25,7 +25,7 @@ from tl_leadterms.distributed.tasks import (
     one_line,
 )
 from tl_leadterms.errors import LeadTermsError, check_choice, positive_int
-from tl_leadterms.stats.compute import composed_from_counts
+from tl_leadterms.stats.compute import assemble_stats, composed_from_counts
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.definitions import LAST_TARGETS, Q_TARGETS, LastTarget, QTargets
 from tl_leadterms.stats.vocab import KeptVocab, VocabSpec, resolve_vocab
@@ -239,17 +239,6 @@ def corpus_stats(
         "last_target": last_target,
         **_provenance(tokenizer),
     }
-    return CorpusStats(
-        vocab=kept,
-        n_sequences=counts.n_sequences,
-        n_ctx=counts.n_ctx,
-        pair_codes=counts.pair_codes,
-        pair_counts=counts.pair_counts,
-        unigram_counts=counts.unigram_counts,
-        Phi_bar=counts.Phi_bar,
-        G_bar=g_bar,
-        Q_bar=q_bar,
-        Delta=delta,
-        metadata=metadata,
-        tokenizer=tokenizer,
+    return assemble_stats(
+        counts, kept, g_bar, q_bar, delta, metadata, tokenizer, accumulate_dtype=torch.float64
     )

@@ -340,12 +340,33 @@ def corpus_stats(
     if "Q_bar" in statistics:
         with clock("pass2"):
             q_bar, delta = _attention_pass(source, g_bar, kept, counts.n_sequences, plan)
+    metadata = _metadata(d_vocab, counts, kept, plan, tokenizer)
+    return assemble_stats(counts, kept, g_bar, q_bar, delta, metadata, tokenizer, acc_dtype)
+
+
+def assemble_stats(
+    counts: Any,
+    kept: Any,
+    g_bar: Any,
+    q_bar: Any,
+    delta: Any,
+    metadata: dict[str, Any],
+    tokenizer: Any,
+    accumulate_dtype: torch.dtype,
+) -> CorpusStats:
+    """A :class:`CorpusStats` from a finished pass one (``counts``) and the dense tables, with the
+    provenance every path records: which statistics were computed, which are degenerate, and the
+    vocabulary hash (of the tokenizer, else of ``d_vocab`` and the kept ids)."""
     tables = {"Phi_bar": counts.Phi_bar, "G_bar": g_bar, "Q_bar": q_bar, "Delta": delta}
     metadata = {
-        **_metadata(d_vocab, counts, kept, plan, tokenizer),
-        "statistics": list(statistics),
-        "degenerate": degenerate(tables, acc_dtype),
+        **metadata,
+        "statistics": ["B_bar", *(name for name, table in tables.items() if table is not None)],
+        "degenerate": degenerate(tables, accumulate_dtype),
     }
+    metadata.setdefault(
+        "vocab_hash",
+        metadata.get("tokenizer_vocab_hash") or ids_vocab_hash(kept.d_vocab, kept.kept),
+    )
     return CorpusStats(
         vocab=kept,
         n_sequences=counts.n_sequences,
