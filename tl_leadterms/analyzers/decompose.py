@@ -225,13 +225,19 @@ def decompose(
             if draws is not None:
                 row.update(summarize(fit.cosine, draws[:, head]))
             if voided.get(weight):  # the target is zero up to rounding: no score, a reason
-                row.update(cosine=math.nan, implied_s_lr=math.nan, character="degenerate")
-                row["reason"] = voided[weight]
+                row.update(cosine=math.nan, implied_s_lr=math.nan, character="degenerate",
+                           reason=voided[weight])  # fmt: skip
             rows.append(row)
     if boot is not None:
         add_interval(rows, _bootstrap_cosines(scored, boot, projections), boot, "cosine")
     if spec is not None and spec.reference is not None:
         _add_reference(rows, spec.reference_model(model), stats, layers, per_head, weights)
+    metadata = _metadata(pw, stats, schedule, per_head, spec, boot)
+    return Decomposition(rows, metadata=metadata, weights=pw, stats=stats)
+
+
+def _metadata(pw, stats, schedule: Schedule, per_head: bool, spec, boot) -> dict[str, Any]:
+    """What a Decomposition was computed from: model, statistics, run, null and CI settings."""
     metadata = {
         "model": pw.metadata,
         "stats": dict(stats.metadata),
@@ -246,14 +252,11 @@ def decompose(
         reference = spec.reference
         if reference is not None and not isinstance(reference, str):
             reference = "model"
-        metadata["null"] = {
-            "permutations": spec.permutations,
-            "seed": spec.seed,
-            "reference": reference,
-        }
+        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed,
+                            "reference": reference}  # fmt: skip
     if boot is not None:
         metadata["ci"] = boot.metadata()
-    return Decomposition(rows, metadata=metadata, weights=pw, stats=stats)
+    return metadata
 
 
 def _bootstrap_cosines(scored, boot: Bootstrap, projections: Projections) -> torch.Tensor:
