@@ -1,5 +1,7 @@
 """The fast statistics against the plain dense one-hot reference of MATH.md §2."""
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -173,6 +175,40 @@ def test_shard_merge_equals_whole_corpus(backend):
     q_bar, delta = second[2].merge(second[0]).merge(second[1]).result()
     torch.testing.assert_close(q_bar, whole.Q_bar, rtol=0, atol=1e-15)
     torch.testing.assert_close(delta, whole.Delta, rtol=0, atol=1e-15)
+
+
+def ship(acc):
+    """Pickle as Ray does (protocol 5, buffers out of band) and load from read-only buffers."""
+    buffers = []
+    data = pickle.dumps(acc, protocol=5, buffer_callback=buffers.append)
+    frozen = [memoryview(bytes(b.raw())) for b in buffers]  # bytes: read-only, as Ray maps them
+    return pickle.loads(data, buffers=frozen), len(buffers)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shipped_shards_merge_to_the_whole_corpus(backend):
+    v, tokens = 26, markov_windows(30, 10, 26, seed=8)
+    kept = resolve_vocab(list(range(0, 26, 2)), v)
+    whole = corpus_stats(tokens, v, vocab=kept.kept.tolist(), progress=False)
+    shards = [tokens[:7], tokens[7:19], tokens[19:]]
+
+    first = [ship(ContextAccumulator(kept, backend=backend).update(s)) for s in shards]
+    assert all(n_buffers >= 1 for _, n_buffers in first)  # the tables travel out of band
+    merged = first[0][0].merge(first[1][0]).merge(first[2][0]).result()
+    assert torch.equal(merged.pair_codes, whole.pair_codes)
+    assert torch.equal(merged.pair_counts, whole.pair_counts)
+    torch.testing.assert_close(merged.Phi_bar, whole.Phi_bar, rtol=0, atol=1e-15)
+
+    g_bar = composed_from_counts(merged, kept)
+    second = []
+    for shard in shards:
+        acc = AttentionAccumulator(g_bar, kept, backend=backend).update(shard)
+        second.append(ship(acc.drop_g_bar())[0])
+    q_bar, delta = second[1].merge(second[0]).merge(second[2]).result()
+    torch.testing.assert_close(q_bar, whole.Q_bar, rtol=0, atol=1e-15)
+    torch.testing.assert_close(delta, whole.Delta, rtol=0, atol=1e-15)
+    with pytest.raises(LeadTermsError, match="without Ḡ"):
+        second[2].update(shards[0])
 
 
 def test_pass_two_refuses_a_different_g_bar():

@@ -208,7 +208,7 @@ def corpus_stats(
 
         start = time.perf_counter()
         g_bar = composed_from_counts(counts, kept, progress=progress, backend=first.backend)
-        g_ref = ray.put(g_bar)  # one copy in the object store, read by every pass-two task
+        g_ref = ray.put(g_bar.cpu().numpy())  # once in the object store; tasks map it, no copy
         clock["G_bar"] = time.perf_counter() - start
 
         start = time.perf_counter()

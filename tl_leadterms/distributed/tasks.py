@@ -14,11 +14,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from tl_leadterms.distributed.shards import Shard, WindowSpec
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
+from tl_leadterms.stats.tables import padded_square
 from tl_leadterms.stats.tokens import TokenSource
 from tl_leadterms.stats.vocab import KeptVocab
 
@@ -115,22 +117,22 @@ def context_task(
         )
         for batch in shard_batches(shard, options, dataset, tokenizer) or ():
             acc.update(batch)
-        # merging an empty accumulator counts the pending bigram codes: fewer bytes to ship
-        acc.merge(
-            ContextAccumulator(
-                kept,
-                dtype=options.accumulate_dtype,
-                backend=acc.backend,
-                last_target=options.last_target,
-            )
-        )
-    return acc, _info(shard, acc.n_sequences, acc.n_ctx, start)
+    return acc, _info(shard, acc.n_sequences, acc.n_ctx, start)  # pickling compacts the codes
+
+
+def g_bar_table(g_bar: np.ndarray) -> torch.Tensor:
+    """Ḡ as shipped (a numpy array, mapped read-only from the object store) copied once into
+    the padded table an :class:`AttentionAccumulator` counts with, without a second copy."""
+    dtype = torch.from_numpy(np.zeros(0, dtype=g_bar.dtype)).dtype
+    table = padded_square(g_bar.shape[0], dtype, "cpu")
+    table.numpy()[...] = g_bar
+    return table
 
 
 def attention_task(
     shard: Shard,
     kept: KeptVocab,
-    g_bar: torch.Tensor,
+    g_bar: np.ndarray,
     options: PassOptions,
     dataset: Any = None,
     tokenizer: Any = None,
@@ -140,7 +142,7 @@ def attention_task(
     start = time.perf_counter()
     with shard_errors(shard):
         acc = AttentionAccumulator(
-            g_bar,
+            g_bar_table(g_bar),
             kept,
             backend=options.backend,
             dtype=options.accumulate_dtype,
@@ -149,7 +151,8 @@ def attention_task(
         )
         for batch in shard_batches(shard, options, dataset, tokenizer) or ():
             acc.update(batch)
-    return acc, _info(shard, acc.n_sequences, acc.n_ctx, start)
+    # Ḡ went to every task once; it does not come back with each shard's sums
+    return acc.drop_g_bar(), _info(shard, acc.n_sequences, acc.n_ctx, start)
 
 
 def merge_task(first: Any, second: Any) -> tuple[Any, float]:

@@ -11,163 +11,31 @@ update of a flat ``k·k + 1`` table (:mod:`.tables`): on the CPU by the fused nu
 """
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.stats.definitions import (
-    LAST_TARGETS,
     Q_TARGETS,
     LastTarget,
     QTargets,
-    apply_last_target,
     key_shift,
 )
+from tl_leadterms.stats.passes import PassBase
 from tl_leadterms.stats.tables import (
-    PairLayout,
     add_counts,
     as_numpy,
-    code_dtype,
     flat_parts,
     kernels,
     padded_flat,
     padded_view,
     pair_codes,
-    resolve_backend,
 )
-from tl_leadterms.stats.tokens import check_batch
 from tl_leadterms.stats.vocab import KeptVocab
 
 __all__ = ["AttentionAccumulator", "ContextAccumulator", "ContextCounts"]
 
 _COMPACT_AT = 1 << 24  # pending bigram codes kept before they are counted
-
-
-@dataclass
-class _Shape:
-    vocab: KeptVocab
-    n_ctx: int | None
-    dtype: torch.dtype
-    device: torch.device
-    last_target: str = "data"
-
-    def check_compatible(self, other: "_Shape", what: str) -> None:
-        same_kept = (self.vocab.kept is None and other.vocab.kept is None) or (
-            self.vocab.kept is not None
-            and other.vocab.kept is not None
-            and torch.equal(self.vocab.kept.cpu(), other.vocab.kept.cpu())
-        )
-        mine = (self.vocab.d_vocab, self.vocab.centre_vocab, self.dtype)
-        theirs = (other.vocab.d_vocab, other.vocab.centre_vocab, other.dtype)
-        if mine != theirs or not same_kept:
-            raise LeadTermsError(
-                f"cannot merge {what}s with different vocabularies or dtypes: (d_vocab, "
-                f"centre_vocab, dtype) {mine} vs {theirs}, kept vocab equal: {same_kept}. Count "
-                "every shard with the same d_vocab, vocab=, centre_vocab= and dtype=."
-            )
-        if self.last_target != other.last_target:
-            raise LeadTermsError(
-                f"cannot merge {what}s counted with last_target={self.last_target!r} and "
-                f"{other.last_target!r}; count every shard with the same last_target=."
-            )
-        if None not in (self.n_ctx, other.n_ctx) and self.n_ctx != other.n_ctx:
-            raise LeadTermsError(
-                f"cannot merge {what}s over windows of different lengths: T = {self.n_ctx} vs "
-                f"{other.n_ctx}."
-            )
-
-
-class _PassBase:
-    """Shared bookkeeping: the window length, the index map and the pair layout."""
-
-    what = "accumulator"
-
-    def __init__(
-        self,
-        vocab: KeptVocab,
-        n_ctx: int | None,
-        dtype: torch.dtype,
-        device,
-        backend: str,
-        last_target: str = "data",
-    ) -> None:
-        if dtype not in (torch.float32, torch.float64):
-            raise LeadTermsError(
-                f"a {self.what} accumulates in torch.float32 or torch.float64, got {dtype}."
-            )
-        check_choice("last_target", last_target, LAST_TARGETS)
-        self.shape = _Shape(vocab, n_ctx, dtype, torch.device(device), last_target)
-        self.backend = resolve_backend(backend, self.shape.device)
-        self.n_sequences = 0
-        self._index = vocab.index_map(self.shape.device)
-        self._layout: PairLayout | None = None
-
-    @property
-    def vocab(self) -> KeptVocab:
-        return self.shape.vocab
-
-    @property
-    def n_ctx(self) -> int | None:
-        return self.shape.n_ctx
-
-    @property
-    def n_positions(self) -> int:
-        return self.n_sequences * (self.n_ctx or 0)
-
-    @property
-    def last_target(self) -> str:
-        """``"data"`` or ``"paper-code"`` (see :mod:`.definitions`)."""
-        return self.shape.last_target
-
-    def _prepare(self, batch: Any) -> tuple[torch.Tensor, PairLayout]:
-        """Validate a ``[b, T + 1]`` batch; return it in matrix indices (dropped = ``k``).
-
-        The ids are checked here too (not only by ``corpus_stats``): the fused kernels write
-        where the ids point, so an out-of-range id must never reach them.
-        """
-        self._check_open()
-        batch = check_batch(
-            batch, self.vocab.d_vocab, n_ctx=self.shape.n_ctx, where=f"{self.what}.update"
-        )
-        t = batch.shape[1] - 1
-        if self.shape.n_ctx is None:
-            self.shape.n_ctx = t
-        if self._layout is None:
-            self._layout = PairLayout(
-                t, self.shape.dtype, self.shape.device, code_dtype(self.vocab)
-            )
-        batch = apply_last_target(batch.to(self.shape.device), self.shape.last_target)
-        idx = batch if self._index is None else self._index[batch]
-        return idx, self._layout
-
-    def _check_merge(self, other: "_PassBase") -> None:
-        if type(other) is not type(self):
-            raise LeadTermsError(f"cannot merge a {type(other).__name__} into a {self.what}.")
-        self._check_open()
-        other._check_open()
-        self.shape.check_compatible(other.shape, self.what)
-        if self.shape.n_ctx is None:
-            self.shape.n_ctx = other.shape.n_ctx
-            self._layout = other._layout
-
-    def _release(self) -> None:
-        self._released = True
-
-    def _check_open(self) -> None:
-        if getattr(self, "_released", False):
-            raise LeadTermsError(
-                f"this {self.what} was finished by result(release=True); its table now holds "
-                "the result. Use a new accumulator, or call result() without release."
-            )
-
-    def _check_nonempty(self) -> None:
-        self._check_open()
-        if self.n_sequences == 0:
-            raise LeadTermsError(
-                f"the {self.what} has seen no windows; call update() with at least one batch "
-                "(an empty corpus has no statistics)."
-            )
 
 
 @dataclass
@@ -182,7 +50,7 @@ class ContextCounts:
     n_ctx: int
 
 
-class ContextAccumulator(_PassBase):
+class ContextAccumulator(PassBase):
     """Pass one: bigram pair counts, unigram counts and the context map Φ̄.
 
     Φ̄[i, j] = (1/NT) Σ_n Σ_t (1/t) Σ_{m<=t} [y_t = i][x_m = j] − μ_j, with
@@ -242,6 +110,9 @@ class ContextAccumulator(_PassBase):
         self.n_sequences += b
         return self
 
+    def _compact_pending(self) -> None:
+        self._compact()
+
     def _compact(self) -> None:
         if not self._pending:
             return
@@ -292,7 +163,7 @@ class ContextAccumulator(_PassBase):
         )
 
 
-class AttentionAccumulator(_PassBase):
+class AttentionAccumulator(PassBase):
     """Pass two: the attention statistic Q̄ and the positional statistic Δ, given Ḡ.
 
     For query t and key j <= t, g = row t of (Y_n − u)ḠX_nᵀ, ḡ_t = (1/t) Σ_{j<=t} g and
@@ -351,8 +222,21 @@ class AttentionAccumulator(_PassBase):
         self._q = torch.zeros(size, dtype=self.shape.dtype, device=self.shape.device)
         self._delta: torch.Tensor | None = None
 
+    def drop_g_bar(self) -> "AttentionAccumulator":
+        """Forget Ḡ (a ``[k, k]`` table) and return self: the sums can still be merged and
+        finished, not updated. A shard task calls it so that Ḡ, which every task was given,
+        does not travel back with each shard's sums; merging then trusts that every shard
+        was counted with the same Ḡ."""
+        self._g = None
+        return self
+
     def update(self, batch: torch.Tensor) -> "AttentionAccumulator":
         """Add a ``[b, T + 1]`` batch of token windows (ids are checked first)."""
+        if self._g is None:
+            raise LeadTermsError(
+                "this AttentionAccumulator was shipped without Ḡ (drop_g_bar); it can be merged "
+                "and finished but not updated. Build a new one from Ḡ to count more windows."
+            )
         idx, layout = self._prepare(batch)
         b, t = idx.shape[0], layout.n_ctx
         x, y = idx[:, :-1], idx[:, 1:]
@@ -402,7 +286,8 @@ class AttentionAccumulator(_PassBase):
                 f"cannot merge AttentionAccumulators with q_targets={self.q_targets!r} and "
                 f"{other.q_targets!r}; build every shard with the same q_targets=."
             )
-        if not torch.equal(self._g, other._g.to(self._g.device)):
+        shipped = self._g is None or other._g is None  # see drop_g_bar
+        if not shipped and not torch.equal(self._g, other._g.to(self._g.device)):
             raise LeadTermsError(
                 "cannot merge AttentionAccumulators built from different Ḡ; pass two of every "
                 "shard must use the Ḡ of the whole corpus (merge the pass-one shards first)."
