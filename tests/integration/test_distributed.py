@@ -27,6 +27,7 @@ from tl_leadterms import LeadTermsError, corpus_stats, make_windows
 from tl_leadterms.data import generate_stories, train_word_tokenizer
 from tl_leadterms.distributed import ArrayShard, plan_shards
 from tl_leadterms.distributed import corpus_stats as ray_stats
+from tl_leadterms.distributed.memory import check_task_fits, plan_ray_memory
 
 ray = pytest.importorskip("ray")
 
@@ -77,6 +78,31 @@ def test_shards_of_the_embedded_corpus_equal_one_process(cluster, stories_corpus
     assert_same(got, reference)
     assert got.metadata["distributed"] == f"ray, {n_shards} shards"
     assert ray.is_initialized()  # a Ray it did not start is left running
+
+
+def test_only_bigram_and_context_stop_after_pass_one(cluster, stories_corpus):
+    _, tokenizer, _, path, reference = stories_corpus
+    timings = {}
+    got = ray_stats(
+        [path], len(tokenizer), shard_size=40, want=("B_bar", "Phi_bar"), dtype=torch.float32,
+        progress=False, timings=timings,
+    )  # fmt: skip
+    assert got.metadata["statistics"] == ["B_bar", "Phi_bar"]
+    assert "pass2" not in timings and "G_bar" not in timings
+    torch.testing.assert_close(got.Phi_bar, reference.Phi_bar.float(), rtol=0, atol=1e-7)
+    with pytest.raises(LeadTermsError, match="Q_bar"):
+        _ = got.Q_bar
+
+
+def test_the_memory_plan_refuses_a_task_no_node_can_hold(cluster, stories_corpus):
+    plan = plan_ray_memory(50_304, k=20_000)
+    assert plan.task_stages["pass two"] >= 20_000**2 * 16  # its Q̄ table and its copy of Ḡ
+    with pytest.raises(LeadTermsError, match=r"each shard task needs about .* keep fewer"):
+        check_task_fits(plan, [2 * 2**30, 4 * 2**30])
+    check_task_fits(plan, [2 * 2**30, 8 * 2**30])  # one node large enough: runs there
+    _, tokenizer, _, path, reference = stories_corpus  # a small run reserves its plan and runs
+    got = ray_stats([path], len(tokenizer), shard_size=50, progress=False)
+    assert_same(got, reference)
 
 
 def test_text_files_are_tokenised_in_the_workers(cluster, stories_corpus, tmp_path):
@@ -353,6 +379,7 @@ DRIVER = """
 import sys, numpy as np, ray, torch
 from tl_leadterms import corpus_stats
 from tl_leadterms.distributed import corpus_stats as ray_stats
+from tl_leadterms.distributed.memory import check_task_fits, plan_ray_memory
 path, address = sys.argv[1], sys.argv[2]
 
 ray.init(address=address, log_to_driver=False)
@@ -433,13 +460,3 @@ def test_two_nodes_started_with_ray_start(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "local stopped: True" in out.stdout and "remote stopped: True" in out.stdout
     assert "nodes: 2" in out.stdout and "equal" in out.stdout
-
-
-@pytest.mark.parametrize("module", ["shards", "cluster", "sweep"])
-def test_docstring_examples(module):
-    import doctest
-    import importlib
-
-    found = importlib.import_module(f"tl_leadterms.distributed.{module}")
-    result = doctest.testmod(found)
-    assert result.attempted > 0 and result.failed == 0

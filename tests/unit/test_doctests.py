@@ -2,31 +2,15 @@
 
 import doctest
 import importlib
+import pkgutil
 
 import pytest
 
-MODULES = [
-    "tl_leadterms",
-    "tl_leadterms.stats.compute",
-    "tl_leadterms.stats.windows",
-    "tl_leadterms.models.paper",
-    "tl_leadterms.training",
-    "tl_leadterms.analyzers.decompose",
-    "tl_leadterms.analyzers.attention",
-    "tl_leadterms.checkpoints.sweep_results",
-    "tl_leadterms.plot.tokens",
-    "tl_leadterms.plot.views",
-    "tl_leadterms.report.markup",
-    "tl_leadterms.report.tables",
-    "tl_leadterms.report.findings",
-    "tl_leadterms.stats.blocks",
-    "tl_leadterms.analyzers.bootstrap",
-    "tl_leadterms.checks",
-    "tl_leadterms.theory.table",
-    "tl_leadterms.theory.leading",
-    "tl_leadterms.atomic",
-    "tl_leadterms.adapters.sandwich",
-]
+import tl_leadterms
+
+# every module of the package: an example anywhere in a docstring is checked
+SUBMODULES = pkgutil.walk_packages(tl_leadterms.__path__, "tl_leadterms.")
+MODULES = ["tl_leadterms", *sorted(m.name for m in SUBMODULES)]
 
 
 @pytest.mark.parametrize("name", MODULES)

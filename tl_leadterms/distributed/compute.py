@@ -7,14 +7,16 @@ and puts it once into the object store; every pass-two task gets its ObjectRef. 
 the ``[k, k]`` results, never the corpus.
 """
 
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from tl_leadterms.distributed.cluster import ray_session
+from tl_leadterms.distributed.memory import RayMemoryPlan, check_task_fits, plan_ray_memory
 from tl_leadterms.distributed.shards import Shard, WindowSpec, plan_shards
 from tl_leadterms.distributed.tasks import (
     PassOptions,
@@ -25,9 +27,10 @@ from tl_leadterms.distributed.tasks import (
     one_line,
 )
 from tl_leadterms.errors import LeadTermsError, check_choice, positive_int
-from tl_leadterms.stats.compute import assemble_stats, composed_from_counts
+from tl_leadterms.stats.compute import assemble_stats, composed_from_counts, resolve_want
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.definitions import LAST_TARGETS, Q_TARGETS, LastTarget, QTargets
+from tl_leadterms.stats.memory import check_memory as check_memory_fits
 from tl_leadterms.stats.vocab import KeptVocab, VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
 
@@ -37,8 +40,12 @@ __all__ = ["corpus_stats"]
 class _Pass:
     """Submit one pass (a task per shard, a merge tree), follow it, return the merged value."""
 
-    def __init__(self, ray: Any, task: Callable, *, cpus: int, retries: int) -> None:
+    def __init__(
+        self, ray: Any, task: Callable, *, cpus: int, retries: int, memory: int | None = None
+    ) -> None:
         options = {"num_cpus": cpus, "max_retries": retries, "retry_exceptions": False}
+        if memory:  # Ray's scheduler then runs no more tasks on a node than its memory holds
+            options["memory"] = int(memory)
         self.ray = ray
         self.leaf = ray.remote(task).options(num_returns=2, **options)
         self.merge = ray.remote(merge_task).options(num_returns=2, **options)
@@ -137,6 +144,8 @@ def corpus_stats(
     timings: dict[str, Any] | None = None,
     q_targets: QTargets = "centred",
     last_target: LastTarget = "data",
+    want: Iterable[str] | None = None,
+    check_memory: bool = True,
 ) -> CorpusStats:
     """:func:`tl_leadterms.corpus_stats` on a Ray cluster, one task per shard.
 
@@ -147,9 +156,10 @@ def corpus_stats(
             ``datasets.Dataset`` (split with ``.shard()``). See :mod:`.shards` for how windows
             are made; they match the single-process windows shard by shard.
         d_vocab, vocab, centre_vocab, dtype, batch_size, backend, tokenizer, q_targets,
-        last_target: as in
-            :func:`tl_leadterms.corpus_stats` (``vocab=<int>`` adds a counting pass). Sums are
-            accumulated in float64 and rounded once to ``dtype``.
+        last_target, want: as in
+            :func:`tl_leadterms.corpus_stats` (``vocab=<int>`` adds a counting pass;
+            ``want=("B_bar", "Phi_bar")`` stops after pass one). Sums are accumulated in
+            float64 and rounded once to ``dtype``.
         n_ctx, mode, eos_id, text_column: how documents become windows (``make_windows``);
             ``n_ctx=None`` takes windows as they are.
         shard_size: windows per shard for ``.npy`` files, rows per shard for a dataset.
@@ -160,10 +170,14 @@ def corpus_stats(
             initialised in this process is used as it is.
         cpus_per_task: CPUs each shard task reserves (its numba/torch threads).
         max_retries: times Ray reruns a task whose worker died (data errors are not retried).
-        progress: tqdm bars counting finished shards and tokens.
+        progress: tqdm bars counting finished shards and tokens (and the memory plan).
         timings: if a dict, receives the seconds of ``"vocab"``, ``"pass1"``, ``"G_bar"``,
             ``"pass2"`` and per-shard infos ``"pass1_shards"``/``"pass2_shards"`` and merge
             seconds ``"pass1_merges"``/``"pass2_merges"``.
+        check_memory: plan the memory first (:mod:`.memory`): refuse when the driver's
+            estimate exceeds this machine's available memory or a shard task's exceeds every
+            node's, and reserve each task's estimate as Ray's ``memory`` resource so no node
+            runs more tasks at once than it holds. ``False`` skips the plan.
 
     Returns:
         A :class:`~tl_leadterms.CorpusStats` equal (to rounding) to the single-process one.
@@ -174,56 +188,26 @@ def corpus_stats(
     positive_int("cpus_per_task", cpus_per_task)
     check_choice("q_targets", q_targets, Q_TARGETS)
     check_choice("last_target", last_target, LAST_TARGETS)
+    statistics = resolve_want(want)
     window = WindowSpec(n_ctx, mode, eos_id, text_column)
     options = PassOptions(
         d_vocab, window, batch_size, torch.float64, backend, q_targets, last_target
     )
     clock = timings if timings is not None else {}
     with ray_session(address, num_cpus) as ray:
-        dataset = source if type(source).__name__ == "Dataset" else None
-        if dataset is not None and num_shards is None and shard_size is None:
-            num_shards = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        shards = plan_shards(source, n_ctx=n_ctx, shard_size=shard_size, num_shards=num_shards)
-        shared = (
-            None if dataset is None else ray.put(dataset),
-            None if tokenizer is None else ray.put(tokenizer),  # once; tasks get the ref
-        )
-
-        def runner(task: Callable) -> _Pass:
-            return _Pass(ray, task, cpus=cpus_per_task, retries=max_retries)
-
-        def count() -> torch.Tensor:
-            return runner(count_task).run(shards, (options, *shared), "count", progress)[0]
-
-        start = time.perf_counter()
-        kept = _kept_vocab(vocab, d_vocab, centre_vocab, count)
-        clock["vocab"] = time.perf_counter() - start
-
-        start = time.perf_counter()
-        first, clock["pass1_shards"], clock["pass1_merges"] = runner(context_task).run(
-            shards, (kept, options, *shared), "pass 1/2: B̄, Φ̄", progress
-        )
+        run = _Run(ray, cpus_per_task, max_retries, progress, clock)
+        run.plan(source, tokenizer, n_ctx, shard_size, num_shards, options)
+        kept = run.kept_vocab(vocab, d_vocab, centre_vocab)
+        memory = plan_ray_memory(d_vocab, k=kept.k, dtype=dtype, want=statistics)
+        if check_memory:
+            run.check_memory(memory)
+        first = run.context_pass(kept)
         counts = first.result(release=True, dtype=dtype)
-        clock["pass1"] = time.perf_counter() - start
-
-        start = time.perf_counter()
-        g_bar = composed_from_counts(counts, kept, progress=progress, backend=first.backend)
-        g_ref = ray.put(g_bar.cpu().numpy())  # once in the object store; tasks map it, no copy
-        clock["G_bar"] = time.perf_counter() - start
-
-        start = time.perf_counter()
-        second, clock["pass2_shards"], clock["pass2_merges"] = runner(attention_task).run(
-            shards, (kept, g_ref, options, *shared), "pass 2/2: Q̄, Δ", progress
-        )
-        if second.n_sequences != counts.n_sequences:
-            raise LeadTermsError(
-                f"the shards gave {counts.n_sequences} windows in pass one but "
-                f"{second.n_sequences} in pass two; shards must read the same windows each time."
-            )
-        q_bar, delta = second.result(release=True, dtype=dtype)
-        clock["pass2"] = time.perf_counter() - start
-        del g_ref
-
+        g_bar = q_bar = delta = None
+        if "G_bar" in statistics:
+            g_bar = run.composed(counts, kept, first.backend)
+        if "Q_bar" in statistics:
+            q_bar, delta = run.attention_pass(kept, g_bar, counts.n_sequences, dtype)
     metadata = {
         "library_version": __version__,
         "d_vocab": d_vocab,
@@ -234,7 +218,7 @@ def corpus_stats(
         "dtype": str(dtype).removeprefix("torch."),
         "accumulate_dtype": "float64",
         "backend": first.backend,
-        "distributed": f"ray, {len(shards)} shards",
+        "distributed": f"ray, {len(run.shards)} shards",
         "q_targets": q_targets,
         "last_target": last_target,
         **_provenance(tokenizer),
@@ -242,3 +226,77 @@ def corpus_stats(
     return assemble_stats(
         counts, kept, g_bar, q_bar, delta, metadata, tokenizer, accumulate_dtype=torch.float64
     )
+
+
+class _Run:
+    """One distributed computation: the shards, what every task shares, the passes in order."""
+
+    def __init__(self, ray: Any, cpus: int, retries: int, progress: bool, clock: dict) -> None:
+        self.ray, self.cpus, self.retries = ray, cpus, retries
+        self.progress, self.clock = progress, clock
+        self.memory: dict[str, int] = {}  # pass -> bytes each of its tasks reserves
+
+    def plan(self, source, tokenizer, n_ctx, shard_size, num_shards, options) -> None:
+        dataset = source if type(source).__name__ == "Dataset" else None
+        if dataset is not None and num_shards is None and shard_size is None:
+            num_shards = max(1, int(self.ray.cluster_resources().get("CPU", 1)))
+        self.shards = plan_shards(source, n_ctx=n_ctx, shard_size=shard_size, num_shards=num_shards)
+        self.options = options
+        self.shared = (  # put once; every task gets the refs
+            None if dataset is None else self.ray.put(dataset),
+            None if tokenizer is None else self.ray.put(tokenizer),
+        )
+
+    def check_memory(self, plan: RayMemoryPlan) -> None:
+        check_memory_fits(plan.driver)
+        nodes = self.ray.nodes()
+        check_task_fits(plan, [n["Resources"].get("memory", 0) for n in nodes if n["Alive"]])
+        self.memory = {"count": 0, **plan.task_stages}
+        if self.progress:
+            tqdm.write(str(plan), file=sys.stderr)
+
+    def _pass(self, task: Callable, name: str, args: tuple, desc: str) -> tuple:
+        runner = _Pass(
+            self.ray, task, cpus=self.cpus, retries=self.retries, memory=self.memory.get(name)
+        )
+        return runner.run(self.shards, (*args, self.options, *self.shared), desc, self.progress)
+
+    def kept_vocab(self, vocab, d_vocab, centre_vocab) -> KeptVocab:
+        start = time.perf_counter()
+
+        def count() -> torch.Tensor:
+            return self._pass(count_task, "count", (), "count")[0]
+
+        kept = _kept_vocab(vocab, d_vocab, centre_vocab, count)
+        self.clock["vocab"] = time.perf_counter() - start
+        return kept
+
+    def context_pass(self, kept: KeptVocab) -> Any:
+        start = time.perf_counter()
+        first, self.clock["pass1_shards"], self.clock["pass1_merges"] = self._pass(
+            context_task, "pass one", (kept,), "pass 1/2: B̄, Φ̄"
+        )
+        self.clock["pass1"] = time.perf_counter() - start
+        return first
+
+    def composed(self, counts: Any, kept: KeptVocab, backend: str) -> torch.Tensor:
+        start = time.perf_counter()
+        g_bar = composed_from_counts(counts, kept, progress=self.progress, backend=backend)
+        self.clock["G_bar"] = time.perf_counter() - start
+        return g_bar
+
+    def attention_pass(self, kept, g_bar, n_sequences: int, dtype) -> tuple:
+        start = time.perf_counter()
+        g_ref = self.ray.put(g_bar.cpu().numpy())  # once in the object store; tasks map it
+        second, self.clock["pass2_shards"], self.clock["pass2_merges"] = self._pass(
+            attention_task, "pass two", (kept, g_ref), "pass 2/2: Q̄, Δ"
+        )
+        del g_ref
+        if second.n_sequences != n_sequences:
+            raise LeadTermsError(
+                f"the shards gave {n_sequences} windows in pass one but "
+                f"{second.n_sequences} in pass two; shards must read the same windows each time."
+            )
+        q_bar, delta = second.result(release=True, dtype=dtype)
+        self.clock["pass2"] = time.perf_counter() - start
+        return q_bar, delta

@@ -1,0 +1,111 @@
+r"""The memory plan of a Ray run: what the driver holds and what each shard task holds.
+
+As on one machine (:mod:`tl_leadterms.stats.memory`) the tables are ``[k, k]``, so the plan
+depends on ``k``, the dtypes and the statistics asked for, not on the corpus. With
+``D = k²·bytes(dtype)`` and ``A = 8k²`` (shards always sum in float64):
+
+* a pass-one task holds its accumulation table ``A``, its sparse bigram counts and one batch;
+* a pass-two task holds its Q̄ table ``A``, its own copy of Ḡ (``D``, copied once from the
+  object store's shared copy) and one batch;
+* the driver holds the merged table ``A`` of each pass and the results: Φ̄ (``D``, plus ``A``
+  while it is rounded when ``D ≠ A``), Ḡ (``D``, and ``D`` more in the object store on its node
+  while pass two runs) and Q̄ (``A``, rounded to ``D``).
+
+Each task asks Ray for its estimate as the ``memory`` resource, so a node never runs more shard
+tasks at once than its memory holds, and a task larger than every node is refused before any
+work starts. The driver's estimate is checked against the memory of the machine it runs on.
+Shared-memory copies of shipped tables in the workers' object stores are not counted.
+
+Example:
+
+>>> import torch
+>>> plan = plan_ray_memory(50_304, k=5_000, dtype=torch.float32)
+>>> round(plan.task_peak / 2**20), plan.driver.peak_stage
+(511, 'pass two')
+>>> plan_ray_memory(50_304, k=5_000, want=("B_bar", "Phi_bar")).task_stages.keys()
+dict_keys(['pass one'])
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.memory import (
+    ALL_STATISTICS,
+    MemoryPlan,
+    format_bytes,
+)
+
+__all__ = ["RayMemoryPlan", "check_task_fits", "plan_ray_memory"]
+
+_WORKSPACE = 64 << 20  # one batch of windows and its pair codes (as on one machine)
+_PAIRS_UNKNOWN = 1 << 24  # distinct bigrams assumed when the corpus size is not known
+
+
+@dataclass(frozen=True)
+class RayMemoryPlan:
+    """Estimated bytes of a Ray run.
+
+    Attributes:
+        driver: the driver's plan (a :class:`~tl_leadterms.stats.memory.MemoryPlan`).
+        task_stages: pass name -> bytes one shard task holds at its peak.
+    """
+
+    driver: MemoryPlan
+    task_stages: dict[str, int]
+
+    @property
+    def task_peak(self) -> int:
+        return max(self.task_stages.values())
+
+    def __str__(self) -> str:
+        return f"{self.driver} on the driver; about {format_bytes(self.task_peak)} per shard task"
+
+
+def plan_ray_memory(
+    d_vocab: int,
+    *,
+    k: int | None = None,
+    dtype: torch.dtype = torch.float64,
+    want: tuple[str, ...] = ALL_STATISTICS,
+    n_positions: int | None = None,
+) -> RayMemoryPlan:
+    """Estimate the memory of :func:`tl_leadterms.distributed.corpus_stats` (module docstring).
+
+    Args:
+        d_vocab: the vocabulary size; ``k`` the kept tokens (default ``d_vocab``).
+        dtype: the result dtype (shards always sum in float64).
+        want: the statistics asked for; only B̄ and Φ̄ stop after pass one.
+        n_positions: ``N·T`` of the whole corpus if known (bounds the distinct bigrams).
+    """
+    k = d_vocab if k is None else min(k, d_vocab)
+    cells = k * k
+    d, a = cells * dtype.itemsize, cells * 8
+    pairs = 16 * min(cells, n_positions or _PAIRS_UNKNOWN)
+    rounding = d if d != a else 0
+    driver = {"pass one": a + rounding + pairs}
+    tasks = {"pass one": a + pairs + _WORKSPACE}
+    if any(s in want for s in ("G_bar", "Q_bar", "Delta")):
+        driver["Ḡ"] = 2 * d + min(3 << 27, d) + pairs + d  # Φ̄, Ḡ, column blocks, shared Ḡ
+    if any(s in want for s in ("Q_bar", "Delta")):
+        driver["pass two"] = 3 * d + a + rounding + pairs
+        tasks["pass two"] = a + d + _WORKSPACE
+    return RayMemoryPlan(MemoryPlan(k, dtype, torch.float64, tuple(want), driver), tasks)
+
+
+def check_task_fits(plan: RayMemoryPlan, node_memory: Sequence[int | float]) -> None:
+    """Refuse a run whose shard task needs more memory than any node offers Ray.
+
+    ``node_memory`` is each live node's ``memory`` resource (bytes Ray may hand to tasks); a
+    task asking for more would never be scheduled, so the run would wait forever.
+    """
+    if not node_memory or plan.task_peak <= max(node_memory):
+        return
+    raise LeadTermsError(
+        f"each shard task needs about {format_bytes(plan.task_peak)} (k={plan.driver.k}) but "
+        f"the largest Ray node offers {format_bytes(max(node_memory))} to tasks; keep fewer "
+        f"tokens (vocab=, --keep, e.g. {max(1000, plan.driver.k // 2)}), compute only B̄ and "
+        'Φ̄ (want=("B_bar", "Phi_bar")), or add nodes with more memory.'
+    )
