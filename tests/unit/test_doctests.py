@@ -14,6 +14,8 @@ MODULES = [
     "tl_leadterms.analyzers.decompose",
     "tl_leadterms.analyzers.attention",
     "tl_leadterms.checkpoints.sweep_results",
+    "tl_leadterms.checkpoints.sweep_analyses",
+    "tl_leadterms.checkpoints.sweep_inputs",
     "tl_leadterms.plot.tokens",
     "tl_leadterms.plot.views",
     "tl_leadterms.report.markup",
