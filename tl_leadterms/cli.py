@@ -12,6 +12,7 @@
     tl-leadterms sweep series_dir s.safetensors [--results r.jsonl] [--out table.csv]
     tl-leadterms sweep pythia-70m s.safetensors --steps 0 1 2 4    # hub checkpoints
     tl-leadterms sweep series_dir s.safetensors --results r.jsonl --ray auto --device cuda
+    tl-leadterms sweep series_dir s.safetensors --null 99 --seed 0   # + null_mean, z, p columns
     tl-leadterms report s.safetensors --model ckpt_dir --text "..." --words red fish -o r.html
 
 Every subcommand has ``--help``. Exit codes: 0 success, 2 bad arguments or input.
@@ -328,6 +329,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sw.add_argument("--layers", type=int, nargs="+", help="layers to analyse (default: all)")
     sw.add_argument("--per-head", action="store_true", help="scores per head as well")
+    sw.add_argument(
+        "--null",
+        type=_positive,
+        metavar="R",
+        help="a permutation null of R draws per score: columns null_mean, null_sd, z, p",
+    )
+    sw.add_argument(
+        "--ci",
+        type=float,
+        metavar="LEVEL",
+        help="a bootstrap interval (columns lo, hi); needs statistics kept per block",
+    )
+    sw.add_argument("--seed", type=int, help="seed of the null's permutations (default 0)")
     sw.add_argument(
         "--ray",
         nargs="?",

@@ -337,6 +337,12 @@ def cmd_decompose(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from tl_leadterms.checkpoints.sweep import sweep
 
+    if args.ci is not None:
+        raise LeadTermsError(
+            f"--ci {args.ci} needs statistics kept per block of windows "
+            "(tl_leadterms.block_stats), which a statistics file does not hold; call "
+            "sweep(..., ci=...) from Python with block_stats(...), or drop --ci"
+        )
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".json"):
         raise LeadTermsError(f"--out {args.out!r} must end in .csv or .json")
     check_output(args.out, "--out")
@@ -369,6 +375,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         results=args.results,
         layers=args.layers,
         per_head=args.per_head,
+        null=args.null,
+        seed=args.seed,
         device=args.device,
         progress=not args.quiet,
         **on_ray,

@@ -184,6 +184,35 @@ def test_sweep_resumes_and_writes_a_table(series, tmp_path, capsys):
     assert "step1" in capsys.readouterr().out
 
 
+def test_sweep_null_columns_printed_and_written(series, tmp_path, capsys):
+    import pandas as pd
+
+    from tl_leadterms import CorpusStats, covariance_similarity
+    from tl_leadterms.analyzers.null import NullSpec
+    from tl_leadterms.checkpoints.loading import load_model
+
+    table = tmp_path / "t.csv"
+    args = ["sweep", str(series["dir"]), str(series["stats"]), "--steps", "0", "2", "--analyses",
+            "covariance", "--null", "3", "--seed", "1", "--out", str(table), "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    grid = out[out.index("covariance: value_post") :].splitlines()
+    assert [line.split()[0] for line in grid[2:7]] == ["L0", "null", "z", "p", "L1"]
+    df = pd.read_csv(table)
+    assert list(df.columns) == ["checkpoint", "step", "layer", "head", "analysis", "score",
+                                "value", "null_mean", "null_sd", "z", "p"]  # fmt: skip
+    stats = CorpusStats.load(series["stats"])
+    model = load_model(series["dir"] / "step2")
+    direct = covariance_similarity(model, stats, null=NullSpec(3, seed=1), progress=False)
+    written = df[df["checkpoint"] == "step2"]
+    assert list(written["score"]) == [r["score"] for r in direct.rows]
+    np.testing.assert_allclose(written["p"], [r["p"] for r in direct.rows], atol=0)
+    np.testing.assert_allclose(written["null_mean"], [r["null_mean"] for r in direct.rows],
+                               atol=1e-12)  # fmt: skip
+    assert main(["sweep", str(series["dir"]), str(series["stats"]), "--ci", "0.9"]) == 2
+    assert "needs statistics kept per block" in capsys.readouterr().err
+
+
 def test_report_from_the_command_line(series, tmp_path, capsys):
     out = tmp_path / "report.html"
     args = ["report", str(series["stats"]), "--model", str(series["dir"] / "step2"), "-o", str(out)]

@@ -285,6 +285,28 @@ def test_a_ray_sweep_equals_the_local_sweep(cluster, series, tmp_path):
     assert sorted(written) == sorted(got.checkpoints)
 
 
+def test_a_ray_sweep_with_null_and_intervals_equals_the_local_sweep(cluster, series):
+    from tl_leadterms import block_stats
+    from tl_leadterms.checkpoints.series import load_windows
+    from tl_leadterms.checkpoints.sweep import sweep
+
+    folder, stats = series
+    blocks = block_stats(load_windows(folder), stats.d_vocab, blocks=3, progress=False)
+    options = {"steps": [0, 16], "analyses": ("decompose", "covariance"), "null": 3, "ci": 0.9,
+               "bootstrap": 2, "seed": 4, "progress": False}  # fmt: skip
+    local = sweep(folder, blocks, **options)
+    got = sweep(folder, blocks, executor="ray", **options)
+    assert_same_rows(got, local)
+    columns = ("null_mean", "null_sd", "z", "p", "lo", "hi")
+    assert got.columns()[-6:] == list(columns)
+    for a, b in zip(got.rows, local.rows, strict=True):
+        for c in columns:  # the same seeded draws in the workers; NaN (P's null) stays NaN
+            assert (a[c] is None and b[c] is None) or a[c] == pytest.approx(
+                b[c], abs=1e-12, nan_ok=True
+            ), (a, c)
+    assert any(r["p"] is not None and not math.isnan(r["p"]) for r in got.rows)
+
+
 class CallLog:
     """A cheap analysis: per-layer norms of W_Q; each call (in whichever worker) appends a line
     to ``log`` so the test can count the checkpoints computed."""

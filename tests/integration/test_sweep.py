@@ -1,17 +1,22 @@
 """Checkpoint sweeps over a real (tiny) trained GPT-NeoX series, offline, with resume."""
 
 import json
+import math
 
 import pytest
 import torch
 from transformer_lens import HookedTransformer
 
+from tl_leadterms.analyzers.bootstrap import BootstrapSpec
+from tl_leadterms.analyzers.covariance import covariance_similarity
 from tl_leadterms.analyzers.decompose import decompose
+from tl_leadterms.analyzers.null import NullSpec
 from tl_leadterms.checkpoints.loading import load_model
 from tl_leadterms.checkpoints.series import load_series, load_windows, train_neox_series
 from tl_leadterms.checkpoints.sweep import SweepTable, sweep
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats import corpus_stats
+from tl_leadterms.stats.blocks import block_stats
 
 STEPS = [0, 1, 2, 4, 8, 16]
 N_LAYERS = 2
@@ -263,3 +268,111 @@ def test_results_of_other_statistics_are_not_reused(series, stats, tmp_path):
     other.n_sequences = stats.n_sequences  # the same shape as far as a shape check can see
     with pytest.raises(LeadTermsError, match="other settings"):
         sweep(series, other, analyses=probe, steps=[0], results=path, progress=False)
+
+
+# -- null baselines and bootstrap intervals: each checkpoint's columns are decompose's and
+#    covariance_similarity's own, called directly with the same options ----------------------
+
+EXTRA = ("null_mean", "null_sd", "z", "p", "lo", "hi")
+
+
+def same(a, b) -> bool:
+    """Equal floats, NaN equal to NaN (a null of a weight without token labels is NaN)."""
+    if a is None or b is None:
+        return a is b
+    return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, abs=1e-12)
+
+
+def by_key(table):
+    return {(r["checkpoint"], r["analysis"], r["score"], r["layer"], r["head"]): r
+            for r in table.rows}  # fmt: skip
+
+
+def test_null_columns_equal_decompose_and_covariance_on_each_checkpoint(series, stats):
+    got = sweep(series, stats, steps=[0, 16], analyses=("decompose", "covariance"), null=4,
+                seed=3, progress=False)  # fmt: skip
+    rows = by_key(got)
+    assert got.columns()[-4:] == ["null_mean", "null_sd", "z", "p"]
+    spec = NullSpec(permutations=4, seed=3)
+    for label in ("step0", "step16"):
+        model = load_model(series / label)
+        direct = decompose(model, stats, per_head=False, null=spec)
+        for r in direct.rows:
+            row = rows[(label, "decompose", f"cos_{r['weight']}", r["layer"], r["head"])]
+            assert same(row["value"], r["cosine"])
+            for column in ("null_mean", "null_sd", "z", "p"):
+                assert same(row[column], r[column]), (label, r["weight"], column)
+            explained = rows[(label, "decompose", f"explained_{r['weight']}", r["layer"], None)]
+            assert explained["p"] is None  # the null is of the cosine
+        cov = covariance_similarity(model, stats, null=spec, progress=False)
+        for r in cov.rows:
+            row = rows[(label, "covariance", r["score"], r["layer"], r["head"])]
+            for column in ("value", "null_mean", "null_sd", "z", "p"):
+                assert same(row[column], r[column]), (label, r["score"], column)
+    # the permutations are drawn once per seed: seed 3 is not seed 0
+    other = by_key(sweep(series, stats, steps=[16], analyses="covariance", null=4,
+                         progress=False))  # fmt: skip
+    key = ("step16", "covariance", "value_post", 0, None)
+    assert other[key]["value"] == rows[key]["value"]
+    assert other[key]["null_mean"] != rows[key]["null_mean"]
+    assert "null mean" in repr(got) and "      p" in repr(got)
+
+
+def test_intervals_from_block_statistics(series, stats):
+    d_vocab = json.loads((series / "series.json").read_text())["d_vocab"]
+    blocks = block_stats(load_windows(series), d_vocab, blocks=4, progress=False)
+    got = sweep(series, blocks, steps=[16], analyses=("decompose", "covariance"), null=3,
+                ci=0.9, bootstrap=3, seed=1, progress=False)  # fmt: skip
+    rows = by_key(got)
+    assert got.columns()[-6:] == list(EXTRA)
+    model = load_model(series / "step16")
+    options = {"null": NullSpec(3, seed=1), "ci": 0.9, "bootstrap": BootstrapSpec(3, seed=1)}
+    for r in decompose(model, blocks, per_head=False, **options).rows:
+        row = rows[("step16", "decompose", f"cos_{r['weight']}", r["layer"], r["head"])]
+        assert all(same(row[c], r[c]) for c in EXTRA), r["weight"]
+    for r in covariance_similarity(model, blocks, progress=False, **options).rows:
+        row = rows[("step16", "covariance", r["score"], r["layer"], r["head"])]
+        assert all(same(row[c], r[c]) for c in ("value", *EXTRA)), r["score"]
+    w_o = rows[("step16", "decompose", "cos_W_O", None, None)]
+    assert w_o["lo"] <= w_o["hi"]
+    df = got.to_pandas()
+    assert list(df.columns[-6:]) == list(EXTRA) and df["lo"].notna().any()
+    with pytest.raises(LeadTermsError, match="needs statistics kept per block"):
+        sweep(series, stats, steps=[16], ci=0.9, progress=False)
+
+
+def test_a_resumed_null_sweep_keeps_its_columns_and_refuses_other_options(series, stats,
+                                                                          tmp_path):  # fmt: skip
+    path = tmp_path / "sweep.jsonl"
+    options = {"analyses": "covariance", "null": 3, "seed": 2, "progress": False}
+    fresh = sweep(series, stats, steps=[0, 1, 2], **options)
+    sweep(series, stats, steps=[0, 1], results=path, **options)
+    resumed = sweep(series, stats, steps=[0, 1, 2], results=path, **options)
+    assert resumed.metadata["status"] == {"step0": "loaded", "step1": "loaded",
+                                          "step2": "computed"}  # fmt: skip
+    assert [list(r) for r in resumed.rows] == [list(r) for r in fresh.rows]
+    for a, b in zip(resumed.rows, fresh.rows, strict=True):
+        assert all(same(a[c], b[c]) for c in ("value", "null_mean", "null_sd", "z", "p")), a
+    settings = json.loads(path.read_text().splitlines()[0])["settings"]
+    assert settings["analyses"]["covariance"]["null"] == {"permutations": 3, "seed": 2,
+                                                          "reference": None}  # fmt: skip
+    for other, named in (
+        ({"null": 4}, "analyses.covariance.null.permutations: the file has 3, this sweep 4"),
+        ({"seed": 5}, "analyses.covariance.null.seed: the file has 2, this sweep 5"),
+        ({"null": None}, "analyses.covariance.null: the file has {'permutations': 3, 'seed': 2, "
+                         "'reference': None}, this sweep no such setting"),
+    ):  # fmt: skip
+        with pytest.raises(LeadTermsError, match="other settings") as err:
+            sweep(series, stats, steps=[0], results=path, **{**options, **other})
+        assert named in str(err.value)
+
+
+def test_bad_null_options(series, stats):
+    with pytest.raises(LeadTermsError, match="null permutations must be an integer >= 2"):
+        sweep(series, stats, steps=[0], null=1, progress=False)
+    with pytest.raises(LeadTermsError, match="with its own seed"):
+        sweep(series, stats, steps=[0], null=NullSpec(4, seed=1), seed=2, progress=False)
+    with pytest.raises(LeadTermsError, match="seed must be an integer >= 0"):
+        sweep(series, stats, steps=[0], null=4, seed=-1, progress=False)
+    with pytest.raises(LeadTermsError, match="confidence level"):
+        sweep(series, stats, steps=[0], ci=1.5, progress=False)

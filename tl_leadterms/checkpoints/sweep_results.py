@@ -33,7 +33,7 @@ from typing import Any
 from tl_leadterms.atomic import write_text
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["ResultsFile", "append_record", "jsonable", "read_results"]
+__all__ = ["ResultsFile", "append_record", "differences", "jsonable", "read_results"]
 
 
 def jsonable(value: Any) -> Any:
@@ -50,6 +50,32 @@ def jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return repr(value)
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "no such setting"
+
+
+_UNSET = _Unset()
+
+
+def differences(stored: Any, wanted: Any, where: str = "") -> list[str]:
+    """Where two settings differ, as ``"key.path: stored -> wanted"`` lines.
+
+    Example:
+        >>> differences({"a": {"k": 1}}, {"a": {"null": {"seed": 0}, "k": 1}})
+        ["a.null: the file has no such setting, this sweep {'seed': 0}"]
+    """
+    if isinstance(stored, dict) and isinstance(wanted, dict):
+        found = []
+        for key in dict.fromkeys([*stored, *wanted]):
+            name = f"{where}.{key}" if where else str(key)
+            found += differences(stored.get(key, _UNSET), wanted.get(key, _UNSET), name)
+        return found
+    if stored == wanted:
+        return []
+    return [f"{where or 'settings'}: the file has {stored!r}, this sweep {wanted!r}"]
 
 
 def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict], list[str]]:
@@ -79,8 +105,9 @@ def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict],
             continue
         if record["settings"] != settings:
             raise LeadTermsError(
-                f"{str(path)!r} was written by a sweep with other settings "
-                f"({record['settings']}), not {settings}; pass a new results path to keep both"
+                f"{str(path)!r} was written by a sweep with other settings ("
+                f"{'; '.join(differences(record['settings'], settings))}); rerun with the "
+                "file's settings to resume it, or pass a new results path to keep both"
             )
         done[record["checkpoint"]] = record
     if torn or (text and not text.endswith("\n")):

@@ -4,16 +4,24 @@ from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["COLUMNS", "SweepTable"]
+__all__ = ["COLUMNS", "EXTRA_COLUMNS", "SweepTable"]
 
 COLUMNS = ("checkpoint", "step", "layer", "head", "analysis", "score", "value")
+#: what ``null=`` and ``ci=`` add to a row (as :func:`~tl_leadterms.decompose` names them)
+EXTRA_COLUMNS = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi")
+_SHOWN = {"null_mean": "null mean", "z": "z", "p": "p", "reference": "reference",
+          "lo": "CI lo", "hi": "CI hi"}  # fmt: skip
 
 
 class SweepTable:
     """The rows of :func:`sweep`: one per (checkpoint, layer, head, analysis, score).
 
     Row fields: ``checkpoint`` (label), ``step`` (None when unknown), ``layer`` (None for
-    ``W_O``), ``head`` (None for layer-level scores), ``analysis``, ``score``, ``value``.
+    ``W_O``), ``head`` (None for layer-level scores), ``analysis``, ``score`` (the score's
+    name), ``value``. A sweep with ``null=`` adds ``null_mean``, ``null_sd``, ``z``, ``p`` (and
+    ``reference`` with a reference model), one with ``ci=`` adds ``lo``, ``hi``: the columns
+    :func:`~tl_leadterms.decompose` and :func:`~tl_leadterms.covariance_similarity` give the
+    same score (for ``decompose``, the ``cos_*`` rows; ``explained_*`` rows hold None there).
     ``checkpoints`` lists the labels in sweep order; ``metadata["status"]`` says which were
     computed and which were loaded from the results file.
     """
@@ -30,8 +38,13 @@ class SweepTable:
             for rec in records
             for r in rec["rows"]
         ]
-        rows = [{c: r.get(c) for c in COLUMNS} for r in rows]
+        extra = [c for c in EXTRA_COLUMNS if any(c in r for r in rows)]
+        rows = [{c: r.get(c) for c in (*COLUMNS, *extra)} for r in rows]
         return cls(rows, [rec["checkpoint"] for rec in records], metadata)
+
+    def columns(self) -> list[str]:
+        """The row fields: :data:`COLUMNS` and the null/interval columns present."""
+        return [*COLUMNS, *(c for c in EXTRA_COLUMNS if any(c in r for r in self.rows))]
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -73,10 +86,10 @@ class SweepTable:
 
     def to_pandas(self):
         """A long DataFrame with the columns ``checkpoint, step, layer, head, analysis, score,
-        value``."""
+        value`` (and ``null_mean, null_sd, z, p, reference, lo, hi`` when present)."""
         import pandas as pd
 
-        df = pd.DataFrame(self.rows, columns=list(COLUMNS))
+        df = pd.DataFrame(self.rows, columns=self.columns())
         return df.astype({"step": "Int64", "layer": "Int64", "head": "Int64"})
 
     def pivot(self, score: str, analysis: str | None = None, heads: bool = False):
@@ -107,17 +120,30 @@ class SweepTable:
             f"SweepTable: {len(self.checkpoints)} checkpoints ({loaded} from the results file), "
             f"{len(self.rows)} rows"
         ]
-        width = max([5, *(len(c) for c in self.checkpoints)])
+        width = max([6, *(len(c) for c in self.checkpoints)])
         head = f"{'':<30}" + " ".join(f"{c:>{width}}" for c in self.checkpoints)
         for analysis, score in self.scores():
             lines.append(f"{analysis}: {score}")
             lines.append(head)
-            grid: dict[Any, dict[str, float]] = {}
+            grid: dict[Any, dict[str, dict]] = {}
             for r in self.rows:
                 if r["analysis"] == analysis and r["score"] == score and r["head"] is None:
-                    grid.setdefault(r["layer"], {})[r["checkpoint"]] = r["value"]
-            for layer, vals in grid.items():
+                    grid.setdefault(r["layer"], {})[r["checkpoint"]] = r
+            for layer, found in grid.items():
                 name = "  -" if layer is None else f"  L{layer}"
-                cells = (f"{vals.get(c, float('nan')):>{width}.3f}" for c in self.checkpoints)
-                lines.append(f"{name:<30}" + " ".join(cells))
+                lines.append(f"{name:<30}" + self._cells(found, "value", width))
+                for column, shown in _SHOWN.items():  # the null and interval beneath the value
+                    if any(r.get(column) is not None for r in found.values()):
+                        lines.append(f"{'      ' + shown:<30}" + self._cells(found, column, width))
         return "\n".join(lines)
+
+    def _cells(self, found: dict[str, dict], column: str, width: int) -> str:
+        """One line of a grid: ``column`` of each checkpoint's row (``-`` where it has none)."""
+        cells = []
+        for c in self.checkpoints:
+            value = found.get(c, {}).get(column)
+            if value is None:
+                cells.append(f"{'-':>{width}}")
+            else:
+                cells.append(f"{value:>{width}.3f}" if abs(value) < 1e3 else f"{value:>{width}.3g}")
+        return " ".join(cells)
