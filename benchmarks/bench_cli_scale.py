@@ -2,15 +2,16 @@
 
 Writes Zipf token windows (d_vocab 50,304, T 128) to a ``.npy`` file, runs
 ``tl-leadterms stats ids.npy --d-vocab 50304 --keep K --dtype float32`` in a fresh subprocess
-for each number of windows, and records its peak RSS, wall time and file size; then
-``tl-leadterms top`` on the file (bigram and context), with its peak RSS.
+for each number of windows, and records its peak RSS, wall time and file size; the Python API
+(``corpus_stats`` on the same ``.npy``, same options, in a fresh process) on ``--api-windows``
+windows, and the ratio CLI(largest)/API (the target: at most 1); then ``tl-leadterms top`` on
+the largest file (bigram and context), with its peak RSS (the target: below 1 GiB).
 
     python benchmarks/bench_cli_scale.py --windows 20000 200000 --keep 20000
 """
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -34,60 +35,92 @@ def windows(n: int, seed: int = 0) -> np.ndarray:
     return rng.permutation(D_VOCAB).astype(np.uint16)[ids]
 
 
-def run(argv: list[str]) -> dict:
-    """Run the CLI in a fresh process; its peak RSS (the largest child's so far)."""
+MEASURE = (
+    "import resource, subprocess, sys\n"
+    "proc = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+    "sys.stderr.write(proc.stderr[-2000:]); sys.stdout.write(proc.stdout[-500:])\n"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)\n"
+    "sys.exit(proc.returncode)\n"
+)
+API = """
+import sys
+import numpy as np, torch
+from tl_leadterms import corpus_stats
+path, d_vocab, keep = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+stats = corpus_stats(np.load(path, mmap_mode="r"), d_vocab, vocab=keep, dtype=torch.float32,
+                     progress=False)
+print(repr(stats))
+"""
+
+
+def measured(command: list[str]) -> dict:
+    """Run ``command`` in a fresh process (under a fresh parent): its peak RSS and wall time."""
     start = time.perf_counter()
-    command = [sys.executable, "-m", "tl_leadterms.cli", *argv]
-    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+    proc = subprocess.run([sys.executable, "-c", MEASURE, *command], capture_output=True,
+                          text=True, cwd=ROOT, check=False)  # fmt: skip
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
-        raise SystemExit(f"{argv} failed:\n{proc.stderr[-2000:]}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    return {"seconds": seconds, "children_peak_rss_bytes": peak, "stdout": proc.stdout[-500:]}
+        raise SystemExit(f"{command} failed:\n{proc.stderr[-2000:]}")
+    *out, peak = proc.stdout.strip().splitlines()
+    return {"seconds": seconds, "peak_rss_bytes": int(peak), "stdout": "\n".join(out)[-500:]}
+
+
+def cli(argv: list[str]) -> dict:
+    return measured([sys.executable, "-m", "tl_leadterms.cli", *argv])
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, nargs="+", default=[20_000, 200_000])
+    parser.add_argument("--api-windows", type=int, default=20_000)
     parser.add_argument("--keep", type=int, default=20_000)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "cli_scale.json"))
     args = parser.parse_args()
-    rows = []
+    rows, api = [], None
     with tempfile.TemporaryDirectory() as tmp:
-        data = windows(max(args.windows))
-        for n in sorted(args.windows):  # ascending: RUSAGE_CHILDREN is a running maximum
+        data = windows(max(*args.windows, args.api_windows))
+        for n in sorted({*args.windows, args.api_windows}):
             ids, out = Path(tmp) / f"ids{n}.npy", Path(tmp) / f"s{n}.safetensors"
             np.save(ids, data[:n])
-            found = run(["stats", str(ids), "--d-vocab", str(D_VOCAB), "--keep", str(args.keep),
-                         "--dtype", "float32", "-o", str(out), "--quiet"])  # fmt: skip
-            row = {"windows": n, "stats": found, "file_bytes": out.stat().st_size}
-            peak, size = found["children_peak_rss_bytes"] / 2**30, row["file_bytes"] / 2**30
-            print(f"stats {n}: peak {peak:.2f} GiB, {found['seconds']:.0f} s, file {size:.2f} GiB")
-            rows.append(row)
+            if n == args.api_windows:  # the Python API on the same file, same options
+                api = {"windows": n, **measured([sys.executable, "-c", API, str(ids),
+                                                 str(D_VOCAB), str(args.keep)])}  # fmt: skip
+                print(f"API corpus_stats {n}: peak {gib(api['peak_rss_bytes'])}, "
+                      f"{api['seconds']:.0f} s", flush=True)  # fmt: skip
+            if n in args.windows:
+                argv = ["stats", str(ids), "--d-vocab", str(D_VOCAB), "--keep", str(args.keep)]
+                found = cli([*argv, "--dtype", "float32", "-o", str(out), "--quiet"])
+                rows.append({"windows": n, "stats": found, "file_bytes": out.stat().st_size})
+                size = gib(out.stat().st_size)
+                print(f"CLI stats {n}: peak {gib(found['peak_rss_bytes'])}, "
+                      f"{found['seconds']:.0f} s, file {size}", flush=True)  # fmt: skip
+                last = out
             ids.unlink()
         from safetensors import safe_open
 
-        with safe_open(out, framework="pt") as f:  # two frequent kept ids
+        with safe_open(last, framework="pt") as f:  # two frequent kept ids
             tokens = [str(i) for i in f.get_tensor("kept")[:2].tolist()]
         top = {}
         for matrix in ("bigram", "context"):
-            code = [sys.executable, "-c", "import resource,subprocess,sys;"
-                    "subprocess.run(sys.argv[1:], check=True, capture_output=True);"
-                    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)",
-                    sys.executable, "-m", "tl_leadterms.cli", "top", str(out), *tokens,
-                    "--matrix", matrix]  # fmt: skip
-            peak = int(
-                subprocess.run(code, capture_output=True, text=True, check=True, cwd=ROOT).stdout
-            )
-            top[matrix] = peak
-            print(f"top {matrix}: peak {peak / 2**30:.2f} GiB", flush=True)
+            found = cli(["top", str(last), *tokens, "--matrix", matrix])
+            top[matrix] = found["peak_rss_bytes"]
+            print(f"CLI top {matrix}: peak {gib(found['peak_rss_bytes'])}", flush=True)
+    largest = max(rows, key=lambda r: r["windows"])
     result = {
         "d_vocab": D_VOCAB,
         "n_ctx": N_CTX,
         "keep": args.keep,
         "rows": rows,
+        "api": api,
+        "cli_largest_over_api": largest["stats"]["peak_rss_bytes"] / api["peak_rss_bytes"],
         "top_peak_rss_bytes": top,
     }
+    print(f"CLI({largest['windows']}) / API({api['windows']}) = "
+          f"{result['cli_largest_over_api']:.3f}")  # fmt: skip
     write_text(args.out, json.dumps(result, indent=1) + "\n", parents=True)
 
 

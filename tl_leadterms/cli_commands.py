@@ -279,6 +279,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+_STREAMED = ("Phi_bar", "G_bar", "Q_bar")  # dense tables: ``top`` reads their rows in blocks
+
+
 def cmd_top(args: argparse.Namespace) -> int:
     from tl_leadterms.stats.corpus import ALIASES, MATRICES
 
@@ -289,16 +292,52 @@ def cmd_top(args: argparse.Namespace) -> int:
         )
     tokenizer = load_tokenizer(args.tokenizer, None) if args.tokenizer else None
     stats = load_stats(
-        args.stats, tokenizer, only=(key,), check_vocab=not args.allow_vocab_mismatch
-    )  # only the table asked for is read
-    for word in args.tokens:
-        token = int(word) if word.isdigit() and tokenizer is None else word
-        neighbours = stats.top(args.matrix, token, k=args.k, tokenizer=tokenizer)
-        if not neighbours and getattr(neighbours, "note", ""):
-            print(f"{word}: {neighbours.note}")
-            continue
-        print(f"{word}: " + ", ".join(f"{n.token} ({n.score:.3g})" for n in neighbours))
+        args.stats,
+        tokenizer,
+        only=("B_bar",) if key in _STREAMED else (key,),  # the sparse counts (and kept ids)
+        check_vocab=not args.allow_vocab_mismatch,
+    )
+    tokens = [int(w) if w.isdigit() and tokenizer is None else w for w in args.tokens]
+    if key in _STREAMED:
+        lines = _top_streamed(args.stats, key, stats, tokens, args.k, tokenizer)
+    else:
+        lines = [_top_line(stats.top(key, token, k=args.k, tokenizer=tokenizer))
+                 for token in tokens]  # fmt: skip
+    for word, line in zip(args.tokens, lines, strict=True):
+        print(f"{word}: {line}")
     return 0
+
+
+def _top_line(neighbours) -> str:
+    if not neighbours and getattr(neighbours, "note", ""):
+        return neighbours.note
+    return ", ".join(f"{n.token} ({n.score:.3g})" for n in neighbours)
+
+
+def _top_streamed(path: str, key: str, stats, tokens: list, k: int, tokenizer) -> list[str]:
+    """``top`` of a dense table from the rows of ``tokens`` alone: one verified pass over the
+    table in row blocks (:func:`~tl_leadterms.stats.io.scan_table`), never the whole table."""
+    from tl_leadterms.stats.io import scan_table
+    from tl_leadterms.stats.neighbours import RowScorer, best, no_associations
+
+    positions = [stats.vocab.position(stats.token_id_of(t, tokenizer)) for t in tokens]
+    scorer = RowScorer(stats.k, positions, "raw", symmetric_gram=False)
+    scan_table(path, key, scorer.update)
+    lines = []
+    for token, i in zip(tokens, positions, strict=True):
+        row = scorer.raw(i)
+        note = no_associations(token, float(stats.unigram_counts[i]), row)
+        if note:
+            lines.append(note)
+            continue
+        found = []
+        for score, j in best(row, k):
+            tid = stats.vocab.token_id(j)
+            found.append(
+                f"{tokenizer.decode([tid]) if tokenizer is not None else tid} ({score:.3g})"
+            )
+        lines.append(", ".join(found))
+    return lines
 
 
 def _format(args: argparse.Namespace) -> str:
@@ -393,7 +432,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tl_leadterms.report import report
+    from tl_leadterms.report import report, statistics_needed
 
     check_output(args.output, "-o")
     text = args.text
@@ -409,7 +448,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     model = load_model(args.model, args.device) if args.model else None
     if tokenizer is None and model is not None:
         tokenizer = getattr(model, "tokenizer", None)
-    stats = load_stats(args.stats, tokenizer)
+    needed = statistics_needed(model=model is not None, words=bool(args.words))
+    stats = load_stats(args.stats, tokenizer, only=needed)  # only the tables it shows
     sweep_table = _read_sweep(args.sweep_results) if args.sweep_results else None
     path = report(
         args.output,

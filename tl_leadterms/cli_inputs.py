@@ -114,6 +114,20 @@ def open_token_array(path: Path) -> Any:
     return data
 
 
+def _read_rows(array: Any, start: int, n: int) -> Any:
+    """Rows ``start .. start + n`` of a mapped ``.npy`` array as int64, through a map of those
+    rows alone that is closed at once: the pages of the whole file read over a pass would
+    otherwise stay resident as long as its map lives (a growth with the number of windows)."""
+    import numpy as np
+
+    part = np.memmap(array.filename, dtype=array.dtype, mode="r", shape=(n, array.shape[1]),
+                     offset=array.offset + start * array.strides[0])  # fmt: skip
+    try:
+        return np.array(part, dtype=np.int64)
+    finally:
+        del part
+
+
 class ArrayWindows:
     """Re-iterable batches of windows from mapped arrays, at most ``max_windows`` in all.
 
@@ -140,8 +154,12 @@ class ArrayWindows:
             for start in range(0, int(array.shape[0]), self.batch):
                 if left <= 0:
                     return
-                chunk = array[start : start + min(self.batch, left)]
-                left -= int(chunk.shape[0])
+                n = min(self.batch, left, int(array.shape[0]) - start)
+                left -= n
+                if isinstance(array, np.memmap) and array.flags.c_contiguous:
+                    yield torch.from_numpy(_read_rows(array, start, n))
+                    continue
+                chunk = array[start : start + n]
                 if isinstance(chunk, np.ndarray):
                     yield torch.from_numpy(np.array(chunk, dtype=np.int64))  # a copy: one batch
                 else:

@@ -30,7 +30,22 @@ from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
 from tl_leadterms.version import __version__
 
-__all__ = ["report"]
+__all__ = ["report", "statistics_needed"]
+
+
+def statistics_needed(*, model: bool, words: bool) -> tuple[str, ...] | None:
+    """The statistics :func:`report` reads, as ``only=`` of :meth:`CorpusStats.load`.
+
+    With a model, every stored table (``None``): its decomposition and attention views use them
+    all. Otherwise the association lists of ``words`` need Φ̄ (B̄ and Σ_B̄ come from the sparse
+    counts, always read), and the provenance alone needs the counts.
+
+    >>> statistics_needed(model=False, words=True)
+    ('Phi_bar',)
+    """
+    if model:
+        return None
+    return ("Phi_bar",) if words else ("B_bar",)
 
 
 def _check_args(path, stats, text, title, lr, steps) -> Path:

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from tl_leadterms.errors import LeadTermsError, check_choice
 
-__all__ = ["SCORINGS", "Neighbours", "scored_row"]
+__all__ = ["SCORINGS", "Neighbours", "RowScorer", "best", "scored_row"]
 
 SCORINGS = ("raw", "cosine", "ppmi")
 
@@ -50,24 +50,87 @@ def _safe_inverse(x: Tensor) -> Tensor:
     return torch.where(x > 0, 1.0 / x.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(x))
 
 
+BLOCK_ELEMENTS = 1 << 22  # entries of a row block (32 MiB in float64)
+
+
+class RowScorer:
+    """Rows ``indices`` of a ``[k, k]`` statistic under ``scoring``, from its row blocks.
+
+    Feed every row block once, in any order, with ``update(start, block)`` (rows ``start`` to
+    ``start + len(block)``); it keeps the rows asked for and the column totals the scoring
+    needs (squared column norms for ``"cosine"``, the diagonal for the Gram cosine, positive
+    column sums for ``"ppmi"``), so the whole matrix is never held. Then ``scored(i)`` and
+    ``raw(i)``. :func:`scored_row` is this on a matrix in memory.
+
+    >>> M = torch.tensor([[4.0, 1.0], [1.0, 1.0]])
+    >>> scorer = RowScorer(2, [0], "cosine", symmetric_gram=False)
+    >>> scorer.update(1, M[1:]); scorer.update(0, M[:1])
+    >>> [round(float(x), 4) for x in scorer.scored(0)]
+    [0.2353, 0.1715]
+    """
+
+    def __init__(self, k: int, indices, scoring: str, *, symmetric_gram: bool) -> None:
+        check_choice("scoring", scoring, SCORINGS)
+        self.k, self.scoring, self.symmetric_gram = k, scoring, symmetric_gram
+        self.indices = {int(i) for i in indices}
+        self.rows: dict[int, Tensor] = {}
+        self._totals = torch.zeros(k, dtype=torch.float64)  # per column (diagonal: per row)
+
+    def update(self, start: int, block: Tensor) -> None:
+        """Take rows ``start ... start + len(block) - 1`` of the matrix."""
+        block = block.double()
+        n = block.shape[0]
+        for i in self.indices & set(range(start, start + n)):
+            self.rows[i] = block[i - start].clone()
+        if self.scoring == "cosine" and self.symmetric_gram:
+            self._totals[start : start + n] = block.diagonal(offset=start)
+        elif self.scoring == "cosine":
+            self._totals += block.square().sum(0)
+        elif self.scoring == "ppmi":
+            self._totals += block.clamp_min(0).sum(0)
+
+    def raw(self, i: int) -> Tensor:
+        """Row ``i`` as stored (float64)."""
+        if i not in self.rows:
+            raise LeadTermsError(f"row {i} was not asked for or not read (rows {self.indices})")
+        return self.rows[i]
+
+    def scored(self, i: int) -> Tensor:
+        """Row ``i`` under the scoring (see the module docstring)."""
+        row = self.raw(i)
+        if self.scoring == "raw":
+            return row.clone()
+        if self.scoring == "cosine" and self.symmetric_gram:
+            diag = self._totals.clamp_min(0).sqrt()
+            return row * _safe_inverse(diag[i] * diag)
+        if self.scoring == "cosine":
+            return row * _safe_inverse(row.norm() * self._totals.sqrt())
+        P = row.clamp_min(0)
+        total, row_sum = self._totals.sum(), P.sum()
+        if not total > 0 or not row_sum > 0:
+            return torch.zeros_like(P)
+        ratio = P * total * _safe_inverse(row_sum * self._totals)
+        return torch.where(ratio > 0, ratio.clamp_min(1e-300).log().clamp_min(0), 0.0)
+
+
 def scored_row(M: Tensor, i: int, scoring: str, *, symmetric_gram: bool) -> Tensor:
-    """Row ``i`` of ``M`` under ``scoring`` (see the module docstring)."""
-    check_choice("scoring", scoring, SCORINGS)
-    M = M.double()
-    if scoring == "raw":
-        return M[i]
-    if scoring == "cosine":
-        if symmetric_gram:
-            diag = M.diagonal().clamp_min(0).sqrt()
-            return M[i] * _safe_inverse(diag[i] * diag)
-        rows, cols = M.norm(dim=1), M.norm(dim=0)
-        return M[i] * _safe_inverse(rows[i] * cols)
-    P = M.clamp_min(0)
-    total, rows, cols = P.sum(), P.sum(1), P.sum(0)
-    if not total > 0 or not rows[i] > 0:
-        return torch.zeros_like(P[i])
-    ratio = P[i] * total * _safe_inverse(rows[i] * cols)
-    return torch.where(ratio > 0, ratio.clamp_min(1e-300).log().clamp_min(0), 0.0)
+    """Row ``i`` of ``M`` under ``scoring`` (see the module docstring), read in row blocks."""
+    scorer = RowScorer(M.shape[1], [i], scoring, symmetric_gram=symmetric_gram)
+    step = max(1, BLOCK_ELEMENTS // max(M.shape[1], 1))
+    for start in range(0, M.shape[0], step):
+        scorer.update(start, M[start : start + step])
+    return scorer.scored(i)
+
+
+def best(row: Tensor, k: int) -> list[tuple[float, int]]:
+    """The ``k`` largest finite entries of ``row`` as ``(score, index)``, best first.
+
+    >>> best(torch.tensor([0.5, -float("inf"), 2.0]), 5)
+    [(2.0, 2), (0.5, 0)]
+    """
+    n = min(k, int(torch.isfinite(row).sum()))
+    scores, idx = torch.topk(row, n)
+    return list(zip(scores.tolist(), idx.tolist(), strict=True))
 
 
 def exclusion_ids(exclude, tokenizer) -> list[int]:

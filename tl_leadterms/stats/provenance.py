@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["ids_vocab_hash", "metadata_checksum", "tensor_checksum"]
+__all__ = ["TensorDigest", "ids_vocab_hash", "metadata_checksum", "tensor_checksum"]
 
 _CHUNK = 1 << 24  # elements hashed at a time (no full byte copy of a large table)
 
@@ -37,12 +37,34 @@ def ids_vocab_hash(d_vocab: int, kept: torch.Tensor | None) -> str:
     return "ids:" + digest.hexdigest()
 
 
+class TensorDigest:
+    """The checksum of :func:`tensor_checksum` fed in pieces: ``update`` with consecutive
+    pieces of the tensor in memory order (e.g. its row blocks, in order), then ``hexdigest``.
+
+    >>> t = torch.arange(12.0).reshape(4, 3)
+    >>> d = TensorDigest(t.dtype, t.shape)
+    >>> d.update(t[:3]); d.update(t[3:])
+    >>> d.hexdigest() == tensor_checksum(t)
+    True
+    """
+
+    def __init__(self, dtype: torch.dtype, shape: tuple[int, ...] | torch.Size) -> None:
+        self._digest = hashlib.sha256(f"{dtype}{tuple(shape)}".encode())
+
+    def update(self, piece: torch.Tensor) -> None:
+        """Add the bytes of ``piece`` (the next elements of the tensor), in chunks."""
+        flat = piece.detach().cpu().contiguous().reshape(-1)
+        for start in range(0, flat.numel(), _CHUNK):
+            self._digest.update(flat[start : start + _CHUNK].numpy().tobytes())
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
 def tensor_checksum(tensor: torch.Tensor) -> str:
     """SHA-256 (hex) of a tensor's dtype, shape and bytes, hashed in chunks."""
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    digest = hashlib.sha256(f"{flat.dtype}{tuple(tensor.shape)}".encode())
-    for start in range(0, flat.numel(), _CHUNK):
-        digest.update(flat[start : start + _CHUNK].numpy().tobytes())
+    digest = TensorDigest(tensor.dtype, tensor.shape)
+    digest.update(tensor)
     return digest.hexdigest()
 
 
