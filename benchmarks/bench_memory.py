@@ -4,7 +4,8 @@ Each setting runs in a fresh subprocess: it builds Zipf token windows, records i
 memory (RSS) just before ``corpus_stats`` (Python, torch, numba and the tokens: what the plan
 does not count), computes the statistics, and reports its peak RSS (``ru_maxrss``). The plan's
 estimate is compared with the peak minus that baseline. Settings: the full vocabulary and a
-restricted one, float32 and float64, all statistics and B̄/Φ̄ only.
+restricted one, float32 and float64, all statistics and B̄/Φ̄ only, Φ̄ offloaded to disk
+during pass two or not.
 
     python benchmarks/bench_memory.py            # writes benchmarks/results/memory_plan.json
     python benchmarks/bench_memory.py --k 4000   # smaller tables
@@ -27,7 +28,9 @@ sys.path.insert(0, {root!r})
 from tl_leadterms import corpus_stats
 from tl_leadterms.stats.compute import resolve_want
 from tl_leadterms.stats.memory import plan_memory, rss_bytes
-d_vocab, k, n, t, dtype, acc, want = {args!r}
+d_vocab, k, n, t, dtype, acc, want, offload = {args!r}
+import tempfile
+folder = tempfile.mkdtemp() if offload else None
 rng = np.random.default_rng(0)
 p = 1.0 / np.arange(1, d_vocab + 1) ** 1.1
 ids = rng.choice(d_vocab, size=(n, t + 1), p=p / p.sum())
@@ -40,10 +43,10 @@ corpus_stats(tokens[:4] % 50, 50, dtype=dtype, accumulate_dtype=acc,
 base = rss_bytes()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 stats = corpus_stats(tokens, d_vocab, vocab=vocab, dtype=dtype, accumulate_dtype=acc,
-                     want=want, progress=False, check_memory=False)
+                     want=want, progress=False, check_memory=False, offload=folder)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 plan = plan_memory(d_vocab, k=stats.k, dtype=dtype, accumulate_dtype=acc,
-                   want=resolve_want(want), n_positions=n * t)
+                   want=resolve_want(want), n_positions=n * t, offload=bool(offload))
 print(json.dumps({{"base": base, "peak": peak, "peak_before": before,
                    "estimate": plan.peak, "stages": plan.stages}}))
 """
@@ -66,15 +69,19 @@ def main() -> None:
     args = parser.parse_args()
     k = args.k
     settings = [
-        ("full vocabulary, float64", (k, k, "float64", "float64", None)),
-        ("full vocabulary, float32", (k, k, "float32", "float64", None)),
-        ("restricted 50,304 -> k, float64", (50_304, k, "float64", "float64", None)),
-        ("restricted 50,304 -> k, float32", (50_304, k, "float32", "float64", None)),
-        ("full vocabulary, float32, B̄ Φ̄ only", (k, k, "float32", "float32", ["B_bar", "Phi_bar"])),
-    ]
+        ("full vocabulary, float64", (k, k, "float64", "float64", None, False)),
+        ("full vocabulary, float32", (k, k, "float32", "float64", None, False)),
+        ("restricted 50,304 -> k, float64", (50_304, k, "float64", "float64", None, False)),
+        ("restricted 50,304 -> k, float32", (50_304, k, "float32", "float64", None, False)),
+        ("full vocabulary, float32, B̄ Φ̄ only",
+         (k, k, "float32", "float32", ["B_bar", "Phi_bar"], False)),
+        ("restricted 50,304 -> k, float32, Φ̄ offloaded",
+         (50_304, k, "float32", "float64", None, True)),
+        ("full vocabulary, float64, Φ̄ offloaded", (k, k, "float64", "float64", None, True)),
+    ]  # fmt: skip
     rows = []
-    for name, (d_vocab, kept, dtype, acc, want) in settings:
-        found = run(ROOT, (d_vocab, kept, args.n, args.t, dtype, acc, want))
+    for name, (d_vocab, kept, dtype, acc, want, offload) in settings:
+        found = run(ROOT, (d_vocab, kept, args.n, args.t, dtype, acc, want, offload))
         used = found["peak"] - found["base"]
         rows.append(
             {
@@ -84,6 +91,7 @@ def main() -> None:
                 "dtype": dtype,
                 "accumulate_dtype": acc,
                 "want": want or "all",
+                "offload": offload,
                 "estimate_bytes": found["estimate"],
                 "measured_peak_above_baseline_bytes": used,
                 "baseline_rss_bytes": found["base"],

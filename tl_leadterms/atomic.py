@@ -118,6 +118,21 @@ def atomic_folder(path: str | os.PathLike, *, parents: bool = False) -> Iterator
     _fsync_folder(target.parent)
 
 
+@contextlib.contextmanager
+def scratch_file(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary file named like ``path``'s temporaries, removed when the block ends.
+
+    For data parked on disk during a computation (never the result): it is always removed,
+    and one left by a killed run is swept by the next write or scratch of the same ``path``.
+    """
+    target = _target(path, False, folder=False)
+    tmp = _create(target, folder=False)
+    try:
+        yield tmp
+    finally:
+        _remove(tmp)
+
+
 def _check_path(path: object) -> None:
     if not isinstance(path, (str, os.PathLike)):
         raise LeadTermsError(f"path must be a str or os.PathLike, got {path!r}")

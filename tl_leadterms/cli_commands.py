@@ -220,7 +220,8 @@ def stats_on_ray(args: argparse.Namespace) -> int:
 
 
 def stats_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``--dtype``, ``--accumulate-dtype``, ``--only`` and ``--no-memory-check`` as keywords."""
+    """``--dtype``, ``--accumulate-dtype``, ``--only``, ``--no-memory-check`` and the offload
+    folder (the output's) as keywords."""
     import torch
 
     options: dict[str, Any] = {"dtype": getattr(torch, args.dtype)}
@@ -229,6 +230,8 @@ def stats_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.only:
         options["want"] = tuple(args.only)
     options["check_memory"] = not args.no_memory_check
+    # Φ̄ waits next to the output during pass two: one [k, k] table less at the peak
+    options["offload"] = Path(args.output).resolve().parent
     return options
 
 

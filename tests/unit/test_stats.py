@@ -347,3 +347,25 @@ def test_padded_slot_of_a_foreign_matrix_is_never_trusted():
     acc = AttentionAccumulator(buf[:4].view(2, 2), kept, backend="torch")
     buf[4] = 123.0  # the caller's memory just past its matrix
     torch.testing.assert_close(acc.update(tokens).result()[1], s.Delta, rtol=0, atol=1e-15)
+
+
+def test_offloaded_context_map_gives_the_same_statistics_and_leaves_nothing(tmp_path):
+    tokens = markov_windows(40, 12, 20, seed=3)
+    dead = tmp_path / ".Phi_bar.parked.999999999.0123456789ab.tmp.parked"
+    dead.write_bytes(b"left by a killed run")  # a pid that cannot exist: swept
+    plain = corpus_stats(tokens, 20, vocab=12, dtype=torch.float32, progress=False)
+    parked = corpus_stats(
+        tokens, 20, vocab=12, dtype=torch.float32, progress=False, offload=tmp_path
+    )
+    for name in STATS:
+        assert torch.equal(getattr(parked, name), getattr(plain, name)), name
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_offload_saves_one_table_in_the_plan():
+    from tl_leadterms.stats.memory import plan_memory
+
+    kept = plan_memory(50_304, k=20_000, dtype=torch.float32)
+    parked = plan_memory(50_304, k=20_000, dtype=torch.float32, offload=True)
+    assert kept.stages["pass two"] - parked.stages["pass two"] == 20_000**2 * 4
+    assert parked.stages["results"] < parked.peak

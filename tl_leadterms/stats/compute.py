@@ -1,16 +1,19 @@
 """`corpus_stats`: both passes over a corpus, from token windows to a :class:`CorpusStats`."""
 
 import itertools
+import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+from tl_leadterms.atomic import scratch_file
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.stats import algebra
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
@@ -161,6 +164,25 @@ def _attention_pass(source, g_bar, kept, n_sequences, plan: _Plan):
     return q_bar, delta.to(plan.dtype)
 
 
+@contextmanager
+def parked(counts: Any, folder: str | os.PathLike | None) -> Iterator[None]:
+    """Within the block ``counts.Phi_bar`` waits in a scratch file in ``folder`` (None: stays)."""
+    if folder is None:
+        yield
+        return
+    phi = counts.Phi_bar
+    shape, dtype, device = phi.shape, phi.dtype, phi.device
+    with scratch_file(Path(folder) / "Phi_bar.parked") as path:
+        with path.open("wb") as f:
+            f.write(memoryview(phi.contiguous().cpu().numpy()).cast("B"))
+        counts.Phi_bar = phi = None  # freed: nothing else holds the table
+        yield
+        back = torch.empty(shape, dtype=dtype)
+        with path.open("rb") as f:
+            f.readinto(memoryview(back.numpy()).cast("B"))
+        counts.Phi_bar = back.to(device)
+
+
 def _known_positions(tokens: Any, source: TokenSource) -> int | None:
     """``N·T`` when it is known without reading the corpus (an array, or a counted source)."""
     if source.n_sequences is not None and source.n_ctx is not None:
@@ -239,6 +261,7 @@ def corpus_stats(
     last_target: LastTarget = "data",
     want: Iterable[str] | None = None,
     check_memory: bool = True,
+    offload: str | os.PathLike | None = None,
 ) -> CorpusStats:
     """Compute B̄, Σ_B̄, Φ̄, Ḡ, Q̄ and Δ (MATH.md §2) of a tokenized corpus.
 
@@ -296,6 +319,10 @@ def corpus_stats(
         check_memory: estimate the peak memory before allocating any table
             (:mod:`tl_leadterms.stats.memory`) and refuse, naming the estimate, the available
             memory and the fixes, when it does not fit. ``False`` skips the check.
+        offload: a folder where Φ̄ waits in a temporary file while pass two runs (pass two
+            does not read it), one ``[k, k]`` table less at the peak; read back at the end and
+            removed (also on errors; one left by a killed run is removed by the next). The
+            command line parks it next to its output file.
 
     Returns:
         A :class:`CorpusStats`; ``metadata`` records ``q_targets``, ``last_target``,
@@ -324,6 +351,7 @@ def corpus_stats(
         accumulate_dtype=acc_dtype,
         want=statistics,
         n_positions=_known_positions(tokens, source),
+        offload=offload is not None and "Q_bar" in statistics,
     )
     if check_memory and torch.device(device).type == "cpu":
         check_memory_fits(memory)
@@ -338,7 +366,7 @@ def corpus_stats(
         with clock("G_bar"):
             g_bar = composed_from_counts(counts, kept, progress=progress, backend=used_backend)
     if "Q_bar" in statistics:
-        with clock("pass2"):
+        with clock("pass2"), parked(counts, offload):
             q_bar, delta = _attention_pass(source, g_bar, kept, counts.n_sequences, plan)
     metadata = _metadata(d_vocab, counts, kept, plan, tokenizer)
     return assemble_stats(counts, kept, g_bar, q_bar, delta, metadata, tokenizer, acc_dtype)

@@ -12,7 +12,8 @@ With ``D = k²·bytes(dtype)`` and ``A = k²·bytes(accumulate_dtype)``, the sta
   (``+D`` when the dtypes differ), plus the sparse bigram counts;
 * Ḡ = Σ_B̄Φ̄: Φ̄ and Ḡ (``2D``) and column-block temporaries;
 * pass two (Q̄, Δ): Φ̄, Ḡ and Q̄'s table; with a float32 result summed in float64 the query
-  rows run in two halves, so ``3D`` plus one float64 half table (``4D`` in all).
+  rows run in two halves, so ``3D`` plus one float64 half table (``4D`` in all). With
+  ``offload=`` Φ̄ waits on disk meanwhile (``D`` less; the ``tl-leadterms stats`` default).
 
 Only B̄ and Φ̄ (``want=("B_bar", "Phi_bar")``) stop after pass one: ``A (+D)``. Add the memory of
 the process itself (Python, torch: a few hundred MB), which the plan does not count.
@@ -106,6 +107,7 @@ def plan_memory(
     accumulate_dtype: torch.dtype | None = None,
     want: tuple[str, ...] = ALL_STATISTICS,
     n_positions: int | None = None,
+    offload: bool = False,
 ) -> MemoryPlan:
     """Estimate the memory of ``corpus_stats`` (see the module docstring for the model).
 
@@ -115,6 +117,7 @@ def plan_memory(
         want: the statistics asked for (see :data:`ALL_STATISTICS`).
         n_positions: ``N·T`` if known; bounds the sparse bigram counts (at most ``N·T``
             distinct pairs; unknown: assumed ``2**24``, 256 MiB of codes and counts).
+        offload: Φ̄ waits on disk during pass two (``corpus_stats(offload=...)``).
     """
     k = d_vocab if k is None else min(k, d_vocab)
     acc = accumulate_dtype or torch.float64
@@ -129,7 +132,11 @@ def plan_memory(
     if any(s in want for s in ("Q_bar", "Delta")):
         groups = max(1, acc.itemsize // dtype.itemsize)
         table = math.ceil((k + 1) / groups) * k * acc.itemsize
-        stages["pass two"] = 2 * d + table + (d if groups > 1 else 0) + _WORKSPACE
+        phi = 0 if offload else d
+        stages["pass two"] = phi + d + table + (d if groups > 1 else 0) + 16 * distinct
+        stages["pass two"] += _WORKSPACE
+        if offload:  # Φ̄ read back beside Ḡ and Q̄
+            stages["results"] = 3 * d + 16 * distinct
     return MemoryPlan(k, dtype, acc, tuple(want), stages)
 
 
