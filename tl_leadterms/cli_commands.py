@@ -180,12 +180,17 @@ def read_inputs(args: argparse.Namespace) -> tuple[str, Any]:
 def stats_on_ray(args: argparse.Namespace) -> int:
     """``stats --ray``: each input file is a shard read by a worker (the driver reads no data,
     except the texts a ``word:N``/``bpe:N`` tokenizer is trained on)."""
+    import torch
+
     from tl_leadterms.distributed import corpus_stats, parse_target
 
     if args.max_windows:
         raise LeadTermsError("--max-windows is not supported with --ray; pass fewer files")
-    if args.dtype != "float64" or args.only or args.accumulate_dtype:
-        raise LeadTermsError("--dtype, --accumulate-dtype and --only are not supported with --ray")
+    if args.accumulate_dtype:
+        raise LeadTermsError(
+            "--accumulate-dtype is not supported with --ray (shards always sum in float64); "
+            "drop it (--dtype float32 still halves the result)"
+        )
     texts = [
         p for p in args.inputs if Path(p).suffix not in (*_TOKEN_SUFFIXES, ".parquet", ".arrow")
     ]
@@ -213,6 +218,9 @@ def stats_on_ray(args: argparse.Namespace) -> int:
         address=address,
         num_cpus=num_cpus,
         progress=not args.quiet,
+        dtype=getattr(torch, args.dtype),
+        want=tuple(args.only) if args.only else None,
+        check_memory=not args.no_memory_check,
     )
     stats.save(args.output)
     print(f"{stats!r}\nwrote {args.output}")

@@ -229,6 +229,15 @@ def test_cli_stats_on_ray(cluster, tmp_path):
     assert main([*args, "--ray", "local:2"]) == 0
     assert_same(CorpusStats.load(out), corpus_stats(windows, 40, progress=False))
 
+    small = tmp_path / "small.safetensors"
+    options = ["--dtype", "float32", "--only", "B_bar", "Phi_bar", "--keep", "20"]
+    assert main([*args[:3], str(small), *args[4:], *options, "--ray", "local:2"]) == 0
+    got = CorpusStats.load(small)
+    want = corpus_stats(windows, 40, vocab=20, want=("B_bar", "Phi_bar"), progress=False)
+    assert got.dtype == torch.float32 and got.metadata["statistics"] == ["B_bar", "Phi_bar"]
+    torch.testing.assert_close(got.Phi_bar, want.Phi_bar.float(), rtol=0, atol=1e-7)
+    assert main([*args, "--ray", "local:2", "--accumulate-dtype", "float32"]) == 2
+
 
 def test_importing_the_package_does_not_import_ray():
     code = "import sys, tl_leadterms, tl_leadterms.distributed; print('ray' in sys.modules)"
