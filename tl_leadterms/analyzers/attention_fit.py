@@ -34,7 +34,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["Brackets", "Evaluation", "LayerScores", "ScaleFit", "average_ranks", "score_layer", "score_ranks"]
+__all__ = [
+    "Brackets",
+    "Evaluation",
+    "LayerScores",
+    "ScaleFit",
+    "average_ranks",
+    "score_layer",
+    "score_ranks",
+]
 
 GRID_SPAN = (-4, 3)  # decades of c·σ in the first scan, σ the scores' spread within rows
 GRID_LIMIT = (-12.0, 15.0)  # log10 c: the furthest the scan widens
@@ -57,7 +65,8 @@ def average_ranks(x: Tensor, valid: Tensor) -> Tensor:
     ordered = filled.gather(-1, index)
     position = torch.arange(ordered.shape[-1], dtype=torch.float64).expand(ordered.shape)
     ranks = torch.empty(ordered.shape, dtype=torch.float64).scatter_(-1, index, position)
-    tied = ((ordered[..., 1:] == ordered[..., :-1]) & valid.any(-1, keepdim=True)).any(-1)
+    among_valid = position[..., 1:] < valid.sum(-1, keepdim=True)  # valid keys sort first
+    tied = ((ordered[..., 1:] == ordered[..., :-1]) & among_valid).any(-1)
     if bool(tied.any()):  # rows with ties among valid keys (masked keys tie last, unread)
         ranks[tied] = _tied_ranks(ordered[tied], index[tied])
     return ranks
@@ -68,7 +77,7 @@ def _tied_ranks(ordered: Tensor, index: Tensor) -> Tensor:
     n = ordered.shape[-1]
     position = torch.arange(n).expand(ordered.shape)
     differs = ordered[..., 1:] != ordered[..., :-1]  # a tie group ends between these
-    edge = torch.ones(ordered.shape[:-1] + (1,), dtype=torch.bool)
+    edge = torch.ones((*ordered.shape[:-1], 1), dtype=torch.bool)
     first = torch.where(torch.cat([edge, differs], -1), position, 0).cummax(-1).values
     ends = torch.cat([differs, edge], -1)
     last = torch.where(ends, position, n - 1).flip(-1).cummin(-1).values.flip(-1)
