@@ -35,7 +35,6 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "Brackets",
     "Evaluation",
     "LayerScores",
     "ScaleFit",
@@ -271,7 +270,7 @@ class LayerScores:
         return u, js
 
 
-class Brackets(NamedTuple):
+class _Brackets(NamedTuple):
     """Per head ``[H]``, in ``log c``: a start and the bracket ``[low, high]`` of a minimum;
     ``active`` False where the best is a limit (``start = low = high`` = the scan's end)."""
 
@@ -307,7 +306,7 @@ def _choose(js: Tensor, slope: Tensor) -> tuple[Tensor, Tensor]:
     return candidates.argmin(-1), flat
 
 
-def _scan(evaluate, n_heads: int, spread: float) -> Brackets:
+def _scan(evaluate, n_heads: int, spread: float) -> _Brackets:
     """Scan ``c`` a decade at a time, widening where a head's best is a limit the slope says
     lies further out (and not flat), then bracket each head's best (module docstring)."""
     points: dict[float, Evaluation] = {}
@@ -338,7 +337,7 @@ def _scan(evaluate, n_heads: int, spread: float) -> Brackets:
     s_low, s_high = slope[rows, j], slope[rows, j + 1]
     start = low - s_low * (high - low) / torch.where(active, s_high - s_low, 1.0)  # secant
     end = torch.where(pick == 0, u[0], u[-1])
-    return Brackets(*(torch.where(active, x, end) for x in (start, low, high)), active)
+    return _Brackets(*(torch.where(active, x, end) for x in (start, low, high)), active)
 
 
 def score_layer(
