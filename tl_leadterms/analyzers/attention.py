@@ -270,10 +270,10 @@ def attention_agreement(
     rows, scored_layers = [], []
     for layer in tqdm(chosen, desc="attention agreement", disable=not progress):
         actual = patterns.pop(layer).transpose(0, 1)  # [H, B, q, k]
-        scored = LayerScores(actual, scores)
-        heads = score_layer(actual, scores, fixed, scored, ranks)
+        layer_scores = LayerScores(actual, scores)
+        heads = score_layer(actual, scores, fixed, layer_scores, ranks)
         if spec is not None:  # the null reuses the patterns' ranks
-            scored_layers.append(scored)
+            scored_layers.append(layer_scores)
         for head, scored in enumerate(heads):
             rows.append({"layer": layer, "head": head, "label": f"L{layer}H{head}"} | scored)
     metadata = {"n_sequences": tokens.shape[0], "n_positions": tokens.shape[1],
