@@ -175,10 +175,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "real_sizes.json")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     (model, stats, windows), t_setup = timed(lambda: model_and_stats(args.k, args.layers))
+    if args.threads:  # after the statistics, which set their own
+        torch.set_num_threads(args.threads)
     layers = list(range(args.layers))
     base_layers = layers[: args.skip_baseline_layers] if args.skip_baseline_layers else layers
     scale = len(layers) / len(base_layers)
