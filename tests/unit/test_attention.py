@@ -11,7 +11,7 @@ from tests.reference import dense_corpus_stats
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model, train
 from tl_leadterms.analyzers.attention import attention_agreement, predict_attention
-from tl_leadterms.analyzers.attention_fit import LayerScores
+from tl_leadterms.analyzers.attention_fit import LayerScores, average_ranks
 
 V, T = 20, 10
 
@@ -179,3 +179,83 @@ def test_bad_input(corpus):
     logits = F.one_hot(tokens[:1, :3], V)  # integers are fine, floats are not
     with pytest.raises(LeadTermsError, match="integer"):
         unchecked(predict_attention)(stats, logits.float()[0], scale=1.0)
+
+
+def _plain_js(actual: torch.Tensor, scores: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Mean JS divergence of one head's rows 2.. against softmax(c·scores), for each ``c``."""
+    p = actual[:, 1:]  # [B, n-1, n]
+    q = torch.softmax(c[:, None, None, None] * scores[None, :, 1:], -1)  # −inf stays −inf
+    m = 0.5 * (p + q)
+
+    def kl(a, b):
+        return torch.where(a > 0, a * (a / b).log(), 0.0).sum(-1)
+
+    return (0.5 * kl(p, m) + 0.5 * kl(q, m)).mean((-2, -1))
+
+
+@pytest.mark.parametrize("coarse", [False, True])
+def test_fit_matches_a_plain_dense_grid(coarse):
+    """The Newton fit's c and divergence against a dense log grid of plainly computed JS."""
+    g = torch.Generator().manual_seed(11)
+    H, B, n = 3, 3, 8
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    scores = (1e-4 * torch.randn(B, n, n, generator=g, dtype=torch.float64)).masked_fill(
+        ~causal, -math.inf
+    )
+    planted = torch.tensor([300.0, 2e4, 1e5], dtype=torch.float64)[:, None, None, None]
+    noise = 0.5 * torch.randn(H, B, n, n, generator=g, dtype=torch.float64)
+    actual = torch.softmax(
+        (planted * scores.clamp(min=-1e9) + noise).masked_fill(~causal, -math.inf), -1
+    )
+    layer = LayerScores(actual, scores)
+    cheap = LayerScores(actual.float(), scores, torch.float32) if coarse else None
+    fitted, at_bound, js = layer.fit(cheap)
+    grid = torch.logspace(0, 7, 7001, dtype=torch.float64)  # 0.1% apart
+    for h in range(H):
+        plain = _plain_js(actual[h], scores, grid)
+        best = int(plain.argmin())
+        assert 0 < best < len(grid) - 1 and not bool(at_bound[h])
+        assert abs(math.log10(float(fitted[h])) - math.log10(float(grid[best]))) <= 2e-3
+        at_fit = float(_plain_js(actual[h], scores, fitted[h : h + 1])[0])
+        assert float(js[h]) == pytest.approx(at_fit, rel=1e-10, abs=1e-15)
+        assert at_fit <= float(plain[best]) + 1e-12
+    # the two-pair accessor agrees with the full fit
+    assert torch.equal(layer.fit_scale(cheap)[0], fitted)
+
+
+def test_slope_and_curvature_match_finite_differences():
+    g = torch.Generator().manual_seed(5)
+    H, B, n = 2, 2, 6
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    scores = torch.randn(B, n, n, generator=g, dtype=torch.float64).masked_fill(~causal, -math.inf)
+    actual = torch.softmax(
+        torch.randn(H, B, n, n, generator=g, dtype=torch.float64).masked_fill(~causal, -math.inf),
+        -1,
+    )
+    layer = LayerScores(actual, scores)
+    u, h = torch.tensor([-0.3, 1.2], dtype=torch.float64), 1e-5
+    at = layer.evaluate(u)
+    plain = [
+        _plain_js(actual[i], scores, (u[i] + d).exp().reshape(1))
+        for i in range(H)
+        for d in (-h, 0, h)
+    ]
+    plain = torch.cat(plain).reshape(H, 3)
+    assert torch.allclose(at.js, plain[:, 1], rtol=1e-10)
+    assert torch.allclose(at.slope, (plain[:, 2] - plain[:, 0]) / (2 * h), rtol=1e-5)
+    second = (plain[:, 2] - 2 * plain[:, 1] + plain[:, 0]) / h**2
+    assert torch.allclose(at.curvature, second, rtol=1e-3)
+
+
+def test_average_ranks_equal_scipy_with_ties():
+    from scipy.stats import rankdata
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randint(0, 5, (4, 6, 9), generator=g).to(torch.float32)
+    valid = torch.rand(4, 6, 9, generator=g) < 0.8
+    got = average_ranks(x, valid)
+    for row, keep, ranks in zip(
+        x.reshape(-1, 9), valid.reshape(-1, 9), got.reshape(-1, 9), strict=True
+    ):
+        expected = rankdata(row[keep].numpy()) - 1
+        assert torch.equal(ranks[keep], torch.tensor(expected, dtype=torch.float64))

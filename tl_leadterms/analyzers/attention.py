@@ -200,7 +200,9 @@ def _patterns(
     if cache is None:
         device = next(model.parameters()).device
         wanted = set(names.values())
-        _, cache = model.run_with_cache(tokens.to(device), names_filter=lambda n: n in wanted)
+        _, cache = model.run_with_cache(
+            tokens.to(device), names_filter=lambda n: n in wanted, stop_at_layer=max(layers) + 1
+        )
     out = {}
     for layer, name in names.items():
         if name not in cache:
@@ -214,7 +216,7 @@ def _patterns(
                 f"cache[{name!r}] has shape {tuple(pattern.shape)}, not that of tokens "
                 f"{tuple(tokens.shape)}: pass the cache of a run on these tokens"
             )
-        out[layer] = pattern.to(torch.float64).cpu()
+        out[layer] = pattern.detach().cpu()  # ranked in its own dtype, fitted in float64
     return out
 
 
@@ -264,11 +266,14 @@ def attention_agreement(
     patterns = _patterns(model, tokens, chosen, cache)
     spec = NullSpec.of(null)
     scores = predicted_scores(stats, tokens).to(torch.float64).cpu()
+    ranks = score_ranks(scores)  # the same for every layer
     rows, scored_layers = [], []
     for layer in tqdm(chosen, desc="attention agreement", disable=not progress):
-        actual = patterns[layer].transpose(0, 1)  # [H, B, q, k]
-        scored_layers.append(LayerScores(actual, scores))
-        heads = score_layer(actual, scores, fixed, scored_layers[-1])
+        actual = patterns.pop(layer).transpose(0, 1)  # [H, B, q, k]
+        layer_scores = LayerScores(actual, scores)
+        heads = score_layer(actual, scores, fixed, layer_scores, ranks)
+        if spec is not None:  # the null reuses the patterns' ranks
+            scored_layers.append(layer_scores)
         for head, scored in enumerate(heads):
             rows.append({"layer": layer, "head": head, "label": f"L{layer}H{head}"} | scored)
     metadata = {"n_sequences": tokens.shape[0], "n_positions": tokens.shape[1],
