@@ -4,16 +4,14 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from tl_leadterms.atomic import scratch_file
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.stats import algebra
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
@@ -27,6 +25,7 @@ from tl_leadterms.stats.definitions import (
 from tl_leadterms.stats.degenerate import degenerate
 from tl_leadterms.stats.memory import ALL_STATISTICS, plan_memory
 from tl_leadterms.stats.memory import check_memory as check_memory_fits
+from tl_leadterms.stats.offload import parked
 from tl_leadterms.stats.provenance import ids_vocab_hash
 from tl_leadterms.stats.tokens import TokenSource
 from tl_leadterms.stats.vocab import VocabSpec, resolve_vocab
@@ -162,25 +161,6 @@ def _attention_pass(source, g_bar, kept, n_sequences, plan: _Plan):
         del acc, block
         delta = delta + part  # Δ of all groups summed before its one rounding
     return q_bar, delta.to(plan.dtype)
-
-
-@contextmanager
-def parked(counts: Any, folder: str | os.PathLike | None) -> Iterator[None]:
-    """Within the block ``counts.Phi_bar`` waits in a scratch file in ``folder`` (None: stays)."""
-    if folder is None:
-        yield
-        return
-    phi = counts.Phi_bar
-    shape, dtype, device = phi.shape, phi.dtype, phi.device
-    with scratch_file(Path(folder) / "Phi_bar.parked") as path:
-        with path.open("wb") as f:
-            f.write(memoryview(phi.contiguous().cpu().numpy()).cast("B"))
-        counts.Phi_bar = phi = None  # freed: nothing else holds the table
-        yield
-        back = torch.empty(shape, dtype=dtype)
-        with path.open("rb") as f:
-            f.readinto(memoryview(back.numpy()).cast("B"))
-        counts.Phi_bar = back.to(device)
 
 
 def _known_positions(tokens: Any, source: TokenSource) -> int | None:
