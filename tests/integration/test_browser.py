@@ -75,6 +75,15 @@ def test_dom_holds_tables_and_head_labels(page):
     for column in ("lo", "hi", "z", "p"):
         assert f"<th>{column}</th>" in dom
     assert dom.count('class="agreement"') == 2  # one caption per layer, with the agreement
+    # each shown head's distance from uniform and agreement, in a table above the views
+    heads = re.findall(r'<tr class="attention-row" data-head="(L\dH0)"', dom)
+    assert heads == ["L0H0", "L1H0"]
+    assert "TV from uniform: head" in dom and "rank correlation" in dom
+    # the association lists say which scoring ranks them
+    caption = re.search(r'<p class="association-scoring" data-scoring="(\w+)">(.*?)</p>', dom, re.S)
+    assert caption is not None and caption.group(1) == "cosine"
+    assert "<strong>cosine</strong> scoring" in caption.group(2)
+    assert len(re.findall(r'<div class="view association"', dom)) == 2  # "red" and "he"
 
 
 def test_screenshot_is_not_blank(page, tmp_path):

@@ -20,14 +20,16 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
             "--stories",
             "400",
             "--vocab",
-            "900",
+            "300",
             "--n-ctx",
             "48",
             "--quiet",
             "--out",
             str(tmp_path),
             "--train-steps",
-            "3",
+            "4",
+            "--attention-steps",
+            "96",
             "--train-windows",
             "32",
             "--train-n-ctx",
@@ -40,18 +42,20 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
     table = out[out.index("Decomposition of") :].splitlines()
     assert sum(line.startswith(("W_O", "V ", "W ", "P ")) for line in table) == 1 + 3 * 3
     w_o = next(line for line in table if line.startswith("W_O"))
-    assert float(w_o.split()[3]) > 0.999  # cosine of W_O with B̄ after 3 GD steps
+    assert float(w_o.split()[3]) > 0.999  # cosine of W_O with B̄ after 4 GD steps
     assert "Bigram B̄" in out and "Interchangeability Σ_B̄" in out and "Context Φ̄" in out
+    assert "Association lists, cosine scoring" in out
     red = next(line for line in out.splitlines() if line.strip().startswith("red ->"))
-    assert {"ball", "car", "dress", "balloon", "truck"} <= set(
-        red.split("->")[1].replace(",", " ").split()
-    )
+    assert {"ball", "car", "dress", "truck"} <= set(red.split("->")[1].replace(",", " ").split())
+    he = next(line for line in out.splitlines() if line.strip().startswith("he ->"))
+    assert he.split("->")[1].split(",")[0].strip() == "she"
     assert (tmp_path / "demo_stats.safetensors").is_file()
     assert (tmp_path / "tokenizer" / "tokenizer.json").is_file()
-    # each head's agreement with the predicted attention on the sample sentence
+    # each head's agreement with the predicted attention on the sample sentence, at step 96
+    assert "Attention at step 96 on" in out
     for head in ("L0H0", "L1H0", "L2H0"):
         assert re.search(rf"{head}: rank correlation -?\d\.\d{{3}}, JS divergence .*"
-                         r"largest distance from uniform: head", out)  # fmt: skip
+                         r"from uniform \(total variation\): head", out)  # fmt: skip
     # report.html: decompose rows, the planted words, attention views, the history figure
     assert f"Wrote {tmp_path / 'report.html'}" in out
     page = (tmp_path / "report.html").read_text()
@@ -63,6 +67,15 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
     assert page.count("data:image/png;base64,") == 2  # history; scores with CI and null bands
     assert '<section id="findings">' in page and '<table class="heatmap"' in page
     assert not re.search(r"(?:src|href)=[\"']?https?://", page)
+    # the decomposition at step 4, the attention views at step 96: visibly non-uniform
+    assert "The weights at step 4 (s·η = 4)" in page and 'data-step="96"' in page
+    shown = re.findall(r'class="attention-row" data-head="(L\dH0)" data-tv-actual="([^"]+)" '
+                       r'data-tv-predicted="([^"]+)"', page)  # fmt: skip
+    assert [h for h, _, _ in shown] == ["L0H0", "L1H0", "L2H0"]
+    assert max(float(a) for _, a, _ in shown) > 0.1
+    assert max(float(p) for _, _, p in shown) > 0.1
+    assert page.count('class="agreement"') == 3  # the agreement beside each layer's view
+    assert 'class="association-scoring" data-scoring="cosine"' in page
 
 
 def test_stats_then_top(tmp_path, capsys):

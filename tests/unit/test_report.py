@@ -250,3 +250,86 @@ def test_findings_null_ci_and_atlas(trained, tmp_path):
     assert "No head atlas given" in page
     with pytest.raises(LeadTermsError, match=r"\.html\(\)"):
         report(tmp_path / "x.html", stats=trained["stats"], head_atlas=3, progress=False)
+
+
+def _first_neighbours(page: str) -> list[str]:
+    """The three labels of the first row of the (only) association table: bigram,
+    interchangeability, context."""
+    row = re.search(r'<tr class="association-row"><td>1</td>(.*?)</tr>', page)
+    return [
+        re.sub(r"<small>.*?</small>", "", c).strip()
+        for c in re.findall(r"<td>(.*?)</td>", row.group(1))
+    ]
+
+
+def test_association_lists_name_their_scoring(trained, tmp_path):
+    import torch
+
+    stats, tokenizer = trained["stats"], trained["tokenizer"]
+    words = {"interchangeability": ["he"]}
+    cosine = report(tmp_path / "c.html", stats=stats, words=words, progress=False).read_text()
+    raw = report(tmp_path / "r.html", stats=stats, words=words, associations="raw",
+                 progress=False).read_text()  # fmt: skip
+    assert 'class="association-scoring" data-scoring="cosine"' in cosine
+    assert "<strong>cosine</strong> scoring: each entry divided by the norms" in cosine
+    assert "Special tokens ([EOS], [UNK]) are left out" in cosine
+    assert 'data-scoring="raw"' in raw and "as the paper prints them" in raw
+    # the top interchangeable token of "he" by a plain reference: Σ = B̄ᵀB̄ from the bigram
+    # counts, cosine Σ_ij / √(Σ_ii Σ_jj) and raw Σ_ij, the word itself and specials left out
+    (he,) = tokenizer.encode("he", add_special_tokens=False)
+    B = stats.B_bar.double()
+    sigma = B.T @ B
+    skip = {he, *tokenizer.all_special_ids}
+    diag = sigma.diagonal()
+
+    def best(scores):
+        order = [int(i) for i in torch.argsort(scores, descending=True)]
+        return tokenizer.decode([next(i for i in order if i not in skip)])
+
+    cos_ref = best(sigma[he] / (diag[he] * diag).sqrt().clamp_min(1e-300))
+    assert _first_neighbours(cosine)[1] == cos_ref
+    raw_ref = best(sigma[he])
+    assert _first_neighbours(raw)[1] == raw_ref
+    with pytest.raises(LeadTermsError, match="associations must be one of"):
+        report(tmp_path / "x.html", stats=stats, words=words, associations="tfidf",
+               progress=False)  # fmt: skip
+
+
+def _tv_reference(pattern) -> float:
+    """max over query rows q of ½ Σ_k |p_qk − 1/(q+1)| on k ≤ q, written plainly."""
+    worst = 0.0
+    for q in range(pattern.shape[0]):
+        total = sum(abs(float(pattern[q, k]) - 1.0 / (q + 1)) for k in range(q + 1))
+        worst = max(worst, 0.5 * total)
+    return worst
+
+
+def test_attention_of_a_later_checkpoint(trained, tmp_path):
+    import copy
+
+    import torch
+
+    from tl_leadterms import train
+    from tl_leadterms.data import generate_stories
+    from tl_leadterms.stats import make_windows
+
+    stats, tokenizer = trained["stats"], trained["tokenizer"]
+    later = copy.deepcopy(trained["model"])
+    windows = make_windows(generate_stories(200, seed=3), 16, tokenizer=tokenizer)[:96]
+    train(later, windows, lr=1.0, steps=40, progress=False)  # steps 4..43 of the same run
+    text = "the little girl saw a red ball"
+    page = report(tmp_path / "r.html", **trained, text=text, lr=1.0, steps=3,
+                  attention_model=later, attention_step=43, progress=False).read_text()  # fmt: skip
+    assert "The weights at step 3 (s·η = 3)" in page
+    assert 'data-step="43"' in page and "step 43 (s·η = 43)" in page
+    assert "scale c fitted to this checkpoint" in page
+    rows = re.findall(r'class="attention-row" data-head="(L\dH0)" data-tv-actual="([^"]+)"', page)
+    ids = torch.tensor([tokenizer.encode(text, add_special_tokens=False)])
+    _, cache = later.run_with_cache(ids)
+    for label, tv in rows:
+        layer = int(label[1])
+        assert float(tv) == pytest.approx(_tv_reference(cache["pattern", layer][0, 0]), abs=1e-5)
+    assert [label for label, _ in rows] == ["L0H0", "L1H0"]
+    assert "Attention on the sample text at step 43" in page
+    with pytest.raises(LeadTermsError, match="attention_step"):
+        report(tmp_path / "x.html", stats=stats, attention_step=-1, progress=False)

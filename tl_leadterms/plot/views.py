@@ -9,10 +9,11 @@ import torch
 from torch import Tensor
 
 from tl_leadterms.checks import Layers, check_layers, check_stats, check_vocab, positive_int
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.plot.html import View
 from tl_leadterms.plot.tokens import shaded_tokens, token_labels
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.neighbours import SCORINGS, scored_row
 from tl_leadterms.theory import Schedule
 
 __all__ = ["extreme_heads", "from_uniform", "plot_associations", "plot_attention"]
@@ -320,6 +321,8 @@ def plot_associations(
     kind: Literal[
         "bigram", "interchangeability", "context", "B_bar", "Sigma_B", "Phi_bar"
     ] = "context",
+    scoring: str = "raw",
+    exclude: Any = None,
 ) -> View:
     """A token's top-``k`` bigram, interchangeable and context neighbours (paper Fig. 5).
 
@@ -335,10 +338,14 @@ def plot_associations(
             row (see :mod:`tl_leadterms.plot.tokens`); tokens are shown with their spaces.
         kind: ``"bigram"``, ``"interchangeability"`` or ``"context"`` (or ``"B_bar"``,
             ``"Sigma_B"``, ``"Phi_bar"``).
+        scoring: how neighbours are ranked and the text shaded: ``"raw"`` (the paper's
+            values), ``"cosine"`` or ``"ppmi"`` (:mod:`tl_leadterms.stats.neighbours`).
+        exclude: token ids left out of the lists, or ``"special"`` (the tokenizer's special
+            tokens), as in :meth:`CorpusStats.top`.
 
     Returns:
         A :class:`View`; ``view.data`` holds ``token_id``, ``neighbours`` (per kind, the
-        :meth:`CorpusStats.top` list) and, with ``text``, ``kind``, ``text_tokens``,
+        :meth:`CorpusStats.top` list), ``scoring`` and, with ``text``, ``kind``, ``text_tokens``,
         ``labels``, ``values`` and ``scale``.
     """
     stats = check_stats(stats)
@@ -350,7 +357,11 @@ def plot_associations(
     token_id = _token_id(token, tokenizer)
     row_index = stats.vocab.position(token_id)  # clear error when out of range or not kept
     name = _label(tokenizer, token_id)
-    neighbours = {kd: stats.top(ASSOCIATIONS[kd], token_id, k, tokenizer) for kd in ASSOCIATIONS}
+    check_choice("scoring", scoring, SCORINGS)
+    neighbours = {
+        kd: stats.top(ASSOCIATIONS[kd], token_id, k, tokenizer, scoring=scoring, exclude=exclude)
+        for kd in ASSOCIATIONS
+    }
     head = "".join(f"<th>{html.escape(_HEADINGS[kd])}</th>" for kd in ASSOCIATIONS)
     rows = []
     for i in range(max(len(v) for v in neighbours.values())):
@@ -366,14 +377,26 @@ def plot_associations(
         rows.append(f'<tr class="association-row"><td>{i + 1}</td>{"".join(cells)}</tr>')
     table = (
         '<table class="associations" style="border-collapse: collapse;">'
-        f"<caption>top {k} neighbours of <strong>{name}</strong> (id {token_id})</caption>"
+        f"<caption>top {k} neighbours of <strong>{name}</strong> (id {token_id}; "
+        f"{scoring} scoring)</caption>"
         f"<tr><th>#</th>{head}</tr>{''.join(rows)}</table>"
     )
     parts: list[Any] = [table]
-    data: dict[str, Any] = {"token_id": token_id, "neighbours": neighbours}
+    data: dict[str, Any] = {"token_id": token_id, "neighbours": neighbours, "scoring": scoring}
     if text is not None:
         ids = _encode(text, tokenizer, "text")
-        full = stats.row(ASSOCIATIONS[kind], row_index).to(torch.float64).cpu()
+        key = ASSOCIATIONS[kind]
+        full = (
+            (
+                stats.row(key, row_index)
+                if scoring == "raw"
+                else scored_row(
+                    stats.matrix(key), row_index, scoring, symmetric_gram=key == "Sigma_B"
+                )
+            )
+            .to(torch.float64)
+            .cpu()
+        )
         index_map = stats.vocab.index_map()
         values = []
         for i in ids:
@@ -388,7 +411,8 @@ def plot_associations(
         scale = float(full.abs().max()) if full.numel() else 0.0
         parts.append(
             f"<p>The text's tokens shaded by their {html.escape(_HEADINGS[kind])} association "
-            f"with <strong>{name}</strong> (full colour: the largest |value| of its row).</p>"
+            f"with <strong>{name}</strong> ({scoring} scoring; full colour: the largest |value| "
+            "of its row).</p>"
         )
         parts.append(shaded_tokens(labels, values, scale=scale))
         data.update(kind=kind, text_tokens=ids, labels=labels, values=values, scale=scale)

@@ -7,8 +7,10 @@ of cosine, explained share and character, with the full table (one ``<tr
 class="decompose-row" data-label="L0H0">`` per weight, layer and head) in a ``<details>``
 element, collapsed beyond a few layers (:mod:`~tl_leadterms.report.tables` documents the
 thresholds below which no character and no implied s·η are shown); a head atlas grid when
-given; the actual and predicted attention of a handful of heads with their agreement;
-association lists of chosen words with a text shaded on a diverging scale; and the
+given; the actual and predicted attention of a handful of heads (optionally of a later
+checkpoint than the decomposition) with their distance from uniform and their agreement;
+association lists of chosen words, ranked by a named scoring (cosine by default), with a text
+shaded on a diverging scale; and the
 training-history, sweep and score figures as embedded PNGs. Every optional part that is missing
 is left out with a note.
 """
@@ -21,12 +23,13 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from tl_leadterms.atomic import write_text
-from tl_leadterms.checks import check_stats
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.checks import check_bool, check_stats, check_steps
+from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.report import sections
 from tl_leadterms.report.findings import findings
 from tl_leadterms.report.markup import page
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.neighbours import SCORINGS
 from tl_leadterms.theory import Schedule
 from tl_leadterms.version import __version__
 
@@ -80,6 +83,10 @@ def report(
     heads: int | list[str] | None = None,
     atlas_html: str | None = None,
     head_atlas: Any = None,
+    associations: str = "cosine",
+    exclude_special: bool = True,
+    attention_model: Any = None,
+    attention_step: int | None = None,
     progress: bool = True,
 ) -> Path:
     """Write one self-contained HTML report (works offline, no CDN) and return its path.
@@ -111,6 +118,16 @@ def report(
             :mod:`tl_leadterms.plot.atlas`), shown in its own section.
         head_atlas: a head atlas object with an ``.html()`` method (used when ``atlas_html``
             is not given).
+        associations: how the association lists are ranked and the text shaded: ``"cosine"``
+            (default: row and column normalised, reads best), ``"ppmi"`` or ``"raw"`` (the
+            paper's values); a caption above the lists names it
+            (:mod:`tl_leadterms.stats.neighbours` has the formulas).
+        exclude_special: leave the tokenizer's special tokens out of the association lists.
+        attention_model: a later checkpoint of the same run whose attention is shown instead
+            of ``model``'s (e.g. once the attention is visibly non-uniform); its prediction
+            uses the scale ``c`` fitted per layer, and the page says which step each view
+            shows.
+        attention_step: the training step of ``attention_model``, for those captions.
         progress: a tqdm bar over the sections.
 
     Returns:
@@ -133,6 +150,10 @@ def report(
             f"association_stats must be a CorpusStats or None, got {type(assoc).__name__}"
         )
     pairs = [] if words is None else sections.word_pairs(words)
+    check_choice("associations", associations, SCORINGS)
+    check_bool("exclude_special", exclude_special)
+    if attention_step is not None:
+        check_steps(attention_step, "attention_step")
     if tokenizer is None:
         tokenizer = stats.tokenizer or getattr(model, "tokenizer", None)
     title = title or "tl_leadterms report"
@@ -160,10 +181,20 @@ def report(
     bar.update()
     # the attention views run first: their circuitsvis bundle must precede later views
     attention_body, agreement = sections.attention(
-        model, stats, text, tokenizer, lr, steps, heads, fragment
+        model,
+        stats,
+        text,
+        tokenizer,
+        lr,
+        steps,
+        heads,
+        fragment,
+        later=attention_model,
+        later_step=attention_step,
     )
     bar.update()
-    association_body = sections.associations(assoc, pairs, tokenizer, text, fragment)
+    association_body = sections.associations(assoc, pairs, tokenizer, text, fragment,
+                                              associations, exclude_special)  # fmt: skip
     bar.update()
     figure_body = sections.figures(history, sweep_table, decomposition)
     bar.update()

@@ -137,14 +137,21 @@ def _attention(agreement: list[dict] | None) -> list[str]:
         return []
     rows = sorted(rows, key=lambda r: r["rank_correlation"])
     best, worst = rows[-1], rows[0]
-    return [
-        esc(
-            f"Attention on the sample text: best agreement with the prediction {best['label']} "
-            f"(rank correlation {best['rank_correlation']:.3f}, JS {best['js_divergence']:.3g}), "
-            f"least {worst['label']} (rank correlation {worst['rank_correlation']:.3f}, JS "
-            f"{worst['js_divergence']:.3g})."
+    step = rows[0].get("step")
+    text = (
+        f"Attention on the sample text{f' at step {step}' if step is not None else ''}: best "
+        f"agreement with the prediction {best['label']} (rank correlation "
+        f"{best['rank_correlation']:.3f}, JS {best['js_divergence']:.3g}), least {worst['label']} "
+        f"(rank correlation {worst['rank_correlation']:.3f}, JS {worst['js_divergence']:.3g})."
+    )
+    if all("tv_actual" in r for r in rows):
+        far = max(rows, key=lambda r: r["tv_actual"])
+        text += (
+            f" Largest distance from uniform attention (total variation): {far['tv_actual']:.3f} "
+            f"({far['label']}), predicted {max(r['tv_predicted'] for r in rows):.3f}"
+            + (" — the patterns are close to uniform." if far["tv_actual"] < 0.05 else ".")
         )
-    ]
+    return [esc(text)]
 
 
 def findings(

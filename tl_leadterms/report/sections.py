@@ -3,9 +3,10 @@
 from collections.abc import Callable
 from typing import Any
 
-from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.report.markup import esc, kv_table, note
+from tl_leadterms.errors import LeadTermsError, check_choice
+from tl_leadterms.report.markup import esc, kv_table, note, num
 from tl_leadterms.report.tables import decompose_table, heatmaps
+from tl_leadterms.stats.neighbours import SCORINGS
 from tl_leadterms.version import __version__
 
 __all__ = [
@@ -17,12 +18,24 @@ __all__ = [
     "decomposition",
     "figures",
     "provenance",
+    "scoring_caption",
+    "tv_from_uniform",
     "word_pairs",
 ]
 
 ASSOCIATIONS = ("bigram", "interchangeability", "context")
 #: a model with more heads than this shows this many attention views (best and worst agreeing)
 ATTENTION_VIEWS = 4
+#: what each association scoring means, for the caption above the lists
+SCORING_MEANINGS = {
+    "raw": "the statistic's own values, as the paper prints them (its Figure 5); on real "
+    "corpora the most frequent tokens top every list",
+    "cosine": "each entry divided by the norms of its row and of its column (for Σ_B̄ the "
+    "cosine of the two tokens' B̄ columns), so a neighbour ranks by how much of its own mass "
+    "it shares with the word rather than by how frequent it is",
+    "ppmi": "positive pointwise mutual information of the statistic's positive part read as "
+    "co-occurrence weights, max(0, log(M_ij·S / (r_i·c_j))): frequency-corrected",
+}
 _MODEL_KEYS = (
     "model_name", "original_architecture", "n_layers", "n_heads", "d_model", "d_head", "d_mlp",
     "d_vocab", "n_ctx", "attn_only", "act_fn", "normalization_type", "positional_embedding_type",
@@ -70,7 +83,13 @@ def decomposition(d) -> str:
     """Heatmaps (layer × head) of the decomposition, then its full table (``<details>``)."""
     if d is None:
         return note("No model or decomposition given: pass model= to decompose its weights.")
-    return heatmaps(d) + "\n" + decompose_table(d)
+    lr, steps = d.metadata.get("lr"), d.metadata.get("steps")
+    when = (
+        f'<p class="decompose-step">The weights at {esc(_step_text(lr, steps))}.</p>'
+        if steps is not None
+        else ""
+    )
+    return when + heatmaps(d) + "\n" + decompose_table(d)
 
 
 def word_pairs(words: object) -> list[tuple[str, str]]:
@@ -96,19 +115,50 @@ def word_pairs(words: object) -> list[tuple[str, str]]:
     return pairs
 
 
-def associations(stats, pairs, tokenizer, text, fragment: Callable) -> str:
-    """Each word's neighbours, and ``text`` shaded by its association with the word."""
+def scoring_caption(scoring: str, excluded: list[str]) -> str:
+    """The sentence above the association lists: which scoring ranks them, what it means, and
+    which tokens are left out.
+
+    >>> scoring_caption("raw", [])[:60]
+    '<p class="association-scoring" data-scoring="raw">Neighbours'
+    """
+    check_choice("associations", scoring, SCORINGS)
+    left_out = (
+        f" Special tokens ({', '.join(excluded)}) are left out of the lists." if excluded else ""
+    )
+    return (
+        f'<p class="association-scoring" data-scoring="{esc(scoring)}">Neighbours ranked by '
+        f"<strong>{esc(scoring)}</strong> scoring: {esc(SCORING_MEANINGS[scoring])}. The text "
+        f"is shaded by the same scoring.{esc(left_out)} (Scorings: "
+        f"{esc(', '.join(SCORINGS))}; pass report(..., associations=...) to change it; "
+        "formulas in tl_leadterms.stats.neighbours.)</p>"
+    )
+
+
+def _special_tokens(tokenizer) -> tuple[list[int], list[str]]:
+    ids = [int(i) for i in getattr(tokenizer, "all_special_ids", None) or []]
+    names = [str(t) for t in getattr(tokenizer, "all_special_tokens", None) or []]
+    return ids, names if len(names) == len(ids) else [str(i) for i in ids]
+
+
+def associations(stats, pairs, tokenizer, text, fragment: Callable, scoring: str = "raw",
+                 exclude_special: bool = False) -> str:  # fmt: skip
+    """Each word's neighbours under ``scoring``, and ``text`` shaded by its association with
+    the word; a caption on top names the scoring (see :func:`scoring_caption`)."""
+    check_choice("associations", scoring, SCORINGS)
     if not pairs:
         return note("No words given: pass words=[...] for association lists.")
     from tl_leadterms.plot import plot_associations
 
-    parts = []
+    exclude, excluded = _special_tokens(tokenizer) if exclude_special else ([], [])
+    parts = [scoring_caption(scoring, excluded)]
     for kind, word in pairs:
         try:
             # a word that never occurred gets a note, not a list of empty tables
             token_id = stats.token_id_of(word, tokenizer)
             stats.check_occurred(stats.vocab.position(token_id), word)
-            view = plot_associations(stats, word, tokenizer, kind=kind, text=text)
+            view = plot_associations(stats, word, tokenizer, kind=kind, text=text,
+                                     scoring=scoring, exclude=exclude or None)  # fmt: skip
         except LeadTermsError as err:
             parts.append(note(f"{word!r}: {err}"))
             continue
@@ -119,22 +169,90 @@ def associations(stats, pairs, tokenizer, text, fragment: Callable) -> str:
     return "\n".join(parts)
 
 
-def attention(model, stats, text, tokenizer, lr, steps, heads, fragment) -> tuple[str, list]:
-    """The attention views and the agreement rows (empty without a model and a text).
+def tv_from_uniform(pattern) -> float:
+    """The largest total-variation distance from uniform causal attention over the query rows
+    of ``pattern`` (``[..., q, k]``): ``max_q ½ Σ_k |p_qk − 1/(q+1)|`` (0 for uniform
+    attention, at most ``1 − 1/(q+1)``).
 
-    ``heads=None`` shows every head when the model has at most :data:`ATTENTION_VIEWS`, else
-    the best and worst agreeing ones (see :func:`tl_leadterms.plot.plot_attention`).
+    >>> import torch
+    >>> tv_from_uniform(torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
+    0.5
+    """
+    import torch
+
+    n = pattern.shape[-1]
+    uniform = torch.tril(torch.ones(n, n, dtype=torch.float64))
+    uniform = uniform / uniform.sum(-1, keepdim=True)
+    return float(0.5 * (pattern.to(torch.float64).cpu() - uniform).abs().sum(-1).max())
+
+
+def _step_text(lr, steps) -> str:
+    if steps is None:
+        return "the given weights"
+    return f"step {steps}" + (f" (s·η = {lr * steps:g})" if lr is not None else "")
+
+
+def _attention_rows(view, step) -> list[dict]:
+    """The agreement rows of the heads shown, each with ``tv_actual``, ``tv_predicted``
+    (:func:`tv_from_uniform`) and ``step``."""
+    data = view.data
+    shown = data["heads"]
+    rows = []
+    for r in data["agreement"]:
+        if shown is not None and r["label"] not in shown:
+            continue
+        actual = data["actual"][r["layer"]][r["head"]]
+        predicted = data["predicted"][r["layer"]]
+        rows.append(r | {"tv_actual": tv_from_uniform(actual),
+                         "tv_predicted": tv_from_uniform(predicted), "step": step})  # fmt: skip
+    return rows
+
+
+def _attention_table(rows: list[dict]) -> str:
+    head = ("head", "step", "TV from uniform: head", "TV from uniform: predicted",
+            "rank correlation", "JS divergence", "scale c")  # fmt: skip
+    body = "".join(
+        f'<tr class="attention-row" data-head="{esc(r["label"])}" '
+        f'data-tv-actual="{r["tv_actual"]:.6g}" data-tv-predicted="{r["tv_predicted"]:.6g}" '
+        f'data-rank-correlation="{r["rank_correlation"]:.6g}"><td>{esc(r["label"])}</td>'
+        f"<td>{esc(r['step'] if r['step'] is not None else '–')}</td>"
+        + "".join(f'<td class="num">{num(r[c], 3)}</td>' for c in ("tv_actual", "tv_predicted"))
+        + f'<td class="num">{num(r["rank_correlation"], 3)}</td>'
+        f'<td class="num">{r["js_divergence"]:.3g}</td><td class="num">{r["scale"]:.4g}</td></tr>'
+        for r in rows
+    )
+    titles = "".join(f"<th>{esc(h)}</th>" for h in head)
+    return f'<table class="attention-summary"><tr>{titles}</tr>{body}</table>'
+
+
+def attention(model, stats, text, tokenizer, lr, steps, heads, fragment, *,
+              later=None, later_step=None) -> tuple[str, list]:  # fmt: skip
+    """The attention views, a table of each shown head's distance from uniform attention and
+    agreement, and the agreement rows (with ``tv_actual``, ``tv_predicted``, ``step``; empty
+    without a model and a text).
+
+    ``later``: a later checkpoint of the same run (at ``later_step``) shown instead of
+    ``model``: past the theorem's small-s·η regime its prediction uses the scale ``c`` fitted
+    per layer (:func:`~tl_leadterms.attention_agreement`), not the run's. ``heads=None`` shows
+    every head when the model has at most :data:`ATTENTION_VIEWS`, else the best and worst
+    agreeing ones (see :func:`tl_leadterms.plot.plot_attention`).
     """
     if text is None:
         return note("No text given: pass text= (and a model) for attention views."), []
-    if model is None:
+    if model is None and later is None:
         return note("Attention views need a model; only the text was given."), []
     from tl_leadterms.plot import plot_attention
 
-    if heads is None and model.cfg.n_layers * model.cfg.n_heads > ATTENTION_VIEWS:
+    shown_model = model if later is None else later
+    if later is not None:
+        lr_view, steps_view, step = None, None, later_step
+    else:
+        lr_view, steps_view, step = lr, steps, steps
+    n_heads = shown_model.cfg.n_layers * shown_model.cfg.n_heads
+    if heads is None and n_heads > ATTENTION_VIEWS:
         heads = ATTENTION_VIEWS
-    view = plot_attention(model, stats, text, tokenizer=tokenizer, lr=lr, steps=steps,
-                          heads=heads)  # fmt: skip
+    view = plot_attention(shown_model, stats, text, tokenizer=tokenizer, lr=lr_view,
+                          steps=steps_view, heads=heads)  # fmt: skip
     n = len(view.data["tokens"])
     shown = view.data["heads"]
     which = (
@@ -143,11 +261,28 @@ def attention(model, stats, text, tokenizer, lr, steps, heads, fragment) -> tupl
         else f"heads {', '.join(shown)}"
         + (" (the best and worst agreeing with the prediction)" if isinstance(heads, int) else "")
     )
+    if later is not None:
+        when = (
+            "The attention of a later checkpoint of the same run, "
+            f"<strong>{esc(_step_text(lr, step))}</strong>; the decomposition above is at "
+            f"{esc(_step_text(lr, steps))}, where the leading terms hold. By this step the "
+            "attention weights have grown enough for the patterns to be visibly non-uniform, "
+            "and the theory's own scale c(s·η) no longer applies: the prediction is the "
+            "leading-term scores under the scale c fitted to this checkpoint (per layer, the "
+            "median of its heads' fitted c)."
+        )
+    else:
+        when = f"The attention of the model at {esc(_step_text(lr, steps))}."
+    rows = _attention_rows(view, step)
     body = (
+        f'<p class="attention-step" data-step="{esc("" if step is None else step)}">{when}</p>'
         f'<p>Text: <q class="sample-text">{esc(text)}</q> (first {n} tokens; {esc(which)})</p>'
+        f"<p>Distance from uniform attention: the largest total variation "
+        f"½ Σ_k |p − 1/(q+1)| over the query rows; beside it each head's agreement with the "
+        f"prediction.</p>{_attention_table(rows)}"
         f'<div class="view attention">{fragment(view)}</div>'
     )
-    return body, view.data["agreement"]
+    return body, rows
 
 
 def atlas(atlas_html: str | None, head_atlas: Any) -> str:
