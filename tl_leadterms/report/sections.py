@@ -32,7 +32,8 @@ SCORING_MEANINGS = {
     "corpora the most frequent tokens top every list",
     "cosine": "each entry divided by the norms of its row and of its column (for Σ_B̄ the "
     "cosine of the two tokens' B̄ columns), so a neighbour ranks by how much of its own mass "
-    "it shares with the word rather than by how frequent it is",
+    "it shares with the word rather than by how frequent it is; the values rank the list and "
+    "are not bounded by 1 except for Σ_B̄ (for B̄ and Φ̄ they scale with 1/‖M‖)",
     "ppmi": "positive pointwise mutual information of the statistic's positive part read as "
     "co-occurrence weights, max(0, log(M_ij·S / (r_i·c_j))): frequency-corrected",
 }

@@ -7,7 +7,8 @@ For a statistic ``M`` (``[k, k]``, rows = the query token) and a row token ``i``
 * ``"cosine"`` — ``M_ij / (‖M_i,:‖ · ‖M_:,j‖)``: row and column normalised, so a neighbour is
   ranked by how much of *its* mass is shared with ``i``, not by its frequency. For the
   interchangeability ``Σ_B̄ = B̄ᵀB̄`` (a Gram matrix) it is ``Σ_ij / √(Σ_ii Σ_jj)``, the cosine
-  of the two tokens' ``B̄`` columns.
+  of the two tokens' ``B̄`` columns, in ``[−1, 1]``; for other statistics the values rank a list
+  but are not bounded by 1 (they scale as ``1/‖M‖``).
 * ``"ppmi"`` — positive pointwise mutual information of the positive part ``M⁺ = max(M, 0)``
   read as co-occurrence weights: ``max(0, log(M⁺_ij · S / (r_i · c_j)))`` with ``S = Σ M⁺``,
   ``r_i = Σ_j M⁺_ij``, ``c_j = Σ_i M⁺_ij`` (entries with ``M⁺_ij = 0`` score 0).
