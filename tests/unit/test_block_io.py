@@ -38,8 +38,8 @@ def test_file_layout_and_exact_round_trip(blocks, tmp_path):
     with safe_open(path, framework="pt") as f:
         header = json.loads(f.metadata()["tl_leadterms"])
     assert header["format"] == "tl_leadterms.BlockStats" and header["blocks"] == 4
-    assert header["bounds"] == [list(b) for b in blocks.bounds] == [[0, 15], [15, 30],
-                                                                     [30, 45], [45, 60]]  # fmt: skip
+    assert header["bounds"] == [list(b) for b in blocks.bounds]
+    assert header["bounds"] == [[0, 15], [15, 30], [30, 45], [45, 60]]
     assert set(header["checksums"]) == {*stored, "metadata"}
     assert header["vocab_hash"].startswith("ids:")
 
@@ -55,7 +55,9 @@ def test_file_layout_and_exact_round_trip(blocks, tmp_path):
         assert torch.equal(getattr(full, name), getattr(want, name)), name
     assert full.n_sequences == 60 and full.k == blocks.vocab.k
     seed = torch.Generator().manual_seed(5)
-    assert torch.equal(got.resample(seed).Q_bar, blocks.resample(torch.Generator().manual_seed(5)).Q_bar)
+    assert torch.equal(
+        got.resample(seed).Q_bar, blocks.resample(torch.Generator().manual_seed(5)).Q_bar
+    )
 
 
 def _rewrite(path, name, edit):
@@ -68,7 +70,11 @@ def _rewrite(path, name, edit):
 
 def _flip_low_bit(t):
     flat = t.reshape(-1)
-    as_int = flat.view(torch.int64) if t.dtype in (torch.float64, torch.int64) else flat.view(torch.int32)
+    as_int = (
+        flat.view(torch.int64)
+        if t.dtype in (torch.float64, torch.int64)
+        else flat.view(torch.int32)
+    )
     as_int[0] ^= 1
     return t
 

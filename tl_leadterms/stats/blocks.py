@@ -347,8 +347,11 @@ def load_block_stats(
     if tokenizer is not None and check_vocab:
         check_tokenizer(path, meta, tokenizer)
     n_ctx = meta["n_ctx"]
-    counts = [ContextCounts(t["pair_codes"], t["pair_counts"], t["unigram_counts"], t["Phi_bar"],
-                            z - a, n_ctx) for t, (a, z) in zip(tables, bounds, strict=True)]  # fmt: skip
+    counts = [
+        ContextCounts(t["pair_codes"], t["pair_counts"], t["unigram_counts"], t["Phi_bar"], z - a,
+                      n_ctx)
+        for t, (a, z) in zip(tables, bounds, strict=True)
+    ]  # fmt: skip
     vocab = KeptVocab(meta["d_vocab"], tensors.get("kept"), meta["centre_vocab"])
     dropped = ("format", "format_version", "checksums", "bounds")
     metadata = {key: v for key, v in meta.items() if key not in dropped}

@@ -170,7 +170,9 @@ def check_header(path: Path, meta: Any, fmt: str = FORMAT, versions=_VERSIONS) -
         or not 1 <= meta[key] < _LARGEST
     ]
     if bad_meta:
-        raise corrupt_file(path, f"metadata {bad_meta} missing or not positive integers below 2**53")
+        raise corrupt_file(
+            path, f"metadata {bad_meta} missing or not positive integers below 2**53"
+        )
     if meta["n_sequences"] * meta["n_ctx"] >= _LARGEST:
         raise corrupt_file(path, "metadata n_sequences·n_ctx is not below 2**53")
 
@@ -187,7 +189,9 @@ def check_tables(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, A
     if "kept" in tensors:
         expected["kept"] = (k,)
     elif k != meta["d_vocab"]:
-        raise corrupt_file(path, f"n_kept={k} differs from d_vocab={meta['d_vocab']} but no kept ids")
+        raise corrupt_file(
+            path, f"n_kept={k} differs from d_vocab={meta['d_vocab']} but no kept ids"
+        )
     for name, shape in expected.items():
         if name in tensors and tuple(tensors[name].shape) != shape:
             raise corrupt_file(
@@ -330,7 +334,9 @@ def scan_table(
     shape, dtype = _open_slice(path, name)
     k = meta["n_kept"]
     if shape != (k, k) or dtype not in _ITEMSIZE:
-        raise corrupt_file(path, f"{name} has shape {shape} and dtype {dtype}, not ({k}, {k}) floats")
+        raise corrupt_file(
+            path, f"{name} has shape {shape} and dtype {dtype}, not ({k}, {k}) floats"
+        )
     step = max(1, int(block_bytes or ROW_BLOCK_BYTES) // (k * _ITEMSIZE[dtype]))
     digest = TensorDigest(getattr(torch, {"F32": "float32", "F64": "float64"}[dtype]), shape)
     for start in range(0, k, step):
