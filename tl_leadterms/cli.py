@@ -7,12 +7,14 @@
     tl-leadterms stats ids.npy -o s.safetensors --d-vocab 50304 --keep 20000 --dtype float32
     tl-leadterms stats my_dataset_dir -o s.safetensors --tokenizer tok_dir --text-column text
     tl-leadterms stats shards/*.npy -o s.safetensors --d-vocab 50304 --ray auto  # a Ray cluster
+    tl-leadterms stats ids.npy -o b.safetensors --d-vocab 50304 --blocks 20  # per block of windows
     tl-leadterms top s.safetensors red --tokenizer tok_dir
     tl-leadterms decompose ckpt_dir s.safetensors [--json|--csv] [-o table.json]
     tl-leadterms sweep series_dir s.safetensors [--results r.jsonl] [--out table.csv]
     tl-leadterms sweep pythia-70m s.safetensors --steps 0 1 2 4    # hub checkpoints
     tl-leadterms sweep series_dir s.safetensors --results r.jsonl --ray auto --device cuda
     tl-leadterms sweep series_dir s.safetensors --null 99 --seed 0   # + null_mean, z, p columns
+    tl-leadterms sweep series_dir b.safetensors --ci 0.95   # block statistics: + lo, hi columns
     tl-leadterms report s.safetensors --model ckpt_dir --text "..." --words red fish -o r.html
 
 Every subcommand has ``--help``. Exit codes: 0 success, 2 bad arguments or input.
@@ -307,6 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument(
         "--no-memory-check", action="store_true", help="do not refuse a plan above free memory"
     )
+    stats.add_argument(
+        "--blocks",
+        type=_positive,
+        metavar="B",
+        help="keep the statistics of B contiguous blocks of windows (for sweep --ci bootstrap "
+        "intervals; every command reads such a file, the others as the whole corpus)",
+    )
     stats.add_argument("--text-column", default="text", help="text column of a dataset")
     stats.add_argument("--split", default="train", help="split of a dataset")
     stats.add_argument("--save-tokenizer", help="folder to save the tokenizer to")
@@ -379,7 +388,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--ci",
         type=float,
         metavar="LEVEL",
-        help="a bootstrap interval (columns lo, hi); needs statistics kept per block",
+        help="a bootstrap interval (columns lo, hi) over the blocks of a block statistics "
+        "file (stats --blocks B)",
+    )
+    sw.add_argument(
+        "--bootstrap",
+        type=_positive,
+        metavar="R",
+        help="bootstrap resamples of --ci (default 50)",
     )
     sw.add_argument("--seed", type=int, help="seed of the null's permutations (default 0)")
     sw.add_argument(

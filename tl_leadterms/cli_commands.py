@@ -66,9 +66,20 @@ def load_model(spec: str, device: str = "cpu"):
         ) from err
 
 
-def load_stats(path: str, tokenizer: Any = None, *, only=None, check_vocab: bool = True):
-    from tl_leadterms import CorpusStats
+def is_block_file(path: str) -> bool:
+    """Whether ``path`` holds statistics per block of windows (``stats --blocks``)."""
+    from tl_leadterms.stats.io import BLOCK_FORMAT, read_file
 
+    _, meta = read_file(Path(path), set())  # the header only
+    return isinstance(meta, dict) and meta.get("format") == BLOCK_FORMAT
+
+
+def load_stats(path: str, tokenizer: Any = None, *, only=None, check_vocab: bool = True):
+    """A statistics file, or the whole-corpus statistics (``.full()``) of a block file."""
+    from tl_leadterms import BlockStats, CorpusStats
+
+    if is_block_file(path):
+        return BlockStats.load(path, tokenizer=tokenizer, check_vocab=check_vocab).full()
     return CorpusStats.load(path, tokenizer=tokenizer, only=only, check_vocab=check_vocab)
 
 
@@ -243,11 +254,45 @@ def stats_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def _check_blocks(args: argparse.Namespace) -> None:
+    """Refuse the options ``stats --blocks`` cannot honour (block_stats reads on one process,
+    sums in float64 and always computes every statistic)."""
+    refused = [
+        name
+        for name, given in (("--ray", getattr(args, "ray", None) is not None),
+                            ("--only", bool(args.only)),
+                            ("--accumulate-dtype", bool(args.accumulate_dtype)))
+        if given
+    ]  # fmt: skip
+    if refused:
+        raise LeadTermsError(
+            f"--blocks {args.blocks} cannot be combined with {' '.join(refused)} (block "
+            "statistics are read on one process, summed in float64, with every table); drop them"
+        )
+
+
+def _compute(windows, d_vocab: int, tokenizer, args: argparse.Namespace):
+    """Plain statistics, or with ``--blocks B`` statistics kept per block of windows."""
+    if args.blocks is None:
+        from tl_leadterms import corpus_stats
+
+        return corpus_stats(windows, d_vocab, vocab=args.keep, tokenizer=tokenizer,
+                            progress=not args.quiet, **stats_options(args))  # fmt: skip
+    import torch
+
+    from tl_leadterms import block_stats
+
+    return block_stats(windows, d_vocab, blocks=args.blocks, vocab=args.keep, tokenizer=tokenizer,
+                       dtype=getattr(torch, args.dtype), progress=not args.quiet)  # fmt: skip
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
-    from tl_leadterms import corpus_stats, make_windows
+    from tl_leadterms import make_windows
 
     check_output(args.output, "-o")
     check_output(args.save_tokenizer, "--save-tokenizer", folder=True)
+    if args.blocks is not None:
+        _check_blocks(args)
     if getattr(args, "ray", None) is not None:
         return stats_on_ray(args)
     kind, data = read_inputs(args)
@@ -275,14 +320,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             tokenizer=tokenizer if kind == "texts" else None,
             max_windows=args.max_windows,
         )
-    stats = corpus_stats(
-        windows,
-        d_vocab,
-        vocab=args.keep,
-        tokenizer=tokenizer,
-        progress=not args.quiet,
-        **stats_options(args),
-    )
+    stats = _compute(windows, d_vocab, tokenizer, args)
     stats.save(args.output)
     if args.save_tokenizer:
         tokenizer.save_pretrained(args.save_tokenizer)
@@ -309,7 +347,7 @@ def cmd_top(args: argparse.Namespace) -> int:
         check_vocab=not args.allow_vocab_mismatch,
     )
     tokens = [int(w) if w.isdigit() and tokenizer is None else w for w in args.tokens]
-    if key in _STREAMED:
+    if key in _STREAMED and not is_block_file(args.stats):  # a block file's are in memory
         lines = _top_streamed(args.stats, key, stats, tokens, args.k, tokenizer)
     else:
         lines = [_top_line(stats.top(key, token, k=args.k, tokenizer=tokenizer))
@@ -387,17 +425,11 @@ def cmd_decompose(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from tl_leadterms.checkpoints.sweep import sweep
 
-    if args.ci is not None:
-        raise LeadTermsError(
-            f"--ci {args.ci} needs statistics kept per block of windows "
-            "(tl_leadterms.block_stats), which a statistics file does not hold; call "
-            "sweep(..., ci=...) from Python with block_stats(...), or drop --ci"
-        )
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".json"):
         raise LeadTermsError(f"--out {args.out!r} must end in .csv or .json")
     check_output(args.out, "--out")
     check_output(args.results, "--results")
-    stats = load_stats(args.stats)
+    stats = _sweep_stats(args)
     names = args.checkpoints
     if len(names) == 1 and not Path(names[0]).exists():
         if _looks_like_path(names[0]) or args.steps is None:
@@ -426,6 +458,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         layers=args.layers,
         per_head=args.per_head,
         null=args.null,
+        ci=args.ci,
+        **({} if args.bootstrap is None else {"bootstrap": args.bootstrap}),
         seed=args.seed,
         device=args.device,
         progress=not args.quiet,
@@ -440,6 +474,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.out:
         print(f"wrote {args.out}")
     return 0
+
+
+def _sweep_stats(args: argparse.Namespace):
+    """The statistics of ``sweep``: with ``--ci`` the blocks of a block file, else the whole
+    corpus (a block file's ``.full()``)."""
+    from tl_leadterms import BlockStats
+
+    if args.ci is None:
+        if args.bootstrap is not None:
+            raise LeadTermsError(f"--bootstrap {args.bootstrap} is for --ci; add --ci LEVEL")
+        return load_stats(args.stats)
+    if not is_block_file(args.stats):
+        raise LeadTermsError(
+            f"--ci {args.ci} needs statistics kept per block of windows, which {args.stats} does "
+            "not hold; write them with tl-leadterms stats ... --blocks B (e.g. 20), or drop --ci"
+        )
+    return BlockStats.load(args.stats)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -286,3 +286,60 @@ def test_unwritable_output_and_unknown_word_exit_2(tmp_path, capsys):
     capsys.readouterr()
     assert main(["top", str(stats_path), "zzzqqq", "--tokenizer", str(tok_dir)]) == 2
     assert "not in the tokenizer's vocabulary" in capsys.readouterr().err
+
+
+def test_block_statistics_give_sweep_intervals(series, tmp_path, capsys):
+    import pandas as pd
+
+    from tl_leadterms import BlockStats
+    from tl_leadterms.checkpoints.sweep import sweep
+
+    path, table = tmp_path / "b.safetensors", tmp_path / "t.csv"
+    args = ["stats", str(series["windows"]), "-o", str(path), "--d-vocab", str(series["d_vocab"])]
+    assert main([*args, "--blocks", "4", "--quiet"]) == 0
+    assert "BlockStats(4 blocks" in capsys.readouterr().out
+    assert main([*args, "--blocks", "4", "--only", "B_bar"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--blocks 4 cannot be combined with --only" in err and "\n" not in err
+    sweep_args = ["sweep", str(series["dir"]), str(path), "--steps", "0", "2", "--ci", "0.9",
+                  "--null", "5", "--out", str(table), "--quiet"]  # fmt: skip
+    assert main(sweep_args) == 0
+    assert "CI lo" in capsys.readouterr().out
+    written = pd.read_csv(table)
+    direct = sweep(series["dir"], BlockStats.load(path), analyses="decompose", steps=[0, 2],
+                   ci=0.9, null=5, progress=False).to_pandas()  # fmt: skip
+    assert list(written.columns) == list(direct.columns) and {"lo", "hi"} <= set(written.columns)
+    assert written["lo"].notna().any() and len(written) == len(direct)
+    for column in ("value", "lo", "hi", "p"):
+        np.testing.assert_allclose(written[column], direct[column], rtol=0, atol=1e-12)
+    # --ci with plain statistics: one line naming the fix
+    assert main(["sweep", str(series["dir"]), str(series["stats"]), "--ci", "0.9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "needs statistics kept per block" in err and "--blocks B" in err and "\n" not in err
+    assert main(["sweep", str(series["dir"]), str(path), "--bootstrap", "3"]) == 2
+    assert "add --ci" in capsys.readouterr().err
+
+
+def test_block_files_read_as_the_whole_corpus(series, tmp_path, capsys):
+    import pandas as pd
+
+    path = tmp_path / "b.safetensors"
+    args = ["stats", str(series["windows"]), "-o", str(path), "--d-vocab", str(series["d_vocab"])]
+    assert main([*args, "--blocks", "3", "--quiet"]) == 0
+    capsys.readouterr()
+    ckpt = str(series["dir"] / "step2")
+    tables, lists = [], []
+    for name, stats in (("plain", series["stats"]), ("blocks", path)):
+        csv = tmp_path / f"{name}.csv"
+        assert main(["decompose", ckpt, str(stats), "-o", str(csv), "--quiet"]) == 0
+        tables.append(pd.read_csv(csv))
+        capsys.readouterr()
+        assert main(["top", str(stats), "3", "5", "--matrix", "context", "-k", "4"]) == 0
+        assert main(["top", str(stats), "3", "-k", "4"]) == 0
+        lists.append(capsys.readouterr().out)
+    assert lists[0] == lists[1] and lists[0].count("(") == 3 * 4
+    plain, blocks = tables
+    assert list(plain["label"]) == list(blocks["label"])
+    np.testing.assert_allclose(blocks["cosine"], plain["cosine"], rtol=0, atol=1e-9)
+    out = tmp_path / "r.html"
+    assert main(["report", str(path), "-o", str(out), "--quiet"]) == 0 and out.is_file()

@@ -21,6 +21,13 @@ blocks (``B`` blocks drawn with replacement), without reading the corpus again:
   score is therefore rough (its coverage was 80% for a nominal 90%); pass-one scores
   (``W_O``, ``V``) are exact.
 
+Saved with :meth:`BlockStats.save` as one ``.safetensors`` file: each block's tables under
+``block{b}/`` (``pair_codes``, ``pair_counts``, ``unigram_counts``, ``Phi_bar``, ``Q_bar``,
+``Delta``), the full-corpus ``G_bar``, the kept ids, and a header with the block bounds, the
+metadata, the vocabulary hash and the SHA-256 of every tensor and of the header, verified by
+:meth:`BlockStats.load` as :func:`~tl_leadterms.stats.io.load_stats` verifies plain files
+(format ``tl_leadterms.BlockStats``; each loader names the other for a file of the other kind).
+
 Memory: every block keeps a ``[k, k]`` Φ̄ and Q̄, so ``2·B·k²`` numbers; use a restricted
 vocabulary (``vocab=``) for large tokenizers.
 
@@ -31,9 +38,15 @@ vocabulary (``vocab=``) for large tokenizers.
 (4, [(0, 10), (10, 20)], 40)
 >>> blocks.resample(torch.Generator().manual_seed(1)).Q_bar.shape
 torch.Size([6, 6])
+>>> import tempfile
+>>> path = tempfile.mkdtemp() + "/blocks.safetensors"; blocks.save(path)
+>>> torch.equal(BlockStats.load(path).full().Q_bar, blocks.full().Q_bar)
+True
 """
 
 import itertools
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,14 +55,28 @@ from tqdm.auto import tqdm
 
 from tl_leadterms.errors import LeadTermsError, positive_int
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator, ContextCounts
-from tl_leadterms.stats.compute import composed_from_counts
+from tl_leadterms.stats.compute import composed_from_counts, tokenizer_provenance
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.definitions import LastTarget, QTargets
+from tl_leadterms.stats.io import (
+    BLOCK_FORMAT,
+    check_header,
+    check_tables,
+    check_tokenizer,
+    corrupt_file,
+    read_file,
+    verify_checksums,
+    write_file,
+)
+from tl_leadterms.stats.provenance import ids_vocab_hash
 from tl_leadterms.stats.tokens import TokenSource
-from tl_leadterms.stats.vocab import VocabSpec, resolve_vocab
+from tl_leadterms.stats.vocab import KeptVocab, VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
 
-__all__ = ["BlockStats", "block_stats"]
+__all__ = ["BlockStats", "block_stats", "load_block_stats", "save_block_stats"]
+
+BLOCK_FORMAT_VERSION = 1
+_TABLES = ("pair_codes", "pair_counts", "unigram_counts", "Phi_bar", "Q_bar", "Delta")
 
 
 class BlockStats:
@@ -118,6 +145,16 @@ class BlockStats:
             Phi_bar=counts.Phi_bar, G_bar=G_bar, Q_bar=Q_bar, Delta=Delta, metadata=metadata,
             tokenizer=self.tokenizer,
         )  # fmt: skip
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the block statistics to one safetensors file, atomically (see the module)."""
+        save_block_stats(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, tokenizer: Any = None,
+             check_vocab: bool = True) -> "BlockStats":  # fmt: skip
+        """Load a file written by :meth:`save`, verified (see :func:`load_block_stats`)."""
+        return load_block_stats(path, tokenizer=tokenizer, check_vocab=check_vocab)
 
     def __repr__(self) -> str:
         return (f"BlockStats({self.n_blocks} blocks of {self.sizes.min()}-{self.sizes.max()} "
@@ -213,6 +250,110 @@ def block_stats(
         "n_sequences": n, "n_kept": kept.k, "centre_vocab": kept.centre_vocab,
         "dtype": str(dtype).removeprefix("torch."), "backend": firsts[0].backend,
         "q_targets": q_targets, "last_target": last_target, "blocks": blocks,
+        **tokenizer_provenance(tokenizer),
     }  # fmt: skip
     return BlockStats(counts, [q for q, _ in results], [d for _, d in results], bounds, kept,
                       G_bar, metadata, tokenizer)  # fmt: skip
+
+
+def save_block_stats(blocks: BlockStats, path: str | os.PathLike) -> None:
+    """Write ``blocks`` to ``path`` (a ``.safetensors`` file), atomically (see the module)."""
+    tensors: dict[str, Tensor] = {}
+    for b, (counts, q_bar, delta) in enumerate(
+        zip(blocks.counts, blocks.Q_bars, blocks.Deltas, strict=True)
+    ):
+        tables = [counts.pair_codes, counts.pair_counts, counts.unigram_counts, counts.Phi_bar,
+                  q_bar, delta]  # fmt: skip
+        tensors.update({f"block{b}/{name}": t for name, t in zip(_TABLES, tables, strict=True)})
+    tensors["G_bar"] = blocks.full().G_bar
+    vocab = blocks.vocab
+    if vocab.kept is not None:
+        tensors["kept"] = vocab.kept
+    tensors = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
+    meta = blocks.metadata
+    header = {
+        **meta,
+        "format": BLOCK_FORMAT,
+        "format_version": BLOCK_FORMAT_VERSION,
+        "library_version": meta.get("library_version", __version__),
+        "d_vocab": vocab.d_vocab,
+        "n_ctx": blocks.counts[0].n_ctx,
+        "n_sequences": int(blocks.sizes.sum()),
+        "n_kept": vocab.k,
+        "centre_vocab": vocab.centre_vocab,
+        "dtype": str(tensors["G_bar"].dtype).removeprefix("torch."),
+        "vocab_hash": meta.get("tokenizer_vocab_hash") or ids_vocab_hash(vocab.d_vocab, vocab.kept),
+        "blocks": blocks.n_blocks,
+        "bounds": [[a, z] for a, z in blocks.bounds],
+    }
+    write_file(Path(path), tensors, header)
+
+
+def _bounds(path: Path, meta: dict[str, Any]) -> list[tuple[int, int]]:
+    """The block bounds of the header: contiguous non-empty ranges covering every window."""
+    bounds, count = meta.get("bounds"), meta.get("blocks")
+    pairs = bounds if isinstance(bounds, list) else []
+    ints = all(
+        isinstance(p, list) and len(p) == 2 and all(type(x) is int for x in p) for p in pairs
+    )
+    edges = [p[0] for p in pairs] + [pairs[-1][1]] if pairs and ints else []
+    if not (
+        type(count) is int
+        and count >= 2
+        and len(pairs) == count
+        and ints
+        and edges[0] == 0
+        and edges[-1] == meta["n_sequences"]
+        and all(p[0] < p[1] for p in pairs)
+        and all(a[1] == z[0] for a, z in itertools.pairwise(pairs))
+    ):
+        raise corrupt_file(
+            path, f"the metadata's blocks/bounds ({count!r}, {bounds!r}) are not at least 2 "
+            f"contiguous window ranges covering the {meta['n_sequences']} windows"
+        )  # fmt: skip
+    return [(a, z) for a, z in pairs]
+
+
+def _block_tables(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any], b: int,
+                  size: int) -> dict[str, Tensor]:  # fmt: skip
+    """Block ``b``'s tables, checked as a plain file's (the full Ḡ with block 0)."""
+    tables = {name: tensors.get(f"block{b}/{name}") for name in _TABLES}
+    missing = [f"block{b}/{name}" for name, t in tables.items() if t is None]
+    if missing:
+        raise corrupt_file(path, f"missing tensors {missing}")
+    extra = {"kept": tensors["kept"]} if "kept" in tensors else {}
+    if b == 0:
+        extra["G_bar"] = tensors["G_bar"]
+    check_tables(path, {**tables, **extra}, {**meta, "n_sequences": size})
+    return tables
+
+
+def load_block_stats(
+    path: str | os.PathLike, *, tokenizer: Any = None, check_vocab: bool = True
+) -> BlockStats:
+    """Load block statistics written by :func:`save_block_stats`: the header, the bounds, every
+    block's tables and the SHA-256 of every tensor are checked (a flipped bit is refused,
+    naming the tensor); ``tokenizer`` as in :func:`~tl_leadterms.stats.io.load_stats`."""
+    path = Path(path)
+    tensors, meta = read_file(path, None)
+    check_header(path, meta, BLOCK_FORMAT, (BLOCK_FORMAT_VERSION,))
+    verify_checksums(path, tensors, meta)
+    bounds = _bounds(path, meta)
+    expected = {f"block{b}/{n}" for b in range(len(bounds)) for n in _TABLES} | {"G_bar", "kept"}
+    unknown = sorted(set(tensors) - expected)
+    if unknown or "G_bar" not in tensors:
+        raise corrupt_file(path, f"tensors {unknown or ['G_bar']} do not fit {len(bounds)} blocks")
+    tables = [_block_tables(path, tensors, meta, b, z - a) for b, (a, z) in enumerate(bounds)]
+    if tokenizer is not None and check_vocab:
+        check_tokenizer(path, meta, tokenizer)
+    n_ctx = meta["n_ctx"]
+    counts = [
+        ContextCounts(t["pair_codes"], t["pair_counts"], t["unigram_counts"], t["Phi_bar"], z - a,
+                      n_ctx)
+        for t, (a, z) in zip(tables, bounds, strict=True)
+    ]  # fmt: skip
+    vocab = KeptVocab(meta["d_vocab"], tensors.get("kept"), meta["centre_vocab"])
+    dropped = ("format", "format_version", "checksums", "bounds")
+    metadata = {key: v for key, v in meta.items() if key not in dropped}
+    return BlockStats(counts, [t["Q_bar"] for t in tables], [t["Delta"] for t in tables], bounds,
+                      vocab, tensors["G_bar"], metadata, tokenizer)  # fmt: skip

@@ -36,7 +36,7 @@ __all__ = ["composed_from_counts", "corpus_stats", "resolve_want"]
 _FLOAT_DTYPES = (torch.float64, torch.float32)
 
 
-def _tokenizer_provenance(tokenizer: Any) -> dict[str, Any]:
+def tokenizer_provenance(tokenizer: Any) -> dict[str, Any]:
     if tokenizer is None:
         return {}
     from tl_leadterms.data.tokenizers import vocab_hash
@@ -204,7 +204,7 @@ def resolve_want(want: Iterable[str] | str | None) -> tuple[str, ...]:
 
 def _metadata(d_vocab, counts, kept, plan: _Plan, tokenizer) -> dict[str, Any]:
     """Provenance of the statistics, including the definition choices (kept by save/load)."""
-    tokenizer_info = _tokenizer_provenance(tokenizer)
+    tokenizer_info = tokenizer_provenance(tokenizer)
     return {
         "library_version": __version__,
         "d_vocab": int(d_vocab),

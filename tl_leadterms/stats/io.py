@@ -37,9 +37,21 @@ from tl_leadterms.stats.provenance import (
 from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
 from tl_leadterms.version import __version__
 
-__all__ = ["load_stats", "save_stats", "scan_table"]
+__all__ = [
+    "check_header",
+    "check_tables",
+    "check_tokenizer",
+    "corrupt_file",
+    "load_stats",
+    "read_file",
+    "save_stats",
+    "scan_table",
+    "verify_checksums",
+    "write_file",
+]
 
 FORMAT = "tl_leadterms.CorpusStats"
+BLOCK_FORMAT = "tl_leadterms.BlockStats"  # statistics per block of windows (:mod:`.blocks`)
 FORMAT_VERSION = 2
 _VERSIONS = (1, 2)
 _COUNTS = ("pair_codes", "pair_counts", "unigram_counts")
@@ -48,11 +60,21 @@ _REQUIRED = (*_COUNTS, *_FLOATS)
 _LARGEST = 1 << 53  # metadata integers above this are not exact in JSON readers
 
 
-def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
-    """Write ``stats`` to ``path`` (a ``.safetensors`` file), atomically."""
-    path = Path(path)
+def write_file(path: Path, tensors: dict[str, torch.Tensor], header: dict[str, Any]) -> None:
+    """Write ``tensors`` and ``header`` (with the SHA-256 of every tensor and of the header
+    added under ``checksums``) to one safetensors file, atomically."""
     if path.is_dir():
         raise LeadTermsError(f"{path} is a directory; pass a file path such as stats.safetensors.")
+    header["checksums"] = {
+        **{name: tensor_checksum(t) for name, t in tensors.items()},
+        "metadata": metadata_checksum(header),
+    }
+    with atomic_path(path, parents=True) as tmp:
+        save_file(tensors, str(tmp), metadata={"tl_leadterms": json.dumps(header)})
+
+
+def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
+    """Write ``stats`` to ``path`` (a ``.safetensors`` file), atomically."""
     tensors = {
         name: getattr(stats, name) for name in _REQUIRED if name in _COUNTS or stats.has(name)
     }
@@ -76,16 +98,11 @@ def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
         "vocab_hash": vocab_hash,
         "statistics": ["B_bar", *(n for n in _FLOATS if stats.has(n))],
     }
-    header["checksums"] = {
-        **{name: tensor_checksum(t) for name, t in tensors.items()},
-        "metadata": metadata_checksum(header),
-    }
-    with atomic_path(path, parents=True) as tmp:
-        save_file(tensors, str(tmp), metadata={"tl_leadterms": json.dumps(header)})
+    write_file(Path(path), tensors, header)
 
 
-def _read(path: Path, names: set[str] | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The header and the tensors in ``names`` (None: all), each read on its own."""
+def read_file(path: Path, names: set[str] | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The tensors in ``names`` (None: all, each read on its own) and the header."""
     if not path.is_file():
         raise LeadTermsError(f"no statistics file at {path}; save one with stats.save(path).")
     try:
@@ -104,7 +121,7 @@ def _read(path: Path, names: set[str] | None) -> tuple[dict[str, torch.Tensor], 
     if raw is None:
         raise LeadTermsError(
             f"{path} is a safetensors file but has no tl_leadterms metadata; it was not written "
-            "by CorpusStats.save."
+            "by CorpusStats.save or BlockStats.save."
         )
     try:
         meta = json.loads(raw)
@@ -118,20 +135,32 @@ def _read(path: Path, names: set[str] | None) -> tuple[dict[str, torch.Tensor], 
 _META_INTS = ("d_vocab", "n_ctx", "n_sequences", "n_kept", "centre_vocab")
 
 
-def _corrupt(path: Path, what: str) -> LeadTermsError:
+def corrupt_file(path: Path, what: str) -> LeadTermsError:
+    """The error for a file whose content ``what`` no writer of this library produces."""
     return LeadTermsError(
         f"{path}: {what}; the file is corrupt or was edited. Recompute the statistics."
     )
 
 
-def _check_meta(path: Path, meta: Any) -> None:
-    """Refuse metadata CorpusStats.save could not have written."""
+_OTHER = {
+    BLOCK_FORMAT: "holds statistics per block of windows (BlockStats.save, tl-leadterms stats "
+    "--blocks); load it with BlockStats.load (its .full() is the whole corpus)",
+    FORMAT: "holds plain statistics (CorpusStats.save, tl-leadterms stats); load it with "
+    "CorpusStats.load, or compute block statistics (block_stats, tl-leadterms stats --blocks B)",
+}
+
+
+def check_header(path: Path, meta: Any, fmt: str = FORMAT, versions=_VERSIONS) -> None:
+    """Refuse metadata that the writer of format ``fmt`` could not have written (a file of the
+    other format is named as such, with the loader to use)."""
     if not isinstance(meta, dict):
-        raise _corrupt(path, "the metadata is not a JSON object")
-    if meta.get("format") != FORMAT or meta.get("format_version") not in _VERSIONS:
+        raise corrupt_file(path, "the metadata is not a JSON object")
+    if meta.get("format") in _OTHER and meta.get("format") != fmt:
+        raise LeadTermsError(f"{path} {_OTHER[meta['format']]}")
+    if meta.get("format") != fmt or meta.get("format_version") not in versions:
         raise LeadTermsError(
             f"{path}: format {meta.get('format')!r} version {meta.get('format_version')!r} is not "
-            f"{FORMAT!r} version {FORMAT_VERSION}; recompute the statistics with this version."
+            f"{fmt!r} version {max(versions)}; recompute the statistics with this version."
         )
     bad_meta = [
         key
@@ -141,54 +170,58 @@ def _check_meta(path: Path, meta: Any) -> None:
         or not 1 <= meta[key] < _LARGEST
     ]
     if bad_meta:
-        raise _corrupt(path, f"metadata {bad_meta} missing or not positive integers below 2**53")
+        raise corrupt_file(
+            path, f"metadata {bad_meta} missing or not positive integers below 2**53"
+        )
     if meta["n_sequences"] * meta["n_ctx"] >= _LARGEST:
-        raise _corrupt(path, "metadata n_sequences·n_ctx is not below 2**53")
+        raise corrupt_file(path, "metadata n_sequences·n_ctx is not below 2**53")
 
 
-def _check(path: Path, tensors: dict[str, torch.Tensor], meta: Any) -> None:
-    """Refuse anything CorpusStats.save could not have written."""
-    _check_meta(path, meta)
+def check_tables(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    """Refuse tables (shapes, dtypes, counts, kept ids) that ``save`` could not have written
+    for statistics of ``meta["n_sequences"]`` windows."""
     missing = [name for name in _COUNTS if name not in tensors]
     if missing:
-        raise _corrupt(path, f"missing tensors {missing}")
+        raise corrupt_file(path, f"missing tensors {missing}")
     k, t = meta["n_kept"], meta["n_ctx"]
     expected = {"Phi_bar": (k, k), "G_bar": (k, k), "Q_bar": (k, k), "Delta": (t,)}
     expected["unigram_counts"] = (k,)
     if "kept" in tensors:
         expected["kept"] = (k,)
     elif k != meta["d_vocab"]:
-        raise _corrupt(path, f"n_kept={k} differs from d_vocab={meta['d_vocab']} but no kept ids")
+        raise corrupt_file(
+            path, f"n_kept={k} differs from d_vocab={meta['d_vocab']} but no kept ids"
+        )
     for name, shape in expected.items():
         if name in tensors and tuple(tensors[name].shape) != shape:
-            raise _corrupt(
+            raise corrupt_file(
                 path, f"{name} has shape {tuple(tensors[name].shape)}, the metadata says {shape}"
             )
     dtypes = {tensors[name].dtype for name in _FLOATS if name in tensors}
     if len(dtypes) > 1 or not dtypes <= {torch.float32, torch.float64}:
-        raise _corrupt(path, f"the statistics have dtypes {sorted(map(str, dtypes))}")
+        raise corrupt_file(path, f"the statistics have dtypes {sorted(map(str, dtypes))}")
     for name in _FLOATS:
         if name in tensors and not torch.isfinite(tensors[name]).all():
-            raise _corrupt(path, f"{name} has NaN or infinite entries")
+            raise corrupt_file(path, f"{name} has NaN or infinite entries")
     for name in (*_COUNTS, *(("kept",) if "kept" in tensors else ())):
         if tensors[name].dtype != torch.int64 or tensors[name].ndim != 1:
-            raise _corrupt(path, f"{name} is not a 1-D int64 tensor")
+            raise corrupt_file(path, f"{name} is not a 1-D int64 tensor")
     codes, counts = tensors["pair_codes"], tensors["pair_counts"]
     if codes.shape != counts.shape:
-        raise _corrupt(path, "pair_codes and pair_counts differ in length")
+        raise corrupt_file(path, "pair_codes and pair_counts differ in length")
     if codes.numel() and (codes[0] < 0 or codes[-1] >= k * k or (codes.diff() <= 0).any()):
-        raise _corrupt(path, f"pair_codes are not strictly increasing codes in [0, {k * k})")
+        raise corrupt_file(path, f"pair_codes are not strictly increasing codes in [0, {k * k})")
     n_positions = meta["n_sequences"] * t
     if (counts <= 0).any() or counts.sum() > n_positions:
-        raise _corrupt(path, "pair_counts are not positive counts of at most N·T pairs")
+        raise corrupt_file(path, "pair_counts are not positive counts of at most N·T pairs")
     unigram = tensors["unigram_counts"]
     if (unigram < 0).any() or unigram.sum() > n_positions:
-        raise _corrupt(path, "unigram_counts are not counts of at most N·T positions")
+        raise corrupt_file(path, "unigram_counts are not counts of at most N·T positions")
     if "kept" in tensors:
         try:
             resolve_vocab(tensors["kept"], meta["d_vocab"])
         except LeadTermsError as err:
-            raise _corrupt(path, f"invalid kept ids ({err})") from err
+            raise corrupt_file(path, f"invalid kept ids ({err})") from err
 
 
 def _stored(meta: dict[str, Any]) -> tuple[str, ...]:
@@ -212,7 +245,7 @@ def _wanted(only: Iterable[str] | None) -> set[str] | None:
 
 def _stored_sums(path: Path, meta: dict[str, Any], stacklevel: int) -> dict[str, Any] | None:
     """The verified checksums of the tensors (None, with a warning, for a format-1 file)."""
-    if meta.get("format_version") == 1:
+    if meta.get("format") == FORMAT and meta.get("format_version") == 1:
         warnings.warn(
             f"{path} is a format-1 statistics file without checksums: its content cannot be "
             "verified; save it again (or recompute it) to add them",
@@ -221,7 +254,7 @@ def _stored_sums(path: Path, meta: dict[str, Any], stacklevel: int) -> dict[str,
         return None
     sums = meta.get("checksums")
     if not isinstance(sums, dict) or sums.get("metadata") != metadata_checksum(meta):
-        raise _corrupt(
+        raise corrupt_file(
             path, "the metadata does not match its checksum (a count or a setting was edited)"
         )
     return sums
@@ -229,11 +262,12 @@ def _stored_sums(path: Path, meta: dict[str, Any], stacklevel: int) -> dict[str,
 
 def _compare(path: Path, sums: dict[str, Any] | None, name: str, digest: str) -> None:
     if sums is not None and sums.get(name) != digest:
-        raise _corrupt(path, f"tensor {name} does not match its checksum")
+        raise corrupt_file(path, f"tensor {name} does not match its checksum")
 
 
-def _verify(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    """Compare the stored checksums with the metadata and every tensor read."""
+def verify_checksums(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    """Compare the stored checksums with the metadata and every tensor read (naming the first
+    that differs)."""
     sums = _stored_sums(path, meta, stacklevel=5)
     if sums is not None:
         for name, tensor in tensors.items():
@@ -289,8 +323,8 @@ def scan_table(
     path = Path(path)
     if name not in _FLOATS[:3]:
         raise LeadTermsError(f"scan_table reads one of {list(_FLOATS[:3])}, got {name!r}")
-    _, meta = _read(path, set())
-    _check_meta(path, meta)
+    _, meta = read_file(path, set())
+    check_header(path, meta)
     if name not in _stored(meta):
         raise LeadTermsError(
             f"{path} holds no {name} (it has {['B_bar', *_stored(meta)]}); recompute the "
@@ -300,19 +334,22 @@ def scan_table(
     shape, dtype = _open_slice(path, name)
     k = meta["n_kept"]
     if shape != (k, k) or dtype not in _ITEMSIZE:
-        raise _corrupt(path, f"{name} has shape {shape} and dtype {dtype}, not ({k}, {k}) floats")
+        raise corrupt_file(
+            path, f"{name} has shape {shape} and dtype {dtype}, not ({k}, {k}) floats"
+        )
     step = max(1, int(block_bytes or ROW_BLOCK_BYTES) // (k * _ITEMSIZE[dtype]))
     digest = TensorDigest(getattr(torch, {"F32": "float32", "F64": "float64"}[dtype]), shape)
     for start in range(0, k, step):
         block = _open_slice(path, name, slice(start, start + step))
         if not torch.isfinite(block).all():
-            raise _corrupt(path, f"{name} has NaN or infinite entries")
+            raise corrupt_file(path, f"{name} has NaN or infinite entries")
         digest.update(block)
         visit(start, block)
     _compare(path, sums, name, digest.hexdigest())
 
 
-def _check_tokenizer(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
+def check_tokenizer(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
+    """Refuse a tokenizer of another vocabulary than the file's (size, recorded hash)."""
     from tl_leadterms.data.tokenizers import vocab_hash
 
     size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
@@ -355,27 +392,28 @@ def load_stats(
     """
     path = Path(path)
     names = _wanted(only)
-    tensors, meta = _read(path, names)
-    _check(path, tensors, meta)
+    tensors, meta = read_file(path, names)
+    check_header(path, meta)
+    check_tables(path, tensors, meta)
     stored = _stored(meta)
     needed = [n for n in (*_COUNTS, *stored) if names is None or n in names]
     missing = [n for n in needed if n not in tensors]
     if missing:
-        raise _corrupt(path, f"missing tensors {missing}")
+        raise corrupt_file(path, f"missing tensors {missing}")
     absent = sorted(names & set(_FLOATS) - set(stored)) if names is not None else []
     if absent:
         raise LeadTermsError(
             f"{path} holds no {absent} (it has {['B_bar', *stored]}); recompute the statistics "
             "with all of them (tl-leadterms stats without --only; corpus_stats(want=None))"
         )
-    _verify(path, tensors, meta)
+    verify_checksums(path, tensors, meta)
     if d_vocab is not None and d_vocab != meta["d_vocab"]:
         raise LeadTermsError(
             f"{path} was counted with d_vocab={meta['d_vocab']}, but d_vocab={d_vocab} was "
             "expected; use statistics computed with this tokenizer."
         )
     if tokenizer is not None and check_vocab:
-        _check_tokenizer(path, meta, tokenizer)
+        check_tokenizer(path, meta, tokenizer)
     kept = tensors.get("kept")
     tensors = {name: v.to(device) for name, v in tensors.items()}
     vocab = KeptVocab(
