@@ -76,7 +76,8 @@ def test_token_arrays_are_mapped_and_cut_to_max_windows(corpus, tmp_path, capsys
 def test_readme_example_at_pythia_size_is_refused_in_one_line(corpus, monkeypatch, capsys):
     monkeypatch.setattr(memory, "available_memory", lambda: 24 * 2**30)
     argv = ["stats", str(corpus["dir"] / "ids.npy"), "--d-vocab", "50304", "-o", "x.safetensors"]
-    fails([*argv, "--quiet"], capsys, "need about 56.6 GiB at peak")
+    # the CLI parks Φ̄ during pass two, so its peak is the three results together
+    fails([*argv, "--quiet"], capsys, "need about 56.8 GiB at peak (results")
     assert not Path("x.safetensors").exists()
 
 

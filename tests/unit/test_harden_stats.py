@@ -26,7 +26,8 @@ def test_plan_counts_the_tables_alive_at_each_peak():
     k, d = 20_000, 20_000**2 * 4  # float32 result, float64 sums: pass two in two row halves
     plan = plan_memory(50_304, k=k, dtype=torch.float32)
     half_table = 10_001 * k * 8
-    assert plan.stages["pass two"] == 3 * d + half_table + (64 << 20)
+    pairs = 16 * 2**24  # the sparse bigram counts: 2**24 distinct pairs when N·T is unknown
+    assert plan.stages["pass two"] == 3 * d + half_table + pairs + (64 << 20)
     assert plan.peak_stage == "pass two"
     only = plan_memory(50_304, dtype=torch.float32, accumulate_dtype=torch.float32,
                        want=("B_bar", "Phi_bar"), n_positions=25_600_000)  # fmt: skip

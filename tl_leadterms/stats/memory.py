@@ -27,7 +27,7 @@ Example:
 (10.2, 'pass one')
 >>> full = plan_memory(50_304, k=20_000, dtype=torch.float32)
 >>> round(full.peak / 2**30, 1), full.peak_stage
-(6.0, 'pass two')
+(6.3, 'pass two')
 """
 
 import math
