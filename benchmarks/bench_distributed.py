@@ -69,12 +69,18 @@ def max_diff(a, b) -> float:
     return max(float((getattr(a, n) - getattr(b, n)).abs().max()) for n in STATS)
 
 
+def pickled_bytes(value) -> int:
+    """Bytes ``value`` puts into the object store: the pickle stream plus the buffers that
+    protocol 5 hands over out of band (the accumulators' numpy tables), as Ray stores them."""
+    buffers = []
+    stream = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    return len(stream) + sum(b.raw().nbytes for b in buffers)
+
+
 def shard_bytes(windows: torch.Tensor, kept, n_shards: int) -> int:
     """Bytes of one shard's pass-one accumulator as it is pickled into the object store."""
     part = windows[: math.ceil(windows.shape[0] / n_shards)]
-    acc = ContextAccumulator(kept).update(part)
-    acc.merge(ContextAccumulator(kept))  # the task compacts its bigram codes the same way
-    return len(pickle.dumps(acc, protocol=5))
+    return pickled_bytes(ContextAccumulator(kept).update(part))  # pickling compacts the codes
 
 
 def threads(n: int) -> int:
@@ -102,13 +108,12 @@ def single_process(windows, d_vocab, vocab, repeats, n_threads):
 
 
 def shard_bytes_pass2(windows: torch.Tensor, kept) -> int:
-    """Bytes of one shard's pass-two accumulator as pickled: Q table, Δ, and the Ḡ it holds.
-
-    The tables are dense, so the size does not depend on the windows or Ḡ's values.
-    """
+    """Bytes of one shard's pass-two accumulator as a task returns it: its Q table and Δ (Ḡ is
+    dropped before it is sent back). The table is dense: the size does not depend on the
+    windows or on Ḡ's values."""
     g_bar = torch.zeros(kept.k, kept.k, dtype=torch.float64)
     acc = AttentionAccumulator(g_bar, kept).update(windows[:100])
-    return len(pickle.dumps(acc, protocol=5))
+    return pickled_bytes(acc.drop_g_bar())
 
 
 def run_case(windows, d_vocab, vocab, n_shards, repeats, folder, one_thread=False):

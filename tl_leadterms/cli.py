@@ -22,196 +22,13 @@ Every subcommand has ``--help``. Exit codes: 0 success, 2 bad arguments or input
 
 import argparse
 import sys
-import time
-from pathlib import Path
 
 from tl_leadterms import cli_commands as commands
-from tl_leadterms.cli_inputs import check_device, positive_int_arg
+from tl_leadterms import cli_stats
+from tl_leadterms.cli_demo import add_demo_parser
+from tl_leadterms.cli_inputs import check_device
+from tl_leadterms.cli_inputs import positive_int_arg as _positive
 from tl_leadterms.errors import LeadTermsError
-
-DEMO_WORDS = {
-    "bigram": ["red", "shiny", "fluffy"],
-    "interchangeability": ["he", "happy", "lily"],
-    "context": ["fish", "cow", "rocket"],
-}
-_HEADINGS = {
-    "bigram": "Bigram B̄: most likely next tokens",
-    "interchangeability": "Interchangeability Σ_B̄: tokens preceded by the same tokens",
-    "context": "Context Φ̄: tokens that appear earlier in the same window",
-}
-
-
-#: the scoring of the demo's association lists (and of its report): cosine reads best here
-DEMO_SCORING = "cosine"
-
-
-def _print_associations(stats, tokenizer, words: dict[str, list[str]], k: int = 5) -> None:
-    print(
-        f"\nAssociation lists, {DEMO_SCORING} scoring (row/column normalised: a neighbour ranks "
-        "by the share of its own mass it has with the word, not by its frequency; special "
-        "tokens left out)"
-    )
-    for kind, tokens in words.items():
-        print(f"\n{_HEADINGS[kind]}")
-        for word in tokens:
-            try:
-                neighbours = stats.top(kind, word, k=k, tokenizer=tokenizer,
-                                       scoring=DEMO_SCORING, exclude="special")  # fmt: skip
-            except LeadTermsError as err:
-                print(f"  {word:>8s}: ({err})")
-                continue
-            listed = ", ".join(str(n.token) for n in neighbours)
-            print(f"  {word:>8s} -> {listed}")
-
-
-def _sample_text(stories: list[str], words: list[str], max_words: int = 24) -> str:
-    """A short sentence of the corpus holding the most of ``words`` (for the attention views)."""
-    wanted = set(words)
-    best, best_count = stories[0][:120], 0
-    for story in stories[:200]:
-        for sentence in story.replace("\n", " ").split(". "):
-            tokens = sentence.lower().replace(",", " ").split()
-            count = len(wanted.intersection(tokens))
-            if count > best_count and len(tokens) <= max_words:
-                best, best_count = sentence.strip().rstrip(".") + ".", count
-    return best
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from tl_leadterms import corpus_stats, make_windows
-    from tl_leadterms.data import generate_stories, train_word_tokenizer
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    print(f"Generating {args.stories} stories (seed {args.seed}) ...")
-    stories = generate_stories(args.stories, seed=args.seed)
-    tokenizer = train_word_tokenizer(stories, args.vocab)
-    windows = make_windows(stories, args.n_ctx, tokenizer=tokenizer)
-    n_words = sum(len(s.split()) for s in stories)
-    print(
-        f"  {sum(map(len, stories)) / 1e6:.1f} MB of text, {n_words:,} words; word-level "
-        f"vocabulary {len(tokenizer)}; {windows.shape[0]:,} windows of T+1 = {args.n_ctx + 1}"
-    )
-    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=not args.quiet)
-    print(f"  {stats!r}")
-    _print_associations(stats, tokenizer, DEMO_WORDS)
-    path = out / "demo_stats.safetensors"
-    stats.save(path)
-    tokenizer.save_pretrained(out / "tokenizer")
-    print(f"\nSaved {path} and {out / 'tokenizer'} ({time.perf_counter() - start:.1f} s)")
-    trained = _demo_training(args, stories, tokenizer) if args.train_steps else {}
-    if trained:
-        words = [w for ws in DEMO_WORDS.values() for w in ws]
-        trained["text"] = _sample_text(stories, words)
-        _print_agreement(trained, tokenizer, args.train_lr, args.train_steps)
-    if not args.no_report:
-        _demo_report(args, stats, tokenizer, stories, trained)
-    return 0
-
-
-def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> dict:
-    """Train the paper's model on the same corpus: decompose it at step ``--train-steps``
-    (where the leading terms hold) and keep training to ``--attention-steps``, where its
-    attention is visibly non-uniform, for the attention views."""
-    import copy
-    import math
-
-    from tl_leadterms import block_stats, decompose, head_atlas, make_windows, paper_model, train
-
-    start = time.perf_counter()
-    n_ctx = args.train_n_ctx
-    windows = make_windows(stories, n_ctx, tokenizer=tokenizer)[: args.train_windows]
-    # statistics kept per block of windows: the whole corpus for training, resamples for the CIs
-    blocks = block_stats(windows, len(tokenizer), blocks=8, tokenizer=tokenizer, progress=False)
-    stats = blocks.full()
-    lr, steps = args.train_lr, args.train_steps
-    total = max(steps, args.attention_steps)
-    print(
-        f"\nTraining the paper's 3-layer model (|V| = {len(tokenizer)}, T = {n_ctx}) on "
-        f"{windows.shape[0]} windows: full-batch GD, η = {lr}, from zero; decomposed at step "
-        f"{steps} (s·η = {lr * steps:g}), attention shown at step {total} ..."
-    )
-    model = paper_model(len(tokenizer), n_ctx, 3)
-    early: dict = {}
-
-    def keep(step: int, current, loss: float) -> None:
-        if step == steps:
-            early["model"] = copy.deepcopy(current)
-
-    history = train(model, windows, lr=lr, steps=total, track=stats, every=math.gcd(steps, 8),
-                    progress=not args.quiet, callback=keep)  # fmt: skip
-    print(f"  {history!r}")
-    early_model = early["model"]
-    # each score beside its permutation null (99 relabellings) and a 95% bootstrap interval
-    decomposition = decompose(early_model, blocks, lr=lr, steps=steps, null=99, ci=0.95)
-    print(f"\n{decomposition}")
-    atlas = head_atlas(early_model, blocks, windows[:8, :n_ctx], null=49, lr=lr, steps=steps)
-    print(f"\n{atlas}")
-    print(f"  ({time.perf_counter() - start:.1f} s)")
-    later = model if total > steps else None
-    return {"model": early_model, "later": later, "later_step": total if later else None,
-            "stats": stats, "history": history, "decomposition": decomposition,
-            "atlas": atlas}  # fmt: skip
-
-
-def _print_agreement(trained: dict, tokenizer, lr: float, steps: int) -> None:
-    """Each head's attention on the sample text against the prediction, and how far both are
-    from uniform attention (total variation)."""
-    import torch
-
-    from tl_leadterms import attention_agreement, predict_attention
-    from tl_leadterms.report.sections import tv_from_uniform
-
-    later = trained["later"]
-    model = trained["model"] if later is None else later
-    stats, text = trained["stats"], trained["text"]
-    ids = torch.tensor([tokenizer.encode(text, add_special_tokens=False)[: stats.n_ctx]])
-    _, cache = model.run_with_cache(ids)
-    run = {"lr": lr, "steps": steps} if later is None else {}  # later: c fitted per head
-    rows = attention_agreement(model, stats, ids, cache=cache, progress=False, **run).rows
-    how = f"s·η = {lr * steps:g}" if later is None else "scale c fitted per head"
-    step = steps if later is None else trained["later_step"]
-    print(f"\nAttention at step {step} on {text!r} against the leading-term prediction ({how}):")
-    for r in rows:
-        actual = tv_from_uniform(cache["pattern", r["layer"]][0, r["head"]])
-        predicted = tv_from_uniform(predict_attention(stats, ids, scale=r["scale"])[0])
-        print(
-            f"  {r['label']}: rank correlation {r['rank_correlation']:.3f}, JS divergence "
-            f"{r['js_divergence']:.2e}, c = {r['scale']:.3g}; largest distance from uniform "
-            f"(total variation): head {actual:.3f}, predicted {predicted:.3f}"
-        )
-
-
-def _demo_report(args, stats, tokenizer, stories: list[str], trained: dict) -> None:
-    """report.html: the decompose table, association lists, attention views, history figure."""
-    from tl_leadterms.report import report
-
-    start = time.perf_counter()
-    text = trained.get("text")
-    path = report(
-        Path(args.out) / "report.html",
-        stats=trained.get("stats", stats),
-        association_stats=stats,
-        model=trained.get("model"),
-        tokenizer=tokenizer,
-        text=text,
-        history=trained.get("history"),
-        decomposition=trained.get("decomposition"),
-        head_atlas=trained.get("atlas"),
-        words=DEMO_WORDS,
-        title="tl_leadterms demo: the embedded stories corpus",
-        lr=args.train_lr if trained else None,
-        steps=args.train_steps if trained else None,
-        associations=DEMO_SCORING,
-        attention_model=trained.get("later"),
-        attention_step=trained.get("later_step"),
-        progress=not args.quiet,
-    )
-    size = path.stat().st_size / 1e6
-    print(
-        f"\nWrote {path} ({size:.1f} MB, {time.perf_counter() - start:.1f} s): open it in a browser"
-    )
 
 
 def _add_common(p: argparse.ArgumentParser, *, device: bool = True) -> None:
@@ -228,45 +45,7 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, nargs="+", help="layers to analyse (default: all)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tl-leadterms",
-        description="Corpus statistics and gradient leading terms of transformer weights.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    demo = sub.add_parser(
-        "demo", help="embedded corpus -> statistics -> a short training run -> report.html"
-    )
-    demo.add_argument("--stories", type=_positive, default=4000, help="stories to generate")
-    demo.add_argument("--vocab", type=_positive, default=2000, help="word-level vocabulary size")
-    demo.add_argument("--n-ctx", type=_positive, default=128, help="window length T")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--out", default="out", help="folder for the outputs")
-    demo.add_argument(
-        "--train-steps",
-        type=int,
-        default=24,
-        help="GD steps before the decomposition (0: no training); s·η = 24 keeps "
-        "every cosine with its leading term above 0.99 on this corpus, 48 does not",
-    )
-    demo.add_argument(
-        "--attention-steps",
-        type=int,
-        default=128,
-        help="GD steps of the checkpoint whose attention the report shows (the run goes on "
-        "after the decomposition; at s·η = 24 attention is within 1e-4 of uniform, by 128 it "
-        "is visibly not); at most --train-steps: the decomposed model",
-    )
-    demo.add_argument("--train-lr", type=float, default=1.0, help="learning rate η")
-    demo.add_argument(
-        "--train-n-ctx", type=_positive, default=32, help="window length for training"
-    )
-    demo.add_argument("--train-windows", type=_positive, default=64, help="training windows")
-    demo.add_argument("--no-report", action="store_true", help="do not write report.html")
-    _add_common(demo, device=False)
-    demo.set_defaults(func=cmd_demo)
-
+def _add_stats(sub) -> None:
     stats = sub.add_parser("stats", help="texts, a dataset or token arrays -> a statistics file")
     stats.add_argument(
         "inputs",
@@ -327,8 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="run on Ray, one task per input file: a cluster address, auto, or local[:N CPUs]",
     )
     _add_common(stats, device=False)
-    stats.set_defaults(func=commands.cmd_stats)
+    stats.set_defaults(func=cli_stats.cmd_stats)
 
+
+def _add_top(sub) -> None:
     top = sub.add_parser("top", help="the tokens most associated with given tokens")
     top.add_argument("stats", help="a statistics file")
     top.add_argument("tokens", nargs="+", help="tokens (strings with --tokenizer, else ids)")
@@ -340,8 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="use a tokenizer other than the statistics' (experts: the hash check is skipped)",
     )
-    top.set_defaults(func=commands.cmd_top)
+    top.set_defaults(func=cli_stats.cmd_top)
 
+
+def _add_decompose(sub) -> None:
     dec = sub.add_parser("decompose", help="a checkpoint + statistics -> the decompose table")
     dec.add_argument(
         "checkpoint", help="a Hugging Face folder (any architecture TL converts) or a model name"
@@ -359,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(dec)
     dec.set_defaults(func=commands.cmd_decompose)
 
+
+def _add_sweep(sub) -> None:
     sw = sub.add_parser("sweep", help="checkpoints + statistics -> a table over training")
     sw.add_argument(
         "checkpoints",
@@ -409,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(sw)
     sw.set_defaults(func=commands.cmd_sweep)
 
+
+def _add_report(sub) -> None:
     rep = sub.add_parser("report", help="statistics (+ a model) -> one self-contained report.html")
     rep.add_argument("stats", help="a statistics file")
     rep.add_argument(
@@ -425,10 +212,23 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--steps", type=int, help="the training run's step count, if known")
     _add_common(rep)
     rep.set_defaults(func=commands.cmd_report)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tl-leadterms",
+        description="Corpus statistics and gradient leading terms of transformer weights.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    add_demo_parser(sub)
+
+    _add_stats(sub)
+    _add_top(sub)
+    _add_decompose(sub)
+    _add_sweep(sub)
+    _add_report(sub)
     return parser
-
-
-_positive = positive_int_arg
 
 
 def _stdout_closed() -> int:

@@ -26,7 +26,7 @@ LAYERS = [
     ("checkpoints",),
     ("plot",),
     ("report",),
-    ("cli", "cli_commands", "cli_inputs"),
+    ("cli", "cli_commands", "cli_demo", "cli_inputs", "cli_stats"),
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

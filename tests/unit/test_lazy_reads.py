@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from tl_leadterms import corpus_stats
 from tl_leadterms.cli import main
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.stats import io, neighbours, provenance
+from tl_leadterms.stats import io, neighbours, provenance, scan
 from tl_leadterms.stats.neighbours import RowScorer, scored_row
 from tl_leadterms.stats.provenance import TensorDigest, tensor_checksum
 
@@ -69,7 +69,7 @@ def test_digest_over_row_blocks_is_the_whole_tensor_checksum(rows):
 def test_scan_table_blocks_are_the_stored_table(stats_file):
     stored = load_file(stats_file)["Phi_bar"]
     starts, blocks = [], []
-    io.scan_table(stats_file, "Phi_bar", lambda s, b: (starts.append(s), blocks.append(b)),
+    scan.scan_table(stats_file, "Phi_bar", lambda s, b: (starts.append(s), blocks.append(b)),
                   block_bytes=7 * KEEP * 4)  # fmt: skip
     assert starts == list(range(0, KEEP, 7)) and torch.equal(torch.cat(blocks), stored)
 
@@ -77,8 +77,8 @@ def test_scan_table_blocks_are_the_stored_table(stats_file):
 def test_scan_table_refuses_a_flipped_bit_naming_the_tensor(stats_file, tmp_path):
     bad = flipped(stats_file, tmp_path, "G_bar")
     with pytest.raises(LeadTermsError, match="tensor G_bar does not match its checksum"):
-        io.scan_table(bad, "G_bar", lambda s, b: None, block_bytes=64)
-    io.scan_table(bad, "Phi_bar", lambda s, b: None)  # another table of the file is fine
+        scan.scan_table(bad, "G_bar", lambda s, b: None, block_bytes=64)
+    scan.scan_table(bad, "Phi_bar", lambda s, b: None)  # another table of the file is fine
 
 
 # -- CLI top: only what it needs ------------------------------------------------------------------
@@ -99,7 +99,7 @@ def parsed(line):
 
 @pytest.mark.parametrize("matrix,name", [("context", "Phi_bar"), ("attention", "Q_bar")])
 def test_top_in_row_blocks_equals_the_full_matrix(stats_file, capsys, monkeypatch, matrix, name):
-    monkeypatch.setattr(io, "ROW_BLOCK_BYTES", 4 * KEEP * 4)  # blocks of four rows
+    monkeypatch.setattr(scan, "ROW_BLOCK_BYTES", 4 * KEEP * 4)  # blocks of four rows
     kept = load_file(stats_file)["kept"].tolist()
     tokens = [kept[0], kept[13], kept[-1]]
     code, out, _ = run(["top", str(stats_file), *map(str, tokens), "--matrix", matrix, "-k", "5"],

@@ -15,6 +15,8 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from tl_leadterms.errors import LeadTermsError
+
 __all__ = ["SHADE_FLOOR", "diverging_colour", "legend", "shaded_tokens", "token_labels"]
 
 #: texts whose largest |value| is below this fraction of the scale are "no association"
@@ -90,3 +92,21 @@ def shaded_tokens(labels: Sequence[str], values: Sequence[float], *, scale: floa
         f'<div class="shaded-tokens" style="white-space:pre-wrap;line-height:1.8">{spans}</div>'
         + legend(scale)
     )
+
+
+def token_label(tokenizer: Any, token_id: int) -> str:
+    """The token's string, html-escaped (its id when there is no tokenizer)."""
+    text = tokenizer.decode([token_id]) if tokenizer is not None else str(token_id)
+    return html.escape(text, quote=False)  # quotes stay readable: labels are never attributes
+
+
+def encode_text(text: str, tokenizer: Any, what: str) -> list[int]:
+    if tokenizer is None:
+        raise LeadTermsError(
+            f"{what} is a string ({text[:40]!r}); pass tokenizer= (or attach one to the model or "
+            "as stats.tokenizer), or pass token ids"
+        )
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    if not ids:
+        raise LeadTermsError(f"{what} {text!r} encodes to no tokens; pass some text")
+    return [int(i) for i in ids]
