@@ -39,7 +39,9 @@ def shoot(report: Path, css: str, height: int, out: Path) -> None:
         copy = Path(folder) / "page.html"
         copy.write_text(page, encoding="utf-8")
         subprocess.run(
-            [browser(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            [browser(), "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             "--proxy-server=127.0.0.1:9",  # a closed port: the page renders with no network
+             "--virtual-time-budget=15000",  # the attention views' scripts finish first
              f"--screenshot={out}", f"--window-size=1280,{height}", copy.as_uri()],
             check=True, capture_output=True, timeout=120,
         )  # fmt: skip
