@@ -161,3 +161,26 @@ def test_cli_sweep_on_ray(cluster, series, tmp_path):
     assert list(table["checkpoint"]) == [r["checkpoint"] for r in local.rows]
     assert list(table["score"]) == [r["score"] for r in local.rows]
     np.testing.assert_allclose(table["value"], [r["value"] for r in local.rows], atol=1e-12)
+
+
+def test_cli_sweep_on_ray_with_intervals_from_a_block_file(cluster, series, tmp_path):
+    import pandas as pd
+
+    from tl_leadterms import BlockStats, block_stats
+    from tl_leadterms.checkpoints.series import load_windows
+    from tl_leadterms.checkpoints.sweep import sweep
+    from tl_leadterms.cli import main
+
+    folder, stats = series
+    blocks = block_stats(load_windows(folder), stats.d_vocab, blocks=4, progress=False)
+    blocks.save(tmp_path / "b.safetensors")
+    out = tmp_path / "table.csv"
+    args = ["sweep", str(folder), str(tmp_path / "b.safetensors"), "--steps", "2", "16",
+            "--ci", "0.9", "--bootstrap", "5", "--out", str(out), "--quiet"]  # fmt: skip
+    assert main([*args, "--ray", "local:2"]) == 0
+    local = sweep(folder, BlockStats.load(tmp_path / "b.safetensors"), analyses="decompose",
+                  steps=[2, 16], ci=0.9, bootstrap=5, progress=False).to_pandas()  # fmt: skip
+    table = pd.read_csv(out)
+    assert list(table["score"]) == list(local["score"]) and table["lo"].notna().any()
+    for column in ("value", "lo", "hi"):
+        np.testing.assert_allclose(table[column], local[column], rtol=0, atol=1e-12)
