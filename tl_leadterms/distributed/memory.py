@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.algebra import block_columns
 from tl_leadterms.stats.memory import (
     ALL_STATISTICS,
     MemoryPlan,
@@ -88,7 +89,8 @@ def plan_ray_memory(
     driver = {"pass one": a + rounding + pairs}
     tasks = {"pass one": a + pairs + _WORKSPACE}
     if any(s in want for s in ("G_bar", "Q_bar", "Delta")):
-        driver["Ḡ"] = 2 * d + min(3 << 27, d) + pairs + d  # Φ̄, Ḡ, column blocks, shared Ḡ
+        blocks = 3 * k * block_columns(k, dtype.itemsize) * dtype.itemsize
+        driver["Ḡ"] = 2 * d + blocks + pairs + d  # Φ̄, Ḡ, column blocks, shared Ḡ
     if any(s in want for s in ("Q_bar", "Delta")):
         driver["pass two"] = 3 * d + a + rounding + pairs
         tasks["pass two"] = a + d + _WORKSPACE

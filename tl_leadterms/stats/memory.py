@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.stats.algebra import block_columns
 
 __all__ = [
     "ALL_STATISTICS",
@@ -51,7 +52,6 @@ __all__ = [
 #: every statistic ``corpus_stats`` can compute, in the order of the passes
 ALL_STATISTICS = ("B_bar", "Phi_bar", "G_bar", "Q_bar", "Delta")
 _PENDING_PAIRS = 1 << 24  # bigram codes buffered before they are counted (accumulate.py)
-_BLOCK_BYTES = 1 << 27  # one column-block temporary of Ḡ (algebra.py)
 _WORKSPACE = 64 << 20  # one batch of windows and its pair codes
 
 
@@ -127,7 +127,7 @@ def plan_memory(
     pairs = 16 * distinct + 8 * 4 * min(_PENDING_PAIRS, n_positions or _PENDING_PAIRS)
     stages = {"pass one": a + (d if acc != dtype else 0) + pairs + _WORKSPACE}
     if any(s in want for s in ("G_bar", "Q_bar", "Delta")):
-        blocks = 3 * min(_BLOCK_BYTES, d)
+        blocks = 3 * k * block_columns(k, dtype.itemsize) * dtype.itemsize
         stages["Ḡ"] = 2 * d + blocks + 16 * distinct + _WORKSPACE
     if any(s in want for s in ("Q_bar", "Delta")):
         groups = max(1, acc.itemsize // dtype.itemsize)
