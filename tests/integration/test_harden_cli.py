@@ -164,8 +164,11 @@ def test_closed_stdout_pipe_keeps_the_table_on_disk(corpus, tmp_path):
 def test_ctrl_c_exits_130_in_one_line_without_temporaries(tmp_path):
     rng = np.random.default_rng(1)
     np.save(tmp_path / "ids.npy", rng.integers(0, 3000, (60_000, 65)))
+    # as in a terminal: a job started in the background (`make test &`, some CI runners) has
+    # SIGINT ignored, and Python then never turns Ctrl-C into KeyboardInterrupt
     proc = _cli("stats", str(tmp_path / "ids.npy"), "-o", str(tmp_path / "s.safetensors"),
-                "--d-vocab", "3000", stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)  # fmt: skip
+                "--d-vocab", "3000", stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     for line in proc.stderr:  # the plan is printed before pass one starts
         if "memory plan" in line:  # (a progress bar's carriage return may precede it)
             break
