@@ -9,7 +9,7 @@ the ``[k, k]`` results, never the corpus.
 
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -50,13 +50,17 @@ class _Pass:
         self.leaf = ray.remote(task).options(num_returns=2, **options)
         self.merge = ray.remote(merge_task).options(num_returns=2, **options)
 
-    def get(self, refs: Any, pending: Sequence[Any] = ()) -> Any:
-        """``ray.get`` with a shard's failure as one LeadTermsError line (the rest cancelled)."""
+    def get(self, refs: Any) -> Any:
+        """``ray.get`` with a shard's failure as one LeadTermsError line.
+
+        The other shards' tasks are not cancelled: they are short and pure, their results are
+        dropped with their refs (a local Ray started here is shut down at once), and cancelling
+        tasks while their replies arrive can abort the driver (a failed internal check in
+        Ray's task manager, seen with Ray 2.x here).
+        """
         try:
             return self.ray.get(refs)
         except self.ray.exceptions.RayTaskError as err:
-            for ref in pending:
-                self.ray.cancel(ref, recursive=True)
             cause = getattr(err, "cause", None) or err
             raise LeadTermsError(one_line(cause)) from None
 
@@ -68,17 +72,17 @@ class _Pass:
             pairs = [self.merge.remote(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
             merge_seconds += [s for _, s in pairs]
             level = [v for v, _ in pairs] + ([level[-1]] if len(level) % 2 else [])
-        done = self._follow(infos, values + merge_seconds + level, desc, progress)
+        done = self._follow(infos, desc, progress)
         return self.get(level[0]), done, self.get(merge_seconds)
 
-    def _follow(self, infos: list, everything: list, desc: str, progress: bool) -> list[dict]:
+    def _follow(self, infos: list, desc: str, progress: bool) -> list[dict]:
         """Wait for the shards in finishing order, with a progress bar of shards and tokens."""
         done: dict[Any, dict] = {}
         pending, tokens = list(infos), 0
         with tqdm(total=len(infos), desc=desc, unit="shard", disable=not progress) as bar:
             while pending:
                 ready, pending = self.ray.wait(pending, num_returns=1)
-                info = self.get(ready[0], pending=everything)
+                info = self.get(ready[0])
                 done[ready[0]] = info
                 tokens += info["tokens"]
                 bar.set_postfix(tokens=f"{tokens:,}", refresh=False)
