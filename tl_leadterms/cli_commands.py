@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tl_leadterms import atomic
-from tl_leadterms.cli_inputs import check_output
+from tl_leadterms.cli_inputs import check_output, first_line
 from tl_leadterms.errors import LeadTermsError
 
 TOKEN_SUFFIXES = (".pt", ".npy")
@@ -39,11 +39,6 @@ def load_tokenizer(spec: str, texts: list[str] | None):
             f"cannot load tokenizer {spec!r} ({first_line(err)}); pass a local tokenizer folder, "
             "a cached hub name, or word:N / bpe:N to train one on the corpus."
         ) from err
-
-
-def first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0][:200] if lines else ''}"
 
 
 def _looks_like_path(name: str) -> bool:

@@ -75,7 +75,8 @@ def check_output(path: str | None, flag: str, *, folder: bool = False) -> None:
         ) from None
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """The error's type and first line (at most 200 characters), for one-line messages."""
     lines = str(err).strip().splitlines()
     return f"{type(err).__name__}: {lines[0][:200] if lines else ''}"
 
@@ -92,7 +93,7 @@ def open_token_array(path: Path) -> Any:
             data = torch.load(path, weights_only=True, mmap=True, map_location="cpu")
     except Exception as err:  # pickle, zip and numpy format errors
         raise LeadTermsError(
-            f"cannot read token ids from {str(path)!r} ({_first_line(err)})"
+            f"cannot read token ids from {str(path)!r} ({first_line(err)})"
         ) from err
     if isinstance(data, np.ndarray):
         ok = data.ndim == 2 and np.issubdtype(data.dtype, np.integer)

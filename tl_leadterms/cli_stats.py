@@ -7,12 +7,11 @@ from typing import Any
 
 from tl_leadterms.cli_commands import (
     TOKEN_SUFFIXES,
-    first_line,
     is_block_file,
     load_stats,
     load_tokenizer,
 )
-from tl_leadterms.cli_inputs import ArrayWindows, check_output, open_token_array
+from tl_leadterms.cli_inputs import ArrayWindows, check_output, first_line, open_token_array
 from tl_leadterms.errors import LeadTermsError
 
 
@@ -268,7 +267,7 @@ def _top_line(neighbours) -> str:
 def _top_streamed(path: str, key: str, stats, tokens: list, k: int, tokenizer) -> list[str]:
     """``top`` of a dense table from the rows of ``tokens`` alone: one verified pass over the
     table in row blocks (:func:`~tl_leadterms.stats.scan.scan_table`), never the whole table."""
-    from tl_leadterms.stats.neighbours import RowScorer, best, no_associations
+    from tl_leadterms.stats.neighbours import RowScorer, no_associations
     from tl_leadterms.stats.scan import scan_table
 
     positions = [stats.vocab.position(stats.token_id_of(t, tokenizer)) for t in tokens]
@@ -278,14 +277,5 @@ def _top_streamed(path: str, key: str, stats, tokens: list, k: int, tokenizer) -
     for token, i in zip(tokens, positions, strict=True):
         row = scorer.raw(i)
         note = no_associations(token, float(stats.unigram_counts[i]), row)
-        if note:
-            lines.append(note)
-            continue
-        found = []
-        for score, j in best(row, k):
-            tid = stats.vocab.token_id(j)
-            found.append(
-                f"{tokenizer.decode([tid]) if tokenizer is not None else tid} ({score:.3g})"
-            )
-        lines.append(", ".join(found))
+        lines.append(note or _top_line(stats.ranked(row, k, tokenizer)))
     return lines

@@ -27,7 +27,12 @@ from tl_leadterms.distributed.tasks import (
     one_line,
 )
 from tl_leadterms.errors import LeadTermsError, check_choice, positive_int
-from tl_leadterms.stats.compute import assemble_stats, composed_from_counts, resolve_want
+from tl_leadterms.stats.compute import (
+    assemble_stats,
+    composed_from_counts,
+    resolve_want,
+    tokenizer_provenance,
+)
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.definitions import LAST_TARGETS, Q_TARGETS, LastTarget, QTargets
 from tl_leadterms.stats.memory import check_memory as check_memory_fits
@@ -115,13 +120,19 @@ def _kept_vocab(vocab, d_vocab, centre_vocab, count: Callable[[], torch.Tensor])
     return resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab)
 
 
-def _provenance(tokenizer: Any) -> dict[str, Any]:
-    if tokenizer is None:
-        return {}
-    from tl_leadterms.data.tokenizers import vocab_hash
-
-    name = getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
-    return {"tokenizer_name": name, "tokenizer_vocab_hash": vocab_hash(tokenizer)}
+def _metadata(d_vocab, counts, kept, dtype, backend: str, n_shards: int) -> dict[str, Any]:
+    return {
+        "library_version": __version__,
+        "d_vocab": d_vocab,
+        "n_ctx": counts.n_ctx,
+        "n_sequences": counts.n_sequences,
+        "n_kept": kept.k,
+        "centre_vocab": kept.centre_vocab,
+        "dtype": str(dtype).removeprefix("torch."),
+        "accumulate_dtype": "float64",
+        "backend": backend,
+        "distributed": f"ray, {n_shards} shards",
+    }
 
 
 def corpus_stats(
@@ -213,19 +224,10 @@ def corpus_stats(
         if "Q_bar" in statistics:
             q_bar, delta = run.attention_pass(kept, g_bar, counts.n_sequences, dtype)
     metadata = {
-        "library_version": __version__,
-        "d_vocab": d_vocab,
-        "n_ctx": counts.n_ctx,
-        "n_sequences": counts.n_sequences,
-        "n_kept": kept.k,
-        "centre_vocab": kept.centre_vocab,
-        "dtype": str(dtype).removeprefix("torch."),
-        "accumulate_dtype": "float64",
-        "backend": first.backend,
-        "distributed": f"ray, {len(run.shards)} shards",
+        **_metadata(d_vocab, counts, kept, dtype, first.backend, len(run.shards)),
         "q_targets": q_targets,
         "last_target": last_target,
-        **_provenance(tokenizer),
+        **tokenizer_provenance(tokenizer),
     }
     return assemble_stats(
         counts, kept, g_bar, q_bar, delta, metadata, tokenizer, accumulate_dtype=torch.float64
@@ -255,7 +257,7 @@ class _Run:
         check_memory_fits(plan.driver)
         nodes = self.ray.nodes()
         check_task_fits(plan, [n["Resources"].get("memory", 0) for n in nodes if n["Alive"]])
-        self.memory = {"count": 0, **plan.task_stages}
+        self.memory = dict(plan.task_stages)  # the counting pass reserves nothing
         if self.progress:
             tqdm.write(str(plan), file=sys.stderr)
 

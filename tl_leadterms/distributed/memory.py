@@ -32,17 +32,16 @@ from dataclasses import dataclass
 import torch
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.stats.algebra import block_columns
 from tl_leadterms.stats.memory import (
     ALL_STATISTICS,
+    PENDING_PAIRS,
+    WORKSPACE,
     MemoryPlan,
+    column_blocks,
     format_bytes,
 )
 
 __all__ = ["RayMemoryPlan", "check_task_fits", "plan_ray_memory"]
-
-_WORKSPACE = 64 << 20  # one batch of windows and its pair codes (as on one machine)
-_PAIRS_UNKNOWN = 1 << 24  # distinct bigrams assumed when the corpus size is not known
 
 
 @dataclass(frozen=True)
@@ -84,16 +83,16 @@ def plan_ray_memory(
     k = d_vocab if k is None else min(k, d_vocab)
     cells = k * k
     d, a = cells * dtype.itemsize, cells * 8
-    pairs = 16 * min(cells, n_positions or _PAIRS_UNKNOWN)
+    pairs = 16 * min(cells, n_positions or PENDING_PAIRS)
     rounding = d if d != a else 0
     driver = {"pass one": a + rounding + pairs}
-    tasks = {"pass one": a + pairs + _WORKSPACE}
+    tasks = {"pass one": a + pairs + WORKSPACE}
     if any(s in want for s in ("G_bar", "Q_bar", "Delta")):
-        blocks = 3 * k * block_columns(k, dtype.itemsize) * dtype.itemsize
-        driver["Ḡ"] = 2 * d + blocks + pairs + d  # Φ̄, Ḡ, column blocks, shared Ḡ
+        # Φ̄, Ḡ, the column blocks, the shared Ḡ
+        driver["Ḡ"] = 3 * d + column_blocks(k, dtype.itemsize) + pairs
     if any(s in want for s in ("Q_bar", "Delta")):
         driver["pass two"] = 3 * d + a + rounding + pairs
-        tasks["pass two"] = a + d + _WORKSPACE
+        tasks["pass two"] = a + d + WORKSPACE
     return RayMemoryPlan(MemoryPlan(k, dtype, torch.float64, tuple(want), driver), tasks)
 
 

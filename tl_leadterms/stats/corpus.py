@@ -298,10 +298,14 @@ class CorpusStats:
         for tid in neighbours.exclusion_ids(exclude, tokenizer):
             if 0 <= tid < self.d_vocab and (self.kept is None or bool((self.kept == tid).any())):
                 row[self.vocab.position(tid)] = -torch.inf
-        n = min(k, int(torch.isfinite(row).sum()))
-        scores, idx = torch.topk(row, n)
+        return self.ranked(row, k, tokenizer, scoring)
+
+    def ranked(
+        self, row: Tensor, k: int, tokenizer: Any = None, scoring: str = "raw"
+    ) -> "neighbours.Neighbours":
+        """The ``k`` best finite entries of a scored row (matrix positions) as neighbours."""
         out = neighbours.Neighbours(scoring=scoring)
-        for score, i in zip(scores.tolist(), idx.tolist(), strict=True):
+        for score, i in neighbours.best(row, k):
             tid = self.vocab.token_id(i)
             label = tokenizer.decode([tid]) if tokenizer is not None else tid
             out.append(Neighbour(label, tid, score))

@@ -42,17 +42,27 @@ from tl_leadterms.stats.algebra import block_columns
 
 __all__ = [
     "ALL_STATISTICS",
+    "PENDING_PAIRS",
+    "WORKSPACE",
     "MemoryPlan",
     "available_memory",
     "check_memory",
+    "column_blocks",
     "format_bytes",
     "plan_memory",
 ]
 
 #: every statistic ``corpus_stats`` can compute, in the order of the passes
 ALL_STATISTICS = ("B_bar", "Phi_bar", "G_bar", "Q_bar", "Delta")
-_PENDING_PAIRS = 1 << 24  # bigram codes buffered before they are counted (accumulate.py)
-_WORKSPACE = 64 << 20  # one batch of windows and its pair codes
+#: bigram codes buffered before they are counted (accumulate.py); also the distinct pairs
+#: assumed when the corpus size is not known
+PENDING_PAIRS = 1 << 24
+WORKSPACE = 64 << 20  #: one batch of windows and its pair codes
+
+
+def column_blocks(k: int, itemsize: int) -> int:
+    """Bytes of the three ``[k, width]`` column-block temporaries of Ḡ's products."""
+    return 3 * k * block_columns(k, itemsize) * itemsize
 
 
 def format_bytes(n: int | float) -> str:
@@ -123,18 +133,17 @@ def plan_memory(
     acc = accumulate_dtype or torch.float64
     cells = k * k
     d, a = cells * dtype.itemsize, cells * acc.itemsize
-    distinct = min(cells, n_positions if n_positions is not None else _PENDING_PAIRS)
-    pairs = 16 * distinct + 8 * 4 * min(_PENDING_PAIRS, n_positions or _PENDING_PAIRS)
-    stages = {"pass one": a + (d if acc != dtype else 0) + pairs + _WORKSPACE}
+    distinct = min(cells, n_positions if n_positions is not None else PENDING_PAIRS)
+    pairs = 16 * distinct + 8 * 4 * min(PENDING_PAIRS, n_positions or PENDING_PAIRS)
+    stages = {"pass one": a + (d if acc != dtype else 0) + pairs + WORKSPACE}
     if any(s in want for s in ("G_bar", "Q_bar", "Delta")):
-        blocks = 3 * k * block_columns(k, dtype.itemsize) * dtype.itemsize
-        stages["Ḡ"] = 2 * d + blocks + 16 * distinct + _WORKSPACE
+        stages["Ḡ"] = 2 * d + column_blocks(k, dtype.itemsize) + 16 * distinct + WORKSPACE
     if any(s in want for s in ("Q_bar", "Delta")):
         groups = max(1, acc.itemsize // dtype.itemsize)
         table = math.ceil((k + 1) / groups) * k * acc.itemsize
         phi = 0 if offload else d
         stages["pass two"] = phi + d + table + (d if groups > 1 else 0) + 16 * distinct
-        stages["pass two"] += _WORKSPACE
+        stages["pass two"] += WORKSPACE
         if offload:  # Φ̄ read back beside Ḡ and Q̄
             stages["results"] = 3 * d + 16 * distinct
     return MemoryPlan(k, dtype, acc, tuple(want), stages)
