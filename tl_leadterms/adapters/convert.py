@@ -37,6 +37,7 @@ from tl_leadterms.adapters.folding import FoldedWeights
 from tl_leadterms.adapters.paper_weights import check_finite, paper_weights, unembed_centred
 from tl_leadterms.adapters.rotary import check_token_weights, rotary_profile
 from tl_leadterms.adapters.sandwich import Sandwich
+from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.adapters.weights import LayerMaps, PaperWeights
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
@@ -53,6 +54,7 @@ NO_P_REASON = {
 
 
 def _check_model(model: object) -> None:
+    check_supported(model, caller="to_paper")
     missing = [name for name in ("cfg", "W_E", "W_U", "blocks") if not hasattr(model, name)]
     if missing:
         raise LeadTermsError(

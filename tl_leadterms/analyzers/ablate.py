@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.analyzers.decompose import paper_weights
 from tl_leadterms.analyzers.fit import BasisCache
 from tl_leadterms.checks import Layers, check_bool, check_layers, check_windows, positive_int
@@ -55,6 +56,7 @@ class AblationTable:
 @torch.no_grad()
 def evaluate_loss(model: Any, tokens: Any, *, batch_size: int = 64) -> float:
     """Mean next-token cross-entropy of ``model`` over all positions of ``tokens`` [N, T+1]."""
+    check_supported(model, caller="evaluate_loss")
     positive_int("batch_size", batch_size)
     tokens = check_windows(tokens, model.cfg.d_vocab, model.cfg.n_ctx).to(model.cfg.device)
     total, count = 0.0, 0

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from transformer_lens import ActivationCache
 from transformer_lens.utilities import get_act_name
 
+from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.analyzers.attention_fit import LayerScores, score_layer, score_ranks
 from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
 from tl_leadterms.checks import (
@@ -258,6 +259,7 @@ def attention_agreement(
             predicted scores again and ranks them once for every head; the model's patterns
             and their ranks are reused. (``NullSpec.reference`` is not used here.)
     """
+    check_supported(model, caller="attention_agreement")
     tokens = _check_stats_tokens(stats, tokens)
     check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
     check_bool("progress", progress)

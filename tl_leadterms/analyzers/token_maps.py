@@ -20,6 +20,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens.utilities import get_act_name
 
+from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.checks import Layers, check_layers, positive_int
 from tl_leadterms.errors import LeadTermsError
 
@@ -169,6 +170,7 @@ def token_maps(
         >>> maps.resid_pre.shape, maps.resid_pre[0, 1].argmax().item()  # one-hot embedding
         (torch.Size([2, 2, 8]), 5)
     """
+    check_supported(model, caller="token_maps")
     cfg = model.cfg
     ids = check_token_ids(token_ids, cfg.d_vocab)
     layers = check_layers(layers, cfg.n_layers)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.checks import Layers, check_layers, check_stats, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.plot.html import View
@@ -99,12 +100,8 @@ def plot_attention(
     )
 
     stats = check_stats(stats)
-    cfg = getattr(model, "cfg", None)
-    if cfg is None or not hasattr(model, "run_with_cache"):
-        raise LeadTermsError(
-            f"model must be a HookedTransformer (with .cfg and run_with_cache), got "
-            f"{type(model).__name__}"
-        )
+    check_supported(model, caller="plot_attention")
+    cfg = model.cfg
     tokenizer = _pick_tokenizer(tokenizer, getattr(model, "tokenizer", None), stats.tokenizer)
     check_vocab(stats, d_vocab=cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
     schedule = Schedule.of(lr, steps, s_lr)

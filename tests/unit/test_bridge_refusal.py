@@ -1,0 +1,103 @@
+"""Models the adapters cannot read exactly are refused in one clear error, never misread.
+
+TransformerLens 3.9 ships its own ``TransformerBridge``; its ``cfg.attn_scale`` is a -1.0
+placeholder, so reading it as a HookedTransformer flips the sign of every ``W`` and ``P`` map.
+These tests build a real bridge with TransformerLens' own ``boot_transformers`` on a tiny random
+GPT-2 saved locally.
+"""
+
+import warnings
+
+import pytest
+import torch
+
+from tl_leadterms import (
+    LeadTermsError,
+    attention_agreement,
+    corpus_stats,
+    covariance_similarity,
+    decompose,
+    evaluate_loss,
+    head_atlas,
+    to_paper,
+    token_maps,
+)
+from tl_leadterms.checkpoints.tiny import save_tiny_model
+from tl_leadterms.plot import plot_attention
+
+bridge_module = pytest.importorskip("transformer_lens.model_bridge")
+
+D_VOCAB, N_CTX = 40, 16
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory):
+    from transformers import AutoModelForCausalLM
+
+    folder = save_tiny_model(
+        "gpt2", tmp_path_factory.mktemp("gpt2"), d_vocab=D_VOCAB, n_layers=1, n_ctx=N_CTX
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = AutoModelForCausalLM.from_pretrained(folder)
+        model = bridge_module.TransformerBridge.boot_transformers(
+            str(folder), hf_model=hf, device="cpu"
+        )
+        model.enable_compatibility_mode()
+    return model
+
+
+@pytest.fixture(scope="module")
+def stats():
+    g = torch.Generator().manual_seed(0)
+    return corpus_stats(torch.randint(0, D_VOCAB, (6, 9), generator=g), d_vocab=D_VOCAB)
+
+
+def test_the_bridge_really_has_the_placeholder_scale(bridge):
+    # the reason for the refusal, as TransformerLens stores it
+    assert bridge.cfg.attn_scale <= 0
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda m, s, t: to_paper(m), id="to_paper"),
+        pytest.param(lambda m, s, t: decompose(m, s), id="decompose"),
+        pytest.param(lambda m, s, t: head_atlas(m, s), id="head_atlas"),
+        pytest.param(lambda m, s, t: covariance_similarity(m, s, progress=False), id="covariance"),
+        pytest.param(lambda m, s, t: token_maps(m, [1, 2], progress=False), id="token_maps"),
+        pytest.param(lambda m, s, t: attention_agreement(m, s, t), id="attention_agreement"),
+        pytest.param(lambda m, s, t: plot_attention(m, s, tokens=t), id="plot_attention"),
+        pytest.param(lambda m, s, t: evaluate_loss(m, t), id="evaluate_loss"),
+    ],
+)
+def test_every_entry_point_refuses_a_bridge(bridge, stats, call):
+    tokens = torch.randint(0, D_VOCAB, (2, 8))
+    with pytest.raises(LeadTermsError, match="TransformerBridge"):
+        call(bridge, stats, tokens)
+
+
+def test_a_non_positive_attn_scale_is_refused():
+    from tests.factories import random_attn_only
+
+    model = random_attn_only(D_VOCAB, N_CTX, seed=0)
+    to_paper(model)  # readable as built
+    model.cfg.attn_scale = -1.0
+    with pytest.raises(LeadTermsError, match=r"attn_scale=-1\.0"):
+        to_paper(model)
+    model.cfg.attn_scale = 0.0
+    with pytest.raises(LeadTermsError, match=r"attn_scale=0\.0"):
+        to_paper(model)
+
+
+def test_an_unknown_class_is_refused():
+    class Lookalike(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.cfg, self.blocks = model.cfg, model.blocks
+            self.W_E, self.W_U = model.W_E, model.W_U
+
+    from tests.factories import random_attn_only
+
+    with pytest.raises(LeadTermsError, match="got Lookalike"):
+        to_paper(Lookalike(random_attn_only(D_VOCAB, N_CTX, seed=0)))
