@@ -43,8 +43,26 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.filesystem import (
+    check_space,
+    file_kind,
+    file_size,
+    is_special,
+    no_space_error,
+    out_of_space,
+    streamed,
+    tree_size,
+)
 
-__all__ = ["STALE_SECONDS", "atomic_folder", "atomic_path", "write_bytes", "write_text"]
+__all__ = [
+    "STALE_SECONDS",
+    "AtomicSet",
+    "atomic_folder",
+    "atomic_path",
+    "atomic_set",
+    "write_bytes",
+    "write_text",
+]
 
 STALE_SECONDS = 7 * 24 * 3600
 """A temporary this old is removed even when a process with its writer's pid runs (pid reuse)."""
@@ -67,30 +85,48 @@ def write_bytes(path: str | os.PathLike, data: bytes, *, parents: bool = False) 
 def write_text(
     path: str | os.PathLike, text: str, *, encoding: str = "utf-8", parents: bool = False
 ) -> Path:
-    """Replace the file ``path`` by ``text`` (encoded, newlines kept as they are), atomically."""
+    """Replace the file ``path`` by ``text`` (encoded, newlines kept as they are), atomically.
+
+    Lone surrogates (from file names with undecodable bytes, or hostile JSON) are written as
+    ``\\udXXX`` escapes instead of failing.
+    """
     _check_path(path)
     if not isinstance(text, str):
         raise LeadTermsError(f"text must be a str, got {type(text).__name__}")
-    return write_bytes(path, text.encode(encoding), parents=parents)
+    return write_bytes(path, text.encode(encoding, "backslashreplace"), parents=parents)
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, *, parents: bool = False) -> Iterator[Path]:
+def atomic_path(
+    path: str | os.PathLike, *, parents: bool = False, size: int | None = None
+) -> Iterator[Path]:
     """Yield a temporary file path to write; on success it replaces the file ``path``.
 
     For writers that need a file name (``save_file``, ``torch.save``, ``np.save``, ``savefig``,
     ``to_csv``). The temporary exists (empty) when the block starts; if the block raises, it is
-    removed and ``path`` is left as it was.
+    removed and ``path`` is left as it was. ``size`` (bytes, if known) is checked against the
+    free space first. A full disk or a file-size limit reads as one :class:`LeadTermsError`
+    naming the path and the space needed. When ``path`` is a character device or a FIFO
+    (``/dev/null``, a named pipe), the content is streamed to it when the block ends, as
+    ``> path`` would, and the special file is never replaced.
     """
     target = _target(path, parents, folder=False)
+    if is_special(target):
+        with streamed(target) as tmp:
+            yield tmp
+        return
+    check_space(target, size)
     tmp = _create(target, folder=False)
     try:
         mode = tmp.stat().st_mode & 0o7777  # what open() gives under this umask and folder
         yield tmp
         _fsync_file(tmp, mode)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as err:
+        written = file_size(tmp)
         _remove(tmp)
+        if out_of_space(err):
+            raise no_space_error(target, size, written, err) from err
         raise
     _fsync_folder(target.parent)
 
@@ -112,10 +148,67 @@ def atomic_folder(path: str | os.PathLike, *, parents: bool = False) -> Iterator
             raise LeadTermsError(f"the temporary folder {str(tmp)!r} was removed; write into it")
         _fsync_tree(tmp, mode & 0o666)
         _swap_in(tmp, target)
-    except BaseException:
+    except BaseException as err:
+        written = tree_size(tmp)
         _remove(tmp)
+        if out_of_space(err):
+            raise no_space_error(target, None, written, err) from err
         raise
     _fsync_folder(target.parent)
+
+
+class AtomicSet:
+    """Files written as one set by :func:`atomic_set`: all are written, then all renamed."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self._stack = stack
+
+    def file(self, path: str | os.PathLike, *, parents: bool = False, size: int | None = None):
+        """A temporary that replaces the file ``path`` when the set is committed."""
+        return self._stack.enter_context(atomic_path(path, parents=parents, size=size))
+
+    def files_in(self, folder: str | os.PathLike) -> Path:
+        """A temporary folder whose files replace same-named files of ``folder`` (created if
+        missing) when the set is committed; other files of ``folder`` are left alone."""
+        return self._stack.enter_context(_files_in(Path(folder)))
+
+
+@contextlib.contextmanager
+def atomic_set() -> Iterator[AtomicSet]:
+    """Write several files that refer to each other as a set: every temporary is written
+    first, and only when the block succeeds are they renamed into place, one after the other;
+    if the block raises, none is (each target keeps its old content).
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> with atomic_set() as out:
+        ...     _ = out.file(folder / "stats.txt").write_text("hash 1")
+        ...     _ = (out.files_in(folder / "tok") / "vocab.txt").write_text("a b")
+        >>> sorted(p.name for p in folder.rglob("*") if p.is_file())
+        ['stats.txt', 'vocab.txt']
+    """
+    with contextlib.ExitStack() as stack:
+        yield AtomicSet(stack)
+
+
+@contextlib.contextmanager
+def _files_in(folder: Path) -> Iterator[Path]:
+    target = _target(folder, True, folder=True)
+    target.mkdir(parents=True, exist_ok=True)
+    tmp = _create(target / "incoming", folder=True)  # swept like any temporary if we are killed
+    try:
+        yield tmp
+        files = sorted(tmp.iterdir())
+        if any(f.is_dir() for f in files):
+            raise LeadTermsError(f"files_in({str(target)!r}) takes files only, not subfolders")
+        for file in files:
+            _fsync_file(file, file.stat().st_mode & 0o7777)
+        for file in files:
+            os.replace(file, target / file.name)
+        _fsync_folder(target)
+    finally:
+        _remove(tmp)
 
 
 @contextlib.contextmanager
@@ -146,7 +239,8 @@ def _target(path: object, parents: bool, folder: bool) -> Path:
     if target.name in ("", ".", ".."):
         raise LeadTermsError(f"{str(path)!r} names no file; pass a path such as out/result.json")
     if folder and target.exists() and not target.is_dir():
-        raise LeadTermsError(f"{str(target)!r} is a file; pass a folder path or remove the file")
+        kind = "a file" if target.is_file() else f"a {file_kind(target)}"
+        raise LeadTermsError(f"{str(target)!r} is {kind}; pass a folder path or remove it")
     if not folder and target.is_dir():
         raise LeadTermsError(f"{str(target)!r} is a folder; pass a file path inside it")
     parent = target.parent

@@ -21,6 +21,7 @@ Every subcommand has ``--help``. Exit codes: 0 success, 2 bad arguments or input
 """
 
 import argparse
+import contextlib
 import sys
 
 from tl_leadterms import cli_commands as commands
@@ -29,6 +30,12 @@ from tl_leadterms.cli_demo import add_demo_parser
 from tl_leadterms.cli_inputs import check_device
 from tl_leadterms.cli_inputs import positive_int_arg as _positive
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.signals import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    Terminated,
+    terminate_as_interrupt,
+)
 
 
 def _add_common(p: argparse.ArgumentParser, *, device: bool = True) -> None:
@@ -244,13 +251,26 @@ def _stdout_closed() -> int:
     return 0
 
 
+def _printable_streams() -> None:
+    """Text that is not UTF-8 (lone surrogates from file names or hostile JSON) is printed as
+    ``\\udXXX`` escapes instead of ending the command in a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _printable_streams()
     try:
-        return args.func(args)
+        with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does
+            return args.func(args)
+    except Terminated:
+        print(f"tl-leadterms {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return EXIT_TERMINATED  # temporaries and scratch files were removed on the way out
     except KeyboardInterrupt:
         print(f"tl-leadterms {args.command}: interrupted", file=sys.stderr)
-        return 130  # temporaries are removed by the atomic writer on the way out
+        return EXIT_INTERRUPTED  # temporaries are removed by the atomic writer on the way out
     except BrokenPipeError:
         return _stdout_closed()
     except (LeadTermsError, OSError, UnicodeDecodeError) as err:

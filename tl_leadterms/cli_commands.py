@@ -15,6 +15,7 @@ from typing import Any
 from tl_leadterms import atomic
 from tl_leadterms.cli_inputs import check_output, first_line
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.jsontext import parse_json
 
 TOKEN_SUFFIXES = (".pt", ".npy")
 
@@ -260,10 +261,7 @@ def _read_sweep(path: str):
     for number, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
+        record = parse_json(line, where=f"line {number} of {path!r}", torn_ok=True)
         if not isinstance(record, dict) or not {"checkpoint", "step", "rows"} <= set(record):
             raise LeadTermsError(f"line {number} of {path!r} is not a sweep record")
         records.append(record)

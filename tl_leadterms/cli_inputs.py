@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.filesystem import is_special
 
 __all__ = [
     "ArrayWindows",
@@ -56,6 +57,8 @@ def check_output(path: str | None, flag: str, *, folder: bool = False) -> None:
     if path is None or path == "-":
         return
     target = Path(path)
+    if not folder and is_special(target.resolve()):
+        return  # /dev/null, a named pipe: streamed to when written, never replaced
     if not folder and target.is_dir():
         raise LeadTermsError(f"{flag} {path!r} is a folder; pass a file path")
     if folder and target.exists() and not target.is_dir():

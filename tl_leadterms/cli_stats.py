@@ -2,9 +2,11 @@
 file, in one process or on Ray) and ``top`` (association lists read from a file)."""
 
 import argparse
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from tl_leadterms.atomic import atomic_set
 from tl_leadterms.cli_commands import (
     TOKEN_SUFFIXES,
     is_block_file,
@@ -13,6 +15,7 @@ from tl_leadterms.cli_commands import (
 )
 from tl_leadterms.cli_inputs import ArrayWindows, check_output, first_line, open_token_array
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.filesystem import is_special
 
 
 # -- stats inputs ---------------------------------------------------------------------------
@@ -151,7 +154,9 @@ def stats_options(args: argparse.Namespace) -> dict[str, Any]:
         options["want"] = tuple(args.only)
     options["check_memory"] = not args.no_memory_check
     # Φ̄ waits next to the output during pass two: one [k, k] table less at the peak
-    options["offload"] = Path(args.output).resolve().parent
+    # (a special file such as /dev/null has no folder of ours: the system's temporary one)
+    output = Path(args.output).resolve()
+    options["offload"] = Path(tempfile.gettempdir()) if is_special(output) else output.parent
     return options
 
 
@@ -222,9 +227,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
             max_windows=args.max_windows,
         )
     stats = _compute(windows, d_vocab, tokenizer, args)
-    stats.save(args.output)
-    if args.save_tokenizer:
-        tokenizer.save_pretrained(args.save_tokenizer)
+    # the statistics name the tokenizer's hash: both files land together or neither does
+    with atomic_set() as out:
+        stats.save(out.file(args.output, parents=True))
+        if args.save_tokenizer:
+            tokenizer.save_pretrained(out.files_in(args.save_tokenizer))
     print(f"{stats!r}\nwrote {args.output}")
     return 0
 
@@ -276,6 +283,8 @@ def _top_streamed(path: str, key: str, stats, tokens: list, k: int, tokenizer) -
     lines = []
     for token, i in zip(tokens, positions, strict=True):
         row = scorer.raw(i)
-        note = no_associations(token, float(stats.unigram_counts[i]), row)
+        note = stats.degenerate_note(key) or no_associations(
+            token, float(stats.unigram_counts[i]), row
+        )
         lines.append(note or _top_line(stats.ranked(row, k, tokenizer)))
     return lines

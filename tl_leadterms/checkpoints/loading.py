@@ -20,6 +20,7 @@ import torch
 
 from tl_leadterms.checkpoints.configs import DERIVED
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.jsontext import parse_json
 
 __all__ = ["ARCHITECTURES", "checkpoint_step", "load_model", "load_series", "quiet_transformers"]
 
@@ -59,8 +60,8 @@ def checkpoint_step(folder: Path) -> int | None:
     info = folder / CHECKPOINT_FILE
     if info.is_file():
         try:
-            step = json.loads(info.read_text()).get("step")
-        except (OSError, ValueError):
+            step = parse_json(info.read_text(), where=str(info)).get("step")
+        except (OSError, ValueError, AttributeError, LeadTermsError):
             step = None
         if isinstance(step, int) and not isinstance(step, bool):
             return step

@@ -32,6 +32,7 @@ from typing import Any
 
 from tl_leadterms.atomic import write_text
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.jsontext import TORN, parse_json
 
 __all__ = ["ResultsFile", "append_record", "differences", "jsonable", "read_results"]
 
@@ -89,13 +90,15 @@ def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict],
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-            ok = isinstance(record, dict) and {"checkpoint", "rows", "settings"} <= set(record)
-        except ValueError:
-            ok = False
+        record = parse_json(line, where=f"line {number} of {str(path)!r}", torn_ok=True)
         last = all(not rest.strip() for rest in lines[number:])
-        if not ok:
+        if record is not TORN and not _is_record(record):
+            raise LeadTermsError(
+                f"{str(path)!r} is not a results file of tl_leadterms.sweep (line {number} is "
+                "complete JSON but not a checkpoint record); pass a new path for --results, "
+                "the file is left as it is"
+            )
+        if record is TORN:
             if not last:
                 raise LeadTermsError(
                     f"line {number} of {str(path)!r} is not a sweep record; fix or delete that "
@@ -125,6 +128,10 @@ def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict],
     return done, torn
 
 
+def _is_record(record: Any) -> bool:
+    return isinstance(record, dict) and {"checkpoint", "rows", "settings"} <= set(record)
+
+
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append one complete JSON line and make it durable before returning."""
     line = json.dumps(record) + "\n"
@@ -146,7 +153,8 @@ class ResultsFile:
     """
 
     def __init__(self, path: str | os.PathLike | None, settings: dict[str, Any]) -> None:
-        self.path = None if path is None else Path(path)
+        # the resolved file: two paths to one file (a symlink) share one lock and one file
+        self.path = None if path is None else Path(os.path.realpath(path))
         self.settings = settings
         self.records: dict[str, dict] = {}
         self.torn: list[str] = []

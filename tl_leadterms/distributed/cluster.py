@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tl_leadterms.distributed.reaper import forget, reap, record_started
 from tl_leadterms.errors import LeadTermsError, positive_int
+from tl_leadterms.signals import restore_handler
 
 __all__ = ["import_ray", "parse_target", "ray_session"]
 
@@ -59,12 +61,17 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     if num_cpus is not None:
         positive_int("num_cpus", num_cpus)
     quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    reap()  # agents left by a local cluster whose driver was killed
     try:
-        if address is None:
-            # "local": a new Ray even where `ray start` runs one on this machine
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **quiet)
-        else:
-            ray.init(address=address, **quiet)
+        # ray.init replaces the driver's SIGTERM handler (with a sys.exit from native code,
+        # which aborts the process): keep ours, which shuts Ray down like Ctrl-C does
+        with restore_handler():
+            if address is None:
+                # "local": a new Ray even where `ray start` runs one on this machine
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **quiet)
+                record_started()
+            else:
+                ray.init(address=address, **quiet)
     except ConnectionError as err:
         raise LeadTermsError(
             f"cannot connect to a Ray cluster at address={address!r} ({err}); start one with "
@@ -74,3 +81,4 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         yield ray
     finally:
         ray.shutdown()
+        forget()

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.stats import algebra
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
-from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.corpus import CorpusStats, check_stats_dtype
 from tl_leadterms.stats.definitions import (
     LAST_TARGETS,
     Q_TARGETS,
@@ -32,8 +32,6 @@ from tl_leadterms.stats.vocab import VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
 
 __all__ = ["composed_from_counts", "corpus_stats", "resolve_want"]
-
-_FLOAT_DTYPES = (torch.float64, torch.float32)
 
 
 def tokenizer_provenance(tokenizer: Any) -> dict[str, Any]:
@@ -101,11 +99,7 @@ class _Plan:
 def _check_options(dtype, accumulate_dtype, q_targets, last_target) -> torch.dtype:
     """Validate the options of :func:`corpus_stats`; return the accumulation dtype."""
     for name, value in (("dtype", dtype), ("accumulate_dtype", accumulate_dtype or dtype)):
-        if value not in _FLOAT_DTYPES:
-            raise LeadTermsError(
-                f"{name} must be torch.float64 or torch.float32, got {value}; use float64 for "
-                "exactness, float32 at scale."
-            )
+        check_stats_dtype(value, name)
     check_choice("q_targets", q_targets, Q_TARGETS)
     check_choice("last_target", last_target, LAST_TARGETS)
     return accumulate_dtype or torch.float64

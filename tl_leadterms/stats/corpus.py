@@ -12,7 +12,7 @@ from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.stats import algebra, neighbours
 from tl_leadterms.stats.vocab import KeptVocab
 
-__all__ = ["CorpusStats", "Neighbour"]
+__all__ = ["STATS_DTYPES", "CorpusStats", "Neighbour", "check_stats_dtype"]
 
 # attribute name -> what its rows and columns index; aliases accepted by `matrix` and `top`
 MATRICES = {
@@ -43,6 +43,21 @@ class Neighbour(NamedTuple):
     token: str | int
     token_id: int
     score: float
+
+
+STATS_DTYPES = (torch.float64, torch.float32)
+"""The float dtypes statistics are computed, stored and analysed in (half precision is refused:
+its 3-4 significant digits cannot hold the small centred entries)."""
+
+
+def check_stats_dtype(dtype: object, what: str) -> torch.dtype:
+    """``dtype`` if it is in :data:`STATS_DTYPES`, else the one error that names the fix."""
+    if dtype not in STATS_DTYPES:
+        raise LeadTermsError(
+            f"{what} must be torch.float64 or torch.float32, got {dtype}; use float64 for "
+            "exactness, float32 at scale (half precision is not supported for statistics)"
+        )
+    return dtype
 
 
 class CorpusStats:
@@ -87,6 +102,9 @@ class CorpusStats:
         self.unigram_counts = unigram_counts
         self.metadata = dict(metadata or {})
         self._tables = {"Phi_bar": Phi_bar, "G_bar": G_bar, "Q_bar": Q_bar, "Delta": Delta}
+        for name, table in self._tables.items():
+            if table is not None:
+                check_stats_dtype(table.dtype, f"{name}'s dtype")
         self.tokenizer = tokenizer
 
     # -- the dense tables (absent when not computed or not loaded) ----------------------------
@@ -290,7 +308,9 @@ class CorpusStats:
             row = neighbours.scored_row(self.matrix(key), row_index, scoring,
                                         symmetric_gram=key == "Sigma_B")  # fmt: skip
         raw = self.row(key, row_index)
-        note = neighbours.no_associations(token, float(self.unigram_counts[row_index]), raw)
+        note = self.degenerate_note(key) or neighbours.no_associations(
+            token, float(self.unigram_counts[row_index]), raw
+        )
         if note:
             return neighbours.Neighbours(scoring=scoring, note=note)
         if exclude_self if exclude_self is not None else key == "Sigma_B":
@@ -299,6 +319,13 @@ class CorpusStats:
             if 0 <= tid < self.d_vocab and (self.kept is None or bool((self.kept == tid).any())):
                 row[self.vocab.position(tid)] = -torch.inf
         return self.ranked(row, k, tokenizer, scoring)
+
+    def degenerate_note(self, key: str) -> str | None:
+        """Why the statistic ``key`` has no associations at all (zero up to rounding, as Q̄ of a
+        corpus that repeats one token), or None: a ranking of its rounding noise means nothing."""
+        from tl_leadterms.stats.degenerate import degenerate_reason
+
+        return degenerate_reason(self, key) if key != "Sigma_B" else None
 
     def ranked(
         self, row: Tensor, k: int, tokenizer: Any = None, scoring: str = "raw"
@@ -313,7 +340,10 @@ class CorpusStats:
 
     # -- housekeeping -------------------------------------------------------------------------
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
-        """A copy on another device and/or float dtype (counts stay int64)."""
+        """A copy on another device and/or float dtype (float64 or float32; counts stay
+        int64)."""
+        if dtype is not None:
+            check_stats_dtype(dtype, "dtype")
 
         def move(t: Tensor | None) -> Tensor | None:
             if t is None:

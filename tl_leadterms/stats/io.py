@@ -27,6 +27,7 @@ from safetensors.torch import save_file
 
 from tl_leadterms.atomic import atomic_path
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.jsontext import parse_json
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.provenance import (
     ids_vocab_hash,
@@ -67,8 +68,10 @@ def write_file(path: Path, tensors: dict[str, torch.Tensor], header: dict[str, A
         **{name: tensor_checksum(t) for name, t in tensors.items()},
         "metadata": metadata_checksum(header),
     }
-    with atomic_path(path, parents=True) as tmp:
-        save_file(tensors, str(tmp), metadata={"tl_leadterms": json.dumps(header)})
+    metadata = {"tl_leadterms": json.dumps(header)}
+    size = sum(t.nbytes for t in tensors.values()) + len(metadata["tl_leadterms"]) + 4096
+    with atomic_path(path, parents=True, size=size) as tmp:
+        save_file(tensors, str(tmp), metadata=metadata)
 
 
 def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
@@ -121,12 +124,9 @@ def read_file(path: Path, names: set[str] | None) -> tuple[dict[str, torch.Tenso
             f"{path} is a safetensors file but has no tl_leadterms metadata; it was not written "
             "by CorpusStats.save or BlockStats.save."
         )
-    try:
-        meta = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise LeadTermsError(
-            f"{path}: the tl_leadterms metadata is not valid JSON ({err})."
-        ) from err
+    meta = parse_json(raw, where=f"{path}: the tl_leadterms metadata")
+    if not isinstance(meta, dict):
+        raise LeadTermsError(f"{path}: the tl_leadterms metadata is not a JSON object.")
     return tensors, meta
 
 

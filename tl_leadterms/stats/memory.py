@@ -49,6 +49,7 @@ __all__ = [
     "check_memory",
     "column_blocks",
     "format_bytes",
+    "memory_limits",
     "plan_memory",
 ]
 
@@ -160,31 +161,93 @@ def _meminfo() -> int | None:
 
 
 def _cgroup_room() -> int | None:
-    """Room left under a cgroup v2 memory limit, if there is one."""
+    """Room left under the tightest cgroup memory limit on this process's path (cgroup v2:
+    ``memory.max`` of its own group and every parent; v1: ``memory.limit_in_bytes``)."""
     base = Path("/sys/fs/cgroup")
     try:
-        limit = (base / "memory.max").read_text().strip()
-        if limit == "max":
-            return None
-        return max(0, int(limit) - int((base / "memory.current").read_text()))
-    except (OSError, ValueError):
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    rooms = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        v2 = parts[0] == "0" and parts[1] == ""
+        if not v2 and "memory" not in parts[1].split(","):
+            continue
+        group = (base if v2 else base / "memory") / parts[2].lstrip("/")
+        files = ("memory.max", "memory.current") if v2 else (
+            "memory.limit_in_bytes", "memory.usage_in_bytes")  # fmt: skip
+        for folder in (group, *group.parents):
+            if not str(folder).startswith(str(base)):
+                break
+            try:
+                limit = (folder / files[0]).read_text().strip()
+                used = int((folder / files[1]).read_text())
+            except (OSError, ValueError):
+                continue
+            if limit.isdigit() and int(limit) < 1 << 60:  # v1's "no limit" is a huge number
+                rooms.append(max(0, int(limit) - used))
+    return min(rooms) if rooms else None
+
+
+def _status_bytes(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
         return None
+    return None
 
 
-def available_memory() -> int | None:
-    """Bytes this process may still allocate: ``MemAvailable`` (``/proc/meminfo``, or psutil if
-    installed), capped by a cgroup v2 limit; None where neither is known."""
-    found = _meminfo()
-    if found is None:
+def _rlimit_room() -> dict[str, int]:
+    """Room under this process's own limits: address space (``ulimit -v``, RLIMIT_AS, as batch
+    schedulers set it) and data (RLIMIT_DATA), each minus what the process already maps."""
+    try:
+        import resource
+    except ImportError:
+        return {}
+    rooms = {}
+    for name, limit, used in (
+        ("address-space limit (ulimit -v)", resource.RLIMIT_AS, "VmSize"),
+        ("data-segment limit (ulimit -d)", resource.RLIMIT_DATA, "VmData"),
+    ):
+        soft = resource.getrlimit(limit)[0]
+        now = _status_bytes(used)
+        if soft != resource.RLIM_INFINITY and now is not None:
+            rooms[name] = max(0, soft - now)
+    return rooms
+
+
+def memory_limits() -> dict[str, int]:
+    """Every known bound on what this process may still allocate, in bytes, by name: the
+    machine's ``MemAvailable`` (or psutil's), the cgroup limit, and the process's own
+    address-space and data limits. :func:`available_memory` is the smallest."""
+    found = {}
+    free = _meminfo()
+    if free is None:
         try:
             import psutil
 
-            found = int(psutil.virtual_memory().available)
+            free = int(psutil.virtual_memory().available)
         except (ImportError, AttributeError, OSError):
-            found = None
+            free = None
+    if free is not None:
+        found["free memory of this machine"] = free
     room = _cgroup_room()
-    known = [v for v in (found, room) if v is not None]
-    return min(known) if known else None
+    if room is not None:
+        found["cgroup memory limit"] = room
+    found.update(_rlimit_room())
+    return found
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still allocate: the smallest of :func:`memory_limits` (None
+    where none is known)."""
+    limits = memory_limits()
+    return min(limits.values()) if limits else None
 
 
 def check_memory(plan: MemoryPlan, available: int | None = None) -> None:
@@ -192,8 +255,12 @@ def check_memory(plan: MemoryPlan, available: int | None = None) -> None:
 
     ``available`` defaults to :func:`available_memory` (nothing is refused where it is unknown).
     """
+    where = "available on this machine"
     if available is None:
-        available = available_memory()
+        limits = memory_limits()
+        if limits:
+            binding = min(limits, key=limits.get)
+            available, where = limits[binding], f"allowed by the {binding}"
     if available is None or plan.peak <= available:
         return
     fixes = []
@@ -209,7 +276,7 @@ def check_memory(plan: MemoryPlan, available: int | None = None) -> None:
     raise LeadTermsError(
         f"the statistics need about {format_bytes(plan.peak)} at peak ({plan.peak_stage}, "
         f"k={plan.k}, {str(plan.dtype).removeprefix('torch.')}) but only "
-        f"{format_bytes(available)} is available on this machine; " + "; or ".join(fixes)
+        f"{format_bytes(available)} is {where}; " + "; or ".join(fixes)
     )
 
 

@@ -1,0 +1,77 @@
+"""Reading JSON that another program (or a hostile file) wrote, and printing what it held.
+
+Metadata of statistics files, lines of sweep results files and checkpoint records are JSON that
+this library wrote, but a file on disk can hold anything. Python's ``json`` raises
+``RecursionError`` on deep nesting: :func:`parse_json` turns that (and text that is not JSON)
+into one :class:`LeadTermsError` naming the file, so every reader fails in one line instead of a
+traceback. JSON may also hold lone surrogates (``"\\ud800"``), and so may labels made from file
+names with undecodable bytes; they are kept as they are, and every writer of text (the command
+line's streams, :func:`tl_leadterms.atomic.write_text`) escapes them as ``\\udXXX`` with
+:func:`printable`'s rule instead of failing.
+
+Example:
+    >>> parse_json('{"a": [1, 2]}', where="f.json")
+    {'a': [1, 2]}
+    >>> parse_json("[" * 100 + "]" * 100, where="f.json")
+    Traceback (most recent call last):
+    ...
+    tl_leadterms.errors.LeadTermsError: f.json: JSON nested deeper than 32 levels; ...
+"""
+
+import json
+from typing import Any
+
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["MAX_DEPTH", "TORN", "check_depth", "parse_json", "printable"]
+
+MAX_DEPTH = 32
+"""No file this library writes nests JSON deeper than this."""
+
+TORN = object()
+"""What :func:`parse_json` returns with ``torn_ok=True`` for text that is not (complete) JSON."""
+
+
+def printable(text: str) -> str:
+    """``text`` with lone surrogates escaped as ``\\udXXX``, printable to any UTF-8 stream.
+
+    >>> printable("ok"), printable("bad\\udcff")
+    ('ok', 'bad\\\\udcff')
+    """
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _too_deep(where: str) -> LeadTermsError:
+    return LeadTermsError(
+        f"{where}: JSON nested deeper than {MAX_DEPTH} levels; no writer of this library "
+        "produces that, the file is corrupt or hostile"
+    )
+
+
+def check_depth(value: Any, *, where: str) -> Any:
+    """``value`` (parsed JSON) if it nests at most :data:`MAX_DEPTH` levels, else the error."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _too_deep(where)
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return value
+
+
+def parse_json(text: str | bytes, *, where: str, torn_ok: bool = False) -> Any:
+    """``json.loads(text)``, refusing in one :class:`LeadTermsError` (naming ``where``) text
+    nested deeper than :data:`MAX_DEPTH`, and text that is not JSON unless ``torn_ok`` (then
+    :data:`TORN` is returned: an interrupted write's last line, say)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _too_deep(where) from None
+    except ValueError as err:
+        if torn_ok:
+            return TORN
+        raise LeadTermsError(f"{where}: not valid JSON ({err})") from None
+    return check_depth(value, where=where)
