@@ -222,6 +222,11 @@ def scratch_file(path: str | os.PathLike) -> Iterator[Path]:
     tmp = _create(target, folder=False)
     try:
         yield tmp
+    except BaseException as err:
+        written = file_size(tmp)
+        if out_of_space(err):
+            raise no_space_error(tmp, None, written, err) from err
+        raise
     finally:
         _remove(tmp)
 

@@ -23,6 +23,7 @@ Every subcommand has ``--help``. Exit codes: 0 success, 2 bad arguments or input
 import argparse
 import contextlib
 import sys
+from pathlib import Path
 
 from tl_leadterms import cli_commands as commands
 from tl_leadterms import cli_stats
@@ -30,6 +31,7 @@ from tl_leadterms.cli_demo import add_demo_parser
 from tl_leadterms.cli_inputs import check_device
 from tl_leadterms.cli_inputs import positive_int_arg as _positive
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.filesystem import no_space_error, out_of_space
 from tl_leadterms.signals import (
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
@@ -275,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         return _stdout_closed()
     except (LeadTermsError, OSError, UnicodeDecodeError) as err:
         # bad input and unreadable or unwritable files: one line, whatever the message held
+        if isinstance(err, OSError) and out_of_space(err):  # a write outside the atomic writer
+            err = no_space_error(Path(err.filename or "."), None, 0, err)
         message = " ".join(str(err).split())
         print(f"tl-leadterms {args.command}: error: {message}", file=sys.stderr)
         return 2

@@ -136,8 +136,9 @@ def no_space_error(
     if (isinstance(err, OSError) and err.errno == errno.EFBIG) or "File too large" in str(err):
         return LeadTermsError(
             f"cannot write {str(target)!r}: it exceeds this process's file-size limit "
-            f"(ulimit -f: {human_bytes(limit) if limit >= 0 else 'unlimited'}) after "
-            f"{human_bytes(written)}; raise the limit or write a smaller file"
+            f"(ulimit -f: {human_bytes(limit) if limit >= 0 else 'unlimited'})"
+            + (f" after {human_bytes(written)}" if written else "")
+            + "; raise the limit or write a smaller file"
         )
     needed = (
         f"it needs {human_bytes(size)}"

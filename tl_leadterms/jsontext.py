@@ -4,10 +4,10 @@ Metadata of statistics files, lines of sweep results files and checkpoint record
 this library wrote, but a file on disk can hold anything. Python's ``json`` raises
 ``RecursionError`` on deep nesting: :func:`parse_json` turns that (and text that is not JSON)
 into one :class:`LeadTermsError` naming the file, so every reader fails in one line instead of a
-traceback. JSON may also hold lone surrogates (``"\\ud800"``), and so may labels made from file
-names with undecodable bytes; they are kept as they are, and every writer of text (the command
-line's streams, :func:`tl_leadterms.atomic.write_text`) escapes them as ``\\udXXX`` with
-:func:`printable`'s rule instead of failing.
+traceback. JSON may also hold lone surrogates (``"\\ud800"``), which no UTF-8 stream, pandas
+or Arrow column can hold: they come back escaped as the text ``\\ud800`` (:func:`printable`),
+and every writer of text (the command line's streams, :func:`tl_leadterms.atomic.write_text`)
+escapes any that reach it the same way instead of failing.
 
 Example:
     >>> parse_json('{"a": [1, 2]}', where="f.json")
@@ -49,17 +49,19 @@ def _too_deep(where: str) -> LeadTermsError:
 
 
 def check_depth(value: Any, *, where: str) -> Any:
-    """``value`` (parsed JSON) if it nests at most :data:`MAX_DEPTH` levels, else the error."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
+    """``value`` (parsed JSON) with every string made :func:`printable`, if it nests at most
+    :data:`MAX_DEPTH` levels; else the error."""
+
+    def clean(item: Any, depth: int) -> Any:
         if depth > MAX_DEPTH:
             raise _too_deep(where)
         if isinstance(item, dict):
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
-    return value
+            return {printable(k): clean(v, depth + 1) for k, v in item.items()}
+        if isinstance(item, list):
+            return [clean(v, depth + 1) for v in item]
+        return printable(item) if isinstance(item, str) else item
+
+    return clean(value, 1)
 
 
 def parse_json(text: str | bytes, *, where: str, torn_ok: bool = False) -> Any:

@@ -75,7 +75,14 @@ def forget() -> None:
 
 
 def _same(pid: int, start: int | None) -> bool:
-    return start is not None and _start_time(pid) == start
+    """The recorded process still runs (a zombie, dead but not yet reaped, does not count)."""
+    if start is None or _start_time(pid) != start:
+        return False
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2] != "Z"
 
 
 def reap() -> list[int]:
