@@ -255,14 +255,17 @@ def check_memory(plan: MemoryPlan, available: int | None = None) -> None:
 
     ``available`` defaults to :func:`available_memory` (nothing is refused where it is unknown).
     """
-    where = "available on this machine"
     if available is None:
-        limits = memory_limits()
-        if limits:
-            binding = min(limits, key=limits.get)
-            available, where = limits[binding], f"allowed by the {binding}"
+        available = available_memory()
     if available is None or plan.peak <= available:
         return
+    # name the bound that binds (the process's own mappings move a little between readings)
+    limits = memory_limits()
+    near = [n for n, room in limits.items() if abs(room - available) < 64 << 20]
+    binding = min(near, key=lambda n: abs(limits[n] - available)) if near else None
+    where = "available on this machine"
+    if binding not in (None, "free memory of this machine"):
+        where = f"allowed by the {binding}"
     fixes = []
     if plan.k > 1000:
         fixes.append(f"keep fewer tokens (--keep / vocab=, e.g. {max(1000, plan.k // 3)})")
