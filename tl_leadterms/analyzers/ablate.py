@@ -119,9 +119,9 @@ def ablate(
 ) -> AblationTable:
     """Remove each weight's projection onto its leading term, one at a time, and re-measure loss.
 
-    ``M ← M − (⟨M, T⟩/‖T‖²)·T`` with ``T`` the weight's leading term (MATH.md §4, paper Table 3);
-    the model is restored after each measurement. The weights must be parameters of the model,
-    so this runs on the paper model (:func:`tl_leadterms.paper_model`); for other models use
+    ``M ← M − (⟨M, T⟩/‖T‖²)·T`` with ``T`` the weight's leading term (docs/math.md#agreement, paper
+    Table 3); the model is restored after each measurement. The weights must be parameters of the
+    model, so this runs on the paper model (:func:`tl_leadterms.paper_model`); for other models use
     :func:`tl_leadterms.decompose`, whose maps are products of several parameters.
 
     Args:

@@ -1,6 +1,6 @@
 """Predicted attention on real text, and how well a model's attention agrees with it.
 
-The leading terms predict every layer's attention (MATH.md §3)::
+The leading terms predict every layer's attention (docs/math.md#leading-terms)::
 
     A = S(Mask(c·X Q̄ Xᵀ + c·DM(Δ))),   c = (3C(s,4) + 2C(s,3))·η⁴
 

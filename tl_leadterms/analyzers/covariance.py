@@ -1,4 +1,4 @@
-"""The paper's covariance similarity of token maps (MATH.md §4, Pythia protocol steps 3-4).
+"""The paper's covariance similarity of token maps (docs/math.md#pythia-protocol, steps 3-4).
 
 For an ``n × m`` matrix ``M`` whose rows are the ``n`` kept tokens, ``M̃`` is ``M`` minus its row
 means and ``Cov(M) = M̃M̃ᵀ/(m−1)``; a score is the Frobenius cosine of the model's and the

@@ -136,10 +136,11 @@ def decompose(
 ) -> Decomposition:
     """Decompose each weight of ``model`` into bigram, interchangeability and context parts.
 
-    For every (weight, layer, head) the weight is compared with its own leading term (MATH.md
-    §3: ``W_O ~ B̄``, ``V ~ Φ̄ᵀB̄ᵀ`` for the paper model or ``Φ̄ᵀΣ_B̄`` for the value→output map of
-    models with embeddings, ``W ~ Q̄``, ``P ~ Δ``) and fitted by least squares onto the basis of
-    :mod:`tl_leadterms.theory` table. Factored maps are never materialised.
+    For every (weight, layer, head) the weight is compared with its own leading term
+    (docs/math.md#leading-terms: ``W_O ~ B̄``, ``V ~ Φ̄ᵀB̄ᵀ`` for the paper model or ``Φ̄ᵀΣ_B̄`` for
+    the value→output map of models with embeddings, ``W ~ Q̄``, ``P ~ Δ``) and fitted by least
+    squares onto the basis of :mod:`tl_leadterms.theory` table. Factored maps are never
+    materialised.
 
     Args:
         model: a HookedTransformer (any model :func:`tl_leadterms.to_paper` accepts) or a
@@ -323,7 +324,8 @@ def leading_cosines(model: Any, stats: CorpusStats) -> dict[str, float]:
     A weight that is still exactly zero (``W`` and ``P`` before step 3) has no direction and
     gets NaN. Keys are ``"W_O"``, then ``"V.{l}"`` (paper model) or ``"V·W_O.{l}"`` (models with
     embeddings), ``"W.{l}"`` and ``"P.{l}"`` (models with learned positions). This is the
-    paper's metric (MATH.md §4) and what :func:`tl_leadterms.train` records with ``track=stats``.
+    paper's metric (docs/math.md#agreement) and what :func:`tl_leadterms.train` records with
+    ``track=stats``.
     """
     pw = paper_weights(model, stats)
     cache = BasisCache.of(stats)

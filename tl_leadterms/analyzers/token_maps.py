@@ -1,4 +1,5 @@
-"""The token-as-sequence protocol (MATH.md §4 step 2): each token's residual stream, per layer.
+"""The token-as-sequence protocol (docs/math.md#pythia-protocol, step 2): each token's residual
+stream, per layer.
 
 Every token id is fed to the model alone, as a length-1 sequence without BOS, and three
 ``[n, d_model]`` maps are read per layer with hooks:

@@ -1,4 +1,5 @@
-"""Exact products with the centred bigram map, without dense ``V³`` work (MATH.md §5).
+"""Exact products with the centred bigram map, without dense ``V³`` work
+(docs/math.md#fast-algebra).
 
 ``B̄ = B − u·α·1ᵀ``: the sparse pair-frequency matrix ``B[i, j] = #(i, j)/NT`` (at most ``N·T``
 non-zeros) minus a rank-one term (``α`` the unigram frequencies, ``u = 1/|V|``). Every product

@@ -243,7 +243,7 @@ def corpus_stats(
     check_memory: bool = True,
     offload: str | os.PathLike | None = None,
 ) -> CorpusStats:
-    """Compute B̄, Σ_B̄, Φ̄, Ḡ, Q̄ and Δ (MATH.md §2) of a tokenized corpus.
+    """Compute B̄, Σ_B̄, Φ̄, Ḡ, Q̄ and Δ (docs/math.md#statistics) of a tokenized corpus.
 
     Two streaming passes: the first counts bigrams and the context map Φ̄; then
     Ḡ = Σ_B̄ Φ̄ is formed exactly from the sparse bigram counts; the second pass accumulates
