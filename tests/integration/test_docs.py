@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = [ROOT / "docs" / "getting-started.md",
+FILES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md",
          *sorted((ROOT / "docs" / "guides").glob("*.md"))]  # fmt: skip
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
 COVERED = re.compile(r"^# covered by (\S+)")
