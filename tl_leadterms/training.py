@@ -17,7 +17,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from tl_leadterms.analyzers.decompose import leading_cosines
 from tl_leadterms.checks import (
@@ -29,6 +28,7 @@ from tl_leadterms.checks import (
     positive_int,
 )
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.progress import progress_bar
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import WEIGHTS
 
@@ -200,7 +200,7 @@ def train(
                                      "n_sequences": n_seq, "n_ctx": tokens.shape[1] - 1,
                                      "seed": seed, "every": every})  # fmt: skip
     order, cursor = None, n_seq
-    bar = tqdm(range(1, steps + 1), desc="train", disable=not progress)
+    bar = progress_bar(range(1, steps + 1), desc="train", disable=not progress)
     for step in bar:
         if batch_size is None:
             batch_tokens = tokens

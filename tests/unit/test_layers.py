@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "tl_leadterms"
 
 LAYERS = [
-    ("errors", "version", "atomic"),
+    ("errors", "version", "atomic", "progress"),
     ("data",),
     ("stats",),
     ("checks",),

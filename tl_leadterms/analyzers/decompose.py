@@ -5,7 +5,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters import PaperWeights, factored, to_paper
@@ -27,6 +26,7 @@ from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
 from tl_leadterms.analyzers.result import Decomposition
 from tl_leadterms.checks import Layers, check_bool, check_layers, check_stats, check_vocab
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.progress import progress_bar
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.degenerate import degenerate_reason
@@ -214,7 +214,7 @@ def decompose(
     scored: list[tuple[Any, Term, torch.Tensor]] = []  # kept for the bootstrap
     voided = {w: degenerate_reason(stats, term(w).statistic) for w, _ in jobs
               if term(w).statistic is not None and stats.has(term(w).statistic)}  # fmt: skip
-    for weight, layer in tqdm(jobs, desc="decompose", disable=not progress):
+    for weight, layer in progress_bar(jobs, desc="decompose", disable=not progress):
         t = term(weight)
         M = _maps(pw, stats, t, layer, per_head, projections)
         fits = fit_map(M, t, cache, projections)
