@@ -4,7 +4,7 @@ read as the site's Markdown.
 * ``Example:`` heads the package's doctests; griffe's Google parser knows only ``Examples:``
   as a code section (``Example:`` would render as an admonition of plain text).
 * Sphinx roles (``:func:`~tl_leadterms.decompose```) become inline code.
-* A citation ``docs/math.md#section`` becomes a link to that section of the site's maths page
+* A citation ``docs/math.md#<section>`` becomes a link to that section of the site's maths page
   (API pages live in ``reference/``, one level below it).
 """
 

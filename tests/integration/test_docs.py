@@ -53,7 +53,7 @@ def test_snippets_run(path, tmp_path, monkeypatch):
 
 
 def test_the_runner_finds_blocks_and_refuses_a_missing_cover(tmp_path):
-    page = tmp_path / "page.md"
+    page = (tmp_path / "page").with_suffix(".md")
     page.write_text("text\n\n```python\nx = 1\n```\n\n```bash\n# covered by no/such_test.py\n```\n")
     found = blocks(page)
     assert found == [("python", "x = 1\n"), ("bash", "# covered by no/such_test.py\n")]

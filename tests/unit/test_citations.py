@@ -35,10 +35,14 @@ def _citations() -> list[tuple[Path, int, str, str | None]]:
     return found
 
 
+# pages docs/scripts/gen_pages.py writes when the site is built
+GENERATED = {ROOT / "docs" / "notebook.md", ROOT / "docs" / "reference" / "index.md"}
+
+
 def _resolves(path: Path, name: str) -> Path | None:
     for base in (ROOT, path.parent, ROOT / "docs"):
         candidate = (base / name).resolve()
-        if candidate.is_file():
+        if candidate.is_file() or candidate in GENERATED:
             return candidate
     return None
 
