@@ -59,3 +59,20 @@ def test_the_runner_finds_blocks_and_refuses_a_missing_cover(tmp_path):
     assert found == [("python", "x = 1\n"), ("bash", "# covered by no/such_test.py\n")]
     with pytest.raises(AssertionError, match="no such file"):
         _covered(found[1][1])
+
+
+def test_api_pages_read_docstrings_as_site_markdown():
+    """The griffe extension of the API reference: ``Example:`` becomes a code section, Sphinx
+    roles inline code, and a ``docs/math.md`` citation a link to that section."""
+    pytest.importorskip("griffe")
+    import importlib.util
+
+    path = ROOT / "docs" / "scripts" / "griffe_examples.py"
+    spec = importlib.util.spec_from_file_location("griffe_examples", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = "Scores (docs/math.md#agreement).\n\nExample:\n    >>> 1 + 1\n    2\n"
+    out = module.markdown(text + "See :class:`~tl_leadterms.stats.CorpusStats`.")
+    assert "[docs/math.md#agreement](../math.md#agreement)" in out
+    assert "\nExamples:\n" in out and "\nExample:\n" not in out
+    assert "`tl_leadterms.stats.CorpusStats`" in out and ":class:" not in out
