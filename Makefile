@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint format bench hooks clean
+.PHONY: demo test test-all docs docs-strict lint format bench hooks clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,18 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/tl-leadterms demo
 
-test: $(STAMP)
+test: $(STAMP) docs-strict
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow"
+
+# the documentation site (docs/, mkdocs.yml) into site/; offline, no web font or CDN
+MKDOCS := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(PY) -m mkdocs build -q
+docs: $(STAMP)
+	$(MKDOCS)
+	@echo "open site/index.html"
+
+# broken links, anchors and API references fail the build
+docs-strict: $(STAMP)
+	$(MKDOCS) --strict
 
 test-all: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
@@ -38,4 +48,4 @@ hooks:
 	git config core.hooksPath hooks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info site

@@ -1,13 +1,15 @@
-"""Speed and memory of the covariance similarity (MATH.md §4 steps 3-4), against a baseline.
+"""Speed and memory of the covariance similarity, against a baseline (docs/math.md#pythia-protocol,
+steps 3-4).
 
 Cases (each writes JSON under benchmarks/results/):
 
 * ``factored``: n = 8192 kept tokens, d_model = 512, 8 heads of 64: one layer's three scores
   (attention, value_post, value_attn; the paper's ``normalize="theory"``) in the exact factored
   form of :mod:`tl_leadterms.analyzers.covariance` against the materialised computation
-  written straight from MATH.md (``n × n`` maps and covariances). Random token maps and random
-  dense theory matrices; float64. The theory side (``‖T̃T̃ᵀ‖²`` for the factored form, the
-  ``n × n`` theory covariances for the baseline) depends only on the statistics: it is timed
+  written straight from docs/math.md#pythia-protocol (``n × n`` maps and covariances). Random
+  token maps and random dense theory matrices; float64. The theory side (``‖T̃T̃ᵀ‖²`` for the
+  factored form, the ``n × n`` theory covariances for the baseline) depends only on the
+  statistics: it is timed
   separately and excluded from the per-layer time of both. Each method runs in a fresh
   subprocess of this run (peak resident memory is per process); the scores are checked equal.
 * ``pythia160m``: a randomly initialised HookedTransformer of Pythia-160m's shape (12 layers,
@@ -75,7 +77,8 @@ def inputs(seed: int = 0) -> dict:
 
 
 def _cov(M: torch.Tensor, scale_rows: bool) -> torch.Tensor:
-    """MATH.md §4: Cov(M) = M̃M̃ᵀ/(m−1), Frobenius-normalised (rows first scaled if asked)."""
+    """Cov(M) = M̃M̃ᵀ/(m−1), Frobenius-normalised (rows first scaled if asked); see
+    docs/math.md#pythia-protocol."""
     if scale_rows:
         norms = M.norm(dim=1, keepdim=True)
         M = torch.where(norms > 0, M / norms, 0.0)

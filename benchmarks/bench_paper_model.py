@@ -3,7 +3,7 @@
 One SGD step (forward, backward, update) on a batch of windows, for:
 
 * ``reference``: the plain-torch paper model of tests/reference.py (one-hot inputs, dense
-  products straight from MATH.md §1);
+  products straight from docs/math.md#model);
 * ``stock``: a stock TransformerLens ``HookedTransformer`` holding the same weights, with the
   identity ``W_K`` / ``W_O`` of attention and the identity embedding as frozen parameters (the
   obvious way to put the paper's model into TransformerLens);

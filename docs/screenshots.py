@@ -1,4 +1,4 @@
-"""The README's screenshots of the demo report, taken with headless Chromium.
+"""The screenshots of the demo report (README and docs/ pages), taken with headless Chromium.
 
 Each shot shows one part of the page: a copy of the report gets a style sheet that hides
 everything else, then Chromium renders its top ``--height`` pixels.

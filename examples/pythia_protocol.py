@@ -1,4 +1,5 @@
-"""The paper's Pythia protocol (MATH.md §4, Figures 6-8) on a checkpoint series trained here.
+"""The paper's Pythia protocol (docs/math.md#pythia-protocol, Figures 6-8) on a checkpoint series
+trained here.
 
     python examples/pythia_protocol.py [--preset full|small] [--out out/pythia_protocol]
 

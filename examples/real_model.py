@@ -4,12 +4,12 @@
 
 Writes a seeded random Llama-architecture checkpoint (RMSNorm, rotary, gated MLP, grouped-query
 attention: 6 query heads sharing 2 key/value heads) with the embedded corpus' word-level tokenizer
-into a Hugging Face folder, as a researcher's local download would be, then runs what the README's
-"Real models" section shows: ``load_model`` on the folder, statistics of the embedded corpus with
-that tokenizer, ``decompose`` per head, ``covariance_similarity``, ``attention_agreement`` with a
-fitted scale, and the HTML report. Prints the wall time and peak memory of each step. The weights
-are random: the scores are what an untrained model gets (the baseline a trained one is read
-against), not a finding about Llama.
+into a Hugging Face folder, as a researcher's local download would be, then runs what
+docs/guides/real-models.md shows: ``load_model`` on the folder, statistics of the embedded corpus
+with that tokenizer, ``decompose`` per head, ``covariance_similarity``, ``attention_agreement``
+with a fitted scale, and the HTML report. Prints the wall time and peak memory of each step. The
+weights are random: the scores are what an untrained model gets (the baseline a trained one is
+read against), not a finding about Llama.
 """
 
 import argparse

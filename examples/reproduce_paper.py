@@ -4,7 +4,8 @@
 
 Trains the paper's 3-layer one-hot attention-only model (zero init, mini-batch SGD) on windows
 of the embedded story corpus with a word-level vocabulary, at a small and a large learning rate,
-and tracks the cosine of every weight with its leading term (MATH.md §3-4):
+and tracks the cosine of every weight with its leading term (docs/math.md#leading-terms and
+docs/math.md#agreement):
 
 * Table 1 (small η): the minimum cosine over layers and logged steps of W, V and W_O
   (the paper: 0.999496 / 0.999169 / 0.998486);

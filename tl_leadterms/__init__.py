@@ -1,39 +1,59 @@
 """tl_leadterms: what a transformer learned from its corpus, as gradient leading terms.
 
-The public API is small; everything else lives in subpackages.
+The public API is small; everything else lives in subpackages. Importing the package is
+instant: each public name is imported from its subpackage on first use (torch and
+TransformerLens load only when a name that needs them is touched), and
+``from tl_leadterms import decompose`` works as usual.
 
 >>> from tl_leadterms import corpus_stats, leading_terms, make_windows
 """
 
-from tl_leadterms.adapters import PaperWeights, to_paper
-from tl_leadterms.analyzers import (
-    AblationTable,
-    AttentionAgreement,
-    CovarianceSimilarity,
-    Decomposition,
-    HeadAtlas,
-    NullSpec,
-    TokenMaps,
-    ablate,
-    attention_agreement,
-    covariance_similarity,
-    decompose,
-    evaluate_loss,
-    head_atlas,
-    leading_cosines,
-    predict_attention,
-    token_maps,
-)
-from tl_leadterms.analyzers.bootstrap import BootstrapSpec
-from tl_leadterms.checkpoints import SweepTable, load_model, sweep
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.models import PaperModel, paper_model
-from tl_leadterms.report import report
-from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
-from tl_leadterms.stats.blocks import BlockStats, block_stats
-from tl_leadterms.theory import LeadingTerms, Schedule, coefficients, leading_terms, step_bound
-from tl_leadterms.training import TrainHistory, train
-from tl_leadterms.version import __version__
+
+#: where each public name lives (imported on first use by ``__getattr__``)
+_HOMES = {
+    "__version__": "tl_leadterms.version",  # importlib.metadata is slow to import
+    "PaperWeights": "tl_leadterms.adapters",
+    "to_paper": "tl_leadterms.adapters",
+    "AblationTable": "tl_leadterms.analyzers",
+    "AttentionAgreement": "tl_leadterms.analyzers",
+    "CovarianceSimilarity": "tl_leadterms.analyzers",
+    "Decomposition": "tl_leadterms.analyzers",
+    "HeadAtlas": "tl_leadterms.analyzers",
+    "NullSpec": "tl_leadterms.analyzers",
+    "TokenMaps": "tl_leadterms.analyzers",
+    "ablate": "tl_leadterms.analyzers",
+    "attention_agreement": "tl_leadterms.analyzers",
+    "covariance_similarity": "tl_leadterms.analyzers",
+    "decompose": "tl_leadterms.analyzers",
+    "evaluate_loss": "tl_leadterms.analyzers",
+    "head_atlas": "tl_leadterms.analyzers",
+    "leading_cosines": "tl_leadterms.analyzers",
+    "predict_attention": "tl_leadterms.analyzers",
+    "token_maps": "tl_leadterms.analyzers",
+    "BootstrapSpec": "tl_leadterms.analyzers.bootstrap",
+    "SweepTable": "tl_leadterms.checkpoints",
+    "load_model": "tl_leadterms.checkpoints",
+    "sweep": "tl_leadterms.checkpoints",
+    "PaperModel": "tl_leadterms.models",
+    "paper_model": "tl_leadterms.models",
+    "report": "tl_leadterms.report",
+    "CorpusStats": "tl_leadterms.stats",
+    "corpus_stats": "tl_leadterms.stats",
+    "make_windows": "tl_leadterms.stats",
+    "BlockStats": "tl_leadterms.stats.blocks",
+    "block_stats": "tl_leadterms.stats.blocks",
+    "LeadingTerms": "tl_leadterms.theory",
+    "Schedule": "tl_leadterms.theory",
+    "coefficients": "tl_leadterms.theory",
+    "leading_terms": "tl_leadterms.theory",
+    "step_bound": "tl_leadterms.theory",
+    "TrainHistory": "tl_leadterms.training",
+    "train": "tl_leadterms.training",
+}
 
 __all__ = [
     "AblationTable",
@@ -76,3 +96,48 @@ __all__ = [
     "token_maps",
     "train",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its subpackage the first time it is asked for."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'tl_leadterms' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eagerly
+    from tl_leadterms.adapters import PaperWeights, to_paper
+    from tl_leadterms.analyzers import (
+        AblationTable,
+        AttentionAgreement,
+        CovarianceSimilarity,
+        Decomposition,
+        HeadAtlas,
+        NullSpec,
+        TokenMaps,
+        ablate,
+        attention_agreement,
+        covariance_similarity,
+        decompose,
+        evaluate_loss,
+        head_atlas,
+        leading_cosines,
+        predict_attention,
+        token_maps,
+    )
+    from tl_leadterms.analyzers.bootstrap import BootstrapSpec
+    from tl_leadterms.checkpoints import SweepTable, load_model, sweep
+    from tl_leadterms.models import PaperModel, paper_model
+    from tl_leadterms.report import report
+    from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
+    from tl_leadterms.stats.blocks import BlockStats, block_stats
+    from tl_leadterms.theory import LeadingTerms, Schedule, coefficients, leading_terms, step_bound
+    from tl_leadterms.training import TrainHistory, train
+    from tl_leadterms.version import __version__

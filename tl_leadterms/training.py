@@ -3,10 +3,10 @@
 Training sits above the analyzers in the package's layers: tracking reads the theorem's table
 through :func:`tl_leadterms.leading_cosines`.
 
-The theory (MATH.md §3) is about full-batch gradient descent from zero initialisation at a
-constant learning rate; the paper's experiments use mini-batch SGD. :func:`train` does both and
-records, every ``every`` steps, the loss and (with ``track=stats``) the cosine of each weight with
-its own leading term.
+The theory (docs/math.md#leading-terms) is about full-batch gradient descent from zero
+initialisation at a constant learning rate; the paper's experiments use mini-batch SGD.
+:func:`train` does both and records, every ``every`` steps, the loss and (with ``track=stats``) the
+cosine of each weight with its own leading term.
 """
 
 import math
@@ -17,7 +17,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from tl_leadterms.analyzers.decompose import leading_cosines
 from tl_leadterms.checks import (
@@ -29,6 +28,7 @@ from tl_leadterms.checks import (
     positive_int,
 )
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.progress import progress_bar
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import WEIGHTS
 
@@ -144,7 +144,7 @@ def train(
         model: the paper model (:func:`tl_leadterms.paper_model`) or any HookedTransformer; every
             parameter with ``requires_grad`` is trained.
         tokens: ``[n_sequences, T + 1]`` token ids; inputs are ``tokens[:, :-1]`` and targets
-            ``tokens[:, 1:]``, every position counts (MATH.md §1).
+            ``tokens[:, 1:]``, every position counts (docs/math.md#model).
         lr: constant learning rate ``η`` (finite, > 0).
         steps: number of SGD updates ``s`` (an integer >= 0; 0 records nothing and leaves the
             model as it is).
@@ -200,7 +200,7 @@ def train(
                                      "n_sequences": n_seq, "n_ctx": tokens.shape[1] - 1,
                                      "seed": seed, "every": every})  # fmt: skip
     order, cursor = None, n_seq
-    bar = tqdm(range(1, steps + 1), desc="train", disable=not progress)
+    bar = progress_bar(range(1, steps + 1), desc="train", disable=not progress)
     for step in bar:
         if batch_size is None:
             batch_tokens = tokens

@@ -19,7 +19,7 @@ import torch
 from tests.reference import dense_corpus_stats
 from tl_leadterms import CorpusStats
 from tl_leadterms.cli import main
-from tl_leadterms.cli_stats import read_inputs
+from tl_leadterms.cli.stats import read_inputs
 from tl_leadterms.stats import memory
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,5 @@
-"""predict_attention and attention_agreement against plain computations from MATH.md §3."""
+"""predict_attention and attention_agreement against plain computations from
+docs/math.md#leading-terms."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""covariance_similarity against plain materialised computations written from MATH.md §4."""
+"""covariance_similarity against plain materialised computations written from
+docs/math.md#pythia-protocol."""
 
 import doctest
 import gc

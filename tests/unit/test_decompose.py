@@ -1,4 +1,5 @@
-"""decompose / leading_cosines / ablate against plain computations from MATH.md."""
+"""decompose / leading_cosines / ablate against plain computations from
+docs/math.md#leading-terms."""
 
 import itertools
 import math

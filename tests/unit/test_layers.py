@@ -1,6 +1,6 @@
 """The package's imports point down its layers, form no cycle and share no private names.
 
-Layers, bottom to top (DESIGN.md): errors/version/atomic < data < stats < checks < theory <
+Layers, bottom to top: errors/version/atomic < data < stats < checks < theory <
 models < adapters < analyzers < training < distributed < checkpoints < plot < report < cli.
 A module may import its own layer and the layers below; function-level (lazy) imports count.
 """
@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "tl_leadterms"
 
 LAYERS = [
-    ("errors", "version", "jsontext", "signals", "filesystem", "atomic"),
+    ("errors", "version", "jsontext", "signals", "filesystem", "atomic", "progress"),
     ("data",),
     ("stats",),
     ("checks",),
@@ -26,7 +26,7 @@ LAYERS = [
     ("checkpoints",),
     ("plot",),
     ("report",),
-    ("cli", "cli_commands", "cli_demo", "cli_inputs", "cli_stats"),
+    ("cli",),
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -1,4 +1,4 @@
-"""The fast statistics against the plain dense one-hot reference of MATH.md §2."""
+"""The fast statistics against the plain dense one-hot reference of docs/math.md#statistics."""
 
 import pickle
 

@@ -29,7 +29,7 @@ def test_coefficients_are_the_binomial_closed_forms():
         c = coefficients(lr, s)
         assert c["W_O"] == pytest.approx(s * lr)
         assert c["V"] == pytest.approx(s * (s - 1) / 2 * lr**2)
-        quartic = s * (s - 1) * (s - 2) * (3 * s - 1) / 24  # MATH.md §3
+        quartic = s * (s - 1) * (s - 2) * (3 * s - 1) / 24  # docs/math.md#leading-terms
         assert c["W"] == pytest.approx(quartic * lr**4) and c["P"] == c["W"]
 
 

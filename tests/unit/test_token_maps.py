@@ -1,4 +1,5 @@
-"""token_maps (the token-as-sequence protocol, MATH.md §4 step 2) against manual forwards."""
+"""token_maps (the token-as-sequence protocol, docs/math.md#pythia-protocol, step 2) against
+manual forwards."""
 
 import numpy as np
 import pytest

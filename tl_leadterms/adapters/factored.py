@@ -4,7 +4,7 @@ A *map* is either a dense tensor ``[..., n, m]`` or a TransformerLens
 :class:`~transformer_lens.FactoredMatrix` ``A @ B`` with ``A`` ``[..., n, d]`` and ``B``
 ``[..., d, m]``; leading dimensions (heads, layers) are batch dimensions. Every function here
 works on both kinds, batched over the leading dimensions, and never forms the ``[n, m]`` product
-of a factored map (MATH.md §5):
+of a factored map (docs/math.md#fast-algebra):
 
 - ``⟨AB, S⟩ = Σ (AᵀS) ⊙ B``                      cost O(n·m·d)
 - ``⟨A₁B₁, A₂B₂⟩ = Σ (A₁ᵀA₂) ⊙ (B₁B₂ᵀ)``         cost O((n + m)·d₁·d₂)
@@ -182,7 +182,7 @@ def norm(M: Map) -> Float[Tensor, "*batch"]:
 
 
 def cosine(M: Map, S: _Map2) -> Float[Tensor, "..."]:
-    """Flattened Frobenius cosine ``⟨M, S⟩ / (‖M‖ ‖S‖)`` (MATH.md §4), float64.
+    """Flattened Frobenius cosine ``⟨M, S⟩ / (‖M‖ ‖S‖)`` (docs/math.md#agreement), float64.
 
     ``S`` may be a dense statistic or another map. Where either norm is 0 the cosine is defined
     as 0 (not NaN): a zero map explains nothing and is explained by nothing. Rounding is

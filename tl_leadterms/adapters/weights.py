@@ -1,4 +1,4 @@
-"""`PaperWeights`: a model's weights in the paper's notation (MATH.md §1), kept factored."""
+"""`PaperWeights`: a model's weights in the paper's notation (docs/math.md#model), kept factored."""
 
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any

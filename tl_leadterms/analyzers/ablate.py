@@ -6,7 +6,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.analyzers.decompose import paper_weights
@@ -14,6 +13,7 @@ from tl_leadterms.analyzers.fit import BasisCache
 from tl_leadterms.checks import Layers, check_bool, check_layers, check_windows, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
+from tl_leadterms.progress import progress_bar
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Term, Weight, term
 
@@ -119,9 +119,9 @@ def ablate(
 ) -> AblationTable:
     """Remove each weight's projection onto its leading term, one at a time, and re-measure loss.
 
-    ``M ← M − (⟨M, T⟩/‖T‖²)·T`` with ``T`` the weight's leading term (MATH.md §4, paper Table 3);
-    the model is restored after each measurement. The weights must be parameters of the model,
-    so this runs on the paper model (:func:`tl_leadterms.paper_model`); for other models use
+    ``M ← M − (⟨M, T⟩/‖T‖²)·T`` with ``T`` the weight's leading term (docs/math.md#agreement, paper
+    Table 3); the model is restored after each measurement. The weights must be parameters of the
+    model, so this runs on the paper model (:func:`tl_leadterms.paper_model`); for other models use
     :func:`tl_leadterms.decompose`, whose maps are products of several parameters.
 
     Args:
@@ -152,7 +152,7 @@ def ablate(
         )
     table = AblationTable(original_loss=evaluate_loss(model, tokens, batch_size=batch_size))
     jobs = [(w, layer) for w in weights for layer in ([None] if w == "W_O" else chosen)]
-    for weight, layer in tqdm(jobs, desc="ablate", disable=not progress):
+    for weight, layer in progress_bar(jobs, desc="ablate", disable=not progress):
         param = _parameter(model, weight, layer)
         T = _embedded_target(stats, term(weight), param)
         coefficient = float((param.double() * T.double()).sum() / (T.double() ** 2).sum())

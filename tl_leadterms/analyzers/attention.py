@@ -1,6 +1,6 @@
 """Predicted attention on real text, and how well a model's attention agrees with it.
 
-The leading terms predict every layer's attention (MATH.md §3)::
+The leading terms predict every layer's attention (docs/math.md#leading-terms)::
 
     A = S(Mask(c·X Q̄ Xᵀ + c·DM(Δ))),   c = (3C(s,4) + 2C(s,3))·η⁴
 
@@ -15,7 +15,6 @@ from typing import Any
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from tqdm.auto import tqdm
 from transformer_lens import ActivationCache
 from transformer_lens.utilities import get_act_name
 
@@ -32,6 +31,7 @@ from tl_leadterms.checks import (
     positive_number,
 )
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.progress import progress_bar
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
 
@@ -270,7 +270,7 @@ def attention_agreement(
     scores = predicted_scores(stats, tokens).to(torch.float64).cpu()
     ranks = score_ranks(scores)  # the same for every layer
     rows, scored_layers = [], []
-    for layer in tqdm(chosen, desc="attention agreement", disable=not progress):
+    for layer in progress_bar(chosen, desc="attention agreement", disable=not progress):
         actual = patterns.pop(layer).transpose(0, 1)  # [H, B, q, k]
         layer_scores = LayerScores(actual, scores)
         heads = score_layer(actual, scores, fixed, layer_scores, ranks)

@@ -1,4 +1,4 @@
-"""The paper's covariance similarity of token maps (MATH.md §4, Pythia protocol steps 3-4).
+"""The paper's covariance similarity of token maps (docs/math.md#pythia-protocol, steps 3-4).
 
 For an ``n × m`` matrix ``M`` whose rows are the ``n`` kept tokens, ``M̃`` is ``M`` minus its row
 means and ``Cov(M) = M̃M̃ᵀ/(m−1)``; a score is the Frobenius cosine of the model's and the
@@ -24,7 +24,6 @@ from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from tl_leadterms.analyzers.bootstrap import (
     BootstrapSpec,
@@ -55,6 +54,7 @@ from tl_leadterms.checks import (
     check_vocab,
 )
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.progress import progress_bar
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.version import __version__
@@ -209,7 +209,7 @@ def covariance_similarity(
     spec = NullSpec.of(null)
     perms = None if spec is None else permutations(ids.numel(), spec.permutations, spec.seed)
     rows: list[dict[str, Any]] = []
-    for layer in tqdm(layers, desc="covariance similarity", disable=not progress):
+    for layer in progress_bar(layers, desc="covariance similarity", disable=not progress):
         rows += _layer_rows(model, maps, layer, theory, normalize, value_map, per_head, perms)
     metadata = _metadata(model, stats, layers, ids, theory, normalize, value_map, per_head)
     if spec is not None and spec.reference is not None:

@@ -1,4 +1,5 @@
-"""The token-as-sequence protocol (MATH.md §4 step 2): each token's residual stream, per layer.
+"""The token-as-sequence protocol (docs/math.md#pythia-protocol, step 2): each token's residual
+stream, per layer.
 
 Every token id is fed to the model alone, as a length-1 sequence without BOS, and three
 ``[n, d_model]`` maps are read per layer with hooks:
@@ -17,12 +18,12 @@ import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from tqdm.auto import tqdm
 from transformer_lens.utilities import get_act_name
 
 from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.checks import Layers, check_layers, positive_int
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.progress import progress_bar
 
 __all__ = ["MAPS", "TokenMaps", "token_maps"]
 
@@ -197,7 +198,7 @@ def token_maps(
         out[name][i, rows] = act[:, 0].to(out_device, dtype)
 
     hooks = [(name, store) for name in where]
-    bar = tqdm(range(0, ids.numel(), batch_size), desc="token maps", disable=not progress)
+    bar = progress_bar(range(0, ids.numel(), batch_size), desc="token maps", disable=not progress)
     for start in bar:
         rows = slice(start, min(start + batch_size, ids.numel()))
         batch = ids[rows].to(device)[:, None]

@@ -22,12 +22,12 @@ from typing import Any
 import torch
 from jaxtyping import Int
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from tl_leadterms.atomic import atomic_folder, atomic_path, write_text
 from tl_leadterms.checkpoints.loading import checkpoint_step, load_series, quiet_transformers
 from tl_leadterms.checkpoints.tiny import tiny_neox_model
 from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
+from tl_leadterms.progress import progress_bar
 
 __all__ = ["load_series", "load_windows", "pythia_steps", "train_neox_series"]
 
@@ -187,7 +187,7 @@ def _train(hf_model, opt, batches: _Batches, *, steps, saved, lr, warmup, save, 
             save(0, float(_loss(hf_model, batches.next())), 0.0)
         batches.restart()
     losses: list[float] = []
-    for step in tqdm(range(1, steps + 1), desc="training", disable=not progress):
+    for step in progress_bar(range(1, steps + 1), desc="training", disable=not progress):
         step_lr = lr * min(1.0, step / warmup) if warmup else lr
         for group in opt.param_groups:
             group["lr"] = step_lr

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from tl_leadterms.analyzers.bootstrap import BootstrapSpec
 from tl_leadterms.analyzers.null import NullSpec
@@ -36,6 +35,7 @@ from tl_leadterms.checkpoints.sweep_inputs import (
 from tl_leadterms.checkpoints.sweep_results import ResultsFile
 from tl_leadterms.checkpoints.sweep_table import SweepTable
 from tl_leadterms.errors import LeadTermsError, check_choice
+from tl_leadterms.progress import progress_bar
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 
@@ -196,7 +196,7 @@ def _run(todo, stats, chosen, stored: ResultsFile, executor: str, ray_at: dict, 
         else:
             missing.append(ckpt)
             fingerprints[ckpt.label] = fingerprint
-    with tqdm(total=len(missing), desc="sweep", disable=not progress) as bar:
+    with progress_bar(total=len(missing), desc="sweep", disable=not progress) as bar:
 
         def finished(record: dict) -> None:
             label = record["checkpoint"]

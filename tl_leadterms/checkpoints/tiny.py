@@ -2,7 +2,7 @@
 
 :func:`save_tiny_model` writes a small ``*ForCausalLM`` of one family (``"gpt2"``, ``"gpt_neox"``,
 ``"llama"``, ...; see :data:`MODEL_FAMILIES`) to a local folder, seeded, so tests, examples and the
-README exercise :func:`~tl_leadterms.checkpoints.loading.load_model` on every architecture
+guides exercise :func:`~tl_leadterms.checkpoints.loading.load_model` on every architecture
 without the hub. :func:`tiny_neox_model` is the Pythia-style GPT-NeoX that the checkpoint series
 trains. Real checkpoints go through ``load_model("pythia-1.4b", checkpoint=512)``.
 """

@@ -7,13 +7,11 @@ and puts it once into the object store; every pass-two task gets its ObjectRef. 
 the ``[k, k]`` results, never the corpus.
 """
 
-import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from tl_leadterms.distributed.cluster import ray_session
 from tl_leadterms.distributed.memory import RayMemoryPlan, check_task_fits, plan_ray_memory
@@ -27,6 +25,7 @@ from tl_leadterms.distributed.tasks import (
     one_line,
 )
 from tl_leadterms.errors import LeadTermsError, check_choice, positive_int
+from tl_leadterms.progress import progress_bar, write_line
 from tl_leadterms.stats.compute import (
     assemble_stats,
     composed_from_counts,
@@ -84,7 +83,7 @@ class _Pass:
         """Wait for the shards in finishing order, with a progress bar of shards and tokens."""
         done: dict[Any, dict] = {}
         pending, tokens = list(infos), 0
-        with tqdm(total=len(infos), desc=desc, unit="shard", disable=not progress) as bar:
+        with progress_bar(total=len(infos), desc=desc, unit="shard", disable=not progress) as bar:
             while pending:
                 ready, pending = self.ray.wait(pending, num_returns=1)
                 info = self.get(ready[0])
@@ -259,7 +258,7 @@ class _Run:
         check_task_fits(plan, [n["Resources"].get("memory", 0) for n in nodes if n["Alive"]])
         self.memory = dict(plan.task_stages)  # the counting pass reserves nothing
         if self.progress:
-            tqdm.write(str(plan), file=sys.stderr)
+            write_line(str(plan))
 
     def _pass(self, task: Callable, name: str, args: tuple, desc: str) -> tuple:
         runner = _Pass(

@@ -1,4 +1,4 @@
-"""The paper's model (MATH.md §1) as a TransformerLens :class:`HookedTransformer`.
+"""The paper's model (docs/math.md#model) as a TransformerLens :class:`HookedTransformer`.
 
 The residual stream lives in vocabulary space. The model's parameters are exactly the paper's;
 every other TransformerLens weight is a fixed buffer (not saved in the ``state_dict``):
@@ -159,7 +159,7 @@ def paper_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> PaperModel:
-    """Build the paper's model (MATH.md §1), zero-initialised, as a HookedTransformer.
+    """Build the paper's model (docs/math.md#model), zero-initialised, as a HookedTransformer.
 
     Args:
         d_vocab: vocabulary size ``|V|``; the residual stream has this width.

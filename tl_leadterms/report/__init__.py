@@ -20,11 +20,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from tl_leadterms.atomic import write_text
 from tl_leadterms.checks import check_bool, check_stats, check_steps
 from tl_leadterms.errors import LeadTermsError, check_choice
+from tl_leadterms.progress import progress_bar
 from tl_leadterms.report import sections
 from tl_leadterms.report.findings import findings
 from tl_leadterms.report.markup import page
@@ -173,7 +172,7 @@ def report(
         library[0] = library[0] or "CircuitsVis=" in html_text
         return html_text
 
-    bar = tqdm(total=6, desc="report", disable=not progress)
+    bar = progress_bar(total=6, desc="report", disable=not progress)
     if decomposition is None and model is not None:
         from tl_leadterms.analyzers.decompose import decompose
 

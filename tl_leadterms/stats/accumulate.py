@@ -1,4 +1,5 @@
-"""Streaming, mergeable accumulators for the two passes over a corpus (MATH.md §2, §5).
+"""Streaming, mergeable accumulators for the two passes over a corpus (docs/math.md#statistics
+and docs/math.md#fast-algebra).
 
 Pass one (:class:`ContextAccumulator`) counts bigram pairs, unigrams and the context map Φ̄.
 Pass two (:class:`AttentionAccumulator`) needs Ḡ of the whole corpus and accumulates Q̄ and Δ.

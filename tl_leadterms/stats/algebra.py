@@ -1,4 +1,5 @@
-"""Exact products with the centred bigram map, without dense ``V³`` work (MATH.md §5).
+"""Exact products with the centred bigram map, without dense ``V³`` work
+(docs/math.md#fast-algebra).
 
 ``B̄ = B − u·α·1ᵀ``: the sparse pair-frequency matrix ``B[i, j] = #(i, j)/NT`` (at most ``N·T``
 non-zeros) minus a rank-one term (``α`` the unigram frequencies, ``u = 1/|V|``). Every product
@@ -11,8 +12,8 @@ import warnings
 from functools import cached_property
 
 import torch
-from tqdm.auto import tqdm
 
+from tl_leadterms.progress import progress_bar
 from tl_leadterms.stats.tables import as_numpy, kernels, padded_square, resolve_backend
 
 __all__ = ["CentredBigram", "block_columns", "symmetrise_"]
@@ -153,7 +154,7 @@ class CentredBigram:
                 return column_fn(0, self.k)
             out = torch.empty(self.k, self.k, dtype=self.dtype, device=self.device)
         starts = range(0, self.k, step)
-        for c0 in tqdm(starts, desc=desc, disable=not progress or len(starts) < 4):
+        for c0 in progress_bar(starts, desc=desc, disable=not progress or len(starts) < 4):
             c1 = min(c0 + step, self.k)
             out[:, c0:c1] = column_fn(c0, c1)
         return out

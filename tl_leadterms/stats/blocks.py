@@ -51,9 +51,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from tl_leadterms.errors import LeadTermsError, positive_int
+from tl_leadterms.progress import progress_bar
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator, ContextCounts
 from tl_leadterms.stats.compute import composed_from_counts, tokenizer_provenance
 from tl_leadterms.stats.corpus import CorpusStats
@@ -189,7 +189,7 @@ def _split(batch: Tensor, start: int, bounds: list[tuple[int, int]]):
 def _read(source, bounds, make, desc: str, progress: bool) -> list:
     accs = [make() for _ in bounds]
     start = 0
-    for batch in tqdm(source, total=len(source) or None, desc=desc, disable=not progress):
+    for batch in progress_bar(source, total=len(source) or None, desc=desc, disable=not progress):
         for b, rows in _split(batch, start, bounds):
             accs[b].update(rows)
         start += batch.shape[0]

@@ -2,7 +2,6 @@
 
 import itertools
 import os
-import sys
 import time
 from collections.abc import Iterable
 from contextlib import contextmanager
@@ -10,9 +9,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from tl_leadterms.errors import LeadTermsError, check_choice
+from tl_leadterms.progress import progress_bar, write_line
 from tl_leadterms.stats import algebra
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
 from tl_leadterms.stats.corpus import CorpusStats, check_stats_dtype
@@ -115,7 +114,9 @@ def _context_pass(source, kept, device, plan: _Plan):
         last_target=plan.last_target,
     )
     total = len(source) or None
-    for batch in tqdm(source, total=total, desc="pass 1/2: B̄, Φ̄", disable=not plan.progress):
+    for batch in progress_bar(
+        source, total=total, desc="pass 1/2: B̄, Φ̄", disable=not plan.progress
+    ):
         first.update(batch)
     counts = first.result(release=True, dtype=plan.dtype)  # reuses the table when dtypes agree
     return counts, first.backend
@@ -139,7 +140,7 @@ def _attention_pass(source, g_bar, kept, n_sequences, plan: _Plan):
             q_targets=plan.q_targets,
             last_target=plan.last_target,
         )
-        for batch in tqdm(source, total=total, desc=desc, disable=not plan.progress):
+        for batch in progress_bar(source, total=total, desc=desc, disable=not plan.progress):
             acc.update(batch)
         if acc.n_sequences != n_sequences:
             raise LeadTermsError(
@@ -237,7 +238,7 @@ def corpus_stats(
     check_memory: bool = True,
     offload: str | os.PathLike | None = None,
 ) -> CorpusStats:
-    """Compute B̄, Σ_B̄, Φ̄, Ḡ, Q̄ and Δ (MATH.md §2) of a tokenized corpus.
+    """Compute B̄, Σ_B̄, Φ̄, Ḡ, Q̄ and Δ (docs/math.md#statistics) of a tokenized corpus.
 
     Two streaming passes: the first counts bigrams and the context map Φ̄; then
     Ḡ = Σ_B̄ Φ̄ is formed exactly from the sparse bigram counts; the second pass accumulates
@@ -330,7 +331,7 @@ def corpus_stats(
     if check_memory and torch.device(device).type == "cpu":
         check_memory_fits(memory)
     if progress:
-        tqdm.write(str(memory), file=sys.stderr)
+        write_line(str(memory))
     plan = _Plan(dtype, acc_dtype, backend, q_targets, last_target, progress)
     with clock("pass1"):
         counts, used_backend = _context_pass(source, kept, device, plan)

@@ -1,4 +1,4 @@
-"""`CorpusStats`: the corpus statistics of MATH.md §2 in the paper's orientation."""
+"""`CorpusStats`: the corpus statistics of docs/math.md#statistics in the paper's orientation."""
 
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -61,7 +61,8 @@ def check_stats_dtype(dtype: object, what: str) -> torch.dtype:
 
 
 class CorpusStats:
-    """Corpus statistics of a token corpus, in MATH.md's orientation and normalisation.
+    """Corpus statistics of a token corpus, in the orientation and normalisation of
+    docs/math.md#statistics.
 
     Build one with :func:`tl_leadterms.corpus_stats`; load one with :meth:`CorpusStats.load`.
     Matrices are ``[k, k]`` with ``k = d_vocab`` or the number of kept tokens; index ``i`` is

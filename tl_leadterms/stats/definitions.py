@@ -1,6 +1,6 @@
 """Two choices in the definition of Q̄ and Δ that matter under a vocabulary restriction.
 
-**Which target rows score the keys** (``q_targets``). MATH.md §2 writes
+**Which target rows score the keys** (``q_targets``). docs/math.md#statistics writes
 ``Q_n[t, ·] = J_t · row t of (Y_n − u) Ḡ X_nᵀ`` with ``J_t = (1/t)(I − 11ᵀ/t)`` the softmax
 Jacobian at uniform attention, ``u = 1/centre_vocab``. Row ``t`` of ``(Y_n − u) Ḡ X_nᵀ`` is::
 

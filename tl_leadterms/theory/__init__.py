@@ -1,4 +1,4 @@
-"""The single home of the paper's Theorem 4.1 (MATH.md §3).
+"""The single home of the paper's Theorem 4.1 (docs/math.md#leading-terms).
 
 :mod:`~tl_leadterms.theory.table` holds one entry per weight (``W_O``, ``V``, ``W``, ``P`` and
 the value→output product ``V·W_O``): its leading term, basis, exact coefficient, gradient-flow

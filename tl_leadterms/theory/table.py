@@ -1,7 +1,7 @@
 """Theorem 4.1 as one table: every weight, its leading term, coefficient, limits and basis.
 
 From zero initialisation, after ``s`` full-batch GD steps at learning rate ``η``, every layer
-of the paper's attention-only model has, to leading order (MATH.md §3),
+of the paper's attention-only model has, to leading order (docs/math.md#leading-terms),
 
 =========  =========================  ===========================  ==========  =============
 weight     leading term               exact coefficient c(s, η)    first step  error bound

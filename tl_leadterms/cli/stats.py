@@ -1,5 +1,5 @@
-"""The ``tl-leadterms`` subcommands ``stats`` (texts, datasets or token arrays -> a statistics
-file, in one process or on Ray) and ``top`` (association lists read from a file)."""
+"""``tl-leadterms stats``: texts, datasets or token arrays -> a statistics file, in one process
+or on Ray."""
 
 import argparse
 import tempfile
@@ -7,15 +7,19 @@ from pathlib import Path
 from typing import Any
 
 from tl_leadterms.atomic import atomic_set
-from tl_leadterms.cli_commands import (
+from tl_leadterms.cli.arrays import ArrayWindows, open_token_array
+from tl_leadterms.cli.inputs import (
     TOKEN_SUFFIXES,
-    is_block_file,
-    load_stats,
-    load_tokenizer,
+    add_common,
+    check_output,
+    first_line,
+    positive_int_arg,
+    tokenizer_from_spec,
 )
-from tl_leadterms.cli_inputs import ArrayWindows, check_output, first_line, open_token_array
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.filesystem import is_special
+
+__all__ = ["add_parser", "cmd_stats", "read_inputs", "stats_on_ray", "stats_options"]
 
 
 # -- stats inputs ---------------------------------------------------------------------------
@@ -115,7 +119,7 @@ def stats_on_ray(args: argparse.Namespace) -> int:
 
         spec = args.tokenizer or "word:3000"
         trains = spec.partition(":")[0] in ("word", "bpe")
-        tokenizer = load_tokenizer(
+        tokenizer = tokenizer_from_spec(
             spec, [d for p in texts for d in read_corpus(p)] if trains else None
         )
     d_vocab = args.d_vocab or (len(tokenizer) if tokenizer is not None else None)
@@ -180,20 +184,20 @@ def _check_blocks(args: argparse.Namespace) -> None:
 def _compute(windows, d_vocab: int, tokenizer, args: argparse.Namespace):
     """Plain statistics, or with ``--blocks B`` statistics kept per block of windows."""
     if args.blocks is None:
-        from tl_leadterms import corpus_stats
+        from tl_leadterms.stats import corpus_stats
 
         return corpus_stats(windows, d_vocab, vocab=args.keep, tokenizer=tokenizer,
                             progress=not args.quiet, **stats_options(args))  # fmt: skip
     import torch
 
-    from tl_leadterms import block_stats
+    from tl_leadterms.stats.blocks import block_stats
 
     return block_stats(windows, d_vocab, blocks=args.blocks, vocab=args.keep, tokenizer=tokenizer,
                        dtype=getattr(torch, args.dtype), progress=not args.quiet)  # fmt: skip
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from tl_leadterms import make_windows
+    from tl_leadterms.stats import make_windows
 
     check_output(args.output, "-o")
     check_output(args.save_tokenizer, "--save-tokenizer", folder=True)
@@ -205,9 +209,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.save_tokenizer and kind != "texts" and not args.tokenizer:
         raise LeadTermsError("--save-tokenizer needs a tokenizer (--tokenizer)")
     if kind == "texts":
-        tokenizer = load_tokenizer(args.tokenizer or "word:3000", data)
+        tokenizer = tokenizer_from_spec(args.tokenizer or "word:3000", data)
     else:
-        tokenizer = load_tokenizer(args.tokenizer, None) if args.tokenizer else None
+        tokenizer = tokenizer_from_spec(args.tokenizer, None) if args.tokenizer else None
     d_vocab = args.d_vocab or (len(tokenizer) if tokenizer is not None else None)
     if d_vocab is None:
         raise LeadTermsError("token ids need the vocabulary size: pass --d-vocab or --tokenizer")
@@ -236,55 +240,70 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-_STREAMED = ("Phi_bar", "G_bar", "Q_bar")  # dense tables: ``top`` reads their rows in blocks
-
-
-def cmd_top(args: argparse.Namespace) -> int:
-    from tl_leadterms.stats.corpus import ALIASES, MATRICES
-
-    key = ALIASES.get(args.matrix, args.matrix)
-    if key not in MATRICES:
-        raise LeadTermsError(
-            f"unknown --matrix {args.matrix!r}; choose one of {sorted([*MATRICES, *ALIASES])}"
-        )
-    tokenizer = load_tokenizer(args.tokenizer, None) if args.tokenizer else None
-    stats = load_stats(
-        args.stats,
-        tokenizer,
-        only=("B_bar",) if key in _STREAMED else (key,),  # the sparse counts (and kept ids)
-        check_vocab=not args.allow_vocab_mismatch,
+def add_parser(sub) -> None:
+    """The ``stats`` subcommand's arguments."""
+    stats = sub.add_parser("stats", help="texts, a dataset or token arrays -> a statistics file")
+    stats.add_argument(
+        "inputs",
+        nargs="+",
+        help="UTF-8 text files (documents split by blank lines), .pt/.npy token arrays "
+        "[n, T+1], dataset folders (Dataset.save_to_disk) or hub dataset names",
     )
-    tokens = [int(w) if w.isdigit() and tokenizer is None else w for w in args.tokens]
-    if key in _STREAMED and not is_block_file(args.stats):  # a block file's are in memory
-        lines = _top_streamed(args.stats, key, stats, tokens, args.k, tokenizer)
-    else:
-        lines = [_top_line(stats.top(key, token, k=args.k, tokenizer=tokenizer))
-                 for token in tokens]  # fmt: skip
-    for word, line in zip(args.tokens, lines, strict=True):
-        print(f"{word}: {line}")
-    return 0
-
-
-def _top_line(neighbours) -> str:
-    if not neighbours and getattr(neighbours, "note", ""):
-        return neighbours.note
-    return ", ".join(f"{n.token} ({n.score:.3g})" for n in neighbours)
-
-
-def _top_streamed(path: str, key: str, stats, tokens: list, k: int, tokenizer) -> list[str]:
-    """``top`` of a dense table from the rows of ``tokens`` alone: one verified pass over the
-    table in row blocks (:func:`~tl_leadterms.stats.scan.scan_table`), never the whole table."""
-    from tl_leadterms.stats.neighbours import RowScorer, no_associations
-    from tl_leadterms.stats.scan import scan_table
-
-    positions = [stats.vocab.position(stats.token_id_of(t, tokenizer)) for t in tokens]
-    scorer = RowScorer(stats.k, positions, "raw", symmetric_gram=False)
-    scan_table(path, key, scorer.update)
-    lines = []
-    for token, i in zip(tokens, positions, strict=True):
-        row = scorer.raw(i)
-        note = stats.degenerate_note(key) or no_associations(
-            token, float(stats.unigram_counts[i]), row
-        )
-        lines.append(note or _top_line(stats.ranked(row, k, tokenizer)))
-    return lines
+    stats.add_argument("-o", "--output", required=True, help="output .safetensors path")
+    stats.add_argument(
+        "--tokenizer",
+        help="word:N, bpe:N (trained on the texts), a local folder or a hub name "
+        "(default for texts: word:3000)",
+    )
+    stats.add_argument(
+        "--d-vocab",
+        type=positive_int_arg,
+        help="vocabulary size for token ids (default: tokenizer's)",
+    )
+    stats.add_argument(
+        "--n-ctx",
+        type=positive_int_arg,
+        help="window length T (default 128; arrays: their width - 1)",
+    )
+    stats.add_argument("--mode", choices=["chunk", "truncate"], default="chunk")
+    stats.add_argument("--max-windows", type=positive_int_arg, help="use at most this many windows")
+    stats.add_argument("--keep", type=positive_int_arg, help="keep the k most frequent tokens")
+    stats.add_argument(
+        "--dtype",
+        choices=["float64", "float32"],
+        default="float64",
+        help="dtype of the statistics (float32: half the memory and file; recorded in the file)",
+    )
+    stats.add_argument(
+        "--accumulate-dtype",
+        choices=["float64", "float32"],
+        help="dtype of the sums (default float64; float32 saves memory, loses digits)",
+    )
+    stats.add_argument(
+        "--only",
+        nargs="+",
+        choices=["B_bar", "Phi_bar", "G_bar", "Q_bar", "Delta"],
+        help="compute only these (B_bar Phi_bar: one pass, no Ḡ/Q̄/Δ; default: all)",
+    )
+    stats.add_argument(
+        "--no-memory-check", action="store_true", help="do not refuse a plan above free memory"
+    )
+    stats.add_argument(
+        "--blocks",
+        type=positive_int_arg,
+        metavar="B",
+        help="keep the statistics of B contiguous blocks of windows (for sweep --ci bootstrap "
+        "intervals; every command reads such a file, the others as the whole corpus)",
+    )
+    stats.add_argument("--text-column", default="text", help="text column of a dataset")
+    stats.add_argument("--split", default="train", help="split of a dataset")
+    stats.add_argument("--save-tokenizer", help="folder to save the tokenizer to")
+    stats.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS|auto|local:N",
+        help="run on Ray, one task per input file: a cluster address, auto, or local[:N CPUs]",
+    )
+    add_common(stats, device=False)
+    stats.set_defaults(func=cmd_stats)

@@ -5,7 +5,7 @@ import argparse
 import time
 from pathlib import Path
 
-from tl_leadterms.cli_inputs import positive_int_arg as _positive
+from tl_leadterms.cli.inputs import positive_int_arg
 from tl_leadterms.errors import LeadTermsError
 
 DEMO_WORDS = {
@@ -193,13 +193,16 @@ def _demo_report(args, stats, tokenizer, stories: list[str], trained: dict) -> N
     )
 
 
-def add_demo_parser(sub) -> None:
+def add_parser(sub) -> None:
+    """The ``demo`` subcommand's arguments."""
     demo = sub.add_parser(
         "demo", help="embedded corpus -> statistics -> a short training run -> report.html"
     )
-    demo.add_argument("--stories", type=_positive, default=4000, help="stories to generate")
-    demo.add_argument("--vocab", type=_positive, default=2000, help="word-level vocabulary size")
-    demo.add_argument("--n-ctx", type=_positive, default=128, help="window length T")
+    demo.add_argument("--stories", type=positive_int_arg, default=4000, help="stories to generate")
+    demo.add_argument(
+        "--vocab", type=positive_int_arg, default=2000, help="word-level vocabulary size"
+    )
+    demo.add_argument("--n-ctx", type=positive_int_arg, default=128, help="window length T")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="out", help="folder for the outputs")
     demo.add_argument(
@@ -219,9 +222,9 @@ def add_demo_parser(sub) -> None:
     )
     demo.add_argument("--train-lr", type=float, default=1.0, help="learning rate η")
     demo.add_argument(
-        "--train-n-ctx", type=_positive, default=32, help="window length for training"
+        "--train-n-ctx", type=positive_int_arg, default=32, help="window length for training"
     )
-    demo.add_argument("--train-windows", type=_positive, default=64, help="training windows")
+    demo.add_argument("--train-windows", type=positive_int_arg, default=64, help="training windows")
     demo.add_argument("--no-report", action="store_true", help="do not write report.html")
     demo.add_argument("--quiet", action="store_true", help="no progress bars")
     demo.set_defaults(func=cmd_demo)

@@ -1,87 +1,18 @@
-"""What the ``tl-leadterms`` subcommands check before any work: token arrays streamed from disk,
-output paths, devices; and the argparse types that refuse zero or negative counts.
+"""Token arrays for ``tl-leadterms stats``, streamed from disk.
 
 Token arrays are never read whole: a ``.npy`` file is memory-mapped (``np.load(mmap_mode="r")``)
 and a ``.pt`` file loaded with ``mmap=True``; :class:`ArrayWindows` cuts them into batches that
 are widened to int64 one at a time, so peak memory does not depend on the file size.
 """
 
-import argparse
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tl_leadterms.cli.inputs import first_line
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.filesystem import is_special
 
-__all__ = [
-    "ArrayWindows",
-    "check_device",
-    "check_output",
-    "open_token_array",
-    "positive_int_arg",
-]
-
-
-def positive_int_arg(text: str) -> int:
-    """argparse type: an int >= 1 (zero and negative counts are refused, with the value)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive int, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive int, got {text}")
-    return value
-
-
-def check_device(spec: str) -> str:
-    """argparse type: a device torch knows (``cpu``, ``cuda``, ``cuda:1``, ``mps`` ...)."""
-    import torch
-
-    try:
-        torch.device(spec)
-    except (RuntimeError, ValueError):
-        raise argparse.ArgumentTypeError(
-            f"{spec!r} is not a torch device; use cpu, cuda, cuda:N or mps"
-        ) from None
-    return spec
-
-
-def check_output(path: str | None, flag: str, *, folder: bool = False) -> None:
-    """Refuse an output path that cannot be written, before any computation.
-
-    The path must not be a folder (or, with ``folder=True``, a file), and its nearest existing
-    parent must be a writable folder (missing folders are created when writing).
-    """
-    if path is None or path == "-":
-        return
-    target = Path(path)
-    if not folder and is_special(target.resolve()):
-        return  # /dev/null, a named pipe: streamed to when written, never replaced
-    if not folder and target.is_dir():
-        raise LeadTermsError(f"{flag} {path!r} is a folder; pass a file path")
-    if folder and target.exists() and not target.is_dir():
-        raise LeadTermsError(f"{flag} {path!r} is a file; pass a folder path")
-    parent = target.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise LeadTermsError(f"{flag} {path!r}: {str(parent)!r} is a file, not a folder")
-    try:  # a real probe: permissions, read-only mounts and pseudo file systems alike
-        with tempfile.TemporaryFile(dir=parent, prefix=".tl-leadterms-probe."):
-            pass
-    except OSError as err:
-        raise LeadTermsError(
-            f"{flag} {path!r}: folder {str(parent)!r} is not writable ({err.strerror}); "
-            "choose another path"
-        ) from None
-
-
-def first_line(err: BaseException) -> str:
-    """The error's type and first line (at most 200 characters), for one-line messages."""
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0][:200] if lines else ''}"
+__all__ = ["ArrayWindows", "open_token_array"]
 
 
 def open_token_array(path: Path) -> Any:

@@ -1,0 +1,96 @@
+"""The ``tl-leadterms`` command.
+
+    tl-leadterms demo                       # embedded corpus -> statistics -> association lists
+                                            # -> a short training run -> decompose table
+                                            # -> out/report.html
+    tl-leadterms stats corpus.txt -o s.safetensors --tokenizer word:3000 --n-ctx 200
+    tl-leadterms stats ids.npy -o s.safetensors --d-vocab 50304 --keep 20000 --dtype float32
+    tl-leadterms stats my_dataset_dir -o s.safetensors --tokenizer tok_dir --text-column text
+    tl-leadterms stats shards/*.npy -o s.safetensors --d-vocab 50304 --ray auto  # a Ray cluster
+    tl-leadterms stats ids.npy -o b.safetensors --d-vocab 50304 --blocks 20  # per block of windows
+    tl-leadterms top s.safetensors red --tokenizer tok_dir
+    tl-leadterms decompose ckpt_dir s.safetensors [--json|--csv] [-o table.json]
+    tl-leadterms sweep series_dir s.safetensors [--results r.jsonl] [--out table.csv]
+    tl-leadterms sweep pythia-70m s.safetensors --steps 0 1 2 4    # hub checkpoints
+    tl-leadterms sweep series_dir s.safetensors --results r.jsonl --ray auto --device cuda
+    tl-leadterms sweep series_dir s.safetensors --null 99 --seed 0   # + null_mean, z, p columns
+    tl-leadterms sweep series_dir b.safetensors --ci 0.95   # block statistics: + lo, hi columns
+    tl-leadterms report s.safetensors --model ckpt_dir --text "..." --words red fish -o r.html
+
+Every subcommand has ``--help``. Exit codes: 0 success, 2 bad arguments or input.
+"""
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+
+from tl_leadterms.cli import decompose, demo, report, stats, sweep, top
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.filesystem import no_space_error, out_of_space
+from tl_leadterms.signals import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    Terminated,
+    terminate_as_interrupt,
+)
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tl-leadterms`` parser: one subparser per module of this package."""
+    parser = argparse.ArgumentParser(
+        prog="tl-leadterms",
+        description="Corpus statistics and gradient leading terms of transformer weights.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    for command in (demo, stats, top, decompose, sweep, report):
+        command.add_parser(sub)
+    return parser
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``| head``): files were written before printing; stop
+    quietly, with Python's own flush at exit pointed at nowhere."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _printable_streams() -> None:
+    """Text that is not UTF-8 (lone surrogates from file names or hostile JSON) is printed as
+    ``\\udXXX`` escapes instead of ending the command in a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``tl-leadterms`` with ``argv`` (default: the command line); the exit code."""
+    args = build_parser().parse_args(argv)
+    _printable_streams()
+    try:
+        with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does
+            return args.func(args)
+    except Terminated:
+        print(f"tl-leadterms {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return EXIT_TERMINATED  # temporaries and scratch files were removed on the way out
+    except KeyboardInterrupt:
+        print(f"tl-leadterms {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED  # temporaries are removed by the atomic writer on the way out
+    except BrokenPipeError:
+        return _stdout_closed()
+    except (LeadTermsError, OSError, UnicodeDecodeError) as err:
+        # bad input and unreadable or unwritable files: one line, whatever the message held
+        if isinstance(err, OSError) and out_of_space(err):  # a write outside the atomic writer
+            err = no_space_error(Path(err.filename or "."), None, 0, err)
+        message = " ".join(str(err).split())
+        print(f"tl-leadterms {args.command}: error: {message}", file=sys.stderr)
+        return 2

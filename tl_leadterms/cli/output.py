@@ -1,0 +1,60 @@
+"""What the ``tl-leadterms`` subcommands write: a result printed or saved atomically, strict
+JSON, and the output format chosen from a flag or the file's suffix."""
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["emit_text", "output_format", "to_json"]
+
+
+def emit_text(content: str, path: str | None, *, announce: bool = True) -> None:
+    """Print ``content``, or write it to ``path`` atomically (and say so if ``announce``)."""
+    from tl_leadterms import atomic
+
+    if path is None or path == "-":
+        print(content)
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise LeadTermsError(f"-o {path!r} is a folder; pass a file path")
+    text = content if content.endswith("\n") else content + "\n"
+    atomic.write_text(target, text, parents=True)
+    if announce:
+        print(f"wrote {target}")
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def to_json(data: Any) -> str:
+    """Strict JSON (NaN and infinities become null).
+
+    >>> to_json({"cos": float("nan"), "layer": 0}).split()
+    ['{', '"cos":', 'null,', '"layer":', '0', '}']
+    """
+    return json.dumps(_json_safe(data), indent=1, allow_nan=False)
+
+
+def output_format(chosen: str | None, output: str | None) -> str:
+    """``chosen`` if given, else from the output's suffix (.json, .csv), else ``text``.
+
+    >>> output_format(None, "table.csv"), output_format("json", None), output_format(None, None)
+    ('csv', 'json', 'text')
+    """
+    if chosen:
+        return chosen
+    suffix = Path(output).suffix.lower() if output else ""
+    return {".json": "json", ".csv": "csv"}.get(suffix, "text")

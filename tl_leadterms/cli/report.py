@@ -1,0 +1,89 @@
+"""``tl-leadterms report``: statistics (and a model) -> one self-contained report.html."""
+
+import argparse
+from pathlib import Path
+
+from tl_leadterms.cli.inputs import (
+    add_common,
+    check_output,
+    open_model,
+    read_stats,
+    tokenizer_from_spec,
+)
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.jsontext import parse_json
+
+__all__ = ["add_parser", "cmd_report"]
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from tl_leadterms.report import report, statistics_needed
+
+    check_output(args.output, "-o")
+    text = args.text
+    if args.text_file:
+        if not Path(args.text_file).is_file():
+            raise LeadTermsError(f"no such text file: {args.text_file}")
+        text = Path(args.text_file).read_text(encoding="utf-8")
+    tokenizer = tokenizer_from_spec(args.tokenizer, None) if args.tokenizer else None
+    if not Path(args.stats).is_file():  # fail before loading a model
+        raise LeadTermsError(
+            f"no statistics file at {args.stats}; write one with tl-leadterms stats"
+        )
+    model = open_model(args.model, args.device) if args.model else None
+    if tokenizer is None and model is not None:
+        tokenizer = getattr(model, "tokenizer", None)
+    needed = statistics_needed(model=model is not None, words=bool(args.words))
+    stats = read_stats(args.stats, tokenizer, only=needed)  # only the tables it shows
+    sweep_table = _read_sweep(args.sweep_results) if args.sweep_results else None
+    path = report(
+        args.output,
+        stats=stats,
+        model=model,
+        tokenizer=tokenizer,
+        text=text,
+        words=args.words or None,
+        sweep_table=sweep_table,
+        title=args.title,
+        lr=args.lr,
+        steps=args.steps,
+        progress=not args.quiet,
+    )
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+def _read_sweep(path: str):
+    from tl_leadterms.checkpoints.sweep_table import SweepTable
+
+    if not Path(path).is_file():
+        raise LeadTermsError(f"no sweep results file at {path!r} (from sweep --results)")
+    records = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        record = parse_json(line, where=f"line {number} of {path!r}", torn_ok=True)
+        if not isinstance(record, dict) or not {"checkpoint", "step", "rows"} <= set(record):
+            raise LeadTermsError(f"line {number} of {path!r} is not a sweep record")
+        records.append(record)
+    return SweepTable.from_records(records, metadata={"results": path})
+
+
+def add_parser(sub) -> None:
+    """The ``report`` subcommand's arguments."""
+    rep = sub.add_parser("report", help="statistics (+ a model) -> one self-contained report.html")
+    rep.add_argument("stats", help="a statistics file")
+    rep.add_argument(
+        "--model", help="a Hugging Face folder (any architecture TL converts) or a model name"
+    )
+    rep.add_argument("--text", help="a sample text for the attention views (needs --model)")
+    rep.add_argument("--text-file", help="read the sample text from a file")
+    rep.add_argument("--words", nargs="+", help="words for the association lists")
+    rep.add_argument("--tokenizer", help="tokenizer folder or name (default: the model's)")
+    rep.add_argument("--sweep-results", help="a sweep --results .jsonl file to plot")
+    rep.add_argument("-o", "--output", default="report.html", help="default: report.html")
+    rep.add_argument("--title", help="the page title")
+    rep.add_argument("--lr", type=float, help="the training run's learning rate, if known")
+    rep.add_argument("--steps", type=int, help="the training run's step count, if known")
+    add_common(rep)
+    rep.set_defaults(func=cmd_report)

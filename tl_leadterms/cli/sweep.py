@@ -1,0 +1,143 @@
+"""``tl-leadterms sweep``: checkpoints and statistics -> a table over training (resumable
+results, nulls, bootstrap intervals, one Ray task per checkpoint)."""
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from tl_leadterms.cli.inputs import (
+    add_common,
+    check_output,
+    is_block_file,
+    looks_like_path,
+    positive_int_arg,
+    read_stats,
+)
+from tl_leadterms.cli.output import emit_text, to_json
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["add_parser", "cmd_sweep"]
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from tl_leadterms.checkpoints.sweep import sweep
+
+    if args.out and Path(args.out).suffix.lower() not in (".csv", ".json"):
+        raise LeadTermsError(f"--out {args.out!r} must end in .csv or .json")
+    check_output(args.out, "--out")
+    check_output(args.results, "--results")
+    stats = _sweep_stats(args)
+    names = args.checkpoints
+    if len(names) == 1 and not Path(names[0]).exists():
+        if looks_like_path(names[0]) or args.steps is None:
+            raise LeadTermsError(
+                f"no checkpoint folder at {names[0]!r}; pass a series folder, checkpoint folders "
+                "or a hub name with --steps (e.g. pythia-70m --steps 0 1 2)"
+            )
+        checkpoints: Any = names[0]
+    else:
+        missing = [n for n in names if not Path(n).is_dir()]
+        if missing:
+            raise LeadTermsError(f"no checkpoint folder at {missing}; pass existing folders")
+        checkpoints = names[0] if len(names) == 1 else names
+    on_ray: dict[str, Any] = {}
+    if getattr(args, "ray", None) is not None:
+        from tl_leadterms.distributed import parse_target
+
+        address, num_cpus = parse_target(args.ray)
+        on_ray = {"executor": "ray", "address": address, "num_cpus": num_cpus}
+    table = sweep(
+        checkpoints,
+        stats,
+        analyses=args.analyses,
+        steps=args.steps,
+        results=args.results,
+        layers=args.layers,
+        per_head=args.per_head,
+        null=args.null,
+        ci=args.ci,
+        **({} if args.bootstrap is None else {"bootstrap": args.bootstrap}),
+        seed=args.seed,
+        device=args.device,
+        progress=not args.quiet,
+        **on_ray,
+    )
+    if args.out:  # on disk first: a closed stdout pipe cannot lose it
+        if Path(args.out).suffix.lower() == ".csv":
+            emit_text(table.to_pandas().to_csv(index=False), args.out, announce=False)
+        else:
+            emit_text(to_json(table.to_dict()), args.out, announce=False)
+    print(repr(table))
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _sweep_stats(args: argparse.Namespace):
+    """The statistics of ``sweep``: with ``--ci`` the blocks of a block file, else the whole
+    corpus (a block file's ``.full()``)."""
+    from tl_leadterms import BlockStats
+
+    if args.ci is None:
+        if args.bootstrap is not None:
+            raise LeadTermsError(f"--bootstrap {args.bootstrap} is for --ci; add --ci LEVEL")
+        return read_stats(args.stats)
+    if not is_block_file(args.stats):
+        raise LeadTermsError(
+            f"--ci {args.ci} needs statistics kept per block of windows, which {args.stats} does "
+            "not hold; write them with tl-leadterms stats ... --blocks B (e.g. 20), or drop --ci"
+        )
+    return BlockStats.load(args.stats)
+
+
+def add_parser(sub) -> None:
+    """The ``sweep`` subcommand's arguments."""
+    sw = sub.add_parser("sweep", help="checkpoints + statistics -> a table over training")
+    sw.add_argument(
+        "checkpoints",
+        nargs="+",
+        help="a series folder, checkpoint folders, or a hub name with --steps",
+    )
+    sw.add_argument("stats", help="a statistics file over the models' vocabulary")
+    sw.add_argument("--steps", type=int, nargs="+", help="checkpoint steps (a hub name needs them)")
+    sw.add_argument("--results", help="a .jsonl file: finished checkpoints are kept, reruns resume")
+    sw.add_argument("--out", help="write the table to a .csv or .json file")
+    sw.add_argument(
+        "--analyses",
+        nargs="+",
+        default=["decompose"],
+        choices=["decompose", "covariance"],
+        help="default: decompose",
+    )
+    sw.add_argument("--layers", type=int, nargs="+", help="layers to analyse (default: all)")
+    sw.add_argument("--per-head", action="store_true", help="scores per head as well")
+    sw.add_argument(
+        "--null",
+        type=positive_int_arg,
+        metavar="R",
+        help="a permutation null of R draws per score: columns null_mean, null_sd, z, p",
+    )
+    sw.add_argument(
+        "--ci",
+        type=float,
+        metavar="LEVEL",
+        help="a bootstrap interval (columns lo, hi) over the blocks of a block statistics "
+        "file (stats --blocks B)",
+    )
+    sw.add_argument(
+        "--bootstrap",
+        type=positive_int_arg,
+        metavar="R",
+        help="bootstrap resamples of --ci (default 50)",
+    )
+    sw.add_argument("--seed", type=int, help="seed of the null's permutations (default 0)")
+    sw.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS|auto|local:N",
+        help="one Ray task per checkpoint (a GPU each with --device cuda, else a CPU): a "
+        "cluster address, auto, or local[:N CPUs]",
+    )
+    add_common(sw)
+    sw.set_defaults(func=cmd_sweep)
