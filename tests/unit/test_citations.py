@@ -40,7 +40,8 @@ GENERATED = {ROOT / "docs" / "notebook.md", ROOT / "docs" / "reference" / "index
 
 
 def _resolves(path: Path, name: str) -> Path | None:
-    for base in (ROOT, path.parent, ROOT / "docs"):
+    # the API pages (docs/reference/) link to the maths as ../math.md
+    for base in (ROOT, path.parent, ROOT / "docs", ROOT / "docs" / "reference"):
         candidate = (base / name).resolve()
         if candidate.is_file() or candidate in GENERATED:
             return candidate
