@@ -18,6 +18,7 @@ from tests.unit.test_reference import markov_tokens
 from tl_leadterms import paper_model, train
 
 pytestmark = pytest.mark.hooked
+TRAIN_SETTINGS = dict(lr=0.5, steps=5, batch_size=4, seed=3, progress=False)
 
 
 class _OldAttention(Attention):
@@ -150,11 +151,42 @@ def test_training_history_and_weights_equal_the_old_model():
     tokens = markov_tokens(12, 7, 7, seed=7)
     new = paper_model(7, 6, 2, dtype=torch.float64)
     old = _old_model(7, 6, 2)
-    kwargs = dict(lr=0.5, steps=5, batch_size=4, seed=3, progress=False)
-    new_history = train(new, tokens, **kwargs)
-    old_history = train(old, tokens, **kwargs)
+    new_history = train(new, tokens, **TRAIN_SETTINGS)
+    old_history = train(old, tokens, **TRAIN_SETTINGS)
     assert new_history.steps == old_history.steps
     assert new_history.loss == pytest.approx(old_history.loss, abs=1e-12, rel=0)
     assert new_history.loss[0] != new_history.loss[-1]  # the weights moved
     for key, value in old.named_parameters():
         assert (new.get_parameter(key) - value).abs().max().item() <= 1e-12, key
+
+
+def write_saved_outputs(path) -> None:
+    """Outputs of the old model for tests/unit/test_paper_model_saved.py (which runs under TL 4).
+
+    Regenerate (TL 3.x only) with ``python -m tests.unit.test_paper_model_legacy``.
+    """
+    _, old = _pair(seed=11)
+    tokens = torch.randint(0, 7, (3, 6), generator=torch.Generator().manual_seed(12))
+    _, cache = old.run_with_cache(tokens)
+    train_tokens = markov_tokens(12, 7, 7, seed=13)
+    trained = _old_model(7, 6, 2)
+    history = train(trained, train_tokens, **TRAIN_SETTINGS)
+    torch.save(
+        {
+            "state_dict": old.state_dict(),
+            "tokens": tokens,
+            "logits": old(tokens),
+            "loss_per_token": old(tokens, return_type="loss", loss_per_token=True),
+            "cache": dict(cache.items()),
+            "train_tokens": train_tokens,
+            "train_loss": torch.tensor(history.loss, dtype=torch.float64),
+            "trained": {k: v.detach() for k, v in trained.named_parameters()},
+        },
+        path,
+    )
+
+
+if __name__ == "__main__":
+    from pathlib import Path
+
+    write_saved_outputs(Path(__file__).resolve().parents[1] / "data" / "paper_model_tl39.pt")
