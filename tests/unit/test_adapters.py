@@ -234,7 +234,7 @@ def test_layer_indexing():
 
 
 def test_rejects_non_models():
-    with pytest.raises(LeadTermsError, match="got dict without cfg, W_E, W_U, blocks"):
+    with pytest.raises(LeadTermsError, match="reads a TransformerLens HookedTransformer, got dict"):
         unchecked(to_paper)({})
 
 
