@@ -21,10 +21,15 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet --disable-pip-version-check -e ".[dev]"
 	touch $(STAMP)
 
-$(STAMP39): pyproject.toml
-	test -x $(PY39) || $(PYTHON) -m venv $(VENV39)
-	$(PY39) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	# the exact TL 3.9.0 in the same command as the project, so the pin cannot lift it to 4.x
+# .venv-tl39 is a copy of .venv (torch 2.13.0 and every other dependency already installed)
+# with TransformerLens swapped for 3.9.0, in the same command as the project so that the pin
+# cannot lift it back to 4.x. Building it from scratch downloads and unpacks everything again
+# (measured: 24 min on a loaded 2-core machine, against under 2 min for copy and swap). Run it as
+# $(PY39) -m ...: the copied console scripts still point at .venv's python.
+$(STAMP39): $(STAMP)
+	rm -rf $(VENV39)
+	cp -a $(VENV) $(VENV39)
+	rm -f $(STAMP39)
 	$(PY39) -m pip install --quiet --disable-pip-version-check transformer-lens==3.9.0 -e ".[dev]"
 	touch $(STAMP39)
 
