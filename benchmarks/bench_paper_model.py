@@ -18,6 +18,7 @@ All three are checked to give the same loss. Also timed: ``decompose`` of the tr
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -154,7 +155,11 @@ def main() -> None:
         "ratio_vs_stock": None if stock is None else timing["stock"] / timing["paper_model"],
         "first_step_losses": losses,
         "transformer_lens": version("transformer-lens"),
-        "machine": {"platform": platform.platform(), "threads": torch.get_num_threads()},
+        "machine": {
+            "platform": platform.platform(),
+            "threads": torch.get_num_threads(),
+            "load_average_1min": os.getloadavg()[0],
+        },
     }
     major = version("transformer-lens").split(".")[0]
     # one file per TransformerLens major: the stock baseline exists only under 3.x
