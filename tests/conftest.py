@@ -38,7 +38,7 @@ HAS_HOOKED_TRANSFORMER = _has_hooked_transformer()
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip ``hooked`` tests (they build a HookedTransformer) under TransformerLens 4."""
+    """Skip ``hooked`` tests (they build or load a HookedTransformer) under TransformerLens 4."""
     if HAS_HOOKED_TRANSFORMER:
         return
     from importlib.metadata import version
