@@ -5,8 +5,8 @@ import math
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer
 
+from tests.factories import HookedTransformer
 from tl_leadterms.analyzers.bootstrap import BootstrapSpec
 from tl_leadterms.analyzers.covariance import covariance_similarity
 from tl_leadterms.analyzers.decompose import decompose
@@ -17,6 +17,8 @@ from tl_leadterms.checkpoints.sweep import SweepTable, sweep
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats import corpus_stats
 from tl_leadterms.stats.blocks import block_stats
+
+pytestmark = pytest.mark.hooked  # the sweeps load their checkpoints with load_model
 
 STEPS = [0, 1, 2, 4, 8, 16]
 N_LAYERS = 2

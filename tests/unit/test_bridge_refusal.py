@@ -77,6 +77,7 @@ def test_every_entry_point_refuses_a_bridge(bridge, stats, call):
         call(bridge, stats, tokens)
 
 
+@pytest.mark.hooked
 def test_a_non_positive_attn_scale_is_refused():
     from tests.factories import random_attn_only
 
@@ -90,6 +91,7 @@ def test_a_non_positive_attn_scale_is_refused():
         to_paper(model)
 
 
+@pytest.mark.hooked
 def test_an_unknown_class_is_refused():
     class Lookalike(torch.nn.Module):
         def __init__(self, model):

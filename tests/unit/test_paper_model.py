@@ -1,4 +1,4 @@
-"""The paper model as a HookedTransformer against the plain-torch reference (tests/reference.py)."""
+"""The paper model (a standalone HookedRootModule) against the plain-torch reference."""
 
 import pytest
 import torch

@@ -10,6 +10,7 @@ point that reads a model before it reads anything.
 from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.models.paper import PaperModel
 
 __all__ = ["check_supported"]
 
@@ -36,7 +37,8 @@ def _is_hooked_transformer(model: Any) -> bool:
 def check_supported(model: Any, *, caller: str) -> None:
     """Raise :class:`LeadTermsError` unless ``model`` is a model type the adapters read exactly.
 
-    Supported: a TransformerLens ``HookedTransformer`` (the paper model is one) whose
+    Supported: the paper model (:func:`tl_leadterms.paper_model`) and a TransformerLens
+    ``HookedTransformer`` (TL 3.x) whose
     ``cfg.attn_scale`` is a positive score divisor. Refused, each naming the fix: a
     ``TransformerBridge``, any other class, and a config whose ``attn_scale`` is not positive
     while ``use_attn_scale`` is on.
@@ -58,7 +60,7 @@ def check_supported(model: Any, *, caller: str) -> None:
             "wrong; load the checkpoint as a HookedTransformer instead "
             "(tl_leadterms.load_model or HookedTransformer.from_pretrained)"
         )
-    if not _is_hooked_transformer(model):
+    if not (isinstance(model, PaperModel) or _is_hooked_transformer(model)):
         raise LeadTermsError(
             f"{caller} reads a TransformerLens HookedTransformer, got {name}; load the model "
             "with tl_leadterms.load_model, HookedTransformer.from_pretrained or "

@@ -1,6 +1,6 @@
-"""Models: the paper's one-hot attention-only transformer (its training loop is
-:func:`tl_leadterms.train`)."""
+"""Models: the paper's one-hot attention-only transformer (a standalone ``HookedRootModule``)."""
 
 from tl_leadterms.models.paper import PaperModel, paper_model
+from tl_leadterms.models.paper_config import PaperConfig
 
-__all__ = ["PaperModel", "paper_model"]
+__all__ = ["PaperConfig", "PaperModel", "paper_model"]
