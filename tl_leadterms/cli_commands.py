@@ -118,16 +118,18 @@ def _format(args: argparse.Namespace) -> str:
 
 
 def cmd_decompose(args: argparse.Namespace) -> int:
+    from tl_leadterms.adapters.view import model_view
     from tl_leadterms.analyzers.decompose import decompose
     from tl_leadterms.checks import check_vocab
 
     check_output(args.output, "-o")
     stats = load_stats(args.stats)  # first: the cheaper file to find missing
     model = load_model(args.checkpoint, args.device)
+    view = model_view(model, caller="tl-leadterms decompose")
     check_vocab(
         stats,
-        d_vocab=model.cfg.d_vocab,
-        tokenizer=getattr(model, "tokenizer", None),
+        d_vocab=view.d_vocab,
+        tokenizer=view.tokenizer,
         what=f"checkpoint {args.checkpoint!r}",
     )
     d = decompose(
@@ -230,7 +232,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
     model = load_model(args.model, args.device) if args.model else None
     if tokenizer is None and model is not None:
-        tokenizer = getattr(model, "tokenizer", None)
+        from tl_leadterms.adapters.view import model_view
+
+        tokenizer = model_view(model, caller="tl-leadterms report").tokenizer
     needed = statistics_needed(model=model is not None, words=bool(args.words))
     stats = load_stats(args.stats, tokenizer, only=needed)  # only the tables it shows
     sweep_table = _read_sweep(args.sweep_results) if args.sweep_results else None

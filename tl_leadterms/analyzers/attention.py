@@ -17,9 +17,9 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens import ActivationCache
-from transformer_lens.utilities import get_act_name
 
 from tl_leadterms.adapters.support import check_supported
+from tl_leadterms.adapters.view import ModelView
 from tl_leadterms.analyzers.attention_fit import LayerScores, score_layer, score_ranks
 from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
 from tl_leadterms.checks import (
@@ -194,16 +194,12 @@ class AttentionAgreement:
 
 
 def _patterns(
-    model: Any, tokens: Tensor, layers: list[int], cache: ActivationCache | None
+    view: ModelView, tokens: Tensor, layers: list[int], cache: ActivationCache | None
 ) -> dict[int, Tensor]:
     """``hook_pattern`` of each layer: from ``cache`` when it has them, else one model run."""
-    names = {layer: get_act_name("pattern", layer) for layer in layers}
     if cache is None:
-        device = next(model.parameters()).device
-        wanted = set(names.values())
-        _, cache = model.run_with_cache(
-            tokens.to(device), names_filter=lambda n: n in wanted, stop_at_layer=max(layers) + 1
-        )
+        return {layer: p.cpu() for layer, p in view.patterns(tokens, layers).items()}
+    names = {layer: view.hook_name("pattern", layer) for layer in layers}
     out = {}
     for layer, name in names.items():
         if name not in cache:
@@ -259,13 +255,13 @@ def attention_agreement(
             predicted scores again and ranks them once for every head; the model's patterns
             and their ranks are reused. (``NullSpec.reference`` is not used here.)
     """
-    check_supported(model, caller="attention_agreement")
+    view = check_supported(model, caller="attention_agreement")
     tokens = _check_stats_tokens(stats, tokens)
-    check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
+    check_vocab(stats, d_vocab=view.d_vocab, tokenizer=view.tokenizer)
     check_bool("progress", progress)
     fixed = attention_scale(lr, steps, s_lr, None)
-    chosen = check_layers(layers, model.cfg.n_layers)
-    patterns = _patterns(model, tokens, chosen, cache)
+    chosen = check_layers(layers, view.n_layers)
+    patterns = _patterns(view, tokens, chosen, cache)
     spec = NullSpec.of(null)
     scores = predicted_scores(stats, tokens).to(torch.float64).cpu()
     ranks = score_ranks(scores)  # the same for every layer
