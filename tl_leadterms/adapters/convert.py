@@ -230,6 +230,7 @@ def _weights_metadata(view: ModelView, fold_ln: bool, folded: FoldedWeights, W_U
         "original_architecture": view.architecture,
         "architecture": "attn_only" if view.attn_only else "full",
         "view": view.kind,
+        "loading": view.loading,
         "normalization_type": norm,
         "positional_embedding_type": view.positional_type,
         **_ln_metadata(norm, fold_ln, folded),

@@ -331,6 +331,7 @@ def _metadata(view, stats, layers, ids, theory: Theory, normalize, value_map, pe
         "fold_ln": norm_type in ("LNPre", "RMSPre"),
         "positional_embedding_type": view.positional_type,
         "view": view.kind,
+        "loading": view.loading,
         "stats": {
             "n_ctx": stats.n_ctx,
             "n_sequences": stats.n_sequences,

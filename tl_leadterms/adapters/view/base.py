@@ -44,6 +44,8 @@ class ModelView:
             (gains not folded into the weights) or ``"LNPre"``/``"RMSPre"`` (folded: gains 1
             and biases 0; a bridge's folded norms keep their ``LN``/``RMS`` type name).
         attn_only, attention_dir: as TransformerLens' config names them.
+        loading: the weight processing ``load_model`` applied and recorded (``fold_ln``,
+            centring, model class, compatibility mode, TransformerLens version), or None.
     """
 
     kind = "base"
@@ -65,6 +67,9 @@ class ModelView:
         self.attention_dir = getattr(cfg, "attention_dir", "causal")
         self.architecture: str | None = getattr(cfg, "original_architecture", None)
         self.normalization: str | None = getattr(cfg, "normalization_type", None)
+        # what tl_leadterms.load_model did to the weights (None for a model built elsewhere)
+        loading = getattr(model, "tl_leadterms_loading", None)
+        self.loading: dict[str, Any] | None = dict(loading) if loading else None
 
     # -- device, dtype, tokenizer ----------------------------------------------------------
     @property
@@ -140,7 +145,7 @@ class ModelView:
         return _READING
 
     def nonzero_biases(self) -> list[str]:
-        """TransformerLens names of the nonzero bias parameters (the maps leave them out)."""
+        """TransformerLens names of the nonzero bias parameters (the maps leave them out), sorted."""
         names = []
         for name, param in self.named_weights():
             leaf = name.rsplit(".", 1)[-1].lstrip("_")
@@ -148,7 +153,7 @@ class ModelView:
                 continue
             if bool((param != 0).any()):
                 names.append(name)
-        return names
+        return sorted(names)
 
     def hook_name(self, kind: str, layer: int) -> str:
         """The TransformerLens hook name of an activation (``HOOK_KINDS``) in ``layer``."""

@@ -16,9 +16,9 @@ grouped K/V           ``_W_K``/``_W_V`` (``W_K`` repeats them)      ``W_K``/``W_
 absent biases         zeros                                         ``None``
 rotary tables         ``attn.calculate_sin_cos_rotary``             ``rotary_emb.original_
                                                                     component(x, position_ids)``;
-                                                                    GPT-J: no such module, the
-                                                                    attention's ``embed_positions``
-                                                                    on adjacent pairs
+                                                                    GPT-J: no such module, Hugging
+                                                                    Face's ``embed_positions``
+                                                                    (sin‖cos), adjacent pairs
 folded norms          ``LNPre``/``RMSPre``                          still ``LN``/``RMS``, gains 1
                                                                     (Gemma: ``1 + w``, ``w = 0``)
 ``W_pos``             ``model.W_pos``                               ``pos_embed.W_pos``; OPT keeps
@@ -86,10 +86,20 @@ def _position_offset(model: Any) -> int:
     return int(getattr(model.pos_embed.original_component, "offset", 0) or 0)
 
 
-def _gpt_j_tables(hf_attention: Any, n_ctx: int) -> tuple[Tensor, Tensor]:
+def _sincos_table(model: Any) -> Tensor | None:
+    """GPT-J's ``embed_positions`` buffer (its Hugging Face ``rotary_emb``, which the bridge
+    does not wrap), or None for other families."""
+    for name, module in model.original_model.named_modules():
+        if name.endswith("rotary_emb") and isinstance(getattr(module, "embed_positions", None),
+                                                       Tensor):  # fmt: skip
+            return module.embed_positions
+    return None
+
+
+def _gpt_j_tables(sincos: Tensor, n_ctx: int) -> tuple[Tensor, Tensor]:
     """GPT-J's ``embed_positions`` ``[max_pos, rotary_dim]`` = ``cat(sin, cos)``, each frequency
     repeated for its adjacent pair ``(2i, 2i + 1)``."""
-    sincos = hf_attention.embed_positions[:n_ctx].to(torch.float64)
+    sincos = sincos[:n_ctx].to(torch.float64).cpu()
     sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
     return sin.repeat_interleave(2, -1), cos.repeat_interleave(2, -1)
 
@@ -200,9 +210,9 @@ class BridgeView(ModelView):
                 rotary.original_component, n_ctx, self.d_head, self.W_E()
             )
             return sin, cos, False
-        hf_attention = self.model.blocks[layer].attn.original_component
-        if getattr(hf_attention, "embed_positions", None) is not None:
-            sin, cos = _gpt_j_tables(hf_attention, n_ctx)
+        sincos = _sincos_table(self.model)
+        if sincos is not None:
+            sin, cos = _gpt_j_tables(sincos, n_ctx)
             return sin, cos, True
         raise LeadTermsError(
             f"cannot read the rotary tables of this {self.architecture} bridge (no rotary_emb "
@@ -222,7 +232,11 @@ class BridgeView(ModelView):
         return _unmodelled(self.model)
 
     def named_weights(self) -> list[tuple[str, Tensor]]:
-        return [
+        named = [
             (name, None if p is None else p.detach())
             for name, p in self.model.tl_named_parameters()
         ]
+        embed_ln = getattr(self.model, "embed_ln", None)  # Bloom; not in tl_named_parameters
+        if embed_ln is not None:
+            named += [("embed.ln.w", embed_ln.w.detach()), ("embed.ln.b", embed_ln.b.detach())]
+        return named

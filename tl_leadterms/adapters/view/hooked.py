@@ -99,4 +99,8 @@ class HookedView(ModelView):
         return found
 
     def named_weights(self) -> list[tuple[str, Tensor]]:
-        return [(name, p.detach()) for name, p in self.model.named_parameters()]
+        # grouped keys and values are stored as _W_K, _b_K, ...: name them as a bridge does
+        return [
+            (name.replace("._W_", ".W_").replace("._b_", ".b_"), p.detach())
+            for name, p in self.model.named_parameters()
+        ]
