@@ -352,9 +352,9 @@ def _load_hub(
         return model
     except Exception as err:  # network, hub and name errors come in many types
         lines = str(err).strip().splitlines()
+        loader = "TransformerBridge.boot_transformers" if bridge else "from_pretrained"
         raise LeadTermsError(
-            f"cannot load model {name!r} with "
-            f"{'TransformerBridge.boot_transformers' if bridge else 'HookedTransformer.from_pretrained'} "
+            f"cannot load model {name!r} with {loader} "
             f"({type(err).__name__}: {lines[0][:200] if lines else ''}); offline "
             "(HF_HUB_OFFLINE=1) only cached models load: pass a local checkpoint folder instead"
         ) from err

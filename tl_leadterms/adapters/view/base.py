@@ -145,7 +145,7 @@ class ModelView:
         return _READING
 
     def nonzero_biases(self) -> list[str]:
-        """TransformerLens names of the nonzero bias parameters (the maps leave them out), sorted."""
+        """Sorted TransformerLens names of the nonzero biases (the maps leave them out)."""
         names = []
         for name, param in self.named_weights():
             leaf = name.rsplit(".", 1)[-1].lstrip("_")
