@@ -10,6 +10,7 @@ with a model's ``hook_pattern`` per layer and head.
 """
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -34,6 +35,9 @@ from tl_leadterms.checks import (
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
+
+# patterns by hook name: TransformerLens' ActivationCache, or a plain dict of them
+Cache = ActivationCache | Mapping[str, Tensor]
 
 __all__ = [
     "AttentionAgreement",
@@ -194,7 +198,7 @@ class AttentionAgreement:
 
 
 def _patterns(
-    view: ModelView, tokens: Tensor, layers: list[int], cache: ActivationCache | None
+    view: ModelView, tokens: Tensor, layers: list[int], cache: Cache | None
 ) -> dict[int, Tensor]:
     """``hook_pattern`` of each layer: from ``cache`` when it has them, else one model run."""
     if cache is None:
@@ -227,7 +231,7 @@ def attention_agreement(
     steps: int | None = None,
     s_lr: float | None = None,
     layers: Layers = None,
-    cache: ActivationCache | None = None,
+    cache: Cache | None = None,
     progress: bool = True,
     null: int | NullSpec | None = None,
 ) -> AttentionAgreement:
@@ -239,14 +243,15 @@ def attention_agreement(
     own score scale).
 
     Args:
-        model: any HookedTransformer over the statistics' vocabulary.
+        model: any HookedTransformer or TransformerBridge (compatibility mode) over the
+            statistics' vocabulary.
         stats: corpus statistics.
         tokens: ``[batch, pos]`` input token ids (``pos ≤ stats.n_ctx``).
         lr, steps, s_lr: the training run, if known (the paper model).
         layers: which layers (default all).
-        cache: an ``ActivationCache`` of the model on ``tokens`` holding ``hook_pattern`` of
-            these layers (TransformerLens' ``run_with_cache``); the model is run only without
-            one.
+        cache: an ``ActivationCache`` (TransformerLens' ``run_with_cache``), or a dict by hook
+            name, of the model on ``tokens`` holding ``hook_pattern`` of these layers; the
+            model is run only without one.
         progress: show a tqdm bar over layers.
         null: ``R`` or a :class:`~tl_leadterms.analyzers.null.NullSpec`: the permutation null
             of ``rank_correlation`` (columns ``score`` = the rank correlation, ``null_mean``,

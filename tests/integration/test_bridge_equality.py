@@ -1,0 +1,122 @@
+"""Every analysis on a TransformerBridge equals the same analysis on the HookedTransformer of the
+same weights, to 1e-5 relative, on tiny random models of the 14 families saved locally.
+
+In one process (TL 3.9: its bridge beside its HookedTransformer): all analyses on three
+representative families (gpt2: learned positions; llama: grouped-query attention; gpt_neox:
+partial rotary), ``to_paper``'s maps on the other eleven. Across majors: when another
+interpreter is named (``TL_LEADTERMS_OTHER_PYTHON``, or the ``.venv-tl39`` that ``make test``
+builds), it computes the numbers of the same folder under its TransformerLens
+(``tests/bridge_numbers.py``) and they must equal this one's: a TL 4.x bridge against TL 3.9's
+HookedTransformer. Gemma 2 is compared after centring over the output vocabulary (TL skips
+``center_unembed`` on its bridge, see ``tests/bridge_numbers.py``).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.bridge_numbers import ALL, D_MODEL, D_VOCAB, N_CTX, N_HEADS, N_LAYERS, inputs, numbers
+from tl_leadterms import load_model
+from tl_leadterms.checkpoints.loading import has_hooked_transformer
+from tl_leadterms.checkpoints.tiny import MODEL_FAMILIES, save_tiny_model
+
+pytestmark = pytest.mark.models
+ROOT = Path(__file__).resolve().parents[2]
+KV_HEADS = {"llama": 2, "mistral": 2, "qwen2": 2, "qwen3": 2, "gemma": 1, "gemma2": 2, "phi3": 2}
+FULL = ("gpt2", "llama", "gpt_neox")
+RTOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    cache = {}
+
+    def get(family):
+        if family not in cache:
+            cache[family] = save_tiny_model(
+                family, tmp_path_factory.mktemp(family), d_vocab=D_VOCAB, n_layers=N_LAYERS,
+                d_model=D_MODEL, n_heads=N_HEADS, n_kv_heads=KV_HEADS.get(family), n_ctx=N_CTX,
+                seed=5,
+            )  # fmt: skip
+        return cache[family]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def shared():
+    return inputs()
+
+
+def assert_equal_numbers(got: dict, want: dict) -> None:
+    assert set(got) == set(want)
+    for name, values in want.items():
+        a, b = torch.tensor(got[name]), torch.tensor(values)
+        assert a.shape == b.shape, name
+        scale = float(b.abs().max()) if b.numel() else 0.0
+        torch.testing.assert_close(
+            a, b, rtol=RTOL, atol=RTOL * scale, msg=lambda m, name=name: f"{name}: {m}"
+        )
+
+
+def _both(folder):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_model(folder, device="cpu", bridge=True), load_model(folder, device="cpu")
+
+
+@pytest.mark.hooked
+@pytest.mark.skipif(not has_hooked_transformer(), reason="needs TL 3.x's HookedTransformer")
+@pytest.mark.parametrize("family", sorted(MODEL_FAMILIES))
+def test_a_tl39_bridge_equals_the_hooked_transformer(family, folders, shared):
+    bridge, hooked = _both(folders(family))
+    assert type(bridge).__name__ == "TransformerBridge"
+    analyses = ALL if family in FULL else ("to_paper",)
+    assert_equal_numbers(numbers(bridge, *shared, analyses), numbers(hooked, *shared, analyses))
+
+
+def test_the_comparison_fails_on_a_changed_number():
+    with pytest.raises(AssertionError, match="W0"):
+        assert_equal_numbers({"W0": [1.0, 2.0]}, {"W0": [1.0, 2.0 + 1e-3]})
+
+
+def _other_python() -> str | None:
+    named = os.environ.get("TL_LEADTERMS_OTHER_PYTHON")
+    if named:
+        return named
+    local = ROOT / ".venv-tl39" / "bin" / "python"
+    return (
+        str(local)
+        if local.is_file() and Path(sys.executable).parent.parent != local.parent.parent
+        else None
+    )
+
+
+@pytest.mark.skipif(
+    _other_python() is None,
+    reason="no other TransformerLens major to compare with: set TL_LEADTERMS_OTHER_PYTHON to "
+    "its interpreter (make test builds .venv-tl39)",
+)
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gpt_neox", "gemma2", "gptj", "opt"])
+def test_the_other_major_gives_the_same_numbers(family, folders, shared, tmp_path):
+    folder = folders(family)
+    analyses = ALL if family in FULL else ("to_paper",)
+    out = tmp_path / "numbers.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    subprocess.run(
+        [_other_python(), str(ROOT / "tests" / "bridge_numbers.py"), str(folder), str(out),
+         *analyses],
+        check=True, env=env, cwd=ROOT, capture_output=True, timeout=600,
+    )  # fmt: skip
+    other = json.loads(out.read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        here = load_model(folder, device="cpu")
+    assert {other["class"], type(here).__name__} <= {"HookedTransformer", "TransformerBridge"}
+    assert_equal_numbers(numbers(here, *shared, analyses), other["numbers"])
