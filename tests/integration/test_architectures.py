@@ -24,6 +24,8 @@ from tl_leadterms.adapters import factored
 from tl_leadterms.checkpoints.tiny import MODEL_FAMILIES, save_tiny_model
 from tl_leadterms.cli import main
 
+pytestmark = pytest.mark.models
+
 D_VOCAB, N_LAYERS, D_MODEL, N_HEADS, N_CTX = 96, 2, 32, 4, 32
 # family -> key/value heads (None: one per query head); what each family stresses
 KV_HEADS = {
@@ -83,6 +85,7 @@ def stats_file(stats, tmp_path_factory):
     return path
 
 
+@pytest.mark.hooked
 @pytest.mark.parametrize("family", list(KV_HEADS))
 def test_log_probs_match_hugging_face(built, tokens, family):
     folder, model = built(family)
@@ -100,6 +103,7 @@ def test_log_probs_match_hugging_face(built, tokens, family):
     assert (got - want).abs().max() < 1e-4
 
 
+@pytest.mark.hooked
 @pytest.mark.parametrize("family", list(KV_HEADS))
 def test_analyses_run(built, stats, tokens, family):
     _, model = built(family)
@@ -120,6 +124,7 @@ def test_analyses_run(built, stats, tokens, family):
     assert all(0.0 <= r["js_divergence"] <= 0.7 for r in agree.rows)
 
 
+@pytest.mark.hooked
 @pytest.mark.parametrize("family", list(KV_HEADS))
 def test_to_paper_and_decompose(built, stats, family):
     """Per head and per layer; the factored/shared-factor rows equal materialised maps."""
@@ -143,6 +148,7 @@ def test_to_paper_and_decompose(built, stats, family):
         assert per_layer.row("V", layer)["cosine"] == pytest.approx(summed, rel=1e-5, abs=1e-7)
 
 
+@pytest.mark.hooked
 @pytest.mark.parametrize("family", list(KV_HEADS))
 def test_cli_decompose_report_sweep(built, stats_file, tmp_path, family, capsys):
     folder, _ = built(family)

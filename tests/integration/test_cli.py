@@ -197,6 +197,7 @@ def test_sweep_resumes_and_writes_a_table(series, tmp_path, capsys):
     assert "step1" in capsys.readouterr().out
 
 
+@pytest.mark.hooked
 def test_sweep_null_columns_printed_and_written(series, tmp_path, capsys):
     import pandas as pd
 

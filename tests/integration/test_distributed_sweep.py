@@ -128,6 +128,7 @@ def test_an_interrupted_ray_sweep_resumes(cluster, series, tmp_path, monkeypatch
     assert len(path.read_text().splitlines()) == len(SERIES_STEPS)
 
 
+@pytest.mark.hooked
 def test_ray_sweep_refuses_what_it_cannot_run(cluster, series):
     from tl_leadterms.checkpoints.loading import load_model
     from tl_leadterms.checkpoints.sweep import sweep

@@ -5,7 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.models
 
 
 def test_corpus_statistics_example():
@@ -48,6 +52,7 @@ def test_reproduce_paper_small_preset(tmp_path):
     assert output > max(value) > min(value) > max(attention)
 
 
+@pytest.mark.hooked  # loads a checkpoint series with load_model
 def test_pythia_protocol_small_preset(tmp_path):
     """The whole protocol on a tiny GPT-NeoX series: tables per score, resumable."""
     script = ROOT / "examples" / "pythia_protocol.py"

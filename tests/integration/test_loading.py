@@ -15,6 +15,8 @@ from tl_leadterms.checkpoints.loading import load_model
 from tl_leadterms.checkpoints.tiny import save_tiny_model
 from tl_leadterms.errors import LeadTermsError
 
+pytestmark = pytest.mark.hooked
+
 D_VOCAB, D_MODEL, N_HEADS, N_CTX = 40, 32, 4, 16
 
 

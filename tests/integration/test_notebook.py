@@ -9,6 +9,8 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
 
+pytestmark = pytest.mark.models
+
 
 def test_notebook_has_no_stored_outputs():
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -16,6 +18,7 @@ def test_notebook_has_no_stored_outputs():
     assert code and all(not c.outputs and c.execution_count is None for c in code)
 
 
+@pytest.mark.hooked  # its last cells load a tiny GPT-NeoX with load_model
 def test_quickstart_notebook_executes(tmp_path):
     pytest.importorskip("ipykernel")
     nb = nbformat.read(NOTEBOOK, as_version=4)

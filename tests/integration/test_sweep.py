@@ -5,8 +5,8 @@ import math
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer
 
+from tests.factories import HookedTransformer
 from tl_leadterms.analyzers.bootstrap import BootstrapSpec
 from tl_leadterms.analyzers.covariance import covariance_similarity
 from tl_leadterms.analyzers.decompose import decompose
@@ -52,6 +52,7 @@ def table(series, stats):
     return sweep(series, stats, analyses="decompose", progress=False)
 
 
+@pytest.mark.hooked
 def test_series_folders_load_offline(series):
     found = load_series(series)
     assert [(label, step) for label, step, _ in found] == [(f"step{s}", s) for s in STEPS]
@@ -69,6 +70,7 @@ def test_series_folders_load_offline(series):
     assert first.tokenizer is not None  # the tokenizer is saved with every checkpoint
 
 
+@pytest.mark.hooked
 def test_one_row_per_checkpoint_layer_score(table, series, stats):
     assert isinstance(table, SweepTable)
     assert table.checkpoints == [f"step{s}" for s in STEPS]
@@ -103,6 +105,7 @@ def test_table_views(table):
         table.values("attention", layer=0)
 
 
+@pytest.mark.hooked
 def test_model_pairs_and_step_filter(series, stats, table):
     pairs = [(label, load_model(folder)) for label, _, folder in load_series(series)]
     got = sweep(pairs[:3], stats, analyses="decompose", progress=False)
@@ -111,6 +114,7 @@ def test_model_pairs_and_step_filter(series, stats, table):
     assert kept.checkpoints == ["step2", "step16"]
 
 
+@pytest.mark.hooked
 def test_callable_and_covariance(series, stats):
     pytest.importorskip("tl_leadterms.analyzers.covariance")
     from tl_leadterms.analyzers.covariance import covariance_similarity
@@ -191,6 +195,7 @@ def test_torn_last_line_is_ignored_and_reported(series, stats, tmp_path):
     assert "step2" in (tmp_path / "sweep.jsonl.torn").read_text()
 
 
+@pytest.mark.hooked
 def test_pythia_name_uses_checkpoint_value(series, stats, monkeypatch):
     calls = []
 
@@ -288,6 +293,7 @@ def by_key(table):
             for r in table.rows}  # fmt: skip
 
 
+@pytest.mark.hooked
 def test_null_columns_equal_decompose_and_covariance_on_each_checkpoint(series, stats):
     got = sweep(series, stats, steps=[0, 16], analyses=("decompose", "covariance"), null=4,
                 seed=3, progress=False)  # fmt: skip
@@ -318,6 +324,7 @@ def test_null_columns_equal_decompose_and_covariance_on_each_checkpoint(series, 
     assert "null mean" in repr(got) and "      p" in repr(got)
 
 
+@pytest.mark.hooked
 def test_intervals_from_block_statistics(series, stats):
     d_vocab = json.loads((series / "series.json").read_text())["d_vocab"]
     blocks = block_stats(load_windows(series), d_vocab, blocks=4, progress=False)

@@ -12,6 +12,8 @@ from tl_leadterms.adapters import extended, extended_embedding, factored, to_pap
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import paper_model
 
+pytestmark = pytest.mark.hooked
+
 FAMILIES = {
     "gqa_rms_rotary_gated": dict(
         n_key_value_heads=2,

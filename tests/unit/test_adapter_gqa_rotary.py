@@ -4,11 +4,13 @@ import doctest
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from tests.conftest import unchecked
+from tests.factories import HookedTransformer, HookedTransformerConfig
 from tl_leadterms.adapters import folding, rotary, to_paper
 from tl_leadterms.errors import LeadTermsError
+
+pytestmark = pytest.mark.hooked
 
 D_VOCAB, N_CTX, D_MODEL, N_HEADS, D_HEAD = 9, 6, 32, 4, 8
 

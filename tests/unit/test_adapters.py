@@ -6,9 +6,10 @@ import math
 
 import pytest
 import torch
-from transformer_lens import FactoredMatrix, HookedTransformer, HookedTransformerConfig
+from transformer_lens import FactoredMatrix
 
 from tests.conftest import unchecked
+from tests.factories import HookedTransformer, HookedTransformerConfig
 from tl_leadterms.adapters import PaperWeights, convert, factored, to_paper, weights
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import paper_model
@@ -101,6 +102,7 @@ def _plain_offset_average(M):
     )
 
 
+@pytest.mark.hooked
 def test_attention_only_maps_are_the_plain_products():
     model = _model()
     pw = to_paper(model)
@@ -128,6 +130,7 @@ def test_attention_only_maps_are_the_plain_products():
     assert pw.metadata["biases_ignored"] == []
 
 
+@pytest.mark.hooked
 def test_scores_decompose_into_token_position_and_cross_terms():
     """Layer-0 scores = W[a, b] + M_pos[t, j] + the two cross terms, exactly (no biases)."""
     model = _model(seed=3)
@@ -148,6 +151,7 @@ def test_scores_decompose_into_token_position_and_cross_terms():
                 assert torch.isclose(scores[h, t, j], W[h, ta, tb] + M[t, j] + cross, atol=1e-4)
 
 
+@pytest.mark.hooked
 def test_scores_are_the_w_map_without_positions():
     model = _model(seed=4)
     with torch.no_grad():
@@ -163,6 +167,7 @@ def test_scores_are_the_w_map_without_positions():
         assert not torch.allclose(got[:, causal], want.transpose(-1, -2)[:, causal], atol=1e-3)
 
 
+@pytest.mark.hooked
 @pytest.mark.parametrize("norm", ["LN", "RMS"])
 def test_on_the_fly_ln_folding_equals_transformer_lens_fold_ln(norm):
     raw = _model(seed=5, normalization_type=norm, attn_only=False)
@@ -190,6 +195,7 @@ def test_on_the_fly_ln_folding_equals_transformer_lens_fold_ln(norm):
     assert ours.metadata["fold_ln"] is True and unfolded.metadata["fold_ln"] is False
 
 
+@pytest.mark.hooked
 def test_ln_folding_matches_plain_formula():
     """LN: x ↦ (x − mean x)·w, so the W map is Ẽ diag(w) W_Q W_Kᵀ diag(w) Ẽᵀ / scale."""
     model = _model(seed=6, normalization_type="LN")
@@ -206,12 +212,14 @@ def test_ln_folding_matches_plain_formula():
     assert torch.allclose(pw.W_O.AB, E @ Uw, atol=1e-5)
 
 
+@pytest.mark.hooked
 def test_nonzero_biases_are_recorded():
     pw = to_paper(_model(seed=7, zero_biases=False))
     assert "blocks.0.attn.b_Q" in pw.metadata["biases_ignored"]
     assert "unembed.b_U" in pw.metadata["biases_ignored"]
 
 
+@pytest.mark.hooked
 def test_layer_indexing():
     pw = to_paper(_model())
     assert len(pw.W) == 2 and len(list(pw.V)) == 2
@@ -230,6 +238,7 @@ def test_rejects_non_models():
         unchecked(to_paper)({})
 
 
+@pytest.mark.hooked
 def test_rejects_nan_weights():
     model = _model()
     with torch.no_grad():
@@ -243,6 +252,7 @@ def test_rejects_nan_weights():
         to_paper(paper)
 
 
+@pytest.mark.hooked
 def test_alibi_models_have_no_P():
     model = _model(positional_embedding_type="alibi")
     pw = to_paper(model)
@@ -253,11 +263,13 @@ def test_alibi_models_have_no_P():
     assert "P[l]:   undefined" in repr(pw)
 
 
+@pytest.mark.hooked
 def test_rejects_bidirectional_attention():
     with pytest.raises(LeadTermsError, match="attention_dir='bidirectional'"):
         to_paper(_model(attention_dir="bidirectional"))
 
 
+@pytest.mark.hooked
 def test_rejects_bad_fold_ln():
     with pytest.raises(LeadTermsError, match="fold_ln must be True or False, got 'yes'"):
         unchecked(to_paper)(_model(), fold_ln="yes")
@@ -269,6 +281,7 @@ def test_docstring_examples(module):
     assert result.failed == 0
 
 
+@pytest.mark.hooked
 def test_lnpre_maps_do_not_depend_on_centring_the_reading_weights():
     """LNPre centres its input, so centring W_Q/W_K/W_V/W_U changes neither outputs nor maps."""
     raw = _model(seed=8, normalization_type="LNPre")

@@ -11,6 +11,8 @@ from tests.unit.test_reference import markov_tokens
 from tl_leadterms import HeadAtlas, attention_agreement, corpus_stats, decompose, head_atlas
 from tl_leadterms.plot.atlas import atlas_html
 
+pytestmark = pytest.mark.hooked
+
 V, T = 16, 8
 
 

@@ -97,6 +97,7 @@ def test_reference_column_scores_the_random_copy(setting):
         assert r["reference"] == pytest.approx(want["cosine"], nan_ok=True)
 
 
+@pytest.mark.hooked
 def test_sandwich_null_matches_materialised_permuted_maps():
     tokens = markov_tokens(60, T + 1, V, seed=4)
     stats = corpus_stats(tokens, d_vocab=V, vocab=10, progress=False)  # restricted: Sandwich path

@@ -66,6 +66,7 @@ def test_resample_pass_one_exact_pass_two_first_order(tokens):
     assert np.mean(errors) < np.mean(spreads), (errors, spreads)
 
 
+@pytest.mark.hooked
 def test_weights_are_checked(tokens):
     blocks = block_stats(tokens, V, blocks=4, progress=False)
     for bad in ([1, 1, 1], [0, 0, 0, 0], [1.0, 1.0, 1.0, 1.0], [-1, 2, 1, 1]):
@@ -82,6 +83,7 @@ def _reference_interval(values, estimate, level):
     return max(-1.0, 2 * estimate - hi), min(1.0, 2 * estimate - lo)
 
 
+@pytest.mark.hooked
 def test_decompose_interval_is_the_basic_bootstrap_of_plain_decompositions(tokens):
     blocks = block_stats(tokens, V, blocks=6, vocab=8, progress=False)
     model = random_attn_only(V, T, seed=2)
@@ -97,6 +99,7 @@ def test_decompose_interval_is_the_basic_bootstrap_of_plain_decompositions(token
     assert d.metadata["ci"]["resamples"] == 6 and d.metadata["ci"]["method"] == "basic"
 
 
+@pytest.mark.hooked
 def test_covariance_interval_matches_plain_scores(tokens):
     blocks = block_stats(tokens, V, blocks=6, vocab=8, progress=False)
     model = random_attn_only(V, T, seed=2)
@@ -112,6 +115,7 @@ def test_covariance_interval_matches_plain_scores(tokens):
         assert row["lo"] == pytest.approx(lo, abs=1e-9) and row["hi"] == pytest.approx(hi, abs=1e-9)
 
 
+@pytest.mark.hooked
 def test_atlas_fills_interval_from_blocks(tokens):
     blocks = block_stats(tokens, V, blocks=5, progress=False)
     atlas = head_atlas(random_attn_only(V, T, seed=1), blocks, null=None, bootstrap=4)

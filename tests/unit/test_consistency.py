@@ -98,6 +98,7 @@ def test_a_real_s_lr_goes_in_s_lr(setup):
         unchecked(decompose)(model, stats, lr=0.5, steps=2.5)
 
 
+@pytest.mark.hooked
 def test_layers_rule_is_the_same_everywhere(setup):
     tokens, stats, model = setup
     embedded = random_attn_only(V, T, n_layers=L, n_heads=2, seed=0)
@@ -124,6 +125,7 @@ def test_layers_rule_is_the_same_everywhere(setup):
         assert unchecked(call)(np.int64(0)) is not None, name
 
 
+@pytest.mark.hooked
 def test_one_weight_vocabulary_in_every_result(setup):
     tokens, stats, model = setup
     paper_rows = decompose(model, stats).rows
@@ -142,6 +144,7 @@ def test_one_weight_vocabulary_in_every_result(setup):
     assert set(history.cosines) == {"W_O", "V.0", "W.0", "P.0"}
 
 
+@pytest.mark.hooked
 def test_asking_for_p_of_a_model_without_it_says_why(setup):
     _, stats, _ = setup
     alibi = random_attn_only(V, T, n_layers=1, n_heads=2, seed=2, positional="alibi")

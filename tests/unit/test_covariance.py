@@ -7,10 +7,9 @@ import math
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer
 
 from tests.conftest import unchecked
-from tests.factories import random_attn_only
+from tests.factories import HookedTransformer, random_attn_only
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model, train
 from tl_leadterms.analyzers import covariance_algebra
@@ -100,6 +99,7 @@ def _attn_only(seed: int) -> HookedTransformer:
     return random_attn_only(V, T, seed=seed, d_head=8)
 
 
+@pytest.mark.hooked
 @pytest.mark.parametrize("normalize", ["theory", "both"])
 @pytest.mark.parametrize("value_map", ["post", "write"])
 @pytest.mark.parametrize("per_head", [False, True])
@@ -121,6 +121,7 @@ def neox(tmp_path_factory):
     return load_model(folder, device="cpu")
 
 
+@pytest.mark.hooked
 @pytest.mark.parametrize("normalize", ["theory", "both"])
 @pytest.mark.parametrize("value_map", ["post", "write"])
 def test_neox_restricted_matches_plain_computation(neox, kept_stats, normalize, value_map):
@@ -136,6 +137,7 @@ def paper_code_stats(tokens, kept_stats):
     )
 
 
+@pytest.mark.hooked
 @pytest.mark.parametrize("normalize", ["theory", "both"])
 def test_paper_code_protocol_compares_with_Q_bar_transposed(neox, paper_code_stats, normalize):
     sim = _check_against_reference(
@@ -152,6 +154,7 @@ def test_paper_code_protocol_compares_with_Q_bar_transposed(neox, paper_code_sta
     assert theorem.metadata["protocol"] == "theorem"
 
 
+@pytest.mark.hooked
 def test_paper_code_protocol_needs_paper_code_statistics(neox, kept_stats, tokens):
     with pytest.raises(LeadTermsError, match="last_target='paper-code'"):
         covariance_similarity(neox, kept_stats, protocol="paper-code", progress=False)
@@ -165,6 +168,7 @@ def test_paper_code_protocol_needs_paper_code_statistics(neox, kept_stats, token
         unchecked(covariance_similarity)(neox, kept_stats, protocol="paper", progress=False)
 
 
+@pytest.mark.hooked
 def test_blockwise_products_and_float32(neox, kept_stats, monkeypatch):
     """Tiny blocks exercise the blockwise theory norm and cross products; float32 stays close."""
     exact = covariance_similarity(neox, kept_stats, per_head=True, normalize="both", progress=False)
@@ -244,6 +248,7 @@ def test_trained_paper_model_default_protocol(trained, stats):
     assert sim.metadata["normalize"] == "theory" and sim.metadata["value_map"] == "post"
 
 
+@pytest.mark.hooked
 def test_precomputed_maps_and_result_object(neox, kept_stats):
     maps = token_maps(neox, kept_stats.kept, progress=False)
     sim = covariance_similarity(neox, kept_stats, maps=maps, per_head=True, progress=False)
@@ -271,6 +276,7 @@ def test_zero_map_gives_nan(stats):
     assert "nan" in repr(sim)
 
 
+@pytest.mark.hooked
 def test_bad_input(neox, stats, kept_stats, tokens):
     call = unchecked(covariance_similarity)
     other = corpus_stats(tokens, d_vocab=V + 3, progress=False)

@@ -10,6 +10,8 @@ from tl_leadterms import corpus_stats
 from tl_leadterms.analyzers.covariance import covariance_similarity
 from tl_leadterms.analyzers.null import NullSpec, permutations
 
+pytestmark = pytest.mark.hooked
+
 V, T = 20, 8
 
 

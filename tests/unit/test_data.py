@@ -336,6 +336,7 @@ def test_tokenize_documents(word_tok, stories: list[str]) -> None:
         tokenize_documents(docs, object())
 
 
+@pytest.mark.hooked
 def test_hooked_transformer_accepts_the_tokenizer(word_tok, tmp_path) -> None:
     tl = pytest.importorskip("transformer_lens")
     cfg = tl.HookedTransformerConfig(

@@ -5,10 +5,9 @@ import math
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer
 
 from tests.conftest import unchecked
-from tests.factories import random_attn_only
+from tests.factories import HookedTransformer, random_attn_only
 from tests.reference import dense_corpus_stats
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, leading_terms, paper_model, train
@@ -132,6 +131,7 @@ def _random_attn_only(seed: int) -> HookedTransformer:
     return random_attn_only(V, T, seed=seed)
 
 
+@pytest.mark.hooked
 def test_factored_equals_materialised(corpus):
     _tokens, stats, ref = corpus
     model = _random_attn_only(3)
@@ -163,6 +163,7 @@ def test_factored_equals_materialised(corpus):
     assert combined.row("V", 0)["cosine"] == pytest.approx(_cos(OV_sum, ref["G_bar"].T), rel=1e-5)
 
 
+@pytest.mark.hooked
 def test_restricted_stats_compare_kept_tokens(corpus, trained):
     tokens, _, _ = corpus
     kept = [3, 7, 1, 20, 11, 5, 9, 14]
@@ -224,6 +225,7 @@ def test_ablation_ordering(corpus):
                                                        progress=False).original_loss)  # fmt: skip
 
 
+@pytest.mark.hooked
 def test_bad_input(corpus):
     tokens, stats, _ = corpus
     other = corpus_stats(torch.randint(0, V + 5, (8, T + 1)), d_vocab=V + 5, progress=False)
@@ -248,6 +250,7 @@ def test_bad_input(corpus):
         leading_cosines(paper_model(V, T, 1), other)
 
 
+@pytest.mark.hooked
 def test_train_tracks_an_attention_only_model_with_embeddings(corpus):
     tokens, stats, _ = corpus
     model = _random_attn_only(5)
@@ -301,6 +304,7 @@ def test_reprs_and_zero_maps(corpus):
     assert len(frame) == 4 and "share:bigram" in frame.columns
 
 
+@pytest.mark.hooked
 def test_shared_factor_path_equals_materialised_maps_under_gqa(corpus):
     """V·W_O and W of a GQA model with LayerNorm, restricted statistics, per head and per layer:
     the projected (shared outer factors) path equals dense maps built from to_paper's factors."""

@@ -161,6 +161,7 @@ def test_docstring_example():
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
 
 
+@pytest.mark.hooked
 def test_report_of_a_deep_model_stays_small(tmp_path):
     """12 layers × 4 heads: heatmaps, the per-head rows inside a collapsed <details>, and a
     handful of attention views (the best and worst agreeing heads)."""

@@ -3,10 +3,9 @@
 import numpy as np
 import pytest
 import torch
-from transformer_lens import HookedTransformer
 
 from tests.conftest import unchecked
-from tests.factories import random_attn_only
+from tests.factories import HookedTransformer, random_attn_only
 from tl_leadterms import LeadTermsError, paper_model
 from tl_leadterms.analyzers.token_maps import TokenMaps, token_maps
 
@@ -17,6 +16,7 @@ def _attn_only(seed: int = 0) -> HookedTransformer:
     return random_attn_only(V, 6, seed=seed, n_layers=3)
 
 
+@pytest.mark.hooked
 def test_matches_a_forward_of_each_token_alone():
     model = _attn_only(1)
     ids = [5, 0, 16, 5, 3]
@@ -35,6 +35,7 @@ def test_matches_a_forward_of_each_token_alone():
             torch.testing.assert_close(maps.get("attn", layer)[row], attn)
 
 
+@pytest.mark.hooked
 def test_by_hand_for_an_attention_only_model():
     """A token alone attends to itself: attn_out = Σ_h (x W_V^h + b_V^h) W_O^h + b_O."""
     model = _attn_only(2)

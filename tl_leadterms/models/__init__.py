@@ -1,5 +1,6 @@
-"""Models: the paper's one-hot attention-only transformer and its training loop."""
+"""Models: the paper's one-hot attention-only transformer (a standalone ``HookedRootModule``)."""
 
 from tl_leadterms.models.paper import PaperModel, paper_model
+from tl_leadterms.models.paper_config import PaperConfig
 
-__all__ = ["PaperModel", "TrainHistory", "paper_model", "train"]
+__all__ = ["PaperConfig", "PaperModel", "paper_model"]

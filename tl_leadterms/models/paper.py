@@ -1,10 +1,12 @@
-"""The paper's model (MATH.md §1) as a TransformerLens :class:`HookedTransformer`.
+"""The paper model (``docs/math.md#model``) as a standalone TransformerLens ``HookedRootModule``.
 
+``HookedRootModule`` (with ``HookPoint``) exists in TransformerLens 3.9 and 4.x, so the model
+works under both majors; it keeps the names a ``HookedTransformer`` of the same weights has.
 The residual stream lives in vocabulary space. The model's parameters are exactly the paper's;
-every other TransformerLens weight is a fixed buffer (not saved in the ``state_dict``):
+every other weight is a fixed buffer (not saved in the ``state_dict``):
 
 ==========================  =====================================  ==========
-TransformerLens weight      paper                                  kind
+weight                      paper                                  kind
 ==========================  =====================================  ==========
 ``blocks.l.attn.W_Q[0]``    ``W^(l)`` (score ``x_t W x_jᵀ``)       parameter
 ``blocks.l.attn.W_V[0]``    ``V^(l)``                              parameter
@@ -17,108 +19,213 @@ TransformerLens weight      paper                                  kind
 all biases                  zero                                   buffer
 ==========================  =====================================  ==========
 
-Attention scores are not scaled (``use_attn_scale=False``); ``P`` is added to the scores as
-``DM(P)[t, t−d] = P[d]`` before the causal mask and before ``hook_attn_scores``, so every hook
-sees the paper's scores.
+Attention scores are not scaled; ``P`` is added to the scores as ``DM(P)[t, t−d] = P[d]``
+before the causal mask and before ``hook_attn_scores``, so every hook sees the paper's scores.
+Hooks: ``hook_embed``, ``hook_pos_embed``, ``blocks.l.hook_resid_pre``, ``blocks.l.attn.hook_q``
+/ ``hook_k`` / ``hook_v`` / ``hook_attn_scores`` / ``hook_pattern`` / ``hook_z`` (``hook_result``
+with ``cfg.use_attn_result``), ``blocks.l.hook_attn_out``, ``blocks.l.hook_resid_post``,
+``unembed.hook_in`` / ``hook_out``.
 """
 
 import torch
-from jaxtyping import Float
+import torch.nn.functional as F
+from jaxtyping import Float, Int
 from torch import Tensor, nn
-from transformer_lens import HookedTransformer, HookedTransformerConfig
-from transformer_lens.components import Attention
+from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
+from transformer_lens.hook_points import HookPoint
 
 from tl_leadterms.errors import LeadTermsError, positive_int
+from tl_leadterms.models.paper_config import PaperConfig
+from tl_leadterms.models.paper_parts import (
+    PaperAttention,
+    PaperBlock,
+    PaperEmbed,
+    PaperPosEmbed,
+    PaperUnembed,
+)
 
-__all__ = ["PaperAttention", "PaperModel", "paper_model"]
+__all__ = ["PaperAttention", "PaperConfig", "PaperModel", "paper_model"]
+
+# hooks an attention-only model without split inputs never runs: a hook on one would never fire
+_IDLE_HOOKS = ("hook_attn_in", "hook_q_input", "hook_k_input", "hook_v_input", "hook_mlp_in",
+               "hook_mlp_out")  # fmt: skip
 
 
-class PaperAttention(Attention):
-    """The paper's one-head attention: ``S(Mask(h W hᵀ + DM(P))) h V`` with hooks in TL's places.
+class PaperModel(HookedRootModule):
+    """The paper's one-hot, attention-only transformer; see the module docstring for its weights.
 
-    ``W_Q[0]`` is ``W``, ``W_V[0]`` is ``V`` and ``P`` the relative bias. ``W_K`` and ``W_O`` are
-    identity buffers and the biases zero buffers, kept so that TransformerLens' circuit properties
-    (``QK``, ``OV``) and weight accessors work; the forward pass skips multiplying by them.
+    Besides the TransformerLens-style weights (``W_E``, ``W_Q``..., ``W_U``) it exposes the
+    paper's names: :attr:`W`, :attr:`V`, :attr:`P` (one entry per layer) and :attr:`W_O_paper`
+    (the output matrix, ``unembed.W_U``). Build it with :func:`paper_model`.
     """
 
-    def __init__(self, cfg: HookedTransformerConfig, attn_type: str = "global", layer_id=None):
-        super().__init__(cfg, attn_type, layer_id)
-        eye = torch.eye(cfg.d_model, dtype=cfg.dtype)[None]
-        for name in ("W_K", "W_O", "b_Q", "b_K", "b_V", "b_O"):
-            fixed = eye.clone() if name.startswith("W") else torch.zeros_like(getattr(self, name))
-            delattr(self, name)
-            self.register_buffer(name, fixed, persistent=False)
-        with torch.no_grad():
-            self.W_Q.zero_()
-            self.W_V.zero_()
-        self.P = nn.Parameter(torch.zeros(cfg.n_ctx, dtype=cfg.dtype))
+    def __init__(self, cfg: PaperConfig, tokenizer=None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.embed = PaperEmbed(cfg)
+        self.hook_embed = HookPoint()
+        self.pos_embed = PaperPosEmbed(cfg)
+        self.hook_pos_embed = HookPoint()
+        self.blocks = nn.ModuleList(PaperBlock(cfg, layer) for layer in range(cfg.n_layers))
+        self.unembed = PaperUnembed(cfg)
+        self.setup()
 
-    def relative_bias(self, query_ctx: int, key_ctx: int) -> Float[Tensor, "query_pos key_pos"]:
-        """``DM(P)`` for the last ``query_ctx`` of ``key_ctx`` positions (0 above the diagonal)."""
-        if key_ctx > self.cfg.n_ctx:
+    def check_hooks_to_add(self, hook_point, hook_point_name, hook, dir="fwd", **kwargs) -> None:
+        if hook_point_name.endswith("attn.hook_result") and not self.cfg.use_attn_result:
             raise LeadTermsError(
-                f"sequence length {key_ctx} exceeds the paper model's n_ctx={self.cfg.n_ctx}: P "
-                "has one scalar per offset 0..n_ctx-1; build the model with a larger n_ctx"
+                f"{hook_point_name} runs only with model.cfg.use_attn_result=True; call "
+                "model.set_use_attn_result(True) first (or hook attn.hook_z: W_O is the identity)"
             )
-        query = torch.arange(key_ctx - query_ctx, key_ctx, device=self.P.device)
-        key = torch.arange(key_ctx, device=self.P.device)
-        offset = query[:, None] - key[None, :]
-        return torch.where(offset >= 0, self.P[offset.clamp(min=0)], 0.0)
+        if hook_point_name.endswith(_IDLE_HOOKS):
+            raise LeadTermsError(
+                f"{hook_point_name} never runs in the paper model (attention-only, one residual "
+                "input); hook blocks.l.hook_resid_pre instead"
+            )
+
+    def set_use_attn_result(self, use_attn_result: bool) -> None:
+        """Run ``attn.hook_result`` (each head's output; here its ``z``) or not."""
+        self.cfg.use_attn_result = bool(use_attn_result)
 
     def forward(
         self,
-        query_input: Float[Tensor, "batch pos d_model"],
-        key_input: Float[Tensor, "batch kv_pos d_model"],
-        value_input: Float[Tensor, "batch kv_pos d_model"],
-        past_kv_cache_entry=None,
-        additive_attention_mask=None,
-        attention_mask=None,
-        position_bias=None,
-    ) -> Float[Tensor, "batch pos d_model"]:
-        if query_input.dim() != 3:
-            raise LeadTermsError(
-                "the paper model's attention takes the residual stream [batch, pos, d_vocab] as "
-                "its input; turn off use_split_qkv_input / use_attn_in "
-                "(model.set_use_split_qkv_input(False), model.set_use_attn_in(False))"
+        input: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_model"] | str | list[str],
+        return_type: str | None = "logits",
+        loss_per_token: bool = False,
+        prepend_bos: bool | None = None,
+        padding_side: str | None = None,
+        start_at_layer: int | None = None,
+        tokens: Int[Tensor, "batch pos"] | None = None,
+        attention_mask: Int[Tensor, "batch pos"] | None = None,
+        stop_at_layer: int | None = None,
+        past_kv_cache=None,
+    ):
+        """Logits, loss (``return_type`` ``"logits"``, ``"loss"``, ``"both"``, ``None``) or,
+        with ``stop_at_layer``, the residual stream before that block; as HookedTransformer's."""
+        if start_at_layer is None:
+            residual, tokens, attention_mask = self._embed(
+                input, prepend_bos, padding_side, attention_mask, past_kv_cache
             )
-        # squeeze/unsqueeze, not indexing: a select's backward writes a zero-filled full tensor
-        q = self.hook_q((query_input @ self.W_Q.squeeze(0)).unsqueeze(2))  # [batch, pos, 1, V]
-        k = self.hook_k(key_input.unsqueeze(2))  # W_K = I
-        v = self.hook_v((value_input @ self.W_V.squeeze(0)).unsqueeze(2))
-        offset = 0
-        if past_kv_cache_entry is not None:
-            offset = past_kv_cache_entry.past_keys.size(1)
-            k, v = past_kv_cache_entry.append(k, v)
-        scores = q.squeeze(2) @ k.squeeze(2).transpose(-1, -2)
-        scores = scores + self.relative_bias(scores.shape[-2], scores.shape[-1]).to(scores.dtype)
-        scores = self.apply_causal_mask(scores.unsqueeze(1), offset, attention_mask)
-        if additive_attention_mask is not None:
-            scores = scores + additive_attention_mask
-        scores = self.hook_attn_scores(scores)  # [batch, 1, query_pos, key_pos]
-        pattern = torch.softmax(scores, dim=-1)
-        pattern = self.hook_pattern(torch.where(torch.isnan(pattern), 0.0, pattern))
-        z = self.hook_z((pattern.squeeze(1) @ v.squeeze(2)).unsqueeze(2))
-        if self.cfg.use_attn_result:  # W_O = I: each head's result is its z
-            return self.hook_result(z).sum(dim=2)
-        return z.squeeze(2)
+        else:
+            residual = input
+        for i, block in list(enumerate(self.blocks))[start_at_layer:stop_at_layer]:
+            entry = past_kv_cache[i] if past_kv_cache is not None else None
+            residual = block(residual, entry, attention_mask)
+        if stop_at_layer is not None:
+            return residual
+        if return_type is None:
+            return None
+        logits = self.unembed(residual)
+        if return_type == "logits":
+            return logits
+        if tokens is None:
+            raise LeadTermsError(f"return_type={return_type!r} needs tokens=; pass the token ids")
+        loss = _lm_loss(logits, tokens, attention_mask, loss_per_token)
+        if return_type == "loss":
+            return loss
+        if return_type == "both":
+            return logits, loss
+        raise LeadTermsError(
+            f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}"
+        )
 
-
-class PaperModel(HookedTransformer):
-    """The paper's one-hot, attention-only transformer; see the module docstring for its weights.
-
-    Besides the usual TransformerLens weights it exposes the paper's names: :attr:`W`, :attr:`V`,
-    :attr:`P` (one entry per layer) and :attr:`W_O_paper` (the output matrix, ``unembed.W_U``).
-    """
-
-    def forward(self, input, *args, **kwargs):
-        tokens = isinstance(input, Tensor) and not input.is_floating_point()
-        if tokens and input.shape[-1] > self.cfg.n_ctx:
+    def _embed(self, input, prepend_bos, padding_side, attention_mask, past_kv_cache):
+        tokens = self.to_tokens(input, prepend_bos, padding_side) if _is_text(input) else input
+        if tokens.ndim == 1:
+            tokens = tokens[None]
+        if not tokens.is_floating_point() and tokens.shape[-1] > self.cfg.n_ctx:
             raise LeadTermsError(
-                f"sequence length {input.shape[-1]} exceeds the paper model's "
+                f"sequence length {tokens.shape[-1]} exceeds the paper model's "
                 f"n_ctx={self.cfg.n_ctx}: P has one scalar per offset 0..n_ctx-1; cut the "
                 "sequences or build the model with a larger n_ctx"
             )
-        return super().forward(input, *args, **kwargs)
+        tokens = tokens.to(self.unembed.W_U.device)
+        offset = 0
+        if past_kv_cache is not None:
+            if attention_mask is None:
+                attention_mask = torch.ones_like(tokens)
+            attention_mask = past_kv_cache.append_attention_mask(attention_mask.to(tokens.device))
+            offset = past_kv_cache[0].past_keys.shape[1]
+        elif attention_mask is not None:
+            attention_mask = attention_mask.to(tokens.device)
+        embed = self.hook_embed(self.embed(tokens))
+        residual = embed + self.hook_pos_embed(self.pos_embed(tokens, offset, attention_mask))
+        return residual, tokens, attention_mask
+
+    def run_with_cache(self, *model_args, return_cache_object=True, remove_batch_dim=False,
+                       **kwargs):  # fmt: skip
+        """``(output, cache)``; the cache is an ``ActivationCache`` (a dict with
+        ``return_cache_object=False``), indexed by hook name or ``("pattern", layer)``."""
+        out, cache = super().run_with_cache(
+            *model_args, remove_batch_dim=remove_batch_dim, **kwargs
+        )
+        if return_cache_object:
+            return out, ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
+        return out, cache
+
+    def to_tokens(self, input: str | list[str], prepend_bos: bool | None = None,
+                  padding_side: str | None = None) -> Int[Tensor, "batch pos"]:  # fmt: skip
+        """Token ids of a text or texts (right-padded) through :attr:`tokenizer`."""
+        if self.tokenizer is None:
+            raise LeadTermsError("text input needs a tokenizer: paper_model(..., tokenizer=tok)")
+        texts = [input] if isinstance(input, str) else list(input)
+        kwargs = {} if padding_side is None else {"padding_side": padding_side}
+        ids = self.tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt",
+                             **kwargs)["input_ids"]  # fmt: skip
+        if prepend_bos:
+            bos = torch.full((ids.shape[0], 1), self.tokenizer.bos_token_id, dtype=ids.dtype)
+            ids = torch.cat([bos, ids], dim=1)
+        return ids.to(self.unembed.W_U.device)
+
+    def to_string(self, tokens: Int[Tensor, "... pos"]) -> str | list[str]:
+        """The text of ``tokens`` (one string per row of a 2-D tensor)."""
+        if self.tokenizer is None:
+            raise LeadTermsError("to_string needs a tokenizer: paper_model(..., tokenizer=tok)")
+        if tokens.ndim > 1:
+            return [self.to_string(row) for row in tokens]
+        return self.tokenizer.decode(tokens.tolist())
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self.cfg.device = str(self.unembed.W_U.device)  # keep cfg in step with .to / .double
+        self.cfg.dtype = self.unembed.W_U.dtype
+        return out
+
+    @property
+    def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
+        return self.embed.W_E
+
+    @property
+    def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
+        return self.pos_embed.W_pos
+
+    @property
+    def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
+        return self.unembed.W_U
+
+    @property
+    def b_U(self) -> Float[Tensor, " d_vocab"]:
+        return self.unembed.b_U
+
+    def _stack(self, name: str) -> Tensor:
+        return torch.stack([getattr(block.attn, name) for block in self.blocks], dim=0)
+
+    W_Q = property(lambda self: self._stack("W_Q"), doc="``[n_layers, 1, V, V]`` (``W``).")
+    W_K = property(lambda self: self._stack("W_K"), doc="``[n_layers, 1, V, V]`` identities.")
+    W_V = property(lambda self: self._stack("W_V"), doc="``[n_layers, 1, V, V]`` (``V``).")
+    W_O = property(lambda self: self._stack("W_O"), doc="``[n_layers, 1, V, V]`` identities.")
+    b_Q = property(lambda self: self._stack("b_Q"), doc="``[n_layers, 1, V]`` zeros.")
+    b_K = property(lambda self: self._stack("b_K"), doc="``[n_layers, 1, V]`` zeros.")
+    b_V = property(lambda self: self._stack("b_V"), doc="``[n_layers, 1, V]`` zeros.")
+    b_O = property(lambda self: self._stack("b_O"), doc="``[n_layers, V]`` zeros.")
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        return FactoredMatrix(self.W_V, self.W_O)
 
     @property
     def W(self) -> list[Tensor]:
@@ -150,6 +257,24 @@ class PaperModel(HookedTransformer):
         return params
 
 
+def _is_text(input) -> bool:
+    return isinstance(input, str) or (isinstance(input, list) and bool(input)
+                                      and isinstance(input[0], str))  # fmt: skip
+
+
+def _lm_loss(logits: Tensor, tokens: Tensor, attention_mask: Tensor | None, per_token: bool):
+    """Next-token cross-entropy as TransformerLens computes it (padding masked out)."""
+    log_probs = F.log_softmax(logits, dim=-1)
+    predicted = log_probs[..., :-1, :].gather(dim=-1, index=tokens[..., 1:, None])[..., 0]
+    if attention_mask is not None:
+        keep = torch.logical_and(attention_mask[:, :-1], attention_mask[:, 1:])
+        predicted = predicted.masked_fill(~keep, 0.0)
+        n_tokens = keep.sum().item()
+    else:
+        n_tokens = predicted.numel()
+    return -predicted if per_token else -predicted.sum() / n_tokens
+
+
 def paper_model(
     d_vocab: int,
     n_ctx: int,
@@ -159,7 +284,7 @@ def paper_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> PaperModel:
-    """Build the paper's model (MATH.md §1), zero-initialised, as a HookedTransformer.
+    """Build the paper's model (``docs/math.md#model``), zero-initialised.
 
     Args:
         d_vocab: vocabulary size ``|V|``; the residual stream has this width.
@@ -170,6 +295,9 @@ def paper_model(
         device: where to put the weights.
         dtype: parameter dtype (``torch.float32`` or ``torch.float64``; half precisions run but
             lose the exactness the tests check).
+
+    Returns:
+        A :class:`PaperModel` (a ``HookedRootModule``: ``run_with_hooks``, ``run_with_cache``).
 
     Example:
         >>> import torch
@@ -190,43 +318,6 @@ def paper_model(
             f"the tokenizer has {len(tokenizer)} tokens but d_vocab={d_vocab}; pass "
             f"d_vocab=len(tokenizer)"
         )
-    cfg = HookedTransformerConfig(
-        d_model=d_vocab,
-        d_head=d_vocab,
-        n_heads=1,
-        n_layers=n_layers,
-        n_ctx=n_ctx,
-        d_vocab=d_vocab,
-        attn_only=True,
-        normalization_type=None,
-        positional_embedding_type="standard",
-        use_attn_scale=False,
-        act_fn=None,
-        init_weights=False,
-        device=str(device),
-        dtype=dtype,
-        default_prepend_bos=False,
-        model_name="tl_leadterms-paper-model",
-    )
-    model = PaperModel(cfg, tokenizer=tokenizer, move_to_device=False)
-    for layer, block in enumerate(model.blocks):
-        block.attn = PaperAttention(model.cfg, "global", layer)
-    _freeze(model)
-    model.setup()  # re-register the hook points of the new attention modules
-    # nn.Module.to: HookedTransformer.to would print a 'Moving model' line
-    return torch.nn.Module.to(model, device)
-
-
-def _freeze(model: PaperModel) -> None:
-    """Turn the fixed embedding (identity), W_pos (zero) and b_U (zero) into buffers."""
-    d_vocab, dtype = model.cfg.d_vocab, model.cfg.dtype
-    fixed = {
-        model.embed: ("W_E", torch.eye(d_vocab, dtype=dtype)),
-        model.pos_embed: ("W_pos", torch.zeros(model.cfg.n_ctx, d_vocab, dtype=dtype)),
-        model.unembed: ("b_U", torch.zeros(d_vocab, dtype=dtype)),
-    }
-    for module, (name, value) in fixed.items():
-        delattr(module, name)
-        module.register_buffer(name, value, persistent=False)
-    with torch.no_grad():
-        model.unembed.W_U.zero_()
+    cfg = PaperConfig(d_vocab=d_vocab, n_ctx=n_ctx, n_layers=n_layers, device=str(device),
+                      dtype=dtype)  # fmt: skip
+    return PaperModel(cfg, tokenizer=tokenizer).to(device)
