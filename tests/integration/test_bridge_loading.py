@@ -9,7 +9,7 @@ import torch
 
 from tests.conftest import unchecked
 from tl_leadterms import LeadTermsError, corpus_stats, load_model, sweep
-from tl_leadterms.checkpoints.loading import has_hooked_transformer
+from tl_leadterms.checkpoints.bridge_boot import has_hooked_transformer
 from tl_leadterms.checkpoints.tiny import save_tiny_model
 
 bridge_module = pytest.importorskip("transformer_lens.model_bridge")

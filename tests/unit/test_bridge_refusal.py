@@ -25,7 +25,7 @@ from tl_leadterms import (
     token_maps,
 )
 from tl_leadterms.adapters.view.bridge import hf_score_divisor
-from tl_leadterms.checkpoints.loading import placeholder_tokenizer
+from tl_leadterms.checkpoints.bridge_boot import placeholder_tokenizer
 from tl_leadterms.checkpoints.tiny import save_tiny_model
 from tl_leadterms.plot import plot_attention
 

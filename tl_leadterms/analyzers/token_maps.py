@@ -152,7 +152,7 @@ def token_maps(
     by ``batch_size``; the maps are gathered on ``output_device`` (the CPU by default).
 
     Args:
-        model: a HookedTransformer (or anything with its ``cfg``, hooks and ``run_with_hooks``).
+        model: a HookedTransformer or a TransformerBridge in compatibility mode.
         token_ids: ids in row order, e.g. ``stats.kept``; default: every id in ``range(d_vocab)``.
         layers: layers to collect (default: all).
         batch_size: tokens per forward pass.

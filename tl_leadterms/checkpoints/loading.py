@@ -18,6 +18,13 @@ from typing import Any
 
 import torch
 
+from tl_leadterms.checkpoints.bridge_boot import (
+    boot_bridge,
+    check_bridge,
+    hub_checkpoint,
+    placeholder_tokenizer,
+    processing_record,
+)  # fmt: skip
 from tl_leadterms.checkpoints.configs import DERIVED
 from tl_leadterms.errors import LeadTermsError
 
@@ -233,71 +240,9 @@ def _load_folder(folder: Path, device: str, dtype: torch.dtype, processing: dict
             f"({type(err).__name__}: {str(err)[:300]}); check config.json against the weights"
         ) from err
     model.eval()
-    model.tl_leadterms_loading = _processing_record(processing, model)
+    model.tl_leadterms_loading = processing_record(processing, model)
     # nn.Module.to: HookedTransformer.to would print a 'Moving model' line
     return torch.nn.Module.to(model, device)
-
-
-def has_hooked_transformer() -> bool:
-    """Whether the installed TransformerLens has ``HookedTransformer`` (3.x; 4.x removed it)."""
-    try:
-        from transformer_lens import HookedTransformer  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def placeholder_tokenizer(d_vocab: int):
-    """A stand-in word-level tokenizer of ``d_vocab`` tokens ``t0``, ``t1``, ... for a bridge of
-    a folder saved without one (``boot_transformers`` needs a tokenizer); the model view
-    reports no tokenizer for it."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
-    from tl_leadterms.adapters.view import PLACEHOLDER_TOKENIZER
-
-    vocab = {f"t{i}": i for i in range(d_vocab)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, eos_token="t0", name_or_path=PLACEHOLDER_TOKENIZER
-    )
-
-
-def _processing_record(processing: dict[str, bool], model) -> dict[str, Any]:
-    """What loading did to the weights, as the code ran it (centring checked on ``W_U``:
-    TransformerLens skips ``center_unembed`` under logit soft-capping, Gemma 2)."""
-    from importlib.metadata import version
-
-    from tl_leadterms.adapters.view import is_bridge
-
-    record = dict(processing)
-    if processing["center_unembed"]:
-        W_U = model.W_U.detach()
-        centred = bool((W_U.mean(-1).abs().max() <= 1e-6 * W_U.abs().max()).item())
-        record["center_unembed"] = centred
-        if not centred:
-            record["center_unembed_skipped"] = "TransformerLens skipped it (logit soft-capping)"
-    bridge = is_bridge(model)
-    return {
-        **record,
-        "model_class": "TransformerBridge" if bridge else "HookedTransformer",
-        "compatibility_mode": bridge,
-        "transformer_lens_version": version("transformer-lens"),
-    }
-
-
-def _boot_bridge(source: str, hf_model, tokenizer, device, dtype, processing, **hub):
-    from transformer_lens.model_bridge import TransformerBridge
-
-    with quiet_transformers(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        bridge = TransformerBridge.boot_transformers(
-            source, hf_model=hf_model, tokenizer=tokenizer, device=device, dtype=dtype, **hub
-        )
-        bridge.enable_compatibility_mode(disable_warnings=True, **processing)
-    bridge.eval()
-    bridge.tl_leadterms_loading = _processing_record(processing, bridge)
-    return bridge
 
 
 def _load_folder_bridge(folder: Path, device: str, dtype, processing: dict[str, bool]):
@@ -306,7 +251,7 @@ def _load_folder_bridge(folder: Path, device: str, dtype, processing: dict[str, 
     hf_model = _hf_model(folder, dtype)
     tokenizer = _tokenizer(folder) or placeholder_tokenizer(hf_model.config.vocab_size)
     try:
-        bridge = _boot_bridge(str(folder), hf_model, tokenizer, device, dtype, processing)
+        bridge = boot_bridge(str(folder), hf_model, tokenizer, device, dtype, processing)
     except (RuntimeError, ValueError, KeyError, AssertionError, AttributeError) as err:
         raise LeadTermsError(
             f"TransformerLens' bridge could not wrap the {architecture} model in "
@@ -340,7 +285,7 @@ def _load_hub(
 ):  # fmt: skip
     try:
         if bridge:
-            return _boot_bridge(name, None, None, device, dtype, processing, **hub)
+            return boot_bridge(name, None, None, device, dtype, processing, **hub)
         from transformer_lens import HookedTransformer
 
         with quiet_transformers(), warnings.catch_warnings():
@@ -348,7 +293,7 @@ def _load_hub(
             model = HookedTransformer.from_pretrained(
                 name, device=device, dtype=dtype, **hub, **processing
             )
-        model.tl_leadterms_loading = _processing_record(processing, model)
+        model.tl_leadterms_loading = processing_record(processing, model)
         return model
     except Exception as err:  # network, hub and name errors come in many types
         lines = str(err).strip().splitlines()
@@ -435,7 +380,7 @@ def load_model(
         center_writing_weights=center_writing_weights,
         center_unembed=center_unembed,
     )
-    bridge = _check_bridge(bridge)
+    bridge = check_bridge(bridge)
     processing = {
         "fold_ln": fold_ln,
         "center_writing_weights": center_writing_weights,
@@ -474,33 +419,5 @@ def load_model(
             "save_pretrained, a series folder with checkpoint=step, or a TransformerLens model "
             "name such as pythia-70m"
         )
-    hub = _hub_checkpoint(checkpoint, checkpoint_index)
+    hub = hub_checkpoint(checkpoint, checkpoint_index)
     return _load_hub(path_or_name, hub, device, dtype, processing, bridge)
-
-
-def _check_bridge(bridge: object) -> bool:
-    if bridge is None:
-        return not has_hooked_transformer()
-    _check_flags(bridge=bridge)
-    if not bridge and not has_hooked_transformer():
-        raise LeadTermsError(
-            "bridge=False asks for a HookedTransformer, which TransformerLens 4 removed; pass "
-            "bridge=None (a TransformerBridge) or install transformer-lens 3.9"
-        )
-    return bool(bridge)
-
-
-def _hub_checkpoint(checkpoint: object, index: object) -> dict[str, int | None]:
-    for name, value in (("checkpoint", checkpoint), ("checkpoint_index", index)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise LeadTermsError(f"{name} must be an int, got {value!r}")
-    if checkpoint is not None and index is not None:
-        raise LeadTermsError(
-            f"pass checkpoint={checkpoint} (a step) or checkpoint_index={index}, not both"
-        )
-    hub: dict[str, int | None] = {}
-    if checkpoint is not None:
-        hub["checkpoint_value"] = checkpoint
-    if index is not None:
-        hub["checkpoint_index"] = index
-    return hub
