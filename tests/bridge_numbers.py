@@ -2,10 +2,10 @@
 
 ``numbers(model, stats, tokens, analyses)`` runs the analyses and returns ``{name: [floats]}``
 (JSON-ready), so a HookedTransformer, a TL 3.9 bridge and a TL 4.x bridge of the same folder can
-be compared in one process or across interpreters. Run as a script it writes the numbers of a
-folder loaded by ``tl_leadterms.load_model`` under the installed TransformerLens:
+be compared in one process or across interpreters. Run as a script it writes the numbers of
+folders loaded by ``tl_leadterms.load_model`` under the installed TransformerLens:
 
-    python tests/bridge_numbers.py FOLDER OUT.json ANALYSIS...
+    python tests/bridge_numbers.py OUT.json '{"gpt2": ["FOLDER", ["to_paper", ...]], ...}'
 
 Gemma 2: TransformerLens skips ``center_unembed`` on a bridge (logit soft-capping), so every
 number read through ``W_U`` (``W_O``, ``V``, token maps after the last layer) is compared after
@@ -98,15 +98,21 @@ def numbers(model, stats, tokens, analyses=ALL) -> dict[str, list[float]]:
     return out
 
 
-def main(folder: str, out: str, analyses: list[str]) -> None:
+def main(out: str, spec: str) -> None:
+    """Write ``{family: {"class": ..., "numbers": ...}}`` for ``{family: [folder, analyses]}``."""
     from tl_leadterms import load_model
 
     warnings.simplefilter("ignore")
     stats, tokens = inputs()
-    model = load_model(folder, device="cpu")
-    result = {"class": type(model).__name__, "numbers": numbers(model, stats, tokens, analyses)}
+    result = {}
+    for family, (folder, analyses) in json.loads(spec).items():
+        model = load_model(folder, device="cpu")
+        result[family] = {
+            "class": type(model).__name__,
+            "numbers": numbers(model, stats, tokens, analyses),
+        }
     Path(out).write_text(json.dumps(result))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3:] or list(ALL))
+    main(sys.argv[1], sys.argv[2])

@@ -77,7 +77,7 @@ def _both(folder):
 def test_a_tl39_bridge_equals_the_hooked_transformer(family, folders, shared):
     bridge, hooked = _both(folders(family))
     assert type(bridge).__name__ == "TransformerBridge"
-    analyses = ALL if family in FULL else ("to_paper",)
+    analyses = _analyses(family)
     assert_equal_numbers(numbers(bridge, *shared, analyses), numbers(hooked, *shared, analyses))
 
 
@@ -98,25 +98,35 @@ def _other_python() -> str | None:
     )
 
 
+OTHER = ("gpt2", "llama", "gpt_neox", "gemma2", "gptj", "opt")
+
+
+def _analyses(family: str) -> tuple[str, ...]:
+    return ALL if family in FULL else ("to_paper",)
+
+
+@pytest.fixture(scope="module")
+def other_numbers(folders, tmp_path_factory):
+    """The other interpreter's numbers of every family in OTHER, from one subprocess."""
+    out = tmp_path_factory.mktemp("other") / "numbers.json"
+    spec = {family: [str(folders(family)), list(_analyses(family))] for family in OTHER}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    script = str(ROOT / "tests" / "bridge_numbers.py")
+    subprocess.run([_other_python(), script, str(out), json.dumps(spec)], check=True, env=env,
+                   cwd=ROOT, capture_output=True, timeout=900)  # fmt: skip
+    return json.loads(out.read_text())
+
+
 @pytest.mark.skipif(
     _other_python() is None,
     reason="no other TransformerLens major to compare with: set TL_LEADTERMS_OTHER_PYTHON to "
     "its interpreter (make test builds .venv-tl39)",
 )
-@pytest.mark.parametrize("family", ["gpt2", "llama", "gpt_neox", "gemma2", "gptj", "opt"])
-def test_the_other_major_gives_the_same_numbers(family, folders, shared, tmp_path):
-    folder = folders(family)
-    analyses = ALL if family in FULL else ("to_paper",)
-    out = tmp_path / "numbers.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    subprocess.run(
-        [_other_python(), str(ROOT / "tests" / "bridge_numbers.py"), str(folder), str(out),
-         *analyses],
-        check=True, env=env, cwd=ROOT, capture_output=True, timeout=600,
-    )  # fmt: skip
-    other = json.loads(out.read_text())
+@pytest.mark.parametrize("family", OTHER)
+def test_the_other_major_gives_the_same_numbers(family, folders, shared, other_numbers):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        here = load_model(folder, device="cpu")
+        here = load_model(folders(family), device="cpu")
+    other = other_numbers[family]
     assert {other["class"], type(here).__name__} <= {"HookedTransformer", "TransformerBridge"}
-    assert_equal_numbers(numbers(here, *shared, analyses), other["numbers"])
+    assert_equal_numbers(numbers(here, *shared, _analyses(family)), other["numbers"])
