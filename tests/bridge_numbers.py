@@ -20,7 +20,17 @@ from pathlib import Path
 import torch
 
 D_VOCAB, N_LAYERS, D_MODEL, N_HEADS, N_CTX = 40, 2, 32, 4, 16
-ALL = ("to_paper", "decompose", "covariance", "agreement", "token_maps", "atlas", "plot", "sweep")
+ALL = (
+    "to_paper",
+    "extended",
+    "decompose",
+    "covariance",
+    "agreement",
+    "token_maps",
+    "atlas",
+    "plot",
+    "sweep",
+)
 
 
 def inputs() -> tuple[object, torch.Tensor]:
@@ -65,6 +75,7 @@ def numbers(model, stats, tokens, analyses=ALL) -> dict[str, list[float]]:
         decompose,
         head_atlas,
         sweep,
+        to_paper,
         token_maps,
     )  # fmt: skip
     from tl_leadterms.plot import plot_attention
@@ -72,6 +83,9 @@ def numbers(model, stats, tokens, analyses=ALL) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     if "to_paper" in analyses:
         out |= _maps(model)
+    if "extended" in analyses:  # layers ≥ 1 read through the residual stream after block 0
+        pw = to_paper(model, input_map="extended")
+        out["extended"] = _flat(torch.stack([centred(pw.V[1].AB), pw.W[1].AB]))
     if "decompose" in analyses:
         out["decompose"] = _rows(decompose(model, stats).rows, ("cosine",))
     if "covariance" in analyses:
