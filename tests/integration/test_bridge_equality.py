@@ -1,11 +1,11 @@
 """Every analysis on a TransformerBridge equals the same analysis on the HookedTransformer of the
 same weights, to 1e-5 relative, on tiny random models of the 14 families saved locally.
 
-In one process (TL 3.9: its bridge beside its HookedTransformer): all analyses on three
-representative families (gpt2: learned positions; llama: grouped-query attention; gpt_neox:
-partial rotary), ``to_paper``'s maps on the other eleven. Across majors: when another
-interpreter is named (``TL_LEADTERMS_OTHER_PYTHON``, or the ``.venv-tl39`` that ``make test``
-builds), it computes the numbers of the same folder under its TransformerLens
+In one process (TL 3.9: its bridge beside its HookedTransformer): ``to_paper``'s maps on all 14
+families, and all analyses on three representative ones (gpt2: learned positions; llama:
+grouped-query attention; gpt_neox: partial rotary; the last two marked slow). Across majors:
+when another interpreter is named (``TL_LEADTERMS_OTHER_PYTHON``, or the ``.venv-tl39`` that
+``make test`` builds), it computes the numbers of the same folder under its TransformerLens
 (``tests/bridge_numbers.py``) and they must equal this one's: a TL 4.x bridge against TL 3.9's
 HookedTransformer. Gemma 2 is compared after centring over the output vocabulary (TL skips
 ``center_unembed`` on its bridge, see ``tests/bridge_numbers.py``).
@@ -71,13 +71,21 @@ def _both(folder):
         return load_model(folder, device="cpu", bridge=True), load_model(folder, device="cpu")
 
 
+def _cases():
+    """Every family's maps (fast); all analyses on gpt2 (fast), llama and gpt_neox (slow)."""
+    cases = [pytest.param(f, ("to_paper",), id=f"{f}-to_paper") for f in sorted(MODEL_FAMILIES)]
+    for family in FULL:
+        marks = () if family == "gpt2" else (pytest.mark.slow,)
+        cases.append(pytest.param(family, ALL, id=f"{family}-all", marks=marks))
+    return cases
+
+
 @pytest.mark.hooked
 @pytest.mark.skipif(not has_hooked_transformer(), reason="needs TL 3.x's HookedTransformer")
-@pytest.mark.parametrize("family", sorted(MODEL_FAMILIES))
-def test_a_tl39_bridge_equals_the_hooked_transformer(family, folders, shared):
+@pytest.mark.parametrize(("family", "analyses"), _cases())
+def test_a_tl39_bridge_equals_the_hooked_transformer(family, analyses, folders, shared):
     bridge, hooked = _both(folders(family))
     assert type(bridge).__name__ == "TransformerBridge"
-    analyses = _analyses(family)
     assert_equal_numbers(numbers(bridge, *shared, analyses), numbers(hooked, *shared, analyses))
 
 
@@ -98,7 +106,8 @@ def _other_python() -> str | None:
     )
 
 
-OTHER = ("gpt2", "llama", "gpt_neox", "gemma2", "gptj", "opt")
+# compared across majors: one subprocess per group (the slow group only when selected)
+OTHER = {"fast": ("gpt2", "gemma2"), "slow": ("llama", "gpt_neox", "gptj", "opt")}
 
 
 def _analyses(family: str) -> tuple[str, ...]:
@@ -107,14 +116,22 @@ def _analyses(family: str) -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def other_numbers(folders, tmp_path_factory):
-    """The other interpreter's numbers of every family in OTHER, from one subprocess."""
-    out = tmp_path_factory.mktemp("other") / "numbers.json"
-    spec = {family: [str(folders(family)), list(_analyses(family))] for family in OTHER}
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    script = str(ROOT / "tests" / "bridge_numbers.py")
-    subprocess.run([_other_python(), script, str(out), json.dumps(spec)], check=True, env=env,
-                   cwd=ROOT, capture_output=True, timeout=900)  # fmt: skip
-    return json.loads(out.read_text())
+    """``get(family)``: the other interpreter's numbers, one subprocess per OTHER group."""
+    done: dict[str, dict] = {}
+
+    def get(family):
+        group = next(g for g, families in OTHER.items() if family in families)
+        if group not in done:
+            out = tmp_path_factory.mktemp("other") / "numbers.json"
+            spec = {f: [str(folders(f)), list(_analyses(f))] for f in OTHER[group]}
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+            script = str(ROOT / "tests" / "bridge_numbers.py")
+            subprocess.run([_other_python(), script, str(out), json.dumps(spec)], check=True,
+                           env=env, cwd=ROOT, capture_output=True, timeout=900)  # fmt: skip
+            done[group] = json.loads(out.read_text())
+        return done[group][family]
+
+    return get
 
 
 @pytest.mark.skipif(
@@ -122,11 +139,14 @@ def other_numbers(folders, tmp_path_factory):
     reason="no other TransformerLens major to compare with: set TL_LEADTERMS_OTHER_PYTHON to "
     "its interpreter (make test builds .venv-tl39)",
 )
-@pytest.mark.parametrize("family", OTHER)
+@pytest.mark.parametrize(
+    "family",
+    [*OTHER["fast"], *(pytest.param(f, marks=pytest.mark.slow) for f in OTHER["slow"])],
+)
 def test_the_other_major_gives_the_same_numbers(family, folders, shared, other_numbers):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         here = load_model(folders(family), device="cpu")
-    other = other_numbers[family]
+    other = other_numbers(family)
     assert {other["class"], type(here).__name__} <= {"HookedTransformer", "TransformerBridge"}
     assert_equal_numbers(numbers(here, *shared, _analyses(family)), other["numbers"])
