@@ -234,7 +234,7 @@ def test_layer_indexing():
 
 
 def test_rejects_non_models():
-    with pytest.raises(LeadTermsError, match="reads a TransformerLens HookedTransformer, got dict"):
+    with pytest.raises(LeadTermsError, match="HookedTransformer or TransformerBridge, got dict"):
         unchecked(to_paper)({})
 
 

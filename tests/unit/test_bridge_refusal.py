@@ -1,12 +1,14 @@
 """Models the adapters cannot read exactly are refused in one clear error, never misread.
 
 TransformerLens 3.9 ships its own ``TransformerBridge``; its ``cfg.attn_scale`` is a -1.0
-placeholder, so reading it as a HookedTransformer flips the sign of every ``W`` and ``P`` map.
-These tests build a real bridge with TransformerLens' own ``boot_transformers`` on a tiny random
-GPT-2 saved locally.
+placeholder, so reading it as a HookedTransformer would flip the sign of every ``W`` and ``P``
+map. The model view reads a bridge in compatibility mode where it keeps the real scale; these
+tests build real bridges with TransformerLens' own ``boot_transformers`` on a tiny random GPT-2
+saved locally, and check what is still refused.
 """
 
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -22,6 +24,8 @@ from tl_leadterms import (
     to_paper,
     token_maps,
 )
+from tl_leadterms.adapters.view.bridge import hf_score_divisor
+from tl_leadterms.checkpoints.bridge_boot import placeholder_tokenizer
 from tl_leadterms.checkpoints.tiny import save_tiny_model
 from tl_leadterms.plot import plot_attention
 
@@ -30,21 +34,35 @@ bridge_module = pytest.importorskip("transformer_lens.model_bridge")
 D_VOCAB, N_CTX = 40, 16
 
 
-@pytest.fixture(scope="module")
-def bridge(tmp_path_factory):
+def _boot(folder, compatible: bool):
     from transformers import AutoModelForCausalLM
 
-    folder = save_tiny_model(
-        "gpt2", tmp_path_factory.mktemp("gpt2"), d_vocab=D_VOCAB, n_layers=1, n_ctx=N_CTX
-    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hf = AutoModelForCausalLM.from_pretrained(folder)
         model = bridge_module.TransformerBridge.boot_transformers(
-            str(folder), hf_model=hf, device="cpu"
+            str(folder), hf_model=hf, device="cpu", tokenizer=placeholder_tokenizer(D_VOCAB)
         )
-        model.enable_compatibility_mode()
+        if compatible:
+            model.enable_compatibility_mode(disable_warnings=True)
     return model
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return save_tiny_model(
+        "gpt2", tmp_path_factory.mktemp("gpt2"), d_vocab=D_VOCAB, n_layers=1, n_ctx=N_CTX
+    )
+
+
+@pytest.fixture(scope="module")
+def bridge(folder):
+    return _boot(folder, compatible=True)
+
+
+@pytest.fixture(scope="module")
+def raw_bridge(folder):
+    return _boot(folder, compatible=False)
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +71,11 @@ def stats():
     return corpus_stats(torch.randint(0, D_VOCAB, (6, 9), generator=g), d_vocab=D_VOCAB)
 
 
-def test_the_bridge_really_has_the_placeholder_scale(bridge):
-    # the reason for the refusal, as TransformerLens stores it
+def test_the_bridge_has_the_placeholder_scale_and_the_maps_use_the_real_one(bridge):
+    # the reason a bridge must not be read as a HookedTransformer, as TransformerLens stores it
     assert bridge.cfg.attn_scale <= 0
+    d_head = bridge.cfg.d_model // bridge.cfg.n_heads
+    assert to_paper(bridge).metadata["attn_scale"] == pytest.approx([d_head**0.5])
 
 
 @pytest.mark.parametrize(
@@ -71,10 +91,16 @@ def test_the_bridge_really_has_the_placeholder_scale(bridge):
         pytest.param(lambda m, s, t: evaluate_loss(m, t), id="evaluate_loss"),
     ],
 )
-def test_every_entry_point_refuses_a_bridge(bridge, stats, call):
+def test_every_entry_point_refuses_a_bridge_outside_compatibility_mode(raw_bridge, stats, call):
     tokens = torch.randint(0, D_VOCAB, (2, 8))
-    with pytest.raises(LeadTermsError, match="TransformerBridge"):
-        call(bridge, stats, tokens)
+    with pytest.raises(LeadTermsError, match="enable_compatibility_mode"):
+        call(raw_bridge, stats, tokens)
+
+
+def test_an_attention_without_a_readable_scale_is_refused_by_architecture():
+    with pytest.raises(LeadTermsError, match="FooForCausalLM bridge: its attention"):
+        hf_score_divisor(SimpleNamespace(scaling=None), "FooForCausalLM")
+    assert hf_score_divisor(SimpleNamespace(scaling=0.25), "FooForCausalLM") == 4.0
 
 
 @pytest.mark.hooked
@@ -91,15 +117,11 @@ def test_a_non_positive_attn_scale_is_refused():
         to_paper(model)
 
 
-@pytest.mark.hooked
-def test_an_unknown_class_is_refused():
+def test_an_unknown_class_is_refused(bridge):
     class Lookalike(torch.nn.Module):
         def __init__(self, model):
             super().__init__()
             self.cfg, self.blocks = model.cfg, model.blocks
-            self.W_E, self.W_U = model.W_E, model.W_U
-
-    from tests.factories import random_attn_only
 
     with pytest.raises(LeadTermsError, match="got Lookalike"):
-        to_paper(Lookalike(random_attn_only(D_VOCAB, N_CTX, seed=0)))
+        to_paper(Lookalike(bridge))

@@ -38,6 +38,7 @@ from tl_leadterms.adapters.paper_weights import check_finite, paper_weights, une
 from tl_leadterms.adapters.rotary import check_token_weights, rotary_profile
 from tl_leadterms.adapters.sandwich import Sandwich
 from tl_leadterms.adapters.support import check_supported
+from tl_leadterms.adapters.view import ModelView
 from tl_leadterms.adapters.weights import LayerMaps, PaperWeights
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
@@ -53,71 +54,32 @@ NO_P_REASON = {
 }
 
 
-def _check_model(model: object) -> None:
-    check_supported(model, caller="to_paper")
-    missing = [name for name in ("cfg", "W_E", "W_U", "blocks") if not hasattr(model, name)]
-    if missing:
+def _check_model(model: object) -> ModelView:
+    view = check_supported(model, caller="to_paper")
+    if view.n_heads % view.n_kv_heads:
         raise LeadTermsError(
-            f"to_paper needs a transformer_lens HookedTransformer, got {type(model).__name__} "
-            f"without {', '.join(missing)}; load the model with HookedTransformer.from_pretrained "
-            "or tl_leadterms.models.paper_model"
+            f"n_key_value_heads={view.n_kv_heads} does not divide n_heads={view.n_heads}: each "
+            "key/value head must serve the same number of query heads"
         )
-    cfg = model.cfg
-    n_kv = getattr(cfg, "n_key_value_heads", None)
-    if n_kv is not None and (n_kv < 1 or cfg.n_heads % n_kv):
+    if view.attention_dir != "causal":
         raise LeadTermsError(
-            f"n_key_value_heads={n_kv} does not divide n_heads={cfg.n_heads}: each key/value head "
-            "must serve the same number of query heads"
+            f"attention_dir={view.attention_dir!r} is not supported: the paper's model is causal"
         )
-    if getattr(cfg, "attention_dir", "causal") != "causal":
+    if view.normalization not in NORMALIZATIONS:
         raise LeadTermsError(
-            f"attention_dir={cfg.attention_dir!r} is not supported: the paper's model is causal"
-        )
-    if getattr(cfg, "normalization_type", None) not in NORMALIZATIONS:
-        raise LeadTermsError(
-            f"normalization_type={cfg.normalization_type!r} is not supported; supported: "
+            f"normalization_type={view.normalization!r} is not supported; supported: "
             f"{NORMALIZATIONS}"
         )
-    for layer, block in enumerate(model.blocks):
-        attn = getattr(block, "attn", None)
-        lacking = [w for w in ("W_Q", "W_K", "W_V", "W_O") if not hasattr(attn, w)]
-        if lacking:
+    for layer in range(view.n_layers):
+        try:
+            for name in ("W_Q", "W_K", "W_V", "W_O"):
+                view.weight(layer, name)
+        except AttributeError as err:
             raise LeadTermsError(
-                f"blocks.{layer}.attn has no {', '.join(lacking)}: the adapter needs standard "
-                "multi-head attention weights W_Q, W_K, W_V, W_O"
-            )
-
-
-def _nonzero_biases(model: Any) -> list[str]:
-    names = []
-    for name, param in model.named_parameters():
-        leaf = name.rsplit(".", 1)[-1]
-        if (leaf.lstrip("_").startswith("b_") or leaf == "b") and bool((param != 0).any()):
-            names.append(name)
-    return names
-
-
-def _unmodelled(cfg: Any) -> list[str]:
-    """Configured computations that the maps leave out (they make the maps approximate)."""
-    found = []
-    if getattr(cfg, "use_qk_norm", False):
-        found.append("use_qk_norm (RMSNorm of each query and key)")
-    if (getattr(cfg, "attn_scores_soft_cap", -1.0) or -1.0) > 0:
-        found.append(f"attn_scores_soft_cap={cfg.attn_scores_soft_cap}")
-    if getattr(cfg, "clip_qkv", None) is not None:
-        found.append(f"clip_qkv={cfg.clip_qkv}")
-    if getattr(cfg, "post_embedding_ln", False):
-        found.append("post_embedding_ln (LayerNorm after W_E)")
-    if getattr(cfg, "use_normalization_before_and_after", False):
-        found.append("use_normalization_before_and_after (post-attention norms)")
-    return found
-
-
-def _attn_scale(cfg: Any, layer: int) -> float:
-    scale = float(cfg.attn_scale) if cfg.use_attn_scale else 1.0
-    if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
-        scale *= layer + 1
-    return scale
+                f"blocks.{layer}.attn has no {err.name or 'W_Q/W_K/W_V/W_O'}: the adapter needs "
+                "standard multi-head attention weights W_Q, W_K, W_V, W_O"
+            ) from err
+    return view
 
 
 def _offset_average(M: Float[Tensor, "n_heads n_ctx n_ctx"]) -> Float[Tensor, "n_heads n_ctx"]:
@@ -136,9 +98,9 @@ def _offset_average(M: Float[Tensor, "n_heads n_ctx n_ctx"]) -> Float[Tensor, "n
 class _Maps:
     """The per-layer map builders of a model with embeddings (one layer built per call)."""
 
-    def __init__(self, model: Any, folded: FoldedWeights, extended: Tensor | None, pi: Any):
-        self.model, self.cfg, self.folded = model, model.cfg, folded
-        self.W_E = model.W_E.detach()
+    def __init__(self, view: ModelView, folded: FoldedWeights, extended: Tensor | None, pi: Any):
+        self.view, self.folded = view, folded
+        self.W_E = view.W_E()
         self.extended = extended
         self.pi = pi  # float64 token frequencies, or None for uniform
         self.groups = torch.tensor(folded.kv_group, device=self.W_E.device)
@@ -155,37 +117,37 @@ class _Maps:
     @torch.no_grad()
     def value(self, layer: int) -> FactoredMatrix:
         E_V = self.inputs(layer) @ self.folded.reading(layer, "W_V")  # [kv heads, V, d_head]
-        W_O = self.model.blocks[layer].attn.W_O.detach()
+        W_O = self.view.weight(layer, "W_O")
         return FactoredMatrix(E_V[self.groups], W_O @ self.W_U)
 
     @torch.no_grad()
     def value_sandwich(self, layer: int) -> Sandwich:
         """``inputs · W_V^h · W_O^h · W_U`` with the key/value group of each query head."""
         W_V = self.folded.reading(layer, "W_V")[self.groups]
-        W_O = self.model.blocks[layer].attn.W_O.detach()
+        W_O = self.view.weight(layer, "W_O")
         return Sandwich(self.inputs(layer), W_V, W_O, self.W_U)
 
     @torch.no_grad()
     def query_key_sandwich(self, layer: int) -> Sandwich:
         """``inputs · W_Q^h · W_K^hᵀ / scale · inputsᵀ``."""
         E = self.inputs(layer)
-        W_Q = self.folded.reading(layer, "W_Q") / _attn_scale(self.cfg, layer)
+        W_Q = self.folded.reading(layer, "W_Q") / self.view.score_divisor(layer)
         W_K = self.folded.reading(layer, "W_K")[self.groups]
         return Sandwich(E, W_Q, W_K.transpose(-1, -2), E.T)
 
     @torch.no_grad()
     def query_key(self, layer: int) -> FactoredMatrix:
         E = self.inputs(layer)
-        A = E @ self.folded.reading(layer, "W_Q") / _attn_scale(self.cfg, layer)
+        A = E @ self.folded.reading(layer, "W_Q") / self.view.score_divisor(layer)
         E_K = E @ self.folded.reading(layer, "W_K")  # [kv heads, V, d_head]
         return FactoredMatrix(A, E_K[self.groups].transpose(-1, -2))
 
     @torch.no_grad()
     def learned_positional(self, layer: int) -> Float[Tensor, "n_heads n_ctx"]:
-        W_pos = self.model.W_pos.detach()
+        W_pos = self.view.W_pos()
         q = W_pos @ self.folded.reading(layer, "W_Q")
         k = (W_pos @ self.folded.reading(layer, "W_K"))[self.groups]
-        return _offset_average(q @ k.transpose(-1, -2) / _attn_scale(self.cfg, layer))
+        return _offset_average(q @ k.transpose(-1, -2) / self.view.score_divisor(layer))
 
     @torch.no_grad()
     def mean_vector(self, layer: int, name: str) -> Float[Tensor, "heads d_head"]:
@@ -199,20 +161,21 @@ class _Maps:
     def rotary_positional(self, layer: int) -> Float[Tensor, "n_heads n_ctx"]:
         q_mean = self.mean_vector(layer, "W_Q")
         k_mean = self.mean_vector(layer, "W_K")[self.groups]
-        attn = self.model.blocks[layer].attn
-        return rotary_profile(attn, q_mean, k_mean, self.cfg.n_ctx, _attn_scale(self.cfg, layer))
+        scale = self.view.score_divisor(layer)
+        return rotary_profile(self.view, layer, q_mean, k_mean, self.view.n_ctx, scale)
 
 
 def _positional(maps: _Maps) -> tuple[LayerMaps | None, str | None, str | None]:
     """``(P, P_error, P_kind)`` for the model's positional embedding type."""
-    cfg = maps.cfg
-    pos_type = cfg.positional_embedding_type
+    view = maps.view
+    pos_type = view.positional_type
     if pos_type == "standard":
         kind = "[n_heads, n_ctx] offset averages of learned positions"
-        return LayerMaps("P", cfg.n_layers, maps.learned_positional, kind), None, "learned"
+        return LayerMaps("P", view.n_layers, maps.learned_positional, kind), None, "learned"
     if pos_type == "rotary":
         kind = "[n_heads, n_ctx] rotary mean-field profiles"
-        return LayerMaps("P", cfg.n_layers, maps.rotary_positional, kind), None, "rotary_mean_field"
+        P = LayerMaps("P", view.n_layers, maps.rotary_positional, kind)
+        return P, None, "rotary_mean_field"
     reason = NO_P_REASON.get(pos_type, "it has neither learned nor rotary positions")
     error = (
         f"P is not defined for positional_embedding_type={pos_type!r}: {reason}, so there is no "
@@ -222,14 +185,14 @@ def _positional(maps: _Maps) -> tuple[LayerMaps | None, str | None, str | None]:
     return None, error, None
 
 
-def _check_weights(model: Any, folded: FoldedWeights) -> None:
-    used = {"W_E": model.W_E, "W_U": model.W_U}
-    if model.cfg.positional_embedding_type == "standard":
-        used["W_pos"] = model.W_pos
-    for layer in range(model.cfg.n_layers):
+def _check_weights(view: ModelView, folded: FoldedWeights) -> None:
+    used = {"W_E": view.W_E(), "W_U": view.W_U()}
+    if view.positional_type == "standard":
+        used["W_pos"] = view.W_pos()
+    for layer in range(view.n_layers):
         used.update(folded.parameters_used(layer))
     if folded.scale_ln:
-        used["ln_final.w"] = model.ln_final.w
+        used["ln_final.w"] = view.norm_gain(None)
     check_finite(used)
 
 
@@ -259,63 +222,66 @@ def _ln_metadata(norm: str | None, fold_ln: bool, folded: FoldedWeights) -> dict
     }
 
 
-def _embedded_weights(model: Any, fold_ln: bool, pi: Any, input_map: str) -> PaperWeights:
-    cfg = model.cfg
-    folded = FoldedWeights(model, fold_ln)
-    _check_weights(model, folded)
-    extended = None
-    if input_map == "extended":
-        extended = extended_embedding(model)
-        check_finite({"the extended embedding (residual after block 0)": extended})
-    maps = _Maps(model, folded, extended, pi)
-    P, P_error, P_kind = _positional(maps)
-    architecture = "attn_only" if cfg.attn_only else "full"
-    exact = cfg.attn_only and cfg.normalization_type is None and extended is None
-    metadata = {
-        "model_name": cfg.model_name,
-        "original_architecture": getattr(cfg, "original_architecture", None),
-        "architecture": architecture,
-        "normalization_type": cfg.normalization_type,
-        "positional_embedding_type": cfg.positional_embedding_type,
-        **_ln_metadata(cfg.normalization_type, fold_ln, folded),
+def _weights_metadata(view: ModelView, fold_ln: bool, folded: FoldedWeights, W_U: Tensor,
+                      extended: Tensor | None) -> dict[str, Any]:  # fmt: skip
+    norm = view.normalization
+    return {
+        "model_name": view.model_name,
+        "original_architecture": view.architecture,
+        "architecture": "attn_only" if view.attn_only else "full",
+        "view": view.kind,
+        "loading": view.loading,
+        "normalization_type": norm,
+        "positional_embedding_type": view.positional_type,
+        **_ln_metadata(norm, fold_ln, folded),
         # center_unembed: zero mean over the vocabulary, like the theory targets' rows
-        "unembed_centred": unembed_centred(maps.W_U),
-        "biases_ignored": _nonzero_biases(model),
-        "unmodelled": _unmodelled(cfg),
-        "attn_scale": [_attn_scale(cfg, layer) for layer in range(cfg.n_layers)],
+        "unembed_centred": unembed_centred(W_U),
+        "biases_ignored": view.nonzero_biases(),
+        "unmodelled": view.unmodelled(),
+        "attn_scale": [view.score_divisor(layer) for layer in range(view.n_layers)],
         "scores_divided_by_attn_scale": True,
         "V_kind": "value_output",
-        "n_key_value_heads": getattr(cfg, "n_key_value_heads", None) or cfg.n_heads,
+        "n_key_value_heads": view.n_kv_heads,
         "kv_group": list(folded.kv_group),
-        "P_kind": P_kind,
         "token_weights": None,
-        "input_map": input_map,
         "input_map_by_layer": [
-            "W_E" if extended is None or layer == 0 else "extended" for layer in range(cfg.n_layers)
+            "W_E" if extended is None or layer == 0 else "extended"
+            for layer in range(view.n_layers)
         ],
     }
+
+
+def _embedded_weights(view: ModelView, fold_ln: bool, pi: Any, input_map: str) -> PaperWeights:
+    folded = FoldedWeights(view, fold_ln)
+    _check_weights(view, folded)
+    extended = None
+    if input_map == "extended":
+        extended = extended_embedding(view)
+        check_finite({"the extended embedding (residual after block 0)": extended})
+    maps = _Maps(view, folded, extended, pi)
+    P, P_error, P_kind = _positional(maps)
+    exact = view.attn_only and view.normalization is None and extended is None
+    metadata = _weights_metadata(view, fold_ln, folded, maps.W_U, extended)
+    metadata.update(P_kind=P_kind, input_map=input_map)
     if P_kind == "rotary_mean_field":
         metadata["token_weights"] = "uniform" if pi is None else "given"
         metadata["rotary"] = {
-            "rotary_dim": cfg.rotary_dim,
-            "rotary_base": cfg.rotary_base,
-            "rotary_adjacent_pairs": bool(getattr(cfg, "rotary_adjacent_pairs", False)),
+            **view.rotary_facts(),
             "biases_included": "b_Q, b_K (and the folded LayerNorm bias)",
         }
+    n_layers = view.n_layers
     return PaperWeights(
         W_O=maps.direct(),
-        V=LayerMaps(
-            "V", cfg.n_layers, maps.value, "[n_heads, V, V] FactoredMatrix (E W_V W_O W_U)"
-        ),
-        W=LayerMaps("W", cfg.n_layers, maps.query_key, "[n_heads, V, V] FactoredMatrix"),
+        V=LayerMaps("V", n_layers, maps.value, "[n_heads, V, V] FactoredMatrix (E W_V W_O W_U)"),
+        W=LayerMaps("W", n_layers, maps.query_key, "[n_heads, V, V] FactoredMatrix"),
         P=P,
         P_error=P_error,
         V_kind="value_output",
-        n_layers=cfg.n_layers,
-        n_heads=cfg.n_heads,
-        d_vocab=cfg.d_vocab,
-        n_ctx=cfg.n_ctx,
-        architecture=architecture,
+        n_layers=n_layers,
+        n_heads=view.n_heads,
+        d_vocab=view.d_vocab,
+        n_ctx=view.n_ctx,
+        architecture=metadata["architecture"],
         exact=bool(exact),
         metadata=metadata,
         kv_group=folded.kv_group,
@@ -333,10 +299,10 @@ def to_paper(
     """A model's weights in the paper's notation: ``W_O``, ``V[l]``, ``W[l]``, ``P[l]``.
 
     Args:
-        model: a :class:`~transformer_lens.HookedTransformer`: the paper model, an
-            attention-only model, or a full model (GPT-2, Pythia, Llama-style with grouped-query
-            attention, ...), causal. MLPs are not part of the maps (attention paths only) unless
-            ``input_map="extended"``.
+        model: a :class:`~transformer_lens.HookedTransformer` (the paper model, an
+            attention-only model, or a full model: GPT-2, Pythia, Llama-style with grouped-query
+            attention, ...) or a TransformerBridge in compatibility mode, causal. MLPs are not
+            part of the maps (attention paths only) unless ``input_map="extended"``.
         fold_ln: fold unfolded LayerNorm / RMSNorm (``normalization_type`` ``"LN"``/``"RMS"``)
             into the maps on the fly, as ``HookedTransformer.process_weights_(fold_ln=True)``
             would: ``ln1.w`` scales the rows of ``W_Q, W_K, W_V``, ``ln_final.w`` those of
@@ -378,12 +344,12 @@ def to_paper(
         >>> pw.layer_map("V", 0).shape, pw.P[0].shape, pw.V_kind
         (torch.Size([8, 8]), torch.Size([1, 5]), 'value')
     """
-    _check_model(model)
+    view = _check_model(model)
     if not isinstance(fold_ln, bool):
         raise LeadTermsError(f"fold_ln must be True or False, got {fold_ln!r}")
     if input_map not in INPUT_MAPS:
         raise LeadTermsError(f"input_map must be one of {INPUT_MAPS}, got {input_map!r}")
-    pi = check_token_weights(token_weights, model.cfg.d_vocab)
+    pi = check_token_weights(token_weights, view.d_vocab)
     if isinstance(model, PaperModel):
         if input_map != "embed":
             raise LeadTermsError(
@@ -391,4 +357,4 @@ def to_paper(
                 "one-hot tokens directly (use input_map='embed')"
             )
         return paper_weights(model)
-    return _embedded_weights(model, fold_ln, pi, input_map)
+    return _embedded_weights(view, fold_ln, pi, input_map)

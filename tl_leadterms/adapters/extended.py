@@ -20,6 +20,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from tl_leadterms.adapters.view import model_view
 from tl_leadterms.errors import LeadTermsError, positive_int
 
 __all__ = ["extended_embedding"]
@@ -30,7 +31,7 @@ def extended_embedding(model: Any, *, batch_size: int = 1024) -> Float[Tensor, "
     """Every token's residual stream after block 0 of the model, on a length-1 input.
 
     Args:
-        model: a HookedTransformer with at least one block.
+        model: a HookedTransformer or TransformerBridge (or its view) with at least one block.
         batch_size: tokens per forward pass.
 
     Example:
@@ -46,12 +47,13 @@ def extended_embedding(model: Any, *, batch_size: int = 1024) -> Float[Tensor, "
         True
     """
     positive_int("batch_size", batch_size)
-    if model.cfg.n_layers < 1:
+    view = model_view(model, caller="extended_embedding")
+    if view.n_layers < 1:
         raise LeadTermsError("the extended embedding needs a model with at least one block")
-    device = model.W_E.device
+    device = view.device
     parts = []
-    for start in range(0, model.cfg.d_vocab, batch_size):
-        stop = min(start + batch_size, model.cfg.d_vocab)
+    for start in range(0, view.d_vocab, batch_size):
+        stop = min(start + batch_size, view.d_vocab)
         tokens = torch.arange(start, stop, device=device)[:, None]
-        parts.append(model(tokens, stop_at_layer=1)[:, 0])
+        parts.append(view.run(tokens, stop_at_layer=1)[:, 0])
     return torch.cat(parts)

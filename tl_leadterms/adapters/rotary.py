@@ -16,7 +16,7 @@ mean-field profile. It is not the full positional effect: the content-position i
 LayerNorm's ``1/σ``, QK-norm, soft-capping, and length-dependent rescaling (dynamic NTK, log-n
 query scaling beyond the training length). The rotation itself follows the model's own settings
 (``rotary_dim``, ``rotary_base`` / ``rotary_base_local``, ``rotary_adjacent_pairs``, NTK-by-parts,
-YaRN and linear scaling) through the attention module's ``calculate_sin_cos_rotary``.
+YaRN and linear scaling) through the model's own tables (the view's ``rotary_tables``).
 """
 
 from typing import Any
@@ -59,14 +59,6 @@ def check_token_weights(token_weights: Any, d_vocab: int) -> Float[Tensor, " d_v
     return w / w.sum()
 
 
-def _rotary_base(attn: Any) -> float:
-    cfg = attn.cfg
-    local = getattr(cfg, "rotary_base_local", None)
-    if local is not None and getattr(attn, "attn_type", "global") == "local":
-        return float(local)
-    return float(cfg.rotary_base)
-
-
 def _rotate(
     x: Float[Tensor, "heads d_head"], cos: Tensor, sin: Tensor, adjacent: bool
 ) -> Float[Tensor, "n_ctx heads d_head"]:
@@ -85,16 +77,19 @@ def _rotate(
 
 @torch.no_grad()
 def rotary_profile(
-    attn: Any,
+    view: Any,
+    layer: int,
     q_mean: Float[Tensor, "n_heads d_head"],
     k_mean: Float[Tensor, "n_heads d_head"],
     n_ctx: int,
     attn_scale: float,
 ) -> Float[Tensor, "n_heads n_ctx"]:
-    """``P[h, d] = (R_d q̄_h)·(R_0 k̄_h) / attn_scale`` with the rotary tables of ``attn``.
+    """``P[h, d] = (R_d q̄_h)·(R_0 k̄_h) / attn_scale`` with the rotary tables of ``layer``.
 
     Args:
-        attn: a TransformerLens attention module with rotary positions.
+        view: the model's view (:func:`tl_leadterms.adapters.view.model_view`); its
+            ``rotary_tables`` are the model's own.
+        layer: the layer whose tables to use (local and global layers may differ).
         q_mean, k_mean: mean query and key vector per query head (keys already mapped to the
             query heads' groups).
         n_ctx: number of offsets.
@@ -102,10 +97,8 @@ def rotary_profile(
 
     Computed in float64; returned in ``q_mean``'s dtype.
     """
-    sin, cos = attn.calculate_sin_cos_rotary(
-        attn.cfg.rotary_dim, n_ctx, base=_rotary_base(attn), dtype=torch.float64
-    )
-    adjacent = bool(getattr(attn.cfg, "rotary_adjacent_pairs", False))
+    sin, cos, adjacent = view.rotary_tables(layer, n_ctx)
+    sin, cos = sin.to(q_mean.device), cos.to(q_mean.device)
     q = _rotate(q_mean.to(torch.float64), cos, sin, adjacent)  # [n_ctx, heads, d_head]
     k0 = _rotate(k_mean.to(torch.float64), cos[:1], sin[:1], adjacent)[0]
     return (torch.einsum("dhe,he->hd", q, k0) / attn_scale).to(q_mean.dtype)

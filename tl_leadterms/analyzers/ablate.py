@@ -56,13 +56,13 @@ class AblationTable:
 @torch.no_grad()
 def evaluate_loss(model: Any, tokens: Any, *, batch_size: int = 64) -> float:
     """Mean next-token cross-entropy of ``model`` over all positions of ``tokens`` [N, T+1]."""
-    check_supported(model, caller="evaluate_loss")
+    view = check_supported(model, caller="evaluate_loss")
     positive_int("batch_size", batch_size)
-    tokens = check_windows(tokens, model.cfg.d_vocab, model.cfg.n_ctx).to(model.cfg.device)
+    tokens = check_windows(tokens, view.d_vocab, view.n_ctx).to(view.device)
     total, count = 0.0, 0
     for start in range(0, tokens.shape[0], batch_size):
         part = tokens[start : start + batch_size]
-        logits = model(part[:, :-1])
+        logits = view.run(part[:, :-1])
         total += float(
             F.cross_entropy(logits.flatten(0, 1), part[:, 1:].flatten(), reduction="sum")
         )

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from transformer_lens import head_detector
 
+from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.analyzers.attention import attention_agreement
 from tl_leadterms.analyzers.bootstrap import BootstrapSpec
 from tl_leadterms.analyzers.decompose import decompose
@@ -66,16 +67,19 @@ class HeadAtlas:
 def detector_scores(model: Any, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
     """TransformerLens's detector scores per head, ``[n_layers, n_heads]`` each, averaged over
     the sequences of ``tokens`` (see the module docstring)."""
-    cfg = model.cfg
-    out = {name: torch.zeros(cfg.n_layers, cfg.n_heads, dtype=torch.float64) for name in DETECTORS}
+    view = check_supported(model, caller="detector_scores")
+    layers = list(range(view.n_layers))
+    out = {
+        name: torch.zeros(view.n_layers, view.n_heads, dtype=torch.float64) for name in DETECTORS
+    }
     for seq in tokens:
         seq = seq[None]
-        _, cache = model.run_with_cache(seq.to(cfg.device), remove_batch_dim=True)
+        patterns = view.patterns(seq, layers)
         for name in DETECTORS:
             pattern = getattr(head_detector, f"get_{name}_head_detection_pattern")(seq.cpu())
-            for layer in range(cfg.n_layers):
-                attn = cache["pattern", layer].detach().cpu()
-                for h in range(cfg.n_heads):
+            for layer in layers:
+                attn = patterns[layer][0].detach().cpu()
+                for h in range(view.n_heads):
                     out[name][layer, h] += head_detector.compute_head_attention_similarity_score(
                         attn[h], pattern.to(attn.dtype), exclude_bos=False,
                         exclude_current_token=False, error_measure="mul",
@@ -120,7 +124,8 @@ def head_atlas(
     value = {(r["layer"], r["head"]): r for r in d.rows if r["weight"] != "W"}
     agreement, detectors = {}, None
     if tokens is not None:
-        tokens = check_tokens(tokens, model.cfg.d_vocab, min_len=2)
+        tokens = check_tokens(tokens, check_supported(model, caller="head_atlas").d_vocab,
+                              min_len=2)  # fmt: skip
         agree = attention_agreement(model, stats, tokens, lr=lr, steps=steps, s_lr=s_lr,
                                     progress=False)  # fmt: skip
         agreement = {(r["layer"], r["head"]): r for r in agree.rows}

@@ -10,15 +10,16 @@ with a model's ``hook_pattern`` per layer and head.
 """
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache
-from transformer_lens.utilities import get_act_name
 
 from tl_leadterms.adapters.support import check_supported
+from tl_leadterms.adapters.view import ModelView
 from tl_leadterms.analyzers.attention_fit import LayerScores, score_layer, score_ranks
 from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
 from tl_leadterms.checks import (
@@ -34,6 +35,9 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
+
+# patterns by hook name: TransformerLens' ActivationCache, or a plain dict of them
+Cache = ActivationCache | Mapping[str, Tensor]
 
 __all__ = [
     "AttentionAgreement",
@@ -194,16 +198,12 @@ class AttentionAgreement:
 
 
 def _patterns(
-    model: Any, tokens: Tensor, layers: list[int], cache: ActivationCache | None
+    view: ModelView, tokens: Tensor, layers: list[int], cache: Cache | None
 ) -> dict[int, Tensor]:
     """``hook_pattern`` of each layer: from ``cache`` when it has them, else one model run."""
-    names = {layer: get_act_name("pattern", layer) for layer in layers}
     if cache is None:
-        device = next(model.parameters()).device
-        wanted = set(names.values())
-        _, cache = model.run_with_cache(
-            tokens.to(device), names_filter=lambda n: n in wanted, stop_at_layer=max(layers) + 1
-        )
+        return {layer: p.cpu() for layer, p in view.patterns(tokens, layers).items()}
+    names = {layer: view.hook_name("pattern", layer) for layer in layers}
     out = {}
     for layer, name in names.items():
         if name not in cache:
@@ -231,7 +231,7 @@ def attention_agreement(
     steps: int | None = None,
     s_lr: float | None = None,
     layers: Layers = None,
-    cache: ActivationCache | None = None,
+    cache: Cache | None = None,
     progress: bool = True,
     null: int | NullSpec | None = None,
 ) -> AttentionAgreement:
@@ -243,14 +243,15 @@ def attention_agreement(
     own score scale).
 
     Args:
-        model: any HookedTransformer over the statistics' vocabulary.
+        model: any HookedTransformer or TransformerBridge (compatibility mode) over the
+            statistics' vocabulary.
         stats: corpus statistics.
         tokens: ``[batch, pos]`` input token ids (``pos ≤ stats.n_ctx``).
         lr, steps, s_lr: the training run, if known (the paper model).
         layers: which layers (default all).
-        cache: an ``ActivationCache`` of the model on ``tokens`` holding ``hook_pattern`` of
-            these layers (TransformerLens' ``run_with_cache``); the model is run only without
-            one.
+        cache: an ``ActivationCache`` (TransformerLens' ``run_with_cache``), or a dict by hook
+            name, of the model on ``tokens`` holding ``hook_pattern`` of these layers; the
+            model is run only without one.
         progress: show a tqdm bar over layers.
         null: ``R`` or a :class:`~tl_leadterms.analyzers.null.NullSpec`: the permutation null
             of ``rank_correlation`` (columns ``score`` = the rank correlation, ``null_mean``,
@@ -259,13 +260,13 @@ def attention_agreement(
             predicted scores again and ranks them once for every head; the model's patterns
             and their ranks are reused. (``NullSpec.reference`` is not used here.)
     """
-    check_supported(model, caller="attention_agreement")
+    view = check_supported(model, caller="attention_agreement")
     tokens = _check_stats_tokens(stats, tokens)
-    check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
+    check_vocab(stats, d_vocab=view.d_vocab, tokenizer=view.tokenizer)
     check_bool("progress", progress)
     fixed = attention_scale(lr, steps, s_lr, None)
-    chosen = check_layers(layers, model.cfg.n_layers)
-    patterns = _patterns(model, tokens, chosen, cache)
+    chosen = check_layers(layers, view.n_layers)
+    patterns = _patterns(view, tokens, chosen, cache)
     spec = NullSpec.of(null)
     scores = predicted_scores(stats, tokens).to(torch.float64).cpu()
     ranks = score_ranks(scores)  # the same for every layer

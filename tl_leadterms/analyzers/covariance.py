@@ -25,6 +25,8 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor
 
+from tl_leadterms.adapters.support import check_supported
+from tl_leadterms.adapters.view import ModelView
 from tl_leadterms.analyzers.bootstrap import (
     BootstrapSpec,
     add_interval,
@@ -67,9 +69,9 @@ Protocol = Literal["theorem", "paper-code"]
 PROTOCOLS: tuple[str, ...] = get_args(Protocol)
 
 
-def _check(model: Any, stats: Any, normalize: Any, value_map: Any, dtype: Any):
+def _check(view: ModelView, stats: Any, normalize: Any, value_map: Any, dtype: Any):
     check_stats(stats)
-    check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
+    check_vocab(stats, d_vocab=view.d_vocab, tokenizer=view.tokenizer)
     check_choice("normalize", normalize, NORMALIZE)
     check_choice("value_map", value_map, VALUE_MAPS)
     if dtype not in (torch.float32, torch.float64):
@@ -196,9 +198,10 @@ def covariance_similarity(
         1.0
     """
     stats, boot = resolve_bootstrap(stats, ci, bootstrap)
-    _check(model, stats, normalize, value_map, dtype)
+    view = check_supported(model, caller="covariance_similarity")
+    _check(view, stats, normalize, value_map, dtype)
     _check_protocol(protocol, stats)
-    layers = check_layers(layers, model.cfg.n_layers)
+    layers = check_layers(layers, view.n_layers)
     check_bool("per_head", per_head)
     device = _resolve_device(model, device)
     ids = stats.kept.cpu() if stats.kept is not None else torch.arange(stats.d_vocab)
@@ -210,8 +213,8 @@ def covariance_similarity(
     perms = None if spec is None else permutations(ids.numel(), spec.permutations, spec.seed)
     rows: list[dict[str, Any]] = []
     for layer in progress_bar(layers, desc="covariance similarity", disable=not progress):
-        rows += _layer_rows(model, maps, layer, theory, normalize, value_map, per_head, perms)
-    metadata = _metadata(model, stats, layers, ids, theory, normalize, value_map, per_head)
+        rows += _layer_rows(view, maps, layer, theory, normalize, value_map, per_head, perms)
+    metadata = _metadata(view, stats, layers, ids, theory, normalize, value_map, per_head)
     if spec is not None and spec.reference is not None:
         ref = covariance_similarity(
             spec.reference_model(model), stats, layers=layers, per_head=per_head,
@@ -224,16 +227,16 @@ def covariance_similarity(
     if spec is not None:
         metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
     if boot is not None:
-        factors = [_factors(model, maps, layer, theory, normalize, value_map, per_head)
+        factors = [_factors(view, maps, layer, theory, normalize, value_map, per_head)
                    for layer in layers]  # fmt: skip
         add_interval(rows, bootstrap_scores(factors, boot, protocol, device, dtype), boot, "value")
         metadata["ci"] = boot.metadata()
     return CovarianceSimilarity(rows, metadata)
 
 
-def _factors(model, maps, layer, theory, normalize, value_map, per_head):
+def _factors(view, maps, layer, theory, normalize, value_map, per_head):
     """A layer's prepared factors in row order: attention (layer, heads), value_post/attn."""
-    E_pre, W_Q, W_K, values = _layer_inputs(model, maps, layer, theory, value_map)
+    E_pre, W_Q, W_K, values = _layer_inputs(view, maps, layer, theory, value_map)
     both = normalize == "both"
     return attention_factors(E_pre, W_Q, W_K, both, per_head), value_factors(values, both)
 
@@ -258,11 +261,13 @@ def _resolve_device(model: Any, device: object) -> torch.device:
         raise LeadTermsError(f"device must be a torch device or its name, got {device!r}") from err
 
 
-def _layer_inputs(model, maps: TokenMaps, layer: int, theory: Theory, value_map):
-    """``E_pre``, ``W_Q``, ``W_K`` and the two value maps of a layer, checked finite."""
+def _layer_inputs(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, value_map):
+    """``E_pre``, ``W_Q``, ``W_K`` (one per query head) and the two value maps of a layer,
+    checked finite."""
     device, dtype = theory.device, theory.dtype
-    W_Q = _finite(f"W_Q of layer {layer}", model.W_Q[layer].detach().to(device, dtype))
-    W_K = _finite(f"W_K of layer {layer}", model.W_K[layer].detach().to(device, dtype))
+    W_Q = _finite(f"W_Q of layer {layer}", view.weight(layer, "W_Q").to(device, dtype))
+    W_K = view.weight(layer, "W_K")[torch.tensor(view.kv_group, device=view.device)]
+    W_K = _finite(f"W_K of layer {layer}", W_K.to(device, dtype))
 
     def get(name: str) -> Tensor:
         return _finite(
@@ -276,11 +281,11 @@ def _layer_inputs(model, maps: TokenMaps, layer: int, theory: Theory, value_map)
     return E_pre, W_Q, W_K, values
 
 
-def _layer_rows(model, maps: TokenMaps, layer: int, theory: Theory, normalize, value_map,
+def _layer_rows(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, normalize, value_map,
                 per_head: bool, perms: Tensor | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """The scores of one layer: attention (and per head), value_post, value_attn."""
     dtype = theory.dtype
-    E_pre, W_Q, W_K, values = _layer_inputs(model, maps, layer, theory, value_map)
+    E_pre, W_Q, W_K, values = _layer_inputs(view, maps, layer, theory, value_map)
     both = normalize == "both"
     att = attention_scores(
         E_pre, W_Q, W_K, theory.attention, theory.attention_terms, both, per_head, dtype
@@ -309,9 +314,8 @@ def _layer_rows(model, maps: TokenMaps, layer: int, theory: Theory, normalize, v
     return rows
 
 
-def _metadata(model, stats, layers, ids, theory: Theory, normalize, value_map, per_head):
-    cfg = model.cfg
-    norm_type = cfg.normalization_type
+def _metadata(view, stats, layers, ids, theory: Theory, normalize, value_map, per_head):
+    norm_type = view.normalization
     return {
         "normalize": normalize,
         "value_map": value_map,
@@ -322,10 +326,12 @@ def _metadata(model, stats, layers, ids, theory: Theory, normalize, value_map, p
         "d_vocab": stats.d_vocab,
         "restricted": stats.kept is not None,
         "theory": {"attention": theory.attention_name, "value": "Phi_bar^T B_bar^T"},
-        "model_name": getattr(cfg, "model_name", None),
+        "model_name": view.model_name,
         "normalization_type": norm_type,
         "fold_ln": norm_type in ("LNPre", "RMSPre"),
-        "positional_embedding_type": getattr(cfg, "positional_embedding_type", None),
+        "positional_embedding_type": view.positional_type,
+        "view": view.kind,
+        "loading": view.loading,
         "stats": {
             "n_ctx": stats.n_ctx,
             "n_sequences": stats.n_sequences,

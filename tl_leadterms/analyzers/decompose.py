@@ -8,6 +8,7 @@ import torch
 from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters import PaperWeights, factored, to_paper
+from tl_leadterms.adapters.view import model_view
 from tl_leadterms.analyzers.bootstrap import (
     Bootstrap,
     BootstrapSpec,
@@ -47,7 +48,9 @@ def paper_weights(model: Any, stats: Any) -> PaperWeights:
     """
     stats = check_stats(stats)
     pw = model if isinstance(model, PaperWeights) else to_paper(model)
-    check_vocab(stats, d_vocab=pw.d_vocab, tokenizer=getattr(model, "tokenizer", None))
+    view = None if isinstance(model, PaperWeights) else model_view(model, caller="decompose")
+    tokenizer = None if view is None else view.tokenizer
+    check_vocab(stats, d_vocab=pw.d_vocab, tokenizer=tokenizer)
     return pw
 
 

@@ -12,15 +12,16 @@ Every token id is fed to the model alone, as a length-1 sequence without BOS, an
 statistics; compute them once with :func:`token_maps` and pass ``maps=`` to sweep settings.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens.utilities import get_act_name
 
 from tl_leadterms.adapters.support import check_supported
+from tl_leadterms.adapters.view import model_view
 from tl_leadterms.checks import Layers, check_layers, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
@@ -119,8 +120,7 @@ def check_token_ids(token_ids: object, d_vocab: int) -> Int[Tensor, " n"]:
 
 def model_device(model: Any, device: object) -> torch.device:
     """The device the model's weights live on; ``device``, when given, must be that one."""
-    param = next(iter(model.parameters()), None)
-    here = param.device if param is not None else torch.device(model.cfg.device)
+    here = model_view(model, caller="model_device").device
     if device is None:
         return here
     try:
@@ -153,7 +153,7 @@ def token_maps(
     by ``batch_size``; the maps are gathered on ``output_device`` (the CPU by default).
 
     Args:
-        model: a HookedTransformer (or anything with its ``cfg``, hooks and ``run_with_hooks``).
+        model: a HookedTransformer or a TransformerBridge in compatibility mode.
         token_ids: ids in row order, e.g. ``stats.kept``; default: every id in ``range(d_vocab)``.
         layers: layers to collect (default: all).
         batch_size: tokens per forward pass.
@@ -171,46 +171,44 @@ def token_maps(
         >>> maps.resid_pre.shape, maps.resid_pre[0, 1].argmax().item()  # one-hot embedding
         (torch.Size([2, 2, 8]), 5)
     """
-    check_supported(model, caller="token_maps")
-    cfg = model.cfg
-    ids = check_token_ids(token_ids, cfg.d_vocab)
-    layers = check_layers(layers, cfg.n_layers)
+    view = check_supported(model, caller="token_maps")
+    ids = check_token_ids(token_ids, view.d_vocab)
+    layers = check_layers(layers, view.n_layers)
     batch_size = positive_int("batch_size", batch_size)
-    device = model_device(model, device)
+    device = model_device(view, device)
     try:
         out_device = torch.device(output_device)
     except (TypeError, RuntimeError) as err:
         raise LeadTermsError(
             f"output_device must be a torch device, got {output_device!r}"
         ) from err
-    shape = (len(layers), ids.numel(), cfg.d_model)
-    dtype = cfg.dtype
+    shape = (len(layers), ids.numel(), view.d_model)
+    dtype = view.dtype
     out = {name: torch.empty(shape, dtype=dtype, device=out_device) for name in MAPS}
-    where: dict[str, tuple[str, int]] = {}
-    for i, layer in enumerate(layers):
-        where[get_act_name("resid_pre", layer)] = ("pre", i)
-        where[get_act_name("resid_post", layer)] = ("post", i)
-        where[get_act_name("attn_out", layer)] = ("attn", i)
     rows = slice(0, 0)
 
-    def store(act: Tensor, hook) -> None:
-        name, i = where[hook.name]
-        out[name][i, rows] = act[:, 0].to(out_device, dtype)
+    def store(name: str, i: int) -> Callable[[Tensor], None]:
+        # keyed by the hook registered, never by hook.name (a bridge's is the canonical one)
+        def write(act: Tensor) -> None:
+            out[name][i, rows] = act[:, 0].to(out_device, dtype)
 
-    hooks = [(name, store) for name in where]
+        return write
+
+    hooks = {}
+    for i, layer in enumerate(layers):
+        for kind, name in (("resid_pre", "pre"), ("resid_post", "post"), ("attn_out", "attn")):
+            hooks[view.hook_name(kind, layer)] = store(name, i)
     bar = progress_bar(range(0, ids.numel(), batch_size), desc="token maps", disable=not progress)
     for start in bar:
         rows = slice(start, min(start + batch_size, ids.numel()))
         batch = ids[rows].to(device)[:, None]
-        model.run_with_hooks(
-            batch, return_type=None, fwd_hooks=hooks, stop_at_layer=max(layers) + 1
-        )
+        view.run_with_hooks(batch, hooks, stop_at_layer=max(layers) + 1)
     out["attn"] += out["pre"]  # E_attn = resid_pre + attn_out
     metadata = {
-        "model_name": getattr(cfg, "model_name", None),
-        "d_vocab": cfg.d_vocab,
-        "d_model": cfg.d_model,
-        "normalization_type": cfg.normalization_type,
-        "positional_embedding_type": getattr(cfg, "positional_embedding_type", None),
+        "model_name": view.model_name,
+        "d_vocab": view.d_vocab,
+        "d_model": view.d_model,
+        "normalization_type": view.normalization,
+        "positional_embedding_type": view.positional_type,
     }
     return TokenMaps(ids, layers, out["pre"], out["post"], out["attn"], metadata)

@@ -18,6 +18,13 @@ from typing import Any
 
 import torch
 
+from tl_leadterms.checkpoints.bridge_boot import (
+    boot_bridge,
+    check_bridge,
+    hub_checkpoint,
+    placeholder_tokenizer,
+    processing_record,
+)  # fmt: skip
 from tl_leadterms.checkpoints.configs import DERIVED
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.jsontext import parse_json
@@ -234,8 +241,25 @@ def _load_folder(folder: Path, device: str, dtype: torch.dtype, processing: dict
             f"({type(err).__name__}: {str(err)[:300]}); check config.json against the weights"
         ) from err
     model.eval()
+    model.tl_leadterms_loading = processing_record(processing, model)
     # nn.Module.to: HookedTransformer.to would print a 'Moving model' line
     return torch.nn.Module.to(model, device)
+
+
+def _load_folder_bridge(folder: Path, device: str, dtype, processing: dict[str, bool]):
+    """A local folder as a TransformerBridge in compatibility mode (routed by config.json)."""
+    _, architecture = _read_config(folder)
+    hf_model = _hf_model(folder, dtype)
+    tokenizer = _tokenizer(folder) or placeholder_tokenizer(hf_model.config.vocab_size)
+    try:
+        bridge = boot_bridge(str(folder), hf_model, tokenizer, device, dtype, processing)
+    except (RuntimeError, ValueError, KeyError, AssertionError, AttributeError) as err:
+        raise LeadTermsError(
+            f"TransformerLens' bridge could not wrap the {architecture} model in "
+            f"{str(folder)!r} ({type(err).__name__}: {str(err)[:300]})"
+        ) from err
+    bridge.cfg.model_name = folder.name
+    return bridge
 
 
 def _series_checkpoint(folder: Path, checkpoint: object) -> Path:
@@ -256,19 +280,27 @@ def _series_checkpoint(folder: Path, checkpoint: object) -> Path:
     )
 
 
-def _load_hub(name: str, checkpoint: int | None, device: str, dtype, processing: dict[str, bool]):
-    from transformer_lens import HookedTransformer
-
+def _load_hub(
+    name: str, hub: dict[str, int | None], device: str, dtype, processing: dict[str, bool],
+    bridge: bool,
+):  # fmt: skip
     try:
+        if bridge:
+            return boot_bridge(name, None, None, device, dtype, processing, **hub)
+        from transformer_lens import HookedTransformer
+
         with quiet_transformers(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", _DEPRECATED, DeprecationWarning)
-            return HookedTransformer.from_pretrained(
-                name, checkpoint_value=checkpoint, device=device, dtype=dtype, **processing
+            model = HookedTransformer.from_pretrained(
+                name, device=device, dtype=dtype, **hub, **processing
             )
+        model.tl_leadterms_loading = processing_record(processing, model)
+        return model
     except Exception as err:  # network, hub and name errors come in many types
         lines = str(err).strip().splitlines()
+        loader = "TransformerBridge.boot_transformers" if bridge else "from_pretrained"
         raise LeadTermsError(
-            f"cannot load model {name!r} with HookedTransformer.from_pretrained "
+            f"cannot load model {name!r} with {loader} "
             f"({type(err).__name__}: {lines[0][:200] if lines else ''}); offline "
             "(HF_HUB_OFFLINE=1) only cached models load: pass a local checkpoint folder instead"
         ) from err
@@ -288,8 +320,10 @@ def load_model(
     fold_ln: bool = True,
     center_writing_weights: bool = True,
     center_unembed: bool = True,
+    checkpoint_index: int | None = None,
+    bridge: bool | None = None,
 ):
-    """Load a checkpoint as a HookedTransformer, its weights converted by TransformerLens.
+    """Load a checkpoint as a HookedTransformer (TL 3.x) or a TransformerBridge (TL 4.x).
 
     ``path_or_name`` is one of:
 
@@ -300,8 +334,18 @@ def load_model(
     - a series folder (:func:`~tl_leadterms.checkpoints.series.train_neox_series`) with
       ``checkpoint=step``;
     - an official TransformerLens name such as ``"pythia-160m"`` (with ``checkpoint`` its
-      ``checkpoint_value``), through ``HookedTransformer.from_pretrained``: online, or offline
-      from the cache.
+      ``checkpoint_value``, or ``checkpoint_index``), through
+      ``HookedTransformer.from_pretrained`` or ``TransformerBridge.boot_transformers``: online,
+      or offline from the cache.
+
+    Under TransformerLens 4.x (no ``HookedTransformer``) the model is a ``TransformerBridge``
+    booted from the Hugging Face model (``boot_transformers(folder, hf_model=...,
+    tokenizer=...)``, routed by config.json) and put in compatibility mode with the same
+    processing (``enable_compatibility_mode(fold_ln=..., ...)``); a folder without a tokenizer
+    gets a stand-in one (the analyses see none). ``bridge=True`` asks for a bridge under TL 3.9
+    too. The processing applied is recorded in ``model.tl_leadterms_loading`` (``fold_ln``,
+    ``center_writing_weights``, ``center_unembed``, ``model_class``, ``compatibility_mode``,
+    ``transformer_lens_version``), which ``to_paper`` copies into its metadata.
 
     ``center_unembed`` shifts every position's logits by a constant, so compare log-softmax
     outputs with the Hugging Face model's (raw logits match when it is False).
@@ -313,9 +357,13 @@ def load_model(
         dtype: parameter dtype (default float32).
         fold_ln, center_writing_weights, center_unembed: TransformerLens weight processing,
             as in ``HookedTransformer.from_pretrained``.
+        checkpoint_index: a hub model's checkpoint by index (instead of ``checkpoint``).
+        bridge: load a TransformerBridge (default: exactly when TransformerLens has no
+            HookedTransformer, i.e. 4.x).
 
     Returns:
-        A ``HookedTransformer`` in eval mode, with the folder's tokenizer when it has one.
+        A ``HookedTransformer`` or ``TransformerBridge`` in eval mode, with the folder's
+        tokenizer when it has one.
 
     Example:
         >>> import tempfile, torch
@@ -333,6 +381,7 @@ def load_model(
         center_writing_weights=center_writing_weights,
         center_unembed=center_unembed,
     )
+    bridge = check_bridge(bridge)
     processing = {
         "fold_ln": fold_ln,
         "center_writing_weights": center_writing_weights,
@@ -349,22 +398,27 @@ def load_model(
             f"path_or_name must be a folder or a model name, got {type(path_or_name).__name__}"
         )
     path = Path(path_or_name).expanduser()
+    load_folder = _load_folder_bridge if bridge else _load_folder
     if path.is_dir():
+        if checkpoint_index is not None:
+            raise LeadTermsError(
+                "checkpoint_index selects a hub model's checkpoint; for a local series folder "
+                "pass checkpoint=step"
+            )
         if checkpoint is not None:
-            return _load_folder(_series_checkpoint(path, checkpoint), device, dtype, processing)
+            return load_folder(_series_checkpoint(path, checkpoint), device, dtype, processing)
         if not (path / "config.json").is_file() and any(path.glob("*/config.json")):
             steps = [step for _, step, _ in load_series(path)]
             raise LeadTermsError(
                 f"{str(path)!r} is a series folder; pick a checkpoint with checkpoint=step, "
                 f"one of {steps}"
             )
-        return _load_folder(path, device, dtype, processing)
+        return load_folder(path, device, dtype, processing)
     if path.exists() or not isinstance(path_or_name, str) or _looks_like_path(path_or_name):
         raise LeadTermsError(
             f"no checkpoint folder at {str(path_or_name)!r}; pass a folder written by "
             "save_pretrained, a series folder with checkpoint=step, or a TransformerLens model "
             "name such as pythia-70m"
         )
-    if checkpoint is not None and (isinstance(checkpoint, bool) or not isinstance(checkpoint, int)):
-        raise LeadTermsError(f"checkpoint must be an int step, got {checkpoint!r}")
-    return _load_hub(path_or_name, checkpoint, device, dtype, processing)
+    hub = hub_checkpoint(checkpoint, checkpoint_index)
+    return _load_hub(path_or_name, hub, device, dtype, processing, bridge)

@@ -212,13 +212,19 @@ def _check_rows(rows: Any, analysis: str, label: str) -> list[dict[str, Any]]:
 
 def analyse(model, stats: Any, chosen: list[Analysis], label: str) -> list[dict[str, Any]]:
     """The rows of every analysis on one model (``stats``: a CorpusStats or a BlockStats)."""
+    from tl_leadterms.adapters.view import model_view
     from tl_leadterms.checks import check_vocab
 
     full = full_stats(stats)
+    try:
+        view = model_view(model, caller="sweep")
+        d_vocab, tokenizer = view.d_vocab, view.tokenizer
+    except LeadTermsError:  # a custom analysis may take any model; it checks its own input
+        d_vocab, tokenizer = None, getattr(model, "tokenizer", None)
     check_vocab(
         full,
-        d_vocab=getattr(getattr(model, "cfg", None), "d_vocab", None),
-        tokenizer=getattr(model, "tokenizer", None),
+        d_vocab=d_vocab,
+        tokenizer=tokenizer,
         what=f"checkpoint {label!r}",
     )
     rows = []

@@ -10,16 +10,18 @@ __all__ = ["add_parser", "cmd_decompose"]
 
 
 def cmd_decompose(args: argparse.Namespace) -> int:
+    from tl_leadterms.adapters.view import model_view
     from tl_leadterms.analyzers.decompose import decompose
     from tl_leadterms.checks import check_vocab
 
     check_output(args.output, "-o")
     stats = read_stats(args.stats)  # first: the cheaper file to find missing
     model = open_model(args.checkpoint, args.device)
+    view = model_view(model, caller="tl-leadterms decompose")
     check_vocab(
         stats,
-        d_vocab=model.cfg.d_vocab,
-        tokenizer=getattr(model, "tokenizer", None),
+        d_vocab=view.d_vocab,
+        tokenizer=view.tokenizer,
         what=f"checkpoint {args.checkpoint!r}",
     )
     d = decompose(

@@ -32,7 +32,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
     model = open_model(args.model, args.device) if args.model else None
     if tokenizer is None and model is not None:
-        tokenizer = getattr(model, "tokenizer", None)
+        from tl_leadterms.adapters.view import model_view
+
+        tokenizer = model_view(model, caller="tl-leadterms report").tokenizer
     needed = statistics_needed(model=model is not None, words=bool(args.words))
     stats = read_stats(args.stats, tokenizer, only=needed)  # only the tables it shows
     sweep_table = _read_sweep(args.sweep_results) if args.sweep_results else None

@@ -63,7 +63,7 @@ def plot_attention(
 ) -> View:
     """Attention heads on one sequence, next to the leading-term prediction and their agreement.
 
-    The model runs once (``run_with_cache`` on ``hook_pattern``); the same cache serves
+    The model runs once (hooks on ``hook_pattern``); the same patterns serve
     :func:`~tl_leadterms.attention_agreement` (rank correlation and JS divergence of every head
     with the prediction, printed beside each view) and the scale fit. The prediction is
     :func:`~tl_leadterms.predict_attention` scaled by the training run when given (``lr`` and
@@ -91,8 +91,6 @@ def plot_attention(
         :func:`~tl_leadterms.attention_agreement`), ``actual`` and ``predicted`` (per layer,
         ``[heads, q, k]`` and ``[q, k]``).
     """
-    from transformer_lens.utilities import get_act_name
-
     from tl_leadterms.analyzers.attention import (
         attention_agreement,
         attention_scale,
@@ -100,24 +98,22 @@ def plot_attention(
     )
 
     stats = check_stats(stats)
-    check_supported(model, caller="plot_attention")
-    cfg = model.cfg
-    tokenizer = _pick_tokenizer(tokenizer, getattr(model, "tokenizer", None), stats.tokenizer)
-    check_vocab(stats, d_vocab=cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
+    view = check_supported(model, caller="plot_attention")
+    tokenizer = _pick_tokenizer(tokenizer, view.tokenizer, stats.tokenizer)
+    check_vocab(stats, d_vocab=view.d_vocab, tokenizer=view.tokenizer)
     schedule = Schedule.of(lr, steps, s_lr)
     fixed = attention_scale(lr, steps, s_lr, None)
-    ids = _token_list(tokens, tokenizer)[: min(stats.n_ctx, cfg.n_ctx)]
+    ids = _token_list(tokens, tokenizer)[: min(stats.n_ctx, view.n_ctx)]
     bad = [i for i in ids if not 0 <= i < stats.d_vocab]
     if bad:
         raise LeadTermsError(f"token id {bad[0]} is outside [0, d_vocab={stats.d_vocab})")
-    chosen = check_layers(layers, cfg.n_layers)
-    wanted = _check_heads(heads, chosen, cfg.n_heads)
+    chosen = check_layers(layers, view.n_layers)
+    wanted = _check_heads(heads, chosen, view.n_heads)
     if isinstance(wanted, list):
         chosen = sorted({int(label[1:].split("H")[0]) for label in wanted})
     batch = torch.tensor([ids])
-    names = {get_act_name("pattern", layer) for layer in chosen}
-    device = next(model.parameters()).device
-    _, cache = model.run_with_cache(batch.to(device), names_filter=lambda n: n in names)
+    patterns = view.patterns(batch, chosen)
+    cache = {view.hook_name("pattern", layer): p for layer, p in patterns.items()}
     agreement = attention_agreement(model, stats, batch, layers=chosen, cache=cache, lr=lr,
                                     steps=steps, s_lr=s_lr, progress=False).rows  # fmt: skip
     scale = {
@@ -140,7 +136,7 @@ def plot_attention(
     scored = {r["label"]: r for r in agreement}
     parts: list[Any] = []
     for layer in chosen:
-        actual = cache[get_act_name("pattern", layer)][0].to(torch.float64).cpu()
+        actual = patterns[layer][0].to(torch.float64).cpu()
         predicted = predict_attention(stats, batch, scale=scale[layer])[0].cpu()
         data["actual"][layer], data["predicted"][layer] = actual, predicted
         note = f"{how}; c = {scale[layer]:.4g}"

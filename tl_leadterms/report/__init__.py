@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tl_leadterms.adapters.view import model_view
 from tl_leadterms.atomic import write_text
 from tl_leadterms.checks import check_bool, check_stats, check_steps
 from tl_leadterms.errors import LeadTermsError, check_choice
@@ -154,7 +155,9 @@ def report(
     if attention_step is not None:
         check_steps(attention_step, "attention_step")
     if tokenizer is None:
-        tokenizer = stats.tokenizer or getattr(model, "tokenizer", None)
+        tokenizer = stats.tokenizer or (
+            model_view(model, caller="report").tokenizer if model is not None else None
+        )
     title = title or "tl_leadterms report"
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     atlas_body = sections.atlas(atlas_html, head_atlas)  # checks the argument before any work

@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
+from tl_leadterms.adapters.view import model_view
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.report.markup import esc, kv_table, note, num
 from tl_leadterms.report.tables import decompose_table, heatmaps
@@ -37,10 +38,6 @@ SCORING_MEANINGS = {
     "ppmi": "positive pointwise mutual information of the statistic's positive part read as "
     "co-occurrence weights, max(0, log(M_ij·S / (r_i·c_j))): frequency-corrected",
 }
-_MODEL_KEYS = (
-    "model_name", "original_architecture", "n_layers", "n_heads", "d_model", "d_head", "d_mlp",
-    "d_vocab", "n_ctx", "attn_only", "act_fn", "normalization_type", "positional_embedding_type",
-)  # fmt: skip
 
 
 def provenance(stats, tokenizer, model, weights_meta, lr, steps, date) -> str:
@@ -66,8 +63,9 @@ def provenance(stats, tokenizer, model, weights_meta, lr, steps, date) -> str:
         "<h3>Model</h3>",
     ]
     if model is not None and hasattr(model, "cfg"):
-        cfg = [(k, getattr(model.cfg, k)) for k in _MODEL_KEYS if hasattr(model.cfg, k)]
-        parts.append(kv_table(cfg, "provenance model"))
+        facts = model_view(model, caller="report").config_facts()
+        parts.append(kv_table([(k, v) for k, v in facts.items() if v is not None],
+                              "provenance model"))  # fmt: skip
     elif weights_meta is None:
         parts.append(note("No model given: the decompose table and attention views are left out."))
     if weights_meta:
@@ -249,7 +247,8 @@ def attention(model, stats, text, tokenizer, lr, steps, heads, fragment, *,
         lr_view, steps_view, step = None, None, later_step
     else:
         lr_view, steps_view, step = lr, steps, steps
-    n_heads = shown_model.cfg.n_layers * shown_model.cfg.n_heads
+    shown_view = model_view(shown_model, caller="report")
+    n_heads = shown_view.n_layers * shown_view.n_heads
     if heads is None and n_heads > ATTENTION_VIEWS:
         heads = ATTENTION_VIEWS
     view = plot_attention(shown_model, stats, text, tokenizer=tokenizer, lr=lr_view,

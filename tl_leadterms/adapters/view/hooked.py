@@ -1,0 +1,106 @@
+"""The view of a TransformerLens ``HookedTransformer`` (TL 3.x) and of the paper model.
+
+TransformerLens stores a grouped-query model's keys and values grouped in ``_W_K``/``_W_V``
+(``W_K``/``W_V`` repeat them per query head), keeps the score divisor in ``cfg.attn_scale``
+(times ``layer + 1`` under ``scale_attn_by_inverse_layer_idx``) and computes rotary tables with
+each attention module's ``calculate_sin_cos_rotary``.
+"""
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from tl_leadterms.adapters.view.base import ModelView
+
+__all__ = ["HookedView"]
+
+
+class HookedView(ModelView):
+    """A :class:`~tl_leadterms.adapters.view.base.ModelView` of a HookedTransformer."""
+
+    kind = "hooked"
+
+    def score_divisor(self, layer: int) -> float:
+        cfg = self.model.cfg
+        scale = float(cfg.attn_scale) if cfg.use_attn_scale else 1.0
+        if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+            scale *= layer + 1
+        return scale
+
+    def W_E(self) -> Tensor:
+        return self.model.W_E.detach()
+
+    def W_pos(self) -> Tensor:
+        return self.model.W_pos.detach()
+
+    def _attn(self, layer: int) -> Any:
+        return self.model.blocks[layer].attn
+
+    def weight(self, layer: int, name: str) -> Tensor:
+        attn = self._attn(layer)
+        if self.grouped and name in ("W_K", "W_V"):
+            # GroupedQueryAttention's W_K/W_V properties repeat the groups; read the stored ones
+            return getattr(attn, "_" + name).detach()
+        return getattr(attn, name).detach()
+
+    def bias(self, layer: int, name: str) -> Tensor:
+        attn = self._attn(layer)
+        if self.grouped and name in ("b_K", "b_V"):
+            return getattr(attn, "_" + name).detach()
+        return getattr(attn, name).detach()
+
+    def norm_gain(self, layer: int | None) -> Tensor | None:
+        if self.normalization not in ("LN", "RMS"):
+            return None
+        ln = self.model.ln_final if layer is None else self.model.blocks[layer].ln1
+        return ln.w.detach()
+
+    def norm_bias(self, layer: int) -> Tensor | None:
+        if self.normalization != "LN":
+            return None
+        return self.model.blocks[layer].ln1.b.detach()
+
+    def _rotary_base(self, layer: int) -> float:
+        cfg = self.model.cfg
+        local = getattr(cfg, "rotary_base_local", None)
+        if local is not None and getattr(self._attn(layer), "attn_type", "global") == "local":
+            return float(local)
+        return float(cfg.rotary_base)
+
+    def rotary_tables(self, layer: int, n_ctx: int) -> tuple[Tensor, Tensor, bool]:
+        attn = self._attn(layer)
+        sin, cos = attn.calculate_sin_cos_rotary(
+            self.model.cfg.rotary_dim, n_ctx, base=self._rotary_base(layer), dtype=torch.float64
+        )
+        return sin, cos, bool(getattr(self.model.cfg, "rotary_adjacent_pairs", False))
+
+    def rotary_facts(self) -> dict[str, Any]:
+        cfg = self.model.cfg
+        return {
+            "rotary_dim": cfg.rotary_dim,
+            "rotary_base": cfg.rotary_base,
+            "rotary_adjacent_pairs": bool(getattr(cfg, "rotary_adjacent_pairs", False)),
+        }
+
+    def unmodelled(self) -> list[str]:
+        cfg = self.model.cfg
+        found = []
+        if getattr(cfg, "use_qk_norm", False):
+            found.append("use_qk_norm (RMSNorm of each query and key)")
+        if (getattr(cfg, "attn_scores_soft_cap", -1.0) or -1.0) > 0:
+            found.append(f"attn_scores_soft_cap={cfg.attn_scores_soft_cap}")
+        if getattr(cfg, "clip_qkv", None) is not None:
+            found.append(f"clip_qkv={cfg.clip_qkv}")
+        if getattr(cfg, "post_embedding_ln", False):
+            found.append("post_embedding_ln (LayerNorm after W_E)")
+        if getattr(cfg, "use_normalization_before_and_after", False):
+            found.append("use_normalization_before_and_after (post-attention norms)")
+        return found
+
+    def named_weights(self) -> list[tuple[str, Tensor]]:
+        # grouped keys and values are stored as _W_K, _b_K, ...: name them as a bridge does
+        return [
+            (name.replace("._W_", ".W_").replace("._b_", ".b_"), p.detach())
+            for name, p in self.model.named_parameters()
+        ]
