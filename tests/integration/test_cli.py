@@ -160,7 +160,6 @@ def test_stats_from_token_arrays_and_a_dataset_folder(series, tmp_path, capsys):
     assert "no text column 'text'" in capsys.readouterr().err
 
 
-@pytest.mark.hooked  # loads checkpoints with load_model
 def test_decompose_text_json_csv(series, tmp_path, capsys):
     ckpt, stats = str(series["dir"] / "step2"), str(series["stats"])
     capsys.readouterr()
@@ -180,7 +179,6 @@ def test_decompose_text_json_csv(series, tmp_path, capsys):
     assert lines[0].startswith("weight,layer,head,label") and len(lines) == 1 + 1 + 3
 
 
-@pytest.mark.hooked  # loads checkpoints with load_model
 def test_sweep_resumes_and_writes_a_table(series, tmp_path, capsys):
     from tl_leadterms.checkpoints.series import load_series
 
@@ -229,7 +227,6 @@ def test_sweep_null_columns_printed_and_written(series, tmp_path, capsys):
     assert "needs statistics kept per block" in capsys.readouterr().err
 
 
-@pytest.mark.hooked  # loads checkpoints with load_model
 def test_report_from_the_command_line(series, tmp_path, capsys):
     out = tmp_path / "report.html"
     args = ["report", str(series["stats"]), "--model", str(series["dir"] / "step2"), "-o", str(out)]
@@ -246,7 +243,6 @@ def test_report_from_the_command_line(series, tmp_path, capsys):
     assert main(["report", str(series["stats"]), "-o", str(out), "--quiet"]) == 0  # stats only
 
 
-@pytest.mark.hooked  # loads checkpoints with load_model
 def test_errors_exit_2_with_a_message(tmp_path, capsys):
     def fails(argv, message):
         assert main(argv) == 2
@@ -293,7 +289,6 @@ def test_unwritable_output_and_unknown_word_exit_2(tmp_path, capsys):
     assert "not in the tokenizer's vocabulary" in capsys.readouterr().err
 
 
-@pytest.mark.hooked  # loads checkpoints with load_model
 def test_block_statistics_give_sweep_intervals(series, tmp_path, capsys):
     import pandas as pd
 
@@ -326,7 +321,6 @@ def test_block_statistics_give_sweep_intervals(series, tmp_path, capsys):
     assert "add --ci" in capsys.readouterr().err
 
 
-@pytest.mark.hooked  # loads checkpoints with load_model
 def test_block_files_read_as_the_whole_corpus(series, tmp_path, capsys):
     import pandas as pd
 

@@ -14,7 +14,6 @@ import pytest
 from tl_leadterms import LeadTermsError, corpus_stats
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.hooked  # every sweep loads its checkpoints with load_model
 
 
 @pytest.fixture(scope="module")

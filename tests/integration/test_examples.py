@@ -52,7 +52,6 @@ def test_reproduce_paper_small_preset(tmp_path):
     assert output > max(value) > min(value) > max(attention)
 
 
-@pytest.mark.hooked  # loads a checkpoint series with load_model
 def test_pythia_protocol_small_preset(tmp_path):
     """The whole protocol on a tiny GPT-NeoX series: tables per score, resumable."""
     script = ROOT / "examples" / "pythia_protocol.py"

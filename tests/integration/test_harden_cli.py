@@ -93,7 +93,6 @@ def test_top_refuses_a_tokenizer_larger_than_the_statistics(corpus, tmp_path, ca
 
 
 # -- 5. bad inputs: one line, exit 2 -------------------------------------------------------------
-@pytest.mark.hooked  # loads checkpoints with load_model
 def test_bad_inputs_end_in_one_line_and_exit_2(corpus, tmp_path, capsys):
     stats = str(corpus["stats"])
     torch.save({"ids": torch.zeros(2, 3, dtype=torch.long)}, tmp_path / "dict.pt")
@@ -150,7 +149,6 @@ def _cli(*args: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=ROOT, env=env, text=True, **kwargs)
 
 
-@pytest.mark.hooked  # loads checkpoints with load_model
 def test_closed_stdout_pipe_keeps_the_table_on_disk(corpus, tmp_path):
     table = tmp_path / "t.csv"
     folders = [str(f) for f in corpus["folders"]]
@@ -184,7 +182,6 @@ def test_ctrl_c_exits_130_in_one_line_without_temporaries(tmp_path):
 
 
 # -- 3. sweeps: fingerprints, the lock with two processes and SIGKILL ---------------------------
-@pytest.mark.hooked  # loads checkpoints with load_model
 def test_a_replaced_checkpoint_is_recomputed_and_the_user_told(corpus, tmp_path):
     from tl_leadterms.checkpoints.sweep import sweep
     from tl_leadterms.checkpoints.tiny import save_tiny_model
@@ -206,7 +203,6 @@ def test_a_replaced_checkpoint_is_recomputed_and_the_user_told(corpus, tmp_path)
     assert step1(again) == step1(fresh) != step1(first)
 
 
-@pytest.mark.hooked  # loads checkpoints with load_model
 def test_a_second_writer_is_refused_and_a_killed_one_leaves_no_lock(corpus, tmp_path, capsys):
     results = tmp_path / "r.jsonl"
     holder = textwrap.dedent(f"""

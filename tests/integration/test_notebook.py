@@ -18,7 +18,6 @@ def test_notebook_has_no_stored_outputs():
     assert code and all(not c.outputs and c.execution_count is None for c in code)
 
 
-@pytest.mark.hooked  # its last cells load a tiny GPT-NeoX with load_model
 def test_quickstart_notebook_executes(tmp_path):
     pytest.importorskip("ipykernel")
     nb = nbformat.read(NOTEBOOK, as_version=4)

@@ -18,8 +18,6 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats import corpus_stats
 from tl_leadterms.stats.blocks import block_stats
 
-pytestmark = pytest.mark.hooked  # the sweeps load their checkpoints with load_model
-
 STEPS = [0, 1, 2, 4, 8, 16]
 N_LAYERS = 2
 
