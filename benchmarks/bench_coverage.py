@@ -1,4 +1,4 @@
-"""Coverage of the bootstrap intervals against a known truth (seeded): benchmarks/results/coverage.json.
+"""Coverage of the bootstrap intervals against a known truth (seeded) -> results/coverage.json.
 
 A Markov chain over 8 tokens generates the windows (T = 8). The truth of a score is the cosine of
 a fixed model with its leading term computed from 100,000 windows of the chain; the estimate is
@@ -19,17 +19,21 @@ committed); rerunning skips them. Run it niced: ``nice python benchmarks/bench_c
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
+
+# tiny kernels: one numba thread (12x faster here than a thread pool's start-up per call)
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tl_leadterms import block_stats, corpus_stats, paper_model, train  # noqa: E402
+from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train  # noqa: E402
 from tl_leadterms.analyzers.bootstrap import (  # noqa: E402
     DEFAULT_METHOD,
     METHODS,
@@ -79,24 +83,39 @@ def models() -> dict:
     return out
 
 
-def scores(trained: dict, stats) -> torch.Tensor:
-    """``[models, 4]``: the cosine of W_O, V, W, P of each model with its leading term."""
-    return torch.tensor([list(leading_cosines(m, stats).values()) for m in trained.values()],
-                        dtype=torch.float64)  # fmt: skip
+def dense_maps(trained: dict) -> torch.Tensor:
+    """``[models, 4]`` lists of each model's W_O, V, W (``[k, k]``) and P (``[T]``), dense."""
+    out = []
+    for model in trained.values():
+        pw = to_paper(model)
+        out.append([pw.W_O.detach()] + [pw.layer_map(w, 0).detach() for w in ("V", "W", "P")])
+    return out
 
 
-def repetition(trained: dict, size: int, rep: int) -> dict:
+def scores(maps: list, stats) -> torch.Tensor:
+    """``[models, 4]``: the cosine of W_O, V, W, P of each model with its leading term
+    (``B̄``, ``Φ̄ᵀB̄ᵀ``, ``Q̄``, ``Δ``), written out plainly."""
+    targets = (stats.B_bar, stats.B_bar_Phi_bar.T, stats.Q_bar, stats.Delta)
+    out = torch.empty(len(maps), 4, dtype=torch.float64)
+    for m, weights in enumerate(maps):
+        for w, (M, target) in enumerate(zip(weights, targets, strict=True)):
+            M, target = M.double().flatten(), target.double().flatten()
+            out[m, w] = (M @ target) / (M.norm() * target.norm())
+    return out
+
+
+def repetition(maps: list, size: int, rep: int) -> dict:
     """One sample of ``size`` windows: its scores, exact and first-order resample scores."""
     sample = chain(transition(0), size, 100_000 + 1000 * size + rep)
     blocks = block_stats(sample, K, blocks=BLOCKS, progress=False)
-    out = {"estimate": scores(trained, blocks.full())}
+    out = {"estimate": scores(maps, blocks.full())}
     for key, exact, method in (("exact", True, "bca"), ("first_order", False, "percentile")):
         boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=rep, method=method,
                                                     exact=exact))  # fmt: skip
         start, seconds, draws = time.perf_counter(), 0.0, []
         for stats in boot.resamples():
             seconds -= time.perf_counter()
-            draws.append(scores(trained, stats))
+            draws.append(scores(maps, stats))
             seconds += time.perf_counter()
         out[key] = torch.stack(draws)  # [R (+ B), models, 4]
         out[f"{key}_resample_s"] = (time.perf_counter() - start - seconds) / len(draws)
@@ -105,13 +124,18 @@ def repetition(trained: dict, size: int, rep: int) -> dict:
 
 def run(reps: int, cache: Path) -> tuple[dict, dict]:
     trained = models()
+    maps = dense_maps(trained)
     population = corpus_stats(chain(transition(0), POPULATION, 1), K, progress=False)
-    truth = scores(trained, population)
+    truth = scores(maps, population)
+    library = torch.tensor(
+        [list(leading_cosines(m, population).values()) for m in trained.values()]
+    )
+    assert torch.allclose(truth, library.double(), atol=1e-12), (truth, library)
     done = torch.load(cache) if cache.exists() else {}
     for size in SIZES:
         for rep in range(reps):
             if (size, rep) not in done:
-                done[(size, rep)] = repetition(trained, size, rep)
+                done[(size, rep)] = repetition(maps, size, rep)
                 with atomic_path(cache) as tmp:
                     torch.save(done, tmp)
                 print(f"  {size} windows, repetition {rep + 1}/{reps}", flush=True)
@@ -121,8 +145,8 @@ def run(reps: int, cache: Path) -> tuple[dict, dict]:
 def _cell(truth: float, estimates, draws_list, jack_list, level: float, method: str) -> dict:
     covered, widths, contains, zero = 0, [], 0, 0
     for est, draws, jack in zip(estimates, draws_list, jack_list, strict=True):
-        lo, hi, mid = (float(x[0]) for x in interval(draws[:, None], level, method,
-                                                      torch.tensor([est]), jack[:, None]))  # fmt: skip
+        found = interval(draws[:, None], level, method, torch.tensor([est]), jack[:, None])
+        lo, hi, mid = (float(x[0]) for x in found)
         covered += lo <= truth <= hi
         widths.append(hi - lo)
         contains += lo <= mid <= hi
@@ -196,7 +220,10 @@ def main() -> None:
     cache = RESULTS / "coverage_draws.pt"
     start = time.perf_counter()
     truth, done = run(args.reps, cache)
-    print("truth [W_O, V, W, P]:", {n: [round(x, 4) for x in t] for n, t in zip(MODELS, truth.tolist(), strict=True)})
+    print(
+        "truth [W_O, V, W, P]:",
+        {n: [round(x, 4) for x in t] for n, t in zip(MODELS, truth.tolist(), strict=True)},
+    )
     result = summarize(truth, done, args.reps)
     timing = {size: [done[(size, r)] for r in range(args.reps)] for size in SIZES}
     result["resample_seconds"] = {
@@ -210,8 +237,10 @@ def main() -> None:
                        "seconds": time.perf_counter() - start}  # fmt: skip
     write_text(args.out, json.dumps(result, indent=1, default=list) + "\n")
     for key, w in result["worst"].items():
-        print(f"{key:28} worst shortfall {w['largest_shortfall']:+.3f} at {w['at']}; "
-              f"{w['cells_within_5_points']}/{w['cells']} cells within 5 points")
+        print(
+            f"{key:28} worst shortfall {w['largest_shortfall']:+.3f} at {w['at']}; "
+            f"{w['cells_within_5_points']}/{w['cells']} cells within 5 points"
+        )
 
 
 if __name__ == "__main__":

@@ -70,6 +70,8 @@ __all__ = [
     "Bootstrap",
     "BootstrapSpec",
     "add_interval",
+    "ci_cell",
+    "ci_header",
     "interval",
     "resolve_bootstrap",
 ]
@@ -250,3 +252,20 @@ def add_interval(rows: list[dict], draws: Tensor, boot: Bootstrap, key: str) -> 
     lo, hi, mid = interval(resampled, boot.level, boot.spec.method, estimate, jackknife)
     for row, a, b, c in zip(rows, lo.tolist(), hi.tolist(), mid.tolist(), strict=True):
         row.update({"lo": a, "hi": b, "corrected": c, "ci_level": boot.level})
+
+
+def ci_header(rows: list[dict]) -> str:
+    """The column title of :func:`ci_cell`, e.g. ``bias-corr. [95% CI]``."""
+    level = next((r["ci_level"] for r in rows if "ci_level" in r), None)
+    return "bias-corr. " + (f"[{level:.0%} CI]" if level is not None else "[CI]")
+
+
+def _num6(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-".rjust(9)
+    return f"{value:9.6f}"
+
+
+def ci_cell(row: dict) -> str:
+    """``corrected [lo, hi]`` of a row with an interval (32 characters)."""
+    return f"{_num6(row.get('corrected'))} [{_num6(row.get('lo'))}, {_num6(row.get('hi'))}]"

@@ -9,22 +9,23 @@ blocks (``B`` blocks drawn with replacement), without reading the corpus again:
   drawn blocks with multiplicity (Φ̄ is the window-weighted mean of the blocks' Φ̄), and Ḡ is
   recomputed from them;
 * **pass two is exact** too: the blocks keep their windows, and a resample's Q̄ and Δ come from
-  pass two rerun over the drawn blocks with the resample's OWN Ḡ (once per distinct block; a
+  pass two rerun over the drawn blocks with the resample's OWN Ḡ (each distinct block once; a
   block drawn ``m`` times weighs ``m``), so a resample costs about 0.63 of a pass two over
-  the corpus (the expected share of distinct blocks in a draw).  ``resample(..., exact=False)`` (and block files written before the windows
-  were kept) use the first-order shortcut instead: the window-weighted mean of the blocks' Q̄
-  and Δ computed with the FULL-corpus Ḡ, which keeps the windows' variability but drops the
-  propagation of the resample's own Ḡ into Q̄.  On 120 windows of a 10-token chain in 6 blocks
-  the shortcut is off by 16% of ‖Q̄‖ on average (43% at most) while a resample moves the
-  exact Q̄ by 21% (``tests/unit/test_blocks.py``); the cost and the effect on intervals are
-  measured in ``benchmarks/bench_coverage.py``.
+  the corpus (the expected share of distinct blocks in a draw). ``resample(..., exact=False)``
+  (and block files written before the windows were kept) use the first-order shortcut: the
+  window-weighted mean of the blocks' Q̄ and Δ computed with the FULL-corpus Ḡ, which keeps
+  the windows' variability but drops the propagation of the resample's own Ḡ into Q̄. On 120
+  windows of a 10-token chain in 6 blocks the shortcut is off by 16% of ‖Q̄‖ on average (43%
+  at most) while a resample moves the exact Q̄ by 21% (``tests/unit/test_blocks.py``); the
+  cost and the effect on intervals are measured in ``benchmarks/bench_coverage.py``.
 
 Saved with :meth:`BlockStats.save` as one ``.safetensors`` file: each block's tables under
 ``block{b}/`` (``pair_codes``, ``pair_counts``, ``unigram_counts``, ``Phi_bar``, ``Q_bar``,
-``Delta`` and, from format version 2, its ``windows``), the full-corpus ``G_bar``, the kept ids, and a header with the block bounds, the
-metadata, the vocabulary hash and the SHA-256 of every tensor and of the header, verified by
-:meth:`BlockStats.load` as :func:`~tl_leadterms.stats.io.load_stats` verifies plain files
-(format ``tl_leadterms.BlockStats``; each loader names the other for a file of the other kind).
+``Delta`` and, from format version 2, its ``windows``), the full-corpus ``G_bar``, the kept
+ids, and a header with the block bounds, the metadata, the vocabulary hash and the SHA-256
+of every tensor and of the header, verified by :meth:`BlockStats.load` as
+:func:`~tl_leadterms.stats.io.load_stats` verifies plain files (format
+``tl_leadterms.BlockStats``; each loader names the other for a file of the other kind).
 
 Memory: every block keeps a ``[k, k]`` Φ̄ and Q̄, so ``2·B·k²`` numbers, and its windows (one
 integer per token); use a restricted vocabulary (``vocab=``) for large tokenizers.
@@ -157,9 +158,11 @@ class BlockStats:
                                  share, n)  # fmt: skip
         if G_bar is None:
             G_bar = composed_from_counts(counts, self.vocab)
-        Q_bars, Deltas = self._pass_two(G_bar, chosen) if exact else (self.Q_bars, self.Deltas)
-        Q_bar = sum(s * Q_bars[b] for s, b in zip(share, chosen, strict=True))
-        Delta = sum(s * Deltas[b] for s, b in zip(share, chosen, strict=True))
+        if exact:
+            Q_bar, Delta = self._pass_two(G_bar, w, n)
+        else:
+            Q_bar = sum(s * self.Q_bars[b] for s, b in zip(share, chosen, strict=True))
+            Delta = sum(s * self.Deltas[b] for s, b in zip(share, chosen, strict=True))
         if kind == "resample":
             kind += " (exact pass two)" if exact else " (first-order pass two)"
         metadata = {**self.metadata, "n_sequences": n, "bootstrap": kind}
@@ -170,21 +173,25 @@ class BlockStats:
             tokenizer=self.tokenizer,
         )  # fmt: skip
 
-    def _pass_two(self, G_bar: Tensor, chosen: list[int]) -> tuple[dict, dict]:
-        """Each chosen block's Q̄ and Δ recomputed with ``G_bar`` (a resample's own Ḡ)."""
+    def _pass_two(self, G_bar: Tensor, w: Tensor, n: int) -> tuple[Tensor, Tensor]:
+        """Q̄ and Δ of the blocks taken ``w[b]`` times (``n`` windows in all), pass two rerun
+        with ``G_bar`` (a resample's own Ḡ): one pass per multiplicity over its blocks."""
         meta, dtype = self.metadata, self.Q_bars[0].dtype
         step = default_batch_size(self.counts[0].n_ctx)
-        Q_bars, Deltas = {}, {}
-        for b in chosen:
+        Q_bar, Delta = 0.0, 0.0
+        for m in torch.unique(w[w > 0]).tolist():
             acc = AttentionAccumulator(
                 G_bar, self.vocab, backend=meta.get("backend", "auto"), dtype=torch.float64,
                 q_targets=meta.get("q_targets", "centred"),
                 last_target=meta.get("last_target", "data"),
             )  # fmt: skip
-            for start in range(0, self.windows[b].shape[0], step):
-                acc.update(self.windows[b][start : start + step].long())
-            Q_bars[b], Deltas[b] = acc.result(release=True, dtype=dtype)
-        return Q_bars, Deltas
+            group = torch.cat([self.windows[b] for b in torch.nonzero(w == m).flatten()])
+            for start in range(0, group.shape[0], step):
+                acc.update(group[start : start + step].long())
+            q, d = acc.result(release=True)
+            share = m * group.shape[0] / n  # the group's weight among the resample's windows
+            Q_bar, Delta = Q_bar + share * q, Delta + share * d
+        return Q_bar.to(dtype), Delta.to(dtype)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the block statistics to one safetensors file, atomically (see the module)."""
@@ -240,7 +247,6 @@ def _read(source, bounds, make, desc: str, progress: bool, keep: list | None = N
     if keep is not None:
         keep.extend(torch.cat(p) for p in pieces)
     return accs
-
 
 
 def block_stats(
