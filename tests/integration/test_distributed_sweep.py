@@ -182,5 +182,5 @@ def test_cli_sweep_on_ray_with_intervals_from_a_block_file(cluster, series, tmp_
                   steps=[2, 16], ci=0.9, bootstrap=5, progress=False).to_pandas()  # fmt: skip
     table = pd.read_csv(out)
     assert list(table["score"]) == list(local["score"]) and table["lo"].notna().any()
-    for column in ("value", "lo", "hi"):
+    for column in ("value", "lo", "hi", "corrected"):
         np.testing.assert_allclose(table[column], local[column], rtol=0, atol=1e-12)

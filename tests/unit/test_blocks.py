@@ -111,7 +111,7 @@ def _reference_interval(values, estimate, level):
     q_lo, q_mid, q_hi = np.quantile(values, [(1 - level) / 2, 0.5, (1 + level) / 2])
     lo, mid, hi = 2 * estimate - q_hi, 2 * estimate - q_mid, 2 * estimate - q_lo
     shift = max(hi - 1, 0) - max(-1 - lo, 0)
-    return lo - shift, hi - shift, mid - shift
+    return lo - shift, hi - shift, min(max(mid, lo - shift), hi - shift)
 
 
 def test_decompose_interval_is_the_default_bootstrap_of_plain_decompositions(tokens):

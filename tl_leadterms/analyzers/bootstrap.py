@@ -20,7 +20,7 @@ the resamples' scores ``s*``):
 
 * ``"shifted"`` (the default): the basic bootstrap on the raw scale, ``[2ŝ − q_hi, 2ŝ − q_lo]``
   with ``corrected = 2ŝ − median(s*)``, translated back into ``[−1, 1]`` with its width kept
-  when it passes an end (near a cosine of 1 a resample's noise lowers the score by about the
+  when it passes an end (``corrected`` then stays at that end) (near a cosine of 1 a resample's noise lowers the score by about the
   amount the sample's noise lowered the truth, so the correction is additive on this scale,
   and the boundary is met by moving the interval, not by clipping it to nothing);
 * ``"atanh"``, ``"log1m"``, ``"angle"``: the basic bootstrap on ``atanh(s)``, on ``log(1 − s)``
@@ -224,7 +224,8 @@ def _shifted(draws: Tensor, q: Tensor, estimate: Tensor) -> tuple[Tensor, Tensor
     bounds = torch.quantile(draws, q, dim=0)
     lo, mid, hi = 2 * estimate - bounds[2], 2 * estimate - bounds[1], 2 * estimate - bounds[0]
     shift = (hi - 1.0).clamp(min=0.0) - (-1.0 - lo).clamp(min=0.0)  # only one end can be out
-    return (lo - shift).clamp(min=-1.0), (hi - shift).clamp(max=1.0), mid - shift
+    lo, hi = (lo - shift).clamp(min=-1.0), (hi - shift).clamp(max=1.0)
+    return lo, hi, torch.minimum(torch.maximum(mid, lo), hi)  # the estimate stays at the edge
 
 
 def interval(
