@@ -20,9 +20,10 @@ the resamples' scores ``s*``):
 
 * ``"shifted"`` (the default): the basic bootstrap on the raw scale, ``[2ŝ − q_hi, 2ŝ − q_lo]``
   with ``corrected = 2ŝ − median(s*)``, translated back into ``[−1, 1]`` with its width kept
-  when it passes an end (``corrected`` then stays at that end) (near a cosine of 1 a resample's noise lowers the score by about the
-  amount the sample's noise lowered the truth, so the correction is additive on this scale,
-  and the boundary is met by moving the interval, not by clipping it to nothing);
+  when it passes an end, ``corrected`` then staying at that end. Near a cosine of 1 a
+  resample's noise lowers the score by about the amount the sample's noise lowered the truth,
+  so the correction is additive on this scale; the boundary is met by moving the interval,
+  not by clipping it to nothing;
 * ``"atanh"``, ``"log1m"``, ``"angle"``: the basic bootstrap on ``atanh(s)``, on ``log(1 − s)``
   and on the angle ``arccos s`` (mapped back; the angle is clipped at 0);
 * ``"bca"``: bias-corrected and accelerated percentiles (bias ``z0`` from the share of
