@@ -7,7 +7,7 @@ comes from ``R = 50`` bootstrap resamples of the blocks (the library's default).
 models (one layer) trained on other windows of the chain put the true cosines of ``W_O``,
 ``V``, ``W`` and ``P`` near 0.999, 0.99, 0.9 and 0.3. Every method of
 :mod:`tl_leadterms.analyzers.bootstrap` is computed from the same draws, at 90% and 95%, over
-30 repetitions (new sample, new resamples); the default method is also computed from
+60 repetitions (new sample, new resamples); the default method is also computed from
 first-order resamples (pass two with the full-corpus Ḡ) to measure what exact resamples change
 and what they cost.
 
@@ -214,7 +214,7 @@ def _worst(cells: list[dict]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--reps", type=int, default=60)
     parser.add_argument("--out", default=str(RESULTS / "coverage.json"))
     args = parser.parse_args()
     cache = RESULTS / "coverage_draws.pt"

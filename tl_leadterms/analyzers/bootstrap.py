@@ -51,7 +51,7 @@ Gram matrices and projections). How a resample's statistics are formed is docume
 >>> [round(float(x[0]), 3) for x in interval(draws, 0.9, "shifted", estimate)]
 [0.125, 0.575, 0.35]
 >>> [round(float(x[0]), 3) for x in interval(draws + 0.5, 0.9, "shifted", estimate + 0.6)]
-[0.55, 1.0, 0.775]
+[0.55, 1.0, 1.0]
 """
 
 import math
