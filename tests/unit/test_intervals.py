@@ -17,6 +17,7 @@ from tl_leadterms.analyzers.bootstrap import (
     interval,
 )
 from tl_leadterms.analyzers.decompose import leading_cosines
+from tl_leadterms.report.findings import findings
 
 K, T = 8, 8
 
@@ -151,6 +152,10 @@ def test_markov_paper_model_every_row_holds_its_estimate(one_numba_thread):
     assert (
         f"{d.rows[0]['corrected']:9.6f} [{d.rows[0]['lo']:9.6f}, {d.rows[0]['hi']:9.6f}]" in shown
     )
+    widths = sorted(r["hi"] - r["lo"] for r in d.rows)
+    text = findings(d)  # the report's sentence: a real median width, 2 significant digits
+    assert f"over {len(widths)} scores: median width {widths[len(widths) // 2]:.2g}" in text
+    assert float(f"{widths[len(widths) // 2]:.2g}") > 0
 
 
 def test_default_coverage_at_a_small_size(one_numba_thread):
