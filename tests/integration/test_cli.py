@@ -305,13 +305,13 @@ def test_block_statistics_give_sweep_intervals(series, tmp_path, capsys):
     sweep_args = ["sweep", str(series["dir"]), str(path), "--steps", "0", "2", "--ci", "0.9",
                   "--null", "5", "--out", str(table), "--quiet"]  # fmt: skip
     assert main(sweep_args) == 0
-    assert "CI lo" in capsys.readouterr().out
+    assert "CI bias-corr." in capsys.readouterr().out
     written = pd.read_csv(table)
     direct = sweep(series["dir"], BlockStats.load(path), analyses="decompose", steps=[0, 2],
                    ci=0.9, null=5, progress=False).to_pandas()  # fmt: skip
     assert list(written.columns) == list(direct.columns) and {"lo", "hi"} <= set(written.columns)
     assert written["lo"].notna().any() and len(written) == len(direct)
-    for column in ("value", "lo", "hi", "p"):
+    for column in ("value", "lo", "hi", "corrected", "p"):
         np.testing.assert_allclose(written[column], direct[column], rtol=0, atol=1e-12)
     # --ci with plain statistics: one line naming the fix
     assert main(["sweep", str(series["dir"]), str(series["stats"]), "--ci", "0.9"]) == 2

@@ -63,8 +63,8 @@ def test_a_ray_sweep_with_null_and_intervals_equals_the_local_sweep(cluster, ser
     local = sweep(folder, blocks, **options)
     got = sweep(folder, blocks, executor="ray", **options)
     assert_same_rows(got, local)
-    columns = ("null_mean", "null_sd", "z", "p", "lo", "hi")
-    assert got.columns()[-6:] == list(columns)
+    columns = ("null_mean", "null_sd", "z", "p", "lo", "hi", "corrected")
+    assert got.columns()[-7:] == list(columns)
     for a, b in zip(got.rows, local.rows, strict=True):
         for c in columns:  # the same seeded draws in the workers; NaN (P's null) stays NaN
             assert (a[c] is None and b[c] is None) or a[c] == pytest.approx(
@@ -182,5 +182,5 @@ def test_cli_sweep_on_ray_with_intervals_from_a_block_file(cluster, series, tmp_
                   steps=[2, 16], ci=0.9, bootstrap=5, progress=False).to_pandas()  # fmt: skip
     table = pd.read_csv(out)
     assert list(table["score"]) == list(local["score"]) and table["lo"].notna().any()
-    for column in ("value", "lo", "hi"):
+    for column in ("value", "lo", "hi", "corrected"):
         np.testing.assert_allclose(table[column], local[column], rtol=0, atol=1e-12)

@@ -324,19 +324,19 @@ def test_intervals_from_block_statistics(series, stats):
     got = sweep(series, blocks, steps=[16], analyses=("decompose", "covariance"), null=3,
                 ci=0.9, bootstrap=3, seed=1, progress=False)  # fmt: skip
     rows = by_key(got)
-    assert got.columns()[-6:] == list(EXTRA)
+    assert got.columns()[-7:] == [*EXTRA, "corrected"]
     model = load_model(series / "step16")
     options = {"null": NullSpec(3, seed=1), "ci": 0.9, "bootstrap": BootstrapSpec(3, seed=1)}
     for r in decompose(model, blocks, per_head=False, **options).rows:
         row = rows[("step16", "decompose", f"cos_{r['weight']}", r["layer"], r["head"])]
-        assert all(same(row[c], r[c]) for c in EXTRA), r["weight"]
+        assert all(same(row[c], r[c]) for c in (*EXTRA, "corrected")), r["weight"]
     for r in covariance_similarity(model, blocks, progress=False, **options).rows:
         row = rows[("step16", "covariance", r["score"], r["layer"], r["head"])]
-        assert all(same(row[c], r[c]) for c in ("value", *EXTRA)), r["score"]
-    w_o = rows[("step16", "decompose", "cos_W_O", None, None)]
-    assert w_o["lo"] <= w_o["hi"]
+        assert all(same(row[c], r[c]) for c in ("value", *EXTRA, "corrected")), r["score"]
+    with_ci = [r for r in got.rows if r["lo"] is not None and r["lo"] == r["lo"]]  # not NaN
+    assert with_ci and all(r["lo"] <= r["corrected"] <= r["hi"] for r in with_ci)
     df = got.to_pandas()
-    assert list(df.columns[-6:]) == list(EXTRA) and df["lo"].notna().any()
+    assert list(df.columns[-7:]) == [*EXTRA, "corrected"] and df["lo"].notna().any()
     with pytest.raises(LeadTermsError, match="needs statistics kept per block"):
         sweep(series, stats, steps=[16], ci=0.9, progress=False)
 

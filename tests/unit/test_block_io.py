@@ -13,6 +13,7 @@ from tl_leadterms.stats.blocks import block_stats
 
 V, T = 10, 6
 TABLES = ("pair_codes", "pair_counts", "unigram_counts", "Phi_bar", "Q_bar", "Delta")
+FILE_TABLES = (*TABLES, "windows")  # format version 2 keeps each block's windows
 
 
 @pytest.fixture(scope="module", params=[None, 7], ids=["all", "kept7"])
@@ -31,13 +32,16 @@ def test_file_layout_and_exact_round_trip(blocks, tmp_path):
     path = tmp_path / "b.safetensors"
     blocks.save(path)
     stored = load_file(path)  # read with safetensors itself: the documented names
-    expected = {f"block{b}/{n}" for b in range(4) for n in TABLES} | {"G_bar"}
+    expected = {f"block{b}/{n}" for b in range(4) for n in FILE_TABLES} | {"G_bar"}
     assert set(stored) == expected | ({"kept"} if blocks.vocab.kept is not None else set())
     assert torch.equal(stored["block3/pair_codes"], blocks.counts[3].pair_codes)
     assert torch.equal(stored["G_bar"], blocks.full().G_bar)
     with safe_open(path, framework="pt") as f:
         header = json.loads(f.metadata()["tl_leadterms"])
     assert header["format"] == "tl_leadterms.BlockStats" and header["blocks"] == 4
+    assert header["format_version"] == 2
+    assert stored["block1/windows"].dtype == torch.int32
+    assert torch.equal(stored["block1/windows"].long(), blocks.windows[1].long())
     assert header["bounds"] == [list(b) for b in blocks.bounds]
     assert header["bounds"] == [[0, 15], [15, 30], [30, 45], [45, 60]]
     assert set(header["checksums"]) == {*stored, "metadata"}

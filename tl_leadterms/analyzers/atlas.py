@@ -20,7 +20,7 @@ from transformer_lens import head_detector
 
 from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.analyzers.attention import attention_agreement
-from tl_leadterms.analyzers.bootstrap import BootstrapSpec
+from tl_leadterms.analyzers.bootstrap import BootstrapSpec, ci_cell, ci_header
 from tl_leadterms.analyzers.decompose import decompose
 from tl_leadterms.analyzers.null import NullSpec
 from tl_leadterms.checks import check_tokens
@@ -29,7 +29,7 @@ from tl_leadterms.stats.blocks import BlockStats
 __all__ = ["DETECTORS", "HeadAtlas", "head_atlas"]
 
 DETECTORS = ("previous_token", "duplicate_token", "induction")
-_COLUMNS = ("label", "layer", "head", "character", "cosine", "lo", "hi", "z", "p",
+_COLUMNS = ("label", "layer", "head", "character", "cosine", "lo", "hi", "corrected", "z", "p",
             "implied_s_lr", "value_character", "value_cosine", "js_divergence",
             "rank_correlation", *DETECTORS)  # fmt: skip
 
@@ -52,12 +52,15 @@ class HeadAtlas:
         return pd.DataFrame(self.rows, columns=list(_COLUMNS))
 
     def __repr__(self) -> str:
+        ci = self.metadata.get("ci")
+        band = f"{ci_header([{'ci_level': ci['level']}]):<32} " if ci else ""
         lines = [f"HeadAtlas ({len(self.rows)} heads; null: {self.metadata.get('null')})",
-                 f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {'z':>7} {'p':>6} "
+                 f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {band}{'z':>7} {'p':>6} "
                  f"{'value':<22} {'prev':>5} {'dup':>5} {'ind':>5}"]  # fmt: skip
         for r in self.rows:
+            cell = f"{ci_cell(r)} " if ci else ""
             lines.append(
-                f"{r['label']:<7} {r['character']:<26} {r['cosine']:8.4f} {r['z']:7.2f} "
+                f"{r['label']:<7} {r['character']:<26} {r['cosine']:8.4f} {cell}{r['z']:7.2f} "
                 f"{r['p']:6.3f} {r['value_character']:<22} {r['previous_token']:5.2f} "
                 f"{r['duplicate_token']:5.2f} {r['induction']:5.2f}"
             )
@@ -106,15 +109,16 @@ def head_atlas(
         model: a HookedTransformer (anything :func:`~tl_leadterms.decompose` accepts).
         stats: corpus statistics over its vocabulary, or a ``BlockStats`` from
             :func:`~tl_leadterms.stats.blocks.block_stats`: then ``lo``/``hi`` hold the
-            bootstrap interval of the cosine of ``W`` with ``Q̄`` (level ``ci``, default 0.95;
-            ``bootstrap`` resamples, default 50; see :mod:`tl_leadterms.analyzers.bootstrap`).
+            bootstrap interval of the cosine of ``W`` with ``Q̄`` and ``corrected`` its
+            bias-corrected estimate (level ``ci``, default 0.95; ``bootstrap`` resamples,
+            default 50; see :mod:`tl_leadterms.analyzers.bootstrap`).
         tokens: optional ``[batch, pos]`` token ids (``1 < pos < n_ctx``, at most the
             statistics' ``n_ctx``): adds attention agreement and the detector scores.
         null: permutations of the null for ``z``/``p`` (``None``: no null, NaN columns).
         lr, steps, s_lr: the training run, if known (sharpens the implied ``s·η``).
         ci, bootstrap: the interval's level and resamples (a ``BlockStats`` only).
 
-    ``lo``/``hi`` are NaN without a ``BlockStats``.
+    ``lo``/``hi``/``corrected`` are NaN without a ``BlockStats``.
     """
     if isinstance(stats, BlockStats) and ci is None:
         ci = 0.95
@@ -140,7 +144,7 @@ def head_atlas(
         row = {
             "label": r["label"], "layer": r["layer"], "head": r["head"],
             "character": r["character"], "cosine": r["cosine"],
-            "lo": r.get("lo", nan), "hi": r.get("hi", nan),
+            "lo": r.get("lo", nan), "hi": r.get("hi", nan), "corrected": r.get("corrected", nan),
             "z": r.get("z", nan), "p": r.get("p", nan), "implied_s_lr": r["implied_s_lr"],
             "value_character": v.get("character", ""), "value_cosine": v.get("cosine", nan),
             "js_divergence": a.get("js_divergence", nan),

@@ -177,8 +177,9 @@ def covariance_similarity(
             is one more pass over the theory with the model's token rows re-indexed, the token
             maps are reused) and, with a reference model, a ``reference`` column.
         ci, bootstrap: a confidence level and ``R`` (default 50) or a ``BootstrapSpec``: add
-            ``lo``/``hi``, the percentile bootstrap interval of each score over resamples of
-            corpus blocks; ``stats`` must then be a ``BlockStats`` from
+            ``lo``/``hi`` and ``corrected``, the bootstrap interval of each score over
+            resamples of corpus blocks and the bias-corrected score it is built around;
+            ``stats`` must then be a ``BlockStats`` from
             :func:`~tl_leadterms.stats.blocks.block_stats` (see
             :mod:`tl_leadterms.analyzers.bootstrap`). The model's factors are built once;
             each resample costs one pass over its two theory matrices (``O(n³)`` for their

@@ -3,6 +3,7 @@
 import math
 from typing import Any
 
+from tl_leadterms.analyzers.bootstrap import ci_cell, ci_header
 from tl_leadterms.errors import LeadTermsError
 
 __all__ = ["SCORES", "CovarianceSimilarity"]
@@ -10,7 +11,7 @@ __all__ = ["SCORES", "CovarianceSimilarity"]
 #: the scores of the covariance protocol, in the order tables print them
 SCORES = ("attention", "value_post", "value_attn")
 
-_OPTIONAL = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi")
+_OPTIONAL = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "corrected")
 
 
 class CovarianceSimilarity:
@@ -20,7 +21,8 @@ class CovarianceSimilarity:
     (``"attention"``, ``"value_post"`` or ``"value_attn"``) and ``value`` (the cosine). With
     ``null=`` the rows also hold ``null_mean``, ``null_sd``, ``z``, ``p`` (and ``reference``);
     the key ``score`` still names the score (what the other results call ``score``, the
-    cosine, is ``value`` here).
+    cosine, is ``value`` here). With ``ci=``: ``lo``, ``hi``, ``corrected`` (the bias-corrected
+    score the interval is built around) and ``ci_level``.
     """
 
     def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
@@ -82,4 +84,8 @@ class CovarianceSimilarity:
             )
         for layer, vals in head_rows.items():
             lines.append(f"L{layer} heads (attention): " + " ".join(f"{v:.3f}" for v in vals))
+        with_ci = [r for r in self.rows if r["head"] is None and "lo" in r]
+        if with_ci:
+            lines.append(f"{'layer':>5} {'score':<11} {ci_header(with_ci)}")
+            lines += [f"{r['layer']:>5} {r['score']:<11} {ci_cell(r)}" for r in with_ci]
         return "\n".join(lines)

@@ -166,13 +166,16 @@ def decompose(
             ``null_mean``, ``null_sd``, ``z``, ``p``; see :mod:`tl_leadterms.analyzers.null`)
             and, with ``NullSpec(reference=...)``, a ``reference`` column (the reference
             model's cosine). ``P`` is indexed by offset, not token: its null columns are NaN.
-        ci: a confidence level (e.g. ``0.95``): add ``lo``/``hi`` (and ``ci_level``), the
-            percentile bootstrap interval of each row's cosine over resamples of corpus blocks.
-            Needs ``stats`` from :func:`~tl_leadterms.stats.blocks.block_stats` (a
+        ci: a confidence level (e.g. ``0.95``): add ``lo``/``hi``, ``corrected`` and
+            ``ci_level``: the bootstrap interval of each row's cosine over resamples of corpus
+            blocks (default: the basic interval on the atanh scale, exact resamples) and the
+            bias-corrected cosine it is built around (always within ``lo``..``hi``). Needs
+            ``stats`` from :func:`~tl_leadterms.stats.blocks.block_stats` (a
             ``BlockStats``: its full-corpus statistics are the ones scored); see
             :mod:`tl_leadterms.analyzers.bootstrap`.
         bootstrap: ``R`` (default 50) or a
-            :class:`~tl_leadterms.analyzers.bootstrap.BootstrapSpec` (resamples and seed).
+            :class:`~tl_leadterms.analyzers.bootstrap.BootstrapSpec` (resamples, seed, method,
+            exact).
 
     Shares are exact Shapley values of ``R²`` (:mod:`tl_leadterms.analyzers.attribution`),
     with per-component ``unique`` and ``shared`` parts; ``character`` names a component only

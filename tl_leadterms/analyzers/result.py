@@ -8,6 +8,7 @@ import torch
 from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters import factored
+from tl_leadterms.analyzers.bootstrap import ci_cell, ci_header
 from tl_leadterms.analyzers.fit import BasisCache
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.theory import term
@@ -61,7 +62,9 @@ class Decomposition:
     when that component's Shapley value leads the runner-up by 20% of ``R²`` and ``R² ≥ 0.1``;
     otherwise ``"mixed"`` or ``"unexplained"`` (:mod:`tl_leadterms.analyzers.attribution`).
     With ``null=``: ``score`` (the cosine), ``null_mean``, ``null_sd``, ``z``, ``p`` (and
-    ``reference``); with ``ci=``: ``lo``, ``hi`` (and ``ci_level``).
+    ``reference``); with ``ci=``: ``lo``, ``hi``, ``corrected`` (the bias-corrected cosine the
+    interval is built around, always between ``lo`` and ``hi``; the table prints the interval
+    beside it) and ``ci_level`` (:mod:`tl_leadterms.analyzers.bootstrap`).
 
     :meth:`top_pairs` reads the model's weights when called; call it before training further.
     """
@@ -122,7 +125,7 @@ class Decomposition:
                 else ""
             ),
             f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} "
-            + (f"{'CI (cosine)':<22}" if self._has("lo") else "")
+            + (f"{ci_header(self.rows):<32} " if self._has("lo") else "")
             + (f"{'z':>7} {'p':>6} " if self._has("p") else "")
             + f"{'sη impl.':>8} {'explained':>9} {'bigram':>7} {'interch.':>8} {'context':>7}  "
             "character (Shapley)",
@@ -130,7 +133,7 @@ class Decomposition:
         for r in self.rows:
             fam = r["family_shares"]
             where = r["label"] if r["layer"] is not None else "-"
-            interval = f"[{r['lo']:8.5f}, {r['hi']:8.5f}] " if self._has("lo") else ""
+            interval = f"{ci_cell(r)} " if self._has("lo") else ""
             null = f"{_fmt(r.get('z'), 7)} {_fmt(r.get('p'), 6)} " if self._has("p") else ""
             lines.append(
                 f"{r['weight']:<6} {where:<7} {_pad(r['target'], 8)} {r['cosine']:9.6f} "

@@ -135,7 +135,7 @@ def sweep(
             ``null_mean``, ``null_sd``, ``z``, ``p`` (``decompose``: on its ``cos_*`` rows).
         ci, bootstrap: a confidence level and the bootstrap resamples (default 50, or a
             ``BootstrapSpec``), as :func:`~tl_leadterms.decompose` takes them: rows gain
-            ``lo``/``hi``; ``stats`` must be a ``BlockStats``.
+            ``lo``/``hi``/``corrected``; ``stats`` must be a ``BlockStats``.
         seed: the seed of the permutations and resamples when ``null``/``bootstrap`` are
             counts (default: the specs' own, 0); every checkpoint uses the same draws, so a
             resumed or distributed sweep gives the same columns.

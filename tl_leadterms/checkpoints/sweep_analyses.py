@@ -262,7 +262,8 @@ def setting_value(value: Any) -> Any:
             reference = checkpoint_fingerprint(reference)
         return {"permutations": value.permutations, "seed": value.seed, "reference": reference}
     if isinstance(value, BootstrapSpec):
-        return {"resamples": value.resamples, "seed": value.seed, "method": value.method}
+        return {"resamples": value.resamples, "seed": value.seed, "method": value.method,
+                "exact": value.exact}  # fmt: skip
     return value
 
 

@@ -8,9 +8,9 @@ __all__ = ["COLUMNS", "EXTRA_COLUMNS", "SweepTable"]
 
 COLUMNS = ("checkpoint", "step", "layer", "head", "analysis", "score", "value")
 #: what ``null=`` and ``ci=`` add to a row (as :func:`~tl_leadterms.decompose` names them)
-EXTRA_COLUMNS = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi")
+EXTRA_COLUMNS = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "corrected")
 _SHOWN = {"null_mean": "null mean", "z": "z", "p": "p", "reference": "reference",
-          "lo": "CI lo", "hi": "CI hi"}  # fmt: skip
+          "corrected": "CI bias-corr.", "lo": "CI lo", "hi": "CI hi"}  # fmt: skip
 
 
 class SweepTable:
@@ -19,7 +19,8 @@ class SweepTable:
     Row fields: ``checkpoint`` (label), ``step`` (None when unknown), ``layer`` (None for
     ``W_O``), ``head`` (None for layer-level scores), ``analysis``, ``score`` (the score's
     name), ``value``. A sweep with ``null=`` adds ``null_mean``, ``null_sd``, ``z``, ``p`` (and
-    ``reference`` with a reference model), one with ``ci=`` adds ``lo``, ``hi``: the columns
+    ``reference`` with a reference model), one with ``ci=`` adds ``lo``, ``hi``,
+    ``corrected`` (the bias-corrected estimate the interval is built around): the columns
     :func:`~tl_leadterms.decompose` and :func:`~tl_leadterms.covariance_similarity` give the
     same score (for ``decompose``, the ``cos_*`` rows; ``explained_*`` rows hold None there).
     ``checkpoints`` lists the labels in sweep order; ``metadata["status"]`` says which were
@@ -86,7 +87,8 @@ class SweepTable:
 
     def to_pandas(self):
         """A long DataFrame with the columns ``checkpoint, step, layer, head, analysis, score,
-        value`` (and ``null_mean, null_sd, z, p, reference, lo, hi`` when present)."""
+        value`` (and ``null_mean, null_sd, z, p, reference, lo, hi, corrected`` when
+        present)."""
         import pandas as pd
 
         df = pd.DataFrame(self.rows, columns=self.columns())

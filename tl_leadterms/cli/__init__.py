@@ -14,7 +14,7 @@
     tl-leadterms sweep pythia-70m s.safetensors --steps 0 1 2 4    # hub checkpoints
     tl-leadterms sweep series_dir s.safetensors --results r.jsonl --ray auto --device cuda
     tl-leadterms sweep series_dir s.safetensors --null 99 --seed 0   # + null_mean, z, p columns
-    tl-leadterms sweep series_dir b.safetensors --ci 0.95   # block statistics: + lo, hi columns
+    tl-leadterms sweep series_dir b.safetensors --ci 0.95   # block statistics: + lo, hi, corrected
     tl-leadterms report s.safetensors --model ckpt_dir --text "..." --words red fish -o r.html
 
 Every subcommand has ``--help``. Exit codes: 0 success, 2 bad arguments or input.

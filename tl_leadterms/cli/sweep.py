@@ -121,8 +121,9 @@ def add_parser(sub) -> None:
         "--ci",
         type=float,
         metavar="LEVEL",
-        help="a bootstrap interval (columns lo, hi) over the blocks of a block statistics "
-        "file (stats --blocks B)",
+        help="a bootstrap interval over the blocks of a block statistics file (stats --blocks "
+        "B): columns lo, hi and corrected, the bias-corrected score the interval is built "
+        "around (exact resamples; docs/guides/intervals.md)",
     )
     sw.add_argument(
         "--bootstrap",

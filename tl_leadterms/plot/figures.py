@@ -150,7 +150,8 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
 
     One panel per weight (rows with a layer, in table order). The line is ``score`` (default:
     the rows' ``"score"`` column when they have one, else ``"cosine"``); the shaded band is the
-    confidence interval ``lo``–``hi`` and the grey band ``null_mean ± 2·null_sd``, each drawn
+    confidence interval ``lo``–``hi`` (with its bias-corrected estimate ``corrected``, dashed)
+    and the grey band ``null_mean ± 2·null_sd``, each drawn
     only where the rows have those columns.
 
     Args:
@@ -187,6 +188,8 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
                             alpha=0.7, label="null mean ± 2 sd")  # fmt: skip
         if any("lo" in r and "hi" in r for r in mine):
             ax.fill_between(x, get("lo"), get("hi"), color="tab:blue", alpha=0.25, label="CI")
+            if any("corrected" in r for r in mine):  # the estimate the interval is built around
+                ax.plot(x, get("corrected"), ls="--", color="tab:blue", label="bias-corrected")
         ax.plot(x, get(column), marker=".", color="tab:blue", label=column)
         ticks = x if len(x) <= 24 else x[:: math.ceil(len(x) / 24)]
         ax.set_xticks(ticks, [mine[i]["label"] for i in ticks], rotation=90, fontsize="x-small")

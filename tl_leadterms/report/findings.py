@@ -70,19 +70,36 @@ def _null_and_ci(rows: list[dict]) -> list[str]:
                 "here has no reference; random-init models can score high too."
             )
         )
-    widths = [r["hi"] - r["lo"] for r in rows if "lo" in r and "hi" in r]
-    widths = [w for w in widths if math.isfinite(w)]
+    with_ci = [r for r in rows if "lo" in r and "hi" in r and math.isfinite(r["hi"] - r["lo"])]
+    widths = sorted(r["hi"] - r["lo"] for r in with_ci)
     if widths:
-        widths.sort()
+        outside = sum(not r["lo"] <= _raw(r) <= r["hi"] for r in with_ci if _raw(r) is not None)
         out.append(
             esc(
                 f"Confidence intervals (lo, hi) over {len(widths)} scores: median width "
-                f"{widths[len(widths) // 2]:.3g}, widest {widths[-1]:.3g}."
+                f"{_width(widths[len(widths) // 2])}, widest {_width(widths[-1])}; each is built "
+                "around the bias-corrected estimate (column corrected)"
+                + (
+                    f"; {outside} raw scores lie outside their interval (the raw score is biased "
+                    "towards 0 by the statistics' noise)."
+                    if outside
+                    else "."
+                )
             )
         )
     else:
         out.append(esc("No confidence intervals in these rows (no lo, hi columns)."))
     return out
+
+
+def _raw(row: dict) -> float | None:
+    """A row's raw score: ``cosine`` (decompose, atlas) or ``value`` (covariance, sweeps)."""
+    return row.get("cosine", row.get("value"))
+
+
+def _width(w: float) -> str:
+    """A width with 2 significant digits, however small (``0.00012``, not ``0``)."""
+    return f"{w:.2g}" if w == 0 or 1e-4 <= abs(w) < 1e4 else f"{w:.2e}"
 
 
 def _first_below(steps: list, values: list[float]) -> tuple[Any, float] | None:

@@ -75,7 +75,7 @@ def character_code(character: str) -> str:
 
 
 def _extra_columns(rows: list[dict]) -> list[str]:
-    return [c for c in ("score", "null_mean", "null_sd", "z", "p", "lo", "hi")
+    return [c for c in ("score", "null_mean", "null_sd", "z", "p", "corrected", "lo", "hi")
             if any(c in r for r in rows)]  # fmt: skip
 
 

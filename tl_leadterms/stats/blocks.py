@@ -8,28 +8,27 @@ blocks (``B`` blocks drawn with replacement), without reading the corpus again:
 * **pass one is exact**: the resample's bigram counts, unigram counts and Φ̄ are sums over the
   drawn blocks with multiplicity (Φ̄ is the window-weighted mean of the blocks' Φ̄), and Ḡ is
   recomputed from them;
-* **pass two is approximate**: Q̄ and Δ are linear in Ḡ for fixed windows; the resample's Q̄
-  and Δ are the window-weighted means of the blocks' Q̄ and Δ computed with the FULL-corpus Ḡ.
-  This keeps the sampling variability of the windows (first order, the delta-method term
-  in the windows) but drops the propagation of the resample's own Ḡ into Q̄ (the term
-  ``L̄(Ḡ* − Ḡ)``, also first order, which would need one more pass over the resampled windows).
-  Measured against the exact recomputation (pass two rerun on the resampled windows with the
-  resampled Ḡ; ``tests/unit/test_blocks.py``) on 120 windows of a 10-token chain in 6 blocks,
-  20 resamples: Q̄ is off by 16% of ‖Q̄‖ on average (43% at most) while a resample moves the
-  exact Q̄ by 21%; the cosine of a trained ``W`` with Q̄ is off by 0.043 on average, as much
-  as the resampling spread itself (0.036). At such sizes the interval of a ``W``/``Q̄``
-  score is therefore rough (its coverage was 80% for a nominal 90%); pass-one scores
-  (``W_O``, ``V``) are exact.
+* **pass two is exact** too: the blocks keep their windows, and a resample's Q̄ and Δ come from
+  pass two rerun over the drawn blocks with the resample's OWN Ḡ (each distinct block once; a
+  block drawn ``m`` times weighs ``m``), so a resample costs about 0.63 of a pass two over
+  the corpus (the expected share of distinct blocks in a draw). ``resample(..., exact=False)``
+  (and block files written before the windows were kept) use the first-order shortcut: the
+  window-weighted mean of the blocks' Q̄ and Δ computed with the FULL-corpus Ḡ, which keeps
+  the windows' variability but drops the propagation of the resample's own Ḡ into Q̄. On 120
+  windows of a 10-token chain in 6 blocks the shortcut is off by 16% of ‖Q̄‖ on average (43%
+  at most) while a resample moves the exact Q̄ by 21% (``tests/unit/test_blocks.py``); the
+  cost and the effect on intervals are measured in ``benchmarks/bench_coverage.py``.
 
 Saved with :meth:`BlockStats.save` as one ``.safetensors`` file: each block's tables under
 ``block{b}/`` (``pair_codes``, ``pair_counts``, ``unigram_counts``, ``Phi_bar``, ``Q_bar``,
-``Delta``), the full-corpus ``G_bar``, the kept ids, and a header with the block bounds, the
-metadata, the vocabulary hash and the SHA-256 of every tensor and of the header, verified by
-:meth:`BlockStats.load` as :func:`~tl_leadterms.stats.io.load_stats` verifies plain files
-(format ``tl_leadterms.BlockStats``; each loader names the other for a file of the other kind).
+``Delta`` and, from format version 2, its ``windows``), the full-corpus ``G_bar``, the kept
+ids, and a header with the block bounds, the metadata, the vocabulary hash and the SHA-256
+of every tensor and of the header, verified by :meth:`BlockStats.load` as
+:func:`~tl_leadterms.stats.io.load_stats` verifies plain files (format
+``tl_leadterms.BlockStats``; each loader names the other for a file of the other kind).
 
-Memory: every block keeps a ``[k, k]`` Φ̄ and Q̄, so ``2·B·k²`` numbers; use a restricted
-vocabulary (``vocab=``) for large tokenizers.
+Memory: every block keeps a ``[k, k]`` Φ̄ and Q̄, so ``2·B·k²`` numbers, and its windows (one
+integer per token); use a restricted vocabulary (``vocab=``) for large tokenizers.
 
 >>> import torch
 >>> windows = torch.randint(0, 6, (40, 5), generator=torch.Generator().manual_seed(0))
@@ -38,6 +37,8 @@ vocabulary (``vocab=``) for large tokenizers.
 (4, [(0, 10), (10, 20)], 40)
 >>> blocks.resample(torch.Generator().manual_seed(1)).Q_bar.shape
 torch.Size([6, 6])
+>>> blocks.resample(torch.Generator().manual_seed(1)).metadata["bootstrap"]
+'resample (exact pass two)'
 >>> import tempfile
 >>> path = tempfile.mkdtemp() + "/blocks.safetensors"; blocks.save(path)
 >>> torch.equal(BlockStats.load(path).full().Q_bar, blocks.full().Q_bar)
@@ -69,13 +70,13 @@ from tl_leadterms.stats.io import (
     write_file,
 )
 from tl_leadterms.stats.provenance import ids_vocab_hash
-from tl_leadterms.stats.tokens import TokenSource
+from tl_leadterms.stats.tokens import TokenSource, default_batch_size
 from tl_leadterms.stats.vocab import KeptVocab, VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
 
 __all__ = ["BlockStats", "block_stats", "load_block_stats", "save_block_stats"]
 
-BLOCK_FORMAT_VERSION = 1
+BLOCK_FORMAT_VERSION = 2  # 2: each block's windows (exact resamples); 1 still loads
 _TABLES = ("pair_codes", "pair_counts", "unigram_counts", "Phi_bar", "Q_bar", "Delta")
 
 
@@ -85,19 +86,23 @@ class BlockStats:
     Attributes:
         counts: one :class:`~tl_leadterms.stats.accumulate.ContextCounts` per block.
         Q_bars, Deltas: each block's Q̄ ``[k, k]`` and Δ ``[T]`` computed with the full Ḡ.
+        windows: each block's ``[n_b, T + 1]`` windows (for exact resamples), or ``None``
+            (a file of format version 1: resamples use the first-order shortcut).
         sizes: windows per block; ``bounds``: each block's ``[start, stop)`` window range.
     """
 
-    def __init__(self, counts, Q_bars, Deltas, bounds, vocab, G_bar, metadata, tokenizer=None):
+    def __init__(self, counts, Q_bars, Deltas, bounds, vocab, G_bar, metadata, tokenizer=None,
+                 windows=None):  # fmt: skip
         self.counts: list[ContextCounts] = counts
         self.Q_bars: list[Tensor] = Q_bars
         self.Deltas: list[Tensor] = Deltas
+        self.windows: list[Tensor] | None = windows
         self.bounds: list[tuple[int, int]] = bounds
         self.sizes = torch.tensor([b - a for a, b in bounds], dtype=torch.long)
         self.vocab = vocab
         self.metadata = metadata
         self.tokenizer = tokenizer
-        self._full = self._stats(torch.ones(len(bounds), dtype=torch.long), G_bar, "full")
+        self._full = self._stats(torch.ones(len(bounds), dtype=torch.long), G_bar, "full", False)
 
     @property
     def n_blocks(self) -> int:
@@ -112,12 +117,22 @@ class BlockStats:
         picks = torch.randint(self.n_blocks, (self.n_blocks,), generator=generator)
         return torch.bincount(picks, minlength=self.n_blocks)
 
-    def resample(self, generator: torch.Generator | None = None) -> CorpusStats:
-        """The statistics of one bootstrap resample of blocks (see the module docstring)."""
-        return self.weighted(self.draw(generator))
+    @property
+    def exact(self) -> bool:
+        """Whether resamples can be exact (the blocks kept their windows)."""
+        return self.windows is not None
 
-    def weighted(self, weights: Any) -> CorpusStats:
-        """The statistics of the blocks taken ``weights[b]`` times each (non-negative ints)."""
+    def resample(self, generator: torch.Generator | None = None, *,
+                 exact: bool | None = None) -> CorpusStats:  # fmt: skip
+        """The statistics of one bootstrap resample of blocks (see the module docstring)."""
+        return self.weighted(self.draw(generator), exact=exact)
+
+    def weighted(self, weights: Any, *, exact: bool | None = None) -> CorpusStats:
+        """The statistics of the blocks taken ``weights[b]`` times each (non-negative ints).
+
+        ``exact`` (default: whenever the blocks kept their windows): pass two rerun with the
+        resample's own Ḡ; ``False``: the first-order shortcut (the module docstring).
+        """
         w = torch.as_tensor(weights)
         if w.shape != (self.n_blocks,) or w.dtype.is_floating_point or bool((w < 0).any()):
             raise LeadTermsError(
@@ -126,9 +141,16 @@ class BlockStats:
             )
         if int(w.sum()) == 0:
             raise LeadTermsError("weights select no block; give at least one block weight > 0")
-        return self._stats(w.long(), None, "resample")
+        if exact is None:
+            exact = self.exact
+        elif exact and not self.exact:
+            raise LeadTermsError(
+                "exact=True needs the blocks' windows, which this BlockStats does not keep (a "
+                "file of format version 1); recompute it with block_stats, or pass exact=False."
+            )
+        return self._stats(w.long(), None, "resample", bool(exact))
 
-    def _stats(self, w: Tensor, G_bar: Tensor | None, kind: str) -> CorpusStats:
+    def _stats(self, w: Tensor, G_bar: Tensor | None, kind: str, exact: bool) -> CorpusStats:
         chosen = [int(b) for b in torch.nonzero(w).flatten()]
         n = int((w * self.sizes).sum())
         share = [float(w[b] * self.sizes[b]) / n for b in chosen]  # window weight of each block
@@ -136,8 +158,13 @@ class BlockStats:
                                  share, n)  # fmt: skip
         if G_bar is None:
             G_bar = composed_from_counts(counts, self.vocab)
-        Q_bar = sum(s * self.Q_bars[b] for s, b in zip(share, chosen, strict=True))
-        Delta = sum(s * self.Deltas[b] for s, b in zip(share, chosen, strict=True))
+        if exact:
+            Q_bar, Delta = self._pass_two(G_bar, w, n)
+        else:
+            Q_bar = sum(s * self.Q_bars[b] for s, b in zip(share, chosen, strict=True))
+            Delta = sum(s * self.Deltas[b] for s, b in zip(share, chosen, strict=True))
+        if kind == "resample":
+            kind += " (exact pass two)" if exact else " (first-order pass two)"
         metadata = {**self.metadata, "n_sequences": n, "bootstrap": kind}
         return CorpusStats(
             vocab=self.vocab, n_sequences=n, n_ctx=counts.n_ctx, pair_codes=counts.pair_codes,
@@ -145,6 +172,26 @@ class BlockStats:
             Phi_bar=counts.Phi_bar, G_bar=G_bar, Q_bar=Q_bar, Delta=Delta, metadata=metadata,
             tokenizer=self.tokenizer,
         )  # fmt: skip
+
+    def _pass_two(self, G_bar: Tensor, w: Tensor, n: int) -> tuple[Tensor, Tensor]:
+        """Q̄ and Δ of the blocks taken ``w[b]`` times (``n`` windows in all), pass two rerun
+        with ``G_bar`` (a resample's own Ḡ): one pass per multiplicity over its blocks."""
+        meta, dtype = self.metadata, self.Q_bars[0].dtype
+        step = default_batch_size(self.counts[0].n_ctx)
+        Q_bar, Delta = 0.0, 0.0
+        for m in torch.unique(w[w > 0]).tolist():
+            acc = AttentionAccumulator(
+                G_bar, self.vocab, backend=meta.get("backend", "auto"), dtype=torch.float64,
+                q_targets=meta.get("q_targets", "centred"),
+                last_target=meta.get("last_target", "data"),
+            )  # fmt: skip
+            group = torch.cat([self.windows[b] for b in torch.nonzero(w == m).flatten()])
+            for start in range(0, group.shape[0], step):
+                acc.update(group[start : start + step].long())
+            q, d = acc.result(release=True)
+            share = m * group.shape[0] / n  # the group's weight among the resample's windows
+            Q_bar, Delta = Q_bar + share * q, Delta + share * d
+        return Q_bar.to(dtype), Delta.to(dtype)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the block statistics to one safetensors file, atomically (see the module)."""
@@ -186,13 +233,19 @@ def _split(batch: Tensor, start: int, bounds: list[tuple[int, int]]):
             yield b, batch[a - start : z - start]
 
 
-def _read(source, bounds, make, desc: str, progress: bool) -> list:
+def _read(source, bounds, make, desc: str, progress: bool, keep: list | None = None) -> list:
+    """One pass: an accumulator per block (and, into ``keep``, each block's windows)."""
     accs = [make() for _ in bounds]
+    pieces: list[list[Tensor]] = [[] for _ in bounds]
     start = 0
     for batch in progress_bar(source, total=len(source) or None, desc=desc, disable=not progress):
         for b, rows in _split(batch, start, bounds):
             accs[b].update(rows)
+            if keep is not None:
+                pieces[b].append(rows.to("cpu", torch.int32))  # ids < d_vocab < 2**31
         start += batch.shape[0]
+    if keep is not None:
+        keep.extend(torch.cat(p) for p in pieces)
     return accs
 
 
@@ -234,7 +287,8 @@ def block_stats(
     def context() -> ContextAccumulator:
         return ContextAccumulator(kept, backend=backend, last_target=last_target)
 
-    firsts = _read(source, bounds, context, "pass 1/2 (blocks)", progress)
+    windows: list[Tensor] = []
+    firsts = _read(source, bounds, context, "pass 1/2 (blocks)", progress, windows)
     counts = [acc.result(release=True, dtype=dtype) for acc in firsts]
     whole = _combine_counts(counts, [1] * blocks, [(b - a) / n for a, b in bounds], n)
     G_bar = composed_from_counts(whole, kept)
@@ -253,7 +307,7 @@ def block_stats(
         **tokenizer_provenance(tokenizer),
     }  # fmt: skip
     return BlockStats(counts, [q for q, _ in results], [d for _, d in results], bounds, kept,
-                      G_bar, metadata, tokenizer)  # fmt: skip
+                      G_bar, metadata, tokenizer, windows)  # fmt: skip
 
 
 def save_block_stats(blocks: BlockStats, path: str | os.PathLike) -> None:
@@ -265,6 +319,8 @@ def save_block_stats(blocks: BlockStats, path: str | os.PathLike) -> None:
         tables = [counts.pair_codes, counts.pair_counts, counts.unigram_counts, counts.Phi_bar,
                   q_bar, delta]  # fmt: skip
         tensors.update({f"block{b}/{name}": t for name, t in zip(_TABLES, tables, strict=True)})
+        if blocks.windows is not None:
+            tensors[f"block{b}/windows"] = blocks.windows[b].to(torch.int32)
     tensors["G_bar"] = blocks.full().G_bar
     vocab = blocks.vocab
     if vocab.kept is not None:
@@ -274,7 +330,7 @@ def save_block_stats(blocks: BlockStats, path: str | os.PathLike) -> None:
     header = {
         **meta,
         "format": BLOCK_FORMAT,
-        "format_version": BLOCK_FORMAT_VERSION,
+        "format_version": BLOCK_FORMAT_VERSION if blocks.windows is not None else 1,
         "library_version": meta.get("library_version", __version__),
         "d_vocab": vocab.d_vocab,
         "n_ctx": blocks.counts[0].n_ctx,
@@ -336,14 +392,18 @@ def load_block_stats(
     naming the tensor); ``tokenizer`` as in :func:`~tl_leadterms.stats.io.load_stats`."""
     path = Path(path)
     tensors, meta = read_file(path, None)
-    check_header(path, meta, BLOCK_FORMAT, (BLOCK_FORMAT_VERSION,))
+    check_header(path, meta, BLOCK_FORMAT, (1, BLOCK_FORMAT_VERSION))
     verify_checksums(path, tensors, meta)
     bounds = _bounds(path, meta)
-    expected = {f"block{b}/{n}" for b in range(len(bounds)) for n in _TABLES} | {"G_bar", "kept"}
+    names = _TABLES + (("windows",) if meta["format_version"] >= 2 else ())
+    expected = {f"block{b}/{n}" for b in range(len(bounds)) for n in names} | {"G_bar", "kept"}
     unknown = sorted(set(tensors) - expected)
     if unknown or "G_bar" not in tensors:
         raise corrupt_file(path, f"tensors {unknown or ['G_bar']} do not fit {len(bounds)} blocks")
     tables = [_block_tables(path, tensors, meta, b, z - a) for b, (a, z) in enumerate(bounds)]
+    windows = None
+    if meta["format_version"] >= 2:
+        windows = [_block_windows(path, tensors, meta, b, z - a) for b, (a, z) in enumerate(bounds)]
     if tokenizer is not None and check_vocab:
         check_tokenizer(path, meta, tokenizer)
     n_ctx = meta["n_ctx"]
@@ -356,4 +416,17 @@ def load_block_stats(
     dropped = ("format", "format_version", "checksums", "bounds")
     metadata = {key: v for key, v in meta.items() if key not in dropped}
     return BlockStats(counts, [t["Q_bar"] for t in tables], [t["Delta"] for t in tables], bounds,
-                      vocab, tensors["G_bar"], metadata, tokenizer)  # fmt: skip
+                      vocab, tensors["G_bar"], metadata, tokenizer, windows)  # fmt: skip
+
+
+def _block_windows(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any], b: int,
+                   size: int) -> Tensor:  # fmt: skip
+    """Block ``b``'s windows: ``[size, T + 1]`` integer ids in ``[0, d_vocab)``."""
+    w = tensors.get(f"block{b}/windows")
+    shape = (size, meta["n_ctx"] + 1)
+    if w is None or w.dtype not in (torch.int32, torch.int64) or tuple(w.shape) != shape:
+        found = None if w is None else (tuple(w.shape), str(w.dtype))
+        raise corrupt_file(path, f"block{b}/windows is {found}, not {shape} integer ids")
+    if w.numel() and (int(w.min()) < 0 or int(w.max()) >= meta["d_vocab"]):
+        raise corrupt_file(path, f"block{b}/windows has ids outside [0, {meta['d_vocab']})")
+    return w

@@ -1,0 +1,247 @@
+"""Coverage of the bootstrap intervals against a known truth (seeded) -> results/coverage.json.
+
+A Markov chain over 8 tokens generates the windows (T = 8). The truth of a score is the cosine of
+a fixed model with its leading term computed from 100,000 windows of the chain; the estimate is
+the same cosine from a small sample of windows (200 or 1,000, in 10 blocks), and the interval
+comes from ``R = 50`` bootstrap resamples of the blocks (the library's default). Four paper
+models (one layer) trained on other windows of the chain put the true cosines of ``W_O``,
+``V``, ``W`` and ``P`` near 0.999, 0.99, 0.9 and 0.3. Every method of
+:mod:`tl_leadterms.analyzers.bootstrap` is computed from the same draws, at 90% and 95%, over
+60 repetitions (new sample, new resamples); the default method is also computed from
+first-order resamples (pass two with the full-corpus Ḡ) to measure what exact resamples change
+and what they cost.
+
+Resumable: every finished repetition is kept in ``benchmarks/results/coverage_draws.pt`` (not
+committed); rerunning skips them. Run it niced: ``nice python benchmarks/bench_coverage.py``
+(``--reps 3`` for a quick look).
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+# tiny kernels: one numba thread (12x faster here than a thread pool's start-up per call)
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train  # noqa: E402
+from tl_leadterms.analyzers.bootstrap import (  # noqa: E402
+    DEFAULT_METHOD,
+    METHODS,
+    Bootstrap,
+    BootstrapSpec,
+    interval,
+)
+from tl_leadterms.analyzers.decompose import leading_cosines  # noqa: E402
+from tl_leadterms.atomic import atomic_path, write_text  # noqa: E402
+
+K, T, BLOCKS, RESAMPLES = 8, 8, 10, 50
+SIZES = (200, 1000)
+LEVELS = (0.9, 0.95)
+POPULATION = 100_000
+#: training runs that put the true cosines near 0.999, 0.99, 0.9 and 0.3
+MODELS = {
+    "near_0.999": {"windows": 2000, "steps": 6, "lr": 0.5, "chain": 0},
+    "near_0.99": {"windows": 50, "steps": 6, "lr": 0.5, "chain": 0},
+    "near_0.9": {"windows": 200, "steps": 100, "lr": 0.5, "chain": 0},
+    "near_0.3": {"windows": 200, "steps": 6, "lr": 0.5, "chain": 1},
+}
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def transition(seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(2.0 * torch.randn(K, K, generator=g, dtype=torch.float64), 1)
+
+
+def chain(matrix: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+    """``n`` windows of ``T + 1`` tokens of the chain ``matrix`` (first token uniform)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.zeros(n, T + 1, dtype=torch.long)
+    x[:, 0] = torch.randint(0, K, (n,), generator=g)
+    for t in range(1, T + 1):
+        x[:, t] = torch.multinomial(matrix[x[:, t - 1]], 1, generator=g)[:, 0]
+    return x
+
+
+def models() -> dict:
+    out = {}
+    for i, (name, run) in enumerate(MODELS.items()):
+        model = paper_model(K, T, 1, dtype=torch.float64)
+        train(model, chain(transition(run["chain"]), run["windows"], 10 + i), lr=run["lr"],
+              steps=run["steps"], progress=False)  # fmt: skip
+        out[name] = model
+    return out
+
+
+def dense_maps(trained: dict) -> torch.Tensor:
+    """``[models, 4]`` lists of each model's W_O, V, W (``[k, k]``) and P (``[T]``), dense."""
+    out = []
+    for model in trained.values():
+        pw = to_paper(model)
+        out.append([pw.W_O.detach()] + [pw.layer_map(w, 0).detach() for w in ("V", "W", "P")])
+    return out
+
+
+def scores(maps: list, stats) -> torch.Tensor:
+    """``[models, 4]``: the cosine of W_O, V, W, P of each model with its leading term
+    (``B̄``, ``Φ̄ᵀB̄ᵀ``, ``Q̄``, ``Δ``), written out plainly."""
+    targets = (stats.B_bar, stats.B_bar_Phi_bar.T, stats.Q_bar, stats.Delta)
+    out = torch.empty(len(maps), 4, dtype=torch.float64)
+    for m, weights in enumerate(maps):
+        for w, (M, target) in enumerate(zip(weights, targets, strict=True)):
+            M, target = M.double().flatten(), target.double().flatten()
+            out[m, w] = (M @ target) / (M.norm() * target.norm())
+    return out
+
+
+def repetition(maps: list, size: int, rep: int) -> dict:
+    """One sample of ``size`` windows: its scores, exact and first-order resample scores."""
+    sample = chain(transition(0), size, 100_000 + 1000 * size + rep)
+    blocks = block_stats(sample, K, blocks=BLOCKS, progress=False)
+    out = {"estimate": scores(maps, blocks.full())}
+    for key, exact, method in (("exact", True, "bca"), ("first_order", False, "percentile")):
+        boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=rep, method=method,
+                                                    exact=exact))  # fmt: skip
+        start, seconds, draws = time.perf_counter(), 0.0, []
+        for stats in boot.resamples():
+            seconds -= time.perf_counter()
+            draws.append(scores(maps, stats))
+            seconds += time.perf_counter()
+        out[key] = torch.stack(draws)  # [R (+ B), models, 4]
+        out[f"{key}_resample_s"] = (time.perf_counter() - start - seconds) / len(draws)
+    return out
+
+
+def run(reps: int, cache: Path) -> tuple[dict, dict]:
+    trained = models()
+    maps = dense_maps(trained)
+    population = corpus_stats(chain(transition(0), POPULATION, 1), K, progress=False)
+    truth = scores(maps, population)
+    library = torch.tensor(
+        [list(leading_cosines(m, population).values()) for m in trained.values()]
+    )
+    assert torch.allclose(truth, library.double(), atol=1e-12), (truth, library)
+    done = torch.load(cache) if cache.exists() else {}
+    for size in SIZES:
+        for rep in range(reps):
+            if (size, rep) not in done:
+                done[(size, rep)] = repetition(maps, size, rep)
+                with atomic_path(cache) as tmp:
+                    torch.save(done, tmp)
+                print(f"  {size} windows, repetition {rep + 1}/{reps}", flush=True)
+    return truth, {key: v for key, v in done.items() if key[1] < reps}
+
+
+def _cell(truth: float, estimates, draws_list, jack_list, level: float, method: str) -> dict:
+    covered, widths, contains, zero = 0, [], 0, 0
+    for est, draws, jack in zip(estimates, draws_list, jack_list, strict=True):
+        found = interval(draws[:, None], level, method, torch.tensor([est]), jack[:, None])
+        lo, hi, mid = (float(x[0]) for x in found)
+        covered += lo <= truth <= hi
+        widths.append(hi - lo)
+        contains += lo <= mid <= hi
+        zero += hi - lo == 0.0 and float(draws.max() - draws.min()) > 0
+    n = len(estimates)
+    return {"coverage": covered / n, "median_width": statistics.median(widths),
+            "contains_corrected": contains / n, "zero_width": zero}  # fmt: skip
+
+
+def summarize(truth: torch.Tensor, done: dict, reps: int) -> dict:
+    weights = ("W_O", "V", "W", "P")
+    cells = []
+    for size in SIZES:
+        runs = [done[(size, rep)] for rep in range(reps)]
+        for m, name in enumerate(MODELS):
+            for w, weight in enumerate(weights):
+                est = [float(r["estimate"][m, w]) for r in runs]
+                exact = [r["exact"][:RESAMPLES, m, w] for r in runs]
+                jack = [r["exact"][RESAMPLES:, m, w] for r in runs]
+                first = [r["first_order"][:, m, w] for r in runs]
+                cell = {"model": name, "weight": weight, "windows": size,
+                        "truth": float(truth[m, w]), "mean_estimate": statistics.mean(est),
+                        "levels": {}}  # fmt: skip
+                for level in LEVELS:
+                    per = {me: _cell(cell["truth"], est, exact, jack, level, me) for me in METHODS}
+                    per[f"{DEFAULT_METHOD}_first_order"] = _cell(
+                        cell["truth"], est, first, jack, level, DEFAULT_METHOD
+                    )
+                    per["exact_vs_first_order"] = _shift(est, exact, first, level)
+                    cell["levels"][str(level)] = per
+                cells.append(cell)
+    return {"cells": cells, "worst": _worst(cells)}
+
+
+def _shift(est, exact, first, level) -> dict:
+    """How far the first-order shortcut moves the default interval's ends, in widths."""
+    moved = []
+    for e, a, b in zip(est, exact, first, strict=True):
+        x = [interval(d[:, None], level, DEFAULT_METHOD, torch.tensor([e])) for d in (a, b)]
+        width = float(x[0][1][0] - x[0][0][0])
+        if width > 0:
+            moved.append(max(abs(float(x[0][i][0] - x[1][i][0])) for i in (0, 1)) / width)
+    if not moved:
+        return {"median_shift_in_widths": math.nan, "max_shift_in_widths": math.nan}
+    return {"median_shift_in_widths": statistics.median(moved), "max_shift_in_widths": max(moved)}
+
+
+def _worst(cells: list[dict]) -> dict:
+    """Per method and level: the largest shortfall of coverage below nominal, and where."""
+    out = {}
+    for level in map(str, LEVELS):
+        for method in cells[0]["levels"][level]:
+            if method == "exact_vs_first_order":
+                continue
+            gaps = [(float(level) - c["levels"][level][method]["coverage"], c) for c in cells]
+            gap, cell = max(gaps, key=lambda g: g[0])
+            within = sum(abs(g) <= 0.05 for g, _ in gaps)
+            out[f"{method}@{level}"] = {
+                "largest_shortfall": gap, "at": f"{cell['model']} {cell['weight']} "
+                f"{cell['windows']} windows (truth {cell['truth']:.4f})",
+                "cells_within_5_points": within, "cells": len(gaps),
+            }  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=60)
+    parser.add_argument("--out", default=str(RESULTS / "coverage.json"))
+    args = parser.parse_args()
+    cache = RESULTS / "coverage_draws.pt"
+    start = time.perf_counter()
+    truth, done = run(args.reps, cache)
+    print(
+        "truth [W_O, V, W, P]:",
+        {n: [round(x, 4) for x in t] for n, t in zip(MODELS, truth.tolist(), strict=True)},
+    )
+    result = summarize(truth, done, args.reps)
+    timing = {size: [done[(size, r)] for r in range(args.reps)] for size in SIZES}
+    result["resample_seconds"] = {
+        str(size): {kind: statistics.median(r[f"{kind}_resample_s"] for r in runs)
+                    for kind in ("exact", "first_order")}
+        for size, runs in timing.items()
+    }  # fmt: skip
+    result["setup"] = {"k": K, "T": T, "blocks": BLOCKS, "resamples": RESAMPLES, "sizes": SIZES,
+                       "levels": LEVELS, "population_windows": POPULATION, "reps": args.reps,
+                       "models": MODELS, "truth": truth.tolist(), "default": DEFAULT_METHOD,
+                       "seconds": time.perf_counter() - start}  # fmt: skip
+    write_text(args.out, json.dumps(result, indent=1, default=list) + "\n")
+    for key, w in result["worst"].items():
+        print(
+            f"{key:28} worst shortfall {w['largest_shortfall']:+.3f} at {w['at']}; "
+            f"{w['cells_within_5_points']}/{w['cells']} cells within 5 points"
+        )
+
+
+if __name__ == "__main__":
+    main()
