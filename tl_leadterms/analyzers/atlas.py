@@ -2,8 +2,10 @@
 
 Per (layer, head): the character of its query-key map ``W`` (Shapley attribution, see
 :mod:`~tl_leadterms.analyzers.attribution`) and of its value path, the cosine of ``W`` with its
-leading term ``Q̄`` with the permutation null's ``z`` and ``p`` (and a bootstrap interval when
-asked for), the implied ``s·η``; with ``tokens``, the agreement of its attention with the
+leading term ``Q̄`` with the permutation null's ``null_mean``, effect size ``excess`` (and
+``excess_share``), ``z``, ``p`` and the Benjamini–Hochberg ``q`` over the atlas' heads (and a
+bootstrap interval when asked for), the token-specific cosine ``specific`` and ``common_share``
+(see :func:`~tl_leadterms.decompose`), the implied ``s·η``; with ``tokens``, the agreement of its attention with the
 predicted attention (:func:`~tl_leadterms.attention_agreement`) and TransformerLens's head
 detector scores for comparison: previous-token, duplicate-token and induction, from
 ``transformer_lens.head_detector``'s detection patterns and its default ``"mul"`` measure
@@ -21,7 +23,7 @@ from transformer_lens import head_detector
 from tl_leadterms.analyzers.attention import attention_agreement
 from tl_leadterms.analyzers.bootstrap import BootstrapSpec
 from tl_leadterms.analyzers.decompose import decompose
-from tl_leadterms.analyzers.null import NullSpec
+from tl_leadterms.analyzers.null import NullSpec, add_qvalues
 from tl_leadterms.checks import check_tokens
 from tl_leadterms.stats.blocks import BlockStats
 
@@ -30,7 +32,8 @@ __all__ = ["DETECTORS", "HeadAtlas", "head_atlas"]
 DETECTORS = ("previous_token", "duplicate_token", "induction")
 _COLUMNS = ("label", "layer", "head", "character", "cosine", "lo", "hi", "z", "p",
             "implied_s_lr", "value_character", "value_cosine", "js_divergence",
-            "rank_correlation", *DETECTORS)  # fmt: skip
+            "rank_correlation", *DETECTORS, "null_mean", "excess", "excess_share", "q",
+            "specific", "common_share")  # fmt: skip
 
 
 class HeadAtlas:
@@ -52,12 +55,12 @@ class HeadAtlas:
 
     def __repr__(self) -> str:
         lines = [f"HeadAtlas ({len(self.rows)} heads; null: {self.metadata.get('null')})",
-                 f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {'z':>7} {'p':>6} "
-                 f"{'value':<22} {'prev':>5} {'dup':>5} {'ind':>5}"]  # fmt: skip
+                 f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {'excess':>7} {'z':>7} "
+                 f"{'q':>6} {'value':<22} {'prev':>5} {'dup':>5} {'ind':>5}"]  # fmt: skip
         for r in self.rows:
             lines.append(
-                f"{r['label']:<7} {r['character']:<26} {r['cosine']:8.4f} {r['z']:7.2f} "
-                f"{r['p']:6.3f} {r['value_character']:<22} {r['previous_token']:5.2f} "
+                f"{r['label']:<7} {r['character']:<26} {r['cosine']:8.4f} {r['excess']:7.4f} "
+                f"{r['z']:7.2f} {r['q']:6.3f} {r['value_character']:<22} {r['previous_token']:5.2f} "
                 f"{r['duplicate_token']:5.2f} {r['induction']:5.2f}"
             )
         return "\n".join(lines)
@@ -137,6 +140,9 @@ def head_atlas(
             "character": r["character"], "cosine": r["cosine"],
             "lo": r.get("lo", nan), "hi": r.get("hi", nan),
             "z": r.get("z", nan), "p": r.get("p", nan), "implied_s_lr": r["implied_s_lr"],
+            "null_mean": r.get("null_mean", nan), "excess": r.get("excess", nan),
+            "excess_share": r.get("excess_share", nan), "specific": r.get("specific", nan),
+            "common_share": r.get("common_share", nan),
             "value_character": v.get("character", ""), "value_cosine": v.get("cosine", nan),
             "js_divergence": a.get("js_divergence", nan),
             "rank_correlation": a.get("rank_correlation", nan),
@@ -144,5 +150,7 @@ def head_atlas(
         for name in DETECTORS:
             row[name] = nan if detectors is None else float(detectors[name][key])
         rows.append(row)
+    if null is not None:
+        add_qvalues(rows)  # over the heads of this table
     metadata = {**d.metadata, "tokens": None if tokens is None else list(tokens.shape)}
     return HeadAtlas(rows, metadata)

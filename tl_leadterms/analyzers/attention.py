@@ -21,7 +21,7 @@ from transformer_lens.utilities import get_act_name
 
 from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.analyzers.attention_fit import LayerScores, score_layer, score_ranks
-from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
+from tl_leadterms.analyzers.null import NullSpec, add_qvalues, permutations, summarize
 from tl_leadterms.checks import (
     Layers,
     check_bool,
@@ -254,7 +254,8 @@ def attention_agreement(
         progress: show a tqdm bar over layers.
         null: ``R`` or a :class:`~tl_leadterms.analyzers.null.NullSpec`: the permutation null
             of ``rank_correlation`` (columns ``score`` = the rank correlation, ``null_mean``,
-            ``null_sd``, ``z``, ``p``; see :mod:`tl_leadterms.analyzers.null`). Each draw
+            ``null_sd``, ``z``, ``p``, the effect size ``excess``, ``excess_share`` and the
+            Benjamini–Hochberg ``q`` over the heads; see :mod:`tl_leadterms.analyzers.null`). Each draw
             relabels the statistics' kept tokens (rows and columns of Q̄ together), gathers the
             predicted scores again and ranks them once for every head; the model's patterns
             and their ranks are reused. (``NullSpec.reference`` is not used here.)
@@ -284,6 +285,7 @@ def attention_agreement(
         draws = _null_rank_correlations(stats, tokens, scored_layers, spec)
         for row, column in zip(rows, draws.T, strict=True):
             row.update(summarize(row["rank_correlation"], column))
+        add_qvalues(rows)
         metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
     return AttentionAgreement(rows, metadata)
 

@@ -32,6 +32,7 @@ from tl_leadterms.analyzers.bootstrap import (
     resolve_bootstrap,
 )
 from tl_leadterms.analyzers.covariance_algebra import (  # noqa: F401 (theory_terms re-exported)
+    Scores,
     Theory,
     TheoryTerms,
     attention_factors,
@@ -44,7 +45,7 @@ from tl_leadterms.analyzers.covariance_algebra import (  # noqa: F401 (theory_te
     value_scores,
 )
 from tl_leadterms.analyzers.covariance_result import CovarianceSimilarity
-from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
+from tl_leadterms.analyzers.null import NullSpec, add_qvalues, permutations, summarize
 from tl_leadterms.analyzers.token_maps import TokenMaps, model_device, token_maps
 from tl_leadterms.checks import (
     Layers,
@@ -62,6 +63,7 @@ from tl_leadterms.version import __version__
 __all__ = ["CovarianceSimilarity", "covariance_similarity"]
 
 NORMALIZE = ("theory", "both")
+CENTRES = ("features", "tokens")
 VALUE_MAPS = ("post", "write")
 Protocol = Literal["theorem", "paper-code"]
 PROTOCOLS: tuple[str, ...] = get_args(Protocol)
@@ -115,6 +117,7 @@ def covariance_similarity(
     null: int | NullSpec | None = None,
     ci: float | None = None,
     bootstrap: int | BootstrapSpec = 50,
+    centre: Literal["features", "tokens"] = "features",
 ) -> "CovarianceSimilarity":
     """The paper's covariance similarity of a model's token maps with the leading terms.
 
@@ -175,8 +178,9 @@ def covariance_similarity(
             is one more pass over the theory with the model's token rows re-indexed, the token
             maps are reused) and, with a reference model, a ``reference`` column.
         ci, bootstrap: a confidence level and ``R`` (default 50) or a ``BootstrapSpec``: add
-            ``lo``/``hi``, the percentile bootstrap interval of each score over resamples of
-            corpus blocks; ``stats`` must then be a ``BlockStats`` from
+            ``lo``/``hi``, the bootstrap interval of each score over resamples of corpus
+            blocks, by the method the ``BootstrapSpec`` names (its default ``method`` is the
+            one :mod:`tl_leadterms.analyzers.bootstrap` documents and argues for); ``stats`` must then be a ``BlockStats`` from
             :func:`~tl_leadterms.stats.blocks.block_stats` (see
             :mod:`tl_leadterms.analyzers.bootstrap`). The model's factors are built once;
             each resample costs one pass over its two theory matrices (``O(n³)`` for their
@@ -198,6 +202,7 @@ def covariance_similarity(
     stats, boot = resolve_bootstrap(stats, ci, bootstrap)
     _check(model, stats, normalize, value_map, dtype)
     _check_protocol(protocol, stats)
+    check_choice("centre", centre, CENTRES)
     layers = check_layers(layers, model.cfg.n_layers)
     check_bool("per_head", per_head)
     device = _resolve_device(model, device)
@@ -210,23 +215,27 @@ def covariance_similarity(
     perms = None if spec is None else permutations(ids.numel(), spec.permutations, spec.seed)
     rows: list[dict[str, Any]] = []
     for layer in tqdm(layers, desc="covariance similarity", disable=not progress):
-        rows += _layer_rows(model, maps, layer, theory, normalize, value_map, per_head, perms)
+        rows += _layer_rows(model, maps, layer, theory, normalize, value_map, per_head, perms,
+                            centre)  # fmt: skip
     metadata = _metadata(model, stats, layers, ids, theory, normalize, value_map, per_head)
+    metadata["centre"] = centre
     if spec is not None and spec.reference is not None:
         ref = covariance_similarity(
             spec.reference_model(model), stats, layers=layers, per_head=per_head,
             normalize=normalize, value_map=value_map, batch_size=batch_size, device=device,
-            dtype=dtype, progress=False, protocol=protocol,
+            dtype=dtype, progress=False, protocol=protocol, centre=centre,
         )  # fmt: skip
         by_key = {(r["layer"], r["head"], r["score"]): r["value"] for r in ref.rows}
         for r in rows:
             r["reference"] = by_key.get((r["layer"], r["head"], r["score"]), math.nan)
     if spec is not None:
+        add_qvalues(rows)  # Benjamini–Hochberg over this model's rows
         metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
     if boot is not None:
         factors = [_factors(model, maps, layer, theory, normalize, value_map, per_head)
                    for layer in layers]  # fmt: skip
-        add_interval(rows, bootstrap_scores(factors, boot, protocol, device, dtype), boot, "value")
+        draws = bootstrap_scores(factors, boot, protocol, device, dtype, centre)
+        add_interval(rows, draws, boot, "value")
         metadata["ci"] = boot.metadata()
     return CovarianceSimilarity(rows, metadata)
 
@@ -277,7 +286,7 @@ def _layer_inputs(model, maps: TokenMaps, layer: int, theory: Theory, value_map)
 
 
 def _layer_rows(model, maps: TokenMaps, layer: int, theory: Theory, normalize, value_map,
-                per_head: bool, perms: Tensor | None = None) -> list[dict[str, Any]]:  # fmt: skip
+                per_head: bool, perms: Tensor | None, centre: str) -> list[dict[str, Any]]:  # fmt: skip
     """The scores of one layer: attention (and per head), value_post, value_attn."""
     dtype = theory.dtype
     E_pre, W_Q, W_K, values = _layer_inputs(model, maps, layer, theory, value_map)
@@ -286,27 +295,37 @@ def _layer_rows(model, maps: TokenMaps, layer: int, theory: Theory, normalize, v
         E_pre, W_Q, W_K, theory.attention, theory.attention_terms, both, per_head, dtype
     )
     val = value_scores(values, theory.value, theory.value_terms, both, dtype)
-    rows = [
-        {"layer": layer, "head": None, "score": "attention", "value": att[0]},
-        {"layer": layer, "head": None, "score": "value_post", "value": val[0]},
-        {"layer": layer, "head": None, "score": "value_attn", "value": val[1]},
+    where = [
+        (None, "attention", att[0]),
+        (None, "value_post", val[0]),
+        (None, "value_attn", val[1]),
+        *((h, "attention", v) for h, v in enumerate(att[1:])),
     ]
-    rows += [
-        {"layer": layer, "head": head, "score": "attention", "value": value}
-        for head, value in enumerate(att[1:])
-    ]
+    rows = [_row(layer, head, name, scores, centre) for head, name, scores in where]
     if perms is not None:
         att_factors = attention_factors(E_pre, W_Q, W_K, both, per_head)
         att_null = permuted_scores(
-            att_factors, theory.attention, theory.attention_terms, perms, dtype
+            att_factors, theory.attention, theory.attention_terms, perms, dtype, centre
         )
         val_factors = value_factors(values, both)
-        val_null = permuted_scores(val_factors, theory.value, theory.value_terms, perms, dtype)
+        val_null = permuted_scores(
+            val_factors, theory.value, theory.value_terms, perms, dtype, centre
+        )
         draws = [att_null[:, 0], val_null[:, 0], val_null[:, 1], *att_null[:, 1:].T]
         for row, d in zip(rows, draws, strict=True):
             summary = summarize(row["value"], d)
             row.update({k: v for k, v in summary.items() if k != "score"})
     return rows
+
+
+def _row(layer: int, head: int | None, name: str, scores: Scores, centre: str) -> dict:
+    """One row: ``value`` is the score ``centre`` picks; ``specific`` and ``common_share``
+    always; ``raw`` (the paper's score) beside a token-specific ``value``."""
+    row = {"layer": layer, "head": head, "score": name, "value": scores.pick(centre),
+           "specific": scores.specific, "common_share": scores.common_share}  # fmt: skip
+    if centre == "tokens":
+        row["raw"] = scores.raw
+    return row
 
 
 def _metadata(model, stats, layers, ids, theory: Theory, normalize, value_map, per_head):
