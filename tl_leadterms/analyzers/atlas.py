@@ -3,11 +3,12 @@
 Per (layer, head): the character of its query-key map ``W`` (Shapley attribution, see
 :mod:`~tl_leadterms.analyzers.attribution`) and of its value path, the cosine of ``W`` with its
 leading term ``Q̄`` with the permutation null's ``null_mean``, effect size ``excess`` (and
-``excess_share``), ``z``, ``p`` and the Benjamini–Hochberg ``q`` over the atlas' heads (and a
-bootstrap interval when asked for), the token-specific cosine ``specific`` and ``common_share``
-(see :func:`~tl_leadterms.decompose`), the implied ``s·η``; with ``tokens``, the agreement of its attention with the
-predicted attention (:func:`~tl_leadterms.attention_agreement`) and TransformerLens's head
-detector scores for comparison: previous-token, duplicate-token and induction, from
+``excess_share``), ``z``, ``p`` and the Benjamini–Hochberg ``q`` over the atlas' heads (and
+a bootstrap interval when asked for), the token-specific cosine ``specific`` and
+``common_share`` (see :func:`~tl_leadterms.decompose`), the implied ``s·η``; with ``tokens``,
+the agreement of its attention with the predicted attention
+(:func:`~tl_leadterms.attention_agreement`) and TransformerLens's head detector scores for
+comparison: previous-token, duplicate-token and induction, from
 ``transformer_lens.head_detector``'s detection patterns and its default ``"mul"`` measure
 (``compute_head_attention_similarity_score``: the fraction of the head's attention on the
 pattern), averaged over the sequences. (``detect_head`` itself encodes strings with the
@@ -60,7 +61,8 @@ class HeadAtlas:
         for r in self.rows:
             lines.append(
                 f"{r['label']:<7} {r['character']:<26} {r['cosine']:8.4f} {r['excess']:7.4f} "
-                f"{r['z']:7.2f} {r['q']:6.3f} {r['value_character']:<22} {r['previous_token']:5.2f} "
+                f"{r['z']:7.2f} {r['q']:6.3f} {r['value_character']:<22} "
+                f"{r['previous_token']:5.2f} "
                 f"{r['duplicate_token']:5.2f} {r['induction']:5.2f}"
             )
         return "\n".join(lines)

@@ -255,10 +255,10 @@ def attention_agreement(
         null: ``R`` or a :class:`~tl_leadterms.analyzers.null.NullSpec`: the permutation null
             of ``rank_correlation`` (columns ``score`` = the rank correlation, ``null_mean``,
             ``null_sd``, ``z``, ``p``, the effect size ``excess``, ``excess_share`` and the
-            Benjamini–Hochberg ``q`` over the heads; see :mod:`tl_leadterms.analyzers.null`). Each draw
-            relabels the statistics' kept tokens (rows and columns of Q̄ together), gathers the
-            predicted scores again and ranks them once for every head; the model's patterns
-            and their ranks are reused. (``NullSpec.reference`` is not used here.)
+            Benjamini–Hochberg ``q`` over the heads; see :mod:`tl_leadterms.analyzers.null`).
+            Each draw relabels the statistics' kept tokens (rows and columns of Q̄ together),
+            gathers the predicted scores again and ranks them once for every head; the
+            model's patterns and their ranks are reused. (``NullSpec.reference`` is not used here.)
     """
     check_supported(model, caller="attention_agreement")
     tokens = _check_stats_tokens(stats, tokens)

@@ -174,17 +174,39 @@ def covariance_similarity(
         protocol: ``"theorem"`` (attention map vs ``Q̄``) or ``"paper-code"`` (vs ``Q̄ᵀ``, on
             statistics with ``last_target="paper-code"``); recorded in ``metadata``.
         null: ``R`` or a :class:`~tl_leadterms.analyzers.null.NullSpec`: add the permutation
-            null of every score (``score``, ``null_mean``, ``null_sd``, ``z``, ``p``; each draw
+            null of every score (``null_mean``, ``null_sd``, ``z``, ``p``, the effect size
+            ``excess``, ``excess_share`` and the Benjamini–Hochberg ``q`` over the rows; each draw
             is one more pass over the theory with the model's token rows re-indexed, the token
             maps are reused) and, with a reference model, a ``reference`` column.
         ci, bootstrap: a confidence level and ``R`` (default 50) or a ``BootstrapSpec``: add
             ``lo``/``hi``, the bootstrap interval of each score over resamples of corpus
             blocks, by the method the ``BootstrapSpec`` names (its default ``method`` is the
-            one :mod:`tl_leadterms.analyzers.bootstrap` documents and argues for); ``stats`` must then be a ``BlockStats`` from
+            one :mod:`tl_leadterms.analyzers.bootstrap` documents and argues for);
+            ``stats`` must then be a ``BlockStats`` from
             :func:`~tl_leadterms.stats.blocks.block_stats` (see
             :mod:`tl_leadterms.analyzers.bootstrap`). The model's factors are built once;
             each resample costs one pass over its two theory matrices (``O(n³)`` for their
             norms, cached per resample only).
+        centre: ``"features"`` (the paper: each covariance's rows centred over features
+            only) or ``"tokens"``: both covariances double-centred, ``H·C·H`` with
+            ``H = I − 11ᵀ/n``, so what every token shares is removed before the cosine and
+            ``value`` (and its null and interval) is the token-specific score; the paper's
+            score is then the ``raw`` column. Either way every row carries ``specific`` (the
+            double-centred cosine) and ``common_share`` (the share of the paper's cosine
+            carried by the common component); both cost nothing extra.
+
+    The common component. ``C = M̃M̃ᵀ`` splits exactly as ``C = C° + w1ᵀ + 1wᵀ + a·11ᵀ``
+    with ``C° = H·C·H`` (``w``: the covariance of each token with the mean token, ``a``: the
+    mean token's squared norm), and the two parts are orthogonal, so the numerator of the
+    cosine is ``⟨C°_model, C°_theory⟩ + 2n·w_modelᵀw_theory + n²·a_model·a_theory``. When
+    every token's map shares a large mean row (an ``E_post`` dominated by a direction all
+    embeddings share, a theory whose rows share a mean), the second and third terms dominate:
+    the raw score is high for any model, its permutation null sits just below it, and
+    ``common_share`` is near 1. ``specific`` asks what the covariance protocol means to ask,
+    whether tokens that the theory puts close together are close in the model; use
+    ``centre="tokens"`` (recommended) and report ``common_share`` beside the paper's score.
+    Computed in the same factored pass: ``L`` is centred over tokens, the theory's
+    ``‖C°‖²``, ``w`` and ``a`` are cached with its other terms.
 
     Example:
         >>> import torch
@@ -286,7 +308,7 @@ def _layer_inputs(model, maps: TokenMaps, layer: int, theory: Theory, value_map)
 
 
 def _layer_rows(model, maps: TokenMaps, layer: int, theory: Theory, normalize, value_map,
-                per_head: bool, perms: Tensor | None, centre: str) -> list[dict[str, Any]]:  # fmt: skip
+                per_head: bool, perms: Tensor | None, centre: str) -> list[dict]:  # fmt: skip
     """The scores of one layer: attention (and per head), value_post, value_attn."""
     dtype = theory.dtype
     E_pre, W_Q, W_K, values = _layer_inputs(model, maps, layer, theory, value_map)
