@@ -221,9 +221,16 @@ def scores_of(parts: Parts, acc: Tensor, terms: TheoryTerms, w: Tensor | None = 
     w = parts.w if w is None else w
     common = 2 * n * float(w @ terms.w) + n * n * parts.a * terms.a
     raw_cross = specific_cross + common
+    # a token-specific part at rounding level (every row the same) has no direction: NaN
+    floor = (1e3 * torch.finfo(parts.factor.L.dtype).eps) ** 2
+    specific = (
+        score(specific_cross, parts.centred2, terms.centred_norm2)
+        if parts.centred2 > floor * parts.raw2 and terms.centred_norm2 > floor * terms.norm2
+        else math.nan
+    )
     return Scores(
         score(raw_cross, parts.raw2, terms.norm2),
-        score(specific_cross, parts.centred2, terms.centred_norm2),
+        specific,
         common / raw_cross if raw_cross != 0 else math.nan,
     )
 
