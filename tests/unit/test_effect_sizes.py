@@ -259,7 +259,7 @@ def _bh_reference(p: list[float]) -> list[float]:
 
 def test_qvalues_match_the_step_up_rule():
     g = torch.Generator().manual_seed(4)
-    p = torch.rand(40, generator=g).pow(3).tolist() + [math.nan, 0.05, 0.05, 1.0]
+    p = [*torch.rand(40, generator=g).pow(3).tolist(), math.nan, 0.05, 0.05, 1.0]
     got, want = qvalues(p), _bh_reference(p)
     assert [math.isnan(v) for v in got] == [math.isnan(v) for v in want]
     assert [v for v in got if not math.isnan(v)] == pytest.approx(
