@@ -130,8 +130,9 @@ def _common(rows: list[dict], what: str) -> list[str]:
     if not shares:
         return []
     text = (
-        f"{what}: the share of the score carried by what every token shares (common_share) is "
-        f"median {shares[len(shares) // 2]:.3f} (from {shares[0]:.3f} to {shares[-1]:.3f})"
+        f"{what}: the share of the raw score carried by what every token shares "
+        f"(common_share) is median {shares[len(shares) // 2]:.3f} "
+        f"(from {shares[0]:.3f} to {shares[-1]:.3f})"
     )
     if specific:
         text += (
