@@ -13,7 +13,7 @@
     tl-leadterms sweep series_dir s.safetensors [--results r.jsonl] [--out table.csv]
     tl-leadterms sweep pythia-70m s.safetensors --steps 0 1 2 4    # hub checkpoints
     tl-leadterms sweep series_dir s.safetensors --results r.jsonl --ray auto --device cuda
-    tl-leadterms sweep series_dir s.safetensors --null 99 --seed 0   # + null_mean, z, p columns
+    tl-leadterms sweep series_dir s.safetensors --null 99 --seed 0   # + excess, null_mean, z, p, q
     tl-leadterms sweep series_dir b.safetensors --ci 0.95   # block statistics: + lo, hi columns
     tl-leadterms report s.safetensors --model ckpt_dir --text "..." --words red fish -o r.html
 
@@ -167,7 +167,14 @@ def _add_sweep(sub) -> None:
         "--null",
         type=_positive,
         metavar="R",
-        help="a permutation null of R draws per score: columns null_mean, null_sd, z, p",
+        help="a permutation null of R draws per score: columns excess (score - null mean, "
+        "shown first), null_mean, null_sd, z, p, q (Benjamini-Hochberg)",
+    )
+    sw.add_argument(
+        "--centre",
+        choices=["features", "tokens"],
+        help="covariance: 'tokens' double-centres both covariances (the token-specific "
+        "score; the paper's is then the raw column); default features",
     )
     sw.add_argument(
         "--ci",
