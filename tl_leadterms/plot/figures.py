@@ -151,7 +151,8 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
     One panel per weight (rows with a layer, in table order). The line is ``score`` (default:
     the rows' ``"score"`` column when they have one, else ``"cosine"``); the shaded band is the
     confidence interval ``lo``–``hi`` and the grey band ``null_mean ± 2·null_sd``, each drawn
-    only where the rows have those columns.
+    only where the rows have those columns; with a null, the excess ``score − null_mean`` on
+    the right axis.
 
     Args:
         decomposition: a :class:`~tl_leadterms.Decomposition` (or anything with ``.rows``).
@@ -188,11 +189,19 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
         if any("lo" in r and "hi" in r for r in mine):
             ax.fill_between(x, get("lo"), get("hi"), color="tab:blue", alpha=0.25, label="CI")
         ax.plot(x, get(column), marker=".", color="tab:blue", label=column)
+        handles, labels = ax.get_legend_handles_labels()
+        if any("null_mean" in r for r in mine):  # the effect size on its own axis
+            right = ax.twinx()
+            excess = [s - m for s, m in zip(get(column), get("null_mean"), strict=True)]
+            right.plot(x, excess, ":", marker="x", color="tab:red", label="excess")
+            right.set_ylabel("excess", color="tab:red")
+            more = right.get_legend_handles_labels()
+            handles, labels = handles + more[0], labels + more[1]
         ticks = x if len(x) <= 24 else x[:: math.ceil(len(x) / 24)]
         ax.set_xticks(ticks, [mine[i]["label"] for i in ticks], rotation=90, fontsize="x-small")
         ax.set_ylabel(f"{weight}: {column}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        ax.legend(handles, labels, fontsize="small")
     _save(fig, path)
     return fig
 
