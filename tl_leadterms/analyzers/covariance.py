@@ -170,10 +170,11 @@ def covariance_similarity(
         device: where the products run (default: the model's device); the statistics' two
             ``[k, k]`` theory matrices are moved there.
         dtype: precision of the products. ``float32`` halves the memory of the theory
-            matrices on the device; it is not reliably faster (on a 2-core CPU the factored
-            products took about 0.8 of the float64 time, a whole 3,000-token run was slower;
-            see ``benchmarks/bench_token_centred.py``), and its scores agree with float64 to
-            about 1e-7.
+            matrices on the device and, at 5,000 tokens on a 2-core CPU, took 0.42× the
+            float64 time of the theory's terms and 0.51× per layer
+            (``benchmarks/bench_token_centred.py``); a whole run is not faster when the token
+            maps dominate (a 3,000-token run took 17.8 s against 16.1 s). Scores agree with
+            float64 to about 3e-7.
         progress: show tqdm bars.
         protocol: ``"theorem"`` (attention map vs ``Q̄``) or ``"paper-code"`` (vs ``Q̄ᵀ``, on
             statistics with ``last_target="paper-code"``); recorded in ``metadata``.
