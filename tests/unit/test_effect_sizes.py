@@ -71,6 +71,7 @@ def _double_centre(C: torch.Tensor) -> torch.Tensor:
 
 
 def _cos(A: torch.Tensor, B: torch.Tensor) -> float:
+    A, B = A.detach(), B.detach()
     return float((A * B).sum() / (A.norm() * B.norm()))
 
 
@@ -195,7 +196,7 @@ def test_planted_token_specific_signal_has_large_specific_score_and_excess(stats
 
 
 def _map_reference(M: torch.Tensor, Tm: torch.Tensor) -> tuple[float, float]:
-    M, Tm = M.double(), Tm.double()
+    M, Tm = M.detach().double(), Tm.detach().double()
     Mc, Tc = _double_centre_rect(M), _double_centre_rect(Tm)
     return _cos(Mc, Tc), 1.0 - float((Mc * Tc).sum() / (M * Tm).sum())
 
