@@ -211,10 +211,12 @@ def test_sweep_null_columns_printed_and_written(series, tmp_path, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     grid = out[out.index("covariance: value_post") :].splitlines()
-    assert [line.split()[0] for line in grid[2:7]] == ["L0", "null", "z", "p", "L1"]
+    assert [line.split()[0] for line in grid[2:11]] == ["L0", "excess", "null", "z", "p", "q",
+                                                        "specific", "common", "L1"]  # fmt: skip
     df = pd.read_csv(table)
     assert list(df.columns) == ["checkpoint", "step", "layer", "head", "analysis", "score",
-                                "value", "null_mean", "null_sd", "z", "p"]  # fmt: skip
+                                "value", "null_mean", "null_sd", "z", "p", "excess",
+                                "excess_share", "q", "specific", "common_share"]  # fmt: skip
     stats = CorpusStats.load(series["stats"])
     model = load_model(series["dir"] / "step2")
     direct = covariance_similarity(model, stats, null=NullSpec(3, seed=1), progress=False)

@@ -257,7 +257,8 @@ def test_precomputed_maps_and_result_object(neox, kept_stats):
     assert [r["value"] for r in sim.rows] == pytest.approx([r["value"] for r in again.rows])
     assert len(sim) == 2 * (3 + 4)
     df = sim.to_pandas()
-    assert list(df.columns) == ["layer", "head", "score", "value"] and len(df) == len(sim)
+    assert list(df.columns) == ["layer", "head", "score", "value", "specific", "common_share"]
+    assert len(df) == len(sim)
     assert list(sim.table().columns) == list(SCORES) and sim.table().shape == (2, 3)
     assert sim.table(heads=True).shape == (2, 4)
     assert sim.to_dict()["metadata"]["normalization_type"] == "LNPre"

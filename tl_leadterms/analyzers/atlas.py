@@ -2,10 +2,13 @@
 
 Per (layer, head): the character of its query-key map ``W`` (Shapley attribution, see
 :mod:`~tl_leadterms.analyzers.attribution`) and of its value path, the cosine of ``W`` with its
-leading term ``Q̄`` with the permutation null's ``z`` and ``p`` (and a bootstrap interval when
-asked for), the implied ``s·η``; with ``tokens``, the agreement of its attention with the
-predicted attention (:func:`~tl_leadterms.attention_agreement`) and TransformerLens's head
-detector scores for comparison: previous-token, duplicate-token and induction, from
+leading term ``Q̄`` with the permutation null's ``null_mean``, effect size ``excess`` (and
+``excess_share``), ``z``, ``p`` and the Benjamini–Hochberg ``q`` over the atlas' heads (and
+a bootstrap interval when asked for), the token-specific cosine ``specific`` and
+``common_share`` (see :func:`~tl_leadterms.decompose`), the implied ``s·η``; with ``tokens``,
+the agreement of its attention with the predicted attention
+(:func:`~tl_leadterms.attention_agreement`) and TransformerLens's head detector scores for
+comparison: previous-token, duplicate-token and induction, from
 ``transformer_lens.head_detector``'s detection patterns and its default ``"mul"`` measure
 (``compute_head_attention_similarity_score``: the fraction of the head's attention on the
 pattern), averaged over the sequences. (``detect_head`` itself encodes strings with the
@@ -22,7 +25,7 @@ from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.analyzers.attention import attention_agreement
 from tl_leadterms.analyzers.bootstrap import BootstrapSpec, ci_cell, ci_header
 from tl_leadterms.analyzers.decompose import decompose
-from tl_leadterms.analyzers.null import NullSpec
+from tl_leadterms.analyzers.null import NullSpec, add_qvalues
 from tl_leadterms.checks import check_tokens
 from tl_leadterms.stats.blocks import BlockStats
 
@@ -31,7 +34,8 @@ __all__ = ["DETECTORS", "HeadAtlas", "head_atlas"]
 DETECTORS = ("previous_token", "duplicate_token", "induction")
 _COLUMNS = ("label", "layer", "head", "character", "cosine", "lo", "hi", "corrected", "z", "p",
             "implied_s_lr", "value_character", "value_cosine", "js_divergence",
-            "rank_correlation", *DETECTORS)  # fmt: skip
+            "rank_correlation", *DETECTORS, "null_mean", "excess", "excess_share", "q",
+            "specific", "common_share")  # fmt: skip
 
 
 class HeadAtlas:
@@ -55,13 +59,14 @@ class HeadAtlas:
         ci = self.metadata.get("ci")
         band = f"{ci_header([{'ci_level': ci['level']}]):<32} " if ci else ""
         lines = [f"HeadAtlas ({len(self.rows)} heads; null: {self.metadata.get('null')})",
-                 f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {band}{'z':>7} {'p':>6} "
-                 f"{'value':<22} {'prev':>5} {'dup':>5} {'ind':>5}"]  # fmt: skip
+                 f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {'excess':>7} {band}{'z':>7} "
+                 f"{'q':>6} {'value':<22} {'prev':>5} {'dup':>5} {'ind':>5}"]  # fmt: skip
         for r in self.rows:
             cell = f"{ci_cell(r)} " if ci else ""
             lines.append(
-                f"{r['label']:<7} {r['character']:<26} {r['cosine']:8.4f} {cell}{r['z']:7.2f} "
-                f"{r['p']:6.3f} {r['value_character']:<22} {r['previous_token']:5.2f} "
+                f"{r['label']:<7} {r['character']:<26} {r['cosine']:8.4f} {r['excess']:7.4f} "
+                f"{cell}{r['z']:7.2f} {r['q']:6.3f} {r['value_character']:<22} "
+                f"{r['previous_token']:5.2f} "
                 f"{r['duplicate_token']:5.2f} {r['induction']:5.2f}"
             )
         return "\n".join(lines)
@@ -146,6 +151,9 @@ def head_atlas(
             "character": r["character"], "cosine": r["cosine"],
             "lo": r.get("lo", nan), "hi": r.get("hi", nan), "corrected": r.get("corrected", nan),
             "z": r.get("z", nan), "p": r.get("p", nan), "implied_s_lr": r["implied_s_lr"],
+            "null_mean": r.get("null_mean", nan), "excess": r.get("excess", nan),
+            "excess_share": r.get("excess_share", nan), "specific": r.get("specific", nan),
+            "common_share": r.get("common_share", nan),
             "value_character": v.get("character", ""), "value_cosine": v.get("cosine", nan),
             "js_divergence": a.get("js_divergence", nan),
             "rank_correlation": a.get("rank_correlation", nan),
@@ -153,5 +161,7 @@ def head_atlas(
         for name in DETECTORS:
             row[name] = nan if detectors is None else float(detectors[name][key])
         rows.append(row)
+    if null is not None:
+        add_qvalues(rows)  # over the heads of this table
     metadata = {**d.metadata, "tokens": None if tokens is None else list(tokens.shape)}
     return HeadAtlas(rows, metadata)

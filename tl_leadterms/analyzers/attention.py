@@ -21,7 +21,7 @@ from transformer_lens import ActivationCache
 from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.adapters.view import ModelView
 from tl_leadterms.analyzers.attention_fit import LayerScores, score_layer, score_ranks
-from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
+from tl_leadterms.analyzers.null import NullSpec, add_qvalues, permutations, summarize
 from tl_leadterms.checks import (
     Layers,
     check_bool,
@@ -255,10 +255,11 @@ def attention_agreement(
         progress: show a tqdm bar over layers.
         null: ``R`` or a :class:`~tl_leadterms.analyzers.null.NullSpec`: the permutation null
             of ``rank_correlation`` (columns ``score`` = the rank correlation, ``null_mean``,
-            ``null_sd``, ``z``, ``p``; see :mod:`tl_leadterms.analyzers.null`). Each draw
-            relabels the statistics' kept tokens (rows and columns of Q̄ together), gathers the
-            predicted scores again and ranks them once for every head; the model's patterns
-            and their ranks are reused. (``NullSpec.reference`` is not used here.)
+            ``null_sd``, ``z``, ``p``, the effect size ``excess``, ``excess_share`` and the
+            Benjamini–Hochberg ``q`` over the heads; see :mod:`tl_leadterms.analyzers.null`).
+            Each draw relabels the statistics' kept tokens (rows and columns of Q̄ together),
+            gathers the predicted scores again and ranks them once for every head; the
+            model's patterns and their ranks are reused. (``NullSpec.reference`` is not used here.)
     """
     view = check_supported(model, caller="attention_agreement")
     tokens = _check_stats_tokens(stats, tokens)
@@ -285,6 +286,7 @@ def attention_agreement(
         draws = _null_rank_correlations(stats, tokens, scored_layers, spec)
         for row, column in zip(rows, draws.T, strict=True):
             row.update(summarize(row["rank_correlation"], column))
+        add_qvalues(rows)
         metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
     return AttentionAgreement(rows, metadata)
 

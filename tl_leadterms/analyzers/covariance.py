@@ -33,6 +33,7 @@ from tl_leadterms.analyzers.bootstrap import (
     resolve_bootstrap,
 )
 from tl_leadterms.analyzers.covariance_algebra import (  # noqa: F401 (theory_terms re-exported)
+    Scores,
     Theory,
     TheoryTerms,
     attention_factors,
@@ -45,7 +46,7 @@ from tl_leadterms.analyzers.covariance_algebra import (  # noqa: F401 (theory_te
     value_scores,
 )
 from tl_leadterms.analyzers.covariance_result import CovarianceSimilarity
-from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
+from tl_leadterms.analyzers.null import NullSpec, add_qvalues, permutations, summarize
 from tl_leadterms.analyzers.token_maps import TokenMaps, model_device, token_maps
 from tl_leadterms.checks import (
     Layers,
@@ -64,6 +65,7 @@ from tl_leadterms.version import __version__
 __all__ = ["CovarianceSimilarity", "covariance_similarity"]
 
 NORMALIZE = ("theory", "both")
+CENTRES = ("features", "tokens")
 VALUE_MAPS = ("post", "write")
 Protocol = Literal["theorem", "paper-code"]
 PROTOCOLS: tuple[str, ...] = get_args(Protocol)
@@ -117,6 +119,7 @@ def covariance_similarity(
     null: int | NullSpec | None = None,
     ci: float | None = None,
     bootstrap: int | BootstrapSpec = 50,
+    centre: Literal["features", "tokens"] = "features",
 ) -> "CovarianceSimilarity":
     """The paper's covariance similarity of a model's token maps with the leading terms.
 
@@ -168,22 +171,50 @@ def covariance_similarity(
         batch_size: tokens per forward pass when computing the maps.
         device: where the products run (default: the model's device); the statistics' two
             ``[k, k]`` theory matrices are moved there.
-        dtype: precision of the products (``float32`` halves time and memory).
+        dtype: precision of the products. ``float32`` halves the memory of the theory
+            matrices on the device and, at 5,000 tokens on a 2-core CPU, took 0.42× the
+            float64 time of the theory's terms and 0.51× per layer
+            (``benchmarks/bench_token_centred.py``); a whole run is not faster when the token
+            maps dominate (a 3,000-token run took 17.8 s against 16.1 s). Scores agree with
+            float64 to about 3e-7.
         progress: show tqdm bars.
         protocol: ``"theorem"`` (attention map vs ``Q̄``) or ``"paper-code"`` (vs ``Q̄ᵀ``, on
             statistics with ``last_target="paper-code"``); recorded in ``metadata``.
         null: ``R`` or a :class:`~tl_leadterms.analyzers.null.NullSpec`: add the permutation
-            null of every score (``score``, ``null_mean``, ``null_sd``, ``z``, ``p``; each draw
+            null of every score (``null_mean``, ``null_sd``, ``z``, ``p``, the effect size
+            ``excess``, ``excess_share`` and the Benjamini–Hochberg ``q`` over the rows; each draw
             is one more pass over the theory with the model's token rows re-indexed, the token
             maps are reused) and, with a reference model, a ``reference`` column.
         ci, bootstrap: a confidence level and ``R`` (default 50) or a ``BootstrapSpec``: add
             ``lo``/``hi`` and ``corrected``, the bootstrap interval of each score over
-            resamples of corpus blocks and the bias-corrected score it is built around;
+            resamples of corpus blocks and the bias-corrected score it is built around, by the
+            method ``bootstrap`` names (its default is the one
+            :mod:`tl_leadterms.analyzers.bootstrap` documents and argues for);
             ``stats`` must then be a ``BlockStats`` from
             :func:`~tl_leadterms.stats.blocks.block_stats` (see
             :mod:`tl_leadterms.analyzers.bootstrap`). The model's factors are built once;
             each resample costs one pass over its two theory matrices (``O(n³)`` for their
             norms, cached per resample only).
+        centre: ``"features"`` (the paper: each covariance's rows centred over features
+            only) or ``"tokens"``: both covariances double-centred, ``H·C·H`` with
+            ``H = I − 11ᵀ/n``, so what every token shares is removed before the cosine and
+            ``value`` (and its null and interval) is the token-specific score; the paper's
+            score is then the ``raw`` column. Either way every row carries ``specific`` (the
+            double-centred cosine) and ``common_share`` (the share of the paper's cosine
+            carried by the common component); both cost nothing extra.
+
+    The common component. ``C = M̃M̃ᵀ`` splits exactly as ``C = C° + w1ᵀ + 1wᵀ + a·11ᵀ``
+    with ``C° = H·C·H`` (``w``: the covariance of each token with the mean token, ``a``: the
+    mean token's squared norm), and the two parts are orthogonal, so the numerator of the
+    cosine is ``⟨C°_model, C°_theory⟩ + 2n·w_modelᵀw_theory + n²·a_model·a_theory``. When
+    every token's map shares a large mean row (an ``E_post`` dominated by a direction all
+    embeddings share, a theory whose rows share a mean), the second and third terms dominate:
+    the raw score is high for any model, its permutation null sits just below it, and
+    ``common_share`` is near 1. ``specific`` asks what the covariance protocol means to ask,
+    whether tokens that the theory puts close together are close in the model; use
+    ``centre="tokens"`` (recommended) and report ``common_share`` beside the paper's score.
+    Computed in the same factored pass: ``L`` is centred over tokens, the theory's
+    ``‖C°‖²``, ``w`` and ``a`` are cached with its other terms.
 
     Example:
         >>> import torch
@@ -202,6 +233,7 @@ def covariance_similarity(
     view = check_supported(model, caller="covariance_similarity")
     _check(view, stats, normalize, value_map, dtype)
     _check_protocol(protocol, stats)
+    check_choice("centre", centre, CENTRES)
     layers = check_layers(layers, view.n_layers)
     check_bool("per_head", per_head)
     device = _resolve_device(model, device)
@@ -214,23 +246,27 @@ def covariance_similarity(
     perms = None if spec is None else permutations(ids.numel(), spec.permutations, spec.seed)
     rows: list[dict[str, Any]] = []
     for layer in progress_bar(layers, desc="covariance similarity", disable=not progress):
-        rows += _layer_rows(view, maps, layer, theory, normalize, value_map, per_head, perms)
+        rows += _layer_rows(view, maps, layer, theory, normalize, value_map, per_head, perms,
+                            centre)  # fmt: skip
     metadata = _metadata(view, stats, layers, ids, theory, normalize, value_map, per_head)
+    metadata["centre"] = centre
     if spec is not None and spec.reference is not None:
         ref = covariance_similarity(
             spec.reference_model(model), stats, layers=layers, per_head=per_head,
             normalize=normalize, value_map=value_map, batch_size=batch_size, device=device,
-            dtype=dtype, progress=False, protocol=protocol,
+            dtype=dtype, progress=False, protocol=protocol, centre=centre,
         )  # fmt: skip
         by_key = {(r["layer"], r["head"], r["score"]): r["value"] for r in ref.rows}
         for r in rows:
             r["reference"] = by_key.get((r["layer"], r["head"], r["score"]), math.nan)
     if spec is not None:
+        add_qvalues(rows)  # Benjamini–Hochberg over this model's rows
         metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
     if boot is not None:
         factors = [_factors(view, maps, layer, theory, normalize, value_map, per_head)
                    for layer in layers]  # fmt: skip
-        add_interval(rows, bootstrap_scores(factors, boot, protocol, device, dtype), boot, "value")
+        draws = bootstrap_scores(factors, boot, protocol, device, dtype, centre)
+        add_interval(rows, draws, boot, "value")
         metadata["ci"] = boot.metadata()
     return CovarianceSimilarity(rows, metadata)
 
@@ -283,7 +319,7 @@ def _layer_inputs(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, 
 
 
 def _layer_rows(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, normalize, value_map,
-                per_head: bool, perms: Tensor | None = None) -> list[dict[str, Any]]:  # fmt: skip
+                per_head: bool, perms: Tensor | None, centre: str) -> list[dict]:  # fmt: skip
     """The scores of one layer: attention (and per head), value_post, value_attn."""
     dtype = theory.dtype
     E_pre, W_Q, W_K, values = _layer_inputs(view, maps, layer, theory, value_map)
@@ -292,27 +328,37 @@ def _layer_rows(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, no
         E_pre, W_Q, W_K, theory.attention, theory.attention_terms, both, per_head, dtype
     )
     val = value_scores(values, theory.value, theory.value_terms, both, dtype)
-    rows = [
-        {"layer": layer, "head": None, "score": "attention", "value": att[0]},
-        {"layer": layer, "head": None, "score": "value_post", "value": val[0]},
-        {"layer": layer, "head": None, "score": "value_attn", "value": val[1]},
+    where = [
+        (None, "attention", att[0]),
+        (None, "value_post", val[0]),
+        (None, "value_attn", val[1]),
+        *((h, "attention", v) for h, v in enumerate(att[1:])),
     ]
-    rows += [
-        {"layer": layer, "head": head, "score": "attention", "value": value}
-        for head, value in enumerate(att[1:])
-    ]
+    rows = [_row(layer, head, name, scores, centre) for head, name, scores in where]
     if perms is not None:
         att_factors = attention_factors(E_pre, W_Q, W_K, both, per_head)
         att_null = permuted_scores(
-            att_factors, theory.attention, theory.attention_terms, perms, dtype
+            att_factors, theory.attention, theory.attention_terms, perms, dtype, centre
         )
         val_factors = value_factors(values, both)
-        val_null = permuted_scores(val_factors, theory.value, theory.value_terms, perms, dtype)
+        val_null = permuted_scores(
+            val_factors, theory.value, theory.value_terms, perms, dtype, centre
+        )
         draws = [att_null[:, 0], val_null[:, 0], val_null[:, 1], *att_null[:, 1:].T]
         for row, d in zip(rows, draws, strict=True):
             summary = summarize(row["value"], d)
             row.update({k: v for k, v in summary.items() if k != "score"})
     return rows
+
+
+def _row(layer: int, head: int | None, name: str, scores: Scores, centre: str) -> dict:
+    """One row: ``value`` is the score ``centre`` picks; ``specific`` and ``common_share``
+    always; ``raw`` (the paper's score) beside a token-specific ``value``."""
+    row = {"layer": layer, "head": head, "score": name, "value": scores.pick(centre),
+           "specific": scores.specific, "common_share": scores.common_share}  # fmt: skip
+    if centre == "tokens":
+        row["raw"] = scores.raw
+    return row
 
 
 def _metadata(view, stats, layers, ids, theory: Theory, normalize, value_map, per_head):

@@ -23,11 +23,19 @@ _THEORY_CACHE: "weakref.WeakKeyDictionary[CorpusStats, dict]" = weakref.WeakKeyD
 
 
 class TheoryTerms(NamedTuple):
-    """What the scores need of a theory matrix ``T``: ``T̃ = diag(scale)·T − mean·1ᵀ``."""
+    """What the scores need of a theory matrix ``T``: ``T̃ = diag(scale)·T − mean·1ᵀ``.
+
+    Centred over tokens too, ``T̃° = T̃ − 1 c̄ᵀ`` (``c̄``: the column means of ``T̃``) and
+    ``T̃T̃ᵀ = T̃°T̃°ᵀ + w1ᵀ + 1wᵀ + a·11ᵀ`` with ``w = T̃°c̄`` and ``a = ‖c̄‖²``: the common
+    component (see :mod:`.covariance`).
+    """
 
     scale: Tensor  # [n] 1/‖T_i‖ (0 for a zero row)
     mean: Tensor  # [n] row means of the scaled rows
-    norm2: float  # ‖T̃T̃ᵀ‖_F²
+    norm2: float  # ‖T̃T̃ᵀ‖_F² = centred_norm2 + 2n‖w‖² + n²a²
+    centred_norm2: float = math.nan  # ‖T̃°T̃°ᵀ‖_F² (double-centred covariance)
+    w: Tensor | None = None  # [n] T̃°c̄
+    a: float = math.nan  # ‖c̄‖²
 
 
 def _inverse(norms: Tensor) -> Tensor:
@@ -66,15 +74,23 @@ def theory_terms(T: Float[Tensor, "n m"], dtype: torch.dtype = torch.float64) ->
         sums[start : start + b] = block.sum(1)
     scale = _inverse(sq.sqrt())
     terms = TheoryTerms(scale, sums * scale / m, 0.0)
-    norm2 = 0.0
+    col_sums = torch.zeros(m, dtype=dtype, device=T.device)
+    for start in range(0, n, b):
+        col_sums += _rows(T, terms, slice(start, start + b), dtype).sum(0)
+    c_bar = col_sums / n  # column means of T̃: what every token's row shares
+    w = torch.empty(n, dtype=dtype, device=T.device)
+    centred = 0.0
     starts = range(0, n, b)
     for i, si in enumerate(starts):
-        Ti = _rows(T, terms, slice(si, si + b), dtype)
+        Ti = _rows(T, terms, slice(si, si + b), dtype).sub_(c_bar)
+        w[si : si + b] = Ti @ c_bar
         for sj in starts[i:]:
-            Tj = Ti if sj == si else _rows(T, terms, slice(sj, sj + b), dtype)
+            Tj = Ti if sj == si else _rows(T, terms, slice(sj, sj + b), dtype).sub_(c_bar)
             G = Ti @ Tj.T
-            norm2 += (1.0 if sj == si else 2.0) * float((G * G).sum())
-    return terms._replace(norm2=norm2)
+            centred += (1.0 if sj == si else 2.0) * float((G * G).sum())
+    a = float(c_bar @ c_bar)
+    norm2 = centred + 2 * n * float(w @ w) + n * n * a * a
+    return terms._replace(norm2=norm2, centred_norm2=centred, w=w, a=a)
 
 
 def cached_terms(stats: CorpusStats, name: str, T: Tensor, dtype: torch.dtype) -> TheoryTerms:
@@ -154,17 +170,80 @@ def _cross(acc: Tensor, factor: Factor) -> float:
 
 def score(cross: float, self2: float, theory2: float) -> float:
     """Frobenius cosine of the two covariances (NaN when either is zero)."""
-    denom = math.sqrt(self2 * theory2)
+    denom = math.sqrt(self2 * theory2) if self2 > 0 and theory2 > 0 else 0.0
     return cross / denom if denom > 0 else math.nan
 
 
-def value_scores(maps: list[Tensor], T, terms, both: bool, dtype) -> list[float]:
-    """The score of each ``[n, d]`` map against the theory ``T`` (one pass over ``T``)."""
-    factors = [prepare(Factor(E, None), both) for E in maps]
-    accs = cross_terms(factors, T, terms, dtype)
-    return [
-        score(_cross(a, f), self_norm2(f), terms.norm2) for a, f in zip(accs, factors, strict=True)
-    ]
+class Scores(NamedTuple):
+    """One map's scores: ``raw`` (the paper's cosine, rows centred over features only),
+    ``specific`` (both covariances double-centred, ``H·C·H``) and ``common_share`` (the share
+    of the raw cosine's numerator carried by the common component)."""
+
+    raw: float
+    specific: float
+    common_share: float
+
+    def pick(self, centre: str) -> float:
+        """The score ``centre`` asks for: ``"features"`` -> raw, ``"tokens"`` -> specific."""
+        return self.specific if centre == "tokens" else self.raw
+
+
+class Parts(NamedTuple):
+    """A prepared factor centred over tokens too (``L° = L − 1 l̄ᵀ``) and its common part:
+    ``ÃÃᵀ = Ã°Ã°ᵀ + w1ᵀ + 1wᵀ + a·11ᵀ`` with ``ā = R l̄``, ``w = Ã°ā``, ``a = ‖ā‖²``."""
+
+    factor: Factor  # (L°, R)
+    w: Tensor  # [n]
+    a: float
+    centred2: float  # ‖Ã°Ã°ᵀ‖²
+    raw2: float  # ‖ÃÃᵀ‖²
+
+
+def token_parts(factor: Factor) -> Parts:
+    """:class:`Parts` of a prepared factor, ``O(n r²)``."""
+    L, R = factor
+    n = L.shape[0]
+    l_bar = L.mean(0)
+    L_c = L - l_bar
+    v = l_bar if R is None else (R.T @ R) @ l_bar  # RᵀR l̄ (Ã°ā = L° RᵀR l̄)
+    w = L_c @ v
+    a = float(l_bar @ v)
+    centred = Factor(L_c, R)
+    c2 = self_norm2(centred)
+    return Parts(centred, w, a, c2, c2 + 2 * n * float(w @ w) + n * n * a * a)
+
+
+def scores_of(parts: Parts, acc: Tensor, terms: TheoryTerms, w: Tensor | None = None) -> Scores:
+    """:class:`Scores` from ``acc`` = :func:`cross_terms` of ``parts.factor`` (``w``: the
+    model's ``w`` re-indexed by a permutation; default ``parts.w``)."""
+    n = parts.factor.L.shape[0]
+    specific_cross = _cross(acc, parts.factor)
+    w = parts.w if w is None else w
+    common = 2 * n * float(w @ terms.w) + n * n * parts.a * terms.a
+    raw_cross = specific_cross + common
+    # a token-specific part at rounding level (every row the same) has no direction: NaN
+    floor = (1e3 * torch.finfo(parts.factor.L.dtype).eps) ** 2
+    specific = (
+        score(specific_cross, parts.centred2, terms.centred_norm2)
+        if parts.centred2 > floor * parts.raw2 and terms.centred_norm2 > floor * terms.norm2
+        else math.nan
+    )
+    return Scores(
+        score(raw_cross, parts.raw2, terms.norm2),
+        specific,
+        common / raw_cross if raw_cross != 0 else math.nan,
+    )
+
+
+def _scored(factors: list[Factor], T, terms, dtype) -> list[Scores]:
+    parts = [token_parts(f) for f in factors]
+    accs = cross_terms([p.factor for p in parts], T, terms, dtype)
+    return [scores_of(p, a, terms) for p, a in zip(parts, accs, strict=True)]
+
+
+def value_scores(maps: list[Tensor], T, terms, both: bool, dtype) -> list[Scores]:
+    """The :class:`Scores` of each ``[n, d]`` map against the theory ``T`` (one pass over ``T``)."""
+    return _scored(value_factors(maps, both), T, terms, dtype)
 
 
 def value_factors(maps: list[Tensor], both: bool) -> list[Factor]:
@@ -184,53 +263,45 @@ def attention_factors(E, W_Q, W_K, both: bool, per_head: bool) -> list[Factor]:
     return [prepare(layer, both), *heads]
 
 
-def permuted_scores(factors: list[Factor], T, terms, perms: Tensor, dtype) -> Tensor:
-    """``[R, len(factors)]`` scores with the tokens relabelled by each row of ``perms``.
+def permuted_scores(
+    factors: list[Factor], T, terms, perms: Tensor, dtype, centre: str = "features"
+) -> Tensor:
+    """``[R, len(factors)]`` scores (``centre``: raw or token-specific, see
+    :meth:`Scores.pick`) with the tokens relabelled by each row of ``perms``.
 
     Relabelling the theory's tokens (rows and columns of ``T`` together) gives the same score
     as relabelling the rows of the model's prepared ``L`` (its covariance depends on ``L``'s
-    rows only; row scaling and the column centring of ``R`` commute with it), so each draw is
-    one pass of :func:`cross_terms` with re-indexed ``L``; self norms are unchanged.
+    rows only; row scaling, the column centring of ``R`` and the centring over tokens commute
+    with it), so each draw is one pass of :func:`cross_terms` with re-indexed ``L°`` (and
+    ``w``); self norms are unchanged.
     """
-    self2 = [self_norm2(f) for f in factors]
+    parts = [token_parts(f) for f in factors]
     out = torch.empty(perms.shape[0], len(factors), dtype=torch.float64)
     for r, perm in enumerate(perms):
         p = perm.to(factors[0].L.device)
-        moved = [Factor(f.L[p], f.R) for f in factors]
+        moved = [Factor(q.factor.L[p], q.factor.R) for q in parts]
         accs = cross_terms(moved, T, terms, dtype)
-        for i, (a, f) in enumerate(zip(accs, moved, strict=True)):
-            out[r, i] = score(_cross(a, f), self2[i], terms.norm2)
+        for i, (a, q) in enumerate(zip(accs, parts, strict=True)):
+            out[r, i] = scores_of(q._replace(factor=moved[i]), a, terms, q.w[p]).pick(centre)
     return out
 
 
-def attention_scores(E, W_Q, W_K, T, terms, both: bool, per_head: bool, dtype) -> list[float]:
-    """``E mean_h(W_Q^h W_K^hᵀ) Eᵀ``'s score, then one per head (when ``per_head``)."""
+def attention_scores(E, W_Q, W_K, T, terms, both: bool, per_head: bool, dtype) -> list[Scores]:
+    """``E mean_h(W_Q^h W_K^hᵀ) Eᵀ``'s :class:`Scores`, then each head's (when ``per_head``)."""
     H, d, d_head = W_Q.shape
-    concat = H * d_head <= d
-    if concat:  # A = (E W_Q^cat / H)(E W_K^cat)ᵀ, rank H·d_head
-        layer = Factor(E @ W_Q.transpose(0, 1).reshape(d, H * d_head) / H,
-                       E @ W_K.transpose(0, 1).reshape(d, H * d_head))  # fmt: skip
-    else:  # A = (E W)(E)ᵀ with W = mean_h W_Q^h W_K^hᵀ, rank d
-        layer = Factor(E @ (torch.einsum("hdk,hek->de", W_Q, W_K) / H), E)
-    factors = [prepare(layer, both)]
-    heads: list[Factor] = []
-    if per_head and concat and not both:
-        # centring commutes with column slicing and L's rows are not rescaled: each head's
-        # X Xᵀ is a diagonal block of the layer's (a common scale cancels in the cosine)
-        acc = cross_terms(factors[:1], T, terms, dtype)[0]
-        out = [score(_cross(acc, factors[0]), self_norm2(factors[0]), terms.norm2)]
+    if per_head and H * d_head <= d and not both:
+        # both centrings commute with column slicing and L's rows are not rescaled: each
+        # head's X Xᵀ is a diagonal block of the layer's (a common scale cancels)
+        prepared = attention_factors(E, W_Q, W_K, both, False)[0]
+        layer = token_parts(prepared)
+        acc = cross_terms([layer.factor], T, terms, dtype)[0]
+        out = [scores_of(layer, acc, terms)]
         for h in range(H):
             cols = slice(h * d_head, (h + 1) * d_head)
-            f = Factor(factors[0].L[:, cols], factors[0].R[:, cols])
-            out.append(score(_cross(acc[cols, cols], f), self_norm2(f), terms.norm2))
+            head = token_parts(Factor(prepared.L[:, cols], prepared.R[:, cols]))
+            out.append(scores_of(head, acc[cols, cols], terms))
         return out
-    if per_head:
-        heads = [prepare(Factor(E @ W_Q[h], E @ W_K[h]), both) for h in range(H)]
-    factors += heads
-    accs = cross_terms(factors, T, terms, dtype)
-    return [
-        score(_cross(a, f), self_norm2(f), terms.norm2) for a, f in zip(accs, factors, strict=True)
-    ]
+    return _scored(attention_factors(E, W_Q, W_K, both, per_head), T, terms, dtype)
 
 
 class Theory(NamedTuple):
@@ -256,16 +327,18 @@ class Theory(NamedTuple):
         return cls(protocol, name, T_att, att_terms, T_val, val_terms, device, dtype)
 
 
-def bootstrap_scores(factors, boot, protocol, device, dtype) -> Tensor:
-    """``[R, rows]`` scores of every layer's factors against each resample's theory."""
+def bootstrap_scores(factors, boot, protocol, device, dtype, centre: str = "features") -> Tensor:
+    """``[R, rows]`` scores (``centre``: see :meth:`Scores.pick`) of every layer's factors
+    against each resample's theory."""
     identity = torch.arange(factors[0][0][0].L.shape[0])[None]
     out = []
     for resampled in boot.resamples():
         theory = Theory.of(resampled, protocol, device, dtype)
         draw = []
         for att, val in factors:
-            a = permuted_scores(att, theory.attention, theory.attention_terms, identity, dtype)[0]
-            v = permuted_scores(val, theory.value, theory.value_terms, identity, dtype)[0]
+            a = permuted_scores(att, theory.attention, theory.attention_terms, identity, dtype,
+                                centre)[0]  # fmt: skip
+            v = permuted_scores(val, theory.value, theory.value_terms, identity, dtype, centre)[0]
             draw += [a[0], v[0], v[1], *a[1:]]
         out.append(torch.stack(draw))
     return torch.stack(out)

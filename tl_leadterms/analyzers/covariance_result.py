@@ -11,7 +11,11 @@ __all__ = ["SCORES", "CovarianceSimilarity"]
 #: the scores of the covariance protocol, in the order tables print them
 SCORES = ("attention", "value_post", "value_attn")
 
-_OPTIONAL = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "corrected")
+_OPTIONAL = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "corrected",
+             "excess", "excess_share", "q", "specific", "common_share", "raw")  # fmt: skip
+# beneath each layer's values in the repr, effect size first
+_BENEATH = {"excess": "excess", "q": "q", "raw": "raw", "specific": "specific",
+            "common_share": "common"}  # fmt: skip
 
 
 class CovarianceSimilarity:
@@ -19,10 +23,13 @@ class CovarianceSimilarity:
 
     Row fields: ``layer``, ``head`` (None for the layer-level scores), ``score``
     (``"attention"``, ``"value_post"`` or ``"value_attn"``) and ``value`` (the cosine). With
-    ``null=`` the rows also hold ``null_mean``, ``null_sd``, ``z``, ``p`` (and ``reference``);
-    the key ``score`` still names the score (what the other results call ``score``, the
-    cosine, is ``value`` here). With ``ci=``: ``lo``, ``hi``, ``corrected`` (the bias-corrected
-    score the interval is built around) and ``ci_level``.
+    ``null=`` the rows also hold ``null_mean``, ``null_sd``, ``z``, ``p``, ``excess``,
+    ``excess_share`` and ``q`` (and ``reference``); the key ``score`` still names the score
+    (what the other results call ``score``, the cosine, is ``value`` here). With ``ci=``:
+    ``lo``, ``hi``, ``corrected`` (the bias-corrected score the interval is built around) and
+    ``ci_level``. Every row holds ``specific`` (the double-centred, token-specific cosine) and
+    ``common_share`` (the share of the paper's cosine carried by what every token shares); with
+    ``centre="tokens"`` ``value`` is the token-specific cosine and ``raw`` the paper's.
     """
 
     def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
@@ -71,17 +78,19 @@ class CovarianceSimilarity:
             f"value_map={m['value_map']!r}, LayerNorm {m['normalization_type']})",
             f"{'layer':>5} " + " ".join(f"{s:>10}" for s in SCORES),
         ]
-        layer_rows: dict[int, dict[str, float]] = {}
+        if m.get("centre") == "tokens":
+            lines[0] += "; value = token-specific (centre='tokens')"
+        layer_rows: dict[int, dict[str, dict]] = {}
         head_rows: dict[int, list[float]] = {}
         for r in self.rows:
             if r["head"] is None:
-                layer_rows.setdefault(r["layer"], {})[r["score"]] = r["value"]
+                layer_rows.setdefault(r["layer"], {})[r["score"]] = r
             else:
                 head_rows.setdefault(r["layer"], []).append(r["value"])
-        for layer, vals in layer_rows.items():
-            lines.append(
-                f"{layer:>5} " + " ".join(f"{vals.get(s, math.nan):10.4f}" for s in SCORES)
-            )
+        shown = [c for c in _BENEATH if any(c in r for r in self.rows)]
+        for layer, found in layer_rows.items():
+            lines.append(f"{layer:>5} " + self._cells(found, "value"))
+            lines += [f"{_BENEATH[c]:>10} " + self._cells(found, c) for c in shown]
         for layer, vals in head_rows.items():
             lines.append(f"L{layer} heads (attention): " + " ".join(f"{v:.3f}" for v in vals))
         with_ci = [r for r in self.rows if r["head"] is None and "lo" in r]
@@ -89,3 +98,7 @@ class CovarianceSimilarity:
             lines.append(f"{'layer':>5} {'score':<11} {ci_header(with_ci)}")
             lines += [f"{r['layer']:>5} {r['score']:<11} {ci_cell(r)}" for r in with_ci]
         return "\n".join(lines)
+
+    @staticmethod
+    def _cells(found: dict[str, dict], column: str) -> str:
+        return " ".join(f"{found.get(s, {}).get(column, math.nan):10.4f}" for s in SCORES)

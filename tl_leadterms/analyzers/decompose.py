@@ -15,6 +15,7 @@ from tl_leadterms.analyzers.bootstrap import (
     add_interval,
     resolve_bootstrap,
 )
+from tl_leadterms.analyzers.common import map_parts
 from tl_leadterms.analyzers.fit import (
     BasisCache,
     MapFit,
@@ -23,7 +24,7 @@ from tl_leadterms.analyzers.fit import (
     lead_cosines,
     permuted_lead_inner,
 )
-from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
+from tl_leadterms.analyzers.null import NullSpec, add_qvalues, permutations, summarize
 from tl_leadterms.analyzers.result import Decomposition
 from tl_leadterms.checks import Layers, check_bool, check_layers, check_stats, check_vocab
 from tl_leadterms.errors import LeadTermsError
@@ -163,12 +164,16 @@ def decompose(
         progress: a tqdm bar over (weight, layer).
         null: ``R`` (an int) or a :class:`~tl_leadterms.analyzers.null.NullSpec`: add the
             permutation null of each row's cosine (columns ``score`` = the cosine,
-            ``null_mean``, ``null_sd``, ``z``, ``p``; see :mod:`tl_leadterms.analyzers.null`)
+            ``null_mean``, ``null_sd``, ``z``, ``p``, the effect size ``excess`` =
+            ``score − null_mean`` and ``excess_share``, and ``q``, the Benjamini–Hochberg
+            q-value over the rows; see :mod:`tl_leadterms.analyzers.null`)
             and, with ``NullSpec(reference=...)``, a ``reference`` column (the reference
             model's cosine). ``P`` is indexed by offset, not token: its null columns are NaN.
         ci: a confidence level (e.g. ``0.95``): add ``lo``/``hi``, ``corrected`` and
             ``ci_level``: the bootstrap interval of each row's cosine over resamples of corpus
-            blocks (default: the basic interval on the atanh scale, exact resamples) and the
+            blocks (exact resamples) by the method ``bootstrap`` names
+            (``BootstrapSpec.method``; its default is the one
+            :mod:`tl_leadterms.analyzers.bootstrap` documents and argues for), and the
             bias-corrected cosine it is built around (always within ``lo``..``hi``). Needs
             ``stats`` from :func:`~tl_leadterms.stats.blocks.block_stats` (a
             ``BlockStats``: its full-corpus statistics are the ones scored); see
@@ -176,6 +181,12 @@ def decompose(
         bootstrap: ``R`` (default 50) or a
             :class:`~tl_leadterms.analyzers.bootstrap.BootstrapSpec` (resamples, seed, method,
             exact).
+
+    Every token-token row also has ``specific``, the cosine of the two maps double-centred
+    over tokens (rows and columns: a vector every token shares removed), and ``common_share``,
+    the share of the cosine's numerator carried by what every token shares
+    (:mod:`tl_leadterms.analyzers.common`; NaN for ``P``). A high ``cosine`` with a
+    ``common_share`` near 1 says little about which token is which.
 
     Shares are exact Shapley values of ``R²`` (:mod:`tl_leadterms.analyzers.attribution`),
     with per-component ``unique`` and ``shared`` parts; ``character`` names a component only
@@ -227,14 +238,18 @@ def decompose(
         if boot is not None:
             scored.append((M, t, torch.tensor([f.norm for f in fits], dtype=torch.float64)))
         draws = None if perms is None else _null_cosines(M, t, cache, perms, projections, fits)
+        specific, common = _common(M, t, cache, projections, fits)
         for head, fit in enumerate(fits):
             row = _row(t, layer, head if per_head and weight != "W_O" else None, fit, schedule)
+            row.update(specific=float(specific[head]), common_share=float(common[head]))
             if draws is not None:
                 row.update(summarize(fit.cosine, draws[:, head]))
             if voided.get(weight):  # the target is zero up to rounding: no score, a reason
                 row.update(cosine=math.nan, implied_s_lr=math.nan, character="degenerate",
                            reason=voided[weight])  # fmt: skip
             rows.append(row)
+    if spec is not None:
+        add_qvalues(rows)  # Benjamini–Hochberg over this model's rows
     if boot is not None:
         add_interval(rows, _bootstrap_cosines(scored, boot, projections), boot, "cosine")
     if spec is not None and spec.reference is not None:
@@ -278,6 +293,16 @@ def _bootstrap_cosines(scored, boot: Bootstrap, projections: Projections) -> tor
         proj = projections.with_cache(cache)
         out.append(torch.cat([lead_cosines(M, t, cache, norms, proj) for M, t, norms in scored]))
     return torch.stack(out)
+
+
+def _common(M, t: Term, cache: BasisCache, projections, fits):
+    """``specific`` and ``common_share`` per head (:mod:`tl_leadterms.analyzers.common`)."""
+    if t.vector:
+        nan = torch.full((len(fits),), math.nan, dtype=torch.float64)
+        return nan, nan
+    lead2 = float(cache.gram(t)[0, 0])
+    inner = torch.tensor([f.projection * lead2 for f in fits], dtype=torch.float64)
+    return map_parts(M, t, cache, projections, inner)
 
 
 def _null_cosines(M, t: Term, cache: BasisCache, perms, projections, fits) -> torch.Tensor:

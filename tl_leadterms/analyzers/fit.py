@@ -126,15 +126,22 @@ class Projections:
         self._held[("src", _key(s.left))], self._held[("src", _key(s.right))] = s.left, s.right
         return Sandwich(left, s.A, s.B, right)
 
-    def norms(self, s: Sandwich) -> Tensor:
+    def grams(self, s: Sandwich) -> tuple[Tensor, Tensor]:
+        """``LᵀL`` and ``R Rᵀ`` of the outer factors (float64, computed once per factor)."""
         GL = self._memo(("GL", _key(s.left)), lambda: s.left.double().T @ s.left.double())
         GR = self._memo(("GR", _key(s.right)), lambda: s.right.double() @ s.right.double().T)
-        return s.sq_norm(GL, GR)
+        return GL, GR
+
+    def norms(self, s: Sandwich) -> Tensor:
+        return s.sq_norm(*self.grams(s))
+
+    def projected(self, s: Sandwich, component: Component) -> Tensor:
+        """``Lᵀ T Rᵀ`` of one basis map (float64, computed once per outer factor pair)."""
+        key = ("T", component.formula, _key(s.left), _key(s.right))
+        return self._memo(key, lambda: project(self.cache.map(component), s.left, s.right))
 
     def inner(self, s: Sandwich, component: Component) -> Tensor:
-        key = ("T", component.formula, _key(s.left), _key(s.right))
-        P = self._memo(key, lambda: project(self.cache.map(component), s.left, s.right))
-        return s.inner_projected(P)
+        return s.inner_projected(self.projected(s, component))
 
     def inner_permuted(self, s: Sandwich, component: Component, perms: Tensor) -> Tensor:
         """``⟨M_h[π][:, π], T⟩ = ⟨M_h, T_π⟩`` for each row ``π`` of ``perms`` (``[R, k]``).

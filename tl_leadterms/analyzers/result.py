@@ -61,10 +61,13 @@ class Decomposition:
     component split equally among its families). ``character`` is ``"<component>-like"`` only
     when that component's Shapley value leads the runner-up by 20% of ``R²`` and ``R² ≥ 0.1``;
     otherwise ``"mixed"`` or ``"unexplained"`` (:mod:`tl_leadterms.analyzers.attribution`).
-    With ``null=``: ``score`` (the cosine), ``null_mean``, ``null_sd``, ``z``, ``p`` (and
-    ``reference``); with ``ci=``: ``lo``, ``hi``, ``corrected`` (the bias-corrected cosine the
-    interval is built around, always between ``lo`` and ``hi``; the table prints the interval
-    beside it) and ``ci_level`` (:mod:`tl_leadterms.analyzers.bootstrap`).
+    With ``null=``: ``score`` (the cosine), ``null_mean``, ``null_sd``, ``z``, ``p``,
+    ``excess`` (``score − null_mean``, the effect size the table leads with), ``excess_share``
+    and ``q`` (Benjamini–Hochberg over the rows) (and ``reference``); with ``ci=``: ``lo``,
+    ``hi``, ``corrected`` (the bias-corrected cosine the interval is built around, always
+    between ``lo`` and ``hi``; the table prints the interval beside it) and ``ci_level``
+    (:mod:`tl_leadterms.analyzers.bootstrap`). Token-token rows carry ``specific`` and
+    ``common_share`` (the ``common`` column of the repr; see :mod:`tl_leadterms.analyzers.common`).
 
     :meth:`top_pairs` reads the model's weights when called; call it before training further.
     """
@@ -125,8 +128,10 @@ class Decomposition:
                 else ""
             ),
             f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} "
+            + (f"{'excess':>8} " if self._has("excess") else "")
             + (f"{ci_header(self.rows):<32} " if self._has("lo") else "")
-            + (f"{'z':>7} {'p':>6} " if self._has("p") else "")
+            + (f"{'z':>7} {'p':>6} {'q':>6} " if self._has("p") else "")
+            + (f"{'common':>6} " if self._has("common_share") else "")
             + f"{'sη impl.':>8} {'explained':>9} {'bigram':>7} {'interch.':>8} {'context':>7}  "
             "character (Shapley)",
         ]
@@ -134,10 +139,13 @@ class Decomposition:
             fam = r["family_shares"]
             where = r["label"] if r["layer"] is not None else "-"
             interval = f"{ci_cell(r)} " if self._has("lo") else ""
-            null = f"{_fmt(r.get('z'), 7)} {_fmt(r.get('p'), 6)} " if self._has("p") else ""
+            null = (f"{_fmt(r.get('z'), 7)} {_fmt(r.get('p'), 6)} {_fmt(r.get('q'), 6)} "
+                    if self._has("p") else "")  # fmt: skip
+            excess = f"{_fmt(r.get('excess'))} " if self._has("excess") else ""
+            common = f"{_fmt(r.get('common_share'), 6)} " if self._has("common_share") else ""
             lines.append(
                 f"{r['weight']:<6} {where:<7} {_pad(r['target'], 8)} {r['cosine']:9.6f} "
-                f"{interval}{null}{_fmt(r['implied_s_lr'])} {r['explained']:9.4f} "
+                f"{excess}{interval}{null}{common}{_fmt(r['implied_s_lr'])} {r['explained']:9.4f} "
                 f"{_fmt(fam.get('bigram'), 7)} {_fmt(fam.get('interchangeability'))} "
                 f"{_fmt(fam.get('context'), 7)}  {r['character']}"
             )

@@ -8,9 +8,12 @@ __all__ = ["COLUMNS", "EXTRA_COLUMNS", "SweepTable"]
 
 COLUMNS = ("checkpoint", "step", "layer", "head", "analysis", "score", "value")
 #: what ``null=`` and ``ci=`` add to a row (as :func:`~tl_leadterms.decompose` names them)
-EXTRA_COLUMNS = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "corrected")
-_SHOWN = {"null_mean": "null mean", "z": "z", "p": "p", "reference": "reference",
-          "corrected": "CI bias-corr.", "lo": "CI lo", "hi": "CI hi"}  # fmt: skip
+EXTRA_COLUMNS = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "corrected",
+                 "excess", "excess_share", "q", "specific", "common_share", "raw")  # fmt: skip
+# what repr shows beneath each value, effect size first
+_SHOWN = {"excess": "excess", "null_mean": "null mean", "z": "z", "p": "p", "q": "q",
+          "reference": "reference", "corrected": "CI bias-corr.", "lo": "CI lo", "hi": "CI hi",
+          "raw": "raw", "specific": "specific", "common_share": "common share"}  # fmt: skip
 
 
 class SweepTable:
@@ -18,9 +21,13 @@ class SweepTable:
 
     Row fields: ``checkpoint`` (label), ``step`` (None when unknown), ``layer`` (None for
     ``W_O``), ``head`` (None for layer-level scores), ``analysis``, ``score`` (the score's
-    name), ``value``. A sweep with ``null=`` adds ``null_mean``, ``null_sd``, ``z``, ``p`` (and
+    name), ``value``. A sweep with ``null=`` adds ``null_mean``, ``null_sd``, ``z``, ``p``,
+    the effect size ``excess`` (``value − null_mean``) and ``excess_share``, and ``q`` (the
+    Benjamini–Hochberg q-value over one checkpoint's rows of one analysis) (and
     ``reference`` with a reference model), one with ``ci=`` adds ``lo``, ``hi``,
-    ``corrected`` (the bias-corrected estimate the interval is built around): the columns
+    ``corrected`` (the bias-corrected estimate the interval is built around); covariance
+    and decompose rows carry ``specific`` and ``common_share`` (and ``raw`` under
+    ``centre="tokens"``): the columns
     :func:`~tl_leadterms.decompose` and :func:`~tl_leadterms.covariance_similarity` give the
     same score (for ``decompose``, the ``cos_*`` rows; ``explained_*`` rows hold None there).
     ``checkpoints`` lists the labels in sweep order; ``metadata["status"]`` says which were
@@ -87,8 +94,7 @@ class SweepTable:
 
     def to_pandas(self):
         """A long DataFrame with the columns ``checkpoint, step, layer, head, analysis, score,
-        value`` (and ``null_mean, null_sd, z, p, reference, lo, hi, corrected`` when
-        present)."""
+        value`` (and the :data:`EXTRA_COLUMNS` present)."""
         import pandas as pd
 
         df = pd.DataFrame(self.rows, columns=self.columns())

@@ -13,7 +13,7 @@
     tl-leadterms sweep series_dir s.safetensors [--results r.jsonl] [--out table.csv]
     tl-leadterms sweep pythia-70m s.safetensors --steps 0 1 2 4    # hub checkpoints
     tl-leadterms sweep series_dir s.safetensors --results r.jsonl --ray auto --device cuda
-    tl-leadterms sweep series_dir s.safetensors --null 99 --seed 0   # + null_mean, z, p columns
+    tl-leadterms sweep series_dir s.safetensors --null 99 --seed 0   # + excess, null_mean, z, p, q
     tl-leadterms sweep series_dir b.safetensors --ci 0.95   # block statistics: + lo, hi, corrected
     tl-leadterms report s.safetensors --model ckpt_dir --text "..." --words red fish -o r.html
 

@@ -61,6 +61,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         device=args.device,
         progress=not args.quiet,
         **on_ray,
+        **({} if getattr(args, "centre", None) is None else {"centre": args.centre}),
     )
     if args.out:  # on disk first: a closed stdout pipe cannot lose it
         if Path(args.out).suffix.lower() == ".csv":
@@ -115,7 +116,14 @@ def add_parser(sub) -> None:
         "--null",
         type=positive_int_arg,
         metavar="R",
-        help="a permutation null of R draws per score: columns null_mean, null_sd, z, p",
+        help="a permutation null of R draws per score: columns excess (score - null mean, "
+        "shown first), null_mean, null_sd, z, p, q (Benjamini-Hochberg)",
+    )
+    sw.add_argument(
+        "--centre",
+        choices=["features", "tokens"],
+        help="covariance: 'tokens' double-centres both covariances (the token-specific "
+        "score; the paper's is then the raw column); default features",
     )
     sw.add_argument(
         "--ci",

@@ -4,7 +4,7 @@
 """
 
 from tl_leadterms.plot.associations import plot_associations
-from tl_leadterms.plot.figures import plot_history, plot_scores, plot_sweep
+from tl_leadterms.plot.figures import plot_history, plot_scores, plot_sweep, plot_sweep_null
 from tl_leadterms.plot.html import View, figure_html, save_html
 from tl_leadterms.plot.views import plot_attention
 
@@ -16,5 +16,6 @@ __all__ = [
     "plot_history",
     "plot_scores",
     "plot_sweep",
+    "plot_sweep_null",
     "save_html",
 ]

@@ -12,7 +12,7 @@ from typing import Any
 from tl_leadterms.atomic import atomic_path
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["COSINE_GAP_FLOOR", "plot_history", "plot_scores", "plot_sweep"]
+__all__ = ["COSINE_GAP_FLOOR", "plot_history", "plot_scores", "plot_sweep", "plot_sweep_null"]
 
 #: 1 − cosine is drawn on a log axis, clipped below at this value (a cosine of exactly 1)
 COSINE_GAP_FLOOR = 1e-12
@@ -151,8 +151,8 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
     One panel per weight (rows with a layer, in table order). The line is ``score`` (default:
     the rows' ``"score"`` column when they have one, else ``"cosine"``); the shaded band is the
     confidence interval ``lo``–``hi`` (with its bias-corrected estimate ``corrected``, dashed)
-    and the grey band ``null_mean ± 2·null_sd``, each drawn
-    only where the rows have those columns.
+    and the grey band ``null_mean ± 2·null_sd``, each drawn only where the rows have those
+    columns; with a null, the excess ``score − null_mean`` on the right axis.
 
     Args:
         decomposition: a :class:`~tl_leadterms.Decomposition` (or anything with ``.rows``).
@@ -191,10 +191,85 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
             if any("corrected" in r for r in mine):  # the estimate the interval is built around
                 ax.plot(x, get("corrected"), ls="--", color="tab:blue", label="bias-corrected")
         ax.plot(x, get(column), marker=".", color="tab:blue", label=column)
+        handles, labels = ax.get_legend_handles_labels()
+        if any("null_mean" in r for r in mine):  # the effect size on its own axis
+            right = ax.twinx()
+            excess = [s - m for s, m in zip(get(column), get("null_mean"), strict=True)]
+            right.plot(x, excess, ":", marker="x", color="tab:red", label="excess")
+            right.set_ylabel("excess", color="tab:red")
+            more = right.get_legend_handles_labels()
+            handles, labels = handles + more[0], labels + more[1]
         ticks = x if len(x) <= 24 else x[:: math.ceil(len(x) / 24)]
         ax.set_xticks(ticks, [mine[i]["label"] for i in ticks], rotation=90, fontsize="x-small")
         ax.set_ylabel(f"{weight}: {column}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        ax.legend(handles, labels, fontsize="small")
+    _save(fig, path)
+    return fig
+
+
+def plot_sweep_null(table: object, score: object, *, analysis: object = None, path: object = None):
+    """One score of a sweep with ``null=`` across checkpoints: raw score, null band, excess.
+
+    One panel per layer (layer-level rows): the score (``value``), the grey band
+    ``null_mean ± 2·null_sd`` and, on the right axis, ``excess = value − null_mean``; with a
+    ``specific`` column (the covariance protocol's token-specific score, or decompose's) that
+    too, dashed. A score that sits on the top of its null band has an excess near 0 whatever
+    its height.
+
+    Args:
+        table: a :class:`~tl_leadterms.SweepTable` whose rows have ``null_mean`` (a sweep
+            with ``null=``).
+        score: the score's name (see ``table.scores()``).
+        analysis: which analysis, when several report a score of that name.
+        path: when given, the figure is also written there as PNG (atomically).
+
+    Returns:
+        A ``matplotlib.figure.Figure``.
+    """
+    from tl_leadterms.checkpoints.sweep_table import SweepTable
+
+    if not isinstance(table, SweepTable):
+        raise LeadTermsError(
+            f"table must be the SweepTable returned by tl_leadterms.sweep, got "
+            f"{type(table).__name__}"
+        )
+    rows = [r for r in table.rows if r["score"] == score and r["head"] is None
+            and (analysis is None or r["analysis"] == analysis)]  # fmt: skip
+    if not any(r.get("null_mean") is not None for r in rows):
+        raise LeadTermsError(
+            f"score {score!r} has no layer-level rows with a null (sweep with null=R); "
+            f"scores: {table.scores()}"
+        )
+    layers = list(dict.fromkeys(r["layer"] for r in rows))
+    fig, axes = _figure(1.8 + 0.6 * len(table.checkpoints), 1.2 + 1.9 * len(layers), len(layers))
+    x = list(range(len(table.checkpoints)))
+    for ax, layer in zip(axes, layers, strict=True):
+        found = {r["checkpoint"]: r for r in rows if r["layer"] == layer}
+
+        def get(key: str, found: dict = found) -> list[float]:
+            values = [found.get(c, {}).get(key) for c in table.checkpoints]
+            return [math.nan if v is None else float(v) for v in values]
+
+        mean, sd, value = get("null_mean"), get("null_sd"), get("value")
+        ax.fill_between(x, [m - 2 * s for m, s in zip(mean, sd, strict=True)],
+                        [m + 2 * s for m, s in zip(mean, sd, strict=True)], color="0.8",
+                        alpha=0.8, label="null mean ± 2 sd")  # fmt: skip
+        ax.plot(x, value, marker=".", color="tab:blue", label=f"{score} (raw)")
+        if any(r.get("specific") is not None for r in found.values()):
+            ax.plot(x, get("specific"), "--", marker=".", color="tab:green", label="specific")
+        right = ax.twinx()
+        right.plot(x, [v - m for v, m in zip(value, mean, strict=True)], ":", marker="x",
+                   color="tab:red", label="excess")  # fmt: skip
+        right.axhline(0.0, color="tab:red", lw=0.5, alpha=0.5)
+        right.set_ylabel("excess", color="tab:red")
+        ax.set_ylabel("W_O" if layer is None else f"L{layer}")
+        ax.set_xticks(x, table.checkpoints, rotation=45 if len(x) > 6 else 0, fontsize="small")
+        ax.grid(alpha=0.3)
+        handles = ax.get_legend_handles_labels()
+        extra = right.get_legend_handles_labels()
+        ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize="x-small")
+    axes[0].set_title(score if analysis is None else f"{analysis}: {score}")
+    axes[-1].set_xlabel("checkpoint")
     _save(fig, path)
     return fig

@@ -3,12 +3,16 @@
 Each finding is read off the tables below it, with the documented thresholds of
 :mod:`tl_leadterms.report.tables` and ``HOLD_COSINE``: across training steps (a history or a
 sweep), "the theory stops holding" at the first step where a weight's cosine with its leading
-term falls below ``HOLD_COSINE``.
+term falls below ``HOLD_COSINE``. With a null, a row "stands out" when its Benjamini–Hochberg
+q-value over the table's rows is at most ``Q_LEVEL`` (0.05) and its excess over the null mean is
+positive; the excess (score − null mean) is quoted as the size, never ``z``. Where the rows
+carry ``common_share``, a sentence says how much of the score is common to all tokens.
 """
 
 import math
 from typing import Any
 
+from tl_leadterms.analyzers.null import Q_LEVEL, qvalues
 from tl_leadterms.report.markup import esc
 from tl_leadterms.report.tables import EXPLAINED_FLOOR, P_LEVEL, shown_character
 
@@ -63,6 +67,7 @@ def _null_and_ci(rows: list[dict]) -> list[str]:
                 f"the null (p ≥ {P_LEVEL})" + (f": {_names(null)}." if null else ".")
             )
         )
+        out.append(esc(_stand_out(tested)))
     else:
         out.append(
             esc(
@@ -102,6 +107,80 @@ def _width(w: float) -> str:
     return f"{w:.2g}" if w == 0 or 1e-4 <= abs(w) < 1e4 else f"{w:.2e}"
 
 
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _excess(r: dict) -> float:
+    if _finite(r.get("excess")):
+        return float(r["excess"])
+    score, mean = r.get("score", r.get("cosine")), r.get("null_mean")
+    return float(score) - float(mean) if _finite(score) and _finite(mean) else math.nan
+
+
+def _stand_out(tested: list[dict]) -> str:
+    """Which rows stand out after Benjamini–Hochberg, and how large their excess is."""
+    qs = [r["q"] if _finite(r.get("q")) else math.nan for r in tested]
+    if not all(_finite(q) for q in qs):
+        qs = qvalues([r["p"] for r in tested])
+    excess = [_excess(r) for r in tested]
+    out = [f"{r['weight']} {r['label']}" for r, q, e in zip(tested, qs, excess, strict=True)
+           if q <= Q_LEVEL and e > 0]  # fmt: skip
+    sizes = sorted(e for e in excess if math.isfinite(e))
+    text = (
+        f"After Benjamini–Hochberg over the {len(tested)} scores, {len(out)} stand out "
+        f"(q ≤ {Q_LEVEL}, excess > 0)" + (f": {_names(out)}" if out else "")
+    )
+    if sizes:
+        text += (
+            f". Excess over the null mean (score − null mean, the effect size): median "
+            f"{sizes[len(sizes) // 2]:.3g}, largest {sizes[-1]:.3g}; z is not a size (a narrow "
+            "null makes a small excess look large)."
+        )
+    return text + ("" if sizes else ".")
+
+
+def _common(rows: list[dict], what: str) -> list[str]:
+    """How much of the scores is common to all tokens (rows with ``common_share``)."""
+    shares = sorted(r["common_share"] for r in rows if _finite(r.get("common_share")))
+    specific = sorted(r["specific"] for r in rows if _finite(r.get("specific")))
+    if not shares:
+        return []
+    text = (
+        f"{what}: the share of the raw score carried by what every token shares "
+        f"(common_share) is median {shares[len(shares) // 2]:.3f} "
+        f"(from {shares[0]:.3f} to {shares[-1]:.3f})"
+    )
+    if specific:
+        text += (
+            f"; with that removed (double-centred over tokens) the token-specific score runs "
+            f"from {specific[0]:.3f} to {specific[-1]:.3f}"
+        )
+    return [esc(text + ".")]
+
+
+def _sweep_effects(table: Any) -> list[str]:
+    """Per sweep score with a null or a common share: raw range, excess, common share."""
+    out = []
+    for analysis, score in table.scores():
+        rows = [r for r in table.rows if r["analysis"] == analysis and r["score"] == score
+                and r["head"] is None and _finite(r.get("value"))]  # fmt: skip
+        values = sorted(r["value"] for r in rows)
+        if not rows or not any(_finite(r.get("null_mean")) or _finite(r.get("common_share"))
+                               for r in rows):  # fmt: skip
+            continue
+        text = f"Sweep {analysis} {score}: score {values[0]:.3f} to {values[-1]:.3f}"
+        excess = [_excess(r) for r in rows if _finite(r.get("null_mean"))]
+        if excess:
+            text += f"; excess over the null mean {min(excess):.3g} to {max(excess):.3g}"
+            q = [r["q"] for r in rows if _finite(r.get("q"))]
+            if q:
+                text += f", {sum(v <= Q_LEVEL for v in q)} of {len(q)} rows with q ≤ {Q_LEVEL}"
+        out.append(esc(text + "."))
+        out += _common(rows, f"Sweep {analysis} {score}")
+    return out
+
+
 def _first_below(steps: list, values: list[float]) -> tuple[Any, float] | None:
     """The first (step, value) below ``HOLD_COSINE``; NaN (a weight still zero) is skipped."""
     for step, value in zip(steps, values, strict=True):
@@ -127,6 +206,7 @@ def _across_steps(history: Any, sweep_table: Any) -> list[str]:
             out.append(esc(f"Training history: every weight keeps cosine ≥ {HOLD_COSINE} with its "
                            f"leading term through step {last}."))  # fmt: skip
     if sweep_table is not None:
+        out += _sweep_effects(sweep_table)
         for analysis, score in sweep_table.scores():
             if not score.startswith("cos"):
                 continue
@@ -188,6 +268,7 @@ def findings(
     if decomposition is not None:
         items += _characters(decomposition.rows)
         items += _null_and_ci(decomposition.rows)
+        items += _common(decomposition.rows, "Common to all tokens")
     else:
         items.append(esc("No decomposition: pass model= or decomposition= for the characters."))
     items += _attention(agreement)

@@ -308,10 +308,21 @@ def atlas(atlas_html: str | None, head_atlas: Any) -> str:
     return f'<div class="view atlas">{atlas_html}</div>'
 
 
+def _has_null(table, analysis: str, score: str) -> bool:
+    return any(r["analysis"] == analysis and r["score"] == score and r["head"] is None
+               and r.get("null_mean") is not None for r in table.rows)  # fmt: skip
+
+
 def figures(history, sweep_table, decomposition_) -> str:
     """Training history, sweep heatmaps and, when the rows have them, scores with CI and null
     bands, as embedded PNGs."""
-    from tl_leadterms.plot import figure_html, plot_history, plot_scores, plot_sweep
+    from tl_leadterms.plot import (
+        figure_html,
+        plot_history,
+        plot_scores,
+        plot_sweep,
+        plot_sweep_null,
+    )
 
     out: list[str] = []
 
@@ -333,6 +344,9 @@ def figures(history, sweep_table, decomposition_) -> str:
         for analysis, score in sweep_table.scores():
             add(lambda a=analysis, s=score: plot_sweep(sweep_table, s, analysis=a),
                 f"sweep {analysis}: {score}")  # fmt: skip
+            if _has_null(sweep_table, analysis, score):
+                add(lambda a=analysis, s=score: plot_sweep_null(sweep_table, s, analysis=a),
+                    f"sweep {analysis}: {score} — raw score, null band and excess")  # fmt: skip
     rows = decomposition_.rows if decomposition_ is not None else []
     if any("lo" in r or "null_mean" in r for r in rows):
         add(lambda: plot_scores(decomposition_), "Scores with their CI band and null band")

@@ -8,8 +8,9 @@ Two documented thresholds keep the page from implying what the numbers do not sh
   is at least this (and, when the row has a null ``p`` column, ``p < P_LEVEL``); elsewhere the
   projection does not measure a training time and the cell reads "–".
 
-Null-baseline (``null_mean``, ``null_sd``, ``z``, ``p``) and confidence-interval (``lo``,
-``hi``) columns of the rows are shown when present.
+Null-baseline (``excess`` first, the effect size; ``null_mean``, ``null_sd``, ``z``, ``p``,
+the Benjamini–Hochberg ``q``), confidence-interval (``lo``, ``hi``) and common-component
+(``specific``, ``common_share``) columns of the rows are shown when present.
 """
 
 import math
@@ -75,7 +76,8 @@ def character_code(character: str) -> str:
 
 
 def _extra_columns(rows: list[dict]) -> list[str]:
-    return [c for c in ("score", "null_mean", "null_sd", "z", "p", "corrected", "lo", "hi")
+    return [c for c in ("score", "excess", "null_mean", "null_sd", "z", "p", "q", "corrected",
+                        "lo", "hi", "excess_share", "specific", "common_share")
             if any(c in r for r in rows)]  # fmt: skip
 
 

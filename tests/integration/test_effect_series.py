@@ -1,0 +1,73 @@
+"""On a real-text GPT-NeoX series, the paper's value score is high, the null explains it, and
+what is left after removing the component every token shares is small early; the table, the
+report and the sweep figure say so."""
+
+import json
+import re
+
+import pytest
+
+from tl_leadterms.checkpoints.series import load_windows, train_neox_series
+from tl_leadterms.checkpoints.sweep import sweep
+from tl_leadterms.report import report
+from tl_leadterms.stats import corpus_stats
+
+EARLY = "step4"
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory):
+    out = tmp_path_factory.mktemp("series")
+    train_neox_series(out, n_stories=60, vocab_size=120, n_ctx=16, d_model=16, n_layers=2,
+                      n_heads=2, steps=4, batch_size=8, lr=3e-3, checkpoints=[0, 4],
+                      progress=False)  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def stats(series):
+    d_vocab = json.loads((series / "series.json").read_text())["d_vocab"]
+    return corpus_stats(load_windows(series), d_vocab, progress=False)
+
+
+@pytest.fixture(scope="module")
+def table(series, stats):
+    analyses = [("paper", "covariance", {}), ("tokens", "covariance", {"centre": "tokens"})]
+    return sweep(series, stats, analyses=analyses, null=9, progress=False)
+
+
+def _rows(table, analysis: str, checkpoint: str, score: str) -> list[dict]:
+    return [r for r in table.rows if r["analysis"] == analysis and r["checkpoint"] == checkpoint
+            and r["score"] == score and r["head"] is None]  # fmt: skip
+
+
+def test_raw_value_score_high_excess_small_specific_small_early(table):
+    paper = _rows(table, "paper", EARLY, "value_post")
+    tokens = _rows(table, "tokens", EARLY, "value_post")
+    assert len(paper) == len(tokens) == 2
+    for raw, tok in zip(paper, tokens, strict=True):
+        assert raw["value"] > 0.6  # what the paper's protocol shows
+        assert abs(raw["excess"]) < 0.01  # ... the null explains it
+        assert raw["common_share"] > 0.99  # ... it is what every token shares
+        assert tok["value"] == pytest.approx(raw["specific"]) and tok["value"] < 0.15
+        assert tok["raw"] == pytest.approx(raw["value"])
+        assert raw["q"] > 0.05  # nothing stands out at step 4
+    for r in table.rows:  # every row of a sweep with null= has the effect size and q
+        assert {"excess", "excess_share", "q", "specific", "common_share"} <= set(r)
+
+
+def test_table_report_and_figure_say_so(table, stats, tmp_path):
+    text = repr(table)
+    block = text[text.index("paper: value_post") :]
+    lines = block.splitlines()
+    assert lines[2].strip().startswith("L0") and lines[3].strip().startswith("excess")
+    assert any(line.strip().startswith("common share") for line in lines[:12])
+    page = report(tmp_path / "r.html", stats=stats, sweep_table=table,
+                  progress=False).read_text(encoding="utf-8")  # fmt: skip
+    findings = re.search(r'<ul class="findings">(.*?)</ul>', page, re.S).group(1)
+    sentence = re.search(r"Sweep paper value_post: the share of the raw score carried by "
+                         r"what every token shares \(common_share\) is median ([01]\.\d+)",
+                         findings)  # fmt: skip
+    assert sentence is not None and float(sentence.group(1)) > 0.99
+    assert "Sweep paper value_post: score" in findings and "excess over the null mean" in findings
+    assert "paper: value_post — raw score, null band and excess" in page
