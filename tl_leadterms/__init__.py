@@ -13,6 +13,7 @@ from tl_leadterms.analyzers import (
     Decomposition,
     HeadAtlas,
     NullSpec,
+    OutputAgreement,
     TokenMaps,
     ablate,
     attention_agreement,
@@ -21,13 +22,14 @@ from tl_leadterms.analyzers import (
     evaluate_loss,
     head_atlas,
     leading_cosines,
+    output_agreement,
     predict_attention,
     token_maps,
 )
 from tl_leadterms.analyzers.bootstrap import BootstrapSpec
 from tl_leadterms.checkpoints import SweepTable, load_model, sweep
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.models import PaperModel, paper_model
+from tl_leadterms.models import PaperModel, leading_model, paper_model
 from tl_leadterms.report import report
 from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
 from tl_leadterms.stats.blocks import BlockStats, block_stats
@@ -47,6 +49,7 @@ __all__ = [
     "LeadTermsError",
     "LeadingTerms",
     "NullSpec",
+    "OutputAgreement",
     "PaperModel",
     "PaperWeights",
     "Schedule",
@@ -64,9 +67,11 @@ __all__ = [
     "evaluate_loss",
     "head_atlas",
     "leading_cosines",
+    "leading_model",
     "leading_terms",
     "load_model",
     "make_windows",
+    "output_agreement",
     "paper_model",
     "predict_attention",
     "report",
