@@ -37,8 +37,10 @@ _CHUNK_ELEMENTS = 2**25  # logits per model forward chunk
 
 
 @torch.no_grad()
-def model_log_probs(model: Any, tokens: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
-    """The model's next-token log-probabilities over the kept tokens (+ bucket), float32."""
+def model_log_probs(
+    model: Any, tokens: torch.Tensor, kept: torch.Tensor | None, dtype=torch.float32
+) -> torch.Tensor:
+    """The model's next-token log-probabilities over the kept tokens (+ bucket), in ``dtype``."""
     d_vocab = model.cfg.d_vocab
     chunk = max(1, _CHUNK_ELEMENTS // (tokens.shape[1] * d_vocab))
     keep = None
@@ -47,7 +49,7 @@ def model_log_probs(model: Any, tokens: torch.Tensor, kept: torch.Tensor | None)
         keep[kept.to(tokens.device)] = True
     out = []
     for start in range(0, tokens.shape[0], chunk):
-        lp = torch.log_softmax(model(tokens[start : start + chunk]).float(), dim=-1)
+        lp = torch.log_softmax(model(tokens[start : start + chunk]).to(dtype), dim=-1)
         if keep is not None:
             bucket = lp.masked_fill(keep, -math.inf).logsumexp(-1, keepdim=True)
             lp = torch.cat([lp[..., kept.to(lp.device)], bucket], dim=-1)
@@ -128,7 +130,8 @@ def output_agreement(
         ci: a level: a bootstrap interval of ``explained`` over corpus blocks (needs
             ``BlockStats``; each resample rebuilds the three predictors, coefficients kept).
         bootstrap: resamples (int) or a ``BootstrapSpec``.
-        dtype: precision of the theory side (float32; the model runs in its own).
+        dtype: precision of the comparison (float32; the model runs in its own, its logits are
+            cast).
         progress: a tqdm bar over the null draws and bootstrap resamples.
 
     Returns:
@@ -157,7 +160,7 @@ def output_agreement(
     tokens = tokens.to(device)
     index = stats.vocab.index_map(device)
     x = (tokens if index is None else index[tokens]).to(stats.device)
-    model_lp = model_log_probs(model, tokens, stats.kept).to(stats.device)
+    model_lp = model_log_probs(model, tokens, stats.kept, dtype).to(stats.device)
     pred = LeadingPredictor(stats, dtype=dtype)
 
     def leading(p, xs, c):
