@@ -31,10 +31,11 @@ def scores(model_lp: Tensor, pred_lp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """``(KL [n, T], top-1 agreement, top-5 agreement)`` of two ``[n, T, outcomes]`` log-probs.
 
     KL is ``KL(model ‖ predictor)``; top-5 asks whether the model's top outcome is among the
-    predictor's five most likely.
+    predictor's five most likely. Rounding can make a KL of two equal distributions a little
+    negative; it is clamped at 0.
     """
     p = model_lp.exp()
-    kl = torch.where(p > 0, p * (model_lp - pred_lp), torch.zeros_like(p)).sum(-1)
+    kl = torch.where(p > 0, p * (model_lp - pred_lp), torch.zeros_like(p)).sum(-1).clamp(min=0)
     top = model_lp.argmax(-1)
     top1 = (pred_lp.argmax(-1) == top).double().mean()
     five = pred_lp.topk(min(5, pred_lp.shape[-1]), dim=-1).indices
