@@ -153,8 +153,10 @@ def main() -> None:
     monitor = LeadingTermMonitor(stats, every=cfg["every"], lr=lr, analyses="output", tokens=held)
     model, large = run(lr, steps, windows, stats, cfg, args.seed, monitor)
     rows = curve_rows(large)
-    for row, kl, explained in zip(rows, monitor.history.scores["output_kl"],
-                                  monitor.history.scores["output_explained"], strict=True):  # fmt: skip
+    scores = monitor.history.scores
+    for row, kl, explained in zip(
+        rows, scores["output_kl"], scores["output_explained"], strict=True
+    ):
         row.update({"KL leading": kl, "explained": explained})
     print(f"\nFigure 4 (η = {lr}, {steps} steps): cosines while the loss falls, and the KL of "
           f"the leading-term model's next-token distribution from the model's on {len(held)} "

@@ -34,7 +34,13 @@ def test_sweep_output_columns_plot_and_finding(series, stats_and_held, tmp_path)
     stats, held = stats_and_held
     table = sweep(series, stats, analyses=["output"], tokens=held, progress=False)
     scores = {s for _, s in table.scores()}
-    assert {"output_kl", "output_explained", "output_c_O", "bigram_kl", "bigram_explained"} <= scores
+    assert {
+        "output_kl",
+        "output_explained",
+        "output_c_O",
+        "bigram_kl",
+        "bigram_explained",
+    } <= scores
     grid = table.pivot("output_explained")
     assert list(grid.columns) == ["step0", "step8"] and grid.notna().all().all()
     kl = table.pivot("output_kl")

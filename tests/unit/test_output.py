@@ -35,7 +35,9 @@ def _tokens(n: int = 24, d: int = D, seed: int = 0) -> torch.Tensor:
     # a noisy cycle: the next token is mostly the current one plus one (strong bigrams)
     g = torch.Generator().manual_seed(seed)
     start = torch.randint(0, d, (n, 1), generator=g)
-    steps = torch.where(torch.rand(n, T, generator=g) < 0.8, 1, torch.randint(0, d, (n, T), generator=g))
+    steps = torch.where(
+        torch.rand(n, T, generator=g) < 0.8, 1, torch.randint(0, d, (n, T), generator=g)
+    )
     return torch.cat([start, start + steps.cumsum(1)], 1) % d
 
 
@@ -109,7 +111,9 @@ def test_output_agreement_against_a_plain_computation():
         assert out.row(name)["kl"] == pytest.approx(value, rel=1e-5, abs=1e-9)
         assert out.row(name)["explained"] == pytest.approx(1 - value / kl["unigram"], abs=1e-6)
     top = model_lp.argmax(-1)
-    assert out.row("leading")["top1"] == pytest.approx(float((lead_lp.argmax(-1) == top).double().mean()))
+    assert out.row("leading")["top1"] == pytest.approx(
+        float((lead_lp.argmax(-1) == top).double().mean())
+    )
     per_position = _kl(model_lp, lead_lp).mean(0)
     torch.testing.assert_close(torch.tensor(out.row()["kl_per_position"], dtype=torch.float64),
                                per_position, rtol=1e-5, atol=1e-9)  # fmt: skip
@@ -149,7 +153,9 @@ def test_restricted_vocabulary_uses_one_bucket():
     logits = 2.0 * rows
     bucket = math.log(len(dropped)) - logits.sum(-1, keepdim=True) / len(dropped)
     bigram_lp = torch.log_softmax(torch.cat([logits, bucket], -1), -1)
-    assert out.row("bigram")["kl"] == pytest.approx(float(_kl(model_lp, bigram_lp).mean()), rel=1e-6)
+    assert out.row("bigram")["kl"] == pytest.approx(
+        float(_kl(model_lp, bigram_lp).mean()), rel=1e-6
+    )
     assert out.metadata["bucket"] is True
 
 

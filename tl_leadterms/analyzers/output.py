@@ -171,8 +171,9 @@ def output_agreement(
     if fit:
         cal_x, cal_lp = x[:n_cal], model_lp[:n_cal]
         with torch.enable_grad():
-            fitted = fit_leading(lambda *c: mean_kl(cal_lp, leading(pred, cal_x, c)), known)
             c_O = fit_bigram(lambda c: mean_kl(cal_lp, leading(pred, cal_x, (c, 0.0, 0.0))))
+            starts = [(c_O, 0.0, 0.0)] + ([known] if known else [])
+            fitted = fit_leading(lambda *c: mean_kl(cal_lp, leading(pred, cal_x, c)), starts)
         c_lead, c_bigram = (fitted["c_O"], fitted["c_V"], fitted["c_W"]), (c_O, 0.0, 0.0)
         fitted["bigram_c_O"] = c_O
         x, model_lp = x[n_cal:], model_lp[n_cal:]
@@ -180,8 +181,11 @@ def output_agreement(
     uni_row = _row("unigram", model_lp, unigram, None, (math.nan,) * 3)
     kl_uni = uni_row["kl"]
     uni_row["explained"] = 0.0
-    rows = [_row("leading", model_lp, leading(pred, x, c_lead), kl_uni, c_lead),
-            _row("bigram", model_lp, leading(pred, x, c_bigram), kl_uni, c_bigram), uni_row]  # fmt: skip
+    rows = [
+        _row("leading", model_lp, leading(pred, x, c_lead), kl_uni, c_lead),
+        _row("bigram", model_lp, leading(pred, x, c_bigram), kl_uni, c_bigram),
+        uni_row,
+    ]
     spec = NullSpec.of(null)
     if spec is not None:
         perms = permutations(stats.k, spec.permutations, spec.seed)
@@ -191,8 +195,17 @@ def output_agreement(
         rows[0].update(summarize(rows[0]["explained"], torch.tensor(draws)))
         reference = spec.reference_model(model)
         if reference is not None:
-            ref = output_agreement(reference, stats, tokens[n_cal:], n_layers=n_layers,
-                                   lr=lr, steps=steps, s_lr=s_lr, fit=False, dtype=dtype)
+            ref = output_agreement(
+                reference,
+                stats,
+                tokens[n_cal:],
+                n_layers=n_layers,
+                lr=lr,
+                steps=steps,
+                s_lr=s_lr,
+                fit=False,
+                dtype=dtype,
+            )
             rows[0]["reference"] = ref.explained
     if boot is not None:
         add_interval(rows[:1], _bootstrap(boot, model_lp, x, c_lead, leading, dtype, progress),

@@ -89,7 +89,8 @@ class OutputAgreement:
             + (" (+ bucket)" if meta.get("bucket") else "")
             + f", {meta['n_layers']} layer(s), {how}",
             f"{'predictor':<9} {'KL':>9} {'explained':>9} {'top-1':>9} {'top-5':>9} "
-            f"{'c_O':>9} {'c_V':>9} {'c_W':>9}" + (f" {'z':>7} {'p':>6}" if self._has("p") else "")
+            f"{'c_O':>9} {'c_V':>9} {'c_W':>9}"
+            + (f" {'z':>7} {'p':>6}" if self._has("p") else "")
             + ("  CI (explained)" if self._has("lo") else ""),
         ]
         for r in self.rows:

@@ -74,7 +74,7 @@ class LeadingPredictor:
 
     def _bias(self, T: int, c_W) -> Tensor:
         """``c_W·DM(Δ)`` with the causal mask, ``[T, T]``."""
-        if T > self.Delta.shape[0]:
+        if self.Delta.shape[0] < T:
             pad = self.Delta.new_zeros(T - self.Delta.shape[0])
             delta = torch.cat([self.Delta, pad])
         else:

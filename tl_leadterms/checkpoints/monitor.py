@@ -70,9 +70,18 @@ class LeadingTermMonitor:
         ([2, 4], [])
     """
 
-    def __init__(self, stats: Any, *, every: int = 8, analyses: Any = ("cosines",),
-                 tokens: Any = None, lr: float | None = None, min_cosine: float = 0.9,
-                 min_explained: float = 0.9, covariance_kwargs: dict | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        stats: Any,
+        *,
+        every: int = 8,
+        analyses: Any = ("cosines",),
+        tokens: Any = None,
+        lr: float | None = None,
+        min_cosine: float = 0.9,
+        min_explained: float = 0.9,
+        covariance_kwargs: dict | None = None,
+    ) -> None:
         self.stats = check_stats(stats)
         self.every = positive_int("every", every)
         analyses = (analyses,) if isinstance(analyses, str) else tuple(analyses)
@@ -173,8 +182,11 @@ class LeadingTermMonitor:
         return None
 
     def __repr__(self) -> str:
-        flags = "; ".join(f"{f['score']} {f['value']:.4f} < {f['threshold']} at step "
-                          f"{f['step']} (step bound {f['step_bound']:.3g})" for f in self.flags)  # fmt: skip
+        flags = "; ".join(
+            f"{f['score']} {f['value']:.4f} < {f['threshold']} at step {f['step']} (step bound "
+            f"{f['step_bound']:.3g})"
+            for f in self.flags
+        )
         per_call = self.seconds / self.calls if self.calls else math.nan
         return (f"LeadingTermMonitor(every={self.every}, analyses={list(self.analyses)}, "
                 f"{self.calls} calls, {per_call:.3g} s each; "

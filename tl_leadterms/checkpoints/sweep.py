@@ -124,8 +124,8 @@ def sweep(
             ``attention``, ``value_post``, ``value_attn``), ``"output"``
             (:func:`~tl_leadterms.output_agreement` on held-out ``tokens=``, its scalars fitted
             unless ``lr``/``steps``/``s_lr`` are given: rows ``output_kl``,
-            ``output_explained``, ``output_top1``, ``output_c_O``…, ``bigram_kl``…), callables ``f(model, stats)``
-            returning dicts with ``layer``, ``head``, ``score``, ``value``, or
+            ``output_explained``, ``output_top1``, ``output_c_O``…, ``bigram_kl``…), callables
+            ``f(model, stats)`` returning dicts with ``layer``, ``head``, ``score``, ``value``, or
             ``(label, name_or_callable, kwargs)`` tuples (e.g. the covariance score under two
             settings side by side).
         steps: with a hub name, the ``checkpoint_value`` of each checkpoint; with local
