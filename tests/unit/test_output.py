@@ -19,6 +19,7 @@ from tl_leadterms import (
     leading_model,
     output_agreement,
     paper_model,
+    to_paper,
     train,
 )
 from tl_leadterms.analyzers.predictors import LeadingPredictor
@@ -185,3 +186,5 @@ def test_bad_input():
         output_agreement(model, stats, tokens[:1, :-1], fit=True)
     with pytest.raises(LeadTermsError, match="s_lr"):
         leading_model(stats)
+    with pytest.raises(LeadTermsError, match="PaperWeights"):
+        output_agreement(to_paper(model), stats, tokens[:, :-1], s_lr=1.0)

@@ -148,6 +148,11 @@ def output_agreement(
         (True, 1.0)
     """
     stats, boot = resolve_bootstrap(stats, ci, bootstrap)
+    if not callable(model) or getattr(model, "cfg", None) is None:
+        raise LeadTermsError(
+            f"output_agreement runs the model, got a {type(model).__name__}: pass the model "
+            "itself (the paper model or a TransformerLens model), not its PaperWeights"
+        )
     paper_weights(model, stats)  # the vocabulary check and the adapters' refusals
     fit, progress = check_bool("fit", fit), check_bool("progress", progress)
     tokens = check_tokens(tokens, model.cfg.d_vocab, max_len=model.cfg.n_ctx,
