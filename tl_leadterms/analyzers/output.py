@@ -22,12 +22,11 @@ import torch
 from tqdm.auto import tqdm
 
 from tl_leadterms.analyzers.bootstrap import add_interval, resolve_bootstrap
-from tl_leadterms.analyzers.decompose import paper_weights
 from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
 from tl_leadterms.analyzers.output_fit import fit_bigram, fit_leading, mean_kl, scores
 from tl_leadterms.analyzers.output_result import OutputAgreement
 from tl_leadterms.analyzers.predictors import LeadingPredictor, unigram_log_probs, with_bucket
-from tl_leadterms.checks import check_bool, check_tokens, positive_int
+from tl_leadterms.checks import check_bool, check_tokens, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.theory import Schedule
 
@@ -112,8 +111,10 @@ def output_agreement(
     """Compare ``model``'s next-token distributions with its leading-term model's.
 
     Args:
-        model: the paper model or any HookedTransformer :func:`tl_leadterms.to_paper` reads
-            (its vocabulary must be the statistics').
+        model: the paper model or any TransformerLens model (anything ``to_paper`` reads, and
+            any other model whose ``model(tokens)`` returns next-token logits and whose
+            ``cfg`` has ``d_vocab``, ``n_ctx``, ``n_layers``); its vocabulary must be the
+            statistics'.
         stats: corpus statistics (a :class:`~tl_leadterms.CorpusStats`, or a ``BlockStats`` for
             ``ci=``).
         tokens: held-out input windows ``[n, T]`` (``T`` at most the model's ``n_ctx``); every
@@ -153,7 +154,7 @@ def output_agreement(
             f"output_agreement runs the model, got a {type(model).__name__}: pass the model "
             "itself (the paper model or a TransformerLens model), not its PaperWeights"
         )
-    paper_weights(model, stats)  # the vocabulary check and the adapters' refusals
+    check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
     fit, progress = check_bool("fit", fit), check_bool("progress", progress)
     tokens = check_tokens(tokens, model.cfg.d_vocab, max_len=model.cfg.n_ctx,
                           max_len_hint=f" the model's n_ctx={model.cfg.n_ctx}")  # fmt: skip
@@ -169,6 +170,8 @@ def output_agreement(
     pred = LeadingPredictor(stats, dtype=dtype)
 
     def leading(p, xs, c):
+        if isinstance(c[1], float) and c[1] == 0.0:  # no value term: attention changes nothing
+            return with_bucket(p.bigram_logits(xs, c[0]), stats.d_vocab)
         return with_bucket(p.logits(xs, *c, n_layers=n_layers), stats.d_vocab)
 
     fitted = None

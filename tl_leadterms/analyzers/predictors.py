@@ -96,6 +96,10 @@ class LeadingPredictor:
                  for i in range(0, n, chunk)]  # fmt: skip
         return torch.cat(parts)
 
+    def bigram_logits(self, x: Int[Tensor, "n T"], c_O) -> Float[Tensor, "n T k"]:
+        """The ``W_O`` term alone, ``c_O·B̄[x_t]`` (what :meth:`logits` gives with ``c_V = 0``)."""
+        return (c_O * self.B[x.to(self.device)])[..., : self.k]
+
     def _chunk(self, x: Tensor, c_O, c_V, c_W, n_layers: int) -> Tensor:
         bias = self._bias(x.shape[1], c_W)
         scores = c_W * self.Q[x[:, :, None], x[:, None, :]] + bias  # layer 1: gathers only
