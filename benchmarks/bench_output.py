@@ -14,7 +14,7 @@
   ``--train-steps`` steps): ``LeadingTermMonitor(every=8)`` with cosines and ``output`` on 8
   held-out windows; its time (timed by the monitor) against the rest of the same run.
 
-    python benchmarks/bench_output.py [--k 5000] [--layers 30] [--windows 8]
+    python benchmarks/bench_output.py [--k 5000] [--layers 30] [--windows 8] [--depths 30 1]
         [--train-steps 64] [--skip agreement|monitor]
 """
 
@@ -88,7 +88,7 @@ def bench_agreement(args) -> dict:
     held = windows[-args.windows :, :128]
     model_log_probs(model, held[:1], stats.kept)  # warm-up
     out = {}
-    for depth in (args.layers, 1):
+    for depth in args.depths or (args.layers, 1):
         fast, fast_s = timed(lambda d=depth: output_agreement(model, stats, held, s_lr=1.0,
                                                               n_layers=d))  # fmt: skip
         slow, slow_s = timed(lambda d=depth: naive_kl(model, stats, held, 1.0, d))
@@ -104,6 +104,7 @@ def bench_agreement(args) -> dict:
         )
     out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["sizes"] = {"k": args.k, "layers": args.layers, "windows": args.windows, "T": 128,
+                    "depths": list(args.depths or (args.layers, 1)),
                     "d_vocab": stats.d_vocab}  # fmt: skip
     return out
 
@@ -144,6 +145,13 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=5000)
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--windows", type=int, default=8)
+    parser.add_argument(
+        "--depths",
+        type=int,
+        nargs="*",
+        default=None,
+        help="depths of the leading-term model (default: the model's, then 1)",
+    )
     parser.add_argument("--train-steps", type=int, default=64)
     parser.add_argument("--skip", choices=["agreement", "monitor"], default=None)
     parser.add_argument("--out", default=str(RESULTS / "output.json"))

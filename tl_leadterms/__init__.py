@@ -28,6 +28,7 @@ from tl_leadterms.analyzers import (
 )
 from tl_leadterms.analyzers.bootstrap import BootstrapSpec
 from tl_leadterms.checkpoints import SweepTable, load_model, sweep
+from tl_leadterms.checkpoints.monitor import LeadingTermMonitor
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models import PaperModel, leading_model, paper_model
 from tl_leadterms.report import report
@@ -47,6 +48,7 @@ __all__ = [
     "Decomposition",
     "HeadAtlas",
     "LeadTermsError",
+    "LeadingTermMonitor",
     "LeadingTerms",
     "NullSpec",
     "OutputAgreement",
