@@ -54,6 +54,7 @@ def test_sweep_output_columns_plot_and_finding(series, stats_and_held, tmp_path)
     assert "unigram → model KL gap" in text and f"{HOLD_EXPLAINED:.0%}" in text
 
 
+@pytest.mark.slow  # about 30 s; the fast sibling is test_output.py's fit test on the paper model
 def test_fit_reports_its_scalars_on_a_model_with_embeddings(series, stats_and_held):
     stats, held = stats_and_held
     model = load_model(load_series(series)[-1][2])
