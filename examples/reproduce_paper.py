@@ -9,7 +9,11 @@ docs/math.md#agreement):
 
 * Table 1 (small η): the minimum cosine over layers and logged steps of W, V and W_O
   (the paper: 0.999496 / 0.999169 / 0.998486);
-* Figure 4 (large η): the cosines stay high early and decline while the loss falls;
+* Figure 4 (large η): the cosines stay high early and decline while the loss falls; beside
+  them, the KL divergence of the leading-term model's next-token distribution from the
+  model's on held-out windows and the share of the unigram → model KL gap it explains
+  (``output_agreement``, logged by a ``LeadingTermMonitor``), and the first step where each
+  curve crosses its threshold (cosine < 0.9, explained < 0.9);
 * Table 3 (the large-η model): remove each weight's projection onto its leading term and
   re-measure the loss; the paper's order is output >> value >> attention.
 
@@ -26,6 +30,7 @@ from pathlib import Path
 import torch
 
 from tl_leadterms import ablate, corpus_stats, decompose, make_windows, paper_model, train
+from tl_leadterms.checkpoints.monitor import LeadingTermMonitor
 from tl_leadterms.data import generate_stories, train_word_tokenizer
 
 PRESETS = {
@@ -62,7 +67,7 @@ PAPER = {
 N_LAYERS = 3
 
 
-def run(model_lr: float, steps: int, windows, stats, cfg: dict, seed: int):
+def run(model_lr: float, steps: int, windows, stats, cfg: dict, seed: int, monitor=None):
     model = paper_model(len(stats.tokenizer), cfg["n_ctx"], N_LAYERS)
     history = train(
         model,
@@ -73,6 +78,7 @@ def run(model_lr: float, steps: int, windows, stats, cfg: dict, seed: int):
         track=stats,
         every=cfg["every"],
         seed=seed,
+        callback=None if monitor is None else monitor.train_callback,
     )
     return model, history
 
@@ -89,6 +95,15 @@ def curve_rows(history) -> list[dict]:
     return rows
 
 
+def crossing_steps(rows: list[dict], threshold: float = 0.9) -> dict:
+    """The first logged step where each cosine curve and the explained share fall below 0.9."""
+    out = {}
+    for name in ("min cos W_O", "min cos V", "min cos W", "explained"):
+        below = [r["step"] for r in rows if r[name] < threshold]  # NaN compares False
+        out[name] = below[0] if below else None
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
@@ -101,7 +116,11 @@ def main() -> None:
 
     stories = generate_stories(cfg["stories"], seed=args.seed)
     tokenizer = train_word_tokenizer(stories, cfg["vocab"])
-    windows = make_windows(stories, cfg["n_ctx"], tokenizer=tokenizer)[: cfg["windows"]]
+    all_windows = make_windows(stories, cfg["n_ctx"], tokenizer=tokenizer)
+    windows = all_windows[: cfg["windows"]]
+    # held-out windows for the next-token comparison (the last 8 training ones if none are left)
+    held = all_windows[cfg["windows"] : cfg["windows"] + 8]
+    held = (held if len(held) else windows[-8:])[:, :-1]
     stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
     print(
         f"corpus: {len(windows)} windows of T+1 = {cfg['n_ctx'] + 1} tokens, "
@@ -132,16 +151,30 @@ def main() -> None:
 
     # Figure 4: large learning rate
     lr, steps = cfg["large"]
-    model, large = run(lr, steps, windows, stats, cfg, args.seed)
+    monitor = LeadingTermMonitor(stats, every=cfg["every"], lr=lr, analyses="output", tokens=held)
+    model, large = run(lr, steps, windows, stats, cfg, args.seed, monitor)
     rows = curve_rows(large)
-    print(f"\nFigure 4 (η = {lr}, {steps} steps): cosines while the loss falls")
-    print(f"{'step':>5s} {'loss':>7s} " + " ".join(f"{w:>9s}" for w in ("W_O", "V", "W", "P")))
+    scores = monitor.history.scores
+    for row, kl, explained in zip(
+        rows, scores["output_kl"], scores["output_explained"], strict=True
+    ):
+        row.update({"KL leading": kl, "explained": explained})
+    print(f"\nFigure 4 (η = {lr}, {steps} steps): cosines while the loss falls, and the KL of "
+          f"the leading-term model's next-token distribution from the model's on {len(held)} "
+          "held-out windows (explained: share of the unigram → model KL gap)")  # fmt: skip
+    print(f"{'step':>5s} {'loss':>7s} " + " ".join(f"{w:>9s}" for w in ("W_O", "V", "W", "P"))
+          + f" {'KL':>9s} {'explained':>9s}")  # fmt: skip
     for row in rows:
         print(
             f"{row['step']:5d} {row['loss']:7.4f} "
             + " ".join(f"{row[f'min cos {w}']:9.4f}" for w in ("W_O", "V", "W", "P"))
+            + f" {row['KL leading']:9.5f} {row['explained']:9.4f}"
         )
-    results["figure4"] = {"lr": lr, "steps": steps, "curve": rows, "history": large.to_dict()}
+    crossings = crossing_steps(rows)
+    print("first step below 0.9: " + ", ".join(
+        f"{name} {'-' if step is None else step}" for name, step in crossings.items()))  # fmt: skip
+    results["figure4"] = {"lr": lr, "steps": steps, "curve": rows, "history": large.to_dict(),
+                          "crossings": crossings, "monitor": repr(monitor)}  # fmt: skip
 
     # Table 3: ablation of the large-η model
     table = ablate(model, stats, windows, weights=("W", "V", "W_O"))

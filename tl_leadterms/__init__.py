@@ -32,6 +32,10 @@ _HOMES = {
     "evaluate_loss": "tl_leadterms.analyzers",
     "head_atlas": "tl_leadterms.analyzers",
     "leading_cosines": "tl_leadterms.analyzers",
+    "OutputAgreement": "tl_leadterms.analyzers",
+    "output_agreement": "tl_leadterms.analyzers",
+    "LeadingTermMonitor": "tl_leadterms.checkpoints.monitor",
+    "leading_model": "tl_leadterms.models",
     "predict_attention": "tl_leadterms.analyzers",
     "token_maps": "tl_leadterms.analyzers",
     "BootstrapSpec": "tl_leadterms.analyzers.bootstrap",
@@ -65,8 +69,10 @@ __all__ = [
     "Decomposition",
     "HeadAtlas",
     "LeadTermsError",
+    "LeadingTermMonitor",
     "LeadingTerms",
     "NullSpec",
+    "OutputAgreement",
     "PaperModel",
     "PaperWeights",
     "Schedule",
@@ -84,9 +90,11 @@ __all__ = [
     "evaluate_loss",
     "head_atlas",
     "leading_cosines",
+    "leading_model",
     "leading_terms",
     "load_model",
     "make_windows",
+    "output_agreement",
     "paper_model",
     "predict_attention",
     "report",
@@ -121,6 +129,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
         Decomposition,
         HeadAtlas,
         NullSpec,
+        OutputAgreement,
         TokenMaps,
         ablate,
         attention_agreement,
@@ -129,12 +138,14 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
         evaluate_loss,
         head_atlas,
         leading_cosines,
+        output_agreement,
         predict_attention,
         token_maps,
     )
     from tl_leadterms.analyzers.bootstrap import BootstrapSpec
     from tl_leadterms.checkpoints import SweepTable, load_model, sweep
-    from tl_leadterms.models import PaperModel, paper_model
+    from tl_leadterms.checkpoints.monitor import LeadingTermMonitor
+    from tl_leadterms.models import PaperModel, leading_model, paper_model
     from tl_leadterms.report import report
     from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
     from tl_leadterms.stats.blocks import BlockStats, block_stats

@@ -50,18 +50,30 @@ class TrainHistory:
         cosines: ``{"W_O": [...], "V.0": [...], "W.0": [...], "P.0": [...], ...}``, the cosine of
             each weight with its leading term at each logged step (empty without ``track``).
         settings: lr, steps, batch size, number of sequences, seed.
+        scores: other scores by name (e.g. ``output_explained`` from
+            :class:`~tl_leadterms.checkpoints.monitor.LeadingTermMonitor`), one value per
+            logged step.
     """
 
     steps: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
     cosines: dict[str, list[float]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    scores: dict[str, list[float]] = field(default_factory=dict)
 
-    def record(self, step: int, loss: float, cosines: dict[str, float] | None) -> None:
+    def record(
+        self,
+        step: int,
+        loss: float,
+        cosines: dict[str, float] | None,
+        scores: dict[str, float] | None = None,
+    ) -> None:
         self.steps.append(step)
         self.loss.append(loss)
         for name, value in (cosines or {}).items():
             self.cosines.setdefault(name, []).append(value)
+        for name, value in (scores or {}).items():
+            self.scores.setdefault(name, []).append(value)
 
     def min_cosine(self, weight: str) -> float:
         """Minimum over logged steps and layers of the cosines of ``weight`` (``"W"``, ``"V"``…).
@@ -86,14 +98,17 @@ class TrainHistory:
     def to_dict(self) -> dict[str, Any]:
         return {"steps": list(self.steps), "loss": list(self.loss),
                 "cosines": {k: list(v) for k, v in self.cosines.items()},
-                "settings": dict(self.settings)}  # fmt: skip
+                "settings": dict(self.settings),
+                "scores": {k: list(v) for k, v in self.scores.items()}}  # fmt: skip
 
     def to_pandas(self):
-        """One row per logged step: ``step``, ``loss`` and a ``cos_<weight>`` column per weight."""
+        """One row per logged step: ``step``, ``loss``, a ``cos_<weight>`` column per weight and
+        one column per other score."""
         import pandas as pd
 
         columns = {"step": self.steps, "loss": self.loss}
         columns.update({f"cos_{name}": values for name, values in self.cosines.items()})
+        columns.update(self.scores)
         return pd.DataFrame(columns)
 
     def __repr__(self) -> str:

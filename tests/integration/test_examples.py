@@ -42,6 +42,11 @@ def test_reproduce_paper_small_preset(tmp_path):
     for weight in ("W_O", "V", "W"):
         assert first[f"min cos {weight}"] >= 0.9
         assert last[f"min cos {weight}"] < first[f"min cos {weight}"] - 0.05
+    # beside them, the leading-term model's next tokens: close early, the gap opens later
+    assert first["explained"] > 0.9 and first["KL leading"] >= 0
+    assert last["KL leading"] > first["KL leading"]
+    assert set(results["figure4"]["crossings"]) == {"min cos W_O", "min cos V", "min cos W",
+                                                    "explained"}  # fmt: skip
     # Table 3: removing the output projection hurts most, then value, then attention
     rows = results["table3"]["rows"]
     change = {(r["weight"], r["layer"]): r["loss"] - results["table3"]["original_loss"]

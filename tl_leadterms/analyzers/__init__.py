@@ -10,6 +10,8 @@ from tl_leadterms.analyzers.attention import (
 from tl_leadterms.analyzers.covariance import CovarianceSimilarity, covariance_similarity
 from tl_leadterms.analyzers.decompose import decompose, leading_cosines
 from tl_leadterms.analyzers.null import NullSpec, random_reference
+from tl_leadterms.analyzers.output import output_agreement
+from tl_leadterms.analyzers.output_result import OutputAgreement
 from tl_leadterms.analyzers.result import Decomposition, PairDifference
 from tl_leadterms.analyzers.token_maps import TokenMaps, token_maps
 
@@ -20,6 +22,7 @@ __all__ = [
     "Decomposition",
     "HeadAtlas",
     "NullSpec",
+    "OutputAgreement",
     "PairDifference",
     "TokenMaps",
     "ablate",
@@ -29,6 +32,7 @@ __all__ = [
     "evaluate_loss",
     "head_atlas",
     "leading_cosines",
+    "output_agreement",
     "predict_attention",
     "random_reference",
     "token_maps",

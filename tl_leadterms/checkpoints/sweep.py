@@ -18,6 +18,7 @@ import torch
 from tl_leadterms.analyzers.bootstrap import BootstrapSpec
 from tl_leadterms.analyzers.null import NullSpec
 from tl_leadterms.checkpoints.sweep_analyses import (
+    DEFAULT,
     NAMES,
     analyse,
     choose_analyses,
@@ -89,7 +90,7 @@ def sweep(
     checkpoints: object,
     stats: object,
     *,
-    analyses: object = NAMES,
+    analyses: object = DEFAULT,
     steps: object = None,
     results: object = None,
     layers: object = None,
@@ -120,8 +121,11 @@ def sweep(
             statistics are scored, and callables get those).
         analyses: names ``"decompose"`` (rows ``cos_{weight}`` and ``explained_{weight}``) and
             ``"covariance"`` (:func:`~tl_leadterms.analyzers.covariance.covariance_similarity`'s
-            ``attention``, ``value_post``, ``value_attn``), callables ``f(model, stats)``
-            returning dicts with ``layer``, ``head``, ``score``, ``value``, or
+            ``attention``, ``value_post``, ``value_attn``), ``"output"``
+            (:func:`~tl_leadterms.output_agreement` on held-out ``tokens=``, its scalars fitted
+            unless ``lr``/``steps``/``s_lr`` are given: rows ``output_kl``,
+            ``output_explained``, ``output_top1``, ``output_c_O``…, ``bigram_kl``…), callables
+            ``f(model, stats)`` returning dicts with ``layer``, ``head``, ``score``, ``value``, or
             ``(label, name_or_callable, kwargs)`` tuples (e.g. the covariance score under two
             settings side by side).
         steps: with a hub name, the ``checkpoint_value`` of each checkpoint; with local

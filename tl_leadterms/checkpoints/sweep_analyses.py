@@ -34,6 +34,7 @@ from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 
 __all__ = [
+    "DEFAULT",
     "NAMES",
     "Analysis",
     "analyse",
@@ -45,7 +46,9 @@ __all__ = [
     "stats_fingerprint",
 ]
 
-NAMES = ("decompose", "covariance")
+NAMES = ("decompose", "covariance", "output")
+#: what a sweep runs when no analyses are named (``"output"`` needs held-out ``tokens=``)
+DEFAULT = ("decompose", "covariance")
 FORMAT = 1
 #: keywords that change where or how fast a sweep runs, not its rows: a resume may differ in them
 NOT_SETTINGS = ("device", "progress", "batch_size")
@@ -79,8 +82,35 @@ def _covariance(model, stats, **kwargs) -> list[dict[str, Any]]:
     return covariance_similarity(model, stats, **kwargs).rows
 
 
-_BUILTIN = {"decompose": _decompose, "covariance": _covariance}
-_TARGETS = {"decompose": "decompose", "covariance": "covariance_similarity"}
+def _output(model, stats, **kwargs) -> list[dict[str, Any]]:
+    """``output_*`` (the leading-term model) and ``bigram_*`` rows of one checkpoint; the
+    scalars are fitted (``fit=True``) unless the run is given (``lr``/``steps``/``s_lr``)."""
+    from tl_leadterms.analyzers.output import output_agreement
+
+    if "tokens" not in kwargs:
+        raise LeadTermsError(
+            "the 'output' analysis needs held-out windows: sweep(..., analyses=[..., 'output'], "
+            "tokens=windows[:, :-1])"
+        )
+    run = any(kwargs.get(k) is not None for k in ("lr", "steps", "s_lr"))
+    kwargs.setdefault("fit", not run)
+    result = output_agreement(model, stats, **kwargs)
+    where = {"layer": None, "head": None}
+    lead = result.row("leading")
+    extra = {k: lead[k] for k in EXTRA_COLUMNS if k in lead}
+    rows = [{**where, "score": "output_explained", "value": lead["explained"], **extra}]
+    for prefix, name in (("output", "leading"), ("bigram", "bigram")):
+        r = result.row(name)
+        rows += [{**where, "score": f"{prefix}_{key}", "value": r[key]}
+                 for key in ("kl", "top1", "top5", "explained", "c_O", "c_V", "c_W")
+                 if not (prefix == "output" and key == "explained")
+                 and not (prefix == "bigram" and key in ("c_V", "c_W"))]  # fmt: skip
+    return rows
+
+
+_BUILTIN = {"decompose": _decompose, "covariance": _covariance, "output": _output}
+_TARGETS = {"decompose": "decompose", "covariance": "covariance_similarity",
+            "output": "output_agreement"}  # fmt: skip
 
 
 def _accepts(name: str) -> set[str]:

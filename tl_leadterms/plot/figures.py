@@ -121,7 +121,8 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
             f"{table.scores()}"
         )
     values = grid.to_numpy(dtype=float)
-    rows = [("W_O" if layer == "-" else f"L{layer}") for layer in grid.index]
+    whole = "W_O" if "W_O" in score else "model"  # a layer-free row: W_O or a whole-model score
+    rows = [(whole if layer == "-" else f"L{layer}") for layer in grid.index]
     cols = [str(c) for c in grid.columns]
     fig, (ax,) = _figure(1.6 + 0.9 * len(cols), 1.4 + 0.45 * len(rows))
     finite = values[np.isfinite(values)]

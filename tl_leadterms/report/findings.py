@@ -3,7 +3,9 @@
 Each finding is read off the tables below it, with the documented thresholds of
 :mod:`tl_leadterms.report.tables` and ``HOLD_COSINE``: across training steps (a history or a
 sweep), "the theory stops holding" at the first step where a weight's cosine with its leading
-term falls below ``HOLD_COSINE``. With a null, a row "stands out" when its Benjamini–Hochberg
+term falls below ``HOLD_COSINE``, and the leading-term model stops explaining the model's next
+tokens at the first step where its share of the unigram → model KL gap (``output_explained``)
+falls below ``HOLD_EXPLAINED``. With a null, a row "stands out" when its Benjamini–Hochberg
 q-value over the table's rows is at most ``Q_LEVEL`` (0.05) and its excess over the null mean is
 positive; the excess (score − null mean) is quoted as the size, never ``z``. Where the rows
 carry ``common_share``, a sentence says how much of the score is common to all tokens.
@@ -16,10 +18,12 @@ from tl_leadterms.analyzers.null import Q_LEVEL, qvalues
 from tl_leadterms.report.markup import esc
 from tl_leadterms.report.tables import EXPLAINED_FLOOR, P_LEVEL, shown_character
 
-__all__ = ["HOLD_COSINE", "findings"]
+__all__ = ["HOLD_COSINE", "HOLD_EXPLAINED", "findings"]
 
 #: the cosine below which the leading term no longer describes a weight
 HOLD_COSINE = 0.9
+#: the explained share of the KL gap below which the leading-term model no longer predicts
+HOLD_EXPLAINED = 0.9
 _LISTED = 8  # labels named in one sentence before "and N more"
 
 
@@ -181,10 +185,12 @@ def _sweep_effects(table: Any) -> list[str]:
     return out
 
 
-def _first_below(steps: list, values: list[float]) -> tuple[Any, float] | None:
-    """The first (step, value) below ``HOLD_COSINE``; NaN (a weight still zero) is skipped."""
+def _first_below(
+    steps: list, values: list[float], threshold: float = HOLD_COSINE
+) -> tuple[Any, float] | None:
+    """The first (step, value) below ``threshold``; NaN (a weight still zero) is skipped."""
     for step, value in zip(steps, values, strict=True):
-        if isinstance(value, (int, float)) and value < HOLD_COSINE:
+        if isinstance(value, (int, float)) and value < threshold:
             return step, value
     return None
 
@@ -205,9 +211,19 @@ def _across_steps(history: Any, sweep_table: Any) -> list[str]:
         else:
             out.append(esc(f"Training history: every weight keeps cosine ≥ {HOLD_COSINE} with its "
                            f"leading term through step {last}."))  # fmt: skip
+    if history is not None and getattr(history, "scores", {}).get("output_explained"):
+        out.append(esc(_explained_text("Training history", history.steps,
+                                       history.scores["output_explained"])))  # fmt: skip
     if sweep_table is not None:
         out += _sweep_effects(sweep_table)
         for analysis, score in sweep_table.scores():
+            if score == "output_explained":
+                grid = sweep_table.pivot(score, analysis=analysis)
+                if not grid.empty:
+                    values = [float(v) for v in grid.iloc[0]]
+                    out.append(esc(_explained_text("Sweep", [str(c) for c in grid.columns],
+                                                   values)))  # fmt: skip
+                continue
             if not score.startswith("cos"):
                 continue
             grid = sweep_table.pivot(score, analysis=analysis)
@@ -226,6 +242,17 @@ def _across_steps(history: Any, sweep_table: Any) -> list[str]:
             )
             out.append(esc(text + "."))
     return out
+
+
+def _explained_text(where: str, steps: list, values: list[float]) -> str:
+    """One sentence: where the leading-term model's explained KL gap first falls below
+    ``HOLD_EXPLAINED``."""
+    hit = _first_below(steps, values, HOLD_EXPLAINED)
+    if hit is None:
+        return (f"{where}: the leading-term model explains at least {HOLD_EXPLAINED:.0%} of the "
+                f"unigram → model KL gap at every step through {steps[-1]}.")  # fmt: skip
+    return (f"{where}: the leading-term model's share of the unigram → model KL gap first falls "
+            f"below {HOLD_EXPLAINED:.0%} at {hit[0]} ({hit[1]:.3f}).")  # fmt: skip
 
 
 def _attention(agreement: list[dict] | None) -> list[str]:

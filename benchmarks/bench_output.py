@@ -1,0 +1,178 @@
+"""output_agreement at a real model's size against a naive version; the monitor's overhead.
+
+* ``output_agreement`` on the real-size benchmark model of ``bench_real_sizes.py`` (30 layers,
+  9 query heads, d_vocab 49,152; statistics of Zipf windows restricted to the k = 5,000 most
+  frequent tokens) on ``--windows`` held-out windows of 128 tokens, the leading-term model as
+  deep as the model (and, second, the one-layer form of the paper's Eq. 12). The naive
+  version builds what :func:`tl_leadterms.leading_model` would hold — a ``[k, k]`` ``W`` and
+  ``V`` for every layer, in the statistics' float64 — and runs the dense one-hot forward
+  (``h W hᵀ``, ``h V``, ``h W_O`` as full products, layer 1 included). The fast one holds the
+  three maps once, reads the one-hot first layer by gathers and computes in float32. Both
+  score the same model log-probabilities; the KLs are checked to agree.
+* The monitor's overhead on the demo's training run (``tl-leadterms demo``: the paper's 3-layer
+  model on the demo's word vocabulary, T = 32, 64 windows, full-batch GD at η = 1, here
+  ``--train-steps`` steps): ``LeadingTermMonitor(every=8)`` with cosines and ``output`` on 8
+  held-out windows; its time (timed by the monitor) against the rest of the same run.
+
+    python benchmarks/bench_output.py [--k 5000] [--layers 30] [--windows 8] [--depths 30 1]
+        [--train-steps 64] [--skip agreement|monitor]
+"""
+
+import argparse
+import json
+import math
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_real_sizes import model_and_stats  # noqa: E402
+from tl_leadterms import (  # noqa: E402
+    corpus_stats,
+    make_windows,
+    output_agreement,
+    paper_model,
+    train,
+)
+from tl_leadterms.analyzers.output import model_log_probs  # noqa: E402
+from tl_leadterms.checkpoints.monitor import LeadingTermMonitor  # noqa: E402
+from tl_leadterms.theory import Schedule, term  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+@torch.no_grad()
+def naive_kl(model, stats, tokens, s_lr: float, n_layers: int) -> float:
+    """Mean KL(model ‖ leading-term model) with every layer's [k, k] weights materialised."""
+    schedule = Schedule.of(s_lr=s_lr)
+    c = {w: schedule.coefficient(w) for w in ("W_O", "V", "W", "P")}
+    k, d_vocab = stats.k, stats.d_vocab
+    index = stats.vocab.index_map()
+    x = index[tokens]
+    X = torch.zeros(*x.shape, k + 1, dtype=torch.float64)
+    X.scatter_(-1, x[..., None], 1.0)
+    h = X[..., :k]  # a dropped token is a zero row
+    T = tokens.shape[1]
+    offset = torch.arange(T)[:, None] - torch.arange(T)[None, :]
+    for _ in range(n_layers):
+        W = c["W"] * term("W").target.build(stats).clone()  # this layer's own [k, k] copies
+        V = c["V"] * term("V").target.build(stats).clone()
+        bias = torch.where(offset >= 0, c["P"] * stats.Delta[offset.clamp(min=0)], -math.inf)
+        scores = h @ W @ h.transpose(1, 2) + bias
+        h = h + torch.softmax(scores, -1) @ h @ V
+    logits = h @ (c["W_O"] * stats.B_bar)
+    dropped = d_vocab - k
+    bucket = math.log(dropped) - logits.sum(-1, keepdim=True) / dropped
+    pred = torch.log_softmax(torch.cat([logits, bucket], -1), -1)
+    full = torch.log_softmax(model(tokens).double(), -1)  # the whole vocabulary, then reduced
+    keep = torch.zeros(d_vocab, dtype=torch.bool)
+    keep[stats.kept] = True
+    mine = torch.cat([full[..., stats.kept], full[..., ~keep].logsumexp(-1, keepdim=True)], -1)
+    return float((mine.exp() * (mine - pred)).sum(-1).clamp(min=0).mean())
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def bench_agreement(args) -> dict:
+    model, stats, windows = model_and_stats(args.k, args.layers)
+    held = windows[-args.windows :, :128]
+    model_log_probs(model, held[:1], stats.kept)  # warm-up
+    out = {}
+    for depth in args.depths or (args.layers, 1):
+        fast, fast_s = timed(lambda d=depth: output_agreement(model, stats, held, s_lr=1.0,
+                                                              n_layers=d))  # fmt: skip
+        slow, slow_s = timed(lambda d=depth: naive_kl(model, stats, held, 1.0, d))
+        out[f"leading_layers_{depth}"] = {
+            "fast_s": fast_s, "naive_s": slow_s, "speedup": slow_s / fast_s,
+            "kl_fast": fast.kl, "kl_naive": slow,
+            "kl_rel_difference": abs(fast.kl - slow) / max(abs(slow), 1e-30),
+            "explained": fast.explained,
+        }  # fmt: skip
+        print(
+            f"leading-term model with {depth} layer(s): fast {fast_s:.1f} s, naive "
+            f"{slow_s:.1f} s ({slow_s / fast_s:.2f}x); KL {fast.kl:.6g} vs {slow:.6g}"
+        )
+    out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["sizes"] = {"k": args.k, "layers": args.layers, "windows": args.windows, "T": 128,
+                    "depths": list(args.depths or (args.layers, 1)),
+                    "d_vocab": stats.d_vocab}  # fmt: skip
+    return out
+
+
+def bench_monitor(args) -> dict:
+    """One demo training run with the monitor (cosines + output) at every=8: its overhead is
+    the monitor's own time over the rest of the run; the curves are kept for the guide."""
+    from tl_leadterms.data import generate_stories, train_word_tokenizer
+
+    stories = generate_stories(4000, seed=0)
+    tokenizer = train_word_tokenizer(stories, 2000)
+    windows = make_windows(stories, 32, tokenizer=tokenizer)
+    train_w, held = windows[:64], windows[64:72, :-1]
+    stats = corpus_stats(train_w, len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = paper_model(len(tokenizer), 32, 3)
+    monitor = LeadingTermMonitor(stats, every=8, lr=1.0, analyses=("cosines", "output"),
+                                 tokens=held)  # fmt: skip
+    _, seconds = timed(lambda: train(model, train_w, lr=1.0, steps=args.train_steps,
+                                     progress=False, callback=monitor.train_callback))  # fmt: skip
+    training = seconds - monitor.seconds
+    print(
+        f"training {args.train_steps} steps: {training:.1f} s of training, monitor "
+        f"{monitor.seconds:.1f} s in {monitor.calls} calls ({monitor.seconds / training:.1%})"
+    )
+    print(repr(monitor))
+    return {"run_seconds": seconds, "training_seconds": training,
+            "monitor_seconds": monitor.seconds, "calls": monitor.calls,
+            "per_call_s": monitor.seconds / max(monitor.calls, 1),
+            "overhead": monitor.seconds / training, "flags": monitor.flags,
+            "history": monitor.history.to_dict(),
+            "settings": {"d_vocab": len(tokenizer), "n_ctx": 32, "windows": 64, "n_layers": 3,
+                         "lr": 1.0, "steps": args.train_steps, "every": 8,
+                         "held_out_windows": 8}}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--k", type=int, default=5000)
+    parser.add_argument("--layers", type=int, default=30)
+    parser.add_argument("--windows", type=int, default=8)
+    parser.add_argument(
+        "--depths",
+        type=int,
+        nargs="*",
+        default=None,
+        help="depths of the leading-term model (default: the model's, then 1)",
+    )
+    parser.add_argument("--train-steps", type=int, default=64)
+    parser.add_argument("--skip", choices=["agreement", "monitor"], default=None)
+    parser.add_argument("--out", default=str(RESULTS / "output.json"))
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    out = Path(args.out)
+    results = json.loads(out.read_text()) if out.is_file() else {}  # one part may be rerun
+    results["machine"] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+    if args.skip != "agreement":
+        results["output_agreement"] = bench_agreement(args)
+    if args.skip != "monitor":
+        results["monitor"] = bench_monitor(args)
+    from tl_leadterms.atomic import write_text
+
+    write_text(args.out, json.dumps(results, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""The leading-term model and output_agreement against plain references written from the maths.
+
+The references below use tests/reference.py (the dense oracle: statistics by one-hot einsums,
+the paper model's forward, full-batch GD by autograd) and the coefficients written out here:
+c_O = sη, c_V = C(s,2)η², c_W = c_P = (3C(s,4) + 2C(s,3))η⁴.
+"""
+
+import math
+
+import pytest
+import torch
+
+from tests.reference import dense_corpus_stats, gd_train, paper_forward
+from tl_leadterms import (
+    BootstrapSpec,
+    LeadTermsError,
+    block_stats,
+    corpus_stats,
+    leading_model,
+    output_agreement,
+    paper_model,
+    to_paper,
+    train,
+)
+from tl_leadterms.analyzers.predictors import LeadingPredictor
+
+D, T = 10, 6
+
+
+def _coefficients(lr: float, s: int) -> tuple[float, float, float]:
+    comb = math.comb
+    return s * lr, comb(s, 2) * lr**2, (3 * comb(s, 4) + 2 * comb(s, 3)) * lr**4
+
+
+def _tokens(n: int = 24, d: int = D, seed: int = 0) -> torch.Tensor:
+    # a noisy cycle: the next token is mostly the current one plus one (strong bigrams)
+    g = torch.Generator().manual_seed(seed)
+    start = torch.randint(0, d, (n, 1), generator=g)
+    steps = torch.where(
+        torch.rand(n, T, generator=g) < 0.8, 1, torch.randint(0, d, (n, T), generator=g)
+    )
+    return torch.cat([start, start + steps.cumsum(1)], 1) % d
+
+
+def _eq12_params(ref: dict, lr: float, s: int, n_layers: int) -> dict:
+    """Eq. 12's weights, written from the statistics: the same V, W, P in every layer."""
+    c_O, c_V, c_W = _coefficients(lr, s)
+    V = c_V * (ref["B_bar"] @ ref["Phi_bar"]).T  # Φ̄ᵀB̄ᵀ
+    return {"W_O": c_O * ref["B_bar"], "W": [c_W * ref["Q_bar"]] * n_layers,
+            "V": [V] * n_layers, "P": [c_W * ref["Delta"]] * n_layers}  # fmt: skip
+
+
+def _kl(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:
+    return (p_log.exp() * (p_log - q_log)).sum(-1)
+
+
+@pytest.mark.parametrize("n_layers", [1, 2])
+def test_leading_model_is_eq12(n_layers):
+    tokens = _tokens()
+    stats = corpus_stats(tokens, D, progress=False)
+    ref = dense_corpus_stats(tokens, D)
+    lr, s = 0.7, 5
+    model = leading_model(stats, lr=lr, steps=s, n_layers=n_layers, dtype=torch.float64)
+    x = tokens[:4, :-1]
+    expected = paper_forward(x, _eq12_params(ref, lr, s, n_layers), D)
+    torch.testing.assert_close(model(x), expected, rtol=1e-9, atol=1e-10)
+    # the fast predictor (shared maps, gathered first layer) computes the same logits
+    pred = LeadingPredictor(stats, dtype=torch.float64)
+    c_O, c_V, c_W = _coefficients(lr, s)
+    got = pred.logits(x, c_O, c_V, c_W, n_layers=n_layers)
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-10)
+
+
+def test_leading_model_matches_gradient_descent_at_small_s_lr():
+    tokens = _tokens(32)
+    stats = corpus_stats(tokens, D, progress=False)
+    lr, s, n_layers = 0.05, 4, 2  # s·η = 0.2
+    params = gd_train(tokens, D, n_layers, lr, s)
+    x = tokens[:, :-1]
+    trained = paper_forward(x, params, D)
+    lead = leading_model(stats, lr=lr, steps=s, n_layers=n_layers, dtype=torch.float64)(x)
+    x_ = s * lr
+    # the theorem bounds ‖W_O − sηB̄‖ by 3s²η² and ‖V − c_V Φ̄ᵀB̄ᵀ‖ by 12s³η³: a one-hot row's
+    # logits move by at most the first plus the value path's share of the second
+    bound = 3 * x_**2 + 12 * x_**3 * float(params["W_O"].norm())
+    error = (trained - lead).norm(dim=-1).max()
+    assert error <= bound
+    assert error < 0.05 * trained.norm(dim=-1).max()  # and it is small next to the logits
+
+
+def test_output_agreement_against_a_plain_computation():
+    tokens = _tokens(40)
+    train_tokens, held = tokens[:32], tokens[32:, :-1]
+    stats = corpus_stats(train_tokens, D, progress=False)
+    ref = dense_corpus_stats(train_tokens, D)
+    lr, s, n_layers = 0.5, 12, 2
+    params = gd_train(train_tokens, D, n_layers, lr, s)
+    model = paper_model(D, T, n_layers, dtype=torch.float64)
+    with torch.no_grad():
+        for name, p in model.paper_parameters().items():
+            w, _, layer = name.partition(".")
+            p.copy_((params[w] if not layer else params[w][int(layer)]).reshape(p.shape))
+    out = output_agreement(model, stats, held, lr=lr, steps=s, dtype=torch.float64)
+    model_lp = torch.log_softmax(paper_forward(held, params, D), -1)
+    lead_lp = torch.log_softmax(paper_forward(held, _eq12_params(ref, lr, s, n_layers), D), -1)
+    bigram_lp = torch.log_softmax(lr * s * ref["B_bar"][held], -1)
+    counts = torch.bincount(train_tokens[:, :-1].flatten(), minlength=D).double()
+    unigram_lp = ((counts + 1) / (counts.sum() + D)).log().expand_as(model_lp)
+    kl = {name: float(_kl(model_lp, q).mean()) for name, q in
+          (("leading", lead_lp), ("bigram", bigram_lp), ("unigram", unigram_lp))}  # fmt: skip
+    for name, value in kl.items():
+        assert out.row(name)["kl"] == pytest.approx(value, rel=1e-5, abs=1e-9)
+        assert out.row(name)["explained"] == pytest.approx(1 - value / kl["unigram"], abs=1e-6)
+    top = model_lp.argmax(-1)
+    assert out.row("leading")["top1"] == pytest.approx(
+        float((lead_lp.argmax(-1) == top).double().mean())
+    )
+    per_position = _kl(model_lp, lead_lp).mean(0)
+    torch.testing.assert_close(torch.tensor(out.row()["kl_per_position"], dtype=torch.float64),
+                               per_position, rtol=1e-5, atol=1e-9)  # fmt: skip
+    assert kl["leading"] < kl["bigram"] < kl["unigram"]  # the leading terms explain more
+
+
+def test_the_leading_model_explains_itself_and_fit_recovers_its_scalars():
+    tokens = _tokens(20)
+    stats = corpus_stats(tokens, D, progress=False)
+    model = leading_model(stats, s_lr=3.0, n_layers=1, dtype=torch.float64)
+    out = output_agreement(model, stats, tokens[:8, :-1], s_lr=3.0, dtype=torch.float64)
+    assert out.kl < 1e-10 and out.explained == pytest.approx(1.0) and out.row()["top1"] == 1.0
+    fitted = output_agreement(model, stats, tokens[:, :-1], fit=True, dtype=torch.float64)
+    assert fitted.metadata["fitted"]["c_O"] == pytest.approx(3.0, rel=1e-2)
+    assert fitted.explained > 0.999
+    assert fitted.metadata["n_calibration"] == 10 and fitted.metadata["n_windows"] == 10
+
+
+def test_restricted_vocabulary_uses_one_bucket():
+    d = 16
+    tokens = _tokens(40, d=d)
+    stats = corpus_stats(tokens, d, vocab=10, progress=False, dtype=torch.float64)
+    model = paper_model(d, T, 1, dtype=torch.float64)
+    with torch.no_grad():  # any model with mass on the dropped tokens
+        model.unembed.W_U.copy_(torch.randn(d, d, generator=torch.Generator().manual_seed(1)))
+    held = tokens[:8, :-1]
+    out = output_agreement(model, stats, held, s_lr=2.0, dtype=torch.float64)
+    kept = stats.kept
+    with torch.no_grad():
+        lp = torch.log_softmax(model(held), -1)
+    dropped = [i for i in range(d) if i not in set(kept.tolist())]
+    model_lp = torch.cat([lp[..., kept], lp[..., dropped].logsumexp(-1, keepdim=True)], -1)
+    index = torch.full((d,), -1, dtype=torch.long)
+    index[kept] = torch.arange(10)
+    B_bar = stats.B_bar  # [10, 10]; a dropped input is a zero row
+    rows = torch.where((index[held] >= 0)[..., None], B_bar[index[held].clamp(min=0)], 0.0)
+    logits = 2.0 * rows
+    bucket = math.log(len(dropped)) - logits.sum(-1, keepdim=True) / len(dropped)
+    bigram_lp = torch.log_softmax(torch.cat([logits, bucket], -1), -1)
+    assert out.row("bigram")["kl"] == pytest.approx(
+        float(_kl(model_lp, bigram_lp).mean()), rel=1e-6
+    )
+    assert out.metadata["bucket"] is True
+
+
+def test_null_and_interval():
+    tokens = _tokens(64)
+    blocks = block_stats(tokens[:48], D, blocks=6, progress=False)
+    model = paper_model(D, T, 1)
+    train(model, tokens[:48], lr=0.5, steps=8, progress=False)
+    spec = BootstrapSpec(resamples=10, method="percentile")
+    out = output_agreement(model, blocks, tokens[48:, :-1], lr=0.5, steps=8, null=20, ci=0.9,
+                           bootstrap=spec)  # fmt: skip
+    row = out.row()
+    assert row["p"] == pytest.approx(1 / 21) and row["null_mean"] < row["explained"]
+    assert row["lo"] < row["hi"] and row["ci_level"] == 0.9
+    assert "p" not in out.row("bigram")
+
+
+def test_bad_input():
+    tokens = _tokens()
+    stats = corpus_stats(tokens, D, progress=False)
+    model = paper_model(D, T, 1)
+    with pytest.raises(LeadTermsError, match="fit=True"):
+        output_agreement(model, stats, tokens[:, :-1])
+    with pytest.raises(LeadTermsError, match="n_ctx"):
+        output_agreement(model, stats, tokens, s_lr=1.0)
+    with pytest.raises(LeadTermsError, match="at least 2 windows"):
+        output_agreement(model, stats, tokens[:1, :-1], fit=True)
+    with pytest.raises(LeadTermsError, match="s_lr"):
+        leading_model(stats)
+    with pytest.raises(LeadTermsError, match="PaperWeights"):
+        output_agreement(to_paper(model), stats, tokens[:, :-1], s_lr=1.0)

@@ -1,0 +1,108 @@
+"""`OutputAgreement`: the table that :func:`tl_leadterms.output_agreement` returns."""
+
+import math
+from typing import Any
+
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["PREDICTORS", "OutputAgreement"]
+
+#: the predictors of an output agreement, in the order tables print them
+PREDICTORS = ("leading", "bigram", "unigram")
+
+_COLUMNS = ("predictor", "kl", "explained", "top1", "top5", "c_O", "c_V", "c_W")
+_OPTIONAL = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "ci_level")
+
+
+def _fmt(value: Any, width: int = 9) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-".rjust(width)
+    return f"{value:{width}.4f}" if abs(value) < 1e4 else f"{value:{width}.3e}"
+
+
+class OutputAgreement:
+    """How well three predictors built from the statistics match a model's next tokens.
+
+    One row per predictor: ``"leading"`` (the leading-term model), ``"bigram"`` (its ``W_O``
+    term only, ``sη·B̄[x_t]``) and ``"unigram"`` (the smoothed token frequencies). Row fields:
+    ``kl`` (mean over held-out positions of ``KL(model ‖ predictor)`` in nats),
+    ``kl_per_position`` (its mean at each position ``t``), ``top1`` (share of positions where
+    both put their largest probability on the same outcome), ``top5`` (share where the model's
+    top token is among the predictor's five most likely), ``explained`` (``1 − kl / kl of the
+    unigram``: the share of the KL gap between the unigram and the model that the predictor
+    closes) and the coefficients it used (``c_O``, ``c_V``, ``c_W``; NaN where they do not
+    apply). With ``null=``: ``score`` (= ``explained``), ``null_mean``, ``null_sd``, ``z``,
+    ``p`` (and ``reference``) on the leading row; with ``ci=``: ``lo``/``hi`` of its
+    ``explained``.
+
+    ``metadata["fitted"]`` holds the scalars ``fit=True`` found (and the calibration KL).
+    """
+
+    def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
+        self.rows = rows
+        self.metadata = metadata
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def row(self, predictor: str = "leading") -> dict[str, Any]:
+        """The row of one predictor (``"leading"``, ``"bigram"`` or ``"unigram"``)."""
+        for r in self.rows:
+            if r["predictor"] == predictor:
+                return r
+        raise LeadTermsError(f"no predictor {predictor!r}; choose one of {list(PREDICTORS)}")
+
+    @property
+    def kl(self) -> float:
+        """Mean KL(model ‖ leading-term model) over the held-out positions."""
+        return self.row("leading")["kl"]
+
+    @property
+    def explained(self) -> float:
+        """Share of the unigram → model KL gap the leading-term model explains."""
+        return self.row("leading")["explained"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: ``{"rows": [...], "metadata": {...}}`` (JSON-serialisable)."""
+        return {"rows": [dict(r) for r in self.rows], "metadata": dict(self.metadata)}
+
+    def to_pandas(self):
+        """One row per predictor (``kl_per_position`` stays a list)."""
+        import pandas as pd
+
+        extra = [c for c in _OPTIONAL if any(c in r for r in self.rows)]
+        return pd.DataFrame(self.rows, columns=[*_COLUMNS, *extra, "kl_per_position"])
+
+    def per_position(self):
+        """A DataFrame: one row per position, one ``kl:<predictor>`` column per predictor."""
+        import pandas as pd
+
+        return pd.DataFrame({f"kl:{r['predictor']}": r["kl_per_position"] for r in self.rows})
+
+    def __repr__(self) -> str:
+        meta = self.metadata
+        fitted = meta.get("fitted")
+        how = "fitted scalars" if fitted else f"s·η = {_fmt(meta.get('s_lr'), 0).strip()}"
+        lines = [
+            f"OutputAgreement of {meta.get('model_name')!r}: {meta['n_windows']} held-out "
+            f"windows × {meta['n_ctx']} positions, k={meta['k']}"
+            + (" (+ bucket)" if meta.get("bucket") else "")
+            + f", {meta['n_layers']} layer(s), {how}",
+            f"{'predictor':<9} {'KL':>9} {'explained':>9} {'top-1':>9} {'top-5':>9} "
+            f"{'c_O':>9} {'c_V':>9} {'c_W':>9}"
+            + (f" {'z':>7} {'p':>6}" if self._has("p") else "")
+            + ("  CI (explained)" if self._has("lo") else ""),
+        ]
+        for r in self.rows:
+            line = (f"{r['predictor']:<9} {_fmt(r['kl'])} {_fmt(r['explained'])} "
+                    f"{_fmt(r['top1'])} {_fmt(r['top5'])} {_fmt(r['c_O'])} {_fmt(r['c_V'])} "
+                    f"{_fmt(r['c_W'])}")  # fmt: skip
+            if self._has("p"):
+                line += f" {_fmt(r.get('z'), 7)} {_fmt(r.get('p'), 6)}"
+            if "lo" in r:
+                line += f"  [{r['lo']:.4f}, {r['hi']:.4f}]"
+            lines.append(line)
+        return "\n".join(lines)
+
+    def _has(self, column: str) -> bool:
+        return any(column in r for r in self.rows)
