@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.errors import LeadTermsError
 
 __all__ = ["COLUMNS", "EXTRA_COLUMNS", "SweepTable"]
@@ -13,7 +14,7 @@ _SHOWN = {"null_mean": "null mean", "z": "z", "p": "p", "reference": "reference"
           "lo": "CI lo", "hi": "CI hi"}  # fmt: skip
 
 
-class SweepTable:
+class SweepTable(ResultTable):
     """The rows of :func:`sweep`: one per (checkpoint, layer, head, analysis, score).
 
     Row fields: ``checkpoint`` (label), ``step`` (None when unknown), ``layer`` (None for
@@ -26,10 +27,15 @@ class SweepTable:
     computed and which were loaded from the results file.
     """
 
+    KEYS = ("score", "layer", "head", "checkpoint")
+    SCORE = "value"
+    GRID = ("layer", "checkpoint")
+    GRID_WHERE = {"head": None}
+    GROUP = ("analysis", "score")
+
     def __init__(self, rows: list[dict[str, Any]], checkpoints: list[str], metadata: dict) -> None:
-        self.rows = rows
+        super().__init__(rows, metadata)
         self.checkpoints = checkpoints
-        self.metadata = metadata
 
     @classmethod
     def from_records(cls, records: list[dict[str, Any]], metadata: dict) -> "SweepTable":
@@ -41,6 +47,8 @@ class SweepTable:
         extra = [c for c in EXTRA_COLUMNS if any(c in r for r in rows)]
         rows = [{c: r.get(c) for c in (*COLUMNS, *extra)} for r in rows]
         return cls(rows, [rec["checkpoint"] for rec in records], metadata)
+
+    COLUMNS = COLUMNS
 
     def columns(self) -> list[str]:
         """The row fields: :data:`COLUMNS` and the null/interval columns present."""
