@@ -1,7 +1,6 @@
 """The result of :func:`~tl_leadterms.analyzers.covariance.covariance_similarity`."""
 
 import math
-from typing import Any
 
 from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.errors import LeadTermsError

@@ -2,7 +2,7 @@
 
 import math
 import unicodedata
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from transformer_lens import FactoredMatrix
@@ -72,7 +72,7 @@ class Decomposition(ResultTable):
     SCORE = "cosine"
     SCORE_RANGE = (-1.0, 1.0)
     GROUP = ("weight",)
-    NESTED = {"shares": "share", "unique": "unique", "shared": "shared",
+    NESTED: ClassVar[dict[str, str]] = {"shares": "share", "unique": "unique", "shared": "shared",
               "family_shares": "family"}  # fmt: skip
     HIDDEN = ("kind", "score", "projection", "remainder", "expected_s_lr", "reference",
               "ci_level", "shares", "unique", "shared")  # fmt: skip

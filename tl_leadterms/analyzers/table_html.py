@@ -160,9 +160,10 @@ def _grids(table: Any) -> str:
         xs = list(dict.fromkeys(r[down] for r in mine))
         cell = {(r[across], r[down]): r for r in mine}
         name = ", ".join(f"{g}={_shown(v)}" for g, v in zip(table.GROUP, group, strict=True))
+        top = "".join(f"<th>{html.escape(_shown(x))}</th>" for x in xs)
+        caption = html.escape(name or table.SCORE)
         out.append(f'<table class="tl-heat" data-group="{html.escape(name, quote=True)}">'
-                   f"<caption>{html.escape(name or table.SCORE)}</caption><tr><td></td>"
-                   + "".join(f"<th>{html.escape(_shown(x))}</th>" for x in xs) + "</tr>")  # fmt: skip
+                   f"<caption>{caption}</caption><tr><td></td>{top}</tr>")  # fmt: skip
         for y in ys:
             out.append(f"<tr><th>{html.escape(across)} {html.escape(_shown(y))}</th>")
             for x in xs:

@@ -1,6 +1,6 @@
 """`SweepTable`: the tidy result of :func:`tl_leadterms.checkpoints.sweep.sweep`."""
 
-from typing import Any
+from typing import Any, ClassVar
 
 from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.errors import LeadTermsError
@@ -30,7 +30,7 @@ class SweepTable(ResultTable):
     KEYS = ("score", "layer", "head", "checkpoint")
     SCORE = "value"
     GRID = ("layer", "checkpoint")
-    GRID_WHERE = {"head": None}
+    GRID_WHERE: ClassVar[dict[str, Any]] = {"head": None}
     GROUP = ("analysis", "score")
 
     def __init__(self, rows: list[dict[str, Any]], checkpoints: list[str], metadata: dict) -> None:
