@@ -28,6 +28,7 @@ from tl_leadterms.analyzers.bootstrap import BootstrapSpec
 from tl_leadterms.checkpoints import SweepTable, load_model, sweep
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models import PaperModel, paper_model
+from tl_leadterms.plot import Explorer, explore
 from tl_leadterms.report import report
 from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
 from tl_leadterms.stats.blocks import BlockStats, block_stats
@@ -43,6 +44,7 @@ __all__ = [
     "CorpusStats",
     "CovarianceSimilarity",
     "Decomposition",
+    "Explorer",
     "HeadAtlas",
     "LeadTermsError",
     "LeadingTerms",
@@ -62,6 +64,7 @@ __all__ = [
     "covariance_similarity",
     "decompose",
     "evaluate_loss",
+    "explore",
     "head_atlas",
     "leading_cosines",
     "leading_terms",

@@ -11,6 +11,7 @@ Importing this package registers each result's ``.plot()``: a ``Decomposition`` 
 from tl_leadterms.analyzers.table import register_plot
 from tl_leadterms.plot.associations import plot_associations
 from tl_leadterms.plot.atlas import plot_atlas
+from tl_leadterms.plot.explorer import Explorer, explore
 from tl_leadterms.plot.figures import plot_history, plot_scores, plot_sweep
 from tl_leadterms.plot.html import View, figure_html, save_html
 from tl_leadterms.plot.views import plot_attention
@@ -30,7 +31,9 @@ register_plot("SweepTable", _sweep_plot)
 register_plot("HeadAtlas", plot_atlas)
 
 __all__ = [
+    "Explorer",
     "View",
+    "explore",
     "figure_html",
     "plot_associations",
     "plot_attention",
