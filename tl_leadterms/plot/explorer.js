@@ -79,8 +79,8 @@ function showWord(){var q=document.getElementById('tl-word').value,k=findWord(q)
  if(!k){if(q.trim())lists.appendChild(el('p',{'class':'tl-note'},'"'+q+'" is not among this page\'s words '+
   '(the text\'s tokens and words=...)'));return;}var e=W[k];
  Object.keys(e.lists).forEach(function(kd){var b=el('div');b.appendChild(el('h3',{},kd));
-  var ul=el('ul',{'class':'tl-assoc','data-kind':kd});e.lists[kd].forEach(function(n){ul.appendChild(
-   el('li',{},n[0]+'  '+fmt(n[1])));});if(!e.lists[kd].length)ul.appendChild(el('li',{'class':'tl-note'},e.note||'none'));
+  var ul=el('ul',{'class':'tl-assoc','data-kind':kd});e.lists[kd].forEach(function(n){var li=el('li');li.appendChild(
+   el('span',{'class':'tl-token'},n[0]));li.appendChild(el('small',{},' '+fmt(n[1])));ul.appendChild(li);});if(!e.lists[kd].length)ul.appendChild(el('li',{'class':'tl-note'},e.note||'none'));
   b.appendChild(ul);lists.appendChild(b);});var t=e.text[kind],sc=t.scale||1;
  text.appendChild(el('p',{'class':'tl-note'},'the text shaded by its '+kind+' association with "'+k.trim()+
   '" (full colour: the largest |value| of its row)'));S.tokens.forEach(function(tok,i){var s=el('span',{},tok);
