@@ -11,8 +11,11 @@ import shutil
 import pytest
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
-playwright = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install "
-                                 "playwright; never `playwright install`: it uses Debian's chromium)")
+playwright = pytest.importorskip(
+    "playwright.sync_api",
+    reason="needs playwright (pip install "
+    "playwright; never `playwright install`: it uses Debian's chromium)",
+)
 pytestmark = pytest.mark.skipif(
     BROWSER is None, reason="needs chromium (apt-get install -y chromium; .ci/run installs it)"
 )
