@@ -57,12 +57,20 @@ class Explorer:
         """Write :meth:`html` to ``path`` atomically; returns the path."""
         return write_bytes(path, self.html().encode("utf-8"), parents=True)
 
-    def _repr_html_(self) -> str:
+    def iframe(self, height: int = 900) -> str:
+        """The page in an ``<iframe srcdoc=...>`` (escaped; scripts allowed, nothing else): how
+        a notebook output or another page (:func:`~tl_leadterms.report.report`) embeds it
+        without its ids and styles meeting theirs."""
         import html
 
+        positive_int("height", height)
         source = html.escape(self.html(), quote=True)
-        return (f'<iframe srcdoc="{source}" style="width:100%;height:900px;border:1px solid '
-                '#ddd" sandbox="allow-scripts"></iframe>')  # fmt: skip
+        style = f"width:100%;height:{height}px;border:1px solid #ddd"
+        return (f'<iframe class="tl-explorer" srcdoc="{source}" style="{style}" '
+                'sandbox="allow-scripts"></iframe>')  # fmt: skip
+
+    def _repr_html_(self) -> str:
+        return self.iframe()
 
     def __repr__(self) -> str:
         s = self.data["summary"]
