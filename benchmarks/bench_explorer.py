@@ -8,7 +8,10 @@ start until the page has drawn the grid (``data-grid-drawn``, goal < 2 s) and un
 panel is open after a click. The baseline side by side: the same page's grid time with every
 head's data parsed up front (``JSON.parse`` of all the head blocks), what eager loading costs.
 
-    python benchmarks/bench_explorer.py [--k 5000] [--layers 30] [--out FILE]
+    python benchmarks/bench_explorer.py [--k 5000] [--layers 30] [--null 19] [--out FILE]
+
+Most of the build time is the permutation null of the decomposition (``--null 0`` leaves it
+out; ``results/explorer_no_null.json``).
 """
 
 import argparse
@@ -63,14 +66,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--k", type=int, default=5000)
     parser.add_argument("--layers", type=int, default=30)
-    parser.add_argument("--null", type=int, default=19)
+    parser.add_argument("--null", type=int, default=19, help="permutations (0: no null)")
     parser.add_argument("--out", type=Path, default=RESULTS / "explorer.json")
     args = parser.parse_args()
     torch.manual_seed(0)
     model, stats, windows = model_and_stats(args.k, args.layers)
     tokens = windows[0, :32]
     start = time.perf_counter()
-    explorer = explore(model, stats, tokens=tokens, null=args.null, title="benchmark explorer")
+    explorer = explore(model, stats, tokens=tokens, null=args.null or None,
+                       title="benchmark explorer")  # fmt: skip
     build_s = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
