@@ -83,3 +83,24 @@ def test_click_a_head_and_type_a_word(saved):
     image = Image.open(io.BytesIO(shot)).convert("L")
     low, high = image.getextrema()
     assert high - low > 100 and len(set(image.resize((64, 64)).getdata())) > 8  # not blank
+
+
+def test_result_table_sorts_on_click(tmp_path):
+    from tl_leadterms.analyzers.table import ResultTable
+
+    rows = [{"layer": 0, "head": h, "score": s} for h, s in enumerate([0.2, -0.5, 0.9])]
+    path = tmp_path / "table.html"
+    path.write_text(ResultTable(rows)._repr_html_(), encoding="utf-8")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=BROWSER, args=FLAGS)
+        page = browser.new_page()
+        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+                   else r.abort())  # fmt: skip
+        page.goto(path.as_uri())
+        column = "table:not(.tl-heat) tbody tr td:nth-child(3)"
+        page.click("thead th:nth-child(3)")
+        ascending = [float(t.split()[-1]) for t in page.locator(column).all_inner_texts()]
+        page.click("thead th:nth-child(3)")
+        descending = [float(t.split()[-1]) for t in page.locator(column).all_inner_texts()]
+        browser.close()
+    assert ascending == [-0.5, 0.2, 0.9] and descending == [0.9, 0.2, -0.5]

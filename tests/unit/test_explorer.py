@@ -85,3 +85,19 @@ def test_bad_input(built):
         explore(model, stats, TEXT, tokens=[1, 2, 3])
     with pytest.raises(LeadTermsError, match="pair_tokens must be"):
         explore(model, stats, TEXT, pair_tokens=0)
+
+
+def test_report_embeds_the_explorer(built, tmp_path):
+    from tl_leadterms import decompose
+    from tl_leadterms.report import report
+
+    explorer, model, stats, _ = built
+    d = decompose(model, stats)
+    out = report(tmp_path / "r.html", stats=stats, decomposition=d, explorer=explorer,
+                 progress=False).read_text(encoding="utf-8")  # fmt: skip
+    section = out[out.index('id="decompose"') :]
+    frame = section.index('<iframe class="tl-explorer" srcdoc="')
+    assert frame < section.index('<table class="heatmap"')  # above the static heatmaps
+    assert "tl-summary" in section[frame : frame + 2_000_000]
+    with pytest.raises(LeadTermsError, match="explorer=True builds the explorer of model="):
+        report(tmp_path / "r2.html", stats=stats, decomposition=d, explorer=True, progress=False)
