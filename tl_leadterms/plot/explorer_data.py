@@ -27,7 +27,7 @@ from tl_leadterms.analyzers.fit import BasisCache
 from tl_leadterms.plot.associations import ASSOCIATIONS
 from tl_leadterms.theory import term
 
-__all__ = ["attention_data", "head_summaries", "pair_tables", "word_lists"]
+__all__ = ["GRID_SCORES", "attention_data", "head_summaries", "pair_tables", "word_lists"]
 
 #: the per-head scores the grid can be coloured by: key -> (row, column, label)
 GRID_SCORES = {
