@@ -1,9 +1,13 @@
-"""The screenshots of the demo report (README and docs/ pages), taken with headless Chromium.
+"""The README's screenshots of the demo report and of the explorer, taken with headless Chromium.
 
-Each shot shows one part of the page: a copy of the report gets a style sheet that hides
-everything else, then Chromium renders its top ``--height`` pixels.
+Each report shot shows one part of the page: a copy of the report gets a style sheet that hides
+everything else, then Chromium renders its top ``--height`` pixels. The explorer shot builds the
+explorer of the paper model trained on the embedded corpus (or opens ``--explorer PAGE``),
+clicks a head and types a word in the word box (playwright driving the same Chromium, network
+blocked), then writes ``docs/explorer.png``.
 
     make demo && python docs/screenshots.py out/report.html   # writes docs/report_*.png
+    python docs/screenshots.py --explorer-only                 # writes docs/explorer.png
 """
 
 import argparse
@@ -48,13 +52,58 @@ def shoot(report: Path, css: str, height: int, out: Path) -> None:
     print(f"wrote {out}")
 
 
+def demo_explorer(folder: Path) -> Path:
+    """The explorer of the paper model (4 layers) after 12 steps on the embedded corpus."""
+    from tl_leadterms import corpus_stats, explore, make_windows, paper_model, train
+    from tl_leadterms.data import generate_stories, train_word_tokenizer
+
+    stories = generate_stories(1500, seed=0)
+    tokenizer = train_word_tokenizer(stories, 600)
+    windows = make_windows(stories, n_ctx=32, tokenizer=tokenizer)[:1024]
+    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = paper_model(len(tokenizer), 32, 4, tokenizer=tokenizer)
+    train(model, windows, lr=1.0, steps=12, batch_size=256, progress=False)
+    text = "the little girl saw a red ball and she was happy"
+    explorer = explore(model, stats, text, lr=1.0, steps=12, words=["red", "fish"],
+                       title="tl_leadterms explorer: the paper model after 12 steps")  # fmt: skip
+    return explorer.save(folder / "explorer.html")
+
+
+def explorer_shot(page_path: Path | None, out: Path, head: str = "L1H0", word: str = "red"):
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as folder:
+        page_path = page_path or demo_explorer(Path(folder))
+        with sync_playwright() as p:
+            chromium = p.chromium.launch(executable_path=browser(), args=[
+                "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run"])  # fmt: skip
+            page = chromium.new_page(viewport={"width": 1280, "height": 1000})
+            page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+                       else r.abort())  # fmt: skip
+            page.goto(page_path.as_uri())
+            page.click(f'td.tl-cell[data-label="{head}"]')
+            page.wait_for_selector("#tl-attn-actual canvas, #tl-attn-actual svg")
+            page.fill("#tl-word", word)
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(out), full_page=True)
+            chromium.close()
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("report", type=Path, help="the demo's report.html")
+    parser.add_argument("report", type=Path, nargs="?", help="the demo's report.html")
     parser.add_argument("--out", type=Path, default=DOCS, help="folder for the PNG files")
+    parser.add_argument("--explorer", type=Path, help="a saved explorer page (default: build one)")
+    parser.add_argument("--explorer-only", action="store_true", help="only docs/explorer.png")
     args = parser.parse_args()
-    for name, (css, height) in SHOTS.items():
-        shoot(args.report, css, height, args.out / name)
+    if not args.explorer_only:
+        if args.report is None:
+            parser.error("give the demo's report.html (or --explorer-only)")
+        for name, (css, height) in SHOTS.items():
+            shoot(args.report, css, height, args.out / name)
+    explorer_shot(args.explorer, args.out / "explorer.png")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ _HOMES = {
     "PaperModel": "tl_leadterms.models",
     "paper_model": "tl_leadterms.models",
     "report": "tl_leadterms.report",
+    "Explorer": "tl_leadterms.plot",
+    "explore": "tl_leadterms.plot",
     "CorpusStats": "tl_leadterms.stats",
     "corpus_stats": "tl_leadterms.stats",
     "make_windows": "tl_leadterms.stats",
@@ -67,6 +69,7 @@ __all__ = [
     "CorpusStats",
     "CovarianceSimilarity",
     "Decomposition",
+    "Explorer",
     "HeadAtlas",
     "LeadTermsError",
     "LeadingTermMonitor",
@@ -88,6 +91,7 @@ __all__ = [
     "covariance_similarity",
     "decompose",
     "evaluate_loss",
+    "explore",
     "head_atlas",
     "leading_cosines",
     "leading_model",
@@ -146,6 +150,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
     from tl_leadterms.checkpoints import SweepTable, load_model, sweep
     from tl_leadterms.checkpoints.monitor import LeadingTermMonitor
     from tl_leadterms.models import PaperModel, leading_model, paper_model
+    from tl_leadterms.plot import Explorer, explore
     from tl_leadterms.report import report
     from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
     from tl_leadterms.stats.blocks import BlockStats, block_stats

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from tl_leadterms.analyzers.decompose import leading_cosines
+from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.checks import (
     check_bool,
     check_lr,
@@ -40,7 +41,7 @@ _CHUNK_ELEMENTS = 2**26
 
 
 @dataclass
-class TrainHistory:
+class TrainHistory(ResultTable):
     """What :func:`train` recorded: one entry per logged step.
 
     Attributes:
@@ -60,6 +61,27 @@ class TrainHistory:
     cosines: dict[str, list[float]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     scores: dict[str, list[float]] = field(default_factory=dict)
+
+    KEYS = ("step",)
+    COLUMNS = ("step", "loss")
+    SCORE = "loss"
+    GRID = None
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per logged step: ``step``, ``loss``, ``cos_<weight>`` per recorded map and
+        one column per other score."""
+        return [
+            {"step": step, "loss": loss,
+             **{f"cos_{n}": v[i] for n, v in self.cosines.items() if i < len(v)},
+             **{n: v[i] for n, v in self.scores.items() if i < len(v)}}
+            for i, (step, loss) in enumerate(zip(self.steps, self.loss, strict=True))
+        ]  # fmt: skip
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The run's settings (lr, steps, batch size, number of sequences, seed)."""
+        return self.settings
 
     def record(
         self,

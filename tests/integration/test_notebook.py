@@ -33,3 +33,9 @@ def test_quickstart_notebook_executes(tmp_path):
     assert "red -> ['" in text and "Decomposition of" in text
     html = "\n".join(str(o.get("data", {}).get("text/html", "")) for o in outputs)
     assert "L0H0" in html  # the attention view rendered
+    results = [o for o in outputs if o.output_type == "execute_result"]
+    assert len(results) >= 8 and all("text/html" in o.data for o in results)
+    assert 'class="tl-table"' in html and 'class="tl-heat"' in html  # tables and heatmaps
+    assert '<iframe class="tl-explorer"' in html  # the explorer, inline
+    sweep = [o.data["text/html"] for o in results if "<strong>SweepTable:" in o.data["text/html"]]
+    assert sweep and 'data-group="analysis=decompose, score=cos_W"' in sweep[0]

@@ -1,7 +1,6 @@
 """Causal test (the paper's Table 3): remove a weight's projection onto its leading term."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -10,6 +9,7 @@ import torch.nn.functional as F
 from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.analyzers.decompose import paper_weights
 from tl_leadterms.analyzers.fit import BasisCache
+from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.checks import Layers, check_bool, check_layers, check_windows, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
@@ -20,26 +20,31 @@ from tl_leadterms.theory import Term, Weight, term
 __all__ = ["AblationTable", "ablate", "evaluate_loss"]
 
 
-@dataclass
-class AblationTable:
-    """Loss after removing each weight's leading-term projection (one row per weight, layer)."""
+class AblationTable(ResultTable):
+    """Loss after removing each weight's leading-term projection (one row per weight, layer).
 
-    original_loss: float
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    Row fields: ``weight``, ``layer``, ``removed_fraction``, ``loss`` (and any other column of
+    the ablation); ``original_loss`` is the loss before any removal.
+    """
+
+    KEYS = ("weight", "layer")
+    COLUMNS = ("weight", "layer", "removed_fraction", "loss")
+    SCORE = "removed_fraction"
+    SCORE_RANGE = (0.0, 1.0)
+    GRID = None
+
+    def __init__(self, original_loss: float, rows: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(rows if rows is not None else [], {"original_loss": original_loss})
+        self.original_loss = original_loss
 
     def loss(self, weight: str, layer: int | None = None) -> float:
-        for row in self.rows:
-            if row["weight"] == weight and row["layer"] == layer:
-                return row["loss"]
-        raise LeadTermsError(f"no ablation row for weight={weight!r}, layer={layer!r}")
+        found = self.select(weight, layer)
+        if not found:
+            raise LeadTermsError(f"no ablation row for weight={weight!r}, layer={layer!r}")
+        return found[0]["loss"]
 
     def to_dict(self) -> dict[str, Any]:
         return {"original_loss": self.original_loss, "rows": [dict(r) for r in self.rows]}
-
-    def to_pandas(self):
-        import pandas as pd
-
-        return pd.DataFrame(self.rows)
 
     def __repr__(self) -> str:
         header = f"{'weight':<6} {'layer':>5} {'removed':>8} {'loss':>9} {'change':>9}"

@@ -26,6 +26,7 @@ from tl_leadterms.analyzers.attention import attention_agreement
 from tl_leadterms.analyzers.bootstrap import BootstrapSpec, ci_cell, ci_header
 from tl_leadterms.analyzers.decompose import decompose
 from tl_leadterms.analyzers.null import NullSpec, add_qvalues
+from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.checks import check_tokens
 from tl_leadterms.stats.blocks import BlockStats
 
@@ -38,22 +39,13 @@ _COLUMNS = ("label", "layer", "head", "character", "cosine", "lo", "hi", "correc
             "specific", "common_share")  # fmt: skip
 
 
-class HeadAtlas:
+class HeadAtlas(ResultTable):
     """Rows of :func:`head_atlas` (``to_pandas()``, ``to_dict()``; ``repr`` a compact table)."""
 
-    def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
-        self.rows, self.metadata = rows, metadata
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rows": [dict(r) for r in self.rows], "metadata": dict(self.metadata)}
-
-    def to_pandas(self):
-        import pandas as pd
-
-        return pd.DataFrame(self.rows, columns=list(_COLUMNS))
+    KEYS = ("layer", "head")
+    COLUMNS = _COLUMNS
+    SCORE = "cosine"
+    SCORE_RANGE = (-1.0, 1.0)
 
     def __repr__(self) -> str:
         ci = self.metadata.get("ci")

@@ -22,6 +22,7 @@ from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.adapters.view import ModelView
 from tl_leadterms.analyzers.attention_fit import LayerScores, score_layer, score_ranks
 from tl_leadterms.analyzers.null import NullSpec, add_qvalues, permutations, summarize
+from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.checks import (
     Layers,
     check_bool,
@@ -148,7 +149,7 @@ def attention_scale(lr: Any, steps: Any, s_lr: Any, scale: Any) -> float | None:
     return schedule.coefficient("W")
 
 
-class AttentionAgreement:
+class AttentionAgreement(ResultTable):
     """Per (layer, head): how close the model's attention is to the leading-term prediction.
 
     Row fields: ``layer``, ``head``, ``label`` (``"L{l}H{h}"``), ``js_divergence`` (mean
@@ -163,23 +164,17 @@ class AttentionAgreement:
     least" or "at most").
     """
 
-    def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
-        self.rows = rows
-        self.metadata = metadata
+    KEYS = ("layer", "head")
+    COLUMNS = ("layer", "head", "label", "js_divergence", "rank_correlation", "scale",
+               "scale_at_bound")  # fmt: skip
+    SCORE = "rank_correlation"
+    SCORE_RANGE = (-1.0, 1.0)
 
-    def row(self, layer: int, head: int = 0) -> dict[str, Any]:
-        for row in self.rows:
-            if row["layer"] == layer and row["head"] == head:
-                return row
-        raise LeadTermsError(f"no row for layer {layer}, head {head}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rows": [dict(r) for r in self.rows], "metadata": dict(self.metadata)}
-
-    def to_pandas(self):
-        import pandas as pd
-
-        return pd.DataFrame(self.rows)
+    def row(self, *key: Any, **where: Any) -> dict[str, Any]:
+        """The row of one head: ``row(layer, head=0)`` (any other column by name)."""
+        where = self._where(key, where)
+        where.setdefault("head", 0)
+        return super().row(**where)
 
     def __repr__(self) -> str:
         lines = [

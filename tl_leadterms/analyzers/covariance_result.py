@@ -1,9 +1,9 @@
 """The result of :func:`~tl_leadterms.analyzers.covariance.covariance_similarity`."""
 
 import math
-from typing import Any
 
 from tl_leadterms.analyzers.bootstrap import ci_cell, ci_header
+from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.errors import LeadTermsError
 
 __all__ = ["SCORES", "CovarianceSimilarity"]
@@ -11,14 +11,12 @@ __all__ = ["SCORES", "CovarianceSimilarity"]
 #: the scores of the covariance protocol, in the order tables print them
 SCORES = ("attention", "value_post", "value_attn")
 
-_OPTIONAL = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "corrected",
-             "excess", "excess_share", "q", "specific", "common_share", "raw")  # fmt: skip
 # beneath each layer's values in the repr, effect size first
 _BENEATH = {"excess": "excess", "q": "q", "raw": "raw", "specific": "specific",
             "common_share": "common"}  # fmt: skip
 
 
-class CovarianceSimilarity:
+class CovarianceSimilarity(ResultTable):
     """Scores of :func:`covariance_similarity`: one row per (layer, head, score).
 
     Row fields: ``layer``, ``head`` (None for the layer-level scores), ``score``
@@ -32,12 +30,11 @@ class CovarianceSimilarity:
     ``centre="tokens"`` ``value`` is the token-specific cosine and ``raw`` the paper's.
     """
 
-    def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
-        self.rows = rows
-        self.metadata = metadata
-
-    def __len__(self) -> int:
-        return len(self.rows)
+    KEYS = ("score", "layer", "head")
+    COLUMNS = ("layer", "head", "score", "value")
+    SCORE = "value"
+    SCORE_RANGE = (-1.0, 1.0)
+    GROUP = ("score",)
 
     def value(self, score: str, layer: int, head: int | None = None) -> float:
         """One score, e.g. ``sim.value("attention", 3)`` or ``sim.value("attention", 3, 5)``."""
@@ -48,18 +45,6 @@ class CovarianceSimilarity:
         raise LeadTermsError(
             f"no score {score!r} for layer={layer!r}, head={head!r}; rows: {have[:12]}"
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data: ``{"rows": [...], "metadata": {...}}`` (JSON-serialisable)."""
-        return {"rows": [dict(r) for r in self.rows], "metadata": dict(self.metadata)}
-
-    def to_pandas(self):
-        """A long DataFrame, one row per (layer, head, score)."""
-        import pandas as pd
-
-        columns = ["layer", "head", "score", "value"]
-        extra = [c for c in _OPTIONAL if any(c in r for r in self.rows)]
-        return pd.DataFrame(self.rows, columns=columns + extra)
 
     def table(self, heads: bool = False):
         """Layers × scores (``heads=True``: layers × heads of the per-head attention scores)."""

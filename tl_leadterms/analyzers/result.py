@@ -2,7 +2,7 @@
 
 import math
 import unicodedata
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from transformer_lens import FactoredMatrix
@@ -10,6 +10,7 @@ from transformer_lens import FactoredMatrix
 from tl_leadterms.adapters import factored
 from tl_leadterms.analyzers.bootstrap import ci_cell, ci_header
 from tl_leadterms.analyzers.fit import BasisCache
+from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.theory import term
 
@@ -43,7 +44,7 @@ def _fmt(value: float | None, width: int = 8) -> str:
     return f"{value:{width}.4f}" if abs(value) < 1e3 else f"{value:{width}.3e}"
 
 
-class Decomposition:
+class Decomposition(ResultTable):
     """One row per (weight, layer, head); see :func:`tl_leadterms.decompose`.
 
     Row fields: ``weight``, ``layer``, ``head``, ``label`` (``"L{l}H{h}"``), ``kind``, ``target``
@@ -72,61 +73,52 @@ class Decomposition:
     :meth:`top_pairs` reads the model's weights when called; call it before training further.
     """
 
+    KEYS = ("weight", "layer", "head")
+    COLUMNS = ("weight", "layer", "head", "label", "kind", "target", "cosine")
+    SCORE = "cosine"
+    SCORE_RANGE = (-1.0, 1.0)
+    GROUP = ("weight",)
+    NESTED: ClassVar[dict[str, str]] = {"shares": "share", "unique": "unique", "shared": "shared",
+              "family_shares": "family"}  # fmt: skip
+    HIDDEN = ("kind", "score", "projection", "remainder", "expected_s_lr", "reference",
+              "ci_level", "shares", "unique", "shared")  # fmt: skip
+
     def __init__(self, rows: list[dict[str, Any]], *, metadata: dict, weights, stats) -> None:
-        self.rows = rows
-        self.metadata = metadata
+        super().__init__(rows, metadata)
         self.weights = weights
         self.stats = stats
 
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def row(self, weight: str, layer: int | None = None, head: int | None = None) -> dict:
-        """The row of one weight (``head=None`` picks head 0 of a per-head table).
+    def row(self, *key: Any, **where: Any) -> dict:
+        """The row of one weight: ``row(weight, layer=None, head=None)`` (``head=None`` picks
+        head 0 of a per-head table; any other column may be given by name).
 
         ``"V"`` and ``"V·W_O"`` both name the value path (see :func:`~tl_leadterms.decompose`).
         """
-        names = {"V", "V·W_O"} if weight in ("V", "V·W_O") else {weight}
-        matches = [r for r in self.rows if r["weight"] in names and r["layer"] == layer]
-        if head is not None or any(r["head"] is not None for r in matches):
-            matches = [r for r in matches if r["head"] == (head or 0)]
-        if not matches:
-            have = sorted({(r["weight"], r["layer"], r["head"]) for r in self.rows}, key=str)
-            raise LeadTermsError(
-                f"no row for weight={weight!r}, layer={layer!r}, head={head!r}; rows: {have}"
-            )
-        return matches[0]
+        where = self._where(key, where)
+        if where.get("weight") in ("V", "V·W_O"):
+            where["weight"] = ("V", "V·W_O")
+        where.setdefault("layer", None)
+        if where.get("head") is None:
+            rest = {c: v for c, v in where.items() if c != "head"}
+            if any(r["head"] is not None for r in self.select(**rest)):
+                where["head"] = 0
+        return super().row(**where)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data: ``{"rows": [...], "metadata": {...}}`` (JSON-serialisable)."""
-        return {"rows": [dict(r) for r in self.rows], "metadata": self.metadata}
-
-    def to_pandas(self):
-        """A DataFrame, one row per (weight, layer, head); the per-component dictionaries become
-        ``share:<name>`` (Shapley value), ``unique:<name>``, ``shared:<name>`` and
-        ``family:<name>`` columns."""
-        import pandas as pd
-
-        nested = {"shares": "share", "unique": "unique", "shared": "shared",
-                  "family_shares": "family"}  # fmt: skip
-        flat = []
-        for r in self.rows:
-            row = {k: v for k, v in r.items() if k not in nested}
-            for key, prefix in nested.items():
-                row.update({f"{prefix}:{k}": v for k, v in r.get(key, {}).items()})
-            flat.append(row)
-        return pd.DataFrame(flat)
-
-    def __repr__(self) -> str:
+    def title(self) -> str:
         meta = self.metadata
-        lines = [
+        return (
             f"Decomposition of {meta['model'].get('model_name')!r} against corpus statistics "
             f"(k={meta['k']}, T={meta['n_ctx']}, {meta['n_sequences']} sequences)"
             + (
                 f"; lr·steps = {meta['lr'] * meta['steps']:.4g}"
                 if meta["lr"] is not None and meta["steps"] is not None
                 else ""
-            ),
+            )
+        )
+
+    def __repr__(self) -> str:
+        lines = [
+            self.title(),
             f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} "
             + (f"{'excess':>8} " if self._has("excess") else "")
             + (f"{ci_header(self.rows):<32} " if self._has("lo") else "")

@@ -1,7 +1,8 @@
 """`SweepTable`: the tidy result of :func:`tl_leadterms.checkpoints.sweep.sweep`."""
 
-from typing import Any
+from typing import Any, ClassVar
 
+from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.errors import LeadTermsError
 
 __all__ = ["COLUMNS", "EXTRA_COLUMNS", "SweepTable"]
@@ -16,7 +17,7 @@ _SHOWN = {"excess": "excess", "null_mean": "null mean", "z": "z", "p": "p", "q":
           "raw": "raw", "specific": "specific", "common_share": "common share"}  # fmt: skip
 
 
-class SweepTable:
+class SweepTable(ResultTable):
     """The rows of :func:`sweep`: one per (checkpoint, layer, head, analysis, score).
 
     Row fields: ``checkpoint`` (label), ``step`` (None when unknown), ``layer`` (None for
@@ -34,10 +35,15 @@ class SweepTable:
     computed and which were loaded from the results file.
     """
 
+    KEYS = ("score", "layer", "head", "checkpoint")
+    SCORE = "value"
+    GRID = ("layer", "checkpoint")
+    GRID_WHERE: ClassVar[dict[str, Any]] = {"head": None}
+    GROUP = ("analysis", "score")
+
     def __init__(self, rows: list[dict[str, Any]], checkpoints: list[str], metadata: dict) -> None:
-        self.rows = rows
+        super().__init__(rows, metadata)
         self.checkpoints = checkpoints
-        self.metadata = metadata
 
     @classmethod
     def from_records(cls, records: list[dict[str, Any]], metadata: dict) -> "SweepTable":
@@ -49,6 +55,8 @@ class SweepTable:
         extra = [c for c in EXTRA_COLUMNS if any(c in r for r in rows)]
         rows = [{c: r.get(c) for c in (*COLUMNS, *extra)} for r in rows]
         return cls(rows, [rec["checkpoint"] for rec in records], metadata)
+
+    COLUMNS = COLUMNS
 
     def columns(self) -> list[str]:
         """The row fields: :data:`COLUMNS` and the null/interval columns present."""

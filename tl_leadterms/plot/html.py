@@ -24,7 +24,7 @@ from typing import Any
 from tl_leadterms.atomic import write_bytes
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["View", "figure_html", "save_html"]
+__all__ = ["View", "circuitsvis_library", "figure_html", "save_html"]
 
 _LOCAL = re.compile(
     r'^\s*<div id="(?P<id>[^"]+)"[^>]*?/?>\s*<script[^>]*>(?P<body>.*)</script>\s*$', re.S
@@ -224,3 +224,15 @@ def figure_html(fig: object, alt: object = "figure") -> str:
         f'<img src="data:image/png;base64,{data}" alt="{html.escape(str(alt))}" '
         'style="max-width: 100%;">'
     )
+
+
+def circuitsvis_library() -> str:
+    """The circuitsvis bundle as one classic ``<script>`` (defines the global ``CircuitsVis``,
+    whose components a page can then render itself, e.g. ``CircuitsVis.AttentionPattern``)."""
+    import circuitsvis.attention
+
+    view = View([circuitsvis.attention.attention_pattern(tokens=["a"], attention=[[1.0]])])
+    library = view._library()
+    if not library:
+        raise LeadTermsError("this circuitsvis version's local_src has no bundle to inline")
+    return library

@@ -88,6 +88,7 @@ def report(
     attention_model: Any = None,
     attention_step: int | None = None,
     progress: bool = True,
+    explorer: Any = None,
 ) -> Path:
     """Write one self-contained HTML report (works offline, no CDN) and return its path.
 
@@ -129,6 +130,9 @@ def report(
             shows.
         attention_step: the training step of ``attention_model``, for those captions.
         progress: a tqdm bar over the sections.
+        explorer: an :class:`~tl_leadterms.Explorer` (from :func:`~tl_leadterms.explore`), or
+            True to build one of ``model`` on ``text``: embedded (an iframe, offline) at the
+            top of the decomposition section, above the static heatmaps.
 
     Returns:
         The path written.
@@ -175,6 +179,7 @@ def report(
         library[0] = library[0] or "CircuitsVis=" in html_text
         return html_text
 
+    explorer = _explorer(explorer, model, stats, text, tokenizer, lr, steps)
     bar = progress_bar(total=6, desc="report", disable=not progress)
     if decomposition is None and model is not None:
         from tl_leadterms.analyzers.decompose import decompose
@@ -208,7 +213,7 @@ def report(
         ("provenance", "Provenance",
          sections.provenance(stats, tokenizer, model, weights_meta, lr, steps, date)),
         ("decompose", "Decomposition into corpus statistics",
-         sections.decomposition(decomposition)),
+         ("" if explorer is None else explorer.iframe()) + sections.decomposition(decomposition)),
         ("atlas", "Head atlas", atlas_body),
         ("attention", "Attention on a sample text", attention_body),
         ("associations", "Association lists", association_body),
@@ -219,3 +224,16 @@ def report(
     bar.update()
     bar.close()
     return path
+
+
+def _explorer(explorer: Any, model: Any, stats: Any, text: Any, tokenizer: Any, lr, steps):
+    """``explorer=``: None, an Explorer as it is, or True: one built of ``model`` on ``text``."""
+    from tl_leadterms.plot.explorer import Explorer, explore
+
+    if explorer is None or isinstance(explorer, Explorer):
+        return explorer
+    if explorer is not True:
+        raise LeadTermsError(f"explorer must be an Explorer, True or None, got {explorer!r}")
+    if model is None or text is None:
+        raise LeadTermsError("explorer=True builds the explorer of model= on text=: pass both")
+    return explore(model, stats, text, tokenizer=tokenizer, lr=lr, steps=steps)

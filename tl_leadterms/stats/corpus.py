@@ -403,6 +403,11 @@ class CorpusStats:
             check_vocab=check_vocab,
         )
 
+    def _repr_html_(self) -> str:
+        import html
+
+        return f"<pre>{html.escape(repr(self))}</pre>"
+
     def __repr__(self) -> str:
         kept = "all" if self.kept is None else f"{self.k} kept"
         tok = self.metadata.get("tokenizer_name")

@@ -1,0 +1,102 @@
+"""The explorer of the real-size benchmark model: build time, page size, time to the grid.
+
+The model and statistics are those of ``bench_real_sizes.py`` (30 layers × 9 heads, d_vocab
+49,152, statistics restricted to the k most frequent tokens). Measured: ``explore`` (its
+decomposition, attention on a 32-token text, pair tables, word lists), the saved page's size
+(goal < 10 MB), and in Debian's chromium (headless, network blocked) the time from navigation
+start until the page has drawn the grid (``data-grid-drawn``, goal < 2 s) and until a head's
+panel is open after a click. The baseline side by side: the same page's grid time with every
+head's data parsed up front (``JSON.parse`` of all the head blocks), what eager loading costs.
+
+    python benchmarks/bench_explorer.py [--k 5000] [--layers 30] [--null 19] [--out FILE]
+
+Most of the build time is the permutation null of the decomposition (``--null 0`` leaves it
+out; ``results/explorer_no_null.json``).
+"""
+
+import argparse
+import json
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_real_sizes import model_and_stats  # noqa: E402
+from tl_leadterms import explore  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+
+
+def browser_times(path: Path) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+                   else r.abort())  # fmt: skip
+        page.goto(path.as_uri())
+        page.wait_for_selector("body[data-grid-drawn]")
+        grid_ms = float(page.get_attribute("body", "data-grid-drawn"))
+        start = time.perf_counter()
+        page.click('td.tl-cell[data-label="L29H8"]')
+        page.wait_for_selector("#tl-attn-actual canvas, #tl-attn-actual svg")
+        panel_s = time.perf_counter() - start
+        eager_ms = page.evaluate(
+            "() => { const t = performance.now();"
+            " document.querySelectorAll('script.tl-head').forEach(n => JSON.parse(n.textContent));"
+            " return performance.now() - t; }"
+        )
+        browser.close()
+    return {"grid_drawn_s": grid_ms / 1000, "panel_open_s": panel_s,
+            "parse_all_heads_s": eager_ms / 1000}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--k", type=int, default=5000)
+    parser.add_argument("--layers", type=int, default=30)
+    parser.add_argument("--null", type=int, default=19, help="permutations (0: no null)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "explorer.json")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model, stats, windows = model_and_stats(args.k, args.layers)
+    tokens = windows[0, :32]
+    start = time.perf_counter()
+    explorer = explore(model, stats, tokens=tokens, null=args.null or None,
+                       title="benchmark explorer")  # fmt: skip
+    build_s = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        path = explorer.save(Path(tmp) / "explorer.html")
+        save_s = time.perf_counter() - start
+        size = path.stat().st_size
+        times = browser_times(path)
+    result = {
+        "benchmark": "explorer", "n_layers": args.layers, "n_heads": model.cfg.n_heads,
+        "k": args.k, "d_vocab": model.cfg.d_vocab, "text_tokens": len(tokens),
+        "null": args.null, "build_s": build_s, "save_s": save_s, "page_bytes": size,
+        "page_mb": size / 2**20, "page_goal_mb": 10, "grid_goal_s": 2, **times,
+        "grid_vs_parse_all_heads": times["parse_all_heads_s"] / max(times["grid_drawn_s"], 1e-9),
+        "python": platform.python_version(), "torch": torch.__version__,
+        "machine": platform.machine(),
+    }  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    from tl_leadterms.atomic import write_bytes
+
+    write_bytes(args.out, (json.dumps(result, indent=2) + "\n").encode())
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""explore(): the numbers the page embeds, against the model and statistics read directly."""
+
+import json
+import re
+
+import pytest
+import torch
+
+from tl_leadterms import LeadTermsError, corpus_stats, explore, make_windows, paper_model, train
+from tl_leadterms.analyzers.attention import predict_attention
+from tl_leadterms.data import generate_stories, train_word_tokenizer
+
+TEXT = "the little girl saw a red ball and she was happy"
+
+
+@pytest.fixture(scope="module")
+def built():
+    stories = generate_stories(120, seed=5)
+    tokenizer = train_word_tokenizer(stories, 200)
+    windows = make_windows(stories, 12, tokenizer=tokenizer)[:48]
+    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = paper_model(len(tokenizer), 12, 2, tokenizer=tokenizer)
+    train(model, windows, lr=1.0, steps=4, progress=False)
+    explorer = explore(model, stats, TEXT, words=["he"], null=None, pair_tokens=40, k=5,
+                       title="</script><b>x</b>")  # fmt: skip
+    return explorer, model, stats, tokenizer
+
+
+def test_attention_and_prediction_data(built):
+    explorer, model, stats, tokenizer = built
+    ids = tokenizer.encode(TEXT, add_special_tokens=False)
+    assert len(ids) == 11 < stats.n_ctx
+    s = explorer.data["summary"]
+    assert (s["n_layers"], s["n_heads"], len(s["tokens"])) == (2, 1, len(ids))
+    _, cache = model.run_with_cache(torch.tensor([ids]))
+    for layer in range(2):
+        head = explorer.data["heads"][f"L{layer}H0"]
+        pattern = cache["pattern", layer][0, 0].double()
+        actual = head["attention"]["actual"]
+        for q in range(len(ids)):  # lower triangle, per mille
+            assert actual[q] == torch.round(pattern[q, : q + 1] * 1000).long().tolist()
+        # what the page computes: softmax over keys 0..q of c · scores, c the head's scale
+        c = head["attention"]["scale"]
+        want = predict_attention(stats, torch.tensor([ids]), scale=c)[0]
+        for q, row in enumerate(s["scores"]):
+            got = torch.softmax(c * torch.tensor(row, dtype=torch.float64), 0)
+            assert got.tolist() == pytest.approx(want[q, : q + 1].tolist(), abs=1e-4)
+
+
+def test_pairs_and_word_lists(built):
+    explorer, model, stats, tokenizer = built
+    W = model.paper_parameters()["W.1"][0].detach().double()
+    counts = stats.unigram.double()
+    candidates = counts.topk(40).indices.sort().values  # full vocabulary: positions are ids
+    block = W[candidates][:, candidates]
+    top = block.flatten().topk(5)
+    got = explorer.data["heads"]["L1H0"]["pairs"]["W"]
+    for (row, col, value), v, flat in zip(got, top.values, top.indices, strict=True):
+        i, j = divmod(int(flat), 40)
+        assert (row, col) == tuple(tokenizer.decode([int(candidates[x])]) for x in (i, j))
+        assert value == pytest.approx(float(v))
+    q_bar = stats.Q_bar.double()[candidates][:, candidates].flatten().topk(5).values
+    assert [p[2] for p in explorer.data["summary"]["theory"]["W"]] == pytest.approx(q_bar.tolist())
+    words = explorer.data["words"]
+    assert "he" in words and "red" in words
+    lists = words["red"]["lists"]["context"]
+    assert [t for t, _ in lists] == [n.token for n in stats.top("context", "red", k=5)]
+
+
+def test_page_is_offline_and_escaped(built, tmp_path):
+    explorer = built[0]
+    page = explorer.save(tmp_path / "e.html").read_text(encoding="utf-8")
+    assert "<b>x</b>" not in page and "&lt;/script&gt;&lt;b&gt;" in page
+    assert page.count("CircuitsVis=") <= 1 and not re.search(r"<script[^>]+src=", page)
+    blocks = re.findall(r'<script type="application/json" class="tl-head" data-head="(\w+)">'
+                        r"(.*?)</script>", page, re.S)  # fmt: skip
+    assert [b[0] for b in blocks] == ["L0H0", "L1H0"]
+    assert json.loads(blocks[1][1])["W"]["cosine"] == explorer.data["heads"]["L1H0"]["W"]["cosine"]
+    assert explorer._repr_html_().startswith('<iframe class="tl-explorer" srcdoc="')
+
+
+def test_bad_input(built):
+    _, model, stats, _ = built
+    with pytest.raises(LeadTermsError, match="not both"):
+        explore(model, stats, TEXT, tokens=[1, 2, 3])
+    with pytest.raises(LeadTermsError, match="pair_tokens must be"):
+        explore(model, stats, TEXT, pair_tokens=0)
+
+
+def test_report_embeds_the_explorer(built, tmp_path):
+    from tl_leadterms import decompose
+    from tl_leadterms.report import report
+
+    explorer, model, stats, _ = built
+    d = decompose(model, stats)
+    out = report(tmp_path / "r.html", stats=stats, decomposition=d, explorer=explorer,
+                 progress=False).read_text(encoding="utf-8")  # fmt: skip
+    section = out[out.index('id="decompose"') :]
+    frame = section.index('<iframe class="tl-explorer" srcdoc="')
+    assert frame < section.index('<table class="heatmap"')  # above the static heatmaps
+    assert "tl-summary" in section[frame : frame + 2_000_000]
+    with pytest.raises(LeadTermsError, match="explorer=True builds the explorer of model="):
+        report(tmp_path / "r2.html", stats=stats, decomposition=d, explorer=True, progress=False)

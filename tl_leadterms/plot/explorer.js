@@ -1,0 +1,92 @@
+(function(){
+var S=JSON.parse(document.getElementById('tl-summary').textContent);
+var W=JSON.parse(document.getElementById('tl-words-data').textContent);
+var cache={};
+function el(tag,attrs,text){var e=document.createElement(tag);for(var k in attrs||{})
+ e.setAttribute(k,attrs[k]);if(text!==undefined&&text!==null)e.textContent=text;return e;}
+function fmt(v){if(v===null||v===undefined)return '–';if(typeof v!=='number')return String(v);
+ var a=Math.abs(v);return (a>=1e-3||v===0)&&a<1e4?v.toPrecision(4).replace(/\.?0+$/,''):v.toExponential(2);}
+function diverge(x){if(x===null||x===undefined||isNaN(x))return '#eee';x=Math.max(-1,Math.min(1,x));
+ var f=Math.round(255*(1-Math.abs(x)));return x>=0?'rgb('+f+','+f+',255)':'rgb(255,'+f+','+f+')';}
+function head(label){if(!(label in cache)){var n=document.querySelector(
+ 'script.tl-head[data-head="'+label+'"]');cache[label]=n?JSON.parse(n.textContent):null;}return cache[label];}
+function scoreScale(name){var m=0;S.heads.forEach(function(h){var v=h.scores[name];
+ if(typeof v==='number'&&isFinite(v))m=Math.max(m,Math.abs(v));});return m||1;}
+function drawGrid(){var name=document.getElementById('tl-score').value,box=document.getElementById('tl-grid');
+ box.textContent='';var t=el('table'),tr=el('tr');tr.appendChild(el('th'));
+ for(var h=0;h<S.n_heads;h++)tr.appendChild(el('th',{},'H'+h));t.appendChild(tr);
+ var at={};S.heads.forEach(function(x){at[x.label]=x;});var scale=scoreScale(name);
+ for(var l=0;l<S.n_layers;l++){tr=el('tr');tr.appendChild(el('th',{},'L'+l));
+  for(var h2=0;h2<S.n_heads;h2++){var lab='L'+l+'H'+h2,x=at[lab],td=el('td',{'class':'tl-cell','data-label':lab});
+   if(x){var v=x.scores[name];if(name==='character'){td.style.background=S.colours[x.scores.character_key]||'#999';
+     td.title=lab+': '+v;}else{td.style.background=diverge(typeof v==='number'?v/scale:null);
+     td.textContent=typeof v==='number'?v.toFixed(Math.abs(v)>=10?0:2):'';td.title=lab+': '+fmt(v);}
+    if(x.faint)td.style.opacity=0.45;td.addEventListener('click',(function(q){return function(){openHead(q);};})(lab));}
+   tr.appendChild(td);}t.appendChild(tr);}
+ box.appendChild(t);document.body.setAttribute('data-grid-drawn',String(performance.now()));}
+function kv(rows){var t=el('table',{'class':'tl-kv'});rows.forEach(function(r){var tr=el('tr');
+ tr.appendChild(el('td',{},r[0]));tr.appendChild(el('td',{'data-key':r[2]||''},fmt(r[1])));t.appendChild(tr);});return t;}
+function shares(title,row){var box=el('div');box.appendChild(el('h3',{},title));if(!row){box.appendChild(
+ el('p',{'class':'tl-note'},'not decomposed'));return box;}var t=el('table',{'class':'tl-shares'}),
+ all=[].concat(Object.entries(row.family_shares||{}).map(function(e){return ['family: '+e[0],e[1]];}),
+ Object.entries(row.shares||{}).map(function(e){return [e[0],e[1]];}));
+ all.forEach(function(e){var tr=el('tr'),b=el('span',{'class':'tl-bar'});b.style.width=Math.round(
+  120*Math.max(0,Math.min(1,e[1]||0)))+'px';tr.appendChild(el('td',{},e[0]));var td=el('td');td.appendChild(b);
+  tr.appendChild(td);tr.appendChild(el('td',{},fmt(e[1])));t.appendChild(tr);});box.appendChild(t);
+ box.appendChild(el('p',{'class':'tl-note'},'explained R² '+fmt(row.explained)+' (Shapley shares add up to it); '+
+  'cosine '+fmt(row.cosine)+(row.lo!==undefined?' ['+fmt(row.lo)+', '+fmt(row.hi)+']':'')+
+  (row.z!==undefined?'; null z '+fmt(row.z)+', p '+fmt(row.p):'')));return box;}
+function full(lower){var n=lower.length;return lower.map(function(r){var o=r.slice();while(o.length<n)o.push(0);return o;});}
+function predicted(c){return S.scores.map(function(r){var m=-Infinity;r.forEach(function(v){m=Math.max(m,c*v);});
+ var e=r.map(function(v){return Math.exp(c*v-m);}),s=e.reduce(function(a,b){return a+b;},0);
+ return e.map(function(v){return v/s;});});}
+function attention(box,label,d){box.appendChild(el('h3',{},'Attention on the text: '+label+' and its prediction'));
+ var row=el('div',{'class':'tl-row'}),a=el('div',{'class':'tl-attn','id':'tl-attn-actual'}),
+ p=el('div',{'class':'tl-attn','id':'tl-attn-predicted'});a.appendChild(el('h3',{},label+' (model)'));
+ p.appendChild(el('h3',{},'predicted, c = '+fmt(d.scale)));row.appendChild(a);row.appendChild(p);box.appendChild(row);
+ var act=full(d.actual.map(function(r){return r.map(function(v){return v/1000;});})),pre=full(predicted(d.scale||0));
+ [[a,act],[p,pre]].forEach(function(x){var inner=el('div');x[0].appendChild(inner);inner.id=x[0].id+'-cv';
+  if(window.CircuitsVis&&CircuitsVis.AttentionPattern){CircuitsVis.render(inner.id,CircuitsVis.AttentionPattern,
+   {tokens:S.tokens,attention:x[1]});}else{inner.appendChild(canvasPattern(x[1]));}});}
+function canvasPattern(m){var n=m.length,c=el('canvas',{width:String(n*8),height:String(n*8)}),g=c.getContext('2d');
+ for(var i=0;i<n;i++)for(var j=0;j<=i;j++){g.fillStyle=diverge(m[i][j]);g.fillRect(j*8,i*8,8,8);}return c;}
+function pairs(title,a,b,an,bn){var box=el('div');box.appendChild(el('h3',{},title));var row=el('div',{'class':'tl-row'});
+ [[an,a],[bn,b]].forEach(function(x){var t=el('table',{'class':'tl-pairs'}),tr=el('tr');
+  tr.appendChild(el('th',{},x[0]));tr.appendChild(el('th',{},'value'));t.appendChild(tr);(x[1]||[]).forEach(function(p){
+   tr=el('tr',{'class':'tl-pair'});tr.appendChild(el('td',{},p[0]+' → '+p[1]));tr.appendChild(el('td',{},fmt(p[2])));
+   t.appendChild(tr);});row.appendChild(t);});box.appendChild(row);return box;}
+function openHead(label){var d=head(label),x=null,panel=document.getElementById('tl-panel');
+ S.heads.forEach(function(h){if(h.label===label)x=h;});document.querySelectorAll('td.tl-cell').forEach(function(c){
+  c.classList.toggle('tl-selected',c.getAttribute('data-label')===label);});
+ panel.textContent='';panel.setAttribute('data-head',label);panel.appendChild(el('h2',{'id':'tl-head-label'},label));
+ if(!d||!x){panel.appendChild(el('p',{},'no data for this head'));return;}
+ var w=d.W||{},v=d.V||{},a=d.agreement||{},det=d.detectors||{};
+ var sc=kv([['character of W',w.character,'character'],['cos(W, Q̄)',w.cosine,'cosine'],
+  ['explained R² of W',w.explained,'explained'],['null z',w.z,'z'],['p',w.p,'p'],['interval',
+  w.lo===undefined?null:fmt(w.lo)+' – '+fmt(w.hi),'interval'],['implied s·η',w.implied_s_lr,'implied_s_lr'],
+  ['value path',v.character,'value_character'],['cos(value, its term)',v.cosine,'value_cosine'],
+  ['rank corr. with prediction',a.rank_correlation,'rank_correlation'],['JS divergence',a.js_divergence,'js_divergence']]
+  .concat(Object.entries(det).map(function(e){return ['TL detector: '+e[0].replace('_',' '),e[1],e[0]];})));
+ sc.id='tl-head-scores';var top=el('div',{'class':'tl-row'});top.appendChild(sc);
+ top.appendChild(shares('W (query-key): Shapley shares',d.W));top.appendChild(shares('Value path: Shapley shares',d.V));
+ panel.appendChild(top);attention(panel,label,d.attention||{actual:[],scale:0});
+ var pr=d.pairs||{};panel.appendChild(pairs('Query → key pairs ('+S.pair_tokens+' most frequent tokens)',pr.W,S.theory.W,
+  label+' W','Q̄ (leading term)'));panel.appendChild(pairs('Value: input → output tokens',pr.V,S.theory.V,
+  label+' value map',S.value_term+' (leading term)'));}
+function findWord(q){q=q.trim().toLowerCase();if(!q)return null;for(var k in W){if(k.trim().toLowerCase()===q)return k;}return null;}
+function showWord(){var q=document.getElementById('tl-word').value,k=findWord(q),kind=document.getElementById('tl-word-kind').value,
+ lists=document.getElementById('tl-word-lists'),text=document.getElementById('tl-word-text');lists.textContent='';text.textContent='';
+ if(!k){if(q.trim())lists.appendChild(el('p',{'class':'tl-note'},'"'+q+'" is not among this page\'s words '+
+  '(the text\'s tokens and words=...)'));return;}var e=W[k];
+ Object.keys(e.lists).forEach(function(kd){var b=el('div');b.appendChild(el('h3',{},kd));
+  var ul=el('ul',{'class':'tl-assoc','data-kind':kd});e.lists[kd].forEach(function(n){var li=el('li');li.appendChild(
+   el('span',{'class':'tl-token'},n[0]));li.appendChild(el('small',{},' '+fmt(n[1])));ul.appendChild(li);});if(!e.lists[kd].length)ul.appendChild(el('li',{'class':'tl-note'},e.note||'none'));
+  b.appendChild(ul);lists.appendChild(b);});var t=e.text[kind],sc=t.scale||1;
+ text.appendChild(el('p',{'class':'tl-note'},'the text shaded by its '+kind+' association with "'+k.trim()+
+  '" (full colour: the largest |value| of its row)'));S.tokens.forEach(function(tok,i){var s=el('span',{},tok);
+  s.style.background=diverge(-(t.values[i]||0)/sc);s.title=fmt(t.values[i]);text.appendChild(s);});}
+document.getElementById('tl-score').addEventListener('change',drawGrid);
+document.getElementById('tl-word').addEventListener('input',showWord);
+document.getElementById('tl-word-kind').addEventListener('change',showWord);
+drawGrid();
+})();
