@@ -27,6 +27,7 @@ __all__ = [
     "EXIT_TERMINATED",
     "Terminated",
     "restore_handler",
+    "sigterm_received",
     "terminate_as_interrupt",
 ]
 
@@ -40,8 +41,19 @@ class Terminated(KeyboardInterrupt):
     """Raised in the main thread when the process receives SIGTERM (see the module)."""
 
 
+_received: list[int] = []
+
+
 def _raise_terminated(signum: int, frame: object) -> None:
+    _received.append(signum)
     raise Terminated(f"received signal {signum} (SIGTERM)")
+
+
+def sigterm_received() -> bool:
+    """Whether SIGTERM arrived within :func:`terminate_as_interrupt`: a library that catches
+    the :class:`Terminated` raised inside its own code (Ray's ``ray.get`` re-raises a plain
+    ``KeyboardInterrupt``) cannot make a SIGTERM read as a Ctrl-C."""
+    return bool(_received)
 
 
 @contextlib.contextmanager

@@ -32,6 +32,7 @@ from tl_leadterms.signals import (
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     Terminated,
+    sigterm_received,
     terminate_as_interrupt,
 )
 
@@ -79,10 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does
             return args.func(args)
-    except Terminated:
-        print(f"tl-leadterms {args.command}: terminated (SIGTERM)", file=sys.stderr)
-        return EXIT_TERMINATED  # temporaries and scratch files were removed on the way out
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:  # SIGINT, or SIGTERM as Terminated (see signals)
+        if isinstance(err, Terminated) or sigterm_received():
+            print(f"tl-leadterms {args.command}: terminated (SIGTERM)", file=sys.stderr)
+            return EXIT_TERMINATED  # temporaries and scratch files were removed on the way out
         print(f"tl-leadterms {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED  # temporaries are removed by the atomic writer on the way out
     except BrokenPipeError:

@@ -17,6 +17,8 @@ is left out with a note.
 
 import datetime
 import os
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -237,3 +239,19 @@ def _explorer(explorer: Any, model: Any, stats: Any, text: Any, tokenizer: Any, 
     if model is None or text is None:
         raise LeadTermsError("explorer=True builds the explorer of model= on text=: pass both")
     return explore(model, stats, text, tokenizer=tokenizer, lr=lr, steps=steps)
+
+
+class _CallableReportModule(types.ModuleType):
+    """This subpackage, callable as :func:`report`.
+
+    ``tl_leadterms.report`` names both this subpackage and its function. The package imports its
+    public names lazily, so once anything has imported the subpackage, Python's import system
+    binds ``tl_leadterms.report`` to the module, and ``from tl_leadterms import report`` would
+    hand out the module. Calling the module calls the function, so either object works.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Path:
+        return report(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableReportModule
