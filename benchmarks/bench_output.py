@@ -41,6 +41,7 @@ from tl_leadterms import (  # noqa: E402
     train,
 )
 from tl_leadterms.analyzers.output import model_log_probs  # noqa: E402
+from tl_leadterms.analyzers.predictors import LeadingPredictor, with_bucket  # noqa: E402
 from tl_leadterms.checkpoints.monitor import LeadingTermMonitor  # noqa: E402
 from tl_leadterms.theory import Schedule, term  # noqa: E402
 
@@ -50,6 +51,18 @@ RESULTS = ROOT / "benchmarks" / "results"
 @torch.no_grad()
 def naive_kl(model, stats, tokens, s_lr: float, n_layers: int) -> float:
     """Mean KL(model ‖ leading-term model) with every layer's [k, k] weights materialised."""
+    pred = naive_log_probs(stats, tokens, s_lr, n_layers)
+    d_vocab = stats.d_vocab
+    full = torch.log_softmax(model(tokens).double(), -1)  # the whole vocabulary, then reduced
+    keep = torch.zeros(d_vocab, dtype=torch.bool)
+    keep[stats.kept] = True
+    mine = torch.cat([full[..., stats.kept], full[..., ~keep].logsumexp(-1, keepdim=True)], -1)
+    return float((mine.exp() * (mine - pred)).sum(-1).clamp(min=0).mean())
+
+
+@torch.no_grad()
+def naive_log_probs(stats, tokens, s_lr: float, n_layers: int) -> torch.Tensor:
+    """The leading-term model's log-probabilities, dense, one [k, k] W and V per layer."""
     schedule = Schedule.of(s_lr=s_lr)
     c = {w: schedule.coefficient(w) for w in ("W_O", "V", "W", "P")}
     k, d_vocab = stats.k, stats.d_vocab
@@ -69,12 +82,26 @@ def naive_kl(model, stats, tokens, s_lr: float, n_layers: int) -> float:
     logits = h @ (c["W_O"] * stats.B_bar)
     dropped = d_vocab - k
     bucket = math.log(dropped) - logits.sum(-1, keepdim=True) / dropped
-    pred = torch.log_softmax(torch.cat([logits, bucket], -1), -1)
-    full = torch.log_softmax(model(tokens).double(), -1)  # the whole vocabulary, then reduced
-    keep = torch.zeros(d_vocab, dtype=torch.bool)
-    keep[stats.kept] = True
-    mine = torch.cat([full[..., stats.kept], full[..., ~keep].logsumexp(-1, keepdim=True)], -1)
-    return float((mine.exp() * (mine - pred)).sum(-1).clamp(min=0).mean())
+    return torch.log_softmax(torch.cat([logits, bucket], -1), -1)
+
+
+def theory_side(stats, tokens, depth: int) -> dict:
+    """The leading-term model alone (no model forward): shared maps + gathers vs dense."""
+    schedule = Schedule.of(s_lr=1.0)
+    c = [schedule.coefficient(w) for w in ("W_O", "V", "W")]
+    index = stats.vocab.index_map()
+
+    def fast():
+        pred = LeadingPredictor(stats)
+        return with_bucket(pred.logits(index[tokens], *c, n_layers=depth), stats.d_vocab)
+
+    quick, fast_s = timed(fast)
+    dense, naive_s = timed(lambda: naive_log_probs(stats, tokens, 1.0, depth))
+    diff = float((quick.double() - dense).abs().max())
+    print(f"theory side, {depth} layer(s): fast {fast_s:.1f} s, naive {naive_s:.1f} s "
+          f"({naive_s / fast_s:.2f}x); max |log p| difference {diff:.2e}")  # fmt: skip
+    return {"fast_s": fast_s, "naive_s": naive_s, "speedup": naive_s / fast_s,
+            "max_abs_log_prob_difference": diff}  # fmt: skip
 
 
 def timed(fn):
@@ -102,6 +129,8 @@ def bench_agreement(args) -> dict:
             f"leading-term model with {depth} layer(s): fast {fast_s:.1f} s, naive "
             f"{slow_s:.1f} s ({slow_s / fast_s:.2f}x); KL {fast.kl:.6g} vs {slow:.6g}"
         )
+    for depth in args.depths or (args.layers, 1):
+        out[f"theory_side_layers_{depth}"] = theory_side(stats, held, depth)
     out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["sizes"] = {"k": args.k, "layers": args.layers, "windows": args.windows, "T": 128,
                     "depths": list(args.depths or (args.layers, 1)),

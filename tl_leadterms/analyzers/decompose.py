@@ -185,7 +185,7 @@ def decompose(
     Every token-token row also has ``specific``, the cosine of the two maps double-centred
     over tokens (rows and columns: a vector every token shares removed), and ``common_share``,
     the share of the cosine's numerator carried by what every token shares
-    (:mod:`tl_leadterms.analyzers.common`; NaN for ``P``). A high ``cosine`` with a
+    (:mod:`tl_leadterms.analyzers.common`; ``P`` rows have neither). A high ``cosine`` with a
     ``common_share`` near 1 says little about which token is which.
 
     Shares are exact Shapley values of ``R²`` (:mod:`tl_leadterms.analyzers.attribution`),
@@ -241,7 +241,8 @@ def decompose(
         specific, common = _common(M, t, cache, projections, fits)
         for head, fit in enumerate(fits):
             row = _row(t, layer, head if per_head and weight != "W_O" else None, fit, schedule)
-            row.update(specific=float(specific[head]), common_share=float(common[head]))
+            if not t.vector:  # P is indexed by offset: no token axis, no such columns
+                row.update(specific=float(specific[head]), common_share=float(common[head]))
             if draws is not None:
                 row.update(summarize(fit.cosine, draws[:, head]))
             if voided.get(weight):  # the target is zero up to rounding: no score, a reason
