@@ -193,6 +193,7 @@ def test_torn_last_line_is_ignored_and_reported(series, stats, tmp_path):
     assert "step2" in (tmp_path / "sweep.jsonl.torn").read_text()
 
 
+@pytest.mark.hooked  # TL 4's hub path (boot_transformers) is tested in test_bridge_loading.py
 def test_pythia_name_uses_checkpoint_value(series, stats, monkeypatch):
     calls = []
 

@@ -340,9 +340,10 @@ def test_plot_scores_bands(setup):
                 for i in range(3)]  # fmt: skip
 
     fig = plot_scores(Rows())
-    (ax,) = fig.axes
+    ax, right = fig.axes  # the score on the left, its excess over the null mean on the right
+    assert list(right.get_lines()[0].get_ydata()) == pytest.approx([0.4, 0.5, 0.6])
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["null mean ± 2 sd", "CI",
-                                                                    "score"]  # fmt: skip
+                                                                    "score", "excess"]  # fmt: skip
     assert list(ax.get_lines()[0].get_ydata()) == pytest.approx([0.5, 0.6, 0.7])
     null_band, ci_band = ax.collections
     ys = null_band.get_paths()[0].vertices[:, 1]
