@@ -36,14 +36,15 @@ $(STAMP39): $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/tl-leadterms demo
 
-test: docs-strict test-main test-tl39
+# .venv-tl39 first: the main suite then compares its bridges with TL 3.9's numbers (and back)
+test: docs-strict $(STAMP39) test-main test-tl39
 
 # the main suite in .venv (TransformerLens 4.x on a fresh install; `hooked` tests skip there)
 test-main: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow"
 
 test-tl39: $(STAMP39)
-	HF_HUB_OFFLINE=1 $(PY39) -m pytest -q -m "$(TL39_TESTS)"
+	HF_HUB_OFFLINE=1 TL_LEADTERMS_OTHER_PYTHON=$(abspath $(PY)) $(PY39) -m pytest -q -m "$(TL39_TESTS)"
 
 test-all: $(STAMP) $(STAMP39)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
