@@ -202,6 +202,16 @@ def test_sigterm_cleans_up_and_exits_143_in_one_line(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ids.npy"]
 
 
+def _wait_for_ray_record(proc: subprocess.Popen) -> Path:
+    """The driver's record of its local Ray (written once the cluster is up)."""
+    record = reaper.RECORDS / f"{proc.pid}.json"
+    deadline = time.time() + 240
+    while not record.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.5)
+    assert record.exists(), "the local Ray never came up"
+    return record
+
+
 def _running(pid: int) -> bool:
     """Alive and not a zombie (a killed orphan may wait for an init that does not reap)."""
     try:
@@ -219,11 +229,7 @@ def test_ray_stops_on_sigterm_and_a_killed_drivers_agents_are_reaped(tmp_path):
     pytest.importorskip("ray")
     # SIGTERM: the driver shuts its local Ray down and exits 143, no crash dump
     proc = _start_long_stats(tmp_path, "--ray", "local:1")
-    record = reaper.RECORDS / f"{proc.pid}.json"
-    deadline = time.time() + 240
-    while not record.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.5)
-    assert record.exists(), "the local Ray never came up"
+    record = _wait_for_ray_record(proc)
     started = _descendants(proc.pid)
     proc.send_signal(signal.SIGTERM)
     err = proc.stderr.read()
@@ -234,11 +240,7 @@ def test_ray_stops_on_sigterm_and_a_killed_drivers_agents_are_reaped(tmp_path):
     assert not record.exists()
     # SIGKILL: nothing runs in the driver; the next run reaps what Ray left behind
     proc = _start_long_stats(tmp_path, "--ray", "local:1")
-    record = reaper.RECORDS / f"{proc.pid}.json"
-    deadline = time.time() + 240
-    while not record.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.5)
-    assert record.exists(), "the local Ray never came up"
+    record = _wait_for_ray_record(proc)
     proc.kill()
     proc.wait(timeout=60)
     time.sleep(3)

@@ -88,6 +88,16 @@ def plot_history(history: object, path: object = None):
     return fig
 
 
+def _check_sweep_table(table: object) -> None:
+    from tl_leadterms.checkpoints.sweep_table import SweepTable
+
+    if not isinstance(table, SweepTable):
+        raise LeadTermsError(
+            f"table must be the SweepTable returned by tl_leadterms.sweep, got "
+            f"{type(table).__name__}"
+        )
+
+
 def plot_sweep(table: object, score: object, *, analysis: object = None, path: object = None):
     """Heatmap of one score of a checkpoint sweep: layers × checkpoints, annotated.
 
@@ -102,13 +112,7 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
     """
     import numpy as np
 
-    from tl_leadterms.checkpoints.sweep_table import SweepTable
-
-    if not isinstance(table, SweepTable):
-        raise LeadTermsError(
-            f"table must be the SweepTable returned by tl_leadterms.sweep, got "
-            f"{type(table).__name__}"
-        )
+    _check_sweep_table(table)
     if not isinstance(score, str) or (analysis is not None and not isinstance(analysis, str)):
         raise LeadTermsError(
             f"score and analysis must be strings (got {score!r}, {analysis!r}); scores: "
@@ -228,13 +232,7 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
     Returns:
         A ``matplotlib.figure.Figure``.
     """
-    from tl_leadterms.checkpoints.sweep_table import SweepTable
-
-    if not isinstance(table, SweepTable):
-        raise LeadTermsError(
-            f"table must be the SweepTable returned by tl_leadterms.sweep, got "
-            f"{type(table).__name__}"
-        )
+    _check_sweep_table(table)
     rows = [r for r in table.rows if r["score"] == score and r["head"] is None
             and (analysis is None or r["analysis"] == analysis)]  # fmt: skip
     if not any(r.get("null_mean") is not None for r in rows):
