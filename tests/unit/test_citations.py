@@ -18,7 +18,8 @@ def _files() -> list[Path]:
     out = []
     for path in ROOT.rglob("*"):
         parts = set(path.relative_to(ROOT).parts)
-        if parts & SKIP or any(p.endswith(".egg-info") for p in parts):
+        # virtual environments of any name (.venv, .venv-tl39 that make test builds) are not ours
+        if parts & SKIP or any(p.endswith(".egg-info") or p.startswith(".venv") for p in parts):
             continue
         if path.is_file() and (path.suffix in SUFFIXES or path.name == "Makefile"):
             out.append(path)
