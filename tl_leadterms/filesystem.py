@@ -97,11 +97,15 @@ def free_space(folder: Path) -> int | None:
 
 
 def human_bytes(n: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} bytes"  # unreachable
+    """``n`` bytes for a message (stats.memory.format_bytes sits a layer above this one)."""
+    if n < 1024:
+        return f"{n} bytes"
+    size = n / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
 
 
 def check_space(target: Path, size: int | None) -> None:

@@ -61,7 +61,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         device=args.device,
         progress=not args.quiet,
         **on_ray,
-        **({} if getattr(args, "centre", None) is None else {"centre": args.centre}),
+        **({} if args.centre is None else {"centre": args.centre}),
     )
     if args.out:  # on disk first: a closed stdout pipe cannot lose it
         if Path(args.out).suffix.lower() == ".csv":
