@@ -40,6 +40,7 @@ from tl_leadterms.stats import (  # noqa: E402
     ContextAccumulator,
     resolve_vocab,
 )
+from tl_leadterms.stats.tokens import token_counts  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 STATS = ("Phi_bar", "G_bar", "Q_bar", "Delta", "B_bar")
@@ -96,15 +97,13 @@ def threads(n: int) -> int:
 def single_process(windows, d_vocab, vocab, repeats, n_threads):
     """The single-process path with ``n_threads`` numba/torch threads, and its stage times."""
     before = threads(n_threads)
-    stages: dict = {}
     try:
         out, seconds, runs = best(
-            lambda: corpus_stats(windows, d_vocab, vocab=vocab, progress=False, timings=stages),
-            repeats,
+            lambda: corpus_stats(windows, d_vocab, vocab=vocab, progress=False), repeats
         )
     finally:
         threads(before)
-    return out, {"seconds": seconds, "runs": runs, "threads": n_threads, "stages_s": stages}
+    return out, {"seconds": seconds, "runs": runs, "threads": n_threads, "stages_s": out.timings}
 
 
 def shard_bytes_pass2(windows: torch.Tensor, kept) -> int:
@@ -127,13 +126,11 @@ def run_case(windows, d_vocab, vocab, n_shards, repeats, folder, one_thread=Fals
     warm = Path(folder) / "warm.npy"
     np.save(warm, windows[: min(2000, windows.shape[0])].numpy().astype(np.int32))
     ray_stats([warm], d_vocab, vocab=vocab, shard_size=min(1000, size), progress=False)
-    timings: dict = {}
     dist, dist_s, dist_all = best(
-        lambda: ray_stats(
-            [path], d_vocab, vocab=vocab, shard_size=size, progress=False, timings=timings
-        ),
+        lambda: ray_stats([path], d_vocab, vocab=vocab, shard_size=size, progress=False),
         repeats,
     )
+    timings = dist.timings
     return {
         "single_process_s": single_s,
         "ray_s": dist_s,
@@ -194,7 +191,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         tiny = run_case(zipf_windows(300, 16, 60, seed=1), 60, None, 2, 3, folder)
         windows = zipf_windows(args.windows, n_ctx, d_vocab)
-        kept = resolve_vocab(k, d_vocab, count_batches=[windows])
+        kept = resolve_vocab(k, d_vocab, token_counts=lambda: token_counts([windows], d_vocab))
         speed = run_case(
             windows, d_vocab, kept.kept.tolist(), 2, args.repeats, folder, one_thread=True
         )

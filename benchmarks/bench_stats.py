@@ -78,7 +78,6 @@ def fast_stages(
     tokens: torch.Tensor, d_vocab: int, dtype=torch.float64, vocab=None, accumulate_dtype=None
 ) -> dict:
     """Stage timings of corpus_stats, plus the lazily built B̄ and Σ_B̄."""
-    t: dict[str, float] = {}
     stats = corpus_stats(
         tokens,
         d_vocab,
@@ -86,8 +85,8 @@ def fast_stages(
         dtype=dtype,
         accumulate_dtype=accumulate_dtype,
         progress=False,
-        timings=t,
     )
+    t: dict[str, float] = dict(stats.timings)
     _, t["B_bar"] = timed(lambda: stats.B_bar.shape)  # built, timed, then freed
     _, t["Sigma_B"] = timed(lambda: stats.Sigma_B)
     n_pairs = stats.n_sequences * stats.n_ctx * (stats.n_ctx + 1) // 2
@@ -221,10 +220,8 @@ def case_float32(args) -> dict:
     exact = corpus_stats(tokens, d_vocab, progress=False)
     out = {"setting": {"d_vocab": d_vocab, "n_ctx": n_ctx, "n_sequences": n}}
     for acc in (torch.float32, torch.float64):
-        t: dict[str, float] = {}
-        s = corpus_stats(
-            tokens, d_vocab, dtype=torch.float32, accumulate_dtype=acc, progress=False, timings=t
-        )
+        s = corpus_stats(tokens, d_vocab, dtype=torch.float32, accumulate_dtype=acc, progress=False)
+        t = s.timings
         out[f"accumulate_{str(acc)[6:]}"] = {
             "rel_frobenius_error_vs_float64": {
                 name: rel_fro(getattr(s, name), getattr(exact, name))

@@ -71,13 +71,13 @@ def test_shards_of_the_embedded_corpus_equal_one_process(cluster, stories_corpus
 
 def test_only_bigram_and_context_stop_after_pass_one(cluster, stories_corpus):
     _, tokenizer, _, path, reference = stories_corpus
-    timings = {}
     got = ray_stats(
         [path], len(tokenizer), shard_size=40, want=("B_bar", "Phi_bar"), dtype=torch.float32,
-        progress=False, timings=timings,
+        progress=False,
     )  # fmt: skip
     assert got.metadata["statistics"] == ["B_bar", "Phi_bar"]
-    assert "pass2" not in timings and "G_bar" not in timings
+    assert "pass1" in got.timings and len(got.timings["pass1_shards"]) >= 2
+    assert "pass2" not in got.timings and "G_bar" not in got.timings
     torch.testing.assert_close(got.Phi_bar, reference.Phi_bar.float(), rtol=0, atol=1e-7)
     with pytest.raises(LeadTermsError, match="Q_bar"):
         _ = got.Q_bar

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from tl_leadterms import corpus_stats
 from tl_leadterms.cli import main
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.stats import scan
+from tl_leadterms.stats import io as scan
 from tl_leadterms.stats.neighbours import RowScorer, scored_row
 from tl_leadterms.stats.provenance import TensorDigest, tensor_checksum
 

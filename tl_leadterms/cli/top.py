@@ -51,9 +51,9 @@ def _top_line(neighbours) -> str:
 
 def _top_streamed(path: str, key: str, stats, tokens: list, k: int, tokenizer) -> list[str]:
     """``top`` of a dense table from the rows of ``tokens`` alone: one verified pass over the
-    table in row blocks (:func:`~tl_leadterms.stats.scan.scan_table`), never the whole table."""
+    table in row blocks (:func:`~tl_leadterms.stats.io.scan_table`), never the whole table."""
+    from tl_leadterms.stats.io import scan_table
     from tl_leadterms.stats.neighbours import RowScorer, no_associations
-    from tl_leadterms.stats.scan import scan_table
 
     positions = [stats.vocab.position(stats.token_id_of(t, tokenizer)) for t in tokens]
     scorer = RowScorer(stats.k, positions, "raw", symmetric_gram=False)

@@ -1,20 +1,20 @@
 """`corpus_stats` on Ray: one task per shard for each pass, accumulators merged as a tree.
 
-The driver lists the shards, submits one task per shard, and merges the returned accumulators
-pairwise in Ray tasks (a binary tree fixed by the shard order, so the sums are reproducible).
-Between the passes it forms Ḡ = Σ_B̄Φ̄ from the merged counts (as the single-process path does)
-and puts it once into the object store; every pass-two task gets its ObjectRef. The driver holds
-the ``[k, k]`` results, never the corpus.
+The passes are driven by :func:`tl_leadterms.stats.compute.run_passes`, the same driver as on
+one machine; :class:`RayExecutor` is where they run. It lists the shards, submits one task per
+shard, and merges the returned accumulators pairwise in Ray tasks (a binary tree fixed by the
+shard order, so the sums are reproducible). Between the passes the driver forms Ḡ = Σ_B̄Φ̄ from
+the merged counts and the executor puts it once into the object store; every pass-two task gets
+its ObjectRef. The driver holds the ``[k, k]`` results, never the corpus.
 """
 
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
 from tl_leadterms.distributed.cluster import ray_session
-from tl_leadterms.distributed.memory import RayMemoryPlan, check_task_fits, plan_ray_memory
+from tl_leadterms.distributed.memory import check_task_fits, plan_ray_memory
 from tl_leadterms.distributed.shards import Shard, WindowSpec, plan_shards
 from tl_leadterms.distributed.tasks import (
     PassOptions,
@@ -24,21 +24,15 @@ from tl_leadterms.distributed.tasks import (
     merge_task,
     one_line,
 )
-from tl_leadterms.errors import LeadTermsError, check_choice, positive_int
+from tl_leadterms.errors import LeadTermsError, positive_int
 from tl_leadterms.progress import progress_bar, write_line
-from tl_leadterms.stats.compute import (
-    assemble_stats,
-    composed_from_counts,
-    resolve_want,
-    tokenizer_provenance,
-)
+from tl_leadterms.stats.compute import PassPlan, pass_plan, run_passes
 from tl_leadterms.stats.corpus import CorpusStats
-from tl_leadterms.stats.definitions import LAST_TARGETS, Q_TARGETS, LastTarget, QTargets
+from tl_leadterms.stats.definitions import LastTarget, QTargets
 from tl_leadterms.stats.memory import check_memory as check_memory_fits
-from tl_leadterms.stats.vocab import KeptVocab, VocabSpec, resolve_vocab
-from tl_leadterms.version import __version__
+from tl_leadterms.stats.vocab import KeptVocab, VocabSpec
 
-__all__ = ["corpus_stats"]
+__all__ = ["RayExecutor", "corpus_stats"]
 
 
 class _Pass:
@@ -110,30 +104,6 @@ def _check_same_width(infos: list[dict]) -> None:
         )
 
 
-def _kept_vocab(vocab, d_vocab, centre_vocab, count: Callable[[], torch.Tensor]) -> KeptVocab:
-    """``resolve_vocab``, with the token counts of ``vocab=<int>`` summed over the shards."""
-    if isinstance(vocab, int) and not isinstance(vocab, bool):
-        k = min(positive_int("vocab", vocab), d_vocab)
-        order = torch.sort(-count(), stable=True).indices  # most frequent first, ties by id
-        return resolve_vocab(order[:k], d_vocab, centre_vocab=centre_vocab)
-    return resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab)
-
-
-def _metadata(d_vocab, counts, kept, dtype, backend: str, n_shards: int) -> dict[str, Any]:
-    return {
-        "library_version": __version__,
-        "d_vocab": d_vocab,
-        "n_ctx": counts.n_ctx,
-        "n_sequences": counts.n_sequences,
-        "n_kept": kept.k,
-        "centre_vocab": kept.centre_vocab,
-        "dtype": str(dtype).removeprefix("torch."),
-        "accumulate_dtype": "float64",
-        "backend": backend,
-        "distributed": f"ray, {n_shards} shards",
-    }
-
-
 def corpus_stats(
     source: Any,
     d_vocab: int,
@@ -155,7 +125,6 @@ def corpus_stats(
     max_retries: int = 3,
     backend: str = "auto",
     progress: bool = True,
-    timings: dict[str, Any] | None = None,
     q_targets: QTargets = "centred",
     last_target: LastTarget = "data",
     want: Iterable[str] | None = None,
@@ -185,123 +154,117 @@ def corpus_stats(
         cpus_per_task: CPUs each shard task reserves (its numba/torch threads).
         max_retries: times Ray reruns a task whose worker died (data errors are not retried).
         progress: tqdm bars counting finished shards and tokens (and the memory plan).
-        timings: if a dict, receives the seconds of ``"vocab"``, ``"pass1"``, ``"G_bar"``,
-            ``"pass2"`` and per-shard infos ``"pass1_shards"``/``"pass2_shards"`` and merge
-            seconds ``"pass1_merges"``/``"pass2_merges"``.
         check_memory: plan the memory first (:mod:`.memory`): refuse when the driver's
             estimate exceeds this machine's available memory or a shard task's exceeds every
             node's, and reserve each task's estimate as Ray's ``memory`` resource so no node
             runs more tasks at once than it holds. ``False`` skips the plan.
 
     Returns:
-        A :class:`~tl_leadterms.CorpusStats` equal (to rounding) to the single-process one.
+        A :class:`~tl_leadterms.CorpusStats` equal (to rounding) to the single-process one. Its
+        ``timings`` add to those of :func:`tl_leadterms.corpus_stats` the per-shard infos
+        ``"pass1_shards"``/``"pass2_shards"`` and the merge seconds
+        ``"pass1_merges"``/``"pass2_merges"``.
     """
-    if dtype not in (torch.float64, torch.float32):
-        raise LeadTermsError(f"dtype must be torch.float64 or torch.float32, got {dtype}.")
     d_vocab = positive_int("d_vocab", d_vocab)
     positive_int("cpus_per_task", cpus_per_task)
-    check_choice("q_targets", q_targets, Q_TARGETS)
-    check_choice("last_target", last_target, LAST_TARGETS)
-    statistics = resolve_want(want)
+    plan = pass_plan(
+        dtype=dtype, backend=backend, q_targets=q_targets, last_target=last_target, want=want,
+        progress=progress,
+    )  # fmt: skip
     window = WindowSpec(n_ctx, mode, eos_id, text_column)
-    options = PassOptions(
-        d_vocab, window, batch_size, torch.float64, backend, q_targets, last_target
-    )
-    clock = timings if timings is not None else {}
     with ray_session(address, num_cpus) as ray:
-        run = _Run(ray, cpus_per_task, max_retries, progress, clock)
-        run.plan(source, tokenizer, n_ctx, shard_size, num_shards, options)
-        kept = run.kept_vocab(vocab, d_vocab, centre_vocab)
-        memory = plan_ray_memory(d_vocab, k=kept.k, dtype=dtype, want=statistics)
-        if check_memory:
-            run.check_memory(memory)
-        first = run.context_pass(kept)
-        counts = first.result(release=True, dtype=dtype)
-        g_bar = q_bar = delta = None
-        if "G_bar" in statistics:
-            g_bar = run.composed(counts, kept, first.backend)
-        if "Q_bar" in statistics:
-            q_bar, delta = run.attention_pass(kept, g_bar, counts.n_sequences, dtype)
-    metadata = {
-        **_metadata(d_vocab, counts, kept, dtype, first.backend, len(run.shards)),
-        "q_targets": q_targets,
-        "last_target": last_target,
-        **tokenizer_provenance(tokenizer),
-    }
-    return assemble_stats(
-        counts, kept, g_bar, q_bar, delta, metadata, tokenizer, accumulate_dtype=torch.float64
-    )
+        executor = RayExecutor(ray, cpus_per_task=cpus_per_task, max_retries=max_retries)
+        executor.plan(source, tokenizer, window, shard_size, num_shards, batch_size)
+        return run_passes(
+            executor,
+            d_vocab,
+            plan,
+            vocab=vocab,
+            centre_vocab=centre_vocab,
+            check_memory=check_memory,
+            tokenizer=tokenizer,
+        )
 
 
-class _Run:
-    """One distributed computation: the shards, what every task shares, the passes in order."""
+class RayExecutor:
+    """The passes as Ray tasks, one per shard, merged as a tree (a :class:`PassExecutor`).
 
-    def __init__(self, ray: Any, cpus: int, retries: int, progress: bool, clock: dict) -> None:
-        self.ray, self.cpus, self.retries = ray, cpus, retries
-        self.progress, self.clock = progress, clock
+    Pass two runs once over all query rows (shards always sum in float64; the driver rounds
+    once), so ``split_rows`` is False.
+    """
+
+    split_rows = False
+
+    def __init__(self, ray: Any, *, cpus_per_task: int, max_retries: int) -> None:
+        self.ray, self.cpus, self.retries = ray, cpus_per_task, max_retries
         self.memory: dict[str, int] = {}  # pass -> bytes each of its tasks reserves
+        self.timings: dict[str, Any] = {}
+        self.progress = True
 
-    def plan(self, source, tokenizer, n_ctx, shard_size, num_shards, options) -> None:
+    def plan(self, source, tokenizer, window: WindowSpec, shard_size, num_shards, batch_size):
+        """List the shards and put what every task shares into the object store once."""
         dataset = source if type(source).__name__ == "Dataset" else None
         if dataset is not None and num_shards is None and shard_size is None:
             num_shards = max(1, int(self.ray.cluster_resources().get("CPU", 1)))
-        self.shards = plan_shards(source, n_ctx=n_ctx, shard_size=shard_size, num_shards=num_shards)
-        self.options = options
+        self.shards = plan_shards(
+            source, n_ctx=window.n_ctx, shard_size=shard_size, num_shards=num_shards
+        )
+        self.window, self.batch_size = window, batch_size
         self.shared = (  # put once; every task gets the refs
             None if dataset is None else self.ray.put(dataset),
             None if tokenizer is None else self.ray.put(tokenizer),
         )
 
-    def check_memory(self, plan: RayMemoryPlan) -> None:
-        check_memory_fits(plan.driver)
-        nodes = self.ray.nodes()
-        check_task_fits(plan, [n["Resources"].get("memory", 0) for n in nodes if n["Alive"]])
-        self.memory = dict(plan.task_stages)  # the counting pass reserves nothing
-        if self.progress:
-            write_line(str(plan))
-
-    def _pass(self, task: Callable, name: str, args: tuple, desc: str) -> tuple:
+    def _pass(self, task: Callable, name: str, args: tuple, options, desc: str) -> tuple:
         runner = _Pass(
             self.ray, task, cpus=self.cpus, retries=self.retries, memory=self.memory.get(name)
         )
-        return runner.run(self.shards, (*args, self.options, *self.shared), desc, self.progress)
+        return runner.run(self.shards, (*args, options, *self.shared), desc, self.progress)
 
-    def kept_vocab(self, vocab, d_vocab, centre_vocab) -> KeptVocab:
-        start = time.perf_counter()
-
-        def count() -> torch.Tensor:
-            return self._pass(count_task, "count", (), "count")[0]
-
-        kept = _kept_vocab(vocab, d_vocab, centre_vocab, count)
-        self.clock["vocab"] = time.perf_counter() - start
-        return kept
-
-    def context_pass(self, kept: KeptVocab) -> Any:
-        start = time.perf_counter()
-        first, self.clock["pass1_shards"], self.clock["pass1_merges"] = self._pass(
-            context_task, "pass one", (kept,), "pass 1/2: B̄, Φ̄"
+    def _options(self, d_vocab: int, plan: PassPlan | None = None) -> PassOptions:
+        if plan is None:
+            return PassOptions(d_vocab, self.window, self.batch_size)
+        return PassOptions(
+            d_vocab,
+            self.window,
+            self.batch_size,
+            plan.accumulate_dtype,
+            plan.backend,
+            plan.q_targets,
+            plan.last_target,
         )
-        self.clock["pass1"] = time.perf_counter() - start
+
+    def token_counts(self, d_vocab: int) -> torch.Tensor:
+        return self._pass(count_task, "count", (), self._options(d_vocab), "count")[0]
+
+    def check_memory(
+        self, d_vocab: int, kept: KeptVocab, plan: PassPlan, *, offload: bool, refuse: bool
+    ) -> None:
+        self.progress, self.d_vocab = plan.progress, d_vocab
+        if not refuse:
+            return
+        memory = plan_ray_memory(d_vocab, k=kept.k, dtype=plan.dtype, want=plan.statistics)
+        check_memory_fits(memory.driver)
+        nodes = self.ray.nodes()
+        check_task_fits(memory, [n["Resources"].get("memory", 0) for n in nodes if n["Alive"]])
+        self.memory = dict(memory.task_stages)  # the counting pass reserves nothing
+        if plan.progress:
+            write_line(str(memory))
+
+    def context_pass(self, kept: KeptVocab, plan: PassPlan) -> Any:
+        options = self._options(self.d_vocab, plan)
+        first, self.timings["pass1_shards"], self.timings["pass1_merges"] = self._pass(
+            context_task, "pass one", (kept,), options, "pass 1/2: B̄, Φ̄"
+        )
         return first
 
-    def composed(self, counts: Any, kept: KeptVocab, backend: str) -> torch.Tensor:
-        start = time.perf_counter()
-        g_bar = composed_from_counts(counts, kept, progress=self.progress, backend=backend)
-        self.clock["G_bar"] = time.perf_counter() - start
-        return g_bar
-
-    def attention_pass(self, kept, g_bar, n_sequences: int, dtype) -> tuple:
-        start = time.perf_counter()
+    def attention_pass(self, kept, g_bar, plan: PassPlan, rows) -> Any:
+        options = self._options(self.d_vocab, plan)
         g_ref = self.ray.put(g_bar.cpu().numpy())  # once in the object store; tasks map it
-        second, self.clock["pass2_shards"], self.clock["pass2_merges"] = self._pass(
-            attention_task, "pass two", (kept, g_ref), "pass 2/2: Q̄, Δ"
+        second, self.timings["pass2_shards"], self.timings["pass2_merges"] = self._pass(
+            attention_task, "pass two", (kept, g_ref), options, "pass 2/2: Q̄, Δ"
         )
-        del g_ref
-        if second.n_sequences != n_sequences:
-            raise LeadTermsError(
-                f"the shards gave {n_sequences} windows in pass one but "
-                f"{second.n_sequences} in pass two; shards must read the same windows each time."
-            )
-        q_bar, delta = second.result(release=True, dtype=dtype)
-        self.clock["pass2"] = time.perf_counter() - start
-        return q_bar, delta
+        return second
+
+    def provenance(self) -> dict[str, Any]:
+        return {"distributed": f"ray, {len(self.shards)} shards"}

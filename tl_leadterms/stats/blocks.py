@@ -70,11 +70,11 @@ from tl_leadterms.stats.io import (
     write_file,
 )
 from tl_leadterms.stats.provenance import ids_vocab_hash
-from tl_leadterms.stats.tokens import TokenSource, default_batch_size
+from tl_leadterms.stats.tokens import TokenSource, default_batch_size, token_counts
 from tl_leadterms.stats.vocab import KeptVocab, VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
 
-__all__ = ["BlockStats", "block_stats", "load_block_stats", "save_block_stats"]
+__all__ = ["BlockStats", "block_stats"]
 
 BLOCK_FORMAT_VERSION = 2  # 2: each block's windows (exact resamples); 1 still loads
 _TABLES = ("pair_codes", "pair_counts", "unigram_counts", "Phi_bar", "Q_bar", "Delta")
@@ -195,13 +195,13 @@ class BlockStats:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the block statistics to one safetensors file, atomically (see the module)."""
-        save_block_stats(self, path)
+        _save_block_stats(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, tokenizer: Any = None,
              check_vocab: bool = True) -> "BlockStats":  # fmt: skip
-        """Load a file written by :meth:`save`, verified (see :func:`load_block_stats`)."""
-        return load_block_stats(path, tokenizer=tokenizer, check_vocab=check_vocab)
+        """Load a file written by :meth:`save`, verified (see :func:`_load_block_stats`)."""
+        return _load_block_stats(path, tokenizer=tokenizer, check_vocab=check_vocab)
 
     def __repr__(self) -> str:
         return (f"BlockStats({self.n_blocks} blocks of {self.sizes.min()}-{self.sizes.max()} "
@@ -276,7 +276,12 @@ def block_stats(
     if dtype not in (torch.float64, torch.float32):
         raise LeadTermsError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
     source = TokenSource(tokens, d_vocab, batch_size=batch_size)
-    kept = resolve_vocab(vocab, source.d_vocab, centre_vocab=centre_vocab, count_batches=source)
+    kept = resolve_vocab(
+        vocab,
+        source.d_vocab,
+        centre_vocab=centre_vocab,
+        token_counts=lambda: token_counts(source, source.d_vocab),
+    )
     n = sum(batch.shape[0] for batch in source)
     if n < blocks:
         raise LeadTermsError(
@@ -310,7 +315,7 @@ def block_stats(
                       G_bar, metadata, tokenizer, windows)  # fmt: skip
 
 
-def save_block_stats(blocks: BlockStats, path: str | os.PathLike) -> None:
+def _save_block_stats(blocks: BlockStats, path: str | os.PathLike) -> None:
     """Write ``blocks`` to ``path`` (a ``.safetensors`` file), atomically (see the module)."""
     tensors: dict[str, Tensor] = {}
     for b, (counts, q_bar, delta) in enumerate(
@@ -384,10 +389,10 @@ def _block_tables(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any], 
     return tables
 
 
-def load_block_stats(
+def _load_block_stats(
     path: str | os.PathLike, *, tokenizer: Any = None, check_vocab: bool = True
 ) -> BlockStats:
-    """Load block statistics written by :func:`save_block_stats`: the header, the bounds, every
+    """Load block statistics written by :func:`_save_block_stats`: the header, the bounds, every
     block's tables and the SHA-256 of every tensor are checked (a flipped bit is refused,
     naming the tensor); ``tokenizer`` as in :func:`~tl_leadterms.stats.io.load_stats`."""
     path = Path(path)

@@ -1,39 +1,109 @@
-"""`corpus_stats`: both passes over a corpus, from token windows to a :class:`CorpusStats`."""
+"""`corpus_stats` and the one driver of its two passes, wherever the passes run.
+
+:func:`run_passes` is the whole computation: it validates the options, resolves the kept
+vocabulary, plans the memory, runs pass one (bigram and unigram counts, Φ̄), forms
+Ḡ = Σ_B̄Φ̄ exactly from the sparse counts, runs pass two (Q̄ and Δ, in query-row groups when the
+accumulation dtype is wider than the result) and assembles the :class:`CorpusStats` with its
+provenance. Where the passes run is an *executor* (:class:`PassExecutor`): :class:`LocalExecutor`
+reads the corpus in this process; :mod:`tl_leadterms.distributed` runs one Ray task per shard and
+merges the accumulators. Both go through the same driver, so both compute the same numbers.
+"""
 
 import itertools
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from tl_leadterms.atomic import scratch_file
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.progress import progress_bar, write_line
 from tl_leadterms.stats import algebra
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
 from tl_leadterms.stats.corpus import CorpusStats, check_stats_dtype
-from tl_leadterms.stats.definitions import (
-    LAST_TARGETS,
-    Q_TARGETS,
-    LastTarget,
-    QTargets,
-)
+from tl_leadterms.stats.definitions import LAST_TARGETS, Q_TARGETS, LastTarget, QTargets
 from tl_leadterms.stats.degenerate import degenerate
 from tl_leadterms.stats.memory import ALL_STATISTICS, plan_memory
 from tl_leadterms.stats.memory import check_memory as check_memory_fits
-from tl_leadterms.stats.offload import parked
 from tl_leadterms.stats.provenance import ids_vocab_hash
-from tl_leadterms.stats.tokens import TokenSource
-from tl_leadterms.stats.vocab import VocabSpec, resolve_vocab
+from tl_leadterms.stats.tokens import TokenSource, token_counts
+from tl_leadterms.stats.vocab import KeptVocab, VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
 
-__all__ = ["composed_from_counts", "corpus_stats", "resolve_want"]
+__all__ = [
+    "LocalExecutor",
+    "PassExecutor",
+    "PassPlan",
+    "composed_from_counts",
+    "corpus_stats",
+    "pass_plan",
+    "resolve_want",
+    "run_passes",
+]
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """What every pass shares: the dtypes, the backend asked for and the definition choices.
+
+    Attributes:
+        dtype: the dtype of the results.
+        accumulate_dtype: the dtype the sums are accumulated in (rounded once to ``dtype``).
+        backend: ``"auto"``, ``"numba"`` or ``"torch"``.
+        q_targets, last_target: the definition choices of :mod:`tl_leadterms.stats.definitions`.
+        statistics: the statistics to compute, in pass order (:func:`resolve_want`).
+        progress: whether the passes show progress bars.
+    """
+
+    dtype: torch.dtype
+    accumulate_dtype: torch.dtype
+    backend: str
+    q_targets: str
+    last_target: str
+    statistics: tuple[str, ...]
+    progress: bool
+
+
+@runtime_checkable
+class PassExecutor(Protocol):
+    """Where the two passes run. :func:`run_passes` calls these in this order.
+
+    ``split_rows``: whether pass two may run in query-row groups (several passes over the
+    corpus, so that an accumulation table wider than the result costs no memory beyond one
+    result table). ``timings``: the executor's own timing details, copied into the result's.
+    """
+
+    split_rows: bool
+    timings: dict[str, Any]
+
+    def token_counts(self, d_vocab: int) -> torch.Tensor:
+        """How often each id occurs at an input position (for ``vocab=<int>``)."""
+
+    def check_memory(
+        self, d_vocab: int, kept: KeptVocab, plan: PassPlan, *, offload: bool, refuse: bool
+    ) -> None:
+        """Estimate the peak memory (shown with the progress bars); with ``refuse``, raise a
+        :class:`LeadTermsError` naming the estimate and the fixes when the run does not fit."""
+
+    def context_pass(self, kept: KeptVocab, plan: PassPlan) -> ContextAccumulator:
+        """Pass one over the whole corpus."""
+
+    def attention_pass(
+        self, kept: KeptVocab, g_bar: torch.Tensor, plan: PassPlan, rows: tuple[int, int] | None
+    ) -> AttentionAccumulator:
+        """Pass two over the whole corpus, for the query rows ``rows`` (None: all)."""
+
+    def provenance(self) -> dict[str, Any]:
+        """Metadata entries of this executor (for example the number of shards)."""
 
 
 def tokenizer_provenance(tokenizer: Any) -> dict[str, Any]:
+    """The tokenizer's name and vocabulary hash, as every statistics file records them."""
     if tokenizer is None:
         return {}
     from tl_leadterms.data.tokenizers import vocab_hash
@@ -42,22 +112,6 @@ def tokenizer_provenance(tokenizer: Any) -> dict[str, Any]:
         "tokenizer_name": getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__,
         "tokenizer_vocab_hash": vocab_hash(tokenizer),
     }
-
-
-class _Clock:
-    """Wall-clock seconds per stage into a dict; does nothing without one."""
-
-    def __init__(self, timings: dict[str, float] | None) -> None:
-        self.timings = timings
-
-    @contextmanager
-    def __call__(self, stage: str):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            if self.timings is not None:
-                self.timings[stage] = time.perf_counter() - start
 
 
 def composed_from_counts(
@@ -74,98 +128,6 @@ def composed_from_counts(
         backend=backend,
     )
     return bigram.composed(counts.Phi_bar, progress=progress)
-
-
-def _row_groups(k: int, dtype: torch.dtype, acc_dtype: torch.dtype) -> list[tuple[int, int]]:
-    """Query-row ranges over ``[0, k]`` so a wider accumulation table is no larger than Q̄."""
-    n = max(1, acc_dtype.itemsize // dtype.itemsize)
-    bounds = [round(i * (k + 1) / n) for i in range(n + 1)]
-    return list(itertools.pairwise(bounds))
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What both passes share: dtypes, backend and the two definition choices."""
-
-    dtype: torch.dtype
-    acc_dtype: torch.dtype
-    backend: str
-    q_targets: str
-    last_target: str
-    progress: bool
-
-
-def _check_options(dtype, accumulate_dtype, q_targets, last_target) -> torch.dtype:
-    """Validate the options of :func:`corpus_stats`; return the accumulation dtype."""
-    for name, value in (("dtype", dtype), ("accumulate_dtype", accumulate_dtype or dtype)):
-        check_stats_dtype(value, name)
-    check_choice("q_targets", q_targets, Q_TARGETS)
-    check_choice("last_target", last_target, LAST_TARGETS)
-    return accumulate_dtype or torch.float64
-
-
-def _context_pass(source, kept, device, plan: _Plan):
-    """Pass one: bigram counts, unigram counts and Φ̄; returns the counts and the backend used."""
-    first = ContextAccumulator(
-        kept,
-        dtype=plan.acc_dtype,
-        device=device,
-        backend=plan.backend,
-        last_target=plan.last_target,
-    )
-    total = len(source) or None
-    for batch in progress_bar(
-        source, total=total, desc="pass 1/2: B̄, Φ̄", disable=not plan.progress
-    ):
-        first.update(batch)
-    counts = first.result(release=True, dtype=plan.dtype)  # reuses the table when dtypes agree
-    return counts, first.backend
-
-
-def _attention_pass(source, g_bar, kept, n_sequences, plan: _Plan):
-    """Pass two, in query-row groups when accumulating wider than the result (bounded memory)."""
-    groups = _row_groups(kept.k, plan.dtype, plan.acc_dtype)
-    q_bar = None if len(groups) == 1 else torch.empty_like(g_bar)
-    delta = 0
-    total = len(source) or None
-    for i, rows in enumerate(groups):
-        desc = "pass 2/2: Q̄, Δ" + (f" (rows {i + 1}/{len(groups)})" if len(groups) > 1 else "")
-        acc = AttentionAccumulator(
-            g_bar,
-            kept,
-            device=g_bar.device,
-            backend=plan.backend,
-            dtype=plan.acc_dtype,
-            rows=rows,
-            q_targets=plan.q_targets,
-            last_target=plan.last_target,
-        )
-        for batch in progress_bar(source, total=total, desc=desc, disable=not plan.progress):
-            acc.update(batch)
-        if acc.n_sequences != n_sequences:
-            raise LeadTermsError(
-                f"the corpus gave {n_sequences} windows in pass one but {acc.n_sequences} in "
-                "pass two; both passes must read the same windows. Pass a tensor, a list of "
-                "batches or a deterministic re-iterable (no shuffling or sampling loader)."
-            )
-        block, part = acc.result(release=True)  # in the accumulation dtype, in the table
-        if q_bar is None:
-            q_bar = block.to(plan.dtype)
-        else:
-            q_bar[rows[0] : rows[0] + block.shape[0]] = block  # rounds once, no extra block
-        del acc, block
-        delta = delta + part  # Δ of all groups summed before its one rounding
-    return q_bar, delta.to(plan.dtype)
-
-
-def _known_positions(tokens: Any, source: TokenSource) -> int | None:
-    """``N·T`` when it is known without reading the corpus (an array, or a counted source)."""
-    if source.n_sequences is not None and source.n_ctx is not None:
-        return source.n_sequences * source.n_ctx
-    shape = getattr(tokens, "shape", None)
-    if shape is not None and len(shape) == 2:
-        return int(shape[0]) * max(int(shape[1]) - 1, 1)
-    return None
 
 
 def resolve_want(want: Iterable[str] | str | None) -> tuple[str, ...]:
@@ -197,10 +159,134 @@ def resolve_want(want: Iterable[str] | str | None) -> tuple[str, ...]:
     return ("B_bar", "Phi_bar", "G_bar") if "G_bar" in names else ("B_bar", "Phi_bar")
 
 
-def _metadata(d_vocab, counts, kept, plan: _Plan, tokenizer) -> dict[str, Any]:
-    """Provenance of the statistics, including the definition choices (kept by save/load)."""
-    tokenizer_info = tokenizer_provenance(tokenizer)
-    return {
+def _row_groups(k: int, plan: PassPlan) -> list[tuple[int, int]]:
+    """Query-row ranges over ``[0, k]`` so a wider accumulation table is no larger than Q̄."""
+    n = max(1, plan.accumulate_dtype.itemsize // plan.dtype.itemsize)
+    bounds = [round(i * (k + 1) / n) for i in range(n + 1)]
+    return list(itertools.pairwise(bounds))
+
+
+class _Clock:
+    """Wall-clock seconds per stage, into ``timings``."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, Any] = {}
+
+    @contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[stage] = time.perf_counter() - start
+
+
+@contextmanager
+def _parked(counts: Any, folder: str | os.PathLike | None) -> Iterator[None]:
+    """Within the block ``counts.Phi_bar`` waits in a scratch file in ``folder`` (None: stays)."""
+    if folder is None:
+        yield
+        return
+    phi = counts.Phi_bar
+    shape, dtype, device = phi.shape, phi.dtype, phi.device
+    with scratch_file(Path(folder) / "Phi_bar.parked") as path:
+        with path.open("wb") as f:
+            f.write(memoryview(phi.contiguous().cpu().numpy()).cast("B"))
+        counts.Phi_bar = phi = None  # freed: nothing else holds the table
+        yield
+        back = torch.empty(shape, dtype=dtype)
+        with path.open("rb") as f:
+            f.readinto(memoryview(back.numpy()).cast("B"))
+        counts.Phi_bar = back.to(device)
+
+
+def pass_plan(
+    *,
+    dtype: Any = torch.float64,
+    accumulate_dtype: Any = None,
+    backend: str = "auto",
+    q_targets: Any = "centred",
+    last_target: Any = "data",
+    want: Any = None,
+    progress: bool = True,
+) -> PassPlan:
+    """The :class:`PassPlan` of these options of :func:`corpus_stats`, each one checked."""
+    for name, value in (("dtype", dtype), ("accumulate_dtype", accumulate_dtype or dtype)):
+        check_stats_dtype(value, name)
+    check_choice("q_targets", q_targets, Q_TARGETS)
+    check_choice("last_target", last_target, LAST_TARGETS)
+    return PassPlan(
+        dtype=dtype,
+        accumulate_dtype=accumulate_dtype or torch.float64,
+        backend=backend,
+        q_targets=q_targets,
+        last_target=last_target,
+        statistics=resolve_want(want),
+        progress=bool(progress),
+    )
+
+
+def _attention_pass(executor: PassExecutor, g_bar, kept, n_sequences: int, plan: PassPlan):
+    """Pass two, in query-row groups when the executor allows it; ``(Q̄, Δ)`` rounded once."""
+    groups = _row_groups(kept.k, plan) if executor.split_rows else [(0, kept.k + 1)]
+    q_bar = None if len(groups) == 1 else torch.empty_like(g_bar)
+    delta = 0
+    for rows in groups:
+        acc = executor.attention_pass(kept, g_bar, plan, None if len(groups) == 1 else rows)
+        if acc.n_sequences != n_sequences:
+            raise LeadTermsError(
+                f"the corpus gave {n_sequences} windows in pass one but {acc.n_sequences} in "
+                "pass two; both passes must read the same windows. Pass a tensor, a list of "
+                "batches or a deterministic re-iterable (no shuffling or sampling loader)."
+            )
+        block, part = acc.result(release=True)  # in the accumulation dtype, in the table
+        if q_bar is None:
+            q_bar = block.to(plan.dtype)
+        else:
+            q_bar[rows[0] : rows[0] + block.shape[0]] = block  # rounds once, no extra block
+        del acc, block
+        delta = delta + part  # Δ of all groups summed before its one rounding
+    return q_bar, delta.to(plan.dtype)
+
+
+def run_passes(
+    executor: PassExecutor,
+    d_vocab: int,
+    plan: PassPlan,
+    *,
+    vocab: Any = None,
+    centre_vocab: Any = None,
+    check_memory: bool = True,
+    offload: str | os.PathLike | None = None,
+    tokenizer: Any = None,
+) -> CorpusStats:
+    """Both passes through ``executor``, with the options of :func:`corpus_stats` (``plan`` from
+    :func:`pass_plan`; ``vocab`` and ``centre_vocab`` are checked by :func:`.resolve_vocab`).
+
+    Returns the :class:`CorpusStats`, whose ``timings`` hold the seconds of ``"vocab"``,
+    ``"pass1"``, ``"G_bar"`` and ``"pass2"`` and the executor's own details.
+    """
+    progress = plan.progress
+    clock = _Clock()
+    with clock("vocab"):
+        count = lambda: executor.token_counts(d_vocab)  # noqa: E731 (read only for vocab=<int>)
+        kept = resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab, token_counts=count)
+    offload_phi = offload is not None and "Q_bar" in plan.statistics
+    executor.check_memory(d_vocab, kept, plan, offload=offload_phi, refuse=check_memory)
+    with clock("pass1"):
+        first = executor.context_pass(kept, plan)
+        counts = first.result(release=True, dtype=plan.dtype)  # reuses the table if dtypes agree
+    used_backend = first.backend
+    del first
+    g_bar = q_bar = delta = None
+    if "G_bar" in plan.statistics:
+        with clock("G_bar"):
+            g_bar = composed_from_counts(counts, kept, progress=progress, backend=used_backend)
+    if "Q_bar" in plan.statistics:
+        plan = replace(plan, backend=used_backend)
+        with clock("pass2"), _parked(counts, offload):
+            q_bar, delta = _attention_pass(executor, g_bar, kept, counts.n_sequences, plan)
+    metadata = {
         "library_version": __version__,
         "d_vocab": int(d_vocab),
         "n_ctx": counts.n_ctx,
@@ -208,14 +294,123 @@ def _metadata(d_vocab, counts, kept, plan: _Plan, tokenizer) -> dict[str, Any]:
         "n_kept": kept.k,
         "centre_vocab": kept.centre_vocab,
         "dtype": str(plan.dtype).removeprefix("torch."),
-        "accumulate_dtype": str(plan.acc_dtype).removeprefix("torch."),
-        "backend": plan.backend,
+        "accumulate_dtype": str(plan.accumulate_dtype).removeprefix("torch."),
+        "backend": used_backend,
         "q_targets": plan.q_targets,
         "last_target": plan.last_target,
-        **tokenizer_info,
-        "vocab_hash": tokenizer_info.get("tokenizer_vocab_hash")
-        or ids_vocab_hash(d_vocab, kept.kept),
+        **executor.provenance(),
+        **tokenizer_provenance(tokenizer),
     }
+    stats = _assemble_stats(
+        counts, kept, g_bar, q_bar, delta, metadata, tokenizer, plan.accumulate_dtype
+    )
+    stats.timings = {**clock.timings, **executor.timings}
+    return stats
+
+
+class LocalExecutor:
+    """The passes in this process, over a :class:`TokenSource` (tables on ``source.device``)."""
+
+    split_rows = True
+
+    def __init__(self, source: TokenSource, known_positions: int | None = None) -> None:
+        self.source = source
+        self.known_positions = known_positions
+        self.timings: dict[str, Any] = {}
+
+    def token_counts(self, d_vocab: int) -> torch.Tensor:
+        return token_counts(self.source, d_vocab)
+
+    def check_memory(
+        self, d_vocab: int, kept: KeptVocab, plan: PassPlan, *, offload: bool, refuse: bool
+    ) -> None:
+        memory = plan_memory(
+            d_vocab,
+            k=kept.k,
+            dtype=plan.dtype,
+            accumulate_dtype=plan.accumulate_dtype,
+            want=plan.statistics,
+            n_positions=self.known_positions,
+            offload=offload,
+        )
+        if refuse and self.source.device.type == "cpu":
+            check_memory_fits(memory)
+        if plan.progress:
+            write_line(str(memory))
+
+    def _batches(self, desc: str, plan: PassPlan):
+        total = len(self.source) or None
+        return progress_bar(self.source, total=total, desc=desc, disable=not plan.progress)
+
+    def context_pass(self, kept: KeptVocab, plan: PassPlan) -> ContextAccumulator:
+        acc = ContextAccumulator(
+            kept,
+            dtype=plan.accumulate_dtype,
+            device=self.source.device,
+            backend=plan.backend,
+            last_target=plan.last_target,
+        )
+        for batch in self._batches("pass 1/2: B̄, Φ̄", plan):
+            acc.update(batch)
+        return acc
+
+    def attention_pass(self, kept, g_bar, plan: PassPlan, rows) -> AttentionAccumulator:
+        acc = AttentionAccumulator(
+            g_bar,
+            kept,
+            device=g_bar.device,
+            backend=plan.backend,
+            dtype=plan.accumulate_dtype,
+            rows=rows,
+            q_targets=plan.q_targets,
+            last_target=plan.last_target,
+        )
+        groups = "" if rows is None else f" (rows {rows[0]}–{rows[1]})"
+        for batch in self._batches("pass 2/2: Q̄, Δ" + groups, plan):
+            acc.update(batch)
+        return acc
+
+    def provenance(self) -> dict[str, Any]:
+        return {}
+
+
+def _assemble_stats(
+    counts: Any,
+    kept: Any,
+    g_bar: Any,
+    q_bar: Any,
+    delta: Any,
+    metadata: dict[str, Any],
+    tokenizer: Any,
+    accumulate_dtype: torch.dtype,
+) -> CorpusStats:
+    """A :class:`CorpusStats` from a finished pass one (``counts``) and the dense tables, with the
+    provenance every path records: which statistics were computed, which are degenerate, and the
+    vocabulary hash (of the tokenizer, else of ``d_vocab`` and the kept ids)."""
+    tables = {"Phi_bar": counts.Phi_bar, "G_bar": g_bar, "Q_bar": q_bar, "Delta": delta}
+    metadata = {
+        **metadata,
+        "statistics": ["B_bar", *(name for name, table in tables.items() if table is not None)],
+        "degenerate": degenerate(tables, accumulate_dtype),
+    }
+    metadata.setdefault(
+        "vocab_hash",
+        metadata.get("tokenizer_vocab_hash") or ids_vocab_hash(kept.d_vocab, kept.kept),
+    )
+    return CorpusStats(
+        vocab=kept,
+        n_sequences=counts.n_sequences,
+        n_ctx=counts.n_ctx,
+        pair_codes=counts.pair_codes,
+        pair_counts=counts.pair_counts,
+        unigram_counts=counts.unigram_counts,
+        Phi_bar=counts.Phi_bar,
+        G_bar=g_bar,
+        Q_bar=q_bar,
+        Delta=delta,
+        metadata=metadata,
+        tokenizer=tokenizer,
+    )
 
 
 def corpus_stats(
@@ -231,7 +426,6 @@ def corpus_stats(
     tokenizer: Any = None,
     backend: str = "auto",
     accumulate_dtype: torch.dtype | None = None,
-    timings: dict[str, float] | None = None,
     q_targets: QTargets = "centred",
     last_target: LastTarget = "data",
     want: Iterable[str] | None = None,
@@ -275,8 +469,6 @@ def corpus_stats(
             query rows, so the wider table costs no memory beyond one ``[k, k]`` float32
             matrix. ``torch.float32`` here saves
             that second pass.
-        timings: if a dict, the wall-clock seconds of each stage are stored in it under
-            ``"vocab"``, ``"pass1"`` (B̄ counts and Φ̄), ``"G_bar"`` and ``"pass2"`` (Q̄, Δ).
         q_targets: the score rows of Q̄ and Δ (:mod:`tl_leadterms.stats.definitions`).
             ``"centred"`` (default): row ``t`` of ``(Y − u)ḠXᵀ`` with restricted one-hots,
             ``g = Ḡ[y_t, x_j] − u·(1ᵀḠ)[x_j]`` (``−u·(1ᵀḠ)[x_j]`` for a dropped target, 0
@@ -302,7 +494,9 @@ def corpus_stats(
     Returns:
         A :class:`CorpusStats`; ``metadata`` records ``q_targets``, ``last_target``,
         ``statistics`` (those computed), ``degenerate`` (per dense statistic: zero up to
-        rounding, :mod:`tl_leadterms.stats.degenerate`) and ``vocab_hash``.
+        rounding, :mod:`tl_leadterms.stats.degenerate`) and ``vocab_hash``; ``timings`` holds
+        the wall-clock seconds of each stage: ``"vocab"``, ``"pass1"`` (B̄ counts and Φ̄),
+        ``"G_bar"`` and ``"pass2"`` (Q̄, Δ).
 
     Example:
         >>> import torch
@@ -312,75 +506,34 @@ def corpus_stats(
         >>> stats.B_bar.shape, stats.Delta.shape, stats.metadata["q_targets"]
         (torch.Size([50, 50]), torch.Size([16]), 'centred')
     """
-    acc_dtype = _check_options(dtype, accumulate_dtype, q_targets, last_target)
-    statistics = resolve_want(want)
-    clock = _Clock(timings)
-    source = TokenSource(tokens, d_vocab, batch_size=batch_size, device=device)
-    d_vocab = source.d_vocab  # a plain int from here on
-    with clock("vocab"):
-        kept = resolve_vocab(vocab, d_vocab, centre_vocab=centre_vocab, count_batches=source)
-    memory = plan_memory(
-        d_vocab,
-        k=kept.k,
+    plan = pass_plan(
         dtype=dtype,
-        accumulate_dtype=acc_dtype,
-        want=statistics,
-        n_positions=_known_positions(tokens, source),
-        offload=offload is not None and "Q_bar" in statistics,
+        accumulate_dtype=accumulate_dtype,
+        backend=backend,
+        q_targets=q_targets,
+        last_target=last_target,
+        want=want,
+        progress=progress,
     )
-    if check_memory and torch.device(device).type == "cpu":
-        check_memory_fits(memory)
-    if progress:
-        write_line(str(memory))
-    plan = _Plan(dtype, acc_dtype, backend, q_targets, last_target, progress)
-    with clock("pass1"):
-        counts, used_backend = _context_pass(source, kept, device, plan)
-    plan = replace(plan, backend=used_backend)
-    g_bar = q_bar = delta = None
-    if "G_bar" in statistics:
-        with clock("G_bar"):
-            g_bar = composed_from_counts(counts, kept, progress=progress, backend=used_backend)
-    if "Q_bar" in statistics:
-        with clock("pass2"), parked(counts, offload):
-            q_bar, delta = _attention_pass(source, g_bar, kept, counts.n_sequences, plan)
-    metadata = _metadata(d_vocab, counts, kept, plan, tokenizer)
-    return assemble_stats(counts, kept, g_bar, q_bar, delta, metadata, tokenizer, acc_dtype)
-
-
-def assemble_stats(
-    counts: Any,
-    kept: Any,
-    g_bar: Any,
-    q_bar: Any,
-    delta: Any,
-    metadata: dict[str, Any],
-    tokenizer: Any,
-    accumulate_dtype: torch.dtype,
-) -> CorpusStats:
-    """A :class:`CorpusStats` from a finished pass one (``counts``) and the dense tables, with the
-    provenance every path records: which statistics were computed, which are degenerate, and the
-    vocabulary hash (of the tokenizer, else of ``d_vocab`` and the kept ids)."""
-    tables = {"Phi_bar": counts.Phi_bar, "G_bar": g_bar, "Q_bar": q_bar, "Delta": delta}
-    metadata = {
-        **metadata,
-        "statistics": ["B_bar", *(name for name, table in tables.items() if table is not None)],
-        "degenerate": degenerate(tables, accumulate_dtype),
-    }
-    metadata.setdefault(
-        "vocab_hash",
-        metadata.get("tokenizer_vocab_hash") or ids_vocab_hash(kept.d_vocab, kept.kept),
-    )
-    return CorpusStats(
-        vocab=kept,
-        n_sequences=counts.n_sequences,
-        n_ctx=counts.n_ctx,
-        pair_codes=counts.pair_codes,
-        pair_counts=counts.pair_counts,
-        unigram_counts=counts.unigram_counts,
-        Phi_bar=counts.Phi_bar,
-        G_bar=g_bar,
-        Q_bar=q_bar,
-        Delta=delta,
-        metadata=metadata,
+    source = TokenSource(tokens, d_vocab, batch_size=batch_size, device=device)
+    executor = LocalExecutor(source, known_positions=_known_positions(tokens, source))
+    return run_passes(
+        executor,
+        source.d_vocab,
+        plan,
+        vocab=vocab,
+        centre_vocab=centre_vocab,
+        check_memory=check_memory,
+        offload=offload,
         tokenizer=tokenizer,
     )
+
+
+def _known_positions(tokens: Any, source: TokenSource) -> int | None:
+    """``N·T`` when it is known without reading the corpus (an array, or a counted source)."""
+    if source.n_sequences is not None and source.n_ctx is not None:
+        return source.n_sequences * source.n_ctx
+    shape = getattr(tokens, "shape", None)
+    if shape is not None and len(shape) == 2:
+        return int(shape[0]) * max(int(shape[1]) - 1, 1)
+    return None

@@ -31,7 +31,7 @@ ALIASES = {
 }
 
 
-MISSING_HINT = (
+_MISSING_HINT = (
     "compute them with corpus_stats(..., want=None) (every statistic) or tl-leadterms stats "
     "without --only, and load the file without only="
 )
@@ -77,6 +77,8 @@ class CorpusStats:
         Q_bar: attention statistic [query token, key token].
         Delta: positional statistic ``[T]``, index ``d`` = query − key offset.
         unigram: ``α``, frequency of each kept token among the ``N·T`` input positions.
+        timings: wall-clock seconds of each stage of :func:`~tl_leadterms.corpus_stats` that
+            made these statistics (empty for loaded ones; not saved).
     """
 
     def __init__(
@@ -107,6 +109,7 @@ class CorpusStats:
             if table is not None:
                 check_stats_dtype(table.dtype, f"{name}'s dtype")
         self.tokenizer = tokenizer
+        self.timings: dict[str, Any] = {}
 
     # -- the dense tables (absent when not computed or not loaded) ----------------------------
     def has(self, name: str) -> bool:
@@ -119,7 +122,7 @@ class CorpusStats:
         if table is None:
             raise LeadTermsError(
                 f"these statistics hold no {name} (computed: "
-                f"{', '.join(n for n in ('B_bar', *self._tables) if self.has(n))}); {MISSING_HINT}"
+                f"{', '.join(n for n in ('B_bar', *self._tables) if self.has(n))}); {_MISSING_HINT}"
             )
         return table
 

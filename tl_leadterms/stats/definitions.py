@@ -45,7 +45,6 @@ __all__ = [
     "QTargets",
     "apply_last_target",
     "key_shift",
-    "shift_vanishes",
 ]
 
 QTargets = Literal["centred", "one-hot"]
@@ -69,7 +68,7 @@ def apply_last_target(batch: torch.Tensor, last_target: str) -> torch.Tensor:
     return out
 
 
-def shift_vanishes(vocab: KeptVocab) -> bool:
+def _shift_vanishes(vocab: KeptVocab) -> bool:
     """True when ``1ᵀḠ = 0`` holds exactly in exact arithmetic (full vocabulary, own centring)."""
     return not vocab.restricted and vocab.centre_vocab == vocab.d_vocab
 
@@ -77,14 +76,14 @@ def shift_vanishes(vocab: KeptVocab) -> bool:
 def key_shift(G_bar: torch.Tensor, vocab: KeptVocab, q_targets: str) -> torch.Tensor | None:
     """``[k + 1]`` per-key term ``h = −u·(1ᵀḠ)`` added to every ``g`` (``h[k] = 0``), or None.
 
-    None under ``"one-hot"`` and wherever the term vanishes (:func:`shift_vanishes`). The column
+    None under ``"one-hot"`` and wherever the term vanishes (:func:`_shift_vanishes`). The column
     sums are taken in float64 and rounded once to ``G_bar``'s dtype.
 
     >>> v = KeptVocab(4, torch.tensor([0, 2]), 4)
     >>> key_shift(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), v, "centred").tolist()
     [-1.0, -1.5, 0.0]
     """
-    if q_targets == "one-hot" or shift_vanishes(vocab):
+    if q_targets == "one-hot" or _shift_vanishes(vocab):
         return None
     k = vocab.k
     shift = torch.zeros(k + 1, dtype=G_bar.dtype, device=G_bar.device)

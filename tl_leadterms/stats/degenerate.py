@@ -8,7 +8,7 @@ that noise is a number without meaning. :func:`negligible` is the test:
 
 with ``eps`` the machine epsilon of the dtype the table was *summed* in (float64 by default, also
 for float32 results, which are rounded once at the end) and ``scale`` the natural size of what
-the accumulation sums (:func:`statistic_scales`): each term of Φ̄ and of B̄ is a frequency weight
+the accumulation sums (:func:`_statistic_scales`): each term of Φ̄ and of B̄ is a frequency weight
 ``<= 1``, and Ḡ = B̄ᵀB̄Φ̄ is a product of such maps, so their scale is 1; each term of Q̄ and Δ is a
 score ``g − ḡ_t`` with ``|g| <= 2·max|Ḡ|``, so their scale is ``max|Ḡ|``. Rounding noise of a sum
 of such terms stays a few ``eps·scale``; ``TOLERANCE = 1e3`` leaves room for the number of
@@ -28,7 +28,7 @@ import torch
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["TOLERANCE", "degenerate", "degenerate_reason", "negligible", "statistic_scales"]
+__all__ = ["TOLERANCE", "degenerate", "degenerate_reason", "negligible"]
 
 TOLERANCE = 1e3
 _SYMBOL = {"Phi_bar": "Φ̄", "G_bar": "Ḡ", "Q_bar": "Q̄", "Delta": "Δ"}
@@ -62,7 +62,7 @@ def negligible(
 
     Args:
         tensor: a statistic (any shape).
-        scale: the size of the terms the statistic sums (see :func:`statistic_scales`);
+        scale: the size of the terms the statistic sums (see :func:`_statistic_scales`);
             ``scale <= 0`` means every term was zero, so the tensor is negligible.
         summed_in: the dtype of the accumulation (default the tensor's own).
     """
@@ -74,7 +74,7 @@ def negligible(
     return norm <= TOLERANCE * _eps(summed_in, tensor.dtype) * float(scale)
 
 
-def statistic_scales(tables: dict[str, torch.Tensor | None]) -> dict[str, float]:
+def _statistic_scales(tables: dict[str, torch.Tensor | None]) -> dict[str, float]:
     """The natural scale of each statistic present in ``tables`` (see the module docstring)."""
     scales = {name: 1.0 for name in ("Phi_bar", "G_bar") if tables.get(name) is not None}
     g_bar = tables.get("G_bar")
@@ -88,7 +88,7 @@ def degenerate(
     tables: dict[str, torch.Tensor | None], summed_in: torch.dtype | str | None = None
 ) -> dict[str, bool]:
     """For each statistic present: whether it is :func:`negligible` at its natural scale."""
-    scales = statistic_scales(tables)
+    scales = _statistic_scales(tables)
     return {
         name: negligible(tables[name], scale, summed_in=summed_in) for name, scale in scales.items()
     }

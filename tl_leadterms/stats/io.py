@@ -9,7 +9,7 @@ tensor and of the metadata, verified on load (a flipped bit or an edited count i
 the tensor). Version 1 files (no checksums) still load, with a warning.
 
 ``load_stats(path, only=(...))`` reads just the tables asked for (safetensors reads tensors one
-by one from the file): ``top bigram`` reads the sparse counts. ``scan.scan_table`` reads one dense
+by one from the file): ``top bigram`` reads the sparse counts. :func:`scan_table` reads one dense
 table in row blocks, verified as it goes: ``top context`` keeps the rows it needs from Φ̄ and
 never holds the table.
 """
@@ -17,7 +17,7 @@ never holds the table.
 import json
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.jsontext import parse_json
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.provenance import (
+    TensorDigest,
     ids_vocab_hash,
     metadata_checksum,
     tensor_checksum,
@@ -38,6 +39,7 @@ from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
 from tl_leadterms.version import __version__
 
 __all__ = [
+    "ROW_BLOCK_BYTES",
     "check_header",
     "check_tables",
     "check_tokenizer",
@@ -45,6 +47,7 @@ __all__ = [
     "load_stats",
     "read_file",
     "save_stats",
+    "scan_table",
     "verify_checksums",
     "write_file",
 ]
@@ -222,7 +225,7 @@ def check_tables(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, A
             raise corrupt_file(path, f"invalid kept ids ({err})") from err
 
 
-def stored_statistics(meta: dict[str, Any]) -> tuple[str, ...]:
+def _stored_statistics(meta: dict[str, Any]) -> tuple[str, ...]:
     """The dense tables the file says it holds (version 1: all of them)."""
     listed = meta.get("statistics")
     if meta.get("format_version") == 1 or not isinstance(listed, list):
@@ -241,7 +244,7 @@ def _wanted(only: Iterable[str] | None) -> set[str] | None:
     return {*_COUNTS, "kept", *(names & set(_FLOATS))}
 
 
-def stored_sums(path: Path, meta: dict[str, Any], stacklevel: int) -> dict[str, Any] | None:
+def _stored_sums(path: Path, meta: dict[str, Any], stacklevel: int) -> dict[str, Any] | None:
     """The verified checksums of the tensors (None, with a warning, for a format-1 file)."""
     if meta.get("format") == FORMAT and meta.get("format_version") == 1:
         warnings.warn(
@@ -258,7 +261,7 @@ def stored_sums(path: Path, meta: dict[str, Any], stacklevel: int) -> dict[str, 
     return sums
 
 
-def compare_checksum(path: Path, sums: dict[str, Any] | None, name: str, digest: str) -> None:
+def _compare_checksum(path: Path, sums: dict[str, Any] | None, name: str, digest: str) -> None:
     if sums is not None and sums.get(name) != digest:
         raise corrupt_file(path, f"tensor {name} does not match its checksum")
 
@@ -266,10 +269,10 @@ def compare_checksum(path: Path, sums: dict[str, Any] | None, name: str, digest:
 def verify_checksums(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
     """Compare the stored checksums with the metadata and every tensor read (naming the first
     that differs)."""
-    sums = stored_sums(path, meta, stacklevel=5)
+    sums = _stored_sums(path, meta, stacklevel=5)
     if sums is not None:
         for name, tensor in tensors.items():
-            compare_checksum(path, sums, name, tensor_checksum(tensor))
+            _compare_checksum(path, sums, name, tensor_checksum(tensor))
 
 
 def check_tokenizer(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
@@ -319,7 +322,7 @@ def load_stats(
     tensors, meta = read_file(path, names)
     check_header(path, meta)
     check_tables(path, tensors, meta)
-    stored = stored_statistics(meta)
+    stored = _stored_statistics(meta)
     needed = [n for n in (*_COUNTS, *stored) if names is None or n in names]
     missing = [n for n in needed if n not in tensors]
     if missing:
@@ -361,3 +364,80 @@ def load_stats(
         },
         tokenizer=tokenizer,
     )
+
+
+# -- one dense table in verified row blocks (``top`` on big files) ------------------------
+
+_DENSE = ("Phi_bar", "G_bar", "Q_bar")
+ROW_BLOCK_BYTES = 32 << 20  # bytes of one row block read by scan_table
+_ITEMSIZE = {"F32": 4, "F64": 8}
+
+
+def _open_slice(path: Path, name: str, rows: slice | None = None) -> Any:
+    """``(shape, dtype)`` of tensor ``name``, or with ``rows`` that row block as a tensor.
+
+    The file is opened for each block, so its memory map (whose touched pages count as
+    resident memory) never holds more than one block.
+    """
+    try:
+        with safe_open(path, framework="pt") as f:
+            part = f.get_slice(name)
+            return (tuple(part.get_shape()), part.get_dtype()) if rows is None else part[rows]
+    except (SafetensorError, OSError, ValueError) as err:
+        raise LeadTermsError(
+            f"{path} is not a readable safetensors file ({err}); it is corrupt or not written by "
+            "CorpusStats.save. Recompute the statistics."
+        ) from err
+
+
+def scan_table(
+    path: str | os.PathLike,
+    name: str,
+    visit: Callable[[int, torch.Tensor], None],
+    *,
+    block_bytes: int | None = None,
+) -> None:
+    """Read the table ``name`` (``"Phi_bar"``, ``"G_bar"`` or ``"Q_bar"``) of a statistics file
+    in row blocks of at most ``block_bytes`` (default :data:`ROW_BLOCK_BYTES`), in order,
+    calling ``visit(start, block)`` for each; memory stays at one block whatever the table's
+    size.
+
+    The table is verified as :func:`load_stats` verifies it (shape and dtype, finite entries,
+    and its SHA-256, computed over the blocks in order); a mismatch raises, naming the tensor,
+    after the last block, so use what ``visit`` gathered only once this returns.
+
+    >>> import tempfile, torch
+    >>> from tl_leadterms import corpus_stats
+    >>> stats = corpus_stats(torch.randint(0, 6, (8, 5)), 6, progress=False)
+    >>> path = tempfile.mkdtemp() + "/s.safetensors"; stats.save(path)
+    >>> rows = []
+    >>> scan_table(path, "Phi_bar", lambda start, block: rows.append(block), block_bytes=100)
+    >>> [len(b) for b in rows], torch.equal(torch.cat(rows), stats.Phi_bar)
+    ([2, 2, 2], True)
+    """
+    path = Path(path)
+    if name not in _DENSE:
+        raise LeadTermsError(f"scan_table reads one of {list(_DENSE)}, got {name!r}")
+    _, meta = read_file(path, set())
+    check_header(path, meta)
+    if name not in _stored_statistics(meta):
+        raise LeadTermsError(
+            f"{path} holds no {name} (it has {['B_bar', *_stored_statistics(meta)]}); recompute "
+            "the statistics with it (tl-leadterms stats without --only; corpus_stats(want=None))"
+        )
+    sums = _stored_sums(path, meta, stacklevel=3)
+    shape, dtype = _open_slice(path, name)
+    k = meta["n_kept"]
+    if shape != (k, k) or dtype not in _ITEMSIZE:
+        raise corrupt_file(
+            path, f"{name} has shape {shape} and dtype {dtype}, not ({k}, {k}) floats"
+        )
+    step = max(1, int(block_bytes or ROW_BLOCK_BYTES) // (k * _ITEMSIZE[dtype]))
+    digest = TensorDigest(getattr(torch, {"F32": "float32", "F64": "float64"}[dtype]), shape)
+    for start in range(0, k, step):
+        block = _open_slice(path, name, slice(start, start + step))
+        if not torch.isfinite(block).all():
+            raise corrupt_file(path, f"{name} has NaN or infinite entries")
+        digest.update(block)
+        visit(start, block)
+    _compare_checksum(path, sums, name, digest.hexdigest())

@@ -49,7 +49,6 @@ __all__ = [
     "check_memory",
     "column_blocks",
     "format_bytes",
-    "memory_limits",
     "plan_memory",
 ]
 
@@ -221,7 +220,7 @@ def _rlimit_room() -> dict[str, int]:
     return rooms
 
 
-def memory_limits() -> dict[str, int]:
+def _memory_limits() -> dict[str, int]:
     """Every known bound on what this process may still allocate, in bytes, by name: the
     machine's ``MemAvailable`` (or psutil's), the cgroup limit, and the process's own
     address-space and data limits. :func:`available_memory` is the smallest."""
@@ -244,9 +243,9 @@ def memory_limits() -> dict[str, int]:
 
 
 def available_memory() -> int | None:
-    """Bytes this process may still allocate: the smallest of :func:`memory_limits` (None
+    """Bytes this process may still allocate: the smallest of :func:`_memory_limits` (None
     where none is known)."""
-    limits = memory_limits()
+    limits = _memory_limits()
     return min(limits.values()) if limits else None
 
 
@@ -260,7 +259,7 @@ def check_memory(plan: MemoryPlan, available: int | None = None) -> None:
     if available is None or plan.peak <= available:
         return
     # name the bound that binds (the process's own mappings move a little between readings)
-    limits = memory_limits()
+    limits = _memory_limits()
     near = [n for n, room in limits.items() if abs(room - available) < 64 << 20]
     binding = min(near, key=lambda n: abs(limits[n] - available)) if near else None
     where = "available on this machine"

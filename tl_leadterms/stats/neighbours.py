@@ -51,7 +51,7 @@ def _safe_inverse(x: Tensor) -> Tensor:
     return torch.where(x > 0, 1.0 / x.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(x))
 
 
-BLOCK_ELEMENTS = 1 << 22  # entries of a row block (32 MiB in float64)
+_BLOCK_ELEMENTS = 1 << 22  # entries of a row block (32 MiB in float64)
 
 
 class RowScorer:
@@ -117,7 +117,7 @@ class RowScorer:
 def scored_row(M: Tensor, i: int, scoring: str, *, symmetric_gram: bool) -> Tensor:
     """Row ``i`` of ``M`` under ``scoring`` (see the module docstring), read in row blocks."""
     scorer = RowScorer(M.shape[1], [i], scoring, symmetric_gram=symmetric_gram)
-    step = max(1, BLOCK_ELEMENTS // max(M.shape[1], 1))
+    step = max(1, _BLOCK_ELEMENTS // max(M.shape[1], 1))
     for start in range(0, M.shape[0], step):
         scorer.update(start, M[start : start + step])
     return scorer.scored(i)

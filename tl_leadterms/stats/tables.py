@@ -113,7 +113,7 @@ def kernels():
     return module
 
 
-def numba_available() -> bool:
+def _numba_available() -> bool:
     try:
         import numba  # noqa: F401
     except ImportError:  # pragma: no cover - numba is a dependency; degrade gracefully anyway
@@ -126,7 +126,7 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     if backend not in BACKENDS:
         raise LeadTermsError(f"backend={backend!r} is not one of {BACKENDS}.")
     if backend == "auto":
-        return "numba" if device.type == "cpu" and numba_available() else "torch"
+        return "numba" if device.type == "cpu" and _numba_available() else "torch"
     if backend == "numba" and device.type != "cpu":
         raise LeadTermsError(
             f"backend='numba' runs on the CPU, but device={device}; use backend='torch' or 'auto'."

@@ -21,7 +21,7 @@ import torch
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["TokenSource", "check_batch"]
+__all__ = ["TokenSource", "check_batch", "token_counts"]
 
 _DEFAULT_PAIRS_PER_BATCH = 1 << 21
 
@@ -242,3 +242,12 @@ class TokenSource:
             return len(self._data)
         except TypeError:
             return 0
+
+
+def token_counts(batches: Iterable[torch.Tensor], d_vocab: int) -> torch.Tensor:
+    """How often each id occurs at an input position (all but the last of each window) of
+    validated ``[b, T + 1]`` batches: ``[d_vocab]`` int64, on the CPU."""
+    counts = torch.zeros(d_vocab, dtype=torch.long)
+    for batch in batches:
+        counts += torch.bincount(batch[:, :-1].reshape(-1).cpu(), minlength=d_vocab)
+    return counts

@@ -7,7 +7,7 @@ vector, so it contributes nothing to any matrix but still counts as a position (
 kept vocabulary instead.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Union
 
@@ -88,17 +88,18 @@ def resolve_vocab(
     d_vocab: int,
     *,
     centre_vocab: int | None = None,
-    count_batches: Iterable[torch.Tensor] | None = None,
+    token_counts: Callable[[], torch.Tensor] | None = None,
 ) -> KeptVocab:
     """Turn the user's ``vocab=`` argument into a :class:`KeptVocab`.
 
     Args:
         vocab: ``None`` (all tokens), a list of kept token ids (distinct, in range; their order
             is the matrices' order), or an int ``k``: the ``k`` most frequent tokens among the
-            input positions (ties broken by smaller id), which needs ``count_batches``.
+            input positions (ties broken by smaller id), which needs ``token_counts``.
         d_vocab: full vocabulary size.
         centre_vocab: ``|V|`` for the centring; defaults to ``d_vocab``.
-        count_batches: validated ``[b, T + 1]`` batches, read once when ``vocab`` is an int.
+        token_counts: called once when ``vocab`` is an int: how often each id occurs at an
+            input position (``[d_vocab]`` integers; see :func:`.tokens.token_counts`).
     """
     d_vocab = int(d_vocab)
     if isinstance(vocab, KeptVocab):  # checked like any other list of kept ids
@@ -118,11 +119,9 @@ def resolve_vocab(
     if isinstance(vocab, (int, np.integer)) and not isinstance(vocab, bool):
         if vocab < 1:
             raise LeadTermsError(f"vocab={vocab}: keep at least one token (vocab >= 1).")
-        if count_batches is None:
+        if token_counts is None:
             raise LeadTermsError("vocab=<int> needs the corpus to count token frequencies.")
-        counts = torch.zeros(d_vocab, dtype=torch.long)
-        for batch in count_batches:
-            counts += torch.bincount(batch[:, :-1].reshape(-1).cpu(), minlength=d_vocab)
+        counts = token_counts().cpu()
         k = min(int(vocab), d_vocab)
         order = torch.sort(-counts, stable=True).indices  # most frequent first, ties by id
         return KeptVocab(d_vocab, order[:k].clone(), centre)
