@@ -76,7 +76,7 @@ def chain(matrix: torch.Tensor, n: int, seed: int) -> torch.Tensor:
 def models() -> dict:
     out = {}
     for i, (name, run) in enumerate(MODELS.items()):
-        model = paper_model(K, T, 1, dtype=torch.float64)
+        model = paper_model(d_vocab=K, n_ctx=T, n_layers=1, dtype=torch.float64)
         train(model, chain(transition(run["chain"]), run["windows"], 10 + i), lr=run["lr"],
               steps=run["steps"], progress=False)  # fmt: skip
         out[name] = model
@@ -107,7 +107,7 @@ def scores(maps: list, stats) -> torch.Tensor:
 def repetition(maps: list, size: int, rep: int) -> dict:
     """One sample of ``size`` windows: its scores, exact and first-order resample scores."""
     sample = chain(transition(0), size, 100_000 + 1000 * size + rep)
-    blocks = block_stats(sample, K, blocks=BLOCKS, progress=False)
+    blocks = block_stats(sample, d_vocab=K, blocks=BLOCKS, progress=False)
     out = {"estimate": scores(maps, blocks.full())}
     for key, exact, method in (("exact", True, "bca"), ("first_order", False, "percentile")):
         boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=rep, method=method,
@@ -125,7 +125,7 @@ def repetition(maps: list, size: int, rep: int) -> dict:
 def run(reps: int, cache: Path) -> tuple[dict, dict]:
     trained = models()
     maps = dense_maps(trained)
-    population = corpus_stats(chain(transition(0), POPULATION, 1), K, progress=False)
+    population = corpus_stats(chain(transition(0), POPULATION, 1), d_vocab=K, progress=False)
     truth = scores(maps, population)
     library = torch.tensor(
         [list(leading_cosines(m, population).values()) for m in trained.values()]

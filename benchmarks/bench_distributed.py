@@ -99,7 +99,7 @@ def single_process(windows, d_vocab, vocab, repeats, n_threads):
     before = threads(n_threads)
     try:
         out, seconds, runs = best(
-            lambda: corpus_stats(windows, d_vocab, vocab=vocab, progress=False), repeats
+            lambda: corpus_stats(windows, d_vocab=d_vocab, vocab=vocab, progress=False), repeats
         )
     finally:
         threads(before)
@@ -125,9 +125,9 @@ def run_case(windows, d_vocab, vocab, n_shards, repeats, folder, one_thread=Fals
     # warm the workers (numba compiles in each) on a small slice in two shards: same kernels
     warm = Path(folder) / "warm.npy"
     np.save(warm, windows[: min(2000, windows.shape[0])].numpy().astype(np.int32))
-    ray_stats([warm], d_vocab, vocab=vocab, shard_size=min(1000, size), progress=False)
+    ray_stats([warm], d_vocab=d_vocab, vocab=vocab, shard_size=min(1000, size), progress=False)
     dist, dist_s, dist_all = best(
-        lambda: ray_stats([path], d_vocab, vocab=vocab, shard_size=size, progress=False),
+        lambda: ray_stats([path], d_vocab=d_vocab, vocab=vocab, shard_size=size, progress=False),
         repeats,
     )
     timings = dist.timings

@@ -42,7 +42,7 @@ def main() -> None:
     out = Path(tempfile.mkdtemp()) / "series"
     train_neox_series(out, progress=False, **SETTING)
     d_vocab = json.loads((out / "series.json").read_text())["d_vocab"]
-    stats = corpus_stats(load_windows(out), d_vocab, progress=False)
+    stats = corpus_stats(load_windows(out), d_vocab=d_vocab, progress=False)
     rows = []
     for label, step, path in load_series(out):
         model = load_model(path)

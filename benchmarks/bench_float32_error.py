@@ -45,10 +45,10 @@ def main() -> None:
     rows = []
     for n in args.windows:
         part = tokens[:n]
-        ref = corpus_stats(part, d_vocab, progress=False)
+        ref = corpus_stats(part, d_vocab=d_vocab, progress=False)
         f32 = dict(dtype=torch.float32, progress=False)
-        summed32 = corpus_stats(part, d_vocab, accumulate_dtype=torch.float32, **f32)
-        summed64 = corpus_stats(part, d_vocab, **f32)
+        summed32 = corpus_stats(part, d_vocab=d_vocab, accumulate_dtype=torch.float32, **f32)
+        summed64 = corpus_stats(part, d_vocab=d_vocab, **f32)
         row = {"windows": n, "accumulate_float32": errors(summed32, ref),
                "accumulate_float64": errors(summed64, ref)}  # fmt: skip
         rows.append(row)

@@ -145,10 +145,10 @@ def bench_monitor(args) -> dict:
 
     stories = generate_stories(4000, seed=0)
     tokenizer = train_word_tokenizer(stories, 2000)
-    windows = make_windows(stories, 32, tokenizer=tokenizer)
+    windows = make_windows(stories, n_ctx=32, tokenizer=tokenizer)
     train_w, held = windows[:64], windows[64:72, :-1]
-    stats = corpus_stats(train_w, len(tokenizer), tokenizer=tokenizer, progress=False)
-    model = paper_model(len(tokenizer), 32, 3)
+    stats = corpus_stats(train_w, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = paper_model(d_vocab=len(tokenizer), n_ctx=32, n_layers=3)
     monitor = LeadingTermMonitor(stats, every=8, lr=1.0, analyses=("cosines", "output"),
                                  tokens=held)  # fmt: skip
     _, seconds = timed(lambda: train(model, train_w, lr=1.0, steps=args.train_steps,

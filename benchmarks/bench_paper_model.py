@@ -116,7 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     V, T = args.d_vocab, args.n_ctx
     tokens = zipf_windows(args.batch, T, V, seed=0)
-    model = paper_model(V, T, args.layers)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=args.layers)
     with torch.no_grad():  # small random weights so that no path is trivially zero
         gen = torch.Generator().manual_seed(0)
         for p in model.parameters():

@@ -59,7 +59,7 @@ def model_and_stats(k: int, n_layers: int, seed: int = 0):
     zipf = 1.0 / ranks**1.1
     windows = torch.multinomial(zipf / zipf.sum(), 2000 * 129, replacement=True, generator=g)
     windows = windows.reshape(2000, 129)
-    stats = corpus_stats(windows, cfg.d_vocab, vocab=k, progress=False, dtype=torch.float64)
+    stats = corpus_stats(windows, d_vocab=cfg.d_vocab, vocab=k, progress=False, dtype=torch.float64)
     return model, stats, windows
 
 

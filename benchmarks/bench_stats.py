@@ -70,7 +70,9 @@ def warm_up() -> float:
     """Load (or compile) the fused kernels once, outside every timing; returns the seconds."""
     start = time.perf_counter()
     for dtype in (torch.float64, torch.float32):
-        corpus_stats(torch.randint(0, 7, (2, 5)), 7, vocab=[1, 2], dtype=dtype, progress=False)
+        corpus_stats(
+            torch.randint(0, 7, (2, 5)), d_vocab=7, vocab=[1, 2], dtype=dtype, progress=False
+        )
     return time.perf_counter() - start
 
 
@@ -80,7 +82,7 @@ def fast_stages(
     """Stage timings of corpus_stats, plus the lazily built B̄ and Σ_B̄."""
     stats = corpus_stats(
         tokens,
-        d_vocab,
+        d_vocab=d_vocab,
         vocab=vocab,
         dtype=dtype,
         accumulate_dtype=accumulate_dtype,
@@ -118,7 +120,7 @@ def case_toy(args) -> dict:
     stats, ft = fast["stats"], fast["seconds"]
     # end to end, as a user calls it (B̄ and Σ_B̄ are lazy: touch them)
     start = time.perf_counter()
-    s2 = corpus_stats(tokens, d_vocab, progress=False)
+    s2 = corpus_stats(tokens, d_vocab=d_vocab, progress=False)
     s2.B_bar, s2.Sigma_B  # noqa: B018
     fast_total = time.perf_counter() - start
     max_rel = {
@@ -217,10 +219,12 @@ def case_float32(args) -> dict:
     """Summation error of float32 statistics against float64, both accumulation dtypes."""
     d_vocab, n_ctx, n = 2000, 128, 20_000
     tokens = zipf_windows(n, n_ctx, d_vocab, seed=4)
-    exact = corpus_stats(tokens, d_vocab, progress=False)
+    exact = corpus_stats(tokens, d_vocab=d_vocab, progress=False)
     out = {"setting": {"d_vocab": d_vocab, "n_ctx": n_ctx, "n_sequences": n}}
     for acc in (torch.float32, torch.float64):
-        s = corpus_stats(tokens, d_vocab, dtype=torch.float32, accumulate_dtype=acc, progress=False)
+        s = corpus_stats(
+            tokens, d_vocab=d_vocab, dtype=torch.float32, accumulate_dtype=acc, progress=False
+        )
         t = s.timings
         out[f"accumulate_{str(acc)[6:]}"] = {
             "rel_frobenius_error_vs_float64": {

@@ -60,8 +60,8 @@ def demo_explorer(folder: Path) -> Path:
     stories = generate_stories(1500, seed=0)
     tokenizer = train_word_tokenizer(stories, 600)
     windows = make_windows(stories, n_ctx=32, tokenizer=tokenizer)[:1024]
-    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
-    model = paper_model(len(tokenizer), 32, 4, tokenizer=tokenizer)
+    stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = paper_model(d_vocab=len(tokenizer), n_ctx=32, n_layers=4, tokenizer=tokenizer)
     train(model, windows, lr=1.0, steps=12, batch_size=256, progress=False)
     text = "the little girl saw a red ball and she was happy"
     explorer = explore(model, stats, text, lr=1.0, steps=12, words=["red", "fish"],

@@ -26,14 +26,14 @@ def main() -> None:
 
     stories = generate_stories(args.stories, seed=0)
     tokenizer = train_word_tokenizer(stories, args.vocab)
-    windows = make_windows(stories, args.n_ctx, tokenizer=tokenizer)
+    windows = make_windows(stories, n_ctx=args.n_ctx, tokenizer=tokenizer)
     stats = corpus_stats(
-        windows, len(tokenizer), vocab=args.keep or None, tokenizer=tokenizer, progress=True
+        windows, d_vocab=len(tokenizer), vocab=args.keep or None, tokenizer=tokenizer, progress=True
     )
     print(stats)
 
     def show(kind: str, word: str, k: int = 6) -> None:
-        neighbours = stats.top(kind, word, k=k)
+        neighbours = stats.top(kind, word, n=k)
         print(f"  {word:>7s} -> " + ", ".join(f"{n.token} ({n.score:.2e})" for n in neighbours))
 
     print("\nB̄ (next token):")

@@ -14,9 +14,10 @@ trained here.
    pattern on held-out windows; and the weight cosines of ``decompose``.
 4. Prints and writes the layer × step tables (``tables.json``, one CSV per score).
 
-For a real Pythia series, pass ``"pythia-160m"`` and ``steps=[1, 2, 4, ...]`` to ``sweep``
-(each checkpoint comes from ``HookedTransformer.from_pretrained(name, checkpoint_value=step)``)
-with statistics of its tokenizer's corpus.
+For a real Pythia series, pass ``"pythia-160m"`` and ``checkpoint_steps=[1, 2, 4, ...]`` to
+``sweep`` (each checkpoint comes from
+``HookedTransformer.from_pretrained(name, checkpoint_value=step)``) with statistics of its
+tokenizer's corpus.
 """
 
 import argparse
@@ -71,7 +72,7 @@ def main() -> None:
     series = load_series(out)
     windows = load_windows(out)
     held_out, train_windows = windows[:n_agree], windows[n_agree:]
-    stats = corpus_stats(train_windows, cfg["vocab_size"], progress=False)
+    stats = corpus_stats(train_windows, d_vocab=cfg["vocab_size"], progress=False)
     print(
         f"{len(series)} checkpoints (steps {[s for _, s, _ in series]}); statistics of "
         f"{train_windows.shape[0]} windows, |V| = {stats.d_vocab}, T = {stats.n_ctx}"

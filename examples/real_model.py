@@ -64,9 +64,10 @@ def main() -> None:
           f"{model.cfg.n_heads} query heads / {model.cfg.n_key_value_heads} key-value heads, "
           f"d_model {model.cfg.d_model}, {model.cfg.normalization_type}, "
           f"{model.cfg.positional_embedding_type}")  # fmt: skip
-    windows = make_windows(stories, 128, tokenizer=tok)
+    windows = make_windows(stories, n_ctx=128, tokenizer=tok)
     stats = step(
-        "corpus_stats", lambda: corpus_stats(windows, len(tok), tokenizer=tok, progress=False)
+        "corpus_stats",
+        lambda: corpus_stats(windows, d_vocab=len(tok), tokenizer=tok, progress=False),
     )
     print(f"  {stats}")
     d = step("decompose (per head)", lambda: decompose(model, stats))

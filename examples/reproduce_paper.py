@@ -68,7 +68,7 @@ N_LAYERS = 3
 
 
 def run(model_lr: float, steps: int, windows, stats, cfg: dict, seed: int, monitor=None):
-    model = paper_model(len(stats.tokenizer), cfg["n_ctx"], N_LAYERS)
+    model = paper_model(d_vocab=len(stats.tokenizer), n_ctx=cfg["n_ctx"], n_layers=N_LAYERS)
     history = train(
         model,
         windows,
@@ -116,12 +116,12 @@ def main() -> None:
 
     stories = generate_stories(cfg["stories"], seed=args.seed)
     tokenizer = train_word_tokenizer(stories, cfg["vocab"])
-    all_windows = make_windows(stories, cfg["n_ctx"], tokenizer=tokenizer)
+    all_windows = make_windows(stories, n_ctx=cfg["n_ctx"], tokenizer=tokenizer)
     windows = all_windows[: cfg["windows"]]
     # held-out windows for the next-token comparison (the last 8 training ones if none are left)
     held = all_windows[cfg["windows"] : cfg["windows"] + 8]
     held = (held if len(held) else windows[-8:])[:, :-1]
-    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
+    stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
     print(
         f"corpus: {len(windows)} windows of T+1 = {cfg['n_ctx'] + 1} tokens, "
         f"|V| = {len(tokenizer)} (word-level), batch {cfg['batch']}, {N_LAYERS} layers"

@@ -29,7 +29,9 @@ from tl_leadterms.checks import (
     positive_int,
 )
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.progress import progress_bar
+from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import WEIGHTS
 
@@ -161,12 +163,13 @@ def _loss_and_grad(model, batch: Tensor, chunk: int) -> float:
     return total / n_positions
 
 
+@positional_until_next_release("lr", "steps")
 def train(
-    model: Any,
-    tokens: Any,
+    model: ReadableModel,
+    tokens: TokenWindows,
+    *,
     lr: float,
     steps: int,
-    *,
     batch_size: int | None = None,
     track: CorpusStats | None = None,
     every: int = 1,

@@ -37,9 +37,9 @@ def page(tmp_path_factory):
 
     stories = generate_stories(200, seed=3)
     tokenizer = train_word_tokenizer(stories, 300)
-    windows = make_windows(stories, 24, tokenizer=tokenizer)[:128]
-    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
-    model = paper_model(len(tokenizer), 24, 2, tokenizer=tokenizer)
+    windows = make_windows(stories, n_ctx=24, tokenizer=tokenizer)[:128]
+    stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = paper_model(d_vocab=len(tokenizer), n_ctx=24, n_layers=2, tokenizer=tokenizer)
     history = train(model, windows, lr=1.0, steps=4, track=stats, progress=False)
     decomposition = decompose(model, stats, lr=1.0, steps=4)
     if "lo" not in decomposition.rows[0]:  # the CI and null columns, written here by hand

@@ -263,7 +263,7 @@ def test_errors_exit_2_with_a_message(tmp_path, capsys):
     fails(["decompose", str(tmp_path / "nope"), st], "no checkpoint folder")
     fails(["decompose", str(tmp_path), st], "has no config.json")
     fails(["decompose", "surely-not-a-model-name", st], "cannot load model")
-    fails(["sweep", "surely-not-a-model-name", st], "with --steps")
+    fails(["sweep", "surely-not-a-model-name", st], "with --checkpoint-steps")
     fails(
         ["sweep", "surely-not-a-model-name", st, "--steps", "1", "--quiet"], "could not be loaded"
     )
@@ -309,8 +309,15 @@ def test_block_statistics_give_sweep_intervals(series, tmp_path, capsys):
     assert main(sweep_args) == 0
     assert "CI bias-corr." in capsys.readouterr().out
     written = pd.read_csv(table)
-    direct = sweep(series["dir"], BlockStats.load(path), analyses="decompose", steps=[0, 2],
-                   ci=0.9, null=5, progress=False).to_pandas()  # fmt: skip
+    direct = sweep(
+        series["dir"],
+        BlockStats.load(path),
+        analyses="decompose",
+        checkpoint_steps=[0, 2],
+        ci=0.9,
+        null=5,
+        progress=False,
+    ).to_pandas()
     assert list(written.columns) == list(direct.columns) and {"lo", "hi"} <= set(written.columns)
     assert written["lo"].notna().any() and len(written) == len(direct)
     for column in ("value", "lo", "hi", "corrected", "p"):

@@ -51,10 +51,10 @@ def stories_corpus(tmp_path_factory):
     """The embedded corpus: windows in one .npy file, and the reference statistics."""
     stories = generate_stories(240, seed=0)
     tokenizer = train_word_tokenizer(stories, 600)
-    windows = make_windows(stories, 32, tokenizer=tokenizer)
+    windows = make_windows(stories, n_ctx=32, tokenizer=tokenizer)
     path = tmp_path_factory.mktemp("stories") / "windows.npy"
     np.save(path, windows.numpy().astype(np.int32))
-    reference = corpus_stats(windows, len(tokenizer), progress=False)
+    reference = corpus_stats(windows, d_vocab=len(tokenizer), progress=False)
     return stories, tokenizer, windows, path, reference
 
 
@@ -63,7 +63,7 @@ def test_shards_of_the_embedded_corpus_equal_one_process(cluster, stories_corpus
     _, tokenizer, windows, path, reference = stories_corpus
     size = math.ceil(windows.shape[0] / n_shards)
     assert len(plan_shards([path], shard_size=size)) == n_shards
-    got = ray_stats([path], len(tokenizer), shard_size=size, progress=False)
+    got = ray_stats([path], d_vocab=len(tokenizer), shard_size=size, progress=False)
     assert_same(got, reference)
     assert got.metadata["distributed"] == f"ray, {n_shards} shards"
     assert ray.is_initialized()  # a Ray it did not start is left running
@@ -72,9 +72,13 @@ def test_shards_of_the_embedded_corpus_equal_one_process(cluster, stories_corpus
 def test_only_bigram_and_context_stop_after_pass_one(cluster, stories_corpus):
     _, tokenizer, _, path, reference = stories_corpus
     got = ray_stats(
-        [path], len(tokenizer), shard_size=40, want=("B_bar", "Phi_bar"), dtype=torch.float32,
+        [path],
+        d_vocab=len(tokenizer),
+        shard_size=40,
+        want=("B_bar", "Phi_bar"),
+        dtype=torch.float32,
         progress=False,
-    )  # fmt: skip
+    )
     assert got.metadata["statistics"] == ["B_bar", "Phi_bar"]
     assert "pass1" in got.timings and len(got.timings["pass1_shards"]) >= 2
     assert "pass2" not in got.timings and "G_bar" not in got.timings
@@ -90,7 +94,7 @@ def test_the_memory_plan_refuses_a_task_no_node_can_hold(cluster, stories_corpus
         check_task_fits(plan, [2 * 2**30, 4 * 2**30])
     check_task_fits(plan, [2 * 2**30, 8 * 2**30])  # one node large enough: runs there
     _, tokenizer, _, path, reference = stories_corpus  # a small run reserves its plan and runs
-    got = ray_stats([path], len(tokenizer), shard_size=50, progress=False)
+    got = ray_stats([path], d_vocab=len(tokenizer), shard_size=50, progress=False)
     assert_same(got, reference)
 
 
@@ -100,15 +104,16 @@ def test_text_files_are_tokenised_in_the_workers(cluster, stories_corpus, tmp_pa
     for i in range(3):
         files.append(tmp_path / f"part{i}.txt")
         files[-1].write_text("\n\n".join(stories[i * 40 : (i + 1) * 40]), encoding="utf-8")
-    got = ray_stats(files, len(tokenizer), n_ctx=24, mode="truncate", tokenizer=tokenizer)
-    windows = make_windows(stories[:120], 24, tokenizer=tokenizer, mode="truncate")
-    assert_same(got, corpus_stats(windows, len(tokenizer), progress=False))
+    got = ray_stats(files, d_vocab=len(tokenizer), n_ctx=24, mode="truncate", tokenizer=tokenizer)
+    windows = make_windows(stories[:120], n_ctx=24, tokenizer=tokenizer, mode="truncate")
+    assert_same(got, corpus_stats(windows, d_vocab=len(tokenizer), progress=False))
     # chunk mode cuts each file on its own: the reference is the per-file windows, stacked
-    got = ray_stats(files, len(tokenizer), n_ctx=24, tokenizer=tokenizer, progress=False)
+    got = ray_stats(files, d_vocab=len(tokenizer), n_ctx=24, tokenizer=tokenizer, progress=False)
     per_file = [
-        make_windows(stories[i * 40 : (i + 1) * 40], 24, tokenizer=tokenizer) for i in range(3)
+        make_windows(stories[i * 40 : (i + 1) * 40], n_ctx=24, tokenizer=tokenizer)
+        for i in range(3)
     ]
-    assert_same(got, corpus_stats(torch.cat(per_file), len(tokenizer), progress=False))
+    assert_same(got, corpus_stats(torch.cat(per_file), d_vocab=len(tokenizer), progress=False))
     assert got.metadata["tokenizer_vocab_hash"]
 
 
@@ -126,16 +131,16 @@ def test_kept_vocabulary_and_shuffled_shards(cluster, tmp_path):
         np.save(files[-1], part.numpy())
     kept = [5, 0, 17, 3, 250, 1, 42, 9, 2, 77]  # not sorted: the order is the matrices' order
     for vocab in (kept, 25):
-        reference = corpus_stats(windows, d_vocab, vocab=vocab, progress=False)
+        reference = corpus_stats(windows, d_vocab=d_vocab, vocab=vocab, progress=False)
         shards = plan_shards(files)
         random.Random(3).shuffle(shards)
         assert [s.path for s in shards] != [str(f) for f in files]
-        got = ray_stats(shards, d_vocab, vocab=vocab, progress=False)
+        got = ray_stats(shards, d_vocab=d_vocab, vocab=vocab, progress=False)
         assert_same(got, reference)
     # the restricted definitions of Q̄/Δ travel to the workers too
     options = {"q_targets": "one-hot", "last_target": "paper-code"}
-    reference = corpus_stats(windows, d_vocab, vocab=kept, progress=False, **options)
-    got = ray_stats(plan_shards(files), d_vocab, vocab=kept, progress=False, **options)
+    reference = corpus_stats(windows, d_vocab=d_vocab, vocab=kept, progress=False, **options)
+    got = ray_stats(plan_shards(files), d_vocab=d_vocab, vocab=kept, progress=False, **options)
     assert_same(got, reference)
     assert got.metadata["q_targets"] == "one-hot" and got.metadata["last_target"] == "paper-code"
 
@@ -146,14 +151,14 @@ def test_datasets_and_parquet_folders(cluster, tmp_path):
     import pyarrow as pa
 
     windows = zipf_windows(150, 17, 80, seed=2)
-    reference = corpus_stats(windows, 80, progress=False)
+    reference = corpus_stats(windows, d_vocab=80, progress=False)
     dataset = datasets.Dataset.from_dict({"input_ids": windows.tolist()})
-    assert_same(ray_stats(dataset, 80, num_shards=7, progress=False), reference)
+    assert_same(ray_stats(dataset, d_vocab=80, num_shards=7, progress=False), reference)
     folder = tmp_path / "parquet"
     folder.mkdir()
     for i, part in enumerate(windows.split(50)):
         pq.write_table(pa.table({"input_ids": part.tolist()}), folder / f"p{i}.parquet")
-    assert_same(ray_stats(folder, 80, progress=False), reference)
+    assert_same(ray_stats(folder, d_vocab=80, progress=False), reference)
 
 
 @dataclass(frozen=True)
@@ -193,7 +198,7 @@ def test_a_worker_killed_in_each_pass_is_retried_exactly(cluster, tmp_path, stor
     killer = threading.Thread(target=kill_when_ready, args=(calls, stop, killed))
     killer.start()
     try:
-        got = ray_stats(shards, len(tokenizer), progress=False)
+        got = ray_stats(shards, d_vocab=len(tokenizer), progress=False)
     finally:
         stop.set()
         killer.join()
@@ -212,7 +217,7 @@ def test_a_bad_shard_fails_the_run_in_one_line_naming_it(cluster, tmp_path):
     for name, message in (("bad.npy", "token id 50"), ("broken.npy", "broken.npy")):
         files = [tmp_path / "good.npy", tmp_path / name, tmp_path / "good.npy"]
         with pytest.raises(LeadTermsError, match=message) as err:
-            ray_stats(files, 50, progress=False)
+            ray_stats(files, d_vocab=50, progress=False)
         text = str(err.value)
         assert "\n" not in text and f"shard {tmp_path / name}" in text
         assert not isinstance(err.value, ray.exceptions.RayError)
@@ -227,13 +232,13 @@ def test_cli_stats_on_ray(cluster, tmp_path):
     out = tmp_path / "s.safetensors"
     args = ["stats", str(tmp_path / "w.npy"), "-o", str(out), "--d-vocab", "40", "--quiet"]
     assert main([*args, "--ray", "local:2"]) == 0
-    assert_same(CorpusStats.load(out), corpus_stats(windows, 40, progress=False))
+    assert_same(CorpusStats.load(out), corpus_stats(windows, d_vocab=40, progress=False))
 
     small = tmp_path / "small.safetensors"
     options = ["--dtype", "float32", "--only", "B_bar", "Phi_bar", "--keep", "20"]
     assert main([*args[:3], str(small), *args[4:], *options, "--ray", "local:2"]) == 0
     got = CorpusStats.load(small)
-    want = corpus_stats(windows, 40, vocab=20, want=("B_bar", "Phi_bar"), progress=False)
+    want = corpus_stats(windows, d_vocab=40, vocab=20, want=("B_bar", "Phi_bar"), progress=False)
     assert got.dtype == torch.float32 and got.metadata["statistics"] == ["B_bar", "Phi_bar"]
     torch.testing.assert_close(got.Phi_bar, want.Phi_bar.float(), rtol=0, atol=1e-7)
     assert main([*args, "--ray", "local:2", "--accumulate-dtype", "float32"]) == 2

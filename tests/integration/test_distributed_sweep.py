@@ -24,7 +24,7 @@ def series(tmp_path_factory):
     train_neox_series(out, n_stories=60, vocab_size=120, n_ctx=16, d_model=16, n_layers=2,
                       n_heads=2, steps=16, batch_size=8, lr=3e-3, progress=False)  # fmt: skip
     d_vocab = json.loads((out / "series.json").read_text())["d_vocab"]
-    return out, corpus_stats(load_windows(out), d_vocab, progress=False)
+    return out, corpus_stats(load_windows(out), d_vocab=d_vocab, progress=False)
 
 
 SERIES_STEPS = [0, 1, 2, 4, 8, 16]
@@ -57,9 +57,16 @@ def test_a_ray_sweep_with_null_and_intervals_equals_the_local_sweep(cluster, ser
     from tl_leadterms.checkpoints.sweep import sweep
 
     folder, stats = series
-    blocks = block_stats(load_windows(folder), stats.d_vocab, blocks=3, progress=False)
-    options = {"steps": [0, 16], "analyses": ("decompose", "covariance"), "null": 3, "ci": 0.9,
-               "bootstrap": 2, "seed": 4, "progress": False}  # fmt: skip
+    blocks = block_stats(load_windows(folder), d_vocab=stats.d_vocab, blocks=3, progress=False)
+    options = {
+        "checkpoint_steps": [0, 16],
+        "analyses": ("decompose", "covariance"),
+        "null": 3,
+        "ci": 0.9,
+        "bootstrap": 2,
+        "seed": 4,
+        "progress": False,
+    }
     local = sweep(folder, blocks, **options)
     got = sweep(folder, blocks, executor="ray", **options)
     assert_same_rows(got, local)
@@ -156,7 +163,7 @@ def test_cli_sweep_on_ray(cluster, series, tmp_path):
     out = tmp_path / "table.csv"
     args = ["sweep", str(folder), str(tmp_path / "s.safetensors"), "--steps", "2", "16"]
     assert main([*args, "--out", str(out), "--quiet", "--ray", "local:2"]) == 0
-    local = sweep(folder, stats, analyses="decompose", steps=[2, 16], progress=False)
+    local = sweep(folder, stats, analyses="decompose", checkpoint_steps=[2, 16], progress=False)
     table = pd.read_csv(out)
     assert list(table["checkpoint"]) == [r["checkpoint"] for r in local.rows]
     assert list(table["score"]) == [r["score"] for r in local.rows]
@@ -172,14 +179,21 @@ def test_cli_sweep_on_ray_with_intervals_from_a_block_file(cluster, series, tmp_
     from tl_leadterms.cli import main
 
     folder, stats = series
-    blocks = block_stats(load_windows(folder), stats.d_vocab, blocks=4, progress=False)
+    blocks = block_stats(load_windows(folder), d_vocab=stats.d_vocab, blocks=4, progress=False)
     blocks.save(tmp_path / "b.safetensors")
     out = tmp_path / "table.csv"
     args = ["sweep", str(folder), str(tmp_path / "b.safetensors"), "--steps", "2", "16",
             "--ci", "0.9", "--bootstrap", "5", "--out", str(out), "--quiet"]  # fmt: skip
     assert main([*args, "--ray", "local:2"]) == 0
-    local = sweep(folder, BlockStats.load(tmp_path / "b.safetensors"), analyses="decompose",
-                  steps=[2, 16], ci=0.9, bootstrap=5, progress=False).to_pandas()  # fmt: skip
+    local = sweep(
+        folder,
+        BlockStats.load(tmp_path / "b.safetensors"),
+        analyses="decompose",
+        checkpoint_steps=[2, 16],
+        ci=0.9,
+        bootstrap=5,
+        progress=False,
+    ).to_pandas()
     table = pd.read_csv(out)
     assert list(table["score"]) == list(local["score"]) and table["lo"].notna().any()
     for column in ("value", "lo", "hi", "corrected"):

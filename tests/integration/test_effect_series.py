@@ -27,7 +27,7 @@ def series(tmp_path_factory):
 @pytest.fixture(scope="module")
 def stats(series):
     d_vocab = json.loads((series / "series.json").read_text())["d_vocab"]
-    return corpus_stats(load_windows(series), d_vocab, progress=False)
+    return corpus_stats(load_windows(series), d_vocab=d_vocab, progress=False)
 
 
 @pytest.fixture(scope="module")

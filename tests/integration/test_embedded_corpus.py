@@ -10,8 +10,8 @@ from tl_leadterms.data import PLANTED, generate_stories, train_word_tokenizer
 def corpus():
     stories = generate_stories(2000, seed=0)
     tokenizer = train_word_tokenizer(stories, 1500)
-    windows = make_windows(stories, 64, tokenizer=tokenizer)
-    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
+    windows = make_windows(stories, n_ctx=64, tokenizer=tokenizer)
+    stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
     return stats, tokenizer
 
 
@@ -23,24 +23,24 @@ def names(neighbours):
 def test_planted_nouns_are_the_top_bigrams(corpus, adjective):
     stats, _ = corpus
     planted = PLANTED["bigram"][adjective]
-    top = names(stats.top("B_bar", adjective, k=len(planted)))
+    top = names(stats.top("B_bar", adjective, n=len(planted)))
     assert set(top) == set(planted), f"{adjective}: top {top}, planted {planted}"
 
 
 def test_red_is_followed_by_the_papers_nouns(corpus):
     stats, _ = corpus
-    top5 = names(stats.top("bigram", "red", k=5))
+    top5 = names(stats.top("bigram", "red", n=5))
     assert {"ball", "car", "dress", "balloon", "truck"} <= set(top5)
 
 
 def test_she_is_interchangeable_with_he(corpus):
     stats, _ = corpus
-    assert "she" in names(stats.top("Sigma_B", "he", k=5))
+    assert "she" in names(stats.top("Sigma_B", "he", n=5))
 
 
 def test_pond_is_context_of_fish(corpus):
     stats, _ = corpus
-    assert "pond" in names(stats.top("Phi_bar", "fish", k=10))
+    assert "pond" in names(stats.top("Phi_bar", "fish", n=10))
 
 
 def test_provenance_records_the_tokenizer(corpus):
@@ -53,12 +53,12 @@ def test_windows_from_a_text_dataset_match_the_list_path(corpus):
     datasets = pytest.importorskip("datasets")
     _, tokenizer = corpus
     stories = generate_stories(50, seed=3)
-    from_list = make_windows(stories, 32, tokenizer=tokenizer)
+    from_list = make_windows(stories, n_ctx=32, tokenizer=tokenizer)
     from_dataset = make_windows(
-        datasets.Dataset.from_dict({"text": stories}), 32, tokenizer=tokenizer
+        datasets.Dataset.from_dict({"text": stories}), n_ctx=32, tokenizer=tokenizer
     )
     assert from_list.equal(from_dataset)
-    truncated = make_windows(stories, 32, tokenizer=tokenizer, mode="truncate")
+    truncated = make_windows(stories, n_ctx=32, tokenizer=tokenizer, mode="truncate")
     assert truncated.shape == (50, 33)  # every story is longer than 33 tokens
 
 
@@ -68,7 +68,7 @@ def test_loading_with_another_tokenizer_is_refused(corpus, tmp_path):
     stats, tokenizer = corpus
     path = tmp_path / "stats.safetensors"
     stats.save(path)
-    assert CorpusStats.load(path, tokenizer=tokenizer).top("bigram", "red", k=1)
+    assert CorpusStats.load(path, tokenizer=tokenizer).top("bigram", "red", n=1)
     other = train_word_tokenizer(generate_stories(100, seed=9), 300)
     with pytest.raises(LeadTermsError, match="vocabulary differs"):
         CorpusStats.load(path, tokenizer=other)

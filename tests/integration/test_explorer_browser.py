@@ -31,9 +31,9 @@ def saved(tmp_path_factory):
 
     stories = generate_stories(200, seed=3)
     tokenizer = train_word_tokenizer(stories, 300)
-    windows = make_windows(stories, 16, tokenizer=tokenizer)[:64]
-    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
-    model = paper_model(len(tokenizer), 16, 2, tokenizer=tokenizer)
+    windows = make_windows(stories, n_ctx=16, tokenizer=tokenizer)[:64]
+    stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = paper_model(d_vocab=len(tokenizer), n_ctx=16, n_layers=2, tokenizer=tokenizer)
     train(model, windows, lr=1.0, steps=4, progress=False)
     explorer = explore(model, stats, TEXT, lr=1.0, steps=4, words=["he"], null=9,
                        title="explorer <test> & page")  # fmt: skip
@@ -74,7 +74,7 @@ def test_click_a_head_and_type_a_word(saved):
         assert page.locator("tr.tl-pair").count() >= 4  # model and theory pairs, W and value
         page.fill("#tl-word", "red")
         items = page.locator('ul.tl-assoc[data-kind="bigram"] li .tl-token').all_text_contents()
-        top = stats.top("bigram", "red", k=8)
+        top = stats.top("bigram", "red", n=8)
         assert items == [n.token for n in top] and len(items) == 8
         assert page.locator("#tl-word-text span").count() == len(explorer.data["summary"]["tokens"])
         shot = page.screenshot(full_page=True)

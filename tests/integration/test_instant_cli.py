@@ -85,7 +85,7 @@ def test_top_reads_a_statistics_file_without_transformer_lens(tmp_path):
     gen = torch.Generator().manual_seed(0)
     windows = torch.randint(0, 12, (16, 9), generator=gen)
     path = tmp_path / "s.safetensors"
-    corpus_stats(windows, 12, progress=False).save(path)
+    corpus_stats(windows, d_vocab=12, progress=False).save(path)
     for matrix in ("bigram", "context"):
         out, imported = _run(["top", str(path), "3", "5", "--matrix", matrix, "-k", "3"], tmp_path)
         lines = out.strip().splitlines()

@@ -26,7 +26,7 @@ def series(tmp_path_factory):
 def stats_and_held(series):
     windows = load_windows(series)
     d_vocab = json.loads((series / "series.json").read_text())["d_vocab"]
-    stats = corpus_stats(windows[:-8], d_vocab, vocab=60, progress=False)
+    stats = corpus_stats(windows[:-8], d_vocab=d_vocab, vocab=60, progress=False)
     return stats, windows[-8:, :-1]
 
 

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from tests.conftest import unchecked
 from tests.factories import HookedTransformer
 from tl_leadterms.analyzers.bootstrap import BootstrapSpec
 from tl_leadterms.analyzers.covariance import covariance_similarity
@@ -44,7 +45,7 @@ def series(tmp_path_factory):
 @pytest.fixture(scope="module")
 def stats(series):
     d_vocab = json.loads((series / "series.json").read_text())["d_vocab"]
-    return corpus_stats(load_windows(series), d_vocab, progress=False)
+    return corpus_stats(load_windows(series), d_vocab=d_vocab, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +110,19 @@ def test_model_pairs_and_step_filter(series, stats, table):
     pairs = [(label, load_model(folder)) for label, _, folder in load_series(series)]
     got = sweep(pairs[:3], stats, analyses="decompose", progress=False)
     assert got.rows == [r for r in table.rows if r["checkpoint"] in ("step0", "step1", "step2")]
-    kept = sweep(load_series(series), stats, analyses="decompose", steps=[2, 16], progress=False)
+    kept = sweep(
+        load_series(series), stats, analyses="decompose", checkpoint_steps=[2, 16], progress=False
+    )
     assert kept.checkpoints == ["step2", "step16"]
+
+
+def test_steps_is_the_leading_terms_step_count_never_a_checkpoint_list(series, stats):
+    # steps= reaches the analyses (decompose's own rule answers: steps needs lr) ...
+    with pytest.raises(LeadTermsError, match="steps=3 needs lr"):
+        sweep(series, stats, analyses="decompose", checkpoint_steps=[2], steps=3, progress=False)
+    # ... and the former checkpoint list is refused, naming the keyword that replaced it
+    with pytest.raises(LeadTermsError, match=r"checkpoint_steps=\[0, 2\]"):
+        sweep(series, stats, analyses="decompose", steps=[0, 2], progress=False)
 
 
 def test_callable_and_covariance(series, stats):
@@ -181,7 +193,7 @@ def test_resume_after_interruption(series, stats, tmp_path):
 
 def test_torn_last_line_is_ignored_and_reported(series, stats, tmp_path):
     path = tmp_path / "sweep.jsonl"
-    sweep(series, stats, analyses=[("probe", _Probe(), {})], results=path, steps=[0, 1])
+    sweep(series, stats, analyses=[("probe", _Probe(), {})], results=path, checkpoint_steps=[0, 1])
     with open(path, "a") as f:
         f.write('{"checkpoint": "step2", "rows": [{"lay')  # a write cut short
     probe = _Probe()
@@ -202,7 +214,9 @@ def test_pythia_name_uses_checkpoint_value(series, stats, monkeypatch):
         return load_model(series / f"step{checkpoint_value}")
 
     monkeypatch.setattr(HookedTransformer, "from_pretrained", fake_from_pretrained)
-    got = sweep("pythia-14m", stats, steps=[0, 4, 16], analyses="decompose", progress=False)
+    got = sweep(
+        "pythia-14m", stats, checkpoint_steps=[0, 4, 16], analyses="decompose", progress=False
+    )
     assert calls == [("pythia-14m", 0, "cpu"), ("pythia-14m", 4, "cpu"), ("pythia-14m", 16, "cpu")]
     assert got.checkpoints == ["step0", "step4", "step16"]
     assert [r["step"] for r in got.rows if r["score"] == "cos_W_O"] == [0, 4, 16]
@@ -231,13 +245,15 @@ def test_bad_inputs(series, stats, tmp_path):
     with pytest.raises(LeadTermsError, match="normalise"):
         sweep(series, stats, analyses="decompose", normalise="both", progress=False)
     with pytest.raises(LeadTermsError, match="CorpusStats"):
-        sweep(series, {"B_bar": 0}, progress=False)
+        unchecked(sweep)(series, {"B_bar": 0}, progress=False)
     with pytest.raises(LeadTermsError, match="no checkpoint for steps"):
-        sweep(series, stats, analyses="decompose", steps=[3], progress=False)
+        sweep(series, stats, analyses="decompose", checkpoint_steps=[3], progress=False)
     path = tmp_path / "r.jsonl"
-    sweep(series, stats, analyses=[("probe", _Probe(), {})], steps=[0], results=path)
+    sweep(series, stats, analyses=[("probe", _Probe(), {})], checkpoint_steps=[0], results=path)
     with pytest.raises(LeadTermsError, match="other settings"):
-        sweep(series, stats, analyses="decompose", steps=[0], results=path, progress=False)
+        sweep(
+            series, stats, analyses="decompose", checkpoint_steps=[0], results=path, progress=False
+        )
 
 
 def test_training_writes_the_leading_terms(series, stats):
@@ -265,12 +281,12 @@ def test_results_of_other_statistics_are_not_reused(series, stats, tmp_path):
 
     path = tmp_path / "nested" / "folder" / "sweep.jsonl"  # created up front
     probe = [("probe", _Probe(), {})]
-    sweep(series, stats, analyses=probe, steps=[0], results=path, progress=False)
+    sweep(series, stats, analyses=probe, checkpoint_steps=[0], results=path, progress=False)
     windows = load_windows(series)
     other = corpus_stats(windows[: windows.shape[0] // 2], d_vocab=stats.d_vocab, progress=False)
     other.n_sequences = stats.n_sequences  # the same shape as far as a shape check can see
     with pytest.raises(LeadTermsError, match="other settings"):
-        sweep(series, other, analyses=probe, steps=[0], results=path, progress=False)
+        sweep(series, other, analyses=probe, checkpoint_steps=[0], results=path, progress=False)
 
 
 # -- null baselines and bootstrap intervals: each checkpoint's columns are decompose's and
@@ -292,8 +308,15 @@ def by_key(table):
 
 
 def test_null_columns_equal_decompose_and_covariance_on_each_checkpoint(series, stats):
-    got = sweep(series, stats, steps=[0, 16], analyses=("decompose", "covariance"), null=4,
-                seed=3, progress=False)  # fmt: skip
+    got = sweep(
+        series,
+        stats,
+        checkpoint_steps=[0, 16],
+        analyses=("decompose", "covariance"),
+        null=4,
+        seed=3,
+        progress=False,
+    )
     rows = by_key(got)
     assert got.columns()[7:11] == ["null_mean", "null_sd", "z", "p"]
     assert {"excess", "excess_share", "q"} <= set(got.columns())
@@ -314,7 +337,7 @@ def test_null_columns_equal_decompose_and_covariance_on_each_checkpoint(series, 
             for column in ("value", "null_mean", "null_sd", "z", "p"):
                 assert same(row[column], r[column]), (label, r["score"], column)
     # the permutations are drawn once per seed: seed 3 is not seed 0
-    other = by_key(sweep(series, stats, steps=[16], analyses="covariance", null=4,
+    other = by_key(sweep(series, stats, checkpoint_steps=[16], analyses="covariance", null=4,
                          progress=False))  # fmt: skip
     key = ("step16", "covariance", "value_post", 0, None)
     assert other[key]["value"] == rows[key]["value"]
@@ -324,8 +347,8 @@ def test_null_columns_equal_decompose_and_covariance_on_each_checkpoint(series, 
 
 def test_intervals_from_block_statistics(series, stats):
     d_vocab = json.loads((series / "series.json").read_text())["d_vocab"]
-    blocks = block_stats(load_windows(series), d_vocab, blocks=4, progress=False)
-    got = sweep(series, blocks, steps=[16], analyses=("decompose", "covariance"), null=3,
+    blocks = block_stats(load_windows(series), d_vocab=d_vocab, blocks=4, progress=False)
+    got = sweep(series, blocks, checkpoint_steps=[16], analyses=("decompose", "covariance"), null=3,
                 ci=0.9, bootstrap=3, seed=1, progress=False)  # fmt: skip
     rows = by_key(got)
     assert got.columns()[7:14] == [*EXTRA, "corrected"]
@@ -342,16 +365,16 @@ def test_intervals_from_block_statistics(series, stats):
     df = got.to_pandas()
     assert list(df.columns[7:14]) == [*EXTRA, "corrected"] and df["lo"].notna().any()
     with pytest.raises(LeadTermsError, match="needs statistics kept per block"):
-        sweep(series, stats, steps=[16], ci=0.9, progress=False)
+        sweep(series, stats, checkpoint_steps=[16], ci=0.9, progress=False)
 
 
 def test_a_resumed_null_sweep_keeps_its_columns_and_refuses_other_options(series, stats,
                                                                           tmp_path):  # fmt: skip
     path = tmp_path / "sweep.jsonl"
     options = {"analyses": "covariance", "null": 3, "seed": 2, "progress": False}
-    fresh = sweep(series, stats, steps=[0, 1, 2], **options)
-    sweep(series, stats, steps=[0, 1], results=path, **options)
-    resumed = sweep(series, stats, steps=[0, 1, 2], results=path, **options)
+    fresh = sweep(series, stats, checkpoint_steps=[0, 1, 2], **options)
+    sweep(series, stats, checkpoint_steps=[0, 1], results=path, **options)
+    resumed = sweep(series, stats, checkpoint_steps=[0, 1, 2], results=path, **options)
     assert resumed.metadata["status"] == {"step0": "loaded", "step1": "loaded",
                                           "step2": "computed"}  # fmt: skip
     assert [list(r) for r in resumed.rows] == [list(r) for r in fresh.rows]
@@ -367,16 +390,16 @@ def test_a_resumed_null_sweep_keeps_its_columns_and_refuses_other_options(series
                          "'reference': None}, this sweep no such setting"),
     ):  # fmt: skip
         with pytest.raises(LeadTermsError, match="other settings") as err:
-            sweep(series, stats, steps=[0], results=path, **{**options, **other})
+            sweep(series, stats, checkpoint_steps=[0], results=path, **{**options, **other})
         assert named in str(err.value)
 
 
 def test_bad_null_options(series, stats):
     with pytest.raises(LeadTermsError, match="null permutations must be an integer >= 2"):
-        sweep(series, stats, steps=[0], null=1, progress=False)
+        sweep(series, stats, checkpoint_steps=[0], null=1, progress=False)
     with pytest.raises(LeadTermsError, match="with its own seed"):
-        sweep(series, stats, steps=[0], null=NullSpec(4, seed=1), seed=2, progress=False)
+        sweep(series, stats, checkpoint_steps=[0], null=NullSpec(4, seed=1), seed=2, progress=False)
     with pytest.raises(LeadTermsError, match="seed must be an integer >= 0"):
-        sweep(series, stats, steps=[0], null=4, seed=-1, progress=False)
+        sweep(series, stats, checkpoint_steps=[0], null=4, seed=-1, progress=False)
     with pytest.raises(LeadTermsError, match="confidence level"):
-        sweep(series, stats, steps=[0], ci=1.5, progress=False)
+        sweep(series, stats, checkpoint_steps=[0], ci=1.5, progress=False)

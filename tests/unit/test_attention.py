@@ -57,7 +57,7 @@ def test_prediction_equals_plain_formula(corpus, kept):
 
 def test_trained_paper_model_agrees_and_random_does_not(corpus):
     tokens, stats = corpus
-    model = paper_model(V, T, 2, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=2, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=8, progress=False)  # early: W = c·Q̄ to ~1e-4
     inputs = tokens[:60, :T]
     agreement = attention_agreement(model, stats, inputs, lr=0.5, steps=8, progress=False)
@@ -74,7 +74,7 @@ def test_trained_paper_model_agrees_and_random_does_not(corpus):
     assert (departure - (predicted - uniform)).norm() < 0.05 * departure.norm()
     fitted = attention_agreement(model, stats, inputs, progress=False)
     assert fitted.row(0)["js_divergence"] <= agreement.row(0)["js_divergence"] * (1 + 1e-9)
-    random = paper_model(V, T, 2, dtype=torch.float64)
+    random = paper_model(d_vocab=V, n_ctx=T, n_layers=2, dtype=torch.float64)
     with torch.no_grad():
         for p in random.parameters():
             p.copy_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(3)))
@@ -176,7 +176,9 @@ def test_bad_input(corpus):
     with pytest.raises(LeadTermsError, match="CorpusStats"):
         unchecked(predict_attention)("stats", tokens[:1, :T], scale=1.0)
     with pytest.raises(LeadTermsError, match="d_vocab=25"):
-        attention_agreement(paper_model(25, T, 1), stats, tokens[:2, :T], progress=False)
+        attention_agreement(
+            paper_model(d_vocab=25, n_ctx=T, n_layers=1), stats, tokens[:2, :T], progress=False
+        )
     logits = F.one_hot(tokens[:1, :3], V)  # integers are fine, floats are not
     with pytest.raises(LeadTermsError, match="integer"):
         unchecked(predict_attention)(stats, logits.float()[0], scale=1.0)

@@ -15,7 +15,7 @@ V, T = 16, 8
 def setting():
     tokens = markov_tokens(100, T + 1, V, seed=3)
     stats = corpus_stats(tokens, d_vocab=V, vocab=12, progress=False)
-    model = paper_model(V, T, 2, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=2, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=6, progress=False)
     return tokens[:24, :T], stats, model
 

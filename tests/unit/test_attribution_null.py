@@ -66,7 +66,7 @@ def test_character_rule():
 def setting():
     tokens = markov_tokens(100, T + 1, V, seed=3)
     stats = corpus_stats(tokens, d_vocab=V, progress=False)
-    model = paper_model(V, T, L, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=L, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=6, progress=False)
     return tokens, stats, model
 

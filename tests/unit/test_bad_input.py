@@ -33,7 +33,7 @@ stats_of = unchecked(corpus_stats)
 )
 def test_bad_tokens(tokens, match):
     with pytest.raises(LeadTermsError, match=match):
-        stats_of(tokens, 9, progress=False)
+        stats_of(tokens, d_vocab=9, progress=False)
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_bad_tokens(tokens, match):
 def test_bad_vocab(vocab, match):
     tokens = torch.randint(0, 9, (4, 6))
     with pytest.raises(LeadTermsError, match=match):
-        stats_of(tokens, 9, vocab=vocab, progress=False)
+        stats_of(tokens, d_vocab=9, vocab=vocab, progress=False)
 
 
 @pytest.mark.parametrize(
@@ -72,11 +72,11 @@ def test_dataset_without_input_ids():
     datasets = pytest.importorskip("datasets")
     ds = datasets.Dataset.from_dict({"text": ["a b", "c d"]})
     with pytest.raises(LeadTermsError, match=r"no 'input_ids' column"):
-        stats_of(ds, 9, progress=False)
+        stats_of(ds, d_vocab=9, progress=False)
 
 
 def test_top_errors():
-    s = corpus_stats(torch.randint(0, 9, (4, 6)), 9, vocab=[1, 2, 3], progress=False)
+    s = corpus_stats(torch.randint(0, 9, (4, 6)), d_vocab=9, vocab=[1, 2, 3], progress=False)
     with pytest.raises(LeadTermsError, match=r"token id 5 is not in the kept vocabulary"):
         s.top("B_bar", 5)
     with pytest.raises(LeadTermsError, match=r"token id 20 is outside \[0, d_vocab=9\)"):
@@ -89,19 +89,19 @@ def test_top_errors():
 
 def test_make_windows_modes_and_errors():
     docs = [[1, 2, 3, 4, 5, 6, 7], [8, 9], [10, 11, 12, 13]]
-    chunked = make_windows(docs, 3, eos_id=0)
+    chunked = make_windows(docs, n_ctx=3, eos_id=0)
     assert chunked.tolist() == [[1, 2, 3, 4], [5, 6, 7, 0], [8, 9, 0, 10], [11, 12, 13, 0]]
-    assert make_windows(docs, 3, mode="truncate").tolist() == [[1, 2, 3, 4], [10, 11, 12, 13]]
-    assert make_windows(docs, 1, max_windows=2).tolist() == [[1, 2], [3, 4]]
+    assert make_windows(docs, n_ctx=3, mode="truncate").tolist() == [[1, 2, 3, 4], [10, 11, 12, 13]]
+    assert make_windows(docs, n_ctx=1, max_windows=2).tolist() == [[1, 2], [3, 4]]
     assert chunked.dtype == torch.int64
     with pytest.raises(LeadTermsError, match=r"no window of 9 tokens could be made from 3"):
-        make_windows(docs, 8, mode="truncate")
+        make_windows(docs, n_ctx=8, mode="truncate")
     with pytest.raises(LeadTermsError, match=r"mode='slide' is not one of"):
-        unchecked(make_windows)(docs, 3, mode="slide")
+        unchecked(make_windows)(docs, n_ctx=3, mode="slide")
     with pytest.raises(LeadTermsError, match=r"n_ctx must be an int >= 1"):
-        unchecked(make_windows)(docs, 0)
+        unchecked(make_windows)(docs, n_ctx=0)
     with pytest.raises(LeadTermsError, match=r"documents are texts: pass tokenizer="):
-        make_windows(["some text"], 3)
+        make_windows(["some text"], n_ctx=3)
 
 
 @pytest.mark.parametrize("bad", [[[5, 400000, 3]], [[1, -2, 3]], [[0.5, 1.0, 2.0]]])
@@ -141,7 +141,7 @@ def test_passes_that_read_different_windows_are_refused():
             return iter(batches[: 3 - self.calls])
 
     with pytest.raises(LeadTermsError, match=r"8 windows in pass one but 4 in pass two"):
-        stats_of(Shrinking(), 9, progress=False)
+        stats_of(Shrinking(), d_vocab=9, progress=False)
 
 
 def test_large_user_batches_are_split():
@@ -154,8 +154,8 @@ def test_large_user_batches_are_split():
 
 def test_empty_batches_are_skipped():
     tokens = torch.randint(0, 9, (4, 6))
-    a = corpus_stats([tokens[:2], [], tokens[2:]], 9, progress=False)
-    b = corpus_stats(tokens, 9, progress=False)
+    a = corpus_stats([tokens[:2], [], tokens[2:]], d_vocab=9, progress=False)
+    b = corpus_stats(tokens, d_vocab=9, progress=False)
     torch.testing.assert_close(a.Q_bar, b.Q_bar)
 
 
@@ -169,18 +169,18 @@ def test_empty_batches_are_skipped():
 )
 def test_make_windows_rejects_malformed_documents(docs, match):
     with pytest.raises(LeadTermsError, match=match):
-        make_windows(docs, 2, eos_id=0)
+        make_windows(docs, n_ctx=2, eos_id=0)
 
 
 def test_vocab_accepts_ordered_iterables_and_refuses_sets():
     tokens = torch.randint(0, 9, (4, 6))
-    as_list = corpus_stats(tokens, 9, vocab=[4, 2, 7], progress=False)
+    as_list = corpus_stats(tokens, d_vocab=9, vocab=[4, 2, 7], progress=False)
     for form in (iter([4, 2, 7]), torch.tensor([4, 2, 7]), np.array([4, 2, 7]), (4, 2, 7)):
-        other = corpus_stats(tokens, 9, vocab=form, progress=False)
+        other = corpus_stats(tokens, d_vocab=9, vocab=form, progress=False)
         assert other.kept.tolist() == [4, 2, 7]
         torch.testing.assert_close(other.Q_bar, as_list.Q_bar)
     with pytest.raises(LeadTermsError, match=r"vocab is a set, which has no order"):
-        stats_of(tokens, 9, vocab={4, 2, 7}, progress=False)
+        stats_of(tokens, d_vocab=9, vocab={4, 2, 7}, progress=False)
 
 
 def test_a_kept_vocab_object_is_checked_like_a_list(tmp_path):
@@ -189,21 +189,23 @@ def test_a_kept_vocab_object_is_checked_like_a_list(tmp_path):
 
     tokens = torch.randint(0, 3, (2, 5))
     with pytest.raises(LeadTermsError, match=r"token id -1, outside"):
-        stats_of(tokens, 3, vocab=KeptVocab(3, torch.tensor([-1, 0]), 3), progress=False)
+        stats_of(tokens, d_vocab=3, vocab=KeptVocab(3, torch.tensor([-1, 0]), 3), progress=False)
     with pytest.raises(LeadTermsError, match=r"lists token id 1 2 times"):
-        stats_of(tokens, 3, vocab=KeptVocab(3, torch.tensor([1, 1]), 3), progress=False)
+        stats_of(tokens, d_vocab=3, vocab=KeptVocab(3, torch.tensor([1, 1]), 3), progress=False)
     with pytest.raises(LeadTermsError, match=r"centre_vocab=7 disagrees"):
-        stats_of(tokens, 3, vocab=resolve_vocab([0, 1], 3), centre_vocab=7, progress=False)
+        stats_of(tokens, d_vocab=3, vocab=resolve_vocab([0, 1], 3), centre_vocab=7, progress=False)
     int32_ids = KeptVocab(3, torch.tensor([2, 0], dtype=torch.int32), 3)
-    s = corpus_stats(tokens, 3, vocab=int32_ids, progress=False)
+    s = corpus_stats(tokens, d_vocab=3, vocab=int32_ids, progress=False)
     s.save(tmp_path / "s.safetensors")
     assert CorpusStats.load(tmp_path / "s.safetensors").kept.tolist() == [2, 0]
 
 
 def test_numpy_integer_sizes_and_a_leading_empty_batch(tmp_path):
     tokens = torch.randint(0, 3, (2, 5))
-    stats_of(tokens, np.int64(3), progress=False).save(tmp_path / "s.safetensors")  # as users run
-    assert corpus_stats([[], tokens.tolist()], 3, progress=False).n_sequences == 2
+    stats_of(tokens, d_vocab=np.int64(3), progress=False).save(
+        tmp_path / "s.safetensors"
+    )  # as users run
+    assert corpus_stats([[], tokens.tolist()], d_vocab=3, progress=False).n_sequences == 2
 
 
 def test_accumulators_refuse_non_float_dtypes():

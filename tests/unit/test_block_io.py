@@ -19,7 +19,7 @@ FILE_TABLES = (*TABLES, "windows")  # format version 2 keeps each block's window
 @pytest.fixture(scope="module", params=[None, 7], ids=["all", "kept7"])
 def blocks(request):
     tokens = markov_tokens(60, T + 1, V, seed=3)
-    return block_stats(tokens, V, blocks=4, vocab=request.param, progress=False)
+    return block_stats(tokens, d_vocab=V, blocks=4, vocab=request.param, progress=False)
 
 
 def _block_tables(blocks, b):

@@ -35,9 +35,9 @@ def _windows(tokens, blocks, weights):
 
 @pytest.mark.parametrize("vocab", [None, 7])
 def test_full_equals_corpus_stats(tokens, vocab):
-    blocks = block_stats(tokens, V, blocks=6, vocab=vocab, progress=False)
+    blocks = block_stats(tokens, d_vocab=V, blocks=6, vocab=vocab, progress=False)
     kept = None if vocab is None else blocks.vocab.kept.tolist()
-    want = corpus_stats(tokens, V, vocab=kept, progress=False)
+    want = corpus_stats(tokens, d_vocab=V, vocab=kept, progress=False)
     got = blocks.full()
     assert got.n_sequences == want.n_sequences == 120
     for name in MATRICES:
@@ -49,7 +49,7 @@ def test_full_equals_corpus_stats(tokens, vocab):
 @pytest.mark.parametrize("vocab", [None, [0, 2, 3, 5, 6, 8, 9]])
 def test_resample_equals_dense_reference_of_its_windows(tokens, vocab):
     """A resample is the statistics of the drawn windows, pass two (Q̄, Δ) with its own Ḡ."""
-    blocks = block_stats(tokens, V, blocks=6, vocab=vocab, progress=False)
+    blocks = block_stats(tokens, d_vocab=V, blocks=6, vocab=vocab, progress=False)
     for seed in range(2):
         weights = blocks.draw(torch.Generator().manual_seed(seed))
         got = blocks.weighted(weights)
@@ -60,7 +60,7 @@ def test_resample_equals_dense_reference_of_its_windows(tokens, vocab):
 
 
 def test_first_order_shortcut_is_measured_against_the_exact_resample(tokens):
-    blocks = block_stats(tokens, V, blocks=6, progress=False)
+    blocks = block_stats(tokens, d_vocab=V, blocks=6, progress=False)
     full = blocks.full()
     errors, spreads = [], []
     for seed in range(4):
@@ -78,7 +78,7 @@ def test_first_order_shortcut_is_measured_against_the_exact_resample(tokens):
 
 
 def test_block_file_keeps_the_windows_and_version_1_still_loads(tokens, tmp_path):
-    blocks = block_stats(tokens, V, blocks=4, progress=False)
+    blocks = block_stats(tokens, d_vocab=V, blocks=4, progress=False)
     blocks.save(tmp_path / "b.safetensors")
     loaded = BlockStats.load(tmp_path / "b.safetensors")
     pairs = zip(loaded.windows, blocks.windows, strict=True)
@@ -97,12 +97,12 @@ def test_block_file_keeps_the_windows_and_version_1_still_loads(tokens, tmp_path
 
 @pytest.mark.hooked
 def test_weights_are_checked(tokens):
-    blocks = block_stats(tokens, V, blocks=4, progress=False)
+    blocks = block_stats(tokens, d_vocab=V, blocks=4, progress=False)
     for bad in ([1, 1, 1], [0, 0, 0, 0], [1.0, 1.0, 1.0, 1.0], [-1, 2, 1, 1]):
         with pytest.raises(LeadTermsError):
             blocks.weighted(bad)
     with pytest.raises(LeadTermsError, match="blocks"):
-        block_stats(tokens, V, blocks=1, progress=False)
+        block_stats(tokens, d_vocab=V, blocks=1, progress=False)
     with pytest.raises(LeadTermsError, match="block_stats"):
         decompose(random_attn_only(V, T, seed=0), blocks.full(), ci=0.9)
 
@@ -117,7 +117,7 @@ def _reference_interval(values, estimate, level):
 
 @pytest.mark.hooked
 def test_decompose_interval_is_the_default_bootstrap_of_plain_decompositions(tokens):
-    blocks = block_stats(tokens, V, blocks=6, vocab=8, progress=False)
+    blocks = block_stats(tokens, d_vocab=V, blocks=6, vocab=8, progress=False)
     model = random_attn_only(V, T, seed=2)
     spec = BootstrapSpec(resamples=6, seed=3)
     d = decompose(model, blocks, ci=0.8, bootstrap=spec)
@@ -134,7 +134,7 @@ def test_decompose_interval_is_the_default_bootstrap_of_plain_decompositions(tok
 
 @pytest.mark.hooked
 def test_covariance_interval_matches_plain_scores(tokens):
-    blocks = block_stats(tokens, V, blocks=6, vocab=8, progress=False)
+    blocks = block_stats(tokens, d_vocab=V, blocks=6, vocab=8, progress=False)
     model = random_attn_only(V, T, seed=2)
     spec = BootstrapSpec(resamples=5, seed=1, method="percentile")
     sim = covariance_similarity(model, blocks, ci=0.9, bootstrap=spec, per_head=True,
@@ -150,7 +150,7 @@ def test_covariance_interval_matches_plain_scores(tokens):
 
 @pytest.mark.hooked
 def test_atlas_fills_interval_from_blocks(tokens):
-    blocks = block_stats(tokens, V, blocks=5, progress=False)
+    blocks = block_stats(tokens, d_vocab=V, blocks=5, progress=False)
     atlas = head_atlas(random_attn_only(V, T, seed=1), blocks, null=None, bootstrap=4)
     assert all(r["lo"] <= r["corrected"] <= r["hi"] for r in atlas.rows)
     assert atlas.metadata["ci"]["level"] == 0.95

@@ -36,7 +36,7 @@ V, T, L = 16, 8, 2
 def setup():
     tokens = markov_tokens(48, T + 1, V, seed=3)
     stats = corpus_stats(tokens, d_vocab=V, progress=False)
-    model = paper_model(V, T, L, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=L, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=4, progress=False)
     return tokens, stats, model
 
@@ -140,7 +140,14 @@ def test_one_weight_vocabulary_in_every_result(setup):
         assert r["target"] == TERMS[r["weight"]].target.formula
     # "V" asks for the value path of whichever model
     assert decompose(embedded, stats, weights="V").rows[0]["weight"] == "V·W_O"
-    history = train(paper_model(V, T, 1), tokens, lr=0.5, steps=1, track=stats, progress=False)
+    history = train(
+        paper_model(d_vocab=V, n_ctx=T, n_layers=1),
+        tokens,
+        lr=0.5,
+        steps=1,
+        track=stats,
+        progress=False,
+    )
     assert set(history.cosines) == {"W_O", "V.0", "W.0", "P.0"}
 
 
@@ -178,7 +185,7 @@ def test_a_degenerate_statistic_gets_no_score():
     instead of a cosine of rounding noise (issue 10, case 6)."""
     tokens = torch.full((16, T + 1), 3)
     stats = corpus_stats(tokens, d_vocab=V, progress=False)
-    model = paper_model(V, T, 1, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=1, dtype=torch.float64)
     with torch.no_grad():  # a weight with a direction, so only the target can void the score
         model.blocks[0].attn.W_Q.normal_()
         model.blocks[0].attn.P.normal_()

@@ -191,7 +191,7 @@ def test_blockwise_products_and_float32(neox, kept_stats, monkeypatch):
 def test_theory_norm_is_cached_without_keeping_stats_alive():
     tokens = markov_tokens(60, T + 1, V, seed=5)  # short: a token is never a query
     s = corpus_stats(tokens, d_vocab=V, progress=False)
-    model = paper_model(V, T, 1)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=1)
     with torch.no_grad():
         model.blocks[0].attn.W_V.normal_()
     covariance_similarity(model, s, progress=False)
@@ -210,13 +210,13 @@ def test_theory_norm_is_cached_without_keeping_stats_alive():
 
 @pytest.fixture(scope="module")
 def trained(tokens):
-    model = paper_model(V, T, 2, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=2, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=8, progress=False)
     return model
 
 
 def _random_paper_model(seed: int):
-    model = paper_model(V, T, 2, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=2, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for layer in range(2):
@@ -272,7 +272,7 @@ def test_precomputed_maps_and_result_object(neox, kept_stats):
 
 
 def test_zero_map_gives_nan(stats):
-    sim = covariance_similarity(paper_model(V, T, 1), stats, progress=False)
+    sim = covariance_similarity(paper_model(d_vocab=V, n_ctx=T, n_layers=1), stats, progress=False)
     assert math.isnan(sim.value("attention", 0))  # W = 0
     assert not math.isnan(sim.value("value_post", 0))  # E_post = one-hot rows
     assert "nan" in repr(sim)
@@ -301,7 +301,7 @@ def test_bad_input(neox, stats, kept_stats, tokens):
         call(neox, stats, maps=maps, progress=False)
     with pytest.raises(LeadTermsError, match="device must be a torch device"):
         call(neox, stats, device="nowhere", progress=False)
-    broken = paper_model(V, T, 1)
+    broken = paper_model(d_vocab=V, n_ctx=T, n_layers=1)
     with torch.no_grad():
         broken.blocks[0].attn.W_Q[0, 2, 3] = float("nan")
     with pytest.raises(LeadTermsError, match="W_Q of layer 0 holds NaN"):

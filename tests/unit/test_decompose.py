@@ -28,7 +28,7 @@ def corpus():
 @pytest.fixture(scope="module")
 def trained(corpus):
     tokens, stats, _ = corpus
-    model = paper_model(V, T, L, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=L, dtype=torch.float64)
     history = train(model, tokens, lr=0.5, steps=8, track=stats, every=1, progress=False)
     return model, history
 
@@ -199,7 +199,7 @@ def test_restricted_stats_compare_kept_tokens(corpus, trained):
 
 def test_top_pairs_finds_the_planted_difference(corpus):
     tokens, stats, _ = corpus
-    model = paper_model(V, T, 1, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=1, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=2, progress=False)
     with torch.no_grad():
         model.unembed.W_U[4, 9] += 1.0
@@ -211,7 +211,7 @@ def test_top_pairs_finds_the_planted_difference(corpus):
 
 def test_ablation_ordering(corpus):
     tokens, stats, _ = corpus
-    model = paper_model(V, T, L, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=L, dtype=torch.float64)
     train(model, tokens, lr=2.0, steps=30, progress=False)
     table = ablate(model, stats, tokens, progress=False)
     base = table.original_loss
@@ -230,7 +230,7 @@ def test_ablation_ordering(corpus):
 def test_bad_input(corpus):
     tokens, stats, _ = corpus
     other = corpus_stats(torch.randint(0, V + 5, (8, T + 1)), d_vocab=V + 5, progress=False)
-    model = paper_model(V, T, L)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=L)
     with pytest.raises(LeadTermsError, match="d_vocab=29"):
         decompose(model, other)
     with pytest.raises(LeadTermsError, match="out of range"):
@@ -248,7 +248,7 @@ def test_bad_input(corpus):
     with pytest.raises(LeadTermsError, match=r"HookedTransformer|missing"):
         unchecked(decompose)(torch.nn.Linear(3, 3), stats)
     with pytest.raises(LeadTermsError, match="d_vocab=29"):
-        leading_cosines(paper_model(V, T, 1), other)
+        leading_cosines(paper_model(d_vocab=V, n_ctx=T, n_layers=1), other)
 
 
 @pytest.mark.hooked
@@ -292,7 +292,7 @@ def test_implied_s_lr_inverts_the_coefficient(weight, lr, steps):
 
 def test_reprs_and_zero_maps(corpus):
     tokens, stats, _ = corpus
-    model = paper_model(V, T, 1, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=1, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=2, progress=False)  # W and P are still zero
     with pytest.raises(LeadTermsError, match="needs lr"):
         decompose(model, stats, steps=2)  # steps without lr

@@ -171,8 +171,8 @@ def test_token_centred_null_is_the_null_of_the_token_specific_score(trained, sta
 def test_planted_token_specific_signal_has_large_specific_score_and_excess(stats):
     # a model whose value write equals the theory's Φ̄ᵀB̄ᵀ row for row: the signal is token
     # specific; a model whose rows all write one shared vector carries only the common part
-    planted = paper_model(V, T, 1)
-    common = paper_model(V, T, 1)
+    planted = paper_model(d_vocab=V, n_ctx=T, n_layers=1)
+    common = paper_model(d_vocab=V, n_ctx=T, n_layers=1)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         planted.blocks[0].attn.W_V.copy_(stats.B_bar_Phi_bar.T[None])

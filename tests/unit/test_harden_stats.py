@@ -38,7 +38,7 @@ def test_plan_counts_the_tables_alive_at_each_peak():
 def test_a_plan_over_the_available_memory_is_refused_in_one_line(monkeypatch):
     monkeypatch.setattr(memory, "available_memory", lambda: 8 * GiB)
     with pytest.raises(LeadTermsError) as err:
-        corpus_stats(windows(d_vocab=50_304), 50_304, progress=False)  # 3 tables of 20 GB
+        corpus_stats(windows(d_vocab=50_304), d_vocab=50_304, progress=False)  # 3 tables of 20 GB
     message = str(err.value)
     assert "need about 56.6 GiB" in message and "only 8.0 GiB is available" in message
     assert "--keep" in message and "--dtype float32" in message and "\n" not in message
@@ -49,7 +49,7 @@ def test_a_plan_over_the_available_memory_is_refused_in_one_line(monkeypatch):
 def test_only_b_and_phi_skip_pass_two_and_missing_ones_say_how():
     tokens = windows()
     ref = dense_corpus_stats(tokens, 12)
-    stats = corpus_stats(tokens, 12, want=("B_bar", "Phi_bar"), progress=False)
+    stats = corpus_stats(tokens, d_vocab=12, want=("B_bar", "Phi_bar"), progress=False)
     torch.testing.assert_close(stats.B_bar, ref["B_bar"])
     torch.testing.assert_close(stats.Phi_bar, ref["Phi_bar"])
     assert stats.metadata["statistics"] == ["B_bar", "Phi_bar"]
@@ -57,25 +57,25 @@ def test_only_b_and_phi_skip_pass_two_and_missing_ones_say_how():
         with pytest.raises(LeadTermsError, match=rf"no {name} .*want=None"):
             getattr(stats, name)
     with pytest.raises(LeadTermsError, match="want= names"):
-        corpus_stats(tokens, 12, want=("Q",), progress=False)
+        corpus_stats(tokens, d_vocab=12, want=("Q",), progress=False)
 
 
 def test_lazy_file_reads_only_the_table_asked_for(tmp_path):
     path = tmp_path / "s.safetensors"
-    corpus_stats(windows(), 12, progress=False).save(path)
-    loaded = CorpusStats.load(path, only=("B_bar",))
+    corpus_stats(windows(), d_vocab=12, progress=False).save(path)
+    loaded = CorpusStats.load(path, want=("B_bar",))
     assert not loaded.has("Phi_bar") and loaded.has("B_bar")
     torch.testing.assert_close(loaded.B_bar, dense_corpus_stats(windows(), 12)["B_bar"])
     partial = tmp_path / "p.safetensors"
-    corpus_stats(windows(), 12, want=("Phi_bar",), progress=False).save(partial)
-    assert CorpusStats.load(partial, only=("Phi_bar",)).Phi_bar.shape == (12, 12)
+    corpus_stats(windows(), d_vocab=12, want=("Phi_bar",), progress=False).save(partial)
+    assert CorpusStats.load(partial, want=("Phi_bar",)).Phi_bar.shape == (12, 12)
     with pytest.raises(LeadTermsError, match=r"holds no \['Q_bar'\]"):
-        CorpusStats.load(partial, only=("Q_bar",))
+        CorpusStats.load(partial, want=("Q_bar",))
 
 
 # -- 4. vocabulary hash -----------------------------------------------------------------------
 def test_token_array_stats_record_a_vocabulary_hash_of_the_ids(tmp_path):
-    kept = corpus_stats(windows(), 12, vocab=[3, 1, 4], progress=False)
+    kept = corpus_stats(windows(), d_vocab=12, vocab=[3, 1, 4], progress=False)
     assert kept.metadata["vocab_hash"] == ids_vocab_hash(12, torch.tensor([3, 1, 4]))
     assert kept.metadata["vocab_hash"] != ids_vocab_hash(12, None)
     kept.save(tmp_path / "s.safetensors")
@@ -111,7 +111,7 @@ def _flip_bit(tensors):
 )
 def test_edited_or_corrupted_files_are_refused(tmp_path, tensors, meta, match):
     path = tmp_path / "s.safetensors"
-    corpus_stats(windows(), 12, progress=False).save(path)
+    corpus_stats(windows(), d_vocab=12, progress=False).save(path)
     _rewrite(path, tensors, meta)
     with pytest.raises(LeadTermsError, match=match):
         CorpusStats.load(path)
@@ -119,12 +119,12 @@ def test_edited_or_corrupted_files_are_refused(tmp_path, tensors, meta, match):
 
 # -- 6. degenerate statistics -------------------------------------------------------------------
 def test_one_repeated_token_makes_q_and_delta_degenerate():
-    stats = corpus_stats(torch.full((16, 9), 5), 12, progress=False)
+    stats = corpus_stats(torch.full((16, 9), 5), d_vocab=12, progress=False)
     assert stats.metadata["degenerate"] == {
         "Phi_bar": False, "G_bar": False, "Q_bar": True, "Delta": True,
     }  # fmt: skip
     assert "Q̄ is zero up to rounding" in degenerate_reason(stats, "Q_bar")
-    assert degenerate_reason(corpus_stats(windows(), 12, progress=False), "Q_bar") is None
+    assert degenerate_reason(corpus_stats(windows(), d_vocab=12, progress=False), "Q_bar") is None
 
 
 def test_negligible_is_relative_to_the_scale_and_the_summing_dtype():
@@ -137,8 +137,8 @@ def test_negligible_is_relative_to_the_scale_and_the_summing_dtype():
 
 def test_top_says_a_token_never_occurred():
     tokens = windows() % 10  # ids 10 and 11 never occur
-    stats = corpus_stats(tokens, 12, progress=False)
+    stats = corpus_stats(tokens, d_vocab=12, progress=False)
     for matrix in ("bigram", "context"):
         out = stats.top(matrix, 11)  # no arbitrary score-0 neighbours: an empty list that says why
         assert len(out) == 0 and "never occurs in the corpus" in out.note
-    assert len(stats.top("bigram", 3, k=2)) == 2
+    assert len(stats.top("bigram", 3, n=2)) == 2

@@ -136,9 +136,9 @@ def _transition() -> torch.Tensor:
 def test_markov_paper_model_every_row_holds_its_estimate(one_numba_thread):
     """Issue 19's case: a paper model trained on a Markov corpus, ``decompose(ci=0.95)``."""
     tokens = _chain(_transition(), 120, 1)
-    model = paper_model(K, T, 1, dtype=torch.float64)
+    model = paper_model(d_vocab=K, n_ctx=T, n_layers=1, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=6, progress=False)
-    blocks = block_stats(tokens, K, blocks=6, progress=False)
+    blocks = block_stats(tokens, d_vocab=K, blocks=6, progress=False)
     old = decompose(model, blocks, ci=0.95, bootstrap=BootstrapSpec(20, method="basic"))
     assert sum(r["lo"] > r["cosine"] for r in old.rows) >= 3  # the defect, reproduced
     d = decompose(model, blocks, ci=0.95, bootstrap=20)
@@ -171,14 +171,14 @@ def test_default_coverage_at_a_small_size(one_numba_thread):
     ``test_markov_paper_model_every_row_holds_its_estimate``.
     """
     matrix = _transition()
-    population = corpus_stats(_chain(matrix, 20_000, 1), K, progress=False)
-    model = paper_model(K, T, 1, dtype=torch.float64)
+    population = corpus_stats(_chain(matrix, 20_000, 1), d_vocab=K, progress=False)
+    model = paper_model(d_vocab=K, n_ctx=T, n_layers=1, dtype=torch.float64)
     train(model, _chain(matrix, 2000, 10), lr=0.5, steps=6, progress=False)
     truth = torch.tensor(list(leading_cosines(model, population).values()))
     covered = {DEFAULT_METHOD: 0, "atanh": 0, "percentile": 0}
     reps = 10
     for rep in range(reps):
-        blocks = block_stats(_chain(matrix, 200, 100 + rep), K, blocks=10, progress=False)
+        blocks = block_stats(_chain(matrix, 200, 100 + rep), d_vocab=K, blocks=10, progress=False)
         estimate = torch.tensor(list(leading_cosines(model, blocks.full()).values()))
         boot = Bootstrap(blocks, 0.9, BootstrapSpec(25, seed=rep))
         draws = torch.stack([torch.tensor(list(leading_cosines(model, s).values()))

@@ -12,7 +12,9 @@ from tl_leadterms import CorpusStats, LeadTermsError, corpus_stats
 
 @pytest.fixture(scope="module", params=[None, [4, 1, 7, 9, 0]], ids=["full", "kept"])
 def stats(request):
-    return corpus_stats(markov_windows(12, 8, 14, seed=6), 14, vocab=request.param, progress=False)
+    return corpus_stats(
+        markov_windows(12, 8, 14, seed=6), d_vocab=14, vocab=request.param, progress=False
+    )
 
 
 def test_round_trip_is_exact(stats, tmp_path):
@@ -136,7 +138,7 @@ def test_corrupt_contents_are_refused(stats, tmp_path, edit_tensors, edit_meta, 
 
 
 def test_duplicate_kept_ids_are_refused(tmp_path):
-    s = corpus_stats(markov_windows(6, 5, 14, seed=2), 14, vocab=[4, 1, 7], progress=False)
+    s = corpus_stats(markov_windows(6, 5, 14, seed=2), d_vocab=14, vocab=[4, 1, 7], progress=False)
     path = tmp_path / "stats.safetensors"
     s.save(path)
     _rewrite(path, _set("kept", lambda t: torch.tensor([4, 1, 4])))

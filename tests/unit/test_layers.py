@@ -13,7 +13,17 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "tl_leadterms"
 
 LAYERS = [
-    ("errors", "version", "jsontext", "signals", "filesystem", "atomic", "progress"),
+    (
+        "errors",
+        "version",
+        "jsontext",
+        "signals",
+        "filesystem",
+        "atomic",
+        "progress",
+        "keywords",
+        "protocols",
+    ),
     ("data",),
     ("stats",),
     ("checks",),

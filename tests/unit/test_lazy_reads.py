@@ -26,7 +26,7 @@ D_VOCAB, KEEP = 40, 30
 def stats_file(tmp_path_factory):
     torch.manual_seed(0)
     tokens = torch.randint(0, D_VOCAB, (60, 9))
-    stats = corpus_stats(tokens, D_VOCAB, vocab=KEEP, dtype=torch.float32, progress=False)
+    stats = corpus_stats(tokens, d_vocab=D_VOCAB, vocab=KEEP, dtype=torch.float32, progress=False)
     path = tmp_path_factory.mktemp("lazy") / "s.safetensors"
     stats.save(path)
     return path
@@ -124,7 +124,7 @@ def test_top_reads_only_the_needed_table(stats_file, tmp_path, capsys):
 
 def test_top_of_a_token_that_never_occurs_says_so(tmp_path, capsys):
     tokens = torch.randint(0, 5, (20, 6))  # ids 5 .. 7 never occur
-    stats = corpus_stats(tokens, 8, dtype=torch.float32, progress=False)
+    stats = corpus_stats(tokens, d_vocab=8, dtype=torch.float32, progress=False)
     stats.save(tmp_path / "s.safetensors")
     code, out, _ = run(["top", str(tmp_path / "s.safetensors"), "6", "--matrix", "context"],
                        capsys)  # fmt: skip

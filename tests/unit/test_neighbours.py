@@ -45,7 +45,7 @@ def test_scorings_match_plain(stats, scoring, name):
     M = stats.matrix(name)
     for token in (0, 3):
         want = _plain(M, token, scoring, name == "Sigma_B")
-        got = stats.top(name, token, k=5, scoring=scoring, exclude=[1])
+        got = stats.top(name, token, n=5, scoring=scoring, exclude=[1])
         assert got.scoring == scoring and len(got) == 5
         candidates = [(v, j) for j, v in enumerate(want)
                       if j != 1 and not (name == "Sigma_B" and j == token)]  # fmt: skip

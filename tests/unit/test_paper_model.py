@@ -97,8 +97,8 @@ def test_full_batch_train_equals_reference_gd():
 
 def test_chunked_batches_equal_one_pass():
     tokens = markov_tokens(10, 6, 8, seed=5)
-    one = paper_model(8, 5, 1, dtype=torch.float64)
-    chunked = paper_model(8, 5, 1, dtype=torch.float64)
+    one = paper_model(d_vocab=8, n_ctx=5, n_layers=1, dtype=torch.float64)
+    chunked = paper_model(d_vocab=8, n_ctx=5, n_layers=1, dtype=torch.float64)
     train(one, tokens, lr=1.0, steps=3, progress=False)
     train(chunked, tokens, lr=1.0, steps=3, chunk_size=3, progress=False)
     for a, b in zip(one.parameters(), chunked.parameters(), strict=True):
@@ -108,7 +108,7 @@ def test_chunked_batches_equal_one_pass():
 def test_mini_batches_cover_each_epoch_once():
     tokens = markov_tokens(8, 5, 6, seed=6)
     seen = []
-    model = paper_model(6, 4, 1)
+    model = paper_model(d_vocab=6, n_ctx=4, n_layers=1)
     original = model.forward
 
     def spy(inputs, *args, **kwargs):
@@ -123,7 +123,7 @@ def test_mini_batches_cover_each_epoch_once():
 
 
 def test_bad_input():
-    model = paper_model(6, 4, 1)
+    model = paper_model(d_vocab=6, n_ctx=4, n_layers=1)
     good = torch.randint(0, 6, (3, 5))
     cases = [
         (dict(tokens=torch.randint(0, 6, (3, 7))), "n_ctx"),
@@ -140,12 +140,13 @@ def test_bad_input():
         with pytest.raises(LeadTermsError, match=message):
             unchecked(train)(model, **kwargs)
     for args, message in [((0, 4, 1), "d_vocab"), ((5, 4, 1.5), "n_layers")]:
+        sizes = dict(zip(("d_vocab", "n_ctx", "n_layers"), args, strict=True))
         with pytest.raises(LeadTermsError, match=message):
-            unchecked(paper_model)(*args)
+            unchecked(paper_model)(**sizes)
     with pytest.raises(LeadTermsError, match="n_ctx=4"):
         model(torch.zeros(1, 6, dtype=torch.long))
     with pytest.raises(LeadTermsError, match="lower the learning rate"):
-        train(paper_model(6, 4, 1), good, lr=1e30, steps=3, progress=False)
+        train(paper_model(d_vocab=6, n_ctx=4, n_layers=1), good, lr=1e30, steps=3, progress=False)
 
 
 def test_kv_cache_and_start_at_layer_match_the_full_forward():
@@ -172,6 +173,13 @@ def test_history_repr_before_attention_moves():
 
     tokens = markov_tokens(16, 6, 7, seed=10)
     stats = corpus_stats(tokens, d_vocab=7, progress=False)
-    history = train(paper_model(7, 5, 1), tokens, lr=0.5, steps=2, track=stats, progress=False)
+    history = train(
+        paper_model(d_vocab=7, n_ctx=5, n_layers=1),
+        tokens,
+        lr=0.5,
+        steps=2,
+        track=stats,
+        progress=False,
+    )
     text = repr(history)
     assert "min cos W -" in text and "min cos W_O 0.99" in text

@@ -79,7 +79,7 @@ def _old_model(d_vocab: int, n_ctx: int, n_layers: int, dtype=torch.float64):
 
 def _pair(d_vocab=7, n_ctx=6, n_layers=2, seed=0):
     """A new and an old model holding the same random weights (through the state dict)."""
-    new = paper_model(d_vocab, n_ctx, n_layers, dtype=torch.float64)
+    new = paper_model(d_vocab=d_vocab, n_ctx=n_ctx, n_layers=n_layers, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in new.parameters():
@@ -92,7 +92,7 @@ def _pair(d_vocab=7, n_ctx=6, n_layers=2, seed=0):
 def test_state_dicts_load_both_ways():
     new, old = _pair()
     assert list(new.state_dict()) == list(old.state_dict())
-    fresh = paper_model(7, 6, 2, dtype=torch.float64)
+    fresh = paper_model(d_vocab=7, n_ctx=6, n_layers=2, dtype=torch.float64)
     fresh.load_state_dict(old.state_dict(), strict=True)
     for key, value in old.state_dict().items():
         assert torch.equal(fresh.state_dict()[key], value), key
@@ -149,7 +149,7 @@ def test_hooks_act_the_same():
 
 def test_training_history_and_weights_equal_the_old_model():
     tokens = markov_tokens(12, 7, 7, seed=7)
-    new = paper_model(7, 6, 2, dtype=torch.float64)
+    new = paper_model(d_vocab=7, n_ctx=6, n_layers=2, dtype=torch.float64)
     old = _old_model(7, 6, 2)
     new_history = train(new, tokens, **TRAIN_SETTINGS)
     old_history = train(old, tokens, **TRAIN_SETTINGS)

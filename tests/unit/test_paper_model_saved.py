@@ -19,7 +19,7 @@ def saved():
 
 
 def test_forward_loss_and_cache_equal_the_saved_ones(saved):
-    model = paper_model(7, 6, 2, dtype=torch.float64)
+    model = paper_model(d_vocab=7, n_ctx=6, n_layers=2, dtype=torch.float64)
     model.load_state_dict(saved["state_dict"], strict=True)
     tokens = saved["tokens"]
     torch.testing.assert_close(model(tokens), saved["logits"], rtol=0, atol=1e-12)
@@ -32,7 +32,7 @@ def test_forward_loss_and_cache_equal_the_saved_ones(saved):
 
 
 def test_training_equals_the_saved_history(saved):
-    model = paper_model(7, 6, 2, dtype=torch.float64)
+    model = paper_model(d_vocab=7, n_ctx=6, n_layers=2, dtype=torch.float64)
     history = train(model, saved["train_tokens"], **TRAIN_SETTINGS)
     loss = torch.tensor(history.loss, dtype=torch.float64)
     torch.testing.assert_close(loss, saved["train_loss"], rtol=0, atol=1e-12)

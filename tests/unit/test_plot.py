@@ -32,9 +32,9 @@ def setup():
     # a vocabulary with tokens that need escaping: the special token "<b>" and the word "&"
     stories = [s.replace(" the ", " the <b> & ", 4) for s in generate_stories(40, seed=1)]
     tokenizer = train_word_tokenizer(stories, 120, special_tokens=["[UNK]", "[EOS]", "<b>"])
-    windows = make_windows(stories, N_CTX, tokenizer=tokenizer)[:96]
-    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
-    model = paper_model(len(tokenizer), N_CTX, 2, tokenizer=tokenizer)
+    windows = make_windows(stories, n_ctx=N_CTX, tokenizer=tokenizer)[:96]
+    stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = paper_model(d_vocab=len(tokenizer), n_ctx=N_CTX, n_layers=2, tokenizer=tokenizer)
     history = train(model, windows, lr=1.0, steps=3, track=stats, progress=False)
     return tokenizer, windows, stats, model, history
 
@@ -161,7 +161,7 @@ def test_associations_neighbours_and_colours(setup, kind):
     token_id = tokenizer.convert_tokens_to_ids("the")
     names = {"bigram": "B_bar", "interchangeability": "Sigma_B", "context": "Phi_bar"}
     for kd, name in names.items():
-        expected = stats.top(name, token_id, 5, tokenizer)
+        expected = stats.top(name, token_id, n=5, tokenizer=tokenizer)
         assert view.data["neighbours"][kd] == expected
     page = view.html()
     for n in view.data["neighbours"]["bigram"]:
@@ -189,7 +189,9 @@ def test_associations_neighbours_and_colours(setup, kind):
 
 def test_associations_outside_kept_vocabulary_are_zero(setup):
     tokenizer, windows, _, _, _ = setup
-    stats = corpus_stats(windows, len(tokenizer), vocab=30, tokenizer=tokenizer, progress=False)
+    stats = corpus_stats(
+        windows, d_vocab=len(tokenizer), vocab=30, tokenizer=tokenizer, progress=False
+    )
     kept = stats.kept.tolist()
     dropped = next(i for i in range(len(tokenizer)) if i not in kept)
     text = tokenizer.decode([kept[0], dropped, kept[1]])
@@ -209,20 +211,20 @@ def test_bad_input(setup):
         plot_associations(stats, 10_000)
     with pytest.raises(LeadTermsError, match="2 tokens"):
         plot_associations(stats, "the dog")
-    bare = corpus_stats(windows, len(tokenizer), progress=False)  # no tokenizer attached
+    bare = corpus_stats(windows, d_vocab=len(tokenizer), progress=False)  # no tokenizer attached
     with pytest.raises(LeadTermsError, match="tokenizer"):
         plot_associations(bare, 5, text="the dog")
     with pytest.raises(LeadTermsError, match="tokenizer"):
         plot_associations(bare, "the")
     with pytest.raises(LeadTermsError, match="k must be"):
         plot_associations(stats, 5, k=0)
-    bare_model = paper_model(len(tokenizer), N_CTX, 1)
+    bare_model = paper_model(d_vocab=len(tokenizer), n_ctx=N_CTX, n_layers=1)
     with pytest.raises(LeadTermsError, match="tokenizer"):
         plot_attention(bare_model, bare, "the dog")
     with pytest.raises(LeadTermsError, match=r"lr=1\.0 alone"):
         plot_attention(model, stats, windows[0, :-1], lr=1.0)
     with pytest.raises(LeadTermsError, match="d_vocab"):
-        plot_attention(paper_model(7, N_CTX, 1), stats, [1, 2, 3])
+        plot_attention(paper_model(d_vocab=7, n_ctx=N_CTX, n_layers=1), stats, [1, 2, 3])
     with pytest.raises(LeadTermsError, match="one non-empty sequence"):
         plot_attention(model, stats, windows[:2])
     with pytest.raises(LeadTermsError, match="out of range"):
@@ -269,7 +271,7 @@ def test_plot_sweep_png(setup, tmp_path):
     tokenizer, windows, stats, _, _ = setup
     models = {}
     for steps in (2, 4):  # V is still zero (cosine NaN) after one step
-        model = paper_model(len(tokenizer), N_CTX, 2, tokenizer=tokenizer)
+        model = paper_model(d_vocab=len(tokenizer), n_ctx=N_CTX, n_layers=2, tokenizer=tokenizer)
         train(model, windows, lr=1.0, steps=steps, progress=False)
         models[f"step{steps}"] = model
     table = sweep(list(models.items()), stats, analyses=["decompose"], progress=False)

@@ -22,9 +22,9 @@ def trained():
 
     stories = generate_stories(200, seed=3)
     tokenizer = train_word_tokenizer(stories, 300)
-    windows = make_windows(stories, 16, tokenizer=tokenizer)[:96]
-    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
-    model = paper_model(len(tokenizer), 16, N_LAYERS)
+    windows = make_windows(stories, n_ctx=16, tokenizer=tokenizer)[:96]
+    stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = paper_model(d_vocab=len(tokenizer), n_ctx=16, n_layers=N_LAYERS)
     history = train(model, windows, lr=1.0, steps=3, track=stats, progress=False)
     return {"stats": stats, "model": model, "history": history, "tokenizer": tokenizer}
 
@@ -174,8 +174,8 @@ def test_report_of_a_deep_model_stays_small(tmp_path):
 
     stories = generate_stories(60, seed=2)
     tokenizer = train_word_tokenizer(stories, 60)
-    windows = make_windows(stories, 12, tokenizer=tokenizer)[:64]
-    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
+    windows = make_windows(stories, n_ctx=12, tokenizer=tokenizer)[:64]
+    stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
     model = random_attn_only(len(tokenizer), 12, seed=1, n_layers=12, n_heads=4)
     path = report(tmp_path / "deep.html", stats=stats, model=model, text=None, progress=False)
     page = path.read_text(encoding="utf-8")
@@ -316,7 +316,7 @@ def test_attention_of_a_later_checkpoint(trained, tmp_path):
 
     stats, tokenizer = trained["stats"], trained["tokenizer"]
     later = copy.deepcopy(trained["model"])
-    windows = make_windows(generate_stories(200, seed=3), 16, tokenizer=tokenizer)[:96]
+    windows = make_windows(generate_stories(200, seed=3), n_ctx=16, tokenizer=tokenizer)[:96]
     train(later, windows, lr=1.0, steps=40, progress=False)  # steps 4..43 of the same run
     text = "the little girl saw a red ball"
     page = report(tmp_path / "r.html", **trained, text=text, lr=1.0, steps=3,

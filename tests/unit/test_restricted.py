@@ -31,7 +31,7 @@ def test_restricted_default_equals_dense_one_hot_einsums(
     windows, backend, last_target, centre_vocab
 ):
     stats = corpus_stats(
-        windows, V, vocab=KEPT, centre_vocab=centre_vocab, last_target=last_target,
+        windows, d_vocab=V, vocab=KEPT, centre_vocab=centre_vocab, last_target=last_target,
         backend=backend, progress=False,
     )  # fmt: skip
     ref = paper_code_stats(
@@ -45,10 +45,10 @@ def test_restricted_default_equals_dense_one_hot_einsums(
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_one_hot_option_keeps_the_previous_definition(windows, backend):
     stats = corpus_stats(
-        windows, V, vocab=KEPT, q_targets="one-hot", backend=backend, progress=False
+        windows, d_vocab=V, vocab=KEPT, q_targets="one-hot", backend=backend, progress=False
     )
     assert_matches(stats, dense_corpus_stats(windows, V, kept=KEPT, q_targets="one-hot"))
-    centred = corpus_stats(windows, V, vocab=KEPT, backend=backend, progress=False)
+    centred = corpus_stats(windows, d_vocab=V, vocab=KEPT, backend=backend, progress=False)
     for name in ("B_bar", "Phi_bar", "G_bar"):  # only Q̄ and Δ depend on the choice
         assert torch.equal(getattr(stats, name), getattr(centred, name))
     # the two definitions differ by several percent here (the −u·1ᵀḠ term is not small)
@@ -68,8 +68,8 @@ def test_the_two_references_agree(windows):
 
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_full_vocabulary_is_unchanged(windows, backend):
-    centred = corpus_stats(windows, V, backend=backend, progress=False)
-    one_hot = corpus_stats(windows, V, q_targets="one-hot", backend=backend, progress=False)
+    centred = corpus_stats(windows, d_vocab=V, backend=backend, progress=False)
+    one_hot = corpus_stats(windows, d_vocab=V, q_targets="one-hot", backend=backend, progress=False)
     for name in STATS:  # the term vanishes exactly there and is not added: same bits
         assert torch.equal(getattr(centred, name), getattr(one_hot, name)), name
     assert_matches(centred, paper_code_stats(windows, V))
@@ -78,27 +78,29 @@ def test_full_vocabulary_is_unchanged(windows, backend):
 
 def test_full_vocabulary_with_another_centring_adds_the_term(windows):
     # B̄1 = α(1 − |V|·u) ≠ 0 when centre_vocab ≠ d_vocab, so 1ᵀḠ ≠ 0 even without a restriction
-    stats = corpus_stats(windows, V, centre_vocab=2 * V, progress=False)
+    stats = corpus_stats(windows, d_vocab=V, centre_vocab=2 * V, progress=False)
     assert_matches(stats, paper_code_stats(windows, V, centre_vocab=2 * V))
-    old = corpus_stats(windows, V, centre_vocab=2 * V, q_targets="one-hot", progress=False)
+    old = corpus_stats(windows, d_vocab=V, centre_vocab=2 * V, q_targets="one-hot", progress=False)
     assert not torch.allclose(old.Q_bar, stats.Q_bar, rtol=0, atol=1e-6 * stats.Q_bar.abs().max())
 
 
 def test_paper_code_last_target_is_token_zero(windows):
     zeroed = windows.clone()
     zeroed[:, -1] = 0
-    paper = corpus_stats(windows, V, vocab=KEPT, last_target="paper-code", progress=False)
-    plain = corpus_stats(zeroed, V, vocab=KEPT, progress=False)
+    paper = corpus_stats(windows, d_vocab=V, vocab=KEPT, last_target="paper-code", progress=False)
+    plain = corpus_stats(zeroed, d_vocab=V, vocab=KEPT, progress=False)
     for name in STATS:
         assert torch.equal(getattr(paper, name), getattr(plain, name)), name
     assert not torch.equal(
-        paper.Phi_bar, corpus_stats(windows, V, vocab=KEPT, progress=False).Phi_bar
+        paper.Phi_bar, corpus_stats(windows, d_vocab=V, vocab=KEPT, progress=False).Phi_bar
     )
 
 
 def test_float32_restricted_close_to_float64(windows):
-    s64 = corpus_stats(windows, V, vocab=KEPT, progress=False)
-    s32 = corpus_stats(windows, V, vocab=KEPT, dtype=torch.float32, progress=False)  # row groups
+    s64 = corpus_stats(windows, d_vocab=V, vocab=KEPT, progress=False)
+    s32 = corpus_stats(
+        windows, d_vocab=V, vocab=KEPT, dtype=torch.float32, progress=False
+    )  # row groups
     for name in STATS:
         a, b = getattr(s64, name), getattr(s32, name)
         assert (a - b.double()).abs().max() <= 1e-5 * a.abs().max(), name
@@ -106,7 +108,12 @@ def test_float32_restricted_close_to_float64(windows):
 
 def test_definitions_survive_save_and_load(windows, tmp_path):
     stats = corpus_stats(
-        windows, V, vocab=KEPT, q_targets="one-hot", last_target="paper-code", progress=False
+        windows,
+        d_vocab=V,
+        vocab=KEPT,
+        q_targets="one-hot",
+        last_target="paper-code",
+        progress=False,
     )
     stats.save(tmp_path / "s.safetensors")
     loaded = CorpusStats.load(tmp_path / "s.safetensors")
@@ -122,13 +129,13 @@ def test_accumulators_merge_only_like_definitions(windows):
         ContextAccumulator(kept).update(a).merge(
             ContextAccumulator(kept, last_target="paper-code").update(b)
         )
-    g = corpus_stats(windows, V, vocab=KEPT, progress=False).G_bar
+    g = corpus_stats(windows, d_vocab=V, vocab=KEPT, progress=False).G_bar
     with pytest.raises(LeadTermsError, match="q_targets"):
         AttentionAccumulator(g, kept).update(a).merge(
             AttentionAccumulator(g, kept, q_targets="one-hot").update(b)
         )
     # shards with the default definition add up to the whole corpus
-    whole = corpus_stats(windows, V, vocab=KEPT, progress=False)
+    whole = corpus_stats(windows, d_vocab=V, vocab=KEPT, progress=False)
     merged = AttentionAccumulator(g, kept).update(a).merge(AttentionAccumulator(g, kept).update(b))
     q_bar, delta = merged.result()
     assert torch.allclose(q_bar, whole.Q_bar, rtol=0, atol=1e-15)
@@ -138,9 +145,9 @@ def test_accumulators_merge_only_like_definitions(windows):
 def test_bad_choices_are_named(windows):
     call = unchecked(corpus_stats)
     with pytest.raises(LeadTermsError, match="q_targets must be one of"):
-        call(windows, V, vocab=KEPT, q_targets="centered", progress=False)
+        call(windows, d_vocab=V, vocab=KEPT, q_targets="centered", progress=False)
     with pytest.raises(LeadTermsError, match="last_target must be one of"):
-        call(windows, V, last_target="zero", progress=False)
+        call(windows, d_vocab=V, last_target="zero", progress=False)
     with pytest.raises(LeadTermsError, match="q_targets must be one of"):
         acc = AttentionAccumulator.__new__(AttentionAccumulator)
         unchecked(AttentionAccumulator.__init__)(

@@ -44,7 +44,7 @@ BACKENDS = ("numba", "torch")
 )
 def test_six_statistics_equal_dense_reference(v, t, n, batch_size, backend):
     tokens = markov_windows(n, t, v, seed=v + t)
-    stats = corpus_stats(tokens, v, batch_size=batch_size, progress=False, backend=backend)
+    stats = corpus_stats(tokens, d_vocab=v, batch_size=batch_size, progress=False, backend=backend)
     ref = dense_corpus_stats(tokens, v)
     assert_matches(stats, ref)
     # non-degenerate data; with T = 1 there is no key besides the query, so Q̄ = Δ = 0 exactly
@@ -57,7 +57,7 @@ def test_restricted_vocabulary_equals_reference(centre_vocab, backend):
     v, tokens = 40, markov_windows(24, 10, 40, seed=3)
     kept = [7, 3, 39, 0, 12, 21, 5, 30, 8]  # not sorted: the order is the matrix order
     stats = corpus_stats(
-        tokens, v, vocab=kept, centre_vocab=centre_vocab, progress=False, backend=backend
+        tokens, d_vocab=v, vocab=kept, centre_vocab=centre_vocab, progress=False, backend=backend
     )
     ref = dense_corpus_stats(tokens, v, kept=kept, centre_vocab=centre_vocab)
     assert_matches(stats, ref)
@@ -67,7 +67,7 @@ def test_restricted_vocabulary_equals_reference(centre_vocab, backend):
 
 def test_top_k_vocabulary_keeps_most_frequent_input_tokens():
     v, tokens = 30, markov_windows(16, 11, 30, seed=5)
-    stats = corpus_stats(tokens, v, vocab=6, progress=False)
+    stats = corpus_stats(tokens, d_vocab=v, vocab=6, progress=False)
     counts = torch.bincount(tokens[:, :-1].reshape(-1), minlength=v)
     expected = sorted(range(v), key=lambda i: (-int(counts[i]), i))[:6]
     assert stats.kept.tolist() == expected
@@ -78,10 +78,10 @@ def test_top_k_vocabulary_keeps_most_frequent_input_tokens():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_float32_close_to_float64(backend, accumulate):
     tokens = markov_windows(32, 16, 25, seed=7)
-    s64 = corpus_stats(tokens, 25, progress=False)
+    s64 = corpus_stats(tokens, d_vocab=25, progress=False)
     s32 = corpus_stats(
         tokens,
-        25,
+        d_vocab=25,
         dtype=torch.float32,
         progress=False,
         backend=backend,
@@ -95,7 +95,7 @@ def test_float32_close_to_float64(backend, accumulate):
 
 def test_full_vocabulary_identities():
     tokens = markov_windows(16, 8, 20, seed=11)
-    s = corpus_stats(tokens, 20, progress=False)
+    s = corpus_stats(tokens, d_vocab=20, progress=False)
     assert s.B_bar.sum(1).abs().max() < 1e-15  # rows of B̄ sum to zero
     assert s.Phi_bar.sum(0).abs().max() < 1e-15  # columns of Φ̄ sum to zero
     assert torch.equal(s.Sigma_B, s.Sigma_B.T)
@@ -121,16 +121,16 @@ def test_orientation_is_pinned_by_a_planted_corpus():
             5,
         ]
         rows.append(row)
-    s = corpus_stats(torch.tensor(rows), 200, progress=False)
+    s = corpus_stats(torch.tensor(rows), d_vocab=200, progress=False)
     assert s.B_bar[1, 2] > 0.5 / s.n_ctx and s.B_bar[2, 1] < 0
     assert s.Phi_bar[4, 3] > 0 > s.Phi_bar[3, 4]
-    assert s.top("bigram", 1, k=1)[0].token_id == 2
-    assert s.top("context", 4, k=1)[0].token_id == 3
+    assert s.top("bigram", 1, n=1)[0].token_id == 2
+    assert s.top("context", 4, n=1)[0].token_id == 3
 
 
 def test_input_forms_agree():
     v, tokens = 15, markov_windows(12, 7, 15, seed=2)
-    base = corpus_stats(tokens, v, progress=False)
+    base = corpus_stats(tokens, d_vocab=v, progress=False)
     forms = {
         "numpy": tokens.numpy(),
         "int32": tokens.int(),
@@ -139,7 +139,7 @@ def test_input_forms_agree():
         "generator": (b for b in tokens.split(4)),
     }
     for name, form in forms.items():
-        other = corpus_stats(form, v, progress=False)
+        other = corpus_stats(form, d_vocab=v, progress=False)
         assert other.n_sequences == 12, name
         for stat in STATS:
             torch.testing.assert_close(getattr(other, stat), getattr(base, stat), msg=name)
@@ -149,8 +149,8 @@ def test_datasets_input_ids_column():
     datasets = pytest.importorskip("datasets")
     v, tokens = 15, markov_windows(10, 6, 15, seed=4)
     ds = datasets.Dataset.from_dict({"input_ids": tokens.tolist()})
-    base = corpus_stats(tokens, v, progress=False)
-    other = corpus_stats(ds, v, batch_size=3, progress=False)
+    base = corpus_stats(tokens, d_vocab=v, progress=False)
+    other = corpus_stats(ds, d_vocab=v, batch_size=3, progress=False)
     for stat in STATS:
         torch.testing.assert_close(getattr(other, stat), getattr(base, stat))
 
@@ -159,7 +159,7 @@ def test_datasets_input_ids_column():
 def test_shard_merge_equals_whole_corpus(backend):
     v, tokens = 26, markov_windows(30, 10, 26, seed=8)
     kept = resolve_vocab(list(range(0, 26, 2)), v)
-    whole = corpus_stats(tokens, v, vocab=kept.kept.tolist(), progress=False)
+    whole = corpus_stats(tokens, d_vocab=v, vocab=kept.kept.tolist(), progress=False)
 
     shards = [tokens[:7], tokens[7:19], tokens[19:]]
     first = [ContextAccumulator(kept, backend=backend).update(shard) for shard in shards]
@@ -189,7 +189,7 @@ def ship(acc):
 def test_shipped_shards_merge_to_the_whole_corpus(backend):
     v, tokens = 26, markov_windows(30, 10, 26, seed=8)
     kept = resolve_vocab(list(range(0, 26, 2)), v)
-    whole = corpus_stats(tokens, v, vocab=kept.kept.tolist(), progress=False)
+    whole = corpus_stats(tokens, d_vocab=v, vocab=kept.kept.tolist(), progress=False)
     shards = [tokens[:7], tokens[7:19], tokens[19:]]
 
     first = [ship(ContextAccumulator(kept, backend=backend).update(s)) for s in shards]
@@ -224,19 +224,19 @@ def test_pass_two_refuses_a_different_g_bar():
 
 def test_top_returns_readable_neighbours_and_excludes_self_for_sigma():
     tokens = markov_windows(20, 10, 12, seed=9)
-    s = corpus_stats(tokens, 12, progress=False)
-    top = s.top("Sigma_B", 3, k=4)
+    s = corpus_stats(tokens, d_vocab=12, progress=False)
+    top = s.top("Sigma_B", 3, n=4)
     assert len(top) == 4 and all(n.token_id != 3 for n in top)
     scores = [n.score for n in top]
     assert scores == sorted(scores, reverse=True)
     row = s.Sigma_B[3].clone()
     row[3] = -float("inf")
     assert top[0].token_id == int(row.argmax())
-    assert s.top("Phi_bar", 3, k=2)[0].token_id == int(s.Phi_bar[3].argmax())
+    assert s.top("Phi_bar", 3, n=2)[0].token_id == int(s.Phi_bar[3].argmax())
 
 
 def test_repr_names_the_sizes():
-    s = corpus_stats(markov_windows(4, 5, 9), 9, vocab=[1, 2, 3], progress=False)
+    s = corpus_stats(markov_windows(4, 5, 9), d_vocab=9, vocab=[1, 2, 3], progress=False)
     text = repr(s)
     assert "d_vocab=9 (3 kept)" in text and "n_ctx=5" in text and "n_sequences=4" in text
 
@@ -267,7 +267,9 @@ def test_blockwise_symmetrise_equals_the_plain_formula():
 def test_centred_bigram_products_equal_dense_algebra(backend):
     from tl_leadterms.stats.algebra import CentredBigram
 
-    s = corpus_stats(markov_windows(20, 9, 30, seed=13), 30, vocab=list(range(25)), progress=False)
+    s = corpus_stats(
+        markov_windows(20, 9, 30, seed=13), d_vocab=30, vocab=list(range(25)), progress=False
+    )
     op = CentredBigram(
         s.pair_codes,
         s.pair_counts,
@@ -287,11 +289,11 @@ def test_centred_bigram_products_equal_dense_algebra(backend):
 
 def test_float64_accumulation_removes_float32_summation_error():
     tokens = markov_windows(1500, 64, 12, seed=21)  # a small vocabulary: cells collect many sums
-    exact = corpus_stats(tokens, 12, progress=False)
+    exact = corpus_stats(tokens, d_vocab=12, progress=False)
     plain = corpus_stats(
-        tokens, 12, dtype=torch.float32, accumulate_dtype=torch.float32, progress=False
+        tokens, d_vocab=12, dtype=torch.float32, accumulate_dtype=torch.float32, progress=False
     )
-    mixed = corpus_stats(tokens, 12, dtype=torch.float32, progress=False)  # float64 sums
+    mixed = corpus_stats(tokens, d_vocab=12, dtype=torch.float32, progress=False)  # float64 sums
     assert mixed.metadata["accumulate_dtype"] == "float64"
     assert mixed.Q_bar.dtype == mixed.Phi_bar.dtype == torch.float32
     for name in ("Phi_bar", "Q_bar", "Delta"):
@@ -304,17 +306,19 @@ def test_float64_accumulation_removes_float32_summation_error():
 def test_top_reads_the_bigram_row_from_the_counts():
     import numpy as np
 
-    s = corpus_stats(markov_windows(10, 8, 15, seed=22), 15, vocab=[3, 9, 1, 14], progress=False)
+    s = corpus_stats(
+        markov_windows(10, 8, 15, seed=22), d_vocab=15, vocab=[3, 9, 1, 14], progress=False
+    )
     for i, token in enumerate([3, 9, 1, 14]):
         torch.testing.assert_close(s.bigram.row(i), s.B_bar[i], rtol=0, atol=0)
-        assert s.top("bigram", np.int64(token), k=1) == s.top("bigram", token, k=1)
+        assert s.top("bigram", np.int64(token), n=1) == s.top("bigram", token, n=1)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_query_row_groups_add_up_to_the_whole(backend):
     v, tokens = 20, markov_windows(12, 9, 20, seed=31)
     kept = resolve_vocab([5, 0, 17, 3, 9, 12, 2], v)  # dropped tokens: index k = 7
-    whole = corpus_stats(tokens, v, vocab=kept.kept.tolist(), progress=False)
+    whole = corpus_stats(tokens, d_vocab=v, vocab=kept.kept.tolist(), progress=False)
     q_rows, delta = [], 0
     for rows in [(0, 3), (3, 4), (4, 8)]:  # the last range holds the dropped sentinel k
         acc = AttentionAccumulator(whole.G_bar, kept, backend=backend, rows=rows)
@@ -332,8 +336,8 @@ def test_float32_delta_is_rounded_once_across_row_groups():
     m = 20000
     rows = [[5, 0, 1]] * m + [[0, 5, 1]] * m + [[0, 0, 1]] * m + [[2, 3, 4]] * 50 + [[4, 2, 3]] * 50
     tokens = torch.tensor(rows)
-    exact = corpus_stats(tokens, 6, progress=False)
-    f32 = corpus_stats(tokens, 6, dtype=torch.float32, progress=False)
+    exact = corpus_stats(tokens, d_vocab=6, progress=False)
+    f32 = corpus_stats(tokens, d_vocab=6, dtype=torch.float32, progress=False)
     err = (f32.Delta.double() - exact.Delta).abs().max() / exact.Delta.abs().max()
     assert err < 1e-6
 
@@ -341,7 +345,7 @@ def test_float32_delta_is_rounded_once_across_row_groups():
 def test_padded_slot_of_a_foreign_matrix_is_never_trusted():
     tokens = markov_windows(6, 5, 3, seed=41)
     kept = resolve_vocab([0, 2], 3)
-    s = corpus_stats(tokens, 3, vocab=[0, 2], progress=False)
+    s = corpus_stats(tokens, d_vocab=3, vocab=[0, 2], progress=False)
     buf = torch.zeros(5, dtype=torch.float64)
     buf[:4] = s.G_bar.reshape(-1)
     acc = AttentionAccumulator(buf[:4].view(2, 2), kept, backend="torch")
@@ -353,9 +357,9 @@ def test_offloaded_context_map_gives_the_same_statistics_and_leaves_nothing(tmp_
     tokens = markov_windows(40, 12, 20, seed=3)
     dead = tmp_path / ".Phi_bar.parked.999999999.0123456789ab.tmp.parked"
     dead.write_bytes(b"left by a killed run")  # a pid that cannot exist: swept
-    plain = corpus_stats(tokens, 20, vocab=12, dtype=torch.float32, progress=False)
+    plain = corpus_stats(tokens, d_vocab=20, vocab=12, dtype=torch.float32, progress=False)
     parked = corpus_stats(
-        tokens, 20, vocab=12, dtype=torch.float32, progress=False, offload=tmp_path
+        tokens, d_vocab=20, vocab=12, dtype=torch.float32, progress=False, offload=tmp_path
     )
     for name in STATS:
         assert torch.equal(getattr(parked, name), getattr(plain, name)), name

@@ -42,7 +42,7 @@ def test_random_case_matches_reference(seed):
     }
     stats = corpus_stats(
         forms[case["form"]](),
-        case["v"],
+        d_vocab=case["v"],
         vocab=case["vocab"],
         centre_vocab=case["centre_vocab"],
         backend=case["backend"],

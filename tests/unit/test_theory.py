@@ -16,7 +16,7 @@ V, T, N, LAYERS = 40, 16, 64, 2
 @pytest.fixture(scope="module")
 def corpus():
     tokens = markov_windows(N, T, V, seed=1)
-    return tokens, corpus_stats(tokens, V, progress=False)
+    return tokens, corpus_stats(tokens, d_vocab=V, progress=False)
 
 
 def rel_err(actual: torch.Tensor, predicted: torch.Tensor) -> float:
@@ -26,7 +26,7 @@ def rel_err(actual: torch.Tensor, predicted: torch.Tensor) -> float:
 def test_coefficients_are_the_binomial_closed_forms():
     for s in range(0, 12):
         lr = 0.37
-        c = coefficients(lr, s)
+        c = coefficients(lr=lr, steps=s)
         assert c["W_O"] == pytest.approx(s * lr)
         assert c["V"] == pytest.approx(s * (s - 1) / 2 * lr**2)
         quartic = s * (s - 1) * (s - 2) * (3 * s - 1) / 24  # docs/math.md#leading-terms
@@ -37,7 +37,7 @@ def test_one_step_writes_exactly_eta_b_bar(corpus):
     tokens, stats = corpus
     lr = 0.3
     params = gd_train(tokens, V, LAYERS, lr, 1)
-    lt = leading_terms(stats, lr, 1, LAYERS)
+    lt = leading_terms(stats, lr=lr, steps=1, n_layers=LAYERS)
     torch.testing.assert_close(params["W_O"], lt.W_O, rtol=0, atol=1e-15)
     for name in ("V", "W", "P"):
         for layer in range(LAYERS):
@@ -50,7 +50,7 @@ def test_all_four_weights_match_gd_at_small_s_eta(corpus, lr, steps):
     tokens, stats = corpus
     assert steps * lr <= 0.5
     params = gd_train(tokens, V, LAYERS, lr, steps)
-    lt = leading_terms(stats, lr, steps, LAYERS)
+    lt = leading_terms(stats, lr=lr, steps=steps, n_layers=LAYERS)
     assert rel_err(params["W_O"], lt.W_O) < 1e-2
     for layer in range(LAYERS):
         for name in ("V", "W", "P"):
@@ -62,7 +62,7 @@ def test_orientation_matters(corpus):
     # The transposed statistics are clearly worse predictors: orientation is pinned.
     tokens, stats = corpus
     params = gd_train(tokens, V, LAYERS, 0.1, 5)
-    lt = leading_terms(stats, 0.1, 5, LAYERS)
+    lt = leading_terms(stats, lr=0.1, steps=5, n_layers=LAYERS)
     assert rel_err(params["W"][0], lt.W[0].T) > 10 * rel_err(params["W"][0], lt.W[0])
     assert rel_err(params["V"][0], lt.V[0].T) > 10 * rel_err(params["V"][0], lt.V[0])
     assert rel_err(params["W_O"], lt.W_O.T) > 10 * rel_err(params["W_O"], lt.W_O)
@@ -70,7 +70,7 @@ def test_orientation_matters(corpus):
 
 def test_value_term_is_phi_t_b_t(corpus):
     _, stats = corpus
-    lt = leading_terms(stats, 0.2, 3)
+    lt = leading_terms(stats, lr=0.2, steps=3)
     torch.testing.assert_close(lt.V[0], 3 * 0.2**2 * stats.Phi_bar.T @ stats.B_bar.T)
 
 
@@ -78,9 +78,9 @@ def test_step_bound_and_conditions(corpus):
     _, stats = corpus
     lr = 0.01
     expected = min(1 / (12 * LAYERS), 5 / (8 * math.sqrt(T))) / lr
-    assert step_bound(lr, LAYERS, T) == pytest.approx(expected)
-    inside = leading_terms(stats, lr, int(expected), LAYERS)
-    outside = leading_terms(stats, lr, int(expected) + 1, LAYERS)
+    assert step_bound(lr=lr, n_layers=LAYERS, n_ctx=T) == pytest.approx(expected)
+    inside = leading_terms(stats, lr=lr, steps=int(expected), n_layers=LAYERS)
+    outside = leading_terms(stats, lr=lr, steps=int(expected) + 1, n_layers=LAYERS)
     assert inside.within_bound and not outside.within_bound
     # L = 2 > sqrt(16)/4 = 1, T = 16 < 60, |V| = 40 < 500: all three hypotheses unmet here
     assert inside.conditions == {"L <= sqrt(T)/4": False, "T >= 60": False, "|V| >= 500": False}
@@ -106,4 +106,4 @@ def test_bad_arguments(corpus, kwargs, match):
 
 def test_requires_corpus_stats():
     with pytest.raises(LeadTermsError, match="must be a CorpusStats"):
-        unchecked(leading_terms)(torch.zeros(3, 3), 0.1, 2)
+        unchecked(leading_terms)(torch.zeros(3, 3), lr=0.1, steps=2)

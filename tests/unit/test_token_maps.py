@@ -55,7 +55,7 @@ def test_by_hand_for_an_attention_only_model():
 
 
 def test_paper_model_embeddings_are_one_hot():
-    model = paper_model(9, 4, 2)
+    model = paper_model(d_vocab=9, n_ctx=4, n_layers=2)
     with torch.no_grad():
         model.blocks[0].attn.W_V.normal_()
     maps = token_maps(model, np.array([2, 7]), progress=False)
@@ -66,7 +66,7 @@ def test_paper_model_embeddings_are_one_hot():
 
 
 def test_bad_input():
-    model = paper_model(9, 4, 2)
+    model = paper_model(d_vocab=9, n_ctx=4, n_layers=2)
     call = unchecked(token_maps)
     with pytest.raises(LeadTermsError, match=r"token ids \[9\] are outside \[0, d_vocab=9\)"):
         call(model, [1, 9], progress=False)

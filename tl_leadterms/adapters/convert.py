@@ -42,6 +42,7 @@ from tl_leadterms.adapters.view import ModelView
 from tl_leadterms.adapters.weights import LayerMaps, PaperWeights
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
+from tl_leadterms.protocols import ReadableModel
 
 __all__ = ["INPUT_MAPS", "to_paper"]
 
@@ -290,7 +291,7 @@ def _embedded_weights(view: ModelView, fold_ln: bool, pi: Any, input_map: str) -
 
 
 def to_paper(
-    model: Any,
+    model: ReadableModel,
     *,
     fold_ln: bool = True,
     token_weights: Tensor | None = None,

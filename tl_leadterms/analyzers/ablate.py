@@ -14,6 +14,7 @@ from tl_leadterms.checks import Layers, check_bool, check_layers, check_windows,
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
 from tl_leadterms.progress import progress_bar
+from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Term, Weight, term
 
@@ -59,10 +60,18 @@ class AblationTable(ResultTable):
 
 
 @torch.no_grad()
-def evaluate_loss(model: Any, tokens: Any, *, batch_size: int = 64) -> float:
-    """Mean next-token cross-entropy of ``model`` over all positions of ``tokens`` [N, T+1]."""
+def evaluate_loss(
+    model: ReadableModel, tokens: TokenWindows, *, batch_size: int | None = None
+) -> float:
+    """Mean next-token cross-entropy of ``model`` over all positions of ``tokens``.
+
+    Args:
+        model: the model to evaluate.
+        tokens: token windows ``[N, T + 1]``.
+        batch_size: windows per forward pass (default 64).
+    """
     view = check_supported(model, caller="evaluate_loss")
-    positive_int("batch_size", batch_size)
+    batch_size = positive_int("batch_size", 64 if batch_size is None else batch_size)
     tokens = check_windows(tokens, view.d_vocab, view.n_ctx).to(view.device)
     total, count = 0.0, 0
     for start in range(0, tokens.shape[0], batch_size):
@@ -115,11 +124,11 @@ def _fraction(removed: torch.Tensor, saved: torch.Tensor, stats: CorpusStats, we
 def ablate(
     model: PaperModel,
     stats: CorpusStats,
-    tokens: Any,
+    tokens: TokenWindows,
     *,
     weights: Weight | Sequence[Weight] = ("W_O", "V", "W"),
     layers: Layers = None,
-    batch_size: int = 64,
+    batch_size: int | None = None,
     progress: bool = True,
 ) -> AblationTable:
     """Remove each weight's projection onto its leading term, one at a time, and re-measure loss.
@@ -135,7 +144,7 @@ def ablate(
         tokens: ``[N, T+1]`` evaluation windows.
         weights: which of ``"W_O"``, ``"V"``, ``"W"``, ``"P"``.
         layers: which layers (default all).
-        batch_size: sequences per forward pass.
+        batch_size: windows per forward pass (default 64).
         progress: show a tqdm bar.
     """
     if not isinstance(model, PaperModel):
@@ -144,7 +153,7 @@ def ablate(
             f"(tl_leadterms.paper_model), got {type(model).__name__}; decompose() analyses "
             "other models"
         )
-    positive_int("batch_size", batch_size)
+    batch_size = positive_int("batch_size", 64 if batch_size is None else batch_size)
     check_bool("progress", progress)
     pw = paper_weights(model, stats)
     chosen = check_layers(layers, pw.n_layers)

@@ -28,7 +28,9 @@ from tl_leadterms.analyzers.decompose import decompose
 from tl_leadterms.analyzers.null import NullSpec, add_qvalues
 from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.checks import check_tokens
+from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.stats.blocks import BlockStats
+from tl_leadterms.stats.corpus import CorpusStats
 
 __all__ = ["DETECTORS", "HeadAtlas", "head_atlas"]
 
@@ -89,9 +91,9 @@ def detector_scores(model: Any, tokens: torch.Tensor) -> dict[str, torch.Tensor]
 
 @torch.no_grad()
 def head_atlas(
-    model: Any,
-    stats: Any,
-    tokens: Any = None,
+    model: ReadableModel,
+    stats: CorpusStats | BlockStats,
+    tokens: TokenWindows | None = None,
     *,
     null: int | NullSpec | None = 99,
     lr: float | None = None,

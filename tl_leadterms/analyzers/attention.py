@@ -34,6 +34,7 @@ from tl_leadterms.checks import (
 )
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
+from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
 
@@ -84,7 +85,7 @@ def predicted_scores(
 
 def predict_attention(
     stats: CorpusStats,
-    tokens: Any,
+    tokens: TokenWindows,
     *,
     lr: float | None = None,
     steps: int | None = None,
@@ -218,9 +219,9 @@ def _patterns(
 
 @torch.no_grad()
 def attention_agreement(
-    model: Any,
+    model: ReadableModel,
     stats: CorpusStats,
-    tokens: Any,
+    tokens: TokenWindows,
     *,
     lr: float | None = None,
     steps: int | None = None,

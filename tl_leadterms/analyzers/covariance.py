@@ -221,7 +221,7 @@ def covariance_similarity(
         >>> from tl_leadterms import corpus_stats, paper_model
         >>> tokens = torch.randint(0, 12, (32, 9), generator=torch.Generator().manual_seed(0))
         >>> stats = corpus_stats(tokens, d_vocab=12, progress=False)
-        >>> model = paper_model(12, 8, 2)
+        >>> model = paper_model(d_vocab=12, n_ctx=8, n_layers=2)
         >>> with torch.no_grad():
         ...     _ = model.blocks[0].attn.W_V.copy_(stats.B_bar_Phi_bar.T[None])
         >>> sim = covariance_similarity(model, stats, normalize="both", value_map="write",

@@ -12,7 +12,7 @@ Every token id is fed to the model alone, as a length-1 sequence without BOS, an
 statistics; compute them once with :func:`token_maps` and pass ``maps=`` to sweep settings.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from tl_leadterms.adapters.view import model_view
 from tl_leadterms.checks import Layers, check_layers, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
+from tl_leadterms.protocols import ReadableModel
 
 __all__ = ["MAPS", "TokenMaps", "token_maps"]
 
@@ -137,13 +138,13 @@ def model_device(model: Any, device: object) -> torch.device:
 
 @torch.no_grad()
 def token_maps(
-    model: Any,
-    token_ids: object = None,
+    model: ReadableModel,
+    token_ids: Sequence[int] | torch.Tensor | np.ndarray | None = None,
     *,
     layers: Layers = None,
-    batch_size: int = 1024,
-    device: object = None,
-    output_device: object = "cpu",
+    batch_size: int | None = None,
+    device: torch.device | str | None = None,
+    output_device: torch.device | str | None = "cpu",
     progress: bool = True,
 ) -> TokenMaps:
     """Feed every token in ``token_ids`` to ``model`` alone and collect its residual maps.
@@ -156,7 +157,7 @@ def token_maps(
         model: a HookedTransformer or a TransformerBridge in compatibility mode.
         token_ids: ids in row order, e.g. ``stats.kept``; default: every id in ``range(d_vocab)``.
         layers: layers to collect (default: all).
-        batch_size: tokens per forward pass.
+        batch_size: tokens per forward pass (default 1024).
         device: where the forward runs; the model must already be there (default: its device).
         output_device: where the returned maps are stored.
         progress: show a tqdm bar.
@@ -167,14 +168,14 @@ def token_maps(
 
     Example:
         >>> from tl_leadterms import paper_model
-        >>> maps = token_maps(paper_model(8, 4, 2), [1, 5], progress=False)
+        >>> maps = token_maps(paper_model(d_vocab=8, n_ctx=4, n_layers=2), [1, 5], progress=False)
         >>> maps.resid_pre.shape, maps.resid_pre[0, 1].argmax().item()  # one-hot embedding
         (torch.Size([2, 2, 8]), 5)
     """
     view = check_supported(model, caller="token_maps")
     ids = check_token_ids(token_ids, view.d_vocab)
     layers = check_layers(layers, view.n_layers)
-    batch_size = positive_int("batch_size", batch_size)
+    batch_size = positive_int("batch_size", 1024 if batch_size is None else batch_size)
     device = model_device(view, device)
     try:
         out_device = torch.device(output_device)

@@ -135,7 +135,7 @@ def _corpus(out_dir: Path, stories: object, n_stories: int, vocab_size: int, n_c
         if stale.is_dir() and checkpoint_step(stale) is not None:
             shutil.rmtree(stale)
     tokenizer = train_word_tokenizer(list(stories), vocab_size)
-    windows = make_windows(list(stories), n_ctx, tokenizer=tokenizer)
+    windows = make_windows(list(stories), n_ctx=n_ctx, tokenizer=tokenizer)
     tokenizer.save_pretrained(out_dir / TOKENIZER_DIR)
     with atomic_path(out_dir / WINDOWS_FILE) as tmp:
         torch.save(windows, tmp)

@@ -10,6 +10,7 @@ fsynced), so an interrupted sweep resumes where it stopped and never loses finis
 
 import gc
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,10 @@ from tl_leadterms.checkpoints.sweep_inputs import (
 )
 from tl_leadterms.checkpoints.sweep_results import ResultsFile
 from tl_leadterms.checkpoints.sweep_table import SweepTable
+from tl_leadterms.checks import Layers
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.progress import progress_bar
+from tl_leadterms.protocols import PathLike
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 
@@ -87,21 +90,21 @@ def run_checkpoint(
 
 
 def sweep(
-    checkpoints: object,
-    stats: object,
+    checkpoints: PathLike | Iterable[Any],
+    stats: CorpusStats | BlockStats,
     *,
-    analyses: object = DEFAULT,
-    steps: object = None,
-    results: object = None,
-    layers: object = None,
+    analyses: str | Sequence[str | Callable[..., Any] | tuple[Any, ...]] = DEFAULT,
+    checkpoint_steps: Sequence[int] | None = None,
+    results: PathLike | None = None,
+    layers: Layers = None,
     per_head: bool = False,
     null: int | NullSpec | None = None,
     ci: float | None = None,
     bootstrap: int | BootstrapSpec = 50,
     seed: int | None = None,
-    device: str = "cpu",
+    device: torch.device | str | None = None,
     progress: bool = True,
-    loader_kwargs: object = None,
+    loader_kwargs: dict[str, Any] | None = None,
     executor: str = "local",
     resources: dict[str, Any] | None = None,
     address: str | None = None,
@@ -114,8 +117,8 @@ def sweep(
         checkpoints: ``(label, model)`` pairs (or ``(label, step, model_or_folder)``, as
             :func:`~tl_leadterms.checkpoints.loading.load_series` gives); a list of local
             checkpoint folders; a series folder (its ``step{N}`` sub-folders); or a hub name such
-            as ``"pythia-1.4b"`` with ``steps``. Folders and hub checkpoints are loaded one at a
-            time and freed after use, so memory holds one model.
+            as ``"pythia-1.4b"`` with ``checkpoint_steps``. Folders and hub checkpoints are
+            loaded one at a time and freed after use, so memory holds one model.
         stats: :class:`~tl_leadterms.stats.CorpusStats` over the models' vocabulary, or a
             :class:`~tl_leadterms.stats.blocks.BlockStats` (needed for ``ci``; its whole-corpus
             statistics are scored, and callables get those).
@@ -128,8 +131,9 @@ def sweep(
             ``f(model, stats)`` returning dicts with ``layer``, ``head``, ``score``, ``value``, or
             ``(label, name_or_callable, kwargs)`` tuples (e.g. the covariance score under two
             settings side by side).
-        steps: with a hub name, the ``checkpoint_value`` of each checkpoint; with local
-            checkpoints, keep only these steps.
+        checkpoint_steps: with a hub name, the ``checkpoint_value`` of each checkpoint; with
+            local checkpoints, keep only these steps. (``steps=``, like ``lr=`` and ``s_lr=``,
+            is the leading terms' training step count, passed to the analyses.)
         results: a ``.jsonl`` path: each finished checkpoint is appended as one line; a rerun
             skips the checkpoints already there (same settings required, ``null``/``ci``
             included) and loads their rows.
@@ -143,7 +147,7 @@ def sweep(
         seed: the seed of the permutations and resamples when ``null``/``bootstrap`` are
             counts (default: the specs' own, 0); every checkpoint uses the same draws, so a
             resumed or distributed sweep gives the same columns.
-        device: where models are loaded and covariance products run.
+        device: where models are loaded and covariance products run (default: the CPU).
         progress: a tqdm bar over the checkpoints.
         loader_kwargs: extra keywords for :func:`~tl_leadterms.checkpoints.loading.load_model`
             (``fold_ln``, ``dtype``, ...), for folders and hub names alike.
@@ -163,6 +167,8 @@ def sweep(
         A :class:`SweepTable`, one row per (checkpoint, layer, head, analysis, score).
     """
     full_stats(stats)  # a CorpusStats or BlockStats, else a clear error
+    _check_not_checkpoint_list(analysis_kwargs.get("steps"))
+    device = "cpu" if device is None else device
     loader_kwargs = check_loader_kwargs(loader_kwargs)
     if not isinstance(per_head, bool):
         raise LeadTermsError(f"per_head must be True or False, got {per_head!r}")
@@ -170,7 +176,7 @@ def sweep(
     common = {"layers": layers, "per_head": per_head, "device": device, "progress": False}
     common.update(null_options(stats, null, ci, bootstrap, seed))
     chosen = choose_analyses(analyses, common, analysis_kwargs)
-    todo = find_checkpoints(checkpoints, steps, device, loader_kwargs)
+    todo = find_checkpoints(checkpoints, checkpoint_steps, device, loader_kwargs)
     check_executor(executor, todo, resources, address, num_cpus)
     kept = settings(chosen, stats)
     path = results_path(results)
@@ -185,6 +191,16 @@ def sweep(
         "settings": kept,
     }
     return SweepTable.from_records([found[c.label] for c in todo], metadata=metadata)
+
+
+def _check_not_checkpoint_list(steps: Any) -> None:
+    """``steps=`` is the leading terms' step count; a list there is the former checkpoint list."""
+    if steps is not None and not isinstance(steps, int) and hasattr(steps, "__iter__"):
+        raise LeadTermsError(
+            f"steps={steps!r}: sweep's steps= is the training step count of the leading terms "
+            "(an int, as decompose takes it); to choose checkpoints pass "
+            f"checkpoint_steps={list(steps)!r}"
+        )
 
 
 def _run(todo, stats, chosen, stored: ResultsFile, executor: str, ray_at: dict, progress: bool):

@@ -85,7 +85,7 @@ def _check_steps(steps: object) -> None:
         or not hasattr(steps, "__iter__")
         or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps)
     ):
-        raise LeadTermsError(f"steps must be None or a list of ints, got {steps!r}")
+        raise LeadTermsError(f"checkpoint_steps must be None or a list of ints, got {steps!r}")
 
 
 def find_checkpoints(
@@ -105,15 +105,15 @@ def find_checkpoints(
         else:
             raise LeadTermsError(
                 f"{str(checkpoints)!r} is not a folder; pass local checkpoint folders, a series "
-                "folder, (label, model) pairs, or a hub name with steps=[...] "
-                "(e.g. sweep('pythia-160m', stats, steps=[1, 2, 4]))"
+                "folder, (label, model) pairs, or a hub name with checkpoint_steps=[...] "
+                "(e.g. sweep('pythia-160m', stats, checkpoint_steps=[1, 2, 4]))"
             )
     elif hasattr(checkpoints, "__iter__"):
         found = _from_items(checkpoints, device, loader_kwargs)
     else:
         raise LeadTermsError(
             f"checkpoints must be a list of (label, model) pairs or folders, a series folder or "
-            f"a hub name with steps, got {type(checkpoints).__name__}"
+            f"a hub name with checkpoint_steps, got {type(checkpoints).__name__}"
         )
     if steps is not None:
         wanted = set(steps)
@@ -142,7 +142,8 @@ def check_loader_kwargs(loader_kwargs: object) -> dict[str, Any]:
         raise LeadTermsError(f"loader_kwargs must be a dict or None, got {loader_kwargs!r}")
     if "device" in loader_kwargs or "checkpoint" in loader_kwargs:
         raise LeadTermsError(
-            "loader_kwargs may not hold device or checkpoint; pass device= and steps= to sweep"
+            "loader_kwargs may not hold device or checkpoint; pass device= and checkpoint_steps= "
+            "to sweep"
         )
     return loader_kwargs
 
@@ -158,7 +159,8 @@ def check_executor(executor: str, todo: list[Checkpoint], *ray_only: object) -> 
     if executor == "ray" and held:
         raise LeadTermsError(
             f"checkpoints {held} are models held by this process, but a Ray worker loads its "
-            "own model: pass checkpoint folders, a series folder or a hub name with steps"
+            "own model: pass checkpoint folders, a series folder or a hub name with "
+            "checkpoint_steps"
         )
 
 

@@ -34,7 +34,7 @@ def _print_associations(stats, tokenizer, words: dict[str, list[str]], k: int = 
         print(f"\n{_HEADINGS[kind]}")
         for word in tokens:
             try:
-                neighbours = stats.top(kind, word, k=k, tokenizer=tokenizer,
+                neighbours = stats.top(kind, word, n=k, tokenizer=tokenizer,
                                        scoring=DEMO_SCORING, exclude="special")  # fmt: skip
             except LeadTermsError as err:
                 print(f"  {word:>8s}: ({err})")
@@ -66,13 +66,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"Generating {args.stories} stories (seed {args.seed}) ...")
     stories = generate_stories(args.stories, seed=args.seed)
     tokenizer = train_word_tokenizer(stories, args.vocab)
-    windows = make_windows(stories, args.n_ctx, tokenizer=tokenizer)
+    windows = make_windows(stories, n_ctx=args.n_ctx, tokenizer=tokenizer)
     n_words = sum(len(s.split()) for s in stories)
     print(
         f"  {sum(map(len, stories)) / 1e6:.1f} MB of text, {n_words:,} words; word-level "
         f"vocabulary {len(tokenizer)}; {windows.shape[0]:,} windows of T+1 = {args.n_ctx + 1}"
     )
-    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=not args.quiet)
+    stats = corpus_stats(
+        windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=not args.quiet
+    )
     print(f"  {stats!r}")
     _print_associations(stats, tokenizer, DEMO_WORDS)
     path = out / "demo_stats.safetensors"
@@ -100,9 +102,11 @@ def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> d
 
     start = time.perf_counter()
     n_ctx = args.train_n_ctx
-    windows = make_windows(stories, n_ctx, tokenizer=tokenizer)[: args.train_windows]
+    windows = make_windows(stories, n_ctx=n_ctx, tokenizer=tokenizer)[: args.train_windows]
     # statistics kept per block of windows: the whole corpus for training, resamples for the CIs
-    blocks = block_stats(windows, len(tokenizer), blocks=8, tokenizer=tokenizer, progress=False)
+    blocks = block_stats(
+        windows, d_vocab=len(tokenizer), blocks=8, tokenizer=tokenizer, progress=False
+    )
     stats = blocks.full()
     lr, steps = args.train_lr, args.train_steps
     total = max(steps, args.attention_steps)
@@ -111,7 +115,7 @@ def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> d
         f"{windows.shape[0]} windows: full-batch GD, η = {lr}, from zero; decomposed at step "
         f"{steps} (s·η = {lr * steps:g}), attention shown at step {total} ..."
     )
-    model = paper_model(len(tokenizer), n_ctx, 3)
+    model = paper_model(d_vocab=len(tokenizer), n_ctx=n_ctx, n_layers=3)
     early: dict = {}
 
     def keep(step: int, current, loss: float) -> None:

@@ -175,11 +175,11 @@ def is_block_file(path: str) -> bool:
     return isinstance(meta, dict) and meta.get("format") == BLOCK_FORMAT
 
 
-def read_stats(path: str, tokenizer: Any = None, *, only=None, check_vocab: bool = True) -> Any:
+def read_stats(path: str, tokenizer: Any = None, *, want=None, check_vocab: bool = True) -> Any:
     """A statistics file, or the whole-corpus statistics (``.full()``) of a block file."""
     from tl_leadterms.stats import CorpusStats
     from tl_leadterms.stats.blocks import BlockStats
 
     if is_block_file(path):
         return BlockStats.load(path, tokenizer=tokenizer, check_vocab=check_vocab).full()
-    return CorpusStats.load(path, tokenizer=tokenizer, only=only, check_vocab=check_vocab)
+    return CorpusStats.load(path, tokenizer=tokenizer, want=want, check_vocab=check_vocab)

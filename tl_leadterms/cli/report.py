@@ -36,7 +36,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         tokenizer = model_view(model, caller="tl-leadterms report").tokenizer
     needed = statistics_needed(model=model is not None, words=bool(args.words))
-    stats = read_stats(args.stats, tokenizer, only=needed)  # only the tables it shows
+    stats = read_stats(args.stats, tokenizer, want=needed)  # only the tables it shows
     sweep_table = _read_sweep(args.sweep_results) if args.sweep_results else None
     path = report(
         args.output,

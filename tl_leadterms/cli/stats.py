@@ -128,7 +128,7 @@ def stats_on_ray(args: argparse.Namespace) -> int:
     address, num_cpus = parse_target(args.ray)
     stats = corpus_stats(
         args.inputs,
-        d_vocab,
+        d_vocab=d_vocab,
         vocab=args.keep,
         n_ctx=args.n_ctx or (128 if tokenizer is not None else None),
         mode=args.mode,
@@ -186,14 +186,21 @@ def _compute(windows, d_vocab: int, tokenizer, args: argparse.Namespace):
     if args.blocks is None:
         from tl_leadterms.stats import corpus_stats
 
-        return corpus_stats(windows, d_vocab, vocab=args.keep, tokenizer=tokenizer,
+        return corpus_stats(windows, d_vocab=d_vocab, vocab=args.keep, tokenizer=tokenizer,
                             progress=not args.quiet, **stats_options(args))  # fmt: skip
     import torch
 
     from tl_leadterms.stats.blocks import block_stats
 
-    return block_stats(windows, d_vocab, blocks=args.blocks, vocab=args.keep, tokenizer=tokenizer,
-                       dtype=getattr(torch, args.dtype), progress=not args.quiet)  # fmt: skip
+    return block_stats(
+        windows,
+        d_vocab=d_vocab,
+        blocks=args.blocks,
+        vocab=args.keep,
+        tokenizer=tokenizer,
+        dtype=getattr(torch, args.dtype),
+        progress=not args.quiet,
+    )
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -225,7 +232,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     else:
         windows = make_windows(
             data,
-            args.n_ctx or 128,
+            n_ctx=args.n_ctx or 128,
             mode=args.mode,
             tokenizer=tokenizer if kind == "texts" else None,
             max_windows=args.max_windows,

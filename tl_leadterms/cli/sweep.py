@@ -32,7 +32,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if looks_like_path(names[0]) or args.steps is None:
             raise LeadTermsError(
                 f"no checkpoint folder at {names[0]!r}; pass a series folder, checkpoint folders "
-                "or a hub name with --steps (e.g. pythia-70m --steps 0 1 2)"
+                "or a hub name with --checkpoint-steps (e.g. pythia-70m --checkpoint-steps 0 1 2)"
             )
         checkpoints: Any = names[0]
     else:
@@ -50,7 +50,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         checkpoints,
         stats,
         analyses=args.analyses,
-        steps=args.steps,
+        checkpoint_steps=args.steps,
         results=args.results,
         layers=args.layers,
         per_head=args.per_head,
@@ -100,7 +100,14 @@ def add_parser(sub) -> None:
         help="a series folder, checkpoint folders, or a hub name with --steps",
     )
     sw.add_argument("stats", help="a statistics file over the models' vocabulary")
-    sw.add_argument("--steps", type=int, nargs="+", help="checkpoint steps (a hub name needs them)")
+    sw.add_argument(
+        "--checkpoint-steps",
+        "--steps",
+        dest="steps",
+        type=int,
+        nargs="+",
+        help="checkpoint steps (a hub name needs them)",
+    )
     sw.add_argument("--results", help="a .jsonl file: finished checkpoints are kept, reruns resume")
     sw.add_argument("--out", help="write the table to a .csv or .json file")
     sw.add_argument(

@@ -29,14 +29,14 @@ def cmd_top(args: argparse.Namespace) -> int:
     stats = read_stats(
         args.stats,
         tokenizer,
-        only=("B_bar",) if key in _STREAMED else (key,),  # the sparse counts (and kept ids)
+        want=("B_bar",) if key in _STREAMED else (key,),  # the sparse counts (and kept ids)
         check_vocab=not args.allow_vocab_mismatch,
     )
     tokens = [int(w) if w.isdigit() and tokenizer is None else w for w in args.tokens]
     if key in _STREAMED and not is_block_file(args.stats):  # a block file's are in memory
         lines = _top_streamed(args.stats, key, stats, tokens, args.k, tokenizer)
     else:
-        lines = [_top_line(stats.top(key, token, k=args.k, tokenizer=tokenizer))
+        lines = [_top_line(stats.top(key, token, n=args.k, tokenizer=tokenizer))
                  for token in tokens]  # fmt: skip
     for word, line in zip(args.tokens, lines, strict=True):
         print(f"{word}: {line}")
@@ -64,7 +64,7 @@ def _top_streamed(path: str, key: str, stats, tokens: list, k: int, tokenizer) -
         note = stats.degenerate_note(key) or no_associations(
             token, float(stats.unigram_counts[i]), row
         )
-        lines.append(note or _top_line(stats.ranked(row, k, tokenizer)))
+        lines.append(note or _top_line(stats.ranked(row, n=k, tokenizer=tokenizer)))
     return lines
 
 
@@ -75,7 +75,9 @@ def add_parser(sub) -> None:
     top.add_argument("tokens", nargs="+", help="tokens (strings with --tokenizer, else ids)")
     top.add_argument("--matrix", default="bigram", help="bigram, interchangeability, context, ...")
     top.add_argument("--tokenizer", help="tokenizer folder or name")
-    top.add_argument("-k", type=positive_int_arg, default=10)
+    top.add_argument(
+        "-n", "-k", dest="k", type=positive_int_arg, default=10, help="how many tokens to list"
+    )
     top.add_argument(
         "--allow-vocab-mismatch",
         action="store_true",

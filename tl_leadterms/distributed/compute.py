@@ -25,6 +25,7 @@ from tl_leadterms.distributed.tasks import (
     one_line,
 )
 from tl_leadterms.errors import LeadTermsError, positive_int
+from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.progress import progress_bar, write_line
 from tl_leadterms.stats.compute import PassPlan, pass_plan, run_passes
 from tl_leadterms.stats.corpus import CorpusStats
@@ -104,10 +105,11 @@ def _check_same_width(infos: list[dict]) -> None:
         )
 
 
+@positional_until_next_release("d_vocab")
 def corpus_stats(
     source: Any,
-    d_vocab: int,
     *,
+    d_vocab: int,
     vocab: VocabSpec = None,
     centre_vocab: int | None = None,
     n_ctx: int | None = None,
@@ -138,17 +140,17 @@ def corpus_stats(
             ``tokenizer``), a list of :class:`~tl_leadterms.distributed.shards.Shard`, or a
             ``datasets.Dataset`` (split with ``.shard()``). See :mod:`.shards` for how windows
             are made; they match the single-process windows shard by shard.
-        d_vocab, vocab, centre_vocab, dtype, batch_size, backend, tokenizer, q_targets,
-        last_target, want: as in
-            :func:`tl_leadterms.corpus_stats` (``vocab=<int>`` adds a counting pass;
-            ``want=("B_bar", "Phi_bar")`` stops after pass one). Sums are accumulated in
-            float64 and rounded once to ``dtype``.
+        d_vocab, vocab, centre_vocab, dtype, batch_size, backend, tokenizer: as in
+            :func:`tl_leadterms.corpus_stats` (``vocab=<int>`` adds a counting pass). Sums are
+            accumulated in float64 and rounded once to ``dtype``.
+        q_targets, last_target, want: as in :func:`tl_leadterms.corpus_stats`
+            (``want=("B_bar", "Phi_bar")`` stops after pass one).
         n_ctx, mode, eos_id, text_column: how documents become windows (``make_windows``);
             ``n_ctx=None`` takes windows as they are.
         shard_size: windows per shard for ``.npy`` files, rows per shard for a dataset.
         num_shards: shards of a dataset (default: ``shard_size`` rows each, else the
             cluster's CPU count).
-        address: ``None`` starts a local Ray with ``num_cpus`` CPUs (stopped at the end);
+        address, num_cpus: ``None`` starts a local Ray with ``num_cpus`` CPUs (stopped at the end);
             ``"auto"`` or ``"host:port"`` connects to a running cluster. A Ray already
             initialised in this process is used as it is.
         cpus_per_task: CPUs each shard task reserves (its numba/torch threads).

@@ -119,7 +119,11 @@ def _rows_from_columns(columns: dict[str, Any], spec: WindowSpec, tokenizer: Any
         if not texts:
             return np.zeros((0, 2), dtype=np.int64)
         return make_windows(
-            texts, _need_n_ctx(spec, name), mode=spec.mode, tokenizer=tokenizer, eos_id=spec.eos_id
+            texts,
+            n_ctx=_need_n_ctx(spec, name),
+            mode=spec.mode,
+            tokenizer=tokenizer,
+            eos_id=spec.eos_id,
         )
     if "input_ids" not in columns:
         raise LeadTermsError(
@@ -132,7 +136,7 @@ def _rows_from_columns(columns: dict[str, Any], spec: WindowSpec, tokenizer: Any
     if spec.n_ctx is None:
         return [list(r) for r in rows]  # windows: TokenSource checks their lengths
     return make_windows(
-        [np.asarray(r) for r in rows], spec.n_ctx, mode=spec.mode, eos_id=spec.eos_id
+        [np.asarray(r) for r in rows], n_ctx=spec.n_ctx, mode=spec.mode, eos_id=spec.eos_id
     )
 
 
@@ -212,7 +216,7 @@ class TextShard(Shard):
             return np.zeros((0, 2), dtype=np.int64)
         return make_windows(
             texts,
-            _need_n_ctx(spec, self.name),
+            n_ctx=_need_n_ctx(spec, self.name),
             mode=spec.mode,
             tokenizer=tokenizer,
             eos_id=spec.eos_id,

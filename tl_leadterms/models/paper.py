@@ -27,6 +27,8 @@ with ``cfg.use_attn_result``), ``blocks.l.hook_attn_out``, ``blocks.l.hook_resid
 ``unembed.hook_in`` / ``hook_out``.
 """
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
@@ -35,6 +37,7 @@ from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from tl_leadterms.errors import LeadTermsError, positive_int
+from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.models.paper_config import PaperConfig
 from tl_leadterms.models.paper_parts import (
     PaperAttention,
@@ -275,13 +278,14 @@ def _lm_loss(logits: Tensor, tokens: Tensor, attention_mask: Tensor | None, per_
     return -predicted if per_token else -predicted.sum() / n_tokens
 
 
+@positional_until_next_release("d_vocab", "n_ctx", "n_layers")
 def paper_model(
+    *,
     d_vocab: int,
     n_ctx: int,
     n_layers: int,
-    *,
-    tokenizer=None,
-    device: str | torch.device = "cpu",
+    tokenizer: Any = None,
+    device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> PaperModel:
     """Build the paper's model (``docs/math.md#model``), zero-initialised.
@@ -292,7 +296,7 @@ def paper_model(
         n_layers: number of attention layers ``L`` (one head each).
         tokenizer: optional tokenizer for ``to_tokens``/``to_string``; its length must be
             ``d_vocab``.
-        device: where to put the weights.
+        device: where to put the weights (default: the CPU).
         dtype: parameter dtype (``torch.float32`` or ``torch.float64``; half precisions run but
             lose the exactness the tests check).
 
@@ -318,6 +322,7 @@ def paper_model(
             f"the tokenizer has {len(tokenizer)} tokens but d_vocab={d_vocab}; pass "
             f"d_vocab=len(tokenizer)"
         )
+    device = "cpu" if device is None else device
     cfg = PaperConfig(d_vocab=d_vocab, n_ctx=n_ctx, n_layers=n_layers, device=str(device),
                       dtype=dtype)  # fmt: skip
     return PaperModel(cfg, tokenizer=tokenizer).to(device)

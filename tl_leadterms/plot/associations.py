@@ -98,7 +98,9 @@ def plot_associations(
     name = token_label(tokenizer, token_id)
     check_choice("scoring", scoring, SCORINGS)
     neighbours = {
-        kd: stats.top(ASSOCIATIONS[kd], token_id, k, tokenizer, scoring=scoring, exclude=exclude)
+        kd: stats.top(
+            ASSOCIATIONS[kd], token_id, n=k, tokenizer=tokenizer, scoring=scoring, exclude=exclude
+        )
         for kd in ASSOCIATIONS
     }
     head = "".join(f"<th>{html.escape(_HEADINGS[kd])}</th>" for kd in ASSOCIATIONS)

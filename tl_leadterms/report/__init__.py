@@ -27,6 +27,7 @@ from tl_leadterms.atomic import write_text
 from tl_leadterms.checks import check_bool, check_stats, check_steps
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.progress import progress_bar
+from tl_leadterms.protocols import ReadableModel
 from tl_leadterms.report import sections
 from tl_leadterms.report.findings import findings
 from tl_leadterms.report.markup import page
@@ -39,7 +40,7 @@ __all__ = ["report", "statistics_needed"]
 
 
 def statistics_needed(*, model: bool, words: bool) -> tuple[str, ...] | None:
-    """The statistics :func:`report` reads, as ``only=`` of :meth:`CorpusStats.load`.
+    """The statistics :func:`report` reads, as ``want=`` of :meth:`CorpusStats.load`.
 
     With a model, every stored table (``None``): its decomposition and attention views use them
     all. Otherwise the association lists of ``words`` need Φ̄ (B̄ and Σ_B̄ come from the sparse
@@ -69,9 +70,9 @@ def _check_args(path, stats, text, title, lr, steps) -> Path:
 
 def report(
     path: str | os.PathLike,
-    *,
     stats: CorpusStats,
-    model: Any = None,
+    *,
+    model: ReadableModel | None = None,
     tokenizer: Any = None,
     text: str | None = None,
     history: Any = None,
@@ -143,7 +144,7 @@ def report(
         >>> import tempfile, torch
         >>> from tl_leadterms import corpus_stats, paper_model
         >>> from tl_leadterms.report import report
-        >>> stats = corpus_stats(torch.randint(0, 12, (16, 9)), 12, progress=False)
+        >>> stats = corpus_stats(torch.randint(0, 12, (16, 9)), d_vocab=12, progress=False)
         >>> out = report(tempfile.mkdtemp() + "/r.html", stats=stats, progress=False,
         ...              model=paper_model(d_vocab=12, n_ctx=8, n_layers=1))
         >>> out.read_text().count('class="decompose-row"')  # W_O, V, W, P

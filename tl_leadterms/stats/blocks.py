@@ -54,7 +54,9 @@ import torch
 from torch import Tensor
 
 from tl_leadterms.errors import LeadTermsError, positive_int
+from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.progress import progress_bar
+from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator, ContextCounts
 from tl_leadterms.stats.compute import composed_from_counts, tokenizer_provenance
 from tl_leadterms.stats.corpus import CorpusStats
@@ -249,10 +251,11 @@ def _read(source, bounds, make, desc: str, progress: bool, keep: list | None = N
     return accs
 
 
+@positional_until_next_release("d_vocab")
 def block_stats(
-    tokens: Any,
-    d_vocab: int,
+    tokens: TokenWindows,
     *,
+    d_vocab: int,
     blocks: int = 20,
     vocab: VocabSpec = None,
     centre_vocab: int | None = None,
@@ -266,10 +269,13 @@ def block_stats(
 ) -> BlockStats:
     """Corpus statistics kept per contiguous block of windows (see the module docstring).
 
-    Arguments as :func:`~tl_leadterms.corpus_stats` (CPU, float64 accumulation), plus
-    ``blocks``: the number ``B`` of contiguous blocks of windows (about equal sizes, at least
-    2 and at most the number of windows). Blocks should be long enough that windows in
-    different blocks are roughly independent (e.g. whole documents per block).
+    Args:
+        tokens, d_vocab, vocab, centre_vocab, dtype, batch_size, backend: as in
+            :func:`~tl_leadterms.corpus_stats` (on the CPU, summed in float64).
+        q_targets, last_target, tokenizer, progress: as in :func:`~tl_leadterms.corpus_stats`.
+        blocks: the number ``B`` of contiguous blocks of windows (about equal sizes, at least
+            2 and at most the number of windows). Blocks should be long enough that windows in
+            different blocks are roughly independent (e.g. whole documents per block).
     """
     if positive_int("blocks", blocks) < 2:
         raise LeadTermsError(f"blocks must be at least 2 for a bootstrap, got {blocks}")

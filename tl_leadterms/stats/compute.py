@@ -22,7 +22,9 @@ import torch
 
 from tl_leadterms.atomic import scratch_file
 from tl_leadterms.errors import LeadTermsError, check_choice
+from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.progress import progress_bar, write_line
+from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.stats import algebra
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
 from tl_leadterms.stats.corpus import CorpusStats, check_stats_dtype
@@ -413,14 +415,15 @@ def _assemble_stats(
     )
 
 
+@positional_until_next_release("d_vocab")
 def corpus_stats(
-    tokens: Any,
-    d_vocab: int,
+    tokens: TokenWindows,
     *,
+    d_vocab: int,
     vocab: VocabSpec = None,
     centre_vocab: int | None = None,
     dtype: torch.dtype = torch.float64,
-    device: torch.device | str = "cpu",
+    device: torch.device | str | None = None,
     batch_size: int | None = None,
     progress: bool = True,
     tokenizer: Any = None,
@@ -453,8 +456,9 @@ def corpus_stats(
             a restriction (the paper's choice).
         dtype: ``torch.float64`` (exact) or ``torch.float32`` (half the memory, for large
             vocabularies).
-        device: where the tables live and the work runs. On a GPU the vectorised torch
-            backend runs (covered by the same tests on the CPU with ``backend="torch"``).
+        device: where the tables live and the work runs (default: the CPU). On a GPU the
+            vectorised torch backend runs (covered by the same tests on the CPU with
+            ``backend="torch"``).
         batch_size: sequences per batch (default: about two million pairs per batch).
         progress: show tqdm progress bars.
         tokenizer: recorded in the provenance (name and vocabulary hash) and used by
@@ -515,6 +519,7 @@ def corpus_stats(
         want=want,
         progress=progress,
     )
+    device = "cpu" if device is None else device
     source = TokenSource(tokens, d_vocab, batch_size=batch_size, device=device)
     executor = LocalExecutor(source, known_positions=_known_positions(tokens, source))
     return run_passes(

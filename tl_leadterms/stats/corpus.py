@@ -1,5 +1,6 @@
 """`CorpusStats`: the corpus statistics of docs/math.md#statistics in the paper's orientation."""
 
+from collections.abc import Iterable
 from functools import cached_property
 from typing import Any, NamedTuple
 
@@ -9,6 +10,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tl_leadterms.errors import LeadTermsError, check_choice
+from tl_leadterms.keywords import positional_until_next_release
+from tl_leadterms.protocols import PathLike
 from tl_leadterms.stats import algebra, neighbours
 from tl_leadterms.stats.vocab import KeptVocab
 
@@ -33,7 +36,7 @@ ALIASES = {
 
 _MISSING_HINT = (
     "compute them with corpus_stats(..., want=None) (every statistic) or tl-leadterms stats "
-    "without --only, and load the file without only="
+    "without --only, and load the file without want="
 )
 
 
@@ -267,18 +270,19 @@ class CorpusStats:
                 f"({self.n_positions} positions): it has no associations; pick a token that occurs"
             )
 
+    @positional_until_next_release("n", "tokenizer", renamed={"k": "n"})
     def top(
         self,
         matrix_name: str,
         token: int | str | np.integer | Tensor,
-        k: int = 10,
-        tokenizer: Any = None,
         *,
+        n: int = 10,
+        tokenizer: Any = None,
         exclude_self: bool | None = None,
         scoring: str = "raw",
         exclude: Any = None,
     ) -> "neighbours.Neighbours":
-        """The ``k`` tokens most associated with ``token`` under a statistic (paper Fig. 5).
+        """The ``n`` tokens most associated with ``token`` under a statistic (paper Fig. 5).
 
         Reads the row of ``token``: for ``"B_bar"`` the likeliest next tokens, for ``"Sigma_B"``
         the most interchangeable tokens, for ``"Phi_bar"`` the context tokens that precede it.
@@ -287,7 +291,7 @@ class CorpusStats:
             matrix_name: ``"B_bar"``/``"bigram"``, ``"Sigma_B"``/``"interchangeability"``,
                 ``"Phi_bar"``/``"context"`` (also ``"G_bar"``, ``"Q_bar"``).
             token: a token id, or a string when a tokenizer is given.
-            k: how many neighbours.
+            n: how many neighbours.
             tokenizer: turns strings into ids and ids into readable strings; defaults to the
                 tokenizer attached to the statistics, if any.
             exclude_self: drop ``token`` itself (default: only for ``Sigma_B``, whose diagonal
@@ -301,8 +305,8 @@ class CorpusStats:
         """
         tokenizer = tokenizer if tokenizer is not None else self.tokenizer
         key = self._key(matrix_name)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise LeadTermsError(f"k must be a positive int, got {k!r}.")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise LeadTermsError(f"n must be a positive int, got {n!r}.")
         check_choice("scoring", scoring, neighbours.SCORINGS)
         token_id = self.token_id_of(token, tokenizer)
         row_index = self.vocab.position(token_id)
@@ -322,7 +326,7 @@ class CorpusStats:
         for tid in neighbours.exclusion_ids(exclude, tokenizer):
             if 0 <= tid < self.d_vocab and (self.kept is None or bool((self.kept == tid).any())):
                 row[self.vocab.position(tid)] = -torch.inf
-        return self.ranked(row, k, tokenizer, scoring)
+        return self.ranked(row, n=n, tokenizer=tokenizer, scoring=scoring)
 
     def degenerate_note(self, key: str) -> str | None:
         """Why the statistic ``key`` has no associations at all (zero up to rounding, as Q̄ of a
@@ -332,11 +336,11 @@ class CorpusStats:
         return degenerate_reason(self, key) if key != "Sigma_B" else None
 
     def ranked(
-        self, row: Tensor, k: int, tokenizer: Any = None, scoring: str = "raw"
+        self, row: Tensor, *, n: int, tokenizer: Any = None, scoring: str = "raw"
     ) -> "neighbours.Neighbours":
-        """The ``k`` best finite entries of a scored row (matrix positions) as neighbours."""
+        """The ``n`` best finite entries of a scored row (matrix positions) as neighbours."""
         out = neighbours.Neighbours(scoring=scoring)
-        for score, i in neighbours.best(row, k):
+        for score, i in neighbours.best(row, n):
             tid = self.vocab.token_id(i)
             label = tokenizer.decode([tid]) if tokenizer is not None else tid
             out.append(Neighbour(label, tid, score))
@@ -373,27 +377,33 @@ class CorpusStats:
             tokenizer=self.tokenizer,
         )
 
-    def save(self, path) -> None:
+    def save(self, path: PathLike) -> None:
         """Write the statistics to one safetensors file, atomically (see :mod:`.io`)."""
         from tl_leadterms.stats.io import save_stats
 
         save_stats(self, path)
 
     @classmethod
+    @positional_until_next_release(renamed={"only": "want"})
     def load(
         cls,
-        path,
+        path: PathLike,
         *,
         tokenizer: Any = None,
         d_vocab: int | None = None,
-        device="cpu",
-        only=None,
+        device: torch.device | str | None = None,
+        want: Iterable[str] | None = None,
         check_vocab: bool = True,
-    ):
+    ) -> "CorpusStats":
         """Load statistics saved by :meth:`save`, validating shapes, metadata and checksums.
 
-        ``tokenizer`` and ``d_vocab``, when given, must match what the file was counted with;
-        ``only`` reads just some statistics (see :func:`tl_leadterms.stats.io.load_stats`).
+        Args:
+            path: the file :meth:`save` wrote.
+            tokenizer, d_vocab: when given, must match what the file was counted with (the
+                tokenizer is also attached for strings).
+            device: where the tables go (default: the CPU).
+            want: read just these statistics (see :func:`tl_leadterms.stats.io.load_stats`).
+            check_vocab: ``False`` skips the comparison of the tokenizer with the file's.
         """
         from tl_leadterms.stats.io import load_stats
 
@@ -402,7 +412,7 @@ class CorpusStats:
             tokenizer=tokenizer,
             d_vocab=d_vocab,
             device=device,
-            only=only,
+            want=want,
             check_vocab=check_vocab,
         )
 

@@ -8,7 +8,7 @@ Format version 2 adds provenance (:mod:`.provenance`): a vocabulary hash, and a 
 tensor and of the metadata, verified on load (a flipped bit or an edited count is refused, naming
 the tensor). Version 1 files (no checksums) still load, with a warning.
 
-``load_stats(path, only=(...))`` reads just the tables asked for (safetensors reads tensors one
+``load_stats(path, want=(...))`` reads just the tables asked for (safetensors reads tensors one
 by one from the file): ``top bigram`` reads the sparse counts. :func:`scan_table` reads one dense
 table in row blocks, verified as it goes: ``top context`` keeps the rows it needs from Φ̄ and
 never holds the table.
@@ -233,14 +233,14 @@ def _stored_statistics(meta: dict[str, Any]) -> tuple[str, ...]:
     return tuple(name for name in _FLOATS if name in listed)
 
 
-def _wanted(only: Iterable[str] | None) -> set[str] | None:
-    """Tensor names to read for the statistics in ``only`` (None: every tensor)."""
-    if only is None:
+def _wanted(want: Iterable[str] | None) -> set[str] | None:
+    """Tensor names to read for the statistics in ``want`` (None: every tensor)."""
+    if want is None:
         return None
-    names = {only} if isinstance(only, str) else set(only)
+    names = {want} if isinstance(want, str) else set(want)
     known = {"B_bar", "Sigma_B", *_FLOATS}
     if not names or not names <= known:
-        raise LeadTermsError(f"only= names statistics among {sorted(known)}, got {only!r}")
+        raise LeadTermsError(f"want= names statistics among {sorted(known)}, got {want!r}")
     return {*_COUNTS, "kept", *(names & set(_FLOATS))}
 
 
@@ -300,8 +300,8 @@ def load_stats(
     *,
     tokenizer: Any = None,
     d_vocab: int | None = None,
-    device: torch.device | str = "cpu",
-    only: Iterable[str] | None = None,
+    device: torch.device | str | None = None,
+    want: Iterable[str] | None = None,
     check_vocab: bool = True,
 ) -> CorpusStats:
     """Load statistics written by :func:`save_stats`; check them against the expectations.
@@ -311,14 +311,14 @@ def load_stats(
         tokenizer: must be the vocabulary the statistics were counted with: no more tokens than
             ``d_vocab`` and, when the file records a tokenizer hash, the same hash.
         d_vocab: if given, must equal the file's.
-        device: where the tensors go.
-        only: read just these statistics (``"B_bar"``, ``"Sigma_B"``, ``"Phi_bar"``,
+        device: where the tensors go (default: the CPU).
+        want: read just these statistics (``"B_bar"``, ``"Sigma_B"``, ``"Phi_bar"``,
             ``"G_bar"``, ``"Q_bar"``, ``"Delta"``); the sparse counts are always read. The
             others are absent from the result (accessing one raises). None reads everything.
         check_vocab: ``False`` skips the tokenizer comparison (for experts).
     """
     path = Path(path)
-    names = _wanted(only)
+    names = _wanted(want)
     tensors, meta = read_file(path, names)
     check_header(path, meta)
     check_tables(path, tensors, meta)
@@ -342,6 +342,7 @@ def load_stats(
     if tokenizer is not None and check_vocab:
         check_tokenizer(path, meta, tokenizer)
     kept = tensors.get("kept")
+    device = "cpu" if device is None else device
     tensors = {name: v.to(device) for name, v in tensors.items()}
     vocab = KeptVocab(
         meta["d_vocab"], None if kept is None else kept.to(device), meta["centre_vocab"]
@@ -408,7 +409,7 @@ def scan_table(
 
     >>> import tempfile, torch
     >>> from tl_leadterms import corpus_stats
-    >>> stats = corpus_stats(torch.randint(0, 6, (8, 5)), 6, progress=False)
+    >>> stats = corpus_stats(torch.randint(0, 6, (8, 5)), d_vocab=6, progress=False)
     >>> path = tempfile.mkdtemp() + "/s.safetensors"; stats.save(path)
     >>> rows = []
     >>> scan_table(path, "Phi_bar", lambda start, block: rows.append(block), block_bytes=100)

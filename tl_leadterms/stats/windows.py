@@ -8,6 +8,8 @@ import numpy as np
 import torch
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.keywords import positional_until_next_release
+from tl_leadterms.protocols import Documents
 
 __all__ = ["make_windows"]
 
@@ -60,10 +62,11 @@ def _document_ids(doc: Any, index: int) -> np.ndarray:
     return ids.astype(np.int64, copy=False)
 
 
+@positional_until_next_release("n_ctx")
 def make_windows(
-    documents: Any,
-    n_ctx: int,
+    documents: Documents,
     *,
+    n_ctx: int,
     mode: str = "chunk",
     tokenizer: Any = None,
     eos_id: int | None = None,

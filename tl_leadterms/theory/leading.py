@@ -15,6 +15,7 @@ from torch import Tensor
 
 from tl_leadterms.checks import check_lr, check_s_lr, check_stats, check_steps, positive_int
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory.table import TERMS, term
 
@@ -80,18 +81,29 @@ class Schedule:
         return {"lr": self.lr, "steps": self.steps, "s_lr": self.s_lr}
 
 
-def coefficients(lr: float, steps: int) -> dict[str, float]:
+@positional_until_next_release("lr", "steps")
+def coefficients(*, lr: float, steps: int) -> dict[str, float]:
     """The exact coefficient of every weight of the table.
 
-    >>> coefficients(0.1, 4)["W"]  # (3·C(4,4) + 2·C(4,3))·η⁴ = 11·1e-4
+    Args:
+        lr: the learning rate η.
+        steps: the number of gradient steps s.
+
+    >>> coefficients(lr=0.1, steps=4)["W"]  # (3·C(4,4) + 2·C(4,3))·η⁴ = 11·1e-4
     0.0011000000000000003
     """
     lr, steps = check_lr(lr), check_steps(steps)
     return {name: t.coefficient(lr, steps) for name, t in TERMS.items()}
 
 
-def step_bound(lr: float, n_layers: int, n_ctx: int) -> float:
-    """The theorem's largest step count ``η⁻¹·min(1/(12L), 5/(8√T))`` (a real number)."""
+@positional_until_next_release("lr", "n_layers", "n_ctx")
+def step_bound(*, lr: float, n_layers: int, n_ctx: int) -> float:
+    """The theorem's largest step count ``η⁻¹·min(1/(12L), 5/(8√T))`` (a real number).
+
+    Args:
+        lr: the learning rate η.
+        n_layers: the number of attention layers L.
+        n_ctx: the window length T."""
     lr = check_lr(lr)
     n_layers, n_ctx = positive_int("n_layers", n_layers), positive_int("n_ctx", n_ctx)
     return min(1 / (12 * n_layers), 5 / (8 * math.sqrt(n_ctx))) / lr
@@ -167,7 +179,8 @@ class LeadingTerms:
         )
 
 
-def leading_terms(stats: CorpusStats, lr: float, steps: int, n_layers: int = 1) -> LeadingTerms:
+@positional_until_next_release("lr", "steps", "n_layers")
+def leading_terms(stats: CorpusStats, *, lr: float, steps: int, n_layers: int = 1) -> LeadingTerms:
     """The weights the theory predicts after ``steps`` GD steps at learning rate ``lr``.
 
     Args:
@@ -187,7 +200,7 @@ def leading_terms(stats: CorpusStats, lr: float, steps: int, n_layers: int = 1) 
     stats = check_stats(stats)
     lr, steps = check_lr(lr), check_steps(steps)
     n_layers = positive_int("n_layers", n_layers)
-    bound = step_bound(lr, n_layers, stats.n_ctx)
+    bound = step_bound(lr=lr, n_layers=n_layers, n_ctx=stats.n_ctx)
     conditions = {
         "L <= sqrt(T)/4": n_layers <= math.sqrt(stats.n_ctx) / 4,
         "T >= 60": stats.n_ctx >= 60,
@@ -198,7 +211,7 @@ def leading_terms(stats: CorpusStats, lr: float, steps: int, n_layers: int = 1) 
         lr=lr,
         steps=steps,
         n_layers=n_layers,
-        coefficients=coefficients(lr, steps),
+        coefficients=coefficients(lr=lr, steps=steps),
         step_bound=bound,
         within_bound=steps <= bound,
         conditions=conditions,
