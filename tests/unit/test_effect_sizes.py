@@ -295,3 +295,19 @@ def test_decompose_null_has_excess_q_and_repr_leads_with_excess(trained, stats):
     header = repr(d).splitlines()[1]
     assert header.index("excess") < header.index("z") < header.index("q")
     assert "common" in header
+
+
+def test_findings_say_when_the_null_is_too_small_for_any_q():
+    from tl_leadterms.report.findings import _null_and_ci
+
+    def rows(p_values):
+        return [
+            {"weight": "W", "label": f"L{i}", "p": p, "score": 0.9, "null_mean": 0.1}
+            for i, p in enumerate(p_values)
+        ]
+
+    small = " ".join(_null_and_ci(rows([0.1, 0.1, 0.3])))  # R = 9: p is at least 0.1
+    assert "0 stand out" in small and "the smallest p here is 0.1" in small
+    assert "R ≥ 19" in small
+    enough = " ".join(_null_and_ci(rows([0.01, 0.01, 0.3])))  # R = 99
+    assert "2 stand out" in enough and "smallest p" not in enough

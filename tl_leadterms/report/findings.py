@@ -135,6 +135,13 @@ def _stand_out(tested: list[dict]) -> str:
         f"After Benjamini–Hochberg over the {len(tested)} scores, {len(out)} stand out "
         f"(q ≤ {Q_LEVEL}, excess > 0)" + (f": {_names(out)}" if out else "")
     )
+    smallest = min(r["p"] for r in tested)
+    if smallest > Q_LEVEL:  # q ≥ p: the null is too small for any score to stand out
+        text += (
+            f". No score could: the smallest p here is {smallest:.3g}, and a permutation p is at "
+            f"least 1/(R + 1); pass null=R with R ≥ {math.ceil(1 / Q_LEVEL) - 1} (more for "
+            "many rows)"
+        )
     if sizes:
         text += (
             f". Excess over the null mean (score − null mean, the effect size): median "
