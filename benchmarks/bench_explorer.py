@@ -8,16 +8,23 @@ start until the page has drawn the grid (``data-grid-drawn``, goal < 2 s) and un
 panel is open after a click. The baseline side by side: the same page's grid time with every
 head's data parsed up front (``JSON.parse`` of all the head blocks), what eager loading costs.
 
-    python benchmarks/bench_explorer.py [--k 5000] [--layers 30] [--null 19] [--out FILE]
+    python benchmarks/bench_explorer.py [--k 5000] [--layers 30] [--null 19] [--visits 5]
+        [--baseline EARLIER.json] [--out FILE]
 
-Most of the build time is the permutation null of the decomposition (``--null 0`` leaves it
-out; ``results/explorer_no_null.json``).
+Browser times are medians over ``--visits`` fresh page loads. The build is timed as wall and
+CPU time (``build_cpu_s``, the steadier of the two on a shared machine; the 1-minute load
+average before and after is recorded). ``--baseline`` keeps an earlier commit's result of this
+script as ``before`` (and ``build_speedup``). About 40% of the build's CPU time is the
+permutation null of the decomposition (``--null 0`` leaves it out;
+``results/explorer_no_null.json``).
 """
 
 import argparse
 import json
+import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -36,30 +43,39 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 
 
-def browser_times(path: Path) -> dict:
+def _one_visit(browser, path: Path, label: str) -> dict:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+               else r.abort())  # fmt: skip
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-grid-drawn]")
+    grid_ms = float(page.get_attribute("body", "data-grid-drawn"))
+    start = time.perf_counter()
+    page.click(f'td.tl-cell[data-label="{label}"]')
+    page.wait_for_selector("#tl-attn-actual canvas, #tl-attn-actual svg")
+    panel_s = time.perf_counter() - start
+    eager_ms = page.evaluate(
+        "() => { const t = performance.now();"
+        " document.querySelectorAll('script.tl-head').forEach(n => JSON.parse(n.textContent));"
+        " return performance.now() - t; }"
+    )
+    page.close()
+    return {"grid_drawn_s": grid_ms / 1000, "panel_open_s": panel_s,
+            "parse_all_heads_s": eager_ms / 1000}  # fmt: skip
+
+
+def browser_times(path: Path, label: str, visits: int) -> dict:
+    """Medians over ``visits`` fresh page loads (each run also listed), one browser."""
     from playwright.sync_api import sync_playwright
 
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=exe, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
-                   else r.abort())  # fmt: skip
-        page.goto(path.as_uri())
-        page.wait_for_selector("body[data-grid-drawn]")
-        grid_ms = float(page.get_attribute("body", "data-grid-drawn"))
-        start = time.perf_counter()
-        page.click('td.tl-cell[data-label="L29H8"]')
-        page.wait_for_selector("#tl-attn-actual canvas, #tl-attn-actual svg")
-        panel_s = time.perf_counter() - start
-        eager_ms = page.evaluate(
-            "() => { const t = performance.now();"
-            " document.querySelectorAll('script.tl-head').forEach(n => JSON.parse(n.textContent));"
-            " return performance.now() - t; }"
-        )
+        runs = [_one_visit(browser, path, label) for _ in range(visits)]
         browser.close()
-    return {"grid_drawn_s": grid_ms / 1000, "panel_open_s": panel_s,
-            "parse_all_heads_s": eager_ms / 1000}  # fmt: skip
+    out = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    out["grid_drawn_runs_s"] = [r["grid_drawn_s"] for r in runs]
+    return out
 
 
 def main() -> None:
@@ -67,30 +83,43 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=5000)
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--null", type=int, default=19, help="permutations (0: no null)")
+    parser.add_argument("--visits", type=int, default=5, help="page loads timed (medians)")
     parser.add_argument("--out", type=Path, default=RESULTS / "explorer.json")
+    parser.add_argument(
+        "--baseline", type=Path, default=None, help="an earlier commit's result, kept as 'before'"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     model, stats, windows = model_and_stats(args.k, args.layers)
     tokens = windows[0, :32]
-    start = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    start, cpu = time.perf_counter(), time.process_time()
     explorer = explore(model, stats, tokens=tokens, null=args.null or None,
                        title="benchmark explorer")  # fmt: skip
-    build_s = time.perf_counter() - start
+    build_s, build_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    load_after = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         path = explorer.save(Path(tmp) / "explorer.html")
         save_s = time.perf_counter() - start
         size = path.stat().st_size
-        times = browser_times(path)
+        label = f"L{args.layers - 1}H{model.cfg.n_heads - 1}"
+        times = browser_times(path, label, args.visits)
     result = {
         "benchmark": "explorer", "n_layers": args.layers, "n_heads": model.cfg.n_heads,
         "k": args.k, "d_vocab": model.cfg.d_vocab, "text_tokens": len(tokens),
-        "null": args.null, "build_s": build_s, "save_s": save_s, "page_bytes": size,
+        "null": args.null, "build_s": build_s, "build_cpu_s": build_cpu_s,
+        "load_average_1min": [load_before, load_after], "threads": torch.get_num_threads(),
+        "save_s": save_s, "page_bytes": size,
         "page_mb": size / 2**20, "page_goal_mb": 10, "grid_goal_s": 2, **times,
         "grid_vs_parse_all_heads": times["parse_all_heads_s"] / max(times["grid_drawn_s"], 1e-9),
         "python": platform.python_version(), "torch": torch.__version__,
         "machine": platform.machine(),
     }  # fmt: skip
+    if args.baseline is not None:
+        before = json.loads(args.baseline.read_text())
+        result["before"] = {k: v for k, v in before.items() if k != "before"}
+        result["build_speedup"] = before["build_s"] / build_s
     args.out.parent.mkdir(parents=True, exist_ok=True)
     from tl_leadterms.atomic import write_bytes
 

@@ -126,3 +126,27 @@ def test_bad_null_arguments(setting):
     for bad in (1, -3, True, "many", NullSpec(permutations=10, reference="untrained")):
         with pytest.raises(LeadTermsError, match=r"null|reference"):
             unchecked(decompose)(model, stats, null=bad)
+
+
+def test_inner_projected_many_matches_one_at_a_time(monkeypatch):
+    """The heads' cores formed once (and in blocks of heads and projections) give the same
+    inner products as one ``inner_projected`` per map, and as the dense maps."""
+    from tl_leadterms.adapters import sandwich
+    from tl_leadterms.adapters.sandwich import Sandwich, project
+
+    g = torch.Generator().manual_seed(1)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    L, R = rand(9, 5), rand(4, 7)
+    s = Sandwich(L, rand(6, 5, 2), rand(6, 2, 4), R)
+    Ts = [rand(9, 7) for _ in range(5)]
+    dense = L @ s.A @ s.B @ R
+    want = torch.stack([(dense * T).sum((-2, -1)) for T in Ts])
+    projected = [project(T, L, R) for T in Ts]
+    one = torch.stack([s.inner_projected(P) for P in projected])
+    torch.testing.assert_close(s.inner_projected_many(projected), want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(one, want, rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(sandwich, "_CORE_ELEMENTS", 2 * 5 * 4)  # two heads / maps per block
+    torch.testing.assert_close(s.inner_projected_many(projected), want, rtol=1e-12, atol=1e-12)

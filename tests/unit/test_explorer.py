@@ -101,3 +101,38 @@ def test_report_embeds_the_explorer(built, tmp_path):
     assert "tl-summary" in section[frame : frame + 2_000_000]
     with pytest.raises(LeadTermsError, match="explorer=True builds the explorer of model="):
         report(tmp_path / "r2.html", stats=stats, decomposition=d, explorer=True, progress=False)
+
+
+@pytest.mark.hooked
+def test_pairs_of_a_model_with_embeddings_read_its_parameters():
+    """The pair tables of a model with embeddings (read through its shared outer factors,
+    restricted to the candidate tokens) against each head's map built from the parameters."""
+    from tests.factories import random_attn_only
+    from tests.unit.test_reference import markov_tokens
+
+    V, T = 23, 9
+    tokens = markov_tokens(80, T + 1, V, seed=7)
+    stats = corpus_stats(tokens, d_vocab=V, vocab=15, progress=False)  # restricted
+    model = random_attn_only(V, T, seed=4)
+    explorer = explore(model, stats, tokens=tokens[0, :T], null=None, pair_tokens=8, k=4)
+    positions = stats.unigram.double().topk(8).indices.sort().values
+    ids = stats.kept[positions]
+    W_E, W_U = model.W_E.detach().double()[ids], model.W_U.detach().double()[:, ids]
+    for layer in range(2):
+        attn = model.blocks[layer].attn
+        for h in range(3):
+            W_Q, W_K = attn.W_Q[h].detach().double(), attn.W_K[h].detach().double()
+            W_V, W_O = attn.W_V[h].detach().double(), attn.W_O[h].detach().double()
+            maps = {"W": W_E @ W_Q @ W_K.T @ W_E.T / model.cfg.d_head**0.5,
+                    "V": W_E @ W_V @ W_O @ W_U}  # fmt: skip
+            got = explorer.data["heads"][f"L{layer}H{h}"]["pairs"]
+            for name, M in maps.items():
+                top = M.flatten().topk(4)
+                want = [
+                    [str(int(ids[i])), str(int(ids[j])), float(v)]
+                    for v, (i, j) in zip(
+                        top.values, (divmod(int(f), 8) for f in top.indices), strict=True
+                    )
+                ]
+                assert [p[:2] for p in got[name]] == [w[:2] for w in want], (layer, h, name)
+                assert [p[2] for p in got[name]] == pytest.approx([w[2] for w in want], rel=1e-5)

@@ -12,6 +12,7 @@ from tl_leadterms import (
     HeadAtlas,
     LeadTermsError,
     SweepTable,
+    TokenMaps,
     TrainHistory,
 )
 from tl_leadterms.analyzers.table import ResultTable
@@ -103,7 +104,7 @@ def test_heat_colour_ends():
 
 def test_every_result_class_is_a_result_table():
     for cls in (AblationTable, AttentionAgreement, CovarianceSimilarity, Decomposition,
-                HeadAtlas, SweepTable, TrainHistory):  # fmt: skip
+                HeadAtlas, SweepTable, TokenMaps, TrainHistory):  # fmt: skip
         assert issubclass(cls, ResultTable), cls
 
 

@@ -22,8 +22,13 @@ Example:
     True
     >>> torch.allclose(s.sq_norm(), (dense**2).sum((-2, -1)).double())
     True
+    >>> T2 = torch.randn(6, 5, generator=g, dtype=torch.float64)
+    >>> many = s.inner_projected_many([project(T, L, R), project(T2, L, R)])
+    >>> torch.allclose(many[1], (dense * T2).sum((-2, -1)).double())
+    True
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +39,8 @@ __all__ = ["Sandwich", "project"]
 
 _ACC = torch.float64
 _BLOCK_ROWS = 4096
+# float64 elements of head cores (or of stacked projections) formed at once: 256 MiB
+_CORE_ELEMENTS = 2**25
 
 
 def project(T: Tensor, left: Tensor, right: Tensor) -> Tensor:
@@ -89,3 +96,30 @@ class Sandwich:
         """``⟨M_h, T⟩`` per head from ``project(T, left, right)`` (float64)."""
         A, B = self.A.to(_ACC), self.B.to(_ACC)
         return ((A.transpose(-1, -2) @ projected.to(A.device)) * B).sum((-2, -1))
+
+    def inner_projected_many(self, projected: Sequence[Tensor] | Tensor) -> Tensor:
+        """``[n, h]``: ``⟨M_h, T_j⟩`` per head for ``n`` projections ``project(T_j, left, right)``
+        (a sequence of ``[d, e]``, or one ``[n, d, e]`` tensor, read in place).
+
+        Each head's core ``A_h B_h`` (``d × e``) is formed once and dotted with every
+        projection, ``O(h·d·r·e + n·h·d·e)`` in all, where ``n`` calls of
+        :meth:`inner_projected` cost ``O(n·h·d·r·e)`` (a basis of several maps, or the
+        relabelled leading terms of a permutation null). Cores and stacked projections are
+        formed a bounded number of elements at a time.
+        """
+        A, B = self.A.to(_ACC), self.B.to(_ACC)
+        h, d, _ = A.shape
+        e = B.shape[-1]
+        n = len(projected)
+        out = torch.empty(n, h, dtype=_ACC, device=A.device)
+        step = max(1, _CORE_ELEMENTS // (d * e))  # heads per core block, projections per stack
+        for h0 in range(0, h, step):
+            core = (A[h0 : h0 + step] @ B[h0 : h0 + step]).reshape(-1, d * e)
+            for j0 in range(0, n, step):
+                if isinstance(projected, Tensor):
+                    stack = projected[j0 : j0 + step].to(A.device, _ACC).reshape(-1, d * e).T
+                else:
+                    stack = torch.stack([p.to(device=A.device, dtype=_ACC).reshape(d * e)
+                                         for p in projected[j0 : j0 + step]], dim=1)  # fmt: skip
+                out[j0 : j0 + step, h0 : h0 + step] = (core @ stack).T
+        return out

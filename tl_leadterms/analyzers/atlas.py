@@ -123,7 +123,7 @@ def head_atlas(
         ci = 0.95
     d = decompose(model, stats, lr=lr, steps=steps, s_lr=s_lr, weights=["W", "V"], null=null,
                   ci=ci, bootstrap=bootstrap)  # fmt: skip
-    stats = d.stats
+    stats = stats.full() if isinstance(stats, BlockStats) else stats  # the one d scored
     value = {(r["layer"], r["head"]): r for r in d.rows if r["weight"] != "W"}
     agreement, detectors = {}, None
     if tokens is not None:

@@ -93,8 +93,7 @@ def _factored_parts(M: FactoredMatrix, T: Tensor, inner_raw: Tensor):
 def _sandwich_parts(s: Sandwich, t: Term, cache: BasisCache, projections: Projections,
                     inner_raw: Tensor):  # fmt: skip
     """``L°ᵀ T R°ᵀ = Lᵀ T° Rᵀ`` from the cached projection, ``L°ᵀL°``, ``R°R°ᵀ`` from the Grams."""
-    T = cache.map(t.target)
-    rows, cols, total, _, target_c2 = target_terms(T)
+    rows, cols, total, _, target_c2 = projections.target_sums(t.target)
     L, R = s.left.double(), s.right.double()
     n, m = L.shape[0], R.shape[1]
     ones_l, ones_r = L.sum(0), R.sum(1)  # Lᵀ1, R1

@@ -256,7 +256,7 @@ def decompose(
     if spec is not None and spec.reference is not None:
         _add_reference(rows, spec.reference_model(model), stats, layers, per_head, weights)
     metadata = _metadata(pw, stats, schedule, per_head, spec, boot)
-    return Decomposition(rows, metadata=metadata, weights=pw, stats=stats)
+    return Decomposition(rows, metadata=metadata)
 
 
 def _metadata(pw, stats, schedule: Schedule, per_head: bool, spec, boot) -> dict[str, Any]:

@@ -18,7 +18,7 @@ factored map is never materialised. For a map ``M`` and basis ``T_1..T_n`` with 
 import math
 import weakref
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -92,6 +92,10 @@ def _key(t: Tensor) -> tuple:
     return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
 
 
+# memo keys of Projections that depend on the statistics (dropped by with_cache)
+_THEORY_KEYS = ("T", "Tπ", "Tsums")
+
+
 class Projections:
     """One analysis' cache for :class:`~tl_leadterms.adapters.sandwich.Sandwich` maps.
 
@@ -105,7 +109,7 @@ class Projections:
         self.cache, self.kept = cache, kept
         self._held: dict[tuple, Tensor] = {}
 
-    def _memo(self, key: tuple, build) -> Tensor:
+    def _memo(self, key: tuple, build) -> Any:
         if key not in self._held:
             self._held[key] = build()
         return self._held[key]
@@ -115,7 +119,7 @@ class Projections:
         bootstrap resample) that reuses this one's model side (restricted factors, their Gram
         matrices) and recomputes only the theory's projections."""
         other = Projections(cache, self.kept)
-        other._held = {k: v for k, v in self._held.items() if k[0] not in ("T", "Tπ")}
+        other._held = {k: v for k, v in self._held.items() if k[0] not in _THEORY_KEYS}
         return other
 
     def restrict(self, s: Sandwich) -> Sandwich:
@@ -143,6 +147,14 @@ class Projections:
     def inner(self, s: Sandwich, component: Component) -> Tensor:
         return s.inner_projected(self.projected(s, component))
 
+    def inner_many(self, s: Sandwich, components: tuple[Component, ...]) -> Tensor:
+        """``[h, n]``: ``⟨M_h, T_j⟩`` of every head with each of ``n`` basis maps (the heads'
+        cores formed once: :meth:`Sandwich.inner_projected_many
+        <tl_leadterms.adapters.sandwich.Sandwich.inner_projected_many>`)."""
+        key = ("T", tuple(c.formula for c in components), _key(s.left), _key(s.right))
+        stacked = self._memo(key, lambda: torch.stack([self.projected(s, c) for c in components]))
+        return s.inner_projected_many(stacked).T
+
     def inner_permuted(self, s: Sandwich, component: Component, perms: Tensor) -> Tensor:
         """``⟨M_h[π][:, π], T⟩ = ⟨M_h, T_π⟩`` for each row ``π`` of ``perms`` (``[R, k]``).
 
@@ -151,14 +163,28 @@ class Projections:
         projection per draw and outer factor serves every head and layer. Returns ``[R, h]``.
         """
         T = self.cache.map(component)
-        out = []
-        for r, perm in enumerate(perms):
-            key = ("Tπ", component.formula, _key(s.left), _key(s.right), _key(perms), r)
-            p = perm.to(s.left.device)
-            P = self._memo(key, lambda p=p: project(T, s.left[p], s.right[:, p]))
-            out.append(s.inner_projected(P).cpu())
+
+        def stacked() -> Tensor:  # [R, d, e]: one projection per draw, stacked once
+            out = None
+            for r, perm in enumerate(perms):
+                p = perm.to(s.left.device)
+                P = project(T, s.left[p], s.right[:, p])
+                if out is None:
+                    out = P.new_empty((perms.shape[0], *P.shape))
+                out[r] = P
+            return out
+
+        key = ("Tπ", component.formula, _key(s.left), _key(s.right), _key(perms))
+        projected = self._memo(key, stacked)
         self._held[("perms", _key(perms))] = perms
-        return torch.stack(out)
+        return s.inner_projected_many(projected).cpu()
+
+    def target_sums(self, component: Component) -> tuple:
+        """:func:`~tl_leadterms.analyzers.common.target_terms` of one basis map, computed once."""
+        from tl_leadterms.analyzers.common import target_terms
+
+        return self._memo(("Tsums", component.formula),
+                          lambda: target_terms(self.cache.map(component)))  # fmt: skip
 
 
 @dataclass
@@ -202,7 +228,7 @@ def fit_map(
     basis = term.basis
     if isinstance(M, Sandwich):
         gram = cache.gram(term)
-        b = torch.stack([projections.inner(M, c).cpu() for c in basis], dim=-1)
+        b = projections.inner_many(M, basis).cpu()
         sq = projections.norms(M).cpu()
     elif term.vector:  # [h, n] against vectors cut to the same length n (common offsets)
         M = M.detach().double()

@@ -70,7 +70,8 @@ class Decomposition(ResultTable):
     (:mod:`tl_leadterms.analyzers.bootstrap`). Token-token rows carry ``specific`` and
     ``common_share`` (the ``common`` column of the repr; see :mod:`tl_leadterms.analyzers.common`).
 
-    :meth:`top_pairs` reads the model's weights when called; call it before training further.
+    The table holds plain numbers only (no model, weights or statistics); :meth:`top_pairs`
+    takes the model and statistics it needs explicitly.
     """
 
     KEYS = ("weight", "layer", "head")
@@ -83,10 +84,8 @@ class Decomposition(ResultTable):
     HIDDEN = ("kind", "score", "projection", "remainder", "expected_s_lr", "reference",
               "ci_level", "shares", "unique", "shared")  # fmt: skip
 
-    def __init__(self, rows: list[dict[str, Any]], *, metadata: dict, weights, stats) -> None:
+    def __init__(self, rows: list[dict[str, Any]], *, metadata: dict) -> None:
         super().__init__(rows, metadata)
-        self.weights = weights
-        self.stats = stats
 
     def row(self, *key: Any, **where: Any) -> dict:
         """The row of one weight: ``row(weight, layer=None, head=None)`` (``head=None`` picks
@@ -146,58 +145,107 @@ class Decomposition(ResultTable):
     def _has(self, column: str) -> bool:
         return any(column in r for r in self.rows)
 
+    @torch.no_grad()
     def top_pairs(
-        self, weight: str, layer: int | None = None, head: int | None = None, k: int = 10
+        self,
+        weight: str,
+        layer: int | None = None,
+        head: int | None = None,
+        k: int = 10,
+        *,
+        model: Any = None,
+        stats: Any = None,
     ) -> list[PairDifference]:
         """The ``k`` token pairs where the model's map and its fitted leading term differ most.
+
+        The table holds numbers only, so the weights and statistics are passed here:
+        ``model`` (the model decomposed, or its :class:`~tl_leadterms.adapters.PaperWeights`)
+        and ``stats`` (the statistics it was decomposed against). Both are checked against the
+        table: the statistics' size and provenance, and the map's norm (a model trained further
+        since :func:`~tl_leadterms.decompose` is refused rather than compared with a stale
+        fit).
 
         The theory side is the leading term scaled by the row's projection coefficient, so the
         comparison is of shape, not overall scale. Rows and columns are kept token ids, decoded
         with the statistics' tokenizer when one is attached.
         """
+        if model is None or stats is None:
+            raise LeadTermsError(
+                "top_pairs reads the model's weights and the statistics, which the table does "
+                "not hold: call d.top_pairs(weight, layer, head, k, model=model, stats=stats)"
+            )
         if weight == "P":
             raise LeadTermsError("top_pairs compares token-token maps; P is indexed by offset")
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise LeadTermsError(f"k must be a positive int, got {k!r}")
         r = self.row(weight, layer, head)
+        pw, stats = self._sources(model, stats)
         weight = r["weight"]
-        pw, stats = self.weights, self.stats
         if weight == "W_O":
             M = pw.W_O
         elif r["head"] is None:
-            M = pw.layer_map(weight, layer)
+            M = pw.layer_map(weight, r["layer"])
         else:
-            M = (pw.W if weight == "W" else pw.V)[layer][r["head"]]
+            M = (pw.W if weight == "W" else pw.V)[r["layer"]][r["head"]]
         if stats.kept is not None:
             M = factored.restrict(M, stats.kept, stats.kept)
+        _check_norm(M, r)
         T = BasisCache.of(stats).map(term(r["weight"]).target)
         scale = r["projection"]
         best_values = torch.empty(0, dtype=torch.float64)
         best_index = torch.empty(0, dtype=torch.long)
-        with torch.no_grad():
-            for start in range(0, T.shape[0], _ROW_BLOCK):
-                rows = slice(start, start + _ROW_BLOCK)
-                block = M.A[rows] @ M.B if isinstance(M, FactoredMatrix) else M[rows]
-                diff = (block.double() - scale * T[rows].to(block.device).double()).flatten()
-                n = min(k, diff.numel())
-                values, index = diff.abs().topk(n)
-                best_values = torch.cat([best_values, values.cpu()])
-                best_index = torch.cat([best_index, index.cpu() + start * T.shape[1]])
-                keep = best_values.topk(min(k, best_values.numel())).indices
-                best_values, best_index = best_values[keep], best_index[keep]
-        return self._pairs(M, T, scale, best_index)
+        for start in range(0, T.shape[0], _ROW_BLOCK):
+            rows = slice(start, start + _ROW_BLOCK)
+            block = M.A[rows] @ M.B if isinstance(M, FactoredMatrix) else M[rows]
+            diff = (block.double() - scale * T[rows].to(block.device).double()).flatten()
+            n = min(k, diff.numel())
+            values, index = diff.abs().topk(n)
+            best_values = torch.cat([best_values, values.cpu()])
+            best_index = torch.cat([best_index, index.cpu() + start * T.shape[1]])
+            keep = best_values.topk(min(k, best_values.numel())).indices
+            best_values, best_index = best_values[keep], best_index[keep]
+        return _pairs(stats, M, T, scale, best_index)
 
-    @torch.no_grad()
-    def _pairs(self, M, T, scale: float, best_index) -> list[PairDifference]:
-        stats = self.stats
-        out = []
-        tokenizer = stats.tokenizer
-        for flat in best_index.tolist():
-            i, j = divmod(flat, T.shape[1])
-            model_value = float(M.A[i] @ M.B[:, j] if isinstance(M, FactoredMatrix) else M[i, j])
-            theory = scale * float(T[i, j])
-            ri, ci = stats.vocab.token_id(i), stats.vocab.token_id(j)
-            decode = (lambda t: tokenizer.decode([t])) if tokenizer is not None else (lambda t: t)
-            out.append(PairDifference(decode(ri), decode(ci), ri, ci, model_value, theory,
-                                      model_value - theory))  # fmt: skip
-        return out
+    def _sources(self, model: Any, stats: Any):
+        """``(PaperWeights, CorpusStats)`` from what was passed, checked against the table."""
+        from tl_leadterms.analyzers.decompose import paper_weights
+        from tl_leadterms.stats.blocks import BlockStats
+
+        if isinstance(stats, BlockStats):
+            stats = stats.full()
+        pw = paper_weights(model, stats)
+        meta = self.metadata
+        have = (stats.k, stats.n_ctx, stats.n_sequences)
+        want = (meta.get("k"), meta.get("n_ctx"), meta.get("n_sequences"))
+        if have != want or dict(stats.metadata) != meta.get("stats", dict(stats.metadata)):
+            raise LeadTermsError(
+                f"these statistics (k, n_ctx, n_sequences = {have}) are not the ones this table "
+                f"was decomposed against ({want}); pass the same stats as to decompose"
+            )
+        return pw, stats
+
+
+def _check_norm(M: Any, row: dict[str, Any]) -> None:
+    """The map's norm must be the one the row was fitted on (the weights are unchanged)."""
+    now = float(factored.norm(M))
+    then = float(row["norm"])
+    if not math.isclose(now, then, rel_tol=1e-4, abs_tol=1e-12):
+        raise LeadTermsError(
+            f"{row['label']}'s {row['weight']} has norm {now:.6g} now but {then:.6g} when it was "
+            "decomposed: the model changed since (trained further?); decompose it again"
+        )
+
+
+@torch.no_grad()
+def _pairs(stats: Any, M, T, scale: float, best_index) -> list[PairDifference]:
+    out = []
+    tokenizer = stats.tokenizer
+    for flat in best_index.tolist():
+        i, j = divmod(flat, T.shape[1])
+        model_value = float(M.A[i] @ M.B[:, j] if isinstance(M, FactoredMatrix) else M[i, j])
+        theory = scale * float(T[i, j])
+        ri, ci = stats.vocab.token_id(i), stats.vocab.token_id(j)
+        decode = (lambda t: tokenizer.decode([t])) if tokenizer is not None else (lambda t: t)
+        out.append(PairDifference(decode(ri), decode(ci), ri, ci, model_value, theory,
+                                  model_value - theory))  # fmt: skip
+    return out

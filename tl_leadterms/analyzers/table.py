@@ -192,10 +192,12 @@ class ResultTable:
     def plot(self, **kwargs: Any) -> Any:
         """The figure the matching ``tl_leadterms.plot`` function draws of this result."""
         name = type(self).__name__
+        if not _PLOTTERS:  # the plot layer registers its functions when it is imported
+            import tl_leadterms.plot  # noqa: F401
         for cls in type(self).__mro__:
             if cls.__name__ in _PLOTTERS:
                 return _PLOTTERS[cls.__name__](self, **kwargs)
-        have = sorted(_PLOTTERS) or "none: import tl_leadterms.plot first"
+        have = sorted(_PLOTTERS)
         raise LeadTermsError(f"no plot is registered for {name}; results with one: {have}")
 
 

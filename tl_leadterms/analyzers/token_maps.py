@@ -22,6 +22,7 @@ from torch import Tensor
 
 from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.adapters.view import model_view
+from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.checks import Layers, check_layers, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
@@ -32,8 +33,17 @@ __all__ = ["MAPS", "TokenMaps", "token_maps"]
 MAPS = ("pre", "post", "attn")
 
 
-class TokenMaps:
+class TokenMaps(ResultTable):
     """Per-layer residual-stream maps of single tokens; see :func:`token_maps`.
+
+    The maps are the activations themselves (plain tensors, detached from the model). As a
+    result table (:class:`~tl_leadterms.analyzers.table.ResultTable`) it has one row per
+    (map, layer) that summarises them: ``map`` (``"pre"``, ``"post"`` or ``"attn"``),
+    ``layer``, ``n_tokens``, ``d_model``, ``mean_norm`` and ``max_norm`` (of the tokens' rows,
+    L2) and ``mean_cosine`` (the mean cosine between two different tokens' rows: near 1 when
+    every token's row points one common way). ``row("pre", 3)`` looks one up; ``to_pandas()``,
+    ``_repr_html_`` and ``plot()`` (:func:`~tl_leadterms.plot.plot_token_maps`) show them. The
+    rows are computed from the maps on first use.
 
     Attributes:
         token_ids: ``[n]`` the token ids, in row order.
@@ -43,6 +53,12 @@ class TokenMaps:
         resid_attn: ``[n_layers_selected, n, d_model]`` ``E_attn = E_pre + attn_out``.
         metadata: model name, d_vocab, d_model, normalisation type.
     """
+
+    KEYS = ("map", "layer")
+    COLUMNS = ("map", "layer", "n_tokens", "d_model", "mean_norm", "max_norm", "mean_cosine")
+    SCORE = "mean_cosine"
+    SCORE_RANGE = (-1.0, 1.0)
+    GRID = ("map", "layer")
 
     def __init__(
         self,
@@ -59,6 +75,15 @@ class TokenMaps:
         self.resid_post = resid_post
         self.resid_attn = resid_attn
         self.metadata = dict(metadata or {})
+        self._rows: list[dict[str, Any]] | None = None
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per (map, layer) summarising the maps (see the class docstring)."""
+        if self._rows is None:
+            self._rows = [_summary(name, layer, self.get(name, layer))
+                          for name in MAPS for layer in self.layers]  # fmt: skip
+        return self._rows
 
     @property
     def n(self) -> int:
@@ -86,6 +111,23 @@ class TokenMaps:
             f"dtype={self.resid_pre.dtype}, device={self.resid_pre.device}, "
             f"model={self.metadata.get('model_name')!r})"
         )
+
+
+@torch.no_grad()
+def _summary(name: str, layer: int, E: Tensor) -> dict[str, Any]:
+    """The row of one ``[n, d_model]`` map: sizes, row norms and the mean cosine of two
+    different tokens' rows (``(‖Σ uᵢ‖² − Σ ‖uᵢ‖²) / (n(n − 1))`` over the unit rows ``uᵢ``; a
+    zero row counts as a zero vector)."""
+    E = E.to(torch.float64)
+    norms = E.norm(dim=1)
+    unit = E / torch.where(norms > 0, norms, 1.0)[:, None]
+    n = E.shape[0]
+    total = unit.sum(dim=0)
+    same = float((norms > 0).sum())
+    mean_cosine = (float(total @ total) - same) / (n * (n - 1)) if n > 1 else float("nan")
+    return {"map": name, "layer": layer, "n_tokens": n, "d_model": int(E.shape[1]),
+            "mean_norm": float(norms.mean()), "max_norm": float(norms.max()),
+            "mean_cosine": mean_cosine}  # fmt: skip
 
 
 def check_token_ids(token_ids: object, d_vocab: int) -> Int[Tensor, " n"]:

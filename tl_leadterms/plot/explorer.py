@@ -128,10 +128,10 @@ def explore(
     ids = _text_ids(text, tokens, tokenizer)[: min(stats.n_ctx, model.cfg.n_ctx)]
     labels = _labeller(tokenizer)
     run = {"lr": lr, "steps": steps, "s_lr": s_lr}
-    d = decompose(model, stats, weights=["W", "V"], null=null, **run)
+    pw = paper_weights(model, stats)  # converted once, for decompose and the pair tables
+    d = decompose(pw, stats, weights=["W", "V"], null=null, **run)
     attn = attention_data(model, stats, ids, attention_scale(lr, steps, s_lr, None), **run)
     heads = head_summaries(d, attn["agreement"], attn["detectors"])
-    pw = paper_weights(model, stats)
     pairs = pair_tables(pw, stats, labels, pair_tokens=pair_tokens, k=k)
     word_ids = [encode_text(w, tokenizer, "word")[0] for w in words or []]
     for label, head in heads.items():

@@ -119,8 +119,21 @@ def _candidates(stats: Any, n: int) -> tuple[Tensor, Tensor]:
     return positions, ids
 
 
-def _dense(M: Any, ids: Tensor) -> Tensor:
-    block = factored.restrict(M, ids, ids)
+def _blocks(pw: Any, weight: str, layer: int, ids: Tensor) -> Tensor:
+    """``[h, c, c]``: every head's ``W`` or value map of ``layer`` among the tokens ``ids``.
+
+    A model with embeddings has per-head maps ``L·A_h·B_h·R`` with shared outer factors
+    (:meth:`~tl_leadterms.adapters.PaperWeights.sandwich`): only the ``c`` rows of ``L`` and
+    columns of ``R`` are read, ``O(c·d_model·(d_head + c))`` per head, never the
+    ``[d_vocab, d_head]`` factors of the whole vocabulary.
+    """
+    s = pw.sandwich(weight, layer)
+    if s is not None:
+        s = s.restrict(ids, ids)
+        left = s.left.detach().double() @ s.A.detach().double()  # [h, c, r]
+        right = s.B.detach().double() @ s.right.detach().double()  # [h, r, c]
+        return (left @ right).cpu()
+    block = factored.restrict((pw.W if weight == "W" else pw.V)[layer], ids, ids)
     block = block.AB if isinstance(block, FactoredMatrix) else block
     return block.detach().to(torch.float64).cpu()
 
@@ -150,7 +163,7 @@ def pair_tables(pw: Any, stats: Any, labels: Any, *, pair_tokens: int, k: int) -
               "V": _top(value.to(torch.float64).cpu(), id_list, name, k)}  # fmt: skip
     heads = {}
     for layer in range(pw.n_layers):
-        W, V = _dense(pw.W[layer], ids), _dense(pw.V[layer], ids)
+        W, V = _blocks(pw, "W", layer, ids), _blocks(pw, "V", layer, ids)
         for h in range(W.shape[0]):
             heads[f"L{layer}H{h}"] = {"W": _top(W[h], id_list, name, k),
                                       "V": _top(V[h], id_list, name, k)}  # fmt: skip
