@@ -146,7 +146,7 @@ def main() -> None:
     }
     stats = corpus_stats(tokens, d_vocab=V, progress=False)
     timing["leading_cosines"] = best_of(lambda: leading_cosines(model, stats), args.repeats)[0]
-    timing["decompose"] = best_of(lambda: decompose(model, stats), args.repeats)[0]
+    timing["decompose"] = best_of(lambda: decompose(model, stats, per_head=True), args.repeats)[0]
     result = {
         "case": "paper_model_step",
         "settings": vars(args),

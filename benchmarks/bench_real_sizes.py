@@ -183,7 +183,7 @@ def main() -> None:
     base_layers = layers[: args.skip_baseline_layers] if args.skip_baseline_layers else layers
     scale = len(layers) / len(base_layers)
 
-    new, t_new = timed(lambda: decompose(model, stats, weights=("V", "W")))
+    new, t_new = timed(lambda: decompose(model, stats, weights=("V", "W"), per_head=True))
     pw = to_paper(model)
     old, t_old = timed(lambda: old_decompose(pw, stats, base_layers))
     by_key = {(r["weight"], r["layer"], r["head"]): r["cosine"] for r in new.rows}

@@ -70,7 +70,7 @@ def main() -> None:
         lambda: corpus_stats(windows, d_vocab=len(tok), tokenizer=tok, progress=False),
     )
     print(f"  {stats}")
-    d = step("decompose (per head)", lambda: decompose(model, stats))
+    d = step("decompose (per head)", lambda: decompose(model, stats, per_head=True))
     print("\n".join(repr(d).splitlines()[:8]) + "\n  ...")
     cov = step("covariance_similarity", lambda: covariance_similarity(model, stats, progress=False))
     print("\n".join(repr(cov).splitlines()[:6]) + "\n  ...")

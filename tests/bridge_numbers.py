@@ -87,7 +87,7 @@ def numbers(model, stats, tokens, analyses=ALL) -> dict[str, list[float]]:
         pw = to_paper(model, input_map="extended")
         out["extended"] = _flat(torch.stack([centred(pw.V[1].AB), pw.W[1].AB]))
     if "decompose" in analyses:
-        out["decompose"] = _rows(decompose(model, stats).rows, ("cosine",))
+        out["decompose"] = _rows(decompose(model, stats, per_head=True).rows, ("cosine",))
     if "covariance" in analyses:
         out["covariance"] = _rows(covariance_similarity(model, stats, progress=False).rows,
                                   ("value",))  # fmt: skip

@@ -130,7 +130,7 @@ def test_to_paper_and_decompose(built, stats, family):
     """Per head and per layer; the factored/shared-factor rows equal materialised maps."""
     _, model = built(family)
     pw = to_paper(model)
-    per_head = decompose(model, stats)
+    per_head = decompose(model, stats, per_head=True)
     per_layer = decompose(model, stats, per_head=False)
     assert {r["weight"] for r in per_head.rows} >= {"W_O", "V·W_O", "W"}
     assert len([r for r in per_head.rows if r["weight"] == "W"]) == N_LAYERS * N_HEADS

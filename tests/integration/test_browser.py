@@ -41,7 +41,7 @@ def page(tmp_path_factory):
     stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
     model = paper_model(d_vocab=len(tokenizer), n_ctx=24, n_layers=2, tokenizer=tokenizer)
     history = train(model, windows, lr=1.0, steps=4, track=stats, progress=False)
-    decomposition = decompose(model, stats, lr=1.0, steps=4)
+    decomposition = decompose(model, stats, lr=1.0, steps=4, per_head=True)
     if "lo" not in decomposition.rows[0]:  # the CI and null columns, written here by hand
         for row in decomposition.rows:
             row.update(score=row["cosine"], lo=row["cosine"] - 0.01, hi=row["cosine"] + 0.01,

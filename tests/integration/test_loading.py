@@ -208,7 +208,7 @@ def test_decompose_on_pythia_architecture(folder):
     stats = corpus_stats(tokens, d_vocab=D_VOCAB, progress=False)
     ref = dense_corpus_stats(tokens, D_VOCAB)
     model = load_model(folder)
-    d = decompose(model, stats)
+    d = decompose(model, stats, per_head=True)
     assert {r["weight"] for r in d.rows} == {"W_O", "V·W_O", "W", "P"}  # rotary: mean-field P
     assert len(d.rows) == 1 + 2 * 3 * N_HEADS
     assert d.metadata["model"]["ln_handling"] == "already folded by TransformerLens"

@@ -23,7 +23,7 @@ def test_atlas_rows_gather_the_analyses():
     probe = tokens[:3, :6]
     atlas = head_atlas(model, stats, probe, null=9)
     assert isinstance(atlas, HeadAtlas) and len(atlas) == 2 * 3
-    d = decompose(model, stats, weights=["W"], null=9)
+    d = decompose(model, stats, weights=["W"], null=9, per_head=True)
     agree = attention_agreement(model, stats, probe, progress=False)
     for r in atlas.rows:
         want = d.row("W", r["layer"], r["head"])

@@ -73,7 +73,7 @@ def setting():
 
 def test_trained_paper_model_beats_the_permutation_null(setting):
     _, stats, model = setting
-    d = decompose(model, stats, null=NullSpec(permutations=199, seed=0))
+    d = decompose(model, stats, null=NullSpec(permutations=199, seed=0), per_head=True)
     token_rows = [r for r in d.rows if r["weight"] != "P"]
     assert token_rows and all(r["p"] < 0.01 for r in token_rows)
     assert all(r["score"] == r["cosine"] for r in d.rows)
@@ -83,7 +83,7 @@ def test_trained_paper_model_beats_the_permutation_null(setting):
 def test_random_init_model_is_within_the_null(setting):
     _, stats, model = setting
     reference = random_reference(model, seed=5, init_range=1.0)
-    d = decompose(reference, stats, null=NullSpec(permutations=99, seed=1))
+    d = decompose(reference, stats, null=NullSpec(permutations=99, seed=1), per_head=True)
     token_rows = [r for r in d.rows if r["weight"] != "P"]
     within = sum(r["p"] > 0.05 for r in token_rows)
     assert within >= 0.6 * len(token_rows), [(r["label"], r["weight"], r["p"]) for r in token_rows]
@@ -91,8 +91,10 @@ def test_random_init_model_is_within_the_null(setting):
 
 def test_reference_column_scores_the_random_copy(setting):
     _, stats, model = setting
-    d = decompose(model, stats, null=NullSpec(permutations=5, seed=0, reference="random"))
-    ref = decompose(random_reference(model, seed=0), stats)
+    d = decompose(
+        model, stats, null=NullSpec(permutations=5, seed=0, reference="random"), per_head=True
+    )
+    ref = decompose(random_reference(model, seed=0), stats, per_head=True)
     for r, want in zip(d.rows, ref.rows, strict=True):
         assert r["reference"] == pytest.approx(want["cosine"], nan_ok=True)
 
@@ -102,7 +104,9 @@ def test_sandwich_null_matches_materialised_permuted_maps():
     tokens = markov_tokens(60, T + 1, V, seed=4)
     stats = corpus_stats(tokens, d_vocab=V, vocab=10, progress=False)  # restricted: Sandwich path
     model = random_attn_only(V, T, seed=2)
-    d = decompose(model, stats, weights=["W", "V·W_O"], layers=[1], null=NullSpec(6, seed=3))
+    d = decompose(
+        model, stats, weights=["W", "V·W_O"], layers=[1], null=NullSpec(6, seed=3), per_head=True
+    )
     perms = permutations(stats.k, 6, 3)
     kept = stats.kept
     W_E, W_U = model.W_E.detach().double()[kept], model.W_U.detach().double()[:, kept]
@@ -125,7 +129,7 @@ def test_bad_null_arguments(setting):
     _, stats, model = setting
     for bad in (1, -3, True, "many", NullSpec(permutations=10, reference="untrained")):
         with pytest.raises(LeadTermsError, match=r"null|reference"):
-            unchecked(decompose)(model, stats, null=bad)
+            unchecked(decompose)(model, stats, null=bad, per_head=True)
 
 
 def test_inner_projected_many_matches_one_at_a_time(monkeypatch):

@@ -104,7 +104,7 @@ def test_weights_are_checked(tokens):
     with pytest.raises(LeadTermsError, match="blocks"):
         block_stats(tokens, d_vocab=V, blocks=1, progress=False)
     with pytest.raises(LeadTermsError, match="block_stats"):
-        decompose(random_attn_only(V, T, seed=0), blocks.full(), ci=0.9)
+        decompose(random_attn_only(V, T, seed=0), blocks.full(), ci=0.9, per_head=True)
 
 
 def _reference_interval(values, estimate, level):
@@ -120,9 +120,9 @@ def test_decompose_interval_is_the_default_bootstrap_of_plain_decompositions(tok
     blocks = block_stats(tokens, d_vocab=V, blocks=6, vocab=8, progress=False)
     model = random_attn_only(V, T, seed=2)
     spec = BootstrapSpec(resamples=6, seed=3)
-    d = decompose(model, blocks, ci=0.8, bootstrap=spec)
+    d = decompose(model, blocks, ci=0.8, bootstrap=spec, per_head=True)
     generator = torch.Generator().manual_seed(3)
-    plain = [decompose(model, blocks.resample(generator)).rows for _ in range(6)]
+    plain = [decompose(model, blocks.resample(generator), per_head=True).rows for _ in range(6)]
     for i, row in enumerate(d.rows):
         values = [rows[i]["cosine"] for rows in plain]
         want = _reference_interval(values, row["cosine"], 0.8)

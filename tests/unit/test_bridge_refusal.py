@@ -82,7 +82,7 @@ def test_the_bridge_has_the_placeholder_scale_and_the_maps_use_the_real_one(brid
     "call",
     [
         pytest.param(lambda m, s, t: to_paper(m), id="to_paper"),
-        pytest.param(lambda m, s, t: decompose(m, s), id="decompose"),
+        pytest.param(lambda m, s, t: decompose(m, s, per_head=True), id="decompose"),
         pytest.param(lambda m, s, t: head_atlas(m, s), id="head_atlas"),
         pytest.param(lambda m, s, t: covariance_similarity(m, s, progress=False), id="covariance"),
         pytest.param(lambda m, s, t: token_maps(m, [1, 2], progress=False), id="token_maps"),

@@ -44,7 +44,7 @@ def setup():
 def test_steps_zero_is_valid_everywhere(setup):
     tokens, stats, model = setup
     assert not leading_terms(stats, lr=0.1, steps=0).W_O.any()
-    d = decompose(model, stats, lr=0.1, steps=0)
+    d = decompose(model, stats, lr=0.1, steps=0, per_head=True)
     assert d.row("W_O")["expected_s_lr"] == 0.0
     uniform = predict_attention(stats, tokens[:2, :T], lr=0.1, steps=0)
     causal = torch.tril(torch.ones(T, T, dtype=uniform.dtype))
@@ -86,16 +86,16 @@ def test_a_bad_learning_rate_is_refused_everywhere(setup, lr):
 
 def test_a_real_s_lr_goes_in_s_lr(setup):
     tokens, stats, model = setup
-    exact = decompose(model, stats, lr=0.5, steps=4)
-    flow = decompose(model, stats, s_lr=2.0)
+    exact = decompose(model, stats, lr=0.5, steps=4, per_head=True)
+    flow = decompose(model, stats, s_lr=2.0, per_head=True)
     assert exact.row("W_O")["expected_s_lr"] == flow.row("W_O")["expected_s_lr"] == 2.0
     A = predict_attention(stats, tokens[:1, :T], s_lr=2.0)
     B = predict_attention(stats, tokens[:1, :T], scale=2.0**4 / 8)
     torch.testing.assert_close(A, B)
     with pytest.raises(LeadTermsError, match=r"s_lr=3\.0 disagrees"):
-        decompose(model, stats, lr=0.5, steps=4, s_lr=3.0)
+        decompose(model, stats, lr=0.5, steps=4, s_lr=3.0, per_head=True)
     with pytest.raises(LeadTermsError, match="pass s_lr"):
-        unchecked(decompose)(model, stats, lr=0.5, steps=2.5)
+        unchecked(decompose)(model, stats, lr=0.5, steps=2.5, per_head=True)
 
 
 @pytest.mark.hooked
@@ -103,7 +103,7 @@ def test_layers_rule_is_the_same_everywhere(setup):
     tokens, stats, model = setup
     embedded = random_attn_only(V, T, n_layers=L, n_heads=2, seed=0)
     calls = {
-        "decompose": lambda layers: decompose(model, stats, layers=layers),
+        "decompose": lambda layers: decompose(model, stats, layers=layers, per_head=True),
         "covariance": lambda layers: covariance_similarity(
             embedded, stats, layers=layers, progress=False
         ),
@@ -128,18 +128,18 @@ def test_layers_rule_is_the_same_everywhere(setup):
 @pytest.mark.hooked
 def test_one_weight_vocabulary_in_every_result(setup):
     tokens, stats, model = setup
-    paper_rows = decompose(model, stats).rows
+    paper_rows = decompose(model, stats, per_head=True).rows
     assert [r["weight"] for r in paper_rows if r["layer"] in (None, 0)] == ["W_O", "V", "W", "P"]
     assert {r["kind"] for r in paper_rows} == {"output", "value", "attention", "positional"}
     embedded = random_attn_only(V, T, n_layers=L, n_heads=2, seed=1)
-    rows = decompose(embedded, stats).rows
+    rows = decompose(embedded, stats, per_head=True).rows
     assert {r["weight"] for r in rows} == {"W_O", "V·W_O", "W", "P"}
     assert {r["weight"] for r in rows} <= set(WEIGHTS)
     for r in rows:
         assert r["kind"] == TERMS[r["weight"]].kind
         assert r["target"] == TERMS[r["weight"]].target.formula
     # "V" asks for the value path of whichever model
-    assert decompose(embedded, stats, weights="V").rows[0]["weight"] == "V·W_O"
+    assert decompose(embedded, stats, weights="V", per_head=True).rows[0]["weight"] == "V·W_O"
     history = train(
         paper_model(d_vocab=V, n_ctx=T, n_layers=1),
         tokens,
@@ -155,9 +155,9 @@ def test_one_weight_vocabulary_in_every_result(setup):
 def test_asking_for_p_of_a_model_without_it_says_why(setup):
     _, stats, _ = setup
     alibi = random_attn_only(V, T, n_layers=1, n_heads=2, seed=2, positional="alibi")
-    assert "P" not in {r["weight"] for r in decompose(alibi, stats).rows}
+    assert "P" not in {r["weight"] for r in decompose(alibi, stats, per_head=True).rows}
     with pytest.raises(LeadTermsError, match="P is not defined"):
-        decompose(alibi, stats, weights=("W_O", "P"))
+        decompose(alibi, stats, weights=("W_O", "P"), per_head=True)
 
 
 def test_plot_attention_runs_the_model_once(setup):
@@ -189,7 +189,7 @@ def test_a_degenerate_statistic_gets_no_score():
     with torch.no_grad():  # a weight with a direction, so only the target can void the score
         model.blocks[0].attn.W_Q.normal_()
         model.blocks[0].attn.P.normal_()
-    d = decompose(model, stats)
+    d = decompose(model, stats, per_head=True)
     for weight in ("W", "P"):
         row = d.row(weight, 0)
         assert math.isnan(row["cosine"]) and math.isnan(row["implied_s_lr"])

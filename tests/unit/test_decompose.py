@@ -86,7 +86,7 @@ def test_tracked_cosines_at_small_s_lr(trained):
 def test_decompose_matches_hand_computation(corpus, trained):
     _tokens, stats, _ref = corpus
     model, _ = trained
-    d = decompose(model, stats, lr=0.5, steps=8)
+    d = decompose(model, stats, lr=0.5, steps=8, per_head=True)
     lt = leading_terms(stats, lr=0.5, steps=8, n_layers=L)
     assert d.row("W_O")["cosine"] == pytest.approx(_cos(model.unembed.W_U, lt.W_O), abs=1e-10)
     for layer in range(L):
@@ -114,7 +114,7 @@ def test_decompose_matches_hand_computation(corpus, trained):
 def test_least_squares_against_dense_reference(corpus, trained):
     _, stats, ref = corpus
     model, _ = trained
-    d = decompose(model, stats)
+    d = decompose(model, stats, per_head=True)
     cases = [("W_O", None, model.unembed.W_U, "output")]
     for layer in range(L):
         cases.append(("V", layer, model.blocks[layer].attn.W_V[0], "value"))
@@ -137,7 +137,7 @@ def _random_attn_only(seed: int) -> HookedTransformer:
 def test_factored_equals_materialised(corpus):
     _tokens, stats, ref = corpus
     model = _random_attn_only(3)
-    d = decompose(model, stats)
+    d = decompose(model, stats, per_head=True)
     pw = to_paper(model)
     W_E, W_U = model.W_E.detach().double(), model.W_U.detach().double()
     M = W_E @ W_U
@@ -173,7 +173,7 @@ def test_restricted_stats_compare_kept_tokens(corpus, trained):
     ref = dense_corpus_stats(tokens, V, kept=kept)
     model = _random_attn_only(4)
     W_E, W_U = model.W_E.detach().double(), model.W_U.detach().double()
-    d = decompose(model, stats)
+    d = decompose(model, stats, per_head=True)
     assert d.row("W_O")["cosine"] == pytest.approx(
         _cos((W_E @ W_U)[kept][:, kept], ref["B_bar"]), rel=1e-5
     )
@@ -182,7 +182,7 @@ def test_restricted_stats_compare_kept_tokens(corpus, trained):
     assert d.row("W", 1, 2)["cosine"] == pytest.approx(_cos(QK, ref["Q_bar"]), rel=1e-5)
     # the paper model: V and W restricted to kept x kept; ablation edits only that block
     paper, _ = trained
-    d = decompose(paper, stats)
+    d = decompose(paper, stats, per_head=True)
     for layer in range(L):
         V_kept = paper.V[layer].detach()[kept][:, kept]
         target = ref["Phi_bar"].T @ ref["B_bar"].T
@@ -204,7 +204,7 @@ def test_top_pairs_finds_the_planted_difference(corpus):
     train(model, tokens, lr=0.5, steps=2, progress=False)
     with torch.no_grad():
         model.unembed.W_U[4, 9] += 1.0
-    pairs = decompose(model, stats).top_pairs("W_O", k=3, model=model, stats=stats)
+    pairs = decompose(model, stats, per_head=True).top_pairs("W_O", k=3, model=model, stats=stats)
     assert (pairs[0].row_id, pairs[0].col_id) == (4, 9)
     assert pairs[0].difference == pytest.approx(pairs[0].model - pairs[0].theory)
     assert abs(pairs[0].difference) > abs(pairs[1].difference)
@@ -212,9 +212,9 @@ def test_top_pairs_finds_the_planted_difference(corpus):
 
 def test_top_pairs_takes_the_model_and_refuses_a_changed_one(corpus):
     tokens, stats, _ = corpus
-    model = paper_model(V, T, 1, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=1, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=2, progress=False)
-    d = decompose(model, stats)
+    d = decompose(model, stats, per_head=True)
     with pytest.raises(LeadTermsError, match="model=model, stats=stats"):
         d.top_pairs("W_O", k=3)
     other = corpus_stats(tokens[: len(tokens) // 2], d_vocab=V, progress=False)
@@ -255,21 +255,21 @@ def test_bad_input(corpus):
     other = corpus_stats(torch.randint(0, V + 5, (8, T + 1)), d_vocab=V + 5, progress=False)
     model = paper_model(d_vocab=V, n_ctx=T, n_layers=L)
     with pytest.raises(LeadTermsError, match="d_vocab=29"):
-        decompose(model, other)
+        decompose(model, other, per_head=True)
     with pytest.raises(LeadTermsError, match="out of range"):
-        decompose(model, stats, layers=[0, 5])
+        decompose(model, stats, layers=[0, 5], per_head=True)
     with pytest.raises(LeadTermsError, match="CorpusStats"):
-        unchecked(decompose)(model, "stats")
+        unchecked(decompose)(model, "stats", per_head=True)
     with pytest.raises(LeadTermsError, match="weights"):
-        unchecked(decompose)(model, stats, weights=("W_O", "MLP"))
+        unchecked(decompose)(model, stats, weights=("W_O", "MLP"), per_head=True)
     with torch.no_grad():
         model.blocks[1].attn.W_V[0, 2, 3] = float("nan")
     with pytest.raises(LeadTermsError, match=r"(?i)nan|finite"):
-        decompose(model, stats)
+        decompose(model, stats, per_head=True)
     with pytest.raises(LeadTermsError, match="paper model"):
         unchecked(ablate)(_random_attn_only(0), stats, tokens)
     with pytest.raises(LeadTermsError, match=r"HookedTransformer|missing"):
-        unchecked(decompose)(torch.nn.Linear(3, 3), stats)
+        unchecked(decompose)(torch.nn.Linear(3, 3), stats, per_head=True)
     with pytest.raises(LeadTermsError, match="d_vocab=29"):
         leading_cosines(paper_model(d_vocab=V, n_ctx=T, n_layers=1), other)
 
@@ -318,8 +318,8 @@ def test_reprs_and_zero_maps(corpus):
     model = paper_model(d_vocab=V, n_ctx=T, n_layers=1, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=2, progress=False)  # W and P are still zero
     with pytest.raises(LeadTermsError, match="needs lr"):
-        decompose(model, stats, steps=2)  # steps without lr
-    d = decompose(model, stats)
+        decompose(model, stats, steps=2, per_head=True)  # steps without lr
+    d = decompose(model, stats, per_head=True)
     assert "lr·steps" not in repr(d)
     w = d.row("W", 0)
     assert math.isnan(w["cosine"]) and w["character"] == "zero"

@@ -225,7 +225,7 @@ def _dense_rows(model, stats):
 def test_decompose_specific_and_common_share_match_dense_reference(which, trained, neox, stats,
                                                                    kept_stats):  # fmt: skip
     model, s = (trained, stats) if which == "paper" else (neox, kept_stats)
-    d = decompose(model, s)
+    d = decompose(model, s, per_head=True)
     dense = _dense_rows(model, s)
     checked = 0
     for r in d.rows:
@@ -287,7 +287,7 @@ def test_attention_agreement_null_has_excess_and_q(trained, stats, tokens):
 
 
 def test_decompose_null_has_excess_q_and_repr_leads_with_excess(trained, stats):
-    d = decompose(trained, stats, null=9)
+    d = decompose(trained, stats, null=9, per_head=True)
     for r in d.rows:
         if r["weight"] != "P":
             assert r["excess"] == pytest.approx(r["cosine"] - r["null_mean"])

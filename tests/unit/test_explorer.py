@@ -17,11 +17,11 @@ TEXT = "the little girl saw a red ball and she was happy"
 def built():
     stories = generate_stories(120, seed=5)
     tokenizer = train_word_tokenizer(stories, 200)
-    windows = make_windows(stories, 12, tokenizer=tokenizer)[:48]
-    stats = corpus_stats(windows, len(tokenizer), tokenizer=tokenizer, progress=False)
-    model = paper_model(len(tokenizer), 12, 2, tokenizer=tokenizer)
+    windows = make_windows(stories, n_ctx=12, tokenizer=tokenizer)[:48]
+    stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
+    model = paper_model(d_vocab=len(tokenizer), n_ctx=12, n_layers=2, tokenizer=tokenizer)
     train(model, windows, lr=1.0, steps=4, progress=False)
-    explorer = explore(model, stats, TEXT, words=["he"], null=None, pair_tokens=40, k=5,
+    explorer = explore(model, stats, text=TEXT, words=["he"], null=None, pair_tokens=40, n=5,
                        title="</script><b>x</b>")  # fmt: skip
     return explorer, model, stats, tokenizer
 
@@ -64,7 +64,7 @@ def test_pairs_and_word_lists(built):
     words = explorer.data["words"]
     assert "he" in words and "red" in words
     lists = words["red"]["lists"]["context"]
-    assert [t for t, _ in lists] == [n.token for n in stats.top("context", "red", k=5)]
+    assert [t for t, _ in lists] == [n.token for n in stats.top("context", "red", n=5)]
 
 
 def test_page_is_offline_and_escaped(built, tmp_path):
@@ -82,9 +82,9 @@ def test_page_is_offline_and_escaped(built, tmp_path):
 def test_bad_input(built):
     _, model, stats, _ = built
     with pytest.raises(LeadTermsError, match="not both"):
-        explore(model, stats, TEXT, tokens=[1, 2, 3])
+        explore(model, stats, text=TEXT, tokens=[1, 2, 3])
     with pytest.raises(LeadTermsError, match="pair_tokens must be"):
-        explore(model, stats, TEXT, pair_tokens=0)
+        explore(model, stats, text=TEXT, pair_tokens=0)
 
 
 def test_report_embeds_the_explorer(built, tmp_path):
@@ -92,7 +92,7 @@ def test_report_embeds_the_explorer(built, tmp_path):
     from tl_leadterms.report import report
 
     explorer, model, stats, _ = built
-    d = decompose(model, stats)
+    d = decompose(model, stats, per_head=True)
     out = report(tmp_path / "r.html", stats=stats, decomposition=d, explorer=explorer,
                  progress=False).read_text(encoding="utf-8")  # fmt: skip
     section = out[out.index('id="decompose"') :]
@@ -114,7 +114,7 @@ def test_pairs_of_a_model_with_embeddings_read_its_parameters():
     tokens = markov_tokens(80, T + 1, V, seed=7)
     stats = corpus_stats(tokens, d_vocab=V, vocab=15, progress=False)  # restricted
     model = random_attn_only(V, T, seed=4)
-    explorer = explore(model, stats, tokens=tokens[0, :T], null=None, pair_tokens=8, k=4)
+    explorer = explore(model, stats, tokens=tokens[0, :T], null=None, pair_tokens=8, n=4)
     positions = stats.unigram.double().topk(8).indices.sort().values
     ids = stats.kept[positions]
     W_E, W_U = model.W_E.detach().double()[ids], model.W_U.detach().double()[:, ids]

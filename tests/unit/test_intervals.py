@@ -139,9 +139,11 @@ def test_markov_paper_model_every_row_holds_its_estimate(one_numba_thread):
     model = paper_model(d_vocab=K, n_ctx=T, n_layers=1, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=6, progress=False)
     blocks = block_stats(tokens, d_vocab=K, blocks=6, progress=False)
-    old = decompose(model, blocks, ci=0.95, bootstrap=BootstrapSpec(20, method="basic"))
+    old = decompose(
+        model, blocks, ci=0.95, bootstrap=BootstrapSpec(20, method="basic"), per_head=True
+    )
     assert sum(r["lo"] > r["cosine"] for r in old.rows) >= 3  # the defect, reproduced
-    d = decompose(model, blocks, ci=0.95, bootstrap=20)
+    d = decompose(model, blocks, ci=0.95, bootstrap=20, per_head=True)
     assert d.metadata["ci"]["method"] == DEFAULT_METHOD == "shifted"
     assert d.metadata["ci"]["pass_two"].startswith("exact")
     for r in d.rows:

@@ -215,7 +215,7 @@ def test_report_of_a_deep_model_stays_small(tmp_path):
 def test_findings_null_ci_and_atlas(trained, tmp_path):
     from tl_leadterms import decompose
 
-    d = decompose(trained["model"], trained["stats"], lr=1.0, steps=3)
+    d = decompose(trained["model"], trained["stats"], lr=1.0, steps=3, per_head=True)
     # the columns of the null and CI helpers, written here by hand
     for i, row in enumerate(d.rows):
         row.update(score=row["cosine"], lo=row["cosine"] - 0.01, hi=row["cosine"] + 0.03,
@@ -244,7 +244,7 @@ def test_findings_null_ci_and_atlas(trained, tmp_path):
     bare = report(tmp_path / "b.html", stats=trained["stats"], decomposition=d,
                   atlas_html=EVIL, progress=False).read_text()  # fmt: skip
     assert EVIL in bare  # atlas_html is trusted HTML, placed as given
-    plain = decompose(trained["model"], trained["stats"])
+    plain = decompose(trained["model"], trained["stats"], per_head=True)
     page = report(tmp_path / "p.html", stats=trained["stats"], decomposition=plain,
                   progress=False).read_text()  # fmt: skip
     assert "No null baseline in these rows" in page and "No confidence intervals" in page

@@ -41,7 +41,7 @@ V, T, L = 20, 8, 2
 def run():
     tokens = markov_tokens(96, T + 1, V, seed=3)
     stats = corpus_stats(tokens, d_vocab=V, progress=False)
-    model = paper_model(V, T, L, dtype=torch.float64)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=L, dtype=torch.float64)
     history = train(model, tokens, lr=1.0, steps=4, track=stats, progress=False)
     return tokens, stats, model, history
 
@@ -51,7 +51,7 @@ def results(run):
     tokens, stats, model, history = run
     held = tokens[:8, :T]
     return {
-        "Decomposition": decompose(model, stats, null=9),
+        "Decomposition": decompose(model, stats, null=9, per_head=True),
         "AttentionAgreement": attention_agreement(model, stats, held, progress=False),
         "CovarianceSimilarity": covariance_similarity(
             model, stats, per_head=True, null=9, progress=False

@@ -122,6 +122,7 @@ def head_atlas(
     if isinstance(stats, BlockStats) and ci is None:
         ci = 0.95
     d = decompose(model, stats, lr=lr, steps=steps, s_lr=s_lr, weights=["W", "V"], null=null,
+                  per_head=True, progress=False,
                   ci=ci, bootstrap=bootstrap)  # fmt: skip
     stats = stats.full() if isinstance(stats, BlockStats) else stats  # the one d scored
     value = {(r["layer"], r["head"]): r for r in d.rows if r["weight"] != "W"}

@@ -58,6 +58,7 @@ from tl_leadterms.checks import (
 )
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
+from tl_leadterms.protocols import ReadableModel
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.version import __version__
@@ -103,7 +104,7 @@ def _finite(name: str, t: Tensor) -> Tensor:
 
 @torch.no_grad()
 def covariance_similarity(
-    model: Any,
+    model: ReadableModel,
     stats: CorpusStats | BlockStats,
     *,
     layers: Layers = None,
@@ -111,7 +112,7 @@ def covariance_similarity(
     normalize: Literal["theory", "both"] = "theory",
     value_map: Literal["post", "write"] = "post",
     maps: TokenMaps | None = None,
-    batch_size: int = 1024,
+    batch_size: int | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float64,
     progress: bool = True,
@@ -168,7 +169,7 @@ def covariance_similarity(
         normalize: ``"theory"`` (the paper) or ``"both"``.
         value_map: ``"post"`` (the paper) or ``"write"``.
         maps: precomputed :class:`TokenMaps` for ``stats.kept`` (reuse across settings).
-        batch_size: tokens per forward pass when computing the maps.
+        batch_size: tokens per forward pass when computing the maps (default 1024).
         device: where the products run (default: the model's device); the statistics' two
             ``[k, k]`` theory matrices are moved there.
         dtype: precision of the products. ``float32`` halves the memory of the theory

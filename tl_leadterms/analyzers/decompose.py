@@ -29,6 +29,7 @@ from tl_leadterms.analyzers.result import Decomposition
 from tl_leadterms.checks import Layers, check_bool, check_layers, check_stats, check_vocab
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
+from tl_leadterms.protocols import ReadableModel
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.degenerate import degenerate_reason
@@ -40,7 +41,7 @@ __all__ = ["IMPLIED_MIN_COSINE", "decompose", "leading_cosines", "model_weights"
 IMPLIED_MIN_COSINE = 0.2
 
 
-def paper_weights(model: Any, stats: Any) -> PaperWeights:
+def paper_weights(model: ReadableModel | PaperWeights, stats: Any) -> PaperWeights:
     """``model`` in the paper's notation, checked against the statistics' vocabulary.
 
     ``model`` is a HookedTransformer (anything :func:`~tl_leadterms.to_paper` accepts) or
@@ -48,8 +49,8 @@ def paper_weights(model: Any, stats: Any) -> PaperWeights:
     when both record one, its tokenizer.
     """
     stats = check_stats(stats)
-    pw = model if isinstance(model, PaperWeights) else to_paper(model)
     view = None if isinstance(model, PaperWeights) else model_view(model, caller="decompose")
+    pw = model if isinstance(model, PaperWeights) else to_paper(model)  # the view refused first
     tokenizer = None if view is None else view.tokenizer
     check_vocab(stats, d_vocab=pw.d_vocab, tokenizer=tokenizer)
     return pw
@@ -124,16 +125,16 @@ def _maps(
 
 @torch.no_grad()
 def decompose(
-    model: Any,
+    model: ReadableModel | PaperWeights,
     stats: CorpusStats | BlockStats,
     *,
     lr: float | None = None,
     steps: int | None = None,
     s_lr: float | None = None,
     layers: Layers = None,
-    per_head: bool = True,
+    per_head: bool = False,
     weights: Weight | Sequence[Weight] | None = None,
-    progress: bool = False,
+    progress: bool = True,
     null: int | NullSpec | None = None,
     ci: float | None = None,
     bootstrap: int | BootstrapSpec = 50,
@@ -155,13 +156,13 @@ def decompose(
             ``lr`` sharpens the implied ``s·η`` (solved from the exact coefficient instead of
             its ``η → 0`` limit); ``lr·steps`` (or ``s_lr``) is shown beside it as expected.
         layers: which layers (default all).
-        per_head: one row per head (default) or one per layer with heads combined (``W``, ``P``
-            averaged, ``V`` summed over heads).
+        per_head: score each head on its own: one row per head instead of one per layer with
+            the heads combined (``W``, ``P`` averaged, ``V`` summed over heads; the default).
         weights: which weights (default: every weight the model has, see
             :func:`model_weights`); names from :data:`tl_leadterms.theory.WEIGHTS`. ``"V"`` and
             ``"V·W_O"`` both select the value path; asking for ``P`` of a model without learned
             positions is an error that says why.
-        progress: a tqdm bar over (weight, layer).
+        progress: a progress bar over (weight, layer).
         null: ``R`` (an int) or a :class:`~tl_leadterms.analyzers.null.NullSpec`: add the
             permutation null of each row's cosine (columns ``score`` = the cosine,
             ``null_mean``, ``null_sd``, ``z``, ``p``, the effect size ``excess`` =
@@ -208,7 +209,7 @@ def decompose(
         >>> stats = corpus_stats(tokens, d_vocab=12, progress=False)
         >>> model = paper_model(d_vocab=12, n_ctx=8, n_layers=1)
         >>> _ = train(model, tokens, lr=1.0, steps=4, progress=False)
-        >>> d = decompose(model, stats, lr=1.0, steps=4)
+        >>> d = decompose(model, stats, lr=1.0, steps=4, per_head=True)
         >>> row = d.row("W_O")
         >>> row["cosine"] > 0.999, round(row["implied_s_lr"], 1)  # lr·steps = 4
         (True, 4.0)
@@ -350,8 +351,12 @@ def _row(t: Term, layer: int | None, head: int | None, fit: MapFit, schedule: Sc
 
 
 @torch.no_grad()
-def leading_cosines(model: Any, stats: CorpusStats) -> dict[str, float]:
+def leading_cosines(model: ReadableModel, stats: CorpusStats) -> dict[str, float]:
     """The cosine of every weight with its own leading term, heads combined per layer.
+
+    Args:
+        model: the model to read.
+        stats: the corpus statistics it was trained on.
 
     A weight that is still exactly zero (``W`` and ``P`` before step 3) has no direction and
     gets NaN. Keys are ``"W_O"``, then ``"V.{l}"`` (paper model) or ``"V·W_O.{l}"`` (models with

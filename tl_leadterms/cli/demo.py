@@ -127,7 +127,9 @@ def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> d
     print(f"  {history!r}")
     early_model = early["model"]
     # each score beside its permutation null (99 relabellings) and a 95% bootstrap interval
-    decomposition = decompose(early_model, blocks, lr=lr, steps=steps, null=99, ci=0.95)
+    decomposition = decompose(
+        early_model, blocks, lr=lr, steps=steps, per_head=True, null=99, ci=0.95, progress=False
+    )
     print(f"\n{decomposition}")
     atlas = head_atlas(early_model, blocks, windows[:8, :n_ctx], null=49, lr=lr, steps=steps)
     print(f"\n{atlas}")

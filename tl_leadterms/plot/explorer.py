@@ -21,6 +21,7 @@ from tl_leadterms.analyzers.decompose import decompose, paper_weights
 from tl_leadterms.atomic import write_bytes
 from tl_leadterms.checks import check_stats, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.plot.atlas import CHARACTER_COLOURS, character_key
 from tl_leadterms.plot.explorer_data import (
     GRID_SCORES,
@@ -32,6 +33,8 @@ from tl_leadterms.plot.explorer_data import (
 from tl_leadterms.plot.explorer_page import page
 from tl_leadterms.plot.html import circuitsvis_library
 from tl_leadterms.plot.tokens import encode_text
+from tl_leadterms.protocols import ReadableModel, TokenWindows
+from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import term
 
 __all__ = ["Explorer", "explore"]
@@ -84,12 +87,13 @@ def _labeller(tokenizer: Any):
     return lambda ids: [tokenizer.decode([int(i)]) for i in ids]
 
 
+@positional_until_next_release("text", renamed={"k": "n"})
 def explore(
-    model: Any,
-    stats: Any,
-    text: str | None = None,
+    model: ReadableModel,
+    stats: CorpusStats,
     *,
-    tokens: Any = None,
+    text: str | None = None,
+    tokens: TokenWindows | None = None,
     tokenizer: Any = None,
     words: list[str] | None = None,
     null: int | None = 19,
@@ -97,7 +101,7 @@ def explore(
     steps: int | None = None,
     s_lr: float | None = None,
     pair_tokens: int = 300,
-    k: int = 8,
+    n: int = 8,
     title: str = "tl_leadterms explorer",
 ) -> Explorer:
     """Build the explorer of every head of ``model`` (see the module docstring).
@@ -107,12 +111,13 @@ def explore(
         stats: corpus statistics over its vocabulary.
         text: the text whose attention the panels show (needs a tokenizer), cut to the
             statistics' and the model's ``n_ctx``; or pass ``tokens`` (token ids) instead.
+        tokens: the token ids to show instead of ``text``.
         tokenizer: encodes ``text`` and labels tokens (default: the model's, then the stats').
         words: extra words for the word box (the text's tokens are always there).
         null: permutations of the null for each head's ``z``/``p`` (None: no null).
         lr, steps, s_lr: the training run, if known (the prediction's scale; else fitted).
         pair_tokens: token pairs are ranked among this many most frequent kept tokens.
-        k: entries per pair table and association list.
+        n: entries per pair table and association list.
         title: the page's title.
 
     Returns:
@@ -121,7 +126,7 @@ def explore(
     stats = check_stats(stats)
     check_supported(model, caller="explore")
     positive_int("pair_tokens", pair_tokens)
-    positive_int("k", k)
+    positive_int("n", n)
     tokenizer = next((t for t in (tokenizer, getattr(model, "tokenizer", None), stats.tokenizer)
                       if t is not None), None)  # fmt: skip
     check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
@@ -129,10 +134,10 @@ def explore(
     labels = _labeller(tokenizer)
     run = {"lr": lr, "steps": steps, "s_lr": s_lr}
     pw = paper_weights(model, stats)  # converted once, for decompose and the pair tables
-    d = decompose(pw, stats, weights=["W", "V"], null=null, **run)
+    d = decompose(pw, stats, weights=["W", "V"], null=null, per_head=True, progress=False, **run)
     attn = attention_data(model, stats, ids, attention_scale(lr, steps, s_lr, None), **run)
     heads = head_summaries(d, attn["agreement"], attn["detectors"])
-    pairs = pair_tables(pw, stats, labels, pair_tokens=pair_tokens, k=k)
+    pairs = pair_tables(pw, stats, labels, pair_tokens=pair_tokens, k=n)
     word_ids = [encode_text(w, tokenizer, "word")[0] for w in words or []]
     for label, head in heads.items():
         head["attention"] = attn["heads"].get(label)
@@ -148,7 +153,7 @@ def explore(
                 f"{pairs['pair_tokens']} most frequent kept tokens",
     }  # fmt: skip
     data = {"summary": summary, "heads": heads,
-            "words": word_lists(stats, ids, word_ids, labels, k)}  # fmt: skip
+            "words": word_lists(stats, ids, word_ids, labels, n)}  # fmt: skip
     return Explorer(data, title)
 
 

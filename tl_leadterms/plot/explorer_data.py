@@ -182,7 +182,7 @@ def word_lists(stats: Any, text_ids: list[int], words: list[int], labels: Any, k
         position = stats.vocab.position(token_id)
         entry: dict[str, Any] = {"id": token_id, "lists": {}, "text": {}}
         for kind, matrix in ASSOCIATIONS.items():
-            top = stats.top(matrix, token_id, k, tokenizer)
+            top = stats.top(matrix, token_id, n=k, tokenizer=tokenizer)
             entry["lists"][kind] = [[labels([n.token_id])[0], _clean(float(n.score))]
                                     for n in top]  # fmt: skip
             row = stats.row(matrix, position).to(torch.float64).cpu()

@@ -187,7 +187,9 @@ def report(
     if decomposition is None and model is not None:
         from tl_leadterms.analyzers.decompose import decompose
 
-        decomposition = decompose(model, stats, lr=lr, steps=steps)
+        decomposition = decompose(
+            model, stats, lr=lr, steps=steps, per_head=True, progress=progress
+        )
     bar.update()
     # the attention views run first: their circuitsvis bundle must precede later views
     attention_body, agreement = sections.attention(
@@ -239,7 +241,7 @@ def _explorer(explorer: Any, model: Any, stats: Any, text: Any, tokenizer: Any, 
         raise LeadTermsError(f"explorer must be an Explorer, True or None, got {explorer!r}")
     if model is None or text is None:
         raise LeadTermsError("explorer=True builds the explorer of model= on text=: pass both")
-    return explore(model, stats, text, tokenizer=tokenizer, lr=lr, steps=steps)
+    return explore(model, stats, text=text, tokenizer=tokenizer, lr=lr, steps=steps)
 
 
 class _CallableReportModule(types.ModuleType):
