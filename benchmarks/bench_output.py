@@ -6,9 +6,14 @@
   deep as the model (and, second, the one-layer form of the paper's Eq. 12). The naive
   version builds what :func:`tl_leadterms.leading_model` would hold — a ``[k, k]`` ``W`` and
   ``V`` for every layer, in the statistics' float64 — and runs the dense one-hot forward
-  (``h W hᵀ``, ``h V``, ``h W_O`` as full products, layer 1 included). The fast one holds the
-  three maps once, reads the one-hot first layer by gathers and computes in float32. Both
-  score the same model log-probabilities; the KLs are checked to agree.
+  (``h W hᵀ``, ``h V``, ``h W_O`` as full products, layer 1 included). The fast one is
+  ``output_agreement`` itself: the leading-term model by the expansion of
+  :mod:`tl_leadterms.analyzers.predictors` (a basis of a few ``[u, k] × [k, k]`` products for
+  the ``u`` distinct tokens of the windows, then ``[T, T]`` work per layer) when that is
+  cheaper than its plain float32 forward; the route and the number of terms kept are recorded.
+  Every fast call starts cold (the shared predictor cache is cleared first). Both score the
+  same model log-probabilities; the KLs are checked to agree. The theory side alone (no model
+  forward) is timed the same way.
 * The monitor's overhead on the demo's training run (``tl-leadterms demo``: the paper's 3-layer
   model on the demo's word vocabulary, T = 32, 64 windows, full-batch GD at η = 1, here
   ``--train-steps`` steps): ``LeadingTermMonitor(every=8)`` with cosines and ``output`` on 8
@@ -21,6 +26,7 @@
 import argparse
 import json
 import math
+import os
 import platform
 import resource
 import sys
@@ -40,6 +46,7 @@ from tl_leadterms import (  # noqa: E402
     paper_model,
     train,
 )
+from tl_leadterms.analyzers import predictors  # noqa: E402
 from tl_leadterms.analyzers.output import model_log_probs  # noqa: E402
 from tl_leadterms.analyzers.predictors import LeadingPredictor, with_bucket  # noqa: E402
 from tl_leadterms.checkpoints.monitor import LeadingTermMonitor  # noqa: E402
@@ -91,8 +98,9 @@ def theory_side(stats, tokens, depth: int) -> dict:
     c = [schedule.coefficient(w) for w in ("W_O", "V", "W")]
     index = stats.vocab.index_map()
 
+    pred = LeadingPredictor(stats)
+
     def fast():
-        pred = LeadingPredictor(stats)
         return with_bucket(pred.logits(index[tokens], *c, n_layers=depth), stats.d_vocab)
 
     quick, fast_s = timed(fast)
@@ -101,7 +109,7 @@ def theory_side(stats, tokens, depth: int) -> dict:
     print(f"theory side, {depth} layer(s): fast {fast_s:.1f} s, naive {naive_s:.1f} s "
           f"({naive_s / fast_s:.2f}x); max |log p| difference {diff:.2e}")  # fmt: skip
     return {"fast_s": fast_s, "naive_s": naive_s, "speedup": naive_s / fast_s,
-            "max_abs_log_prob_difference": diff}  # fmt: skip
+            "max_abs_log_prob_difference": diff, "route": list(pred.last_route)}  # fmt: skip
 
 
 def timed(fn):
@@ -116,14 +124,16 @@ def bench_agreement(args) -> dict:
     model_log_probs(model, held[:1], stats.kept)  # warm-up
     out = {}
     for depth in args.depths or (args.layers, 1):
+        predictors._SHARED.clear()  # cold: no basis from an earlier call
         fast, fast_s = timed(lambda d=depth: output_agreement(model, stats, held, s_lr=1.0,
                                                               n_layers=d))  # fmt: skip
+        route = LeadingPredictor.shared(stats).last_route
         slow, slow_s = timed(lambda d=depth: naive_kl(model, stats, held, 1.0, d))
         out[f"leading_layers_{depth}"] = {
             "fast_s": fast_s, "naive_s": slow_s, "speedup": slow_s / fast_s,
             "kl_fast": fast.kl, "kl_naive": slow,
             "kl_rel_difference": abs(fast.kl - slow) / max(abs(slow), 1e-30),
-            "explained": fast.explained,
+            "explained": fast.explained, "route": list(route),
         }  # fmt: skip
         print(
             f"leading-term model with {depth} layer(s): fast {fast_s:.1f} s, naive "
@@ -184,6 +194,7 @@ def main() -> None:
     parser.add_argument("--train-steps", type=int, default=64)
     parser.add_argument("--skip", choices=["agreement", "monitor"], default=None)
     parser.add_argument("--out", default=str(RESULTS / "output.json"))
+    parser.add_argument("--note", default=None, help="the load conditions, kept in 'machine'")
     args = parser.parse_args()
     torch.manual_seed(0)
     out = Path(args.out)
@@ -192,11 +203,16 @@ def main() -> None:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "load_average_start": list(os.getloadavg()),
     }
+    if args.note:
+        results["machine"]["note"] = args.note
     if args.skip != "agreement":
         results["output_agreement"] = bench_agreement(args)
     if args.skip != "monitor":
         results["monitor"] = bench_monitor(args)
+    results["machine"]["load_average_end"] = list(os.getloadavg())
     from tl_leadterms.atomic import write_text
 
     write_text(args.out, json.dumps(results, indent=1))
