@@ -20,7 +20,7 @@
   held-out windows; its time (timed by the monitor) against the rest of the same run.
 
     python benchmarks/bench_output.py [--k 5000] [--layers 30] [--windows 8] [--depths 30 1]
-        [--train-steps 64] [--skip agreement|monitor]
+        [--train-steps 64] [--repeats 1] [--skip agreement|monitor] [--note TEXT]
 """
 
 import argparse
@@ -123,25 +123,36 @@ def bench_agreement(args) -> dict:
     held = windows[-args.windows :, :128]
     model_log_probs(model, held[:1], stats.kept)  # warm-up
     out = {}
+    forward = [timed(lambda: model_log_probs(model, held, stats.kept))[1]
+               for _ in range(args.repeats)]  # fmt: skip
+    out["model_forward_s"] = {"min": min(forward), "runs": forward}
     for depth in args.depths or (args.layers, 1):
-        predictors._SHARED.clear()  # cold: no basis from an earlier call
-        fast, fast_s = timed(lambda d=depth: output_agreement(model, stats, held, s_lr=1.0,
-                                                              n_layers=d))  # fmt: skip
-        route = LeadingPredictor.shared(stats).last_route
-        slow, slow_s = timed(lambda d=depth: naive_kl(model, stats, held, 1.0, d))
+        fast_runs, slow_runs = [], []
+        for _ in range(args.repeats):  # interleaved, so both sides see the same load
+            predictors._SHARED.clear()  # cold: no basis from an earlier call
+            fast, seconds = timed(lambda d=depth: output_agreement(model, stats, held, s_lr=1.0,
+                                                                   n_layers=d))  # fmt: skip
+            fast_runs.append(seconds)
+            route = LeadingPredictor.shared(stats).last_route
+            slow, seconds = timed(lambda d=depth: naive_kl(model, stats, held, 1.0, d))
+            slow_runs.append(seconds)
+        fast_s, slow_s = min(fast_runs), min(slow_runs)
         out[f"leading_layers_{depth}"] = {
             "fast_s": fast_s, "naive_s": slow_s, "speedup": slow_s / fast_s,
+            "fast_runs_s": fast_runs, "naive_runs_s": slow_runs,
             "kl_fast": fast.kl, "kl_naive": slow,
             "kl_rel_difference": abs(fast.kl - slow) / max(abs(slow), 1e-30),
             "explained": fast.explained, "route": list(route),
         }  # fmt: skip
         print(
             f"leading-term model with {depth} layer(s): fast {fast_s:.1f} s, naive "
-            f"{slow_s:.1f} s ({slow_s / fast_s:.2f}x); KL {fast.kl:.6g} vs {slow:.6g}"
+            f"{slow_s:.1f} s ({slow_s / fast_s:.2f}x, min of {args.repeats}); KL {fast.kl:.6g} "
+            f"vs {slow:.6g}"
         )
     for depth in args.depths or (args.layers, 1):
         out[f"theory_side_layers_{depth}"] = theory_side(stats, held, depth)
     out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["timing"] = "each time the minimum over --repeats interleaved runs (all runs listed)"
     out["sizes"] = {"k": args.k, "layers": args.layers, "windows": args.windows, "T": 128,
                     "depths": list(args.depths or (args.layers, 1)),
                     "d_vocab": stats.d_vocab}  # fmt: skip
@@ -161,6 +172,16 @@ def bench_monitor(args) -> dict:
     model = paper_model(len(tokenizer), 32, 3)
     monitor = LeadingTermMonitor(stats, every=8, lr=1.0, analyses=("cosines", "output"),
                                  tokens=held)  # fmt: skip
+    per_call, score = [], monitor.score
+
+    def timed_score(model, step):  # each call's scoring time, for the first-call share
+        start = time.perf_counter()
+        try:
+            return score(model, step)
+        finally:
+            per_call.append(time.perf_counter() - start)
+
+    monitor.score = timed_score
     _, seconds = timed(lambda: train(model, train_w, lr=1.0, steps=args.train_steps,
                                      progress=False, callback=monitor.train_callback))  # fmt: skip
     training = seconds - monitor.seconds
@@ -171,7 +192,7 @@ def bench_monitor(args) -> dict:
     print(repr(monitor))
     return {"run_seconds": seconds, "training_seconds": training,
             "monitor_seconds": monitor.seconds, "calls": monitor.calls,
-            "per_call_s": monitor.seconds / max(monitor.calls, 1),
+            "per_call_s": monitor.seconds / max(monitor.calls, 1), "score_s_per_call": per_call,
             "overhead": monitor.seconds / training, "flags": monitor.flags,
             "history": monitor.history.to_dict(),
             "settings": {"d_vocab": len(tokenizer), "n_ctx": 32, "windows": 64, "n_layers": 3,
@@ -192,6 +213,7 @@ def main() -> None:
         help="depths of the leading-term model (default: the model's, then 1)",
     )
     parser.add_argument("--train-steps", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each agreement timing")
     parser.add_argument("--skip", choices=["agreement", "monitor"], default=None)
     parser.add_argument("--out", default=str(RESULTS / "output.json"))
     parser.add_argument("--note", default=None, help="the load conditions, kept in 'machine'")

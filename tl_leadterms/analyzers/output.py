@@ -12,7 +12,9 @@ other tokens form one extra outcome (the *bucket*): the model's bucket is the to
 probability it gives them, the predictors' is described in
 :mod:`tl_leadterms.analyzers.predictors`. A dropped input token is a zero one-hot row, as in the
 statistics. Nothing ``[k, k]`` is built per layer: the model side is its own forward pass (its
-logits reduced to the kept tokens), the theory side three shared maps.
+logits reduced to the kept tokens), the theory side reads the three shared maps once per token
+set (:mod:`tl_leadterms.analyzers.predictors`; repeated calls on the same statistics and windows,
+as a training monitor makes, reuse that work).
 """
 
 import math
