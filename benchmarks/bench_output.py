@@ -6,21 +6,27 @@
   deep as the model (and, second, the one-layer form of the paper's Eq. 12). The naive
   version builds what :func:`tl_leadterms.leading_model` would hold — a ``[k, k]`` ``W`` and
   ``V`` for every layer, in the statistics' float64 — and runs the dense one-hot forward
-  (``h W hᵀ``, ``h V``, ``h W_O`` as full products, layer 1 included). The fast one holds the
-  three maps once, reads the one-hot first layer by gathers and computes in float32. Both
-  score the same model log-probabilities; the KLs are checked to agree.
+  (``h W hᵀ``, ``h V``, ``h W_O`` as full products, layer 1 included). The fast one is
+  ``output_agreement`` itself: the leading-term model by the expansion of
+  :mod:`tl_leadterms.analyzers.predictors` (a basis of a few ``[u, k] × [k, k]`` products for
+  the ``u`` distinct tokens of the windows, then ``[T, T]`` work per layer) when that is
+  cheaper than its plain float32 forward; the route and the number of terms kept are recorded.
+  Every fast call starts cold (the shared predictor cache is cleared first). Both score the
+  same model log-probabilities; the KLs are checked to agree. The theory side alone (no model
+  forward) is timed the same way.
 * The monitor's overhead on the demo's training run (``tl-leadterms demo``: the paper's 3-layer
   model on the demo's word vocabulary, T = 32, 64 windows, full-batch GD at η = 1, here
   ``--train-steps`` steps): ``LeadingTermMonitor(every=8)`` with cosines and ``output`` on 8
   held-out windows; its time (timed by the monitor) against the rest of the same run.
 
     python benchmarks/bench_output.py [--k 5000] [--layers 30] [--windows 8] [--depths 30 1]
-        [--train-steps 64] [--skip agreement|monitor]
+        [--train-steps 64] [--repeats 1] [--skip agreement|monitor] [--note TEXT]
 """
 
 import argparse
 import json
 import math
+import os
 import platform
 import resource
 import sys
@@ -40,6 +46,7 @@ from tl_leadterms import (  # noqa: E402
     paper_model,
     train,
 )
+from tl_leadterms.analyzers import predictors  # noqa: E402
 from tl_leadterms.analyzers.output import model_log_probs  # noqa: E402
 from tl_leadterms.analyzers.predictors import LeadingPredictor, with_bucket  # noqa: E402
 from tl_leadterms.checkpoints.monitor import LeadingTermMonitor  # noqa: E402
@@ -91,8 +98,9 @@ def theory_side(stats, tokens, depth: int) -> dict:
     c = [schedule.coefficient(w) for w in ("W_O", "V", "W")]
     index = stats.vocab.index_map()
 
+    pred = LeadingPredictor(stats)
+
     def fast():
-        pred = LeadingPredictor(stats)
         return with_bucket(pred.logits(index[tokens], *c, n_layers=depth), stats.d_vocab)
 
     quick, fast_s = timed(fast)
@@ -101,7 +109,7 @@ def theory_side(stats, tokens, depth: int) -> dict:
     print(f"theory side, {depth} layer(s): fast {fast_s:.1f} s, naive {naive_s:.1f} s "
           f"({naive_s / fast_s:.2f}x); max |log p| difference {diff:.2e}")  # fmt: skip
     return {"fast_s": fast_s, "naive_s": naive_s, "speedup": naive_s / fast_s,
-            "max_abs_log_prob_difference": diff}  # fmt: skip
+            "max_abs_log_prob_difference": diff, "route": list(pred.last_route)}  # fmt: skip
 
 
 def timed(fn):
@@ -115,23 +123,36 @@ def bench_agreement(args) -> dict:
     held = windows[-args.windows :, :128]
     model_log_probs(model, held[:1], stats.kept)  # warm-up
     out = {}
+    forward = [timed(lambda: model_log_probs(model, held, stats.kept))[1]
+               for _ in range(args.repeats)]  # fmt: skip
+    out["model_forward_s"] = {"min": min(forward), "runs": forward}
     for depth in args.depths or (args.layers, 1):
-        fast, fast_s = timed(lambda d=depth: output_agreement(model, stats, held, s_lr=1.0,
-                                                              n_layers=d))  # fmt: skip
-        slow, slow_s = timed(lambda d=depth: naive_kl(model, stats, held, 1.0, d))
+        fast_runs, slow_runs = [], []
+        for _ in range(args.repeats):  # interleaved, so both sides see the same load
+            predictors._SHARED.clear()  # cold: no basis from an earlier call
+            fast, seconds = timed(lambda d=depth: output_agreement(model, stats, held, s_lr=1.0,
+                                                                   n_layers=d))  # fmt: skip
+            fast_runs.append(seconds)
+            route = LeadingPredictor.shared(stats).last_route
+            slow, seconds = timed(lambda d=depth: naive_kl(model, stats, held, 1.0, d))
+            slow_runs.append(seconds)
+        fast_s, slow_s = min(fast_runs), min(slow_runs)
         out[f"leading_layers_{depth}"] = {
             "fast_s": fast_s, "naive_s": slow_s, "speedup": slow_s / fast_s,
+            "fast_runs_s": fast_runs, "naive_runs_s": slow_runs,
             "kl_fast": fast.kl, "kl_naive": slow,
             "kl_rel_difference": abs(fast.kl - slow) / max(abs(slow), 1e-30),
-            "explained": fast.explained,
+            "explained": fast.explained, "route": list(route),
         }  # fmt: skip
         print(
             f"leading-term model with {depth} layer(s): fast {fast_s:.1f} s, naive "
-            f"{slow_s:.1f} s ({slow_s / fast_s:.2f}x); KL {fast.kl:.6g} vs {slow:.6g}"
+            f"{slow_s:.1f} s ({slow_s / fast_s:.2f}x, min of {args.repeats}); KL {fast.kl:.6g} "
+            f"vs {slow:.6g}"
         )
     for depth in args.depths or (args.layers, 1):
         out[f"theory_side_layers_{depth}"] = theory_side(stats, held, depth)
     out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["timing"] = "each time the minimum over --repeats interleaved runs (all runs listed)"
     out["sizes"] = {"k": args.k, "layers": args.layers, "windows": args.windows, "T": 128,
                     "depths": list(args.depths or (args.layers, 1)),
                     "d_vocab": stats.d_vocab}  # fmt: skip
@@ -151,6 +172,16 @@ def bench_monitor(args) -> dict:
     model = paper_model(d_vocab=len(tokenizer), n_ctx=32, n_layers=3)
     monitor = LeadingTermMonitor(stats, every=8, lr=1.0, analyses=("cosines", "output"),
                                  tokens=held)  # fmt: skip
+    per_call, score = [], monitor.score
+
+    def timed_score(model, step):  # each call's scoring time, for the first-call share
+        start = time.perf_counter()
+        try:
+            return score(model, step)
+        finally:
+            per_call.append(time.perf_counter() - start)
+
+    monitor.score = timed_score
     _, seconds = timed(lambda: train(model, train_w, lr=1.0, steps=args.train_steps,
                                      progress=False, callback=monitor.train_callback))  # fmt: skip
     training = seconds - monitor.seconds
@@ -161,7 +192,7 @@ def bench_monitor(args) -> dict:
     print(repr(monitor))
     return {"run_seconds": seconds, "training_seconds": training,
             "monitor_seconds": monitor.seconds, "calls": monitor.calls,
-            "per_call_s": monitor.seconds / max(monitor.calls, 1),
+            "per_call_s": monitor.seconds / max(monitor.calls, 1), "score_s_per_call": per_call,
             "overhead": monitor.seconds / training, "flags": monitor.flags,
             "history": monitor.history.to_dict(),
             "settings": {"d_vocab": len(tokenizer), "n_ctx": 32, "windows": 64, "n_layers": 3,
@@ -182,8 +213,10 @@ def main() -> None:
         help="depths of the leading-term model (default: the model's, then 1)",
     )
     parser.add_argument("--train-steps", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each agreement timing")
     parser.add_argument("--skip", choices=["agreement", "monitor"], default=None)
     parser.add_argument("--out", default=str(RESULTS / "output.json"))
+    parser.add_argument("--note", default=None, help="the load conditions, kept in 'machine'")
     args = parser.parse_args()
     torch.manual_seed(0)
     out = Path(args.out)
@@ -192,11 +225,16 @@ def main() -> None:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "load_average_start": list(os.getloadavg()),
     }
+    if args.note:
+        results["machine"]["note"] = args.note
     if args.skip != "agreement":
         results["output_agreement"] = bench_agreement(args)
     if args.skip != "monitor":
         results["monitor"] = bench_monitor(args)
+    results["machine"]["load_average_end"] = list(os.getloadavg())
     from tl_leadterms.atomic import write_text
 
     write_text(args.out, json.dumps(results, indent=1))

@@ -188,3 +188,103 @@ def test_bad_input():
         leading_model(stats)
     with pytest.raises(LeadTermsError, match="PaperWeights"):
         output_agreement(to_paper(model), stats, tokens[:, :-1], s_lr=1.0)
+
+
+def _one_hot_reference(stats, x: torch.Tensor, c, n_layers: int) -> torch.Tensor:
+    """Log-probabilities (kept tokens + bucket) of the leading-term model, written plainly:
+    one-hot rows (a dropped token a zero row), a [k, k] W and V materialised for every layer,
+    dense products throughout, float64."""
+    c_O, c_V, c_W = c
+    k, T = stats.k, x.shape[1]
+    h = torch.nn.functional.one_hot(x, k + 1)[..., :k].double()
+    offset = torch.arange(T)[:, None] - torch.arange(T)[None, :]
+    delta = torch.cat([stats.Delta, stats.Delta.new_zeros(max(0, T - stats.Delta.shape[0]))])
+    bias = torch.where(offset >= 0, c_W * delta[offset.clamp(min=0)], -math.inf)
+    for _ in range(n_layers):
+        W = c_W * stats.Q_bar.clone()
+        V = c_V * (stats.B_bar @ stats.Phi_bar).T
+        h = h + torch.softmax(h @ W @ h.transpose(1, 2) + bias, -1) @ h @ V
+    logits = h @ (c_O * stats.B_bar)
+    dropped = stats.d_vocab - k
+    bucket = math.log(dropped) - logits.sum(-1, keepdim=True) / dropped
+    return torch.log_softmax(torch.cat([logits, bucket], -1), -1)
+
+
+def _restricted(d: int = 40, k: int = 25):
+    tokens = torch.randint(0, d, (64, 17), generator=torch.Generator().manual_seed(3))
+    stats = corpus_stats(tokens, d, vocab=k, progress=False, dtype=torch.float64)
+    x = stats.vocab.index_map()[tokens[:6, :-1]]
+    assert (x == k).any()  # dropped input tokens occur
+    return stats, x
+
+
+@pytest.mark.parametrize("n_layers", [1, 3])
+@pytest.mark.parametrize("s_lr", [0.3, 3.0, 20.0])
+def test_both_routes_match_a_one_hot_reference(n_layers, s_lr):
+    from tl_leadterms.analyzers.predictors import with_bucket
+
+    stats, x = _restricted()
+    c = (s_lr, s_lr**2 / 2, s_lr**4 / 8)
+    expected = _one_hot_reference(stats, x, c, n_layers)
+    for dtype, atol in ((torch.float64, 1e-12), (torch.float32, 2e-6)):
+        pred = LeadingPredictor(stats, dtype=dtype)
+        for route in ("expansion", "dense", "auto"):
+            got = with_bucket(pred.logits(x, *c, n_layers=n_layers, route=route), stats.d_vocab)
+            torch.testing.assert_close(got.double(), expected, rtol=0, atol=atol)
+        if s_lr == 0.3 and dtype == torch.float32:
+            # the expansion stopped early (its dropped terms are below float32's roundoff)
+            pred.logits(x, *c, n_layers=n_layers, route="expansion")
+            assert pred.last_route[1] < n_layers
+
+
+def test_truncated_expansion_stays_within_its_bound():
+    from tl_leadterms.analyzers.predictors import with_bucket
+
+    stats, x = _restricted()
+    c, n_layers = (1.0, 0.5, 0.125), 6
+    expected = _one_hot_reference(stats, x, c, n_layers)
+    pred = LeadingPredictor(stats, dtype=torch.float32)
+    J = pred.terms(*c, n_layers)
+    assert n_layers > J
+    # the same truncation computed in float64 isolates the truncation error from rounding
+    pred64 = LeadingPredictor(stats, dtype=torch.float64)
+    basis = pred64._basis(*pred64._token_set(x)[:1], J, min(J, n_layers - 1))
+    logits = pred64._expand(pred64._token_set(x)[1], basis, *c, n_layers, J)
+    error = (with_bucket(logits, stats.d_vocab) - expected).abs().max()
+    assert error <= torch.finfo(torch.float32).eps
+
+
+def test_permuted_predictor_is_the_predictor_of_permuted_maps():
+    stats, x = _restricted()
+    perm = torch.randperm(stats.k, generator=torch.Generator().manual_seed(5))
+    c, n_layers = (2.0, 2.0, 2.0), 2
+    k = stats.k
+    pad = lambda M: torch.nn.functional.pad(M, (0, 1, 0, 1))  # noqa: E731
+    maps = {w: pad(M[perm][:, perm]) for w, M in (("W", stats.Q_bar), ("W_O", stats.B_bar),
+            ("V", (stats.B_bar @ stats.Phi_bar).T))}  # fmt: skip
+    plain = LeadingPredictor(stats, dtype=torch.float64)
+    plain._maps = maps  # the plain forward with explicitly permuted maps
+    expected = plain.logits(x, *c, n_layers=n_layers, route="dense")
+    relabelled = LeadingPredictor(stats, dtype=torch.float64, permutation=perm)
+    for route in ("expansion", "dense"):
+        got = relabelled.logits(x, *c, n_layers=n_layers, route=route)
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    got = plain.permuted(perm).bigram_logits(x, 2.0)
+    torch.testing.assert_close(got, 2.0 * maps["W_O"][x][..., :k], rtol=1e-12, atol=1e-14)
+
+
+def test_shared_predictor_reuses_its_basis_and_lets_the_statistics_go():
+    import gc
+    import weakref
+
+    stats, x = _restricted()
+    pred = LeadingPredictor.shared(stats, dtype=torch.float32)
+    assert LeadingPredictor.shared(stats, dtype=torch.float32) is pred
+    pred.logits(x, 1.0, 0.5, 0.125, n_layers=2, route="expansion")
+    basis = next(iter(pred._bases.values()))
+    pred.logits(x, 1.0, 0.4, 0.1, n_layers=2, route="expansion")
+    assert next(iter(pred._bases.values())) is basis  # nothing rebuilt for new coefficients
+    ref = weakref.ref(stats)
+    del stats, pred, basis
+    gc.collect()
+    assert ref() is None

@@ -12,7 +12,9 @@ other tokens form one extra outcome (the *bucket*): the model's bucket is the to
 probability it gives them, the predictors' is described in
 :mod:`tl_leadterms.analyzers.predictors`. A dropped input token is a zero one-hot row, as in the
 statistics. Nothing ``[k, k]`` is built per layer: the model side is its own forward pass (its
-logits reduced to the kept tokens), the theory side three shared maps.
+logits reduced to the kept tokens), the theory side reads the three shared maps once per token
+set (:mod:`tl_leadterms.analyzers.predictors`; repeated calls on the same statistics and windows,
+as a training monitor makes, reuse that work).
 """
 
 import math
@@ -32,7 +34,7 @@ from tl_leadterms.theory import Schedule
 
 __all__ = ["model_log_probs", "output_agreement"]
 
-_CHUNK_ELEMENTS = 2**25  # logits per model forward chunk
+_CHUNK_ELEMENTS = 2**26  # logits per model forward chunk (256 MiB in float32)
 
 
 @torch.no_grad()
@@ -46,13 +48,18 @@ def model_log_probs(
     if kept is not None:
         keep = torch.zeros(d_vocab, dtype=torch.bool, device=tokens.device)
         keep[kept.to(tokens.device)] = True
+        kept = kept.to(tokens.device)
     out = []
     for start in range(0, tokens.shape[0], chunk):
-        lp = torch.log_softmax(model(tokens[start : start + chunk]).to(dtype), dim=-1)
-        if keep is not None:
-            bucket = lp.masked_fill(keep, -math.inf).logsumexp(-1, keepdim=True)
-            lp = torch.cat([lp[..., kept.to(lp.device)], bucket], dim=-1)
-        out.append(lp)
+        logits = model(tokens[start : start + chunk]).to(dtype)
+        if keep is None:
+            out.append(torch.log_softmax(logits, dim=-1))
+            continue
+        # one normaliser for both parts, no full-vocabulary log-softmax materialised
+        total = logits.logsumexp(-1, keepdim=True)
+        part = logits[..., kept.to(logits.device)]
+        bucket = logits.masked_fill_(keep.to(logits.device), -math.inf).logsumexp(-1, keepdim=True)
+        out.append(torch.cat([part, bucket], dim=-1) - total)
     return torch.cat(out)
 
 
@@ -167,7 +174,7 @@ def output_agreement(
     index = stats.vocab.index_map(device)
     x = (tokens if index is None else index[tokens]).to(stats.device)
     model_lp = model_log_probs(model, tokens, stats.kept, dtype).to(stats.device)
-    pred = LeadingPredictor(stats, dtype=dtype)
+    pred = LeadingPredictor.shared(stats, dtype=dtype)  # its bases outlive this call
 
     def leading(p, xs, c):
         if isinstance(c[1], float) and c[1] == 0.0:  # no value term: attention changes nothing
@@ -197,8 +204,7 @@ def output_agreement(
     spec = NullSpec.of(null)
     if spec is not None:
         perms = permutations(stats.k, spec.permutations, spec.seed)
-        draws = [1.0 - mean_kl(model_lp, leading(LeadingPredictor(stats, dtype=dtype,
-                 permutation=p), x, c_lead)).item() / kl_uni
+        draws = [1.0 - mean_kl(model_lp, leading(pred.permuted(p), x, c_lead)).item() / kl_uni
                  for p in tqdm(perms, desc="null", disable=not progress)]  # fmt: skip
         rows[0].update(summarize(rows[0]["explained"], torch.tensor(draws)))
         reference = spec.reference_model(model)
