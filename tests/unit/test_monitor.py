@@ -18,10 +18,10 @@ def _tokens(n=32, seed=0):
 
 def test_train_callback_records_and_flags_with_the_step_bound():
     tokens = _tokens()
-    stats = corpus_stats(tokens, D, progress=False)
+    stats = corpus_stats(tokens, d_vocab=D, progress=False)
     monitor = LeadingTermMonitor(stats, every=2, lr=0.5, analyses=["cosines", "output"],
                                  tokens=tokens[:6, :-1], min_cosine=0.99999999)  # fmt: skip
-    model = paper_model(D, T, 2)
+    model = paper_model(d_vocab=D, n_ctx=T, n_layers=2)
     train(model, tokens, lr=0.5, steps=6, progress=False, callback=monitor.train_callback)
     h = monitor.history
     assert h.steps == [2, 4, 6] and monitor.calls == 3 and monitor.seconds > 0
@@ -30,15 +30,15 @@ def test_train_callback_records_and_flags_with_the_step_bound():
     assert "output_explained" in h.to_pandas().columns
     flag = monitor.first_flag("cosine")
     assert flag is not None and flag["value"] < 0.99999999
-    assert flag["step_bound"] == pytest.approx(step_bound(0.5, 2, T))
+    assert flag["step_bound"] == pytest.approx(step_bound(lr=0.5, n_layers=2, n_ctx=T))
     assert monitor.first_flag("output_explained") is None  # exact coefficients: still ~1
 
 
 def test_plain_loop_scores_only_every_steps():
     tokens = _tokens()
-    stats = corpus_stats(tokens, D, progress=False)
+    stats = corpus_stats(tokens, d_vocab=D, progress=False)
     monitor = LeadingTermMonitor(stats, every=3)
-    model = paper_model(D, T, 1)
+    model = paper_model(d_vocab=D, n_ctx=T, n_layers=1)
     optimiser = torch.optim.SGD(model.parameters(), lr=0.5)
     for step in range(1, 7):
         optimiser.zero_grad()
@@ -60,7 +60,7 @@ def test_trainer_callback_with_a_real_trainer(tmp_path):
     from tl_leadterms.checkpoints.tiny import tiny_neox_model
 
     tokens = _tokens(16)
-    stats = corpus_stats(tokens, D, progress=False)
+    stats = corpus_stats(tokens, d_vocab=D, progress=False)
     hf = tiny_neox_model(d_vocab=D, n_layers=1, d_model=16, n_heads=2, n_ctx=16,
                          attn_implementation="eager")  # fmt: skip
 

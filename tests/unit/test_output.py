@@ -57,7 +57,7 @@ def _kl(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("n_layers", [1, 2])
 def test_leading_model_is_eq12(n_layers):
     tokens = _tokens()
-    stats = corpus_stats(tokens, D, progress=False)
+    stats = corpus_stats(tokens, d_vocab=D, progress=False)
     ref = dense_corpus_stats(tokens, D)
     lr, s = 0.7, 5
     model = leading_model(stats, lr=lr, steps=s, n_layers=n_layers, dtype=torch.float64)
@@ -73,7 +73,7 @@ def test_leading_model_is_eq12(n_layers):
 
 def test_leading_model_matches_gradient_descent_at_small_s_lr():
     tokens = _tokens(32)
-    stats = corpus_stats(tokens, D, progress=False)
+    stats = corpus_stats(tokens, d_vocab=D, progress=False)
     lr, s, n_layers = 0.05, 4, 2  # s·η = 0.2
     params = gd_train(tokens, D, n_layers, lr, s)
     x = tokens[:, :-1]
@@ -91,11 +91,11 @@ def test_leading_model_matches_gradient_descent_at_small_s_lr():
 def test_output_agreement_against_a_plain_computation():
     tokens = _tokens(40)
     train_tokens, held = tokens[:32], tokens[32:, :-1]
-    stats = corpus_stats(train_tokens, D, progress=False)
+    stats = corpus_stats(train_tokens, d_vocab=D, progress=False)
     ref = dense_corpus_stats(train_tokens, D)
     lr, s, n_layers = 0.5, 12, 2
     params = gd_train(train_tokens, D, n_layers, lr, s)
-    model = paper_model(D, T, n_layers, dtype=torch.float64)
+    model = paper_model(d_vocab=D, n_ctx=T, n_layers=n_layers, dtype=torch.float64)
     with torch.no_grad():
         for name, p in model.paper_parameters().items():
             w, _, layer = name.partition(".")
@@ -123,7 +123,7 @@ def test_output_agreement_against_a_plain_computation():
 
 def test_the_leading_model_explains_itself_and_fit_recovers_its_scalars():
     tokens = _tokens(20)
-    stats = corpus_stats(tokens, D, progress=False)
+    stats = corpus_stats(tokens, d_vocab=D, progress=False)
     model = leading_model(stats, s_lr=3.0, n_layers=1, dtype=torch.float64)
     out = output_agreement(model, stats, tokens[:8, :-1], s_lr=3.0, dtype=torch.float64)
     assert out.kl < 1e-10 and out.explained == pytest.approx(1.0) and out.row()["top1"] == 1.0
@@ -136,8 +136,8 @@ def test_the_leading_model_explains_itself_and_fit_recovers_its_scalars():
 def test_restricted_vocabulary_uses_one_bucket():
     d = 16
     tokens = _tokens(40, d=d)
-    stats = corpus_stats(tokens, d, vocab=10, progress=False, dtype=torch.float64)
-    model = paper_model(d, T, 1, dtype=torch.float64)
+    stats = corpus_stats(tokens, d_vocab=d, vocab=10, progress=False, dtype=torch.float64)
+    model = paper_model(d_vocab=d, n_ctx=T, n_layers=1, dtype=torch.float64)
     with torch.no_grad():  # any model with mass on the dropped tokens
         model.unembed.W_U.copy_(torch.randn(d, d, generator=torch.Generator().manual_seed(1)))
     held = tokens[:8, :-1]
@@ -162,8 +162,8 @@ def test_restricted_vocabulary_uses_one_bucket():
 
 def test_null_and_interval():
     tokens = _tokens(64)
-    blocks = block_stats(tokens[:48], D, blocks=6, progress=False)
-    model = paper_model(D, T, 1)
+    blocks = block_stats(tokens[:48], d_vocab=D, blocks=6, progress=False)
+    model = paper_model(d_vocab=D, n_ctx=T, n_layers=1)
     train(model, tokens[:48], lr=0.5, steps=8, progress=False)
     spec = BootstrapSpec(resamples=10, method="percentile")
     out = output_agreement(model, blocks, tokens[48:, :-1], lr=0.5, steps=8, null=20, ci=0.9,
@@ -176,8 +176,8 @@ def test_null_and_interval():
 
 def test_bad_input():
     tokens = _tokens()
-    stats = corpus_stats(tokens, D, progress=False)
-    model = paper_model(D, T, 1)
+    stats = corpus_stats(tokens, d_vocab=D, progress=False)
+    model = paper_model(d_vocab=D, n_ctx=T, n_layers=1)
     with pytest.raises(LeadTermsError, match="fit=True"):
         output_agreement(model, stats, tokens[:, :-1])
     with pytest.raises(LeadTermsError, match="n_ctx"):
@@ -212,7 +212,7 @@ def _one_hot_reference(stats, x: torch.Tensor, c, n_layers: int) -> torch.Tensor
 
 def _restricted(d: int = 40, k: int = 25):
     tokens = torch.randint(0, d, (64, 17), generator=torch.Generator().manual_seed(3))
-    stats = corpus_stats(tokens, d, vocab=k, progress=False, dtype=torch.float64)
+    stats = corpus_stats(tokens, d_vocab=d, vocab=k, progress=False, dtype=torch.float64)
     x = stats.vocab.index_map()[tokens[:6, :-1]]
     assert (x == k).any()  # dropped input tokens occur
     return stats, x

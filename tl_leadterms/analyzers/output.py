@@ -23,13 +23,16 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from tl_leadterms.analyzers.bootstrap import add_interval, resolve_bootstrap
+from tl_leadterms.analyzers.bootstrap import BootstrapSpec, add_interval, resolve_bootstrap
 from tl_leadterms.analyzers.null import NullSpec, permutations, summarize
 from tl_leadterms.analyzers.output_fit import fit_bigram, fit_leading, mean_kl, scores
 from tl_leadterms.analyzers.output_result import OutputAgreement
 from tl_leadterms.analyzers.predictors import LeadingPredictor, unigram_log_probs, with_bucket
 from tl_leadterms.checks import check_bool, check_tokens, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.protocols import ReadableModel, TokenWindows
+from tl_leadterms.stats.blocks import BlockStats
+from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
 
 __all__ = ["model_log_probs", "output_agreement"]
@@ -99,9 +102,9 @@ def _row(name: str, model_lp, pred_lp, kl_unigram: float | None, c) -> dict[str,
 
 @torch.no_grad()
 def output_agreement(
-    model: Any,
-    stats: Any,
-    tokens: Any,
+    model: ReadableModel,
+    stats: CorpusStats | BlockStats,
+    tokens: TokenWindows,
     *,
     lr: float | None = None,
     steps: int | None = None,
@@ -111,9 +114,9 @@ def output_agreement(
     n_layers: int | None = None,
     null: int | NullSpec | None = None,
     ci: float | None = None,
-    bootstrap: Any = 50,
+    bootstrap: int | BootstrapSpec = 50,
     dtype: torch.dtype = torch.float32,
-    progress: bool = False,
+    progress: bool = True,
 ) -> OutputAgreement:
     """Compare ``model``'s next-token distributions with its leading-term model's.
 
@@ -140,7 +143,7 @@ def output_agreement(
         bootstrap: resamples (int) or a ``BootstrapSpec``.
         dtype: precision of the comparison (float32; the model runs in its own, its logits are
             cast).
-        progress: a tqdm bar over the null draws and bootstrap resamples.
+        progress: a progress bar over the null draws and bootstrap resamples.
 
     Returns:
         An :class:`~tl_leadterms.analyzers.output_result.OutputAgreement`.

@@ -27,6 +27,7 @@ when ``lr`` is known. :attr:`seconds` is the time spent scoring, :attr:`calls` h
 import math
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ from tl_leadterms.analyzers import covariance_similarity, leading_cosines, outpu
 from tl_leadterms.checkpoints.loading import load_model, quiet_transformers
 from tl_leadterms.checks import check_choice, check_lr, check_stats, positive_int
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.protocols import TokenWindows
+from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import step_bound
 from tl_leadterms.training import TrainHistory
 
@@ -64,7 +67,8 @@ class LeadingTermMonitor:
         >>> tokens = torch.randint(0, 12, (32, 9), generator=torch.Generator().manual_seed(0))
         >>> stats = corpus_stats(tokens, d_vocab=12, progress=False)
         >>> monitor = LeadingTermMonitor(stats, every=2, lr=0.5)
-        >>> _ = train(paper_model(12, 8, 1), tokens, lr=0.5, steps=4, progress=False,
+        >>> model = paper_model(d_vocab=12, n_ctx=8, n_layers=1)
+        >>> _ = train(model, tokens, lr=0.5, steps=4, progress=False,
         ...           callback=monitor.train_callback)
         >>> monitor.history.steps, monitor.flags
         ([2, 4], [])
@@ -72,11 +76,11 @@ class LeadingTermMonitor:
 
     def __init__(
         self,
-        stats: Any,
+        stats: CorpusStats,
         *,
         every: int = 8,
-        analyses: Any = ("cosines",),
-        tokens: Any = None,
+        analyses: str | Sequence[str] = ("cosines",),
+        tokens: TokenWindows | None = None,
         lr: float | None = None,
         min_cosine: float = 0.9,
         min_explained: float = 0.9,
@@ -172,7 +176,7 @@ class LeadingTermMonitor:
         if self.lr is None:
             return math.nan
         n_layers = self.history.settings.get("n_layers", 1)
-        return step_bound(self.lr, n_layers, self.stats.n_ctx)
+        return step_bound(lr=self.lr, n_layers=n_layers, n_ctx=self.stats.n_ctx)
 
     def first_flag(self, score: str | None = None) -> dict[str, Any] | None:
         """The first flag (of ``score``: ``"cosine"`` or ``"output_explained"``), or None."""

@@ -62,7 +62,7 @@ def leading_model(
     s_lr: float | None = None,
     n_layers: int = 1,
     n_ctx: int | None = None,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> PaperModel:
     """The paper model whose ``W_O``, ``V``, ``W``, ``P`` are their leading terms.
@@ -76,7 +76,7 @@ def leading_model(
         n_layers: ``L``; every layer gets the same ``V``, ``W`` and ``P``.
         n_ctx: the model's context length ``T`` (default the statistics' ``T``); ``P`` is
             zero at offsets the statistics do not cover.
-        device, dtype: where and in which precision to build the model.
+        device, dtype: where (default: the CPU) and in which precision to build the model.
 
     Returns:
         A :class:`~tl_leadterms.PaperModel` (a HookedTransformer) in eval mode.
@@ -98,7 +98,10 @@ def leading_model(
     tokenizer = stats.tokenizer if stats.kept is None else None
     if tokenizer is not None and len(tokenizer) != stats.k:
         tokenizer = None
-    model = paper_model(stats.k, n_ctx, n_layers, tokenizer=tokenizer, device=device, dtype=dtype)
+    model = paper_model(
+        d_vocab=stats.k, n_ctx=n_ctx, n_layers=n_layers, tokenizer=tokenizer, device=device,
+        dtype=dtype,
+    )  # fmt: skip
     weights = leading_weights(stats, schedule, n_ctx)
     for name, param in model.paper_parameters().items():
         value = weights[name.split(".")[0]]
