@@ -39,6 +39,13 @@ LAYERS = [
     ("cli",),
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+#: (module, imported module) -> why this one import may point up; nothing else may
+UPWARD = {
+    ("tl_leadterms.analyzers.table", "tl_leadterms.plot"): (
+        "a result's .plot() loads the plot layer once (inside the method), which registers its "
+        "figure functions by result class; analyzers never call plot code by name"
+    ),
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -98,7 +105,7 @@ def test_imports_point_down():
                 # the package root re-exports everything up to report: only the CLI may use it
                 if len(submodules) < len(names) and RANK["report"] > RANK[mine]:
                     wrong.append(f"{module}:{line} imports the package root ({names})")
-            elif RANK[theirs] > RANK[mine]:
+            elif RANK[theirs] > RANK[mine] and (module, target) not in UPWARD:
                 wrong.append(f"{module}:{line} ({mine}) imports {target} ({theirs})")
     assert not wrong, "imports pointing up the layers:\n" + "\n".join(wrong)
 

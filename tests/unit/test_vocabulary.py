@@ -10,6 +10,7 @@ its extra keywords to the analyses by name, so one name meaning two things is a 
 
 import inspect
 import re
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -182,7 +183,9 @@ def _public_functions() -> dict[str, Any]:
     found = {}
     for name in tl_leadterms.__all__:
         value = getattr(tl_leadterms, name)
-        if inspect.isfunction(value) or (callable(value) and type(value).__name__ == "module"):
+        if isinstance(value, types.ModuleType):  # the report subpackage, callable as report()
+            value = getattr(value, name)
+        if inspect.isfunction(value):
             found[name] = value
     found["distributed.corpus_stats"] = ray_corpus_stats
     found["CorpusStats.top"] = CorpusStats.top
@@ -199,8 +202,7 @@ def _base(name: str) -> str:
 
 
 def _parameters(fn: Any) -> list[inspect.Parameter]:
-    target = fn.__call__ if type(fn).__name__ == "module" else inspect.unwrap(fn)
-    params = inspect.signature(target).parameters.values()
+    params = inspect.signature(inspect.unwrap(fn)).parameters.values()
     return [
         p
         for p in params
@@ -209,7 +211,7 @@ def _parameters(fn: Any) -> list[inspect.Parameter]:
 
 
 def _target(fn: Any) -> Any:
-    return fn.__call__ if type(fn).__name__ == "module" else inspect.unwrap(fn)
+    return inspect.unwrap(fn)
 
 
 def test_the_walk_finds_the_public_functions():

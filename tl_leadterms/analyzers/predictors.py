@@ -58,6 +58,7 @@ from torch import Tensor
 
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import term
+from tl_leadterms.theory.leading import expansion_error
 
 __all__ = ["LeadingPredictor", "unigram_log_probs", "with_bucket"]
 
@@ -211,17 +212,10 @@ class LeadingPredictor:
         dropped = self.d_vocab - self.k
         reach = 2.0 * cO * b * max(1.0, math.sqrt(self.k) / dropped if dropped else 1.0)
         tol = torch.finfo(self.dtype).eps
-        try:
-            for J in range(exact):
-                eps = 0.0
-                for layer in range(1, n_layers + 1):
-                    rho = (1.0 + rate) ** (layer - 1)
-                    delta = math.comb(layer - 1, J) * rate ** (J + 1)
-                    eps += rate * (eps + 2.0 * cW * q * eps * (2.0 * rho + eps) * rho) + delta
-                if reach * eps <= tol:
-                    return J
-        except OverflowError:
-            pass
+        for J in range(exact):
+            eps = expansion_error(J, n_layers=n_layers, rate=rate, score_scale=cW * q)
+            if reach * eps <= tol:
+                return J
         return exact
 
     # -- the two routes -------------------------------------------------------------------

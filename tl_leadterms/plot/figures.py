@@ -18,7 +18,7 @@ __all__ = ["COSINE_GAP_FLOOR", "plot_history", "plot_scores", "plot_sweep", "plo
 COSINE_GAP_FLOOR = 1e-12
 
 
-def _figure(width: float, height: float, rows: int = 1) -> tuple[Any, list]:
+def new_figure(width: float, height: float, rows: int = 1) -> tuple[Any, list]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -28,7 +28,7 @@ def _figure(width: float, height: float, rows: int = 1) -> tuple[Any, list]:
     return fig, list(axes)
 
 
-def _save(fig: Any, path: object) -> None:
+def save_figure(fig: Any, path: object) -> None:
     if path is None:
         return
     if not isinstance(path, (str, os.PathLike)):
@@ -63,7 +63,7 @@ def plot_history(history: object, path: object = None):
         )
     if not history.steps:
         raise LeadTermsError("the history is empty; train for at least one step first")
-    fig, (top, bottom) = _figure(7.0, 6.0, rows=2)
+    fig, (top, bottom) = new_figure(7.0, 6.0, rows=2)
     if history.cosines:
         for name, values in history.cosines.items():
             style = "-" if name == "W_O" else ("--" if name.startswith("V") else "-.")
@@ -84,7 +84,7 @@ def plot_history(history: object, path: object = None):
     bottom.grid(alpha=0.3)
     for ax in (top, bottom):
         ax.set_xlim(min(history.steps), max(max(history.steps), min(history.steps) + 1))
-    _save(fig, path)
+    save_figure(fig, path)
     return fig
 
 
@@ -128,7 +128,7 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
     whole = "W_O" if "W_O" in score else "model"  # a layer-free row: W_O or a whole-model score
     rows = [(whole if layer == "-" else f"L{layer}") for layer in grid.index]
     cols = [str(c) for c in grid.columns]
-    fig, (ax,) = _figure(1.6 + 0.9 * len(cols), 1.4 + 0.45 * len(rows))
+    fig, (ax,) = new_figure(1.6 + 0.9 * len(cols), 1.4 + 0.45 * len(rows))
     finite = values[np.isfinite(values)]
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     image = ax.imshow(np.ma.masked_invalid(values), aspect="auto", cmap="viridis",
@@ -146,7 +146,7 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
     label = score if analysis is None else f"{analysis}: {score}"
     ax.set_title(label)
     fig.colorbar(image, ax=ax, label=score)
-    _save(fig, path)
+    save_figure(fig, path)
     return fig
 
 
@@ -178,7 +178,7 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
         raise LeadTermsError("the decomposition has no per-layer or per-head rows to plot")
     column = score or ("score" if any("score" in r for r in rows) else "cosine")
     weights = list(dict.fromkeys(r["weight"] for r in rows))
-    fig, axes = _figure(7.0, 1.2 + 1.8 * len(weights), rows=len(weights))
+    fig, axes = new_figure(7.0, 1.2 + 1.8 * len(weights), rows=len(weights))
     for ax, weight in zip(axes, weights, strict=True):
         mine = [r for r in rows if r["weight"] == weight]
         x = list(range(len(mine)))
@@ -209,7 +209,7 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
         ax.set_ylabel(f"{weight}: {column}")
         ax.grid(alpha=0.3)
         ax.legend(handles, labels, fontsize="small")
-    _save(fig, path)
+    save_figure(fig, path)
     return fig
 
 
@@ -241,7 +241,7 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
             f"scores: {table.scores()}"
         )
     layers = list(dict.fromkeys(r["layer"] for r in rows))
-    fig, axes = _figure(1.8 + 0.6 * len(table.checkpoints), 1.2 + 1.9 * len(layers), len(layers))
+    fig, axes = new_figure(1.8 + 0.6 * len(table.checkpoints), 1.2 + 1.9 * len(layers), len(layers))
     x = list(range(len(table.checkpoints)))
     for ax, layer in zip(axes, layers, strict=True):
         found = {r["checkpoint"]: r for r in rows if r["layer"] == layer}
@@ -270,5 +270,5 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
         ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize="x-small")
     axes[0].set_title(score if analysis is None else f"{analysis}: {score}")
     axes[-1].set_xlabel("checkpoint")
-    _save(fig, path)
+    save_figure(fig, path)
     return fig

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.plot.figures import _figure, _save
+from tl_leadterms.plot.figures import new_figure, save_figure
 
 __all__ = ["plot_ablation", "plot_agreement", "plot_covariance", "plot_token_maps"]
 
@@ -104,7 +104,7 @@ def plot_agreement(agreement: object, *, path: object = None):
     fitted = "fitted per head" if meta.get("fitted") else "from the training run"
     fig.suptitle(f"attention vs. leading-term prediction (scale c {fitted}; * at search limit)",
                  fontsize="small")  # fmt: skip
-    _save(fig, path)
+    save_figure(fig, path)
     return fig
 
 
@@ -131,7 +131,7 @@ def plot_covariance(similarity: object, *, path: object = None):
     head_rows = [r for r in similarity.rows if r["head"] is not None]
     panels = int(bool(layer_rows)) + int(bool(head_rows))
     layers = sorted({r["layer"] for r in layer_rows})
-    fig, axes = _figure(2.5 + 0.9 * max(len(layers), 3), 0.6 + 2.8 * panels, rows=panels)
+    fig, axes = new_figure(2.5 + 0.9 * max(len(layers), 3), 0.6 + 2.8 * panels, rows=panels)
     if layer_rows:
         ax = axes[0]
         scores = [s for s in SCORES if any(r["score"] == s for r in layer_rows)]
@@ -173,7 +173,7 @@ def plot_covariance(similarity: object, *, path: object = None):
         axes[-1].set_xlabel("head")
         axes[-1].set_ylabel("layer")
         axes[-1].set_title("attention score per head")
-    _save(fig, path)
+    save_figure(fig, path)
     return fig
 
 
@@ -214,7 +214,7 @@ def plot_ablation(table: object, *, path: object = None):
         ax.grid(alpha=0.3, axis="x")
     fig.suptitle(f"ablating each leading term (original loss {table.original_loss:.4f})",
                  fontsize="small")  # fmt: skip
-    _save(fig, path)
+    save_figure(fig, path)
     return fig
 
 
@@ -233,7 +233,7 @@ def plot_token_maps(maps: object, *, path: object = None):
         A ``matplotlib.figure.Figure``.
     """
     _check(maps, "TokenMaps", "token_maps")
-    fig, (top, bottom) = _figure(7.0, 5.5, rows=2)
+    fig, (top, bottom) = new_figure(7.0, 5.5, rows=2)
     for name in dict.fromkeys(r["map"] for r in maps.rows):
         mine = [r for r in maps.rows if r["map"] == name]
         x = [r["layer"] for r in mine]
@@ -248,5 +248,5 @@ def plot_token_maps(maps: object, *, path: object = None):
         ax.set_xticks(maps.layers)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    _save(fig, path)
+    save_figure(fig, path)
     return fig

@@ -333,7 +333,12 @@ class CorpusStats:
         corpus that repeats one token), or None: a ranking of its rounding noise means nothing."""
         from tl_leadterms.stats.degenerate import degenerate_reason
 
-        return degenerate_reason(self, key) if key != "Sigma_B" else None
+        if key == "Sigma_B":
+            return None
+        notes = self.__dict__.setdefault("_degenerate_notes", {})  # the tables do not change
+        if key not in notes:  # a test of a table not recorded in the metadata reads it whole
+            notes[key] = degenerate_reason(self, key)
+        return notes[key]
 
     def ranked(
         self, row: Tensor, *, n: int, tokenizer: Any = None, scoring: str = "raw"

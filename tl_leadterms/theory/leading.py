@@ -217,3 +217,34 @@ def leading_terms(stats: CorpusStats, *, lr: float, steps: int, n_layers: int = 
         conditions=conditions,
         error_bounds=error_bounds(lr, steps, stats.n_ctx),
     )
+
+
+def expansion_error(order: int, *, n_layers: int, rate: float, score_scale: float) -> float:
+    """A bound on the residual-stream rows' error when the leading-term model keeps the powers
+    ``R⁰ … R^order`` of its value map in every layer (:mod:`tl_leadterms.analyzers.predictors`).
+
+    With ``rate = |c_V|·‖R‖``, ``score_scale = |c_W|·‖Q̄‖``, ``ρ_l = (1 + rate)^(l−1)`` a bound
+    on the kept rows' norm and ``δ_l = C(l−1, order)·rate^(order+1)`` the term dropped in layer
+    ``l``: ``ε_l = ε_{l−1} + rate·(ε_{l−1} + 2·score_scale·ε_{l−1}(2ρ_l + ε_{l−1})ρ_l) + δ_l``,
+    ``ε_0 = 0``; returns ``ε_L`` (``inf`` when it overflows).
+
+    Args:
+        order: the highest power of ``R`` kept.
+        n_layers: the number of layers ``L``.
+        rate: ``|c_V|·‖R‖``.
+        score_scale: ``|c_W|·‖Q̄‖``.
+
+    >>> expansion_error(0, n_layers=1, rate=0.1, score_scale=1.0)  # one layer: C(0, 0)·0.1
+    0.1
+    >>> expansion_error(1, n_layers=1, rate=0.1, score_scale=1.0)  # nothing dropped
+    0.0
+    """
+    eps = 0.0
+    try:
+        for layer in range(1, n_layers + 1):
+            rho = (1.0 + rate) ** (layer - 1)
+            delta = math.comb(layer - 1, order) * rate ** (order + 1)
+            eps += rate * (eps + 2.0 * score_scale * eps * (2.0 * rho + eps) * rho) + delta
+    except OverflowError:
+        return math.inf
+    return eps
