@@ -41,7 +41,7 @@ __all__ = ["IMPLIED_MIN_COSINE", "decompose", "leading_cosines", "model_weights"
 IMPLIED_MIN_COSINE = 0.2
 
 
-def paper_weights(model: ReadableModel | PaperWeights, stats: Any) -> PaperWeights:
+def paper_weights(model: Any, stats: Any) -> PaperWeights:
     """``model`` in the paper's notation, checked against the statistics' vocabulary.
 
     ``model`` is a HookedTransformer (anything :func:`~tl_leadterms.to_paper` accepts) or
