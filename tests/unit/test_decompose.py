@@ -187,7 +187,7 @@ def test_restricted_stats_compare_kept_tokens(corpus, trained):
         V_kept = paper.V[layer].detach()[kept][:, kept]
         target = ref["Phi_bar"].T @ ref["B_bar"].T
         assert d.row("V", layer)["cosine"] == pytest.approx(_cos(V_kept, target), abs=1e-10)
-    pair = d.top_pairs("W", 0, k=1, model=paper, stats=stats)[0]
+    pair = d.top_pairs("W", 0, n=1, model=paper, stats=stats)[0]
     assert pair.row_id in kept and pair.col_id in kept
     before = paper.unembed.W_U.detach().clone()
     table = ablate(paper, stats, tokens[:20], weights="W_O", progress=False)
@@ -204,7 +204,7 @@ def test_top_pairs_finds_the_planted_difference(corpus):
     train(model, tokens, lr=0.5, steps=2, progress=False)
     with torch.no_grad():
         model.unembed.W_U[4, 9] += 1.0
-    pairs = decompose(model, stats, per_head=True).top_pairs("W_O", k=3, model=model, stats=stats)
+    pairs = decompose(model, stats, per_head=True).top_pairs("W_O", n=3, model=model, stats=stats)
     assert (pairs[0].row_id, pairs[0].col_id) == (4, 9)
     assert pairs[0].difference == pytest.approx(pairs[0].model - pairs[0].theory)
     assert abs(pairs[0].difference) > abs(pairs[1].difference)
@@ -216,20 +216,20 @@ def test_top_pairs_takes_the_model_and_refuses_a_changed_one(corpus):
     train(model, tokens, lr=0.5, steps=2, progress=False)
     d = decompose(model, stats, per_head=True)
     with pytest.raises(LeadTermsError, match="model=model, stats=stats"):
-        d.top_pairs("W_O", k=3)
+        d.top_pairs("W_O", n=3)
     other = corpus_stats(tokens[: len(tokens) // 2], d_vocab=V, progress=False)
     with pytest.raises(LeadTermsError, match="not the ones this table was decomposed against"):
-        d.top_pairs("W_O", k=3, model=model, stats=other)
+        d.top_pairs("W_O", n=3, model=model, stats=other)
     # the map by hand: W_O = W_U of the paper model, theory = projection · B̄
     row = d.row("W_O")
     M = model.unembed.W_U.detach().double()
     diff = M - row["projection"] * BasisCache.of(stats).map(term("W_O").target).double()
     flat = diff.abs().flatten().topk(3).indices.tolist()
-    pairs = d.top_pairs("W_O", k=3, model=model, stats=stats)
+    pairs = d.top_pairs("W_O", n=3, model=model, stats=stats)
     assert [(p.row_id, p.col_id) for p in pairs] == [divmod(f, V) for f in flat]
     train(model, tokens, lr=0.5, steps=1, progress=False)  # the weights move on
     with pytest.raises(LeadTermsError, match="the model changed since"):
-        d.top_pairs("W_O", k=3, model=model, stats=stats)
+        d.top_pairs("W_O", n=3, model=model, stats=stats)
 
 
 def test_ablation_ordering(corpus):

@@ -12,6 +12,7 @@ from tl_leadterms.analyzers.bootstrap import ci_cell, ci_header
 from tl_leadterms.analyzers.fit import BasisCache
 from tl_leadterms.analyzers.table import ResultTable
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.theory import term
 
 __all__ = ["Decomposition", "PairDifference"]
@@ -146,17 +147,18 @@ class Decomposition(ResultTable):
         return any(column in r for r in self.rows)
 
     @torch.no_grad()
+    @positional_until_next_release("n", renamed={"k": "n"})
     def top_pairs(
         self,
         weight: str,
         layer: int | None = None,
         head: int | None = None,
-        k: int = 10,
         *,
+        n: int = 10,
         model: Any = None,
         stats: Any = None,
     ) -> list[PairDifference]:
-        """The ``k`` token pairs where the model's map and its fitted leading term differ most.
+        """The ``n`` token pairs where the model's map and its fitted leading term differ most.
 
         The table holds numbers only, so the weights and statistics are passed here:
         ``model`` (the model decomposed, or its :class:`~tl_leadterms.adapters.PaperWeights`)
@@ -172,12 +174,12 @@ class Decomposition(ResultTable):
         if model is None or stats is None:
             raise LeadTermsError(
                 "top_pairs reads the model's weights and the statistics, which the table does "
-                "not hold: call d.top_pairs(weight, layer, head, k, model=model, stats=stats)"
+                "not hold: call d.top_pairs(weight, layer, head, model=model, stats=stats)"
             )
         if weight == "P":
             raise LeadTermsError("top_pairs compares token-token maps; P is indexed by offset")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise LeadTermsError(f"k must be a positive int, got {k!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise LeadTermsError(f"n must be a positive int, got {n!r}")
         r = self.row(weight, layer, head)
         pw, stats = self._sources(model, stats)
         weight = r["weight"]
@@ -198,11 +200,10 @@ class Decomposition(ResultTable):
             rows = slice(start, start + _ROW_BLOCK)
             block = M.A[rows] @ M.B if isinstance(M, FactoredMatrix) else M[rows]
             diff = (block.double() - scale * T[rows].to(block.device).double()).flatten()
-            n = min(k, diff.numel())
-            values, index = diff.abs().topk(n)
+            values, index = diff.abs().topk(min(n, diff.numel()))
             best_values = torch.cat([best_values, values.cpu()])
             best_index = torch.cat([best_index, index.cpu() + start * T.shape[1]])
-            keep = best_values.topk(min(k, best_values.numel())).indices
+            keep = best_values.topk(min(n, best_values.numel())).indices
             best_values, best_index = best_values[keep], best_index[keep]
         return _pairs(stats, M, T, scale, best_index)
 
