@@ -181,6 +181,19 @@ def test_ctrl_c_exits_130_in_one_line_without_temporaries(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ids.npy"]
 
 
+def test_ctrl_c_before_main_handles_it_is_one_line_and_130(monkeypatch, capsys):
+    import tl_leadterms.cli
+    from tl_leadterms.cli import __main__ as entry
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tl_leadterms.cli, "main", interrupted)
+    monkeypatch.setattr("sys.argv", ["tl-leadterms", "stats", "ids.npy"])
+    assert entry.run() == 130
+    assert capsys.readouterr().err == "tl-leadterms stats: interrupted\n"
+
+
 # -- 3. sweeps: fingerprints, the lock with two processes and SIGKILL ---------------------------
 def test_a_replaced_checkpoint_is_recomputed_and_the_user_told(corpus, tmp_path):
     from tl_leadterms.checkpoints.sweep import sweep
