@@ -26,7 +26,7 @@ import json, resource, sys
 import numpy as np, torch
 sys.path.insert(0, {root!r})
 from tl_leadterms import corpus_stats
-from tl_leadterms.stats.compute import resolve_want
+from tl_leadterms.stats.driver import resolve_want
 from tl_leadterms.stats.memory import plan_memory, rss_bytes
 d_vocab, k, n, t, dtype, acc, want, offload = {args!r}
 import tempfile

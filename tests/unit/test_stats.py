@@ -9,7 +9,7 @@ import torch
 from tests.reference import dense_corpus_stats
 from tl_leadterms import LeadTermsError, corpus_stats
 from tl_leadterms.stats import AttentionAccumulator, ContextAccumulator, resolve_vocab
-from tl_leadterms.stats.compute import composed_from_counts
+from tl_leadterms.stats.driver import composed_from_counts
 
 STATS = ("B_bar", "Sigma_B", "Phi_bar", "G_bar", "Q_bar", "Delta")
 

@@ -210,10 +210,6 @@ def _parameters(fn: Any) -> list[inspect.Parameter]:
     ]
 
 
-def _target(fn: Any) -> Any:
-    return inspect.unwrap(fn)
-
-
 def test_the_walk_finds_the_public_functions():
     for name in ("decompose", "corpus_stats", "sweep", "train", "output_agreement", "report"):
         assert name in FUNCTIONS
@@ -252,7 +248,7 @@ def _bare(annotation: Any) -> bool:
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
 def test_parameters_are_typed(name):
-    fn = _target(FUNCTIONS[name])
+    fn = inspect.unwrap(FUNCTIONS[name])
     hints = typing.get_type_hints(fn)
     untyped = [p.name for p in _parameters(FUNCTIONS[name]) if _bare(hints.get(p.name, object))]
     assert not untyped, f"{name}: {untyped} have no type (or a bare object)"

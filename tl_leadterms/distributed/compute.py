@@ -1,6 +1,6 @@
 """`corpus_stats` on Ray: one task per shard for each pass, accumulators merged as a tree.
 
-The passes are driven by :func:`tl_leadterms.stats.compute.run_passes`, the same driver as on
+The passes are driven by :func:`tl_leadterms.stats.driver.run_passes`, the same driver as on
 one machine; :class:`RayExecutor` is where they run. It lists the shards, submits one task per
 shard, and merges the returned accumulators pairwise in Ray tasks (a binary tree fixed by the
 shard order, so the sums are reproducible). Between the passes the driver forms Ḡ = Σ_B̄Φ̄ from
@@ -27,9 +27,9 @@ from tl_leadterms.distributed.tasks import (
 from tl_leadterms.errors import LeadTermsError, positive_int
 from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.progress import progress_bar, write_line
-from tl_leadterms.stats.compute import PassPlan, pass_plan, run_passes
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.definitions import LastTarget, QTargets
+from tl_leadterms.stats.driver import PassPlan, pass_plan, run_passes
 from tl_leadterms.stats.memory import check_memory as check_memory_fits
 from tl_leadterms.stats.vocab import KeptVocab, VocabSpec
 
@@ -175,7 +175,9 @@ def corpus_stats(
     )  # fmt: skip
     window = WindowSpec(n_ctx, mode, eos_id, text_column)
     with ray_session(address, num_cpus) as ray:
-        executor = RayExecutor(ray, cpus_per_task=cpus_per_task, max_retries=max_retries)
+        executor = RayExecutor(
+            ray, cpus_per_task=cpus_per_task, max_retries=max_retries, progress=plan.progress
+        )
         executor.plan(source, tokenizer, window, shard_size, num_shards, batch_size)
         return run_passes(
             executor,
@@ -197,11 +199,11 @@ class RayExecutor:
 
     split_rows = False
 
-    def __init__(self, ray: Any, *, cpus_per_task: int, max_retries: int) -> None:
+    def __init__(self, ray: Any, *, cpus_per_task: int, max_retries: int, progress: bool) -> None:
         self.ray, self.cpus, self.retries = ray, cpus_per_task, max_retries
+        self.progress = progress  # also for the counting pass, which comes before any plan
         self.memory: dict[str, int] = {}  # pass -> bytes each of its tasks reserves
         self.timings: dict[str, Any] = {}
-        self.progress = True
 
     def plan(self, source, tokenizer, window: WindowSpec, shard_size, num_shards, batch_size):
         """List the shards and put what every task shares into the object store once."""
@@ -242,7 +244,6 @@ class RayExecutor:
     def check_memory(
         self, d_vocab: int, kept: KeptVocab, plan: PassPlan, *, offload: bool, refuse: bool
     ) -> None:
-        self.progress, self.d_vocab = plan.progress, d_vocab
         if not refuse:
             return
         memory = plan_ray_memory(d_vocab, k=kept.k, dtype=plan.dtype, want=plan.statistics)
@@ -254,14 +255,14 @@ class RayExecutor:
             write_line(str(memory))
 
     def context_pass(self, kept: KeptVocab, plan: PassPlan) -> Any:
-        options = self._options(self.d_vocab, plan)
+        options = self._options(kept.d_vocab, plan)
         first, self.timings["pass1_shards"], self.timings["pass1_merges"] = self._pass(
             context_task, "pass one", (kept,), options, "pass 1/2: B̄, Φ̄"
         )
         return first
 
     def attention_pass(self, kept, g_bar, plan: PassPlan, rows) -> Any:
-        options = self._options(self.d_vocab, plan)
+        options = self._options(kept.d_vocab, plan)
         g_ref = self.ray.put(g_bar.cpu().numpy())  # once in the object store; tasks map it
         second, self.timings["pass2_shards"], self.timings["pass2_merges"] = self._pass(
             attention_task, "pass two", (kept, g_ref), options, "pass 2/2: Q̄, Δ"

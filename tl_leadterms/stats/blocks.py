@@ -58,9 +58,9 @@ from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator, ContextCounts
-from tl_leadterms.stats.compute import composed_from_counts, tokenizer_provenance
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.definitions import LastTarget, QTargets
+from tl_leadterms.stats.driver import composed_from_counts, tokenizer_provenance
 from tl_leadterms.stats.io import (
     BLOCK_FORMAT,
     check_header,

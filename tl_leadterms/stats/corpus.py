@@ -113,6 +113,7 @@ class CorpusStats:
                 check_stats_dtype(table.dtype, f"{name}'s dtype")
         self.tokenizer = tokenizer
         self.timings: dict[str, Any] = {}
+        self._degenerate_notes: dict[str, str | None] = {}  # the tables do not change
 
     # -- the dense tables (absent when not computed or not loaded) ----------------------------
     def has(self, name: str) -> bool:
@@ -335,10 +336,9 @@ class CorpusStats:
 
         if key == "Sigma_B":
             return None
-        notes = self.__dict__.setdefault("_degenerate_notes", {})  # the tables do not change
-        if key not in notes:  # a test of a table not recorded in the metadata reads it whole
-            notes[key] = degenerate_reason(self, key)
-        return notes[key]
+        if key not in self._degenerate_notes:  # a table not recorded in the metadata is read
+            self._degenerate_notes[key] = degenerate_reason(self, key)
+        return self._degenerate_notes[key]
 
     def ranked(
         self, row: Tensor, *, n: int, tokenizer: Any = None, scoring: str = "raw"
