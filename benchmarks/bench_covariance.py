@@ -5,7 +5,7 @@ Cases (each writes JSON under benchmarks/results/):
 
 * ``factored``: n = 8192 kept tokens, d_model = 512, 8 heads of 64: one layer's three scores
   (attention, value_post, value_attn; the paper's ``normalize="theory"``) in the exact factored
-  form of :mod:`tl_leadterms.analyzers.covariance` against the materialised computation
+  form of :mod:`tl_leadterms.analyses.covariance.compute` against the materialised computation
   written straight from docs/math.md#pythia-protocol (``n × n`` maps and covariances). Random
   token maps and random dense theory matrices; float64. The theory side (``‖T̃T̃ᵀ‖²`` for the
   factored form, the ``n × n`` theory covariances for the baseline) depends only on the
@@ -38,8 +38,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tl_leadterms.analyzers import covariance  # noqa: E402
-from tl_leadterms.analyzers.covariance_algebra import Theory  # noqa: E402
+from tl_leadterms.analyses import covariance  # noqa: E402
+from tl_leadterms.analyses.covariance.algebra import Theory  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 N = int(os.environ.get("BENCH_COV_N", 8192))  # smaller for a smoke run
@@ -210,8 +210,8 @@ def case_pythia(n_layers_scored: int | None) -> dict:
 
     from benchmarks.bench_stats import zipf_windows
     from tl_leadterms import corpus_stats
-    from tl_leadterms.analyzers.covariance import covariance_similarity
-    from tl_leadterms.analyzers.token_maps import token_maps
+    from tl_leadterms.analyses.covariance.compute import covariance_similarity
+    from tl_leadterms.analyses.covariance.token_maps import token_maps
 
     timings = {}
     start = time.perf_counter()

@@ -6,7 +6,7 @@ the same cosine from a small sample of windows (200 or 1,000, in 10 blocks), and
 comes from ``R = 50`` bootstrap resamples of the blocks (the library's default). Four paper
 models (one layer) trained on other windows of the chain put the true cosines of ``W_O``,
 ``V``, ``W`` and ``P`` near 0.999, 0.99, 0.9 and 0.3. Every method of
-:mod:`tl_leadterms.analyzers.bootstrap` is computed from the same draws, at 90% and 95%, over
+:mod:`tl_leadterms.results.bootstrap` is computed from the same draws, at 90% and 95%, over
 60 repetitions (new sample, new resamples); the default method is also computed from
 first-order resamples (pass two with the full-corpus Ḡ) to measure what exact resamples change
 and what they cost.
@@ -34,14 +34,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train  # noqa: E402
-from tl_leadterms.analyzers.bootstrap import (  # noqa: E402
+from tl_leadterms.results.bootstrap import (  # noqa: E402
     DEFAULT_METHOD,
     METHODS,
     Bootstrap,
     BootstrapSpec,
     interval,
 )
-from tl_leadterms.analyzers.decompose import leading_cosines  # noqa: E402
+from tl_leadterms.analyses.decompose.compute import leading_cosines  # noqa: E402
 from tl_leadterms.atomic import atomic_path, write_text  # noqa: E402
 
 K, T, BLOCKS, RESAMPLES = 8, 8, 10, 50

@@ -21,10 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tl_leadterms.analyzers.covariance import covariance_similarity  # noqa: E402
+from tl_leadterms.analyses.covariance.compute import covariance_similarity  # noqa: E402
 from tl_leadterms.atomic import write_text  # noqa: E402
-from tl_leadterms.checkpoints.loading import load_model  # noqa: E402
-from tl_leadterms.checkpoints.series import (  # noqa: E402
+from tl_leadterms.loading.checkpoint import load_model  # noqa: E402
+from tl_leadterms.loading.series import (  # noqa: E402
     load_series,
     load_windows,
     train_neox_series,

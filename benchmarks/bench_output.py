@@ -8,7 +8,7 @@
   ``V`` for every layer, in the statistics' float64 — and runs the dense one-hot forward
   (``h W hᵀ``, ``h V``, ``h W_O`` as full products, layer 1 included). The fast one is
   ``output_agreement`` itself: the leading-term model by the expansion of
-  :mod:`tl_leadterms.analyzers.predictors` (a basis of a few ``[u, k] × [k, k]`` products for
+  :mod:`tl_leadterms.analyses.output.predictors` (a basis of a few ``[u, k] × [k, k]`` products for
   the ``u`` distinct tokens of the windows, then ``[T, T]`` work per layer) when that is
   cheaper than its plain float32 forward; the route and the number of terms kept are recorded.
   Every fast call starts cold (the shared predictor cache is cleared first). Both score the
@@ -46,10 +46,10 @@ from tl_leadterms import (  # noqa: E402
     paper_model,
     train,
 )
-from tl_leadterms.analyzers import predictors  # noqa: E402
-from tl_leadterms.analyzers.output import model_log_probs  # noqa: E402
-from tl_leadterms.analyzers.predictors import LeadingPredictor, with_bucket  # noqa: E402
-from tl_leadterms.checkpoints.monitor import LeadingTermMonitor  # noqa: E402
+from tl_leadterms.analyses import predictors  # noqa: E402
+from tl_leadterms.analyses.output.compute import model_log_probs  # noqa: E402
+from tl_leadterms.analyses.output.predictors import LeadingPredictor, with_bucket  # noqa: E402
+from tl_leadterms.sweeps.monitor import LeadingTermMonitor  # noqa: E402
 from tl_leadterms.theory import Schedule, term  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

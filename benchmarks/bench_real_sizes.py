@@ -11,7 +11,7 @@ the k most frequent tokens. Both sides run in this process, one after the other:
   ``Σ (A_hᵀT) ⊙ B_h``, ``O(k²·d_head)`` per head and basis map), which is what ``decompose``
   did before. The rows are checked equal.
 * ``attention_agreement`` on ``n_windows`` windows of 128 tokens, scale fitted per head: the
-  layer-at-once scorer (:mod:`tl_leadterms.analyzers.attention_fit`: a scan a decade apart,
+  layer-at-once scorer (:mod:`tl_leadterms.analyses.attention.fit`: a scan a decade apart,
   then Newton steps on the closed-form slope of the divergence in ``log c``) against the
   previous per-head loop (a log grid of 37 points, a golden-section search, ``O(n²)`` rank
   comparisons per row; kept below as the baseline). The rank correlations are checked equal,
@@ -39,8 +39,8 @@ from transformer_lens.utilities import get_act_name  # noqa: E402
 
 from tl_leadterms import attention_agreement, corpus_stats, decompose, to_paper  # noqa: E402
 from tl_leadterms.adapters import factored  # noqa: E402
-from tl_leadterms.analyzers.attention import predicted_scores, scaled_softmax  # noqa: E402
-from tl_leadterms.analyzers.fit import BasisCache, fit_map  # noqa: E402
+from tl_leadterms.analyses.attention.compute import predicted_scores, scaled_softmax  # noqa: E402
+from tl_leadterms.analyses.decompose.fit import BasisCache, fit_map  # noqa: E402
 from tl_leadterms.theory import term  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

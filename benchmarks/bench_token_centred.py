@@ -7,7 +7,7 @@ One layer of the covariance protocol at ``n`` kept tokens (default 5,000), ``d_m
 ``H·C·H``) and with the common share. Inputs carry a component every token shares (a common
 mean row on the model side and on the theory side), as real models and statistics do.
 
-* ``factored``: :func:`~tl_leadterms.analyzers.covariance_algebra.theory_terms` (once per
+* ``factored``: :func:`~tl_leadterms.analyses.covariance.algebra.theory_terms` (once per
   statistics) and ``attention_scores``/``value_scores``: no ``n × n`` model matrix, the theory's
   ``‖H·C·H‖²`` in the same blockwise pass as today's ``‖C‖²``.
 * ``dense``: written straight from the definition: the ``n × n`` attention map, both ``n × n``
@@ -32,7 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tl_leadterms.analyzers import covariance_algebra as algebra  # noqa: E402
+from tl_leadterms.analyses.covariance import algebra  # noqa: E402
 from tl_leadterms.atomic import write_text  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from tl_leadterms import attention_agreement, corpus_stats
-from tl_leadterms.checkpoints.series import load_series, load_windows, train_neox_series
-from tl_leadterms.checkpoints.sweep import sweep
+from tl_leadterms.loading.series import load_series, load_windows, train_neox_series
+from tl_leadterms.sweeps.run import sweep
 
 PRESETS = {
     "full": dict(n_stories=2000, vocab_size=500, n_ctx=64, d_model=64, n_layers=2, n_heads=4,

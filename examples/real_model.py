@@ -26,7 +26,7 @@ from tl_leadterms import (
     make_windows,
     report,
 )
-from tl_leadterms.checkpoints.tiny import save_tiny_model
+from tl_leadterms.loading.tiny import save_tiny_model
 from tl_leadterms.data import generate_stories, train_word_tokenizer
 
 

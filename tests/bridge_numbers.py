@@ -78,7 +78,7 @@ def numbers(model, stats, tokens, analyses=ALL) -> dict[str, list[float]]:
         to_paper,
         token_maps,
     )  # fmt: skip
-    from tl_leadterms.plot import plot_attention
+    from tl_leadterms.analyses.attention import plot_attention
 
     out: dict[str, list[float]] = {}
     if "to_paper" in analyses:

@@ -18,35 +18,35 @@ _HOMES = {
     "__version__": "tl_leadterms.version",  # importlib.metadata is slow to import
     "PaperWeights": "tl_leadterms.adapters",
     "to_paper": "tl_leadterms.adapters",
-    "AblationTable": "tl_leadterms.analyzers",
-    "AttentionAgreement": "tl_leadterms.analyzers",
-    "CovarianceSimilarity": "tl_leadterms.analyzers",
-    "Decomposition": "tl_leadterms.analyzers",
-    "HeadAtlas": "tl_leadterms.analyzers",
-    "NullSpec": "tl_leadterms.analyzers",
-    "TokenMaps": "tl_leadterms.analyzers",
-    "ablate": "tl_leadterms.analyzers",
-    "attention_agreement": "tl_leadterms.analyzers",
-    "covariance_similarity": "tl_leadterms.analyzers",
-    "decompose": "tl_leadterms.analyzers",
-    "evaluate_loss": "tl_leadterms.analyzers",
-    "head_atlas": "tl_leadterms.analyzers",
-    "leading_cosines": "tl_leadterms.analyzers",
-    "OutputAgreement": "tl_leadterms.analyzers",
-    "output_agreement": "tl_leadterms.analyzers",
-    "LeadingTermMonitor": "tl_leadterms.checkpoints.monitor",
+    "AblationTable": "tl_leadterms.analyses",
+    "AttentionAgreement": "tl_leadterms.analyses",
+    "CovarianceSimilarity": "tl_leadterms.analyses",
+    "Decomposition": "tl_leadterms.analyses",
+    "HeadAtlas": "tl_leadterms.analyses",
+    "NullSpec": "tl_leadterms.analyses",
+    "TokenMaps": "tl_leadterms.analyses",
+    "ablate": "tl_leadterms.analyses",
+    "attention_agreement": "tl_leadterms.analyses",
+    "covariance_similarity": "tl_leadterms.analyses",
+    "decompose": "tl_leadterms.analyses",
+    "evaluate_loss": "tl_leadterms.analyses",
+    "head_atlas": "tl_leadterms.analyses",
+    "leading_cosines": "tl_leadterms.analyses",
+    "OutputAgreement": "tl_leadterms.analyses",
+    "output_agreement": "tl_leadterms.analyses",
+    "LeadingTermMonitor": "tl_leadterms.sweeps.monitor",
     "leading_model": "tl_leadterms.models",
-    "predict_attention": "tl_leadterms.analyzers",
-    "token_maps": "tl_leadterms.analyzers",
-    "BootstrapSpec": "tl_leadterms.analyzers.bootstrap",
-    "SweepTable": "tl_leadterms.checkpoints",
-    "load_model": "tl_leadterms.checkpoints",
-    "sweep": "tl_leadterms.checkpoints",
+    "predict_attention": "tl_leadterms.analyses",
+    "token_maps": "tl_leadterms.analyses",
+    "BootstrapSpec": "tl_leadterms.results.bootstrap",
+    "SweepTable": "tl_leadterms.sweeps",
+    "load_model": "tl_leadterms.loading",
+    "sweep": "tl_leadterms.sweeps",
     "PaperModel": "tl_leadterms.models",
     "paper_model": "tl_leadterms.models",
     "report": "tl_leadterms.report",
-    "Explorer": "tl_leadterms.plot",
-    "explore": "tl_leadterms.plot",
+    "Explorer": "tl_leadterms.explorer",
+    "explore": "tl_leadterms.explorer",
     "CorpusStats": "tl_leadterms.stats",
     "corpus_stats": "tl_leadterms.stats",
     "make_windows": "tl_leadterms.stats",
@@ -126,7 +126,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eagerly
     from tl_leadterms.adapters import PaperWeights, to_paper
-    from tl_leadterms.analyzers import (
+    from tl_leadterms.analyses import (
         AblationTable,
         AttentionAgreement,
         CovarianceSimilarity,
@@ -146,14 +146,16 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
         predict_attention,
         token_maps,
     )
-    from tl_leadterms.analyzers.bootstrap import BootstrapSpec
-    from tl_leadterms.checkpoints import SweepTable, load_model, sweep
-    from tl_leadterms.checkpoints.monitor import LeadingTermMonitor
+    from tl_leadterms.explorer import Explorer, explore
+    from tl_leadterms.loading import load_model
     from tl_leadterms.models import PaperModel, leading_model, paper_model
-    from tl_leadterms.plot import Explorer, explore
     from tl_leadterms.report import report
+    from tl_leadterms.results.bootstrap import BootstrapSpec
     from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
     from tl_leadterms.stats.blocks import BlockStats, block_stats
+    from tl_leadterms.sweeps import SweepTable
+    from tl_leadterms.sweeps import run as sweep
+    from tl_leadterms.sweeps.monitor import LeadingTermMonitor
     from tl_leadterms.theory import LeadingTerms, Schedule, coefficients, leading_terms, step_bound
     from tl_leadterms.training import TrainHistory, train
     from tl_leadterms.version import __version__

@@ -21,7 +21,7 @@ from tl_leadterms import (
     token_maps,
 )
 from tl_leadterms.adapters import factored
-from tl_leadterms.checkpoints.tiny import MODEL_FAMILIES, save_tiny_model
+from tl_leadterms.loading.tiny import MODEL_FAMILIES, save_tiny_model
 from tl_leadterms.cli import main
 
 pytestmark = pytest.mark.models

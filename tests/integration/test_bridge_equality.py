@@ -23,8 +23,8 @@ import torch
 
 from tests.bridge_numbers import ALL, D_MODEL, D_VOCAB, N_CTX, N_HEADS, N_LAYERS, inputs, numbers
 from tl_leadterms import load_model
-from tl_leadterms.checkpoints.bridge_boot import has_hooked_transformer
-from tl_leadterms.checkpoints.tiny import MODEL_FAMILIES, save_tiny_model
+from tl_leadterms.loading.bridge import has_hooked_transformer
+from tl_leadterms.loading.tiny import MODEL_FAMILIES, save_tiny_model
 
 pytestmark = pytest.mark.models
 ROOT = Path(__file__).resolve().parents[2]

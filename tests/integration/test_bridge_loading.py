@@ -9,8 +9,8 @@ import torch
 
 from tests.conftest import unchecked
 from tl_leadterms import LeadTermsError, corpus_stats, load_model, sweep
-from tl_leadterms.checkpoints.bridge_boot import has_hooked_transformer
-from tl_leadterms.checkpoints.tiny import save_tiny_model
+from tl_leadterms.loading.bridge import has_hooked_transformer
+from tl_leadterms.loading.tiny import save_tiny_model
 
 bridge_module = pytest.importorskip("transformer_lens.model_bridge")
 pytestmark = pytest.mark.models

@@ -117,7 +117,7 @@ def test_every_subcommand_has_help(capsys):
 @pytest.fixture(scope="module")
 def series(tmp_path_factory):
     """A tiny trained GPT-NeoX series (step0, step1, step2), its windows and statistics."""
-    from tl_leadterms.checkpoints.series import load_windows, train_neox_series
+    from tl_leadterms.loading.series import load_windows, train_neox_series
 
     out = tmp_path_factory.mktemp("series")
     train_neox_series(out, n_stories=40, vocab_size=100, n_ctx=16, d_model=16, n_layers=2,
@@ -180,7 +180,7 @@ def test_decompose_text_json_csv(series, tmp_path, capsys):
 
 
 def test_sweep_resumes_and_writes_a_table(series, tmp_path, capsys):
-    from tl_leadterms.checkpoints.series import load_series
+    from tl_leadterms.loading.series import load_series
 
     results, table = tmp_path / "r.jsonl", tmp_path / "t.csv"
     args = ["sweep", str(series["dir"]), str(series["stats"]), "--results", str(results)]
@@ -202,8 +202,8 @@ def test_sweep_null_columns_printed_and_written(series, tmp_path, capsys):
     import pandas as pd
 
     from tl_leadterms import CorpusStats, covariance_similarity
-    from tl_leadterms.analyzers.null import NullSpec
-    from tl_leadterms.checkpoints.loading import load_model
+    from tl_leadterms.results.null import NullSpec
+    from tl_leadterms.loading.checkpoint import load_model
 
     table = tmp_path / "t.csv"
     args = ["sweep", str(series["dir"]), str(series["stats"]), "--steps", "0", "2", "--analyses",
@@ -295,7 +295,7 @@ def test_block_statistics_give_sweep_intervals(series, tmp_path, capsys):
     import pandas as pd
 
     from tl_leadterms import BlockStats
-    from tl_leadterms.checkpoints.sweep import sweep
+    from tl_leadterms.sweeps.run import sweep
 
     path, table = tmp_path / "b.safetensors", tmp_path / "t.csv"
     args = ["stats", str(series["windows"]), "-o", str(path), "--d-vocab", str(series["d_vocab"])]

@@ -18,7 +18,7 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def series(tmp_path_factory):
-    from tl_leadterms.checkpoints.series import load_windows, train_neox_series
+    from tl_leadterms.loading.series import load_windows, train_neox_series
 
     out = tmp_path_factory.mktemp("series")
     train_neox_series(out, n_stories=60, vocab_size=120, n_ctx=16, d_model=16, n_layers=2,
@@ -38,7 +38,7 @@ def assert_same_rows(got, want):
 
 
 def test_a_ray_sweep_equals_the_local_sweep(cluster, series, tmp_path):
-    from tl_leadterms.checkpoints.sweep import sweep
+    from tl_leadterms.sweeps.run import sweep
 
     folder, stats = series
     local = sweep(folder, stats, analyses="decompose", progress=False)
@@ -53,8 +53,8 @@ def test_a_ray_sweep_equals_the_local_sweep(cluster, series, tmp_path):
 
 def test_a_ray_sweep_with_null_and_intervals_equals_the_local_sweep(cluster, series):
     from tl_leadterms import block_stats
-    from tl_leadterms.checkpoints.series import load_windows
-    from tl_leadterms.checkpoints.sweep import sweep
+    from tl_leadterms.loading.series import load_windows
+    from tl_leadterms.sweeps.run import sweep
 
     folder, stats = series
     blocks = block_stats(load_windows(folder), d_vocab=stats.d_vocab, blocks=3, progress=False)
@@ -99,14 +99,14 @@ class CallLog:
 def test_an_interrupted_ray_sweep_resumes(cluster, series, tmp_path, monkeypatch):
     import importlib
 
-    sweep_module = importlib.import_module("tl_leadterms.checkpoints.sweep")  # not the function
+    sweep_module = importlib.import_module("tl_leadterms.sweeps.run")  # not the function
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     folder, stats = series
     path = tmp_path / "sweep.jsonl"
     appended = []
 
-    results_module = importlib.import_module("tl_leadterms.checkpoints.sweep_results")
+    results_module = importlib.import_module("tl_leadterms.sweeps.results")
 
     def append_then_interrupt(self, record):  # Ctrl-C on the driver after the 2nd record
         real_append(self, record)
@@ -136,8 +136,8 @@ def test_an_interrupted_ray_sweep_resumes(cluster, series, tmp_path, monkeypatch
 
 
 def test_ray_sweep_refuses_what_it_cannot_run(cluster, series):
-    from tl_leadterms.checkpoints.loading import load_model
-    from tl_leadterms.checkpoints.sweep import sweep
+    from tl_leadterms.loading.checkpoint import load_model
+    from tl_leadterms.sweeps.run import sweep
 
     folder, stats = series
     held = [("step0", load_model(folder / "step0"))]
@@ -155,7 +155,7 @@ def test_ray_sweep_refuses_what_it_cannot_run(cluster, series):
 def test_cli_sweep_on_ray(cluster, series, tmp_path):
     import pandas as pd
 
-    from tl_leadterms.checkpoints.sweep import sweep
+    from tl_leadterms.sweeps.run import sweep
     from tl_leadterms.cli import main
 
     folder, stats = series
@@ -174,8 +174,8 @@ def test_cli_sweep_on_ray_with_intervals_from_a_block_file(cluster, series, tmp_
     import pandas as pd
 
     from tl_leadterms import BlockStats, block_stats
-    from tl_leadterms.checkpoints.series import load_windows
-    from tl_leadterms.checkpoints.sweep import sweep
+    from tl_leadterms.loading.series import load_windows
+    from tl_leadterms.sweeps.run import sweep
     from tl_leadterms.cli import main
 
     folder, stats = series

@@ -86,7 +86,7 @@ def test_click_a_head_and_type_a_word(saved):
 
 
 def test_result_table_sorts_on_click(tmp_path):
-    from tl_leadterms.analyzers.table import ResultTable
+    from tl_leadterms.results.table import ResultTable
 
     rows = [{"layer": 0, "head": h, "score": s} for h, s in enumerate([0.2, -0.5, 0.9])]
     path = tmp_path / "table.html"

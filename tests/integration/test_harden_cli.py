@@ -40,7 +40,7 @@ def fails(argv, capsys, message):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from tl_leadterms.checkpoints.tiny import save_tiny_model
+    from tl_leadterms.loading.tiny import save_tiny_model
 
     out = tmp_path_factory.mktemp("harden")
     rng = np.random.default_rng(0)
@@ -131,7 +131,7 @@ def test_unusable_outputs_are_found_before_computing(corpus, tmp_path, capsys, m
         raise AssertionError("computed before checking the outputs")
 
     monkeypatch.setattr("tl_leadterms.corpus_stats", never)
-    monkeypatch.setattr(importlib.import_module("tl_leadterms.checkpoints.sweep"), "sweep", never)
+    monkeypatch.setattr(importlib.import_module("tl_leadterms.sweeps.run"), "sweep", never)
     (tmp_path / "file").write_text("x")
     ids = str(corpus["dir"] / "ids.npy")
     fails(["stats", ids, "-o", str(tmp_path / "o.st"), "--d-vocab", "100", "--tokenizer",
@@ -196,8 +196,8 @@ def test_ctrl_c_before_main_handles_it_is_one_line_and_130(monkeypatch, capsys):
 
 # -- 3. sweeps: fingerprints, the lock with two processes and SIGKILL ---------------------------
 def test_a_replaced_checkpoint_is_recomputed_and_the_user_told(corpus, tmp_path):
-    from tl_leadterms.checkpoints.sweep import sweep
-    from tl_leadterms.checkpoints.tiny import save_tiny_model
+    from tl_leadterms.sweeps.run import sweep
+    from tl_leadterms.loading.tiny import save_tiny_model
 
     folders = [tmp_path / "step0", tmp_path / "step1"]
     for i, folder in enumerate(folders):
@@ -220,7 +220,7 @@ def test_a_second_writer_is_refused_and_a_killed_one_leaves_no_lock(corpus, tmp_
     results = tmp_path / "r.jsonl"
     holder = textwrap.dedent(f"""
         import sys
-        from tl_leadterms.checkpoints.sweep_results import ResultsFile
+        from tl_leadterms.sweeps.results import ResultsFile
         with ResultsFile({str(results)!r}, {{}}):
             print("locked", flush=True)
             sys.stdin.readline()

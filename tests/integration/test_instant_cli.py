@@ -54,7 +54,7 @@ def test_import_of_the_package_is_lazy_and_complete():
         "assert 'torch' not in sys.modules, 'import tl_leadterms imported torch'\n"
         "from tl_leadterms import decompose, corpus_stats\n"
         "import importlib\n"
-        "home = importlib.import_module('tl_leadterms.analyzers.decompose')\n"
+        "home = importlib.import_module('tl_leadterms.analyses.decompose.compute')\n"
         "assert decompose is home.decompose\n"
         "missing = [n for n in tl_leadterms.__all__ if not hasattr(tl_leadterms, n)]\n"
         "assert not missing, missing\n"

@@ -10,9 +10,9 @@ from transformers import GPTNeoXForCausalLM
 
 from tests.conftest import unchecked
 from tl_leadterms.adapters import factored, to_paper
-from tl_leadterms.checkpoints import configs, loading, tiny
-from tl_leadterms.checkpoints.loading import load_model
-from tl_leadterms.checkpoints.tiny import save_tiny_model
+from tl_leadterms.loading import configs, checkpoint as loading, tiny
+from tl_leadterms.loading.checkpoint import load_model
+from tl_leadterms.loading.tiny import save_tiny_model
 from tl_leadterms.errors import LeadTermsError
 
 pytestmark = pytest.mark.hooked

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tl_leadterms import corpus_stats, output_agreement, sweep
-from tl_leadterms.checkpoints.loading import load_model
-from tl_leadterms.checkpoints.series import load_series, load_windows, train_neox_series
+from tl_leadterms.loading.checkpoint import load_model
+from tl_leadterms.loading.series import load_series, load_windows, train_neox_series
 from tl_leadterms.report.findings import HOLD_EXPLAINED, findings
 
 
@@ -46,7 +46,7 @@ def test_sweep_output_columns_plot_and_finding(series, stats_and_held, tmp_path)
     assert list(grid.columns) == ["step0", "step8"] and grid.notna().all().all()
     kl = table.pivot("output_kl")
     assert (kl.to_numpy() >= 0).all()
-    from tl_leadterms.plot.figures import plot_sweep
+    from tl_leadterms.sweeps.figure import plot_sweep
 
     figure = plot_sweep(table, "output_explained", path=tmp_path / "explained.png")
     assert (tmp_path / "explained.png").stat().st_size > 0 and figure.axes

@@ -79,7 +79,7 @@ def test_deep_json_in_files_is_one_line_for_every_reader(ids, tmp_path):
 
 
 def test_undecodable_checkpoint_labels_are_printed_escaped(ids, tmp_path):
-    from tl_leadterms.checkpoints.tiny import save_tiny_model
+    from tl_leadterms.loading.tiny import save_tiny_model
 
     stats = tmp_path / "s.safetensors"
     assert main(["stats", str(ids), "-o", str(stats), "--d-vocab", "100", "--quiet"]) == 0

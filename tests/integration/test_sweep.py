@@ -8,13 +8,13 @@ import torch
 
 from tests.conftest import unchecked
 from tests.factories import HookedTransformer
-from tl_leadterms.analyzers.bootstrap import BootstrapSpec
-from tl_leadterms.analyzers.covariance import covariance_similarity
-from tl_leadterms.analyzers.decompose import decompose
-from tl_leadterms.analyzers.null import NullSpec
-from tl_leadterms.checkpoints.loading import load_model
-from tl_leadterms.checkpoints.series import load_series, load_windows, train_neox_series
-from tl_leadterms.checkpoints.sweep import SweepTable, sweep
+from tl_leadterms.results.bootstrap import BootstrapSpec
+from tl_leadterms.analyses.covariance.compute import covariance_similarity
+from tl_leadterms.analyses.decompose.compute import decompose
+from tl_leadterms.results.null import NullSpec
+from tl_leadterms.loading.checkpoint import load_model
+from tl_leadterms.loading.series import load_series, load_windows, train_neox_series
+from tl_leadterms.sweeps.run import SweepTable, sweep
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats import corpus_stats
 from tl_leadterms.stats.blocks import block_stats
@@ -126,8 +126,8 @@ def test_steps_is_the_leading_terms_step_count_never_a_checkpoint_list(series, s
 
 
 def test_callable_and_covariance(series, stats):
-    pytest.importorskip("tl_leadterms.analyzers.covariance")
-    from tl_leadterms.analyzers.covariance import covariance_similarity
+    pytest.importorskip("tl_leadterms.analyses.covariance.compute")
+    from tl_leadterms.analyses.covariance.compute import covariance_similarity
 
     def embed_norm(model, stats):
         return [{"layer": None, "head": None, "score": "W_E_norm", "value": model.W_E.norm()}]
@@ -259,7 +259,7 @@ def test_bad_inputs(series, stats, tmp_path):
 def test_training_writes_the_leading_terms(series, stats):
     """Random init scores near 0; a few steps of training lift the value maps' covariance
     agreement with Φ̄ᵀB̄ᵀ far above that (the paper's early-checkpoint finding)."""
-    pytest.importorskip("tl_leadterms.analyzers.covariance")
+    pytest.importorskip("tl_leadterms.analyses.covariance.compute")
     got = sweep(
         series,
         stats,
@@ -277,7 +277,7 @@ def test_training_writes_the_leading_terms(series, stats):
 def test_results_of_other_statistics_are_not_reused(series, stats, tmp_path):
     """Same shapes, other corpus: the fingerprint refuses the resume instead of old rows."""
     from tl_leadterms import corpus_stats
-    from tl_leadterms.checkpoints.series import load_windows
+    from tl_leadterms.loading.series import load_windows
 
     path = tmp_path / "nested" / "folder" / "sweep.jsonl"  # created up front
     probe = [("probe", _Probe(), {})]

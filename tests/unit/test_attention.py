@@ -11,8 +11,8 @@ from tests.conftest import unchecked
 from tests.reference import dense_corpus_stats
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model, train
-from tl_leadterms.analyzers.attention import attention_agreement, predict_attention
-from tl_leadterms.analyzers.attention_fit import LayerScores, average_ranks
+from tl_leadterms.analyses.attention.compute import attention_agreement, predict_attention
+from tl_leadterms.analyses.attention.fit import LayerScores, average_ranks
 
 V, T = 20, 10
 

@@ -9,8 +9,8 @@ from tests.conftest import unchecked
 from tests.factories import random_attn_only
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, decompose, paper_model, train
-from tl_leadterms.analyzers.attribution import MARGIN, R2_FLOOR, character, shapley
-from tl_leadterms.analyzers.null import NullSpec, permutations, random_reference
+from tl_leadterms.results.attribution import MARGIN, R2_FLOOR, character, shapley
+from tl_leadterms.results.null import NullSpec, permutations, random_reference
 
 V, T, L = 16, 8, 2
 

@@ -16,7 +16,7 @@ from tl_leadterms import (
     decompose,
     head_atlas,
 )
-from tl_leadterms.analyzers.bootstrap import BootstrapSpec
+from tl_leadterms.results.bootstrap import BootstrapSpec
 from tl_leadterms.stats.blocks import BlockStats, block_stats
 
 V, T = 10, 8

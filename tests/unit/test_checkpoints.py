@@ -6,8 +6,8 @@ import json
 import pytest
 
 from tests.conftest import unchecked
-from tl_leadterms.checkpoints import series as checkpoints
-from tl_leadterms.checkpoints.series import (
+from tl_leadterms.loading import series as checkpoints
+from tl_leadterms.loading.series import (
     checkpoint_step,
     load_series,
     load_windows,

@@ -25,8 +25,8 @@ from tl_leadterms import (
     token_maps,
     train,
 )
-from tl_leadterms.analyzers import ablate
-from tl_leadterms.plot import plot_attention
+from tl_leadterms.analyses import ablate
+from tl_leadterms.analyses.attention import plot_attention
 from tl_leadterms.theory import TERMS, WEIGHTS
 
 V, T, L = 16, 8, 2

@@ -13,11 +13,11 @@ from tests.conftest import unchecked
 from tests.factories import HookedTransformer, random_attn_only
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model, train
-from tl_leadterms.analyzers import covariance_algebra
-from tl_leadterms.analyzers.covariance import covariance_similarity
-from tl_leadterms.analyzers.token_maps import token_maps
-from tl_leadterms.checkpoints.loading import load_model
-from tl_leadterms.checkpoints.tiny import save_tiny_model
+from tl_leadterms.analyses.covariance import algebra as covariance_algebra
+from tl_leadterms.analyses.covariance.compute import covariance_similarity
+from tl_leadterms.analyses.covariance.token_maps import token_maps
+from tl_leadterms.loading.checkpoint import load_model
+from tl_leadterms.loading.tiny import save_tiny_model
 
 V, T = 30, 8
 SCORES = ("attention", "value_post", "value_attn")
@@ -309,7 +309,8 @@ def test_bad_input(neox, stats, kept_stats, tokens):
 
 
 @pytest.mark.parametrize(
-    "name", ["tl_leadterms.analyzers.covariance", "tl_leadterms.analyzers.token_maps"]
+    "name",
+    ["tl_leadterms.analyses.covariance.compute", "tl_leadterms.analyses.covariance.token_maps"],
 )
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)

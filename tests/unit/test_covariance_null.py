@@ -7,8 +7,8 @@ from tests.factories import random_attn_only
 from tests.unit.test_covariance import _plain
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import corpus_stats
-from tl_leadterms.analyzers.covariance import covariance_similarity
-from tl_leadterms.analyzers.null import NullSpec, permutations
+from tl_leadterms.analyses.covariance.compute import covariance_similarity
+from tl_leadterms.results.null import NullSpec, permutations
 
 pytestmark = pytest.mark.hooked
 

@@ -13,8 +13,8 @@ from tests.reference import dense_corpus_stats
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, leading_terms, paper_model, train
 from tl_leadterms.adapters import factored, to_paper
-from tl_leadterms.analyzers import ablate, decompose, leading_cosines
-from tl_leadterms.analyzers.fit import BasisCache
+from tl_leadterms.analyses import ablate, decompose, leading_cosines
+from tl_leadterms.analyses.decompose.fit import BasisCache
 from tl_leadterms.theory import TERMS, term
 
 V, T, L = 24, 10, 2

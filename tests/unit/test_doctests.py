@@ -15,8 +15,8 @@ MODULES = ["tl_leadterms", *sorted(m.name for m in SUBMODULES)]
 # the TL 3.9 environment and skip under TL 4
 HOOKED = {
     "tl_leadterms.adapters.extended",
-    "tl_leadterms.checkpoints.loading",
-    "tl_leadterms.checkpoints.tiny",
+    "tl_leadterms.loading.checkpoint",
+    "tl_leadterms.loading.tiny",
 }
 PARAMS = [pytest.param(m, marks=pytest.mark.hooked) if m in HOOKED else m for m in MODULES]
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tl_leadterms import LeadTermsError, corpus_stats, explore, make_windows, paper_model, train
-from tl_leadterms.analyzers.attention import predict_attention
+from tl_leadterms.analyses.attention.compute import predict_attention
 from tl_leadterms.data import generate_stories, train_word_tokenizer
 
 TEXT = "the little girl saw a red ball and she was happy"

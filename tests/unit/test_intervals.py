@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from tl_leadterms import block_stats, corpus_stats, decompose, paper_model, train
-from tl_leadterms.analyzers.bootstrap import (
+from tl_leadterms.results.bootstrap import (
     DEFAULT_METHOD,
     METHODS,
     Bootstrap,
     BootstrapSpec,
     interval,
 )
-from tl_leadterms.analyzers.decompose import leading_cosines
+from tl_leadterms.analyses.decompose.compute import leading_cosines
 from tl_leadterms.report.findings import findings
 
 K, T = 8, 8

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tl_leadterms import corpus_stats, leading_cosines, paper_model, step_bound, train
-from tl_leadterms.checkpoints.monitor import LeadingTermMonitor
+from tl_leadterms.sweeps.monitor import LeadingTermMonitor
 from tl_leadterms.errors import LeadTermsError
 
 D, T = 12, 8
@@ -57,7 +57,7 @@ def test_plain_loop_scores_only_every_steps():
 
 def test_trainer_callback_with_a_real_trainer(tmp_path):
     transformers = pytest.importorskip("transformers")
-    from tl_leadterms.checkpoints.tiny import tiny_neox_model
+    from tl_leadterms.loading.tiny import tiny_neox_model
 
     tokens = _tokens(16)
     stats = corpus_stats(tokens, d_vocab=D, progress=False)

@@ -23,7 +23,7 @@ from tl_leadterms import (
     to_paper,
     train,
 )
-from tl_leadterms.analyzers.predictors import LeadingPredictor
+from tl_leadterms.analyses.output.predictors import LeadingPredictor
 
 D, T = 10, 6
 
@@ -222,7 +222,7 @@ def _restricted(d: int = 40, k: int = 25):
 @pytest.mark.parametrize("n_layers", [1, 3])
 @pytest.mark.parametrize("s_lr", [0.3, 3.0, 20.0])
 def test_both_routes_match_a_one_hot_reference(n_layers, s_lr):
-    from tl_leadterms.analyzers.predictors import with_bucket
+    from tl_leadterms.analyses.output.predictors import with_bucket
 
     stats, x = _restricted()
     c = (s_lr, s_lr**2 / 2, s_lr**4 / 8)
@@ -239,7 +239,7 @@ def test_both_routes_match_a_one_hot_reference(n_layers, s_lr):
 
 
 def test_truncated_expansion_stays_within_its_bound():
-    from tl_leadterms.analyzers.predictors import with_bucket
+    from tl_leadterms.analyses.output.predictors import with_bucket
 
     stats, x = _restricted()
     c, n_layers = (1.0, 0.5, 0.125), 6

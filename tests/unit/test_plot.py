@@ -1,4 +1,4 @@
-"""tl_leadterms.plot: offline circuitsvis views, escaping, figures and bad input."""
+"""Figures and views of every result: offline circuitsvis views, escaping, figures and bad input."""
 
 import html
 import json
@@ -12,15 +12,11 @@ import torch
 from tests.conftest import unchecked
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model, sweep, train
 from tl_leadterms.data import generate_stories, train_word_tokenizer
-from tl_leadterms.plot import (
-    View,
-    figure_html,
-    plot_associations,
-    plot_attention,
-    plot_history,
-    plot_sweep,
-    save_html,
-)
+from tl_leadterms.results.html import View, figure_html, save_html
+from tl_leadterms.explorer import plot_associations
+from tl_leadterms.analyses.attention import plot_attention
+from tl_leadterms.training import plot_history
+from tl_leadterms.sweeps import plot_sweep
 from tl_leadterms.stats import make_windows
 
 N_CTX = 12
@@ -288,7 +284,7 @@ def test_plot_sweep_png(setup, tmp_path):
 
 
 def test_token_labels_keep_their_spaces_and_shading_has_a_floor():
-    from tl_leadterms.plot.tokens import SHADE_FLOOR, shaded_tokens, token_labels
+    from tl_leadterms.results.tokens import SHADE_FLOOR, shaded_tokens, token_labels
 
     class Words:  # a word-level decoder: tokens joined by single spaces
         def decode(self, ids):
@@ -310,7 +306,7 @@ def test_token_labels_keep_their_spaces_and_shading_has_a_floor():
 
 def test_attention_views_of_chosen_heads_with_agreement(setup):
     from tl_leadterms import attention_agreement
-    from tl_leadterms.plot.views import extreme_heads
+    from tl_leadterms.analyses.attention.views import extreme_heads
 
     _, windows, stats, model, _ = setup
     tokens = windows[0, :-1]
@@ -334,7 +330,7 @@ def test_attention_views_of_chosen_heads_with_agreement(setup):
 
 
 def test_plot_scores_bands(setup):
-    from tl_leadterms.plot import plot_scores
+    from tl_leadterms.analyses.decompose import plot_scores
 
     class Rows:
         rows: ClassVar = [{"weight": "V", "layer": i, "label": f"L{i}", "score": 0.5 + i / 10,

@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 from tl_leadterms import CorpusStats, LeadTermsError, corpus_stats
 from tl_leadterms.atomic import atomic_path, atomic_set, write_text
-from tl_leadterms.checkpoints.sweep_results import ResultsFile
+from tl_leadterms.sweeps.results import ResultsFile
 from tl_leadterms.jsontext import MAX_DEPTH, parse_json
 from tl_leadterms.stats.tokens import check_batch
 

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from tests.conftest import unchecked
-from tl_leadterms.checkpoints.sweep_table import SweepTable
+from tl_leadterms.sweeps.table import SweepTable
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.report import report
 

@@ -15,8 +15,8 @@ from tl_leadterms import (
     TokenMaps,
     TrainHistory,
 )
-from tl_leadterms.analyzers.table import ResultTable
-from tl_leadterms.analyzers.table_html import heat_colour
+from tl_leadterms.results.table import ResultTable
+from tl_leadterms.results.table_html import heat_colour
 
 
 class _Tags(HTMLParser):
@@ -118,7 +118,7 @@ def test_history_rows_html_and_plot():
     assert fig.axes and len(fig.axes[0].lines) == 1  # one cosine curve
 
 
-def test_sweep_grid_is_layers_by_checkpoints_and_plot_needs_a_registered_kind():
+def test_sweep_grid_is_layers_by_checkpoints_and_a_result_without_a_figure_says_so():
     rows = [{"checkpoint": c, "step": s, "layer": layer, "head": None, "analysis": "decompose",
              "score": "cos_W", "value": 0.1 * s + layer} for c, s in (("a", 1), ("b", 2))
             for layer in (0, 1)]  # fmt: skip
@@ -127,5 +127,5 @@ def test_sweep_grid_is_layers_by_checkpoints_and_plot_needs_a_registered_kind():
     heat = tags.find("table", **{"class": "tl-heat"})
     assert [h["data-group"] for h in heat] == ["analysis=decompose, score=cos_W"]
     assert table.row("cos_W", 1, None, "b")["value"] == pytest.approx(1.2)
-    with pytest.raises(LeadTermsError, match="no plot is registered for Scores"):
+    with pytest.raises(LeadTermsError, match="Scores has no figure"):
         Scores(_rows()).plot()

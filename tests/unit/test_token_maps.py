@@ -8,7 +8,7 @@ import torch
 from tests.conftest import unchecked
 from tests.factories import HookedTransformer, random_attn_only
 from tl_leadterms import LeadTermsError, paper_model
-from tl_leadterms.analyzers.token_maps import TokenMaps, token_maps
+from tl_leadterms.analyses.covariance.token_maps import TokenMaps, token_maps
 
 V = 17
 

@@ -13,7 +13,7 @@ import torch
 
 from tl_leadterms import load_model
 from tl_leadterms.adapters.view import model_view
-from tl_leadterms.checkpoints.tiny import save_tiny_model
+from tl_leadterms.loading.tiny import save_tiny_model
 
 pytest.importorskip("transformer_lens.model_bridge")
 pytestmark = pytest.mark.models

@@ -34,17 +34,18 @@ from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters.extended import extended_embedding
 from tl_leadterms.adapters.folding import FoldedWeights
-from tl_leadterms.adapters.paper_weights import check_finite, paper_weights, unembed_centred
+from tl_leadterms.adapters.paper_weights import check_finite, paper_model_weights, unembed_centred
 from tl_leadterms.adapters.rotary import check_token_weights, rotary_profile
 from tl_leadterms.adapters.sandwich import Sandwich
 from tl_leadterms.adapters.support import check_supported
-from tl_leadterms.adapters.view import ModelView
+from tl_leadterms.adapters.view import ModelView, model_view
 from tl_leadterms.adapters.weights import LayerMaps, PaperWeights
+from tl_leadterms.checks import check_stats, check_vocab
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
 from tl_leadterms.protocols import ReadableModel
 
-__all__ = ["INPUT_MAPS", "to_paper"]
+__all__ = ["INPUT_MAPS", "to_paper", "weights_for_stats"]
 
 NORMALIZATIONS = (None, "LN", "LNPre", "RMS", "RMSPre")
 INPUT_MAPS = ("embed", "extended")
@@ -357,5 +358,21 @@ def to_paper(
                 "input_map='extended' needs a model with embeddings; the paper model reads "
                 "one-hot tokens directly (use input_map='embed')"
             )
-        return paper_weights(model)
+        return paper_model_weights(model)
     return _embedded_weights(view, fold_ln, pi, input_map)
+
+
+def weights_for_stats(model: Any, stats: Any, *, caller: str = "decompose") -> PaperWeights:
+    """``model`` in the paper's notation, checked against the statistics' vocabulary.
+
+    ``model`` is a HookedTransformer (anything :func:`~tl_leadterms.to_paper` accepts) or
+    :class:`~tl_leadterms.adapters.PaperWeights`; the statistics must share its ``d_vocab`` and,
+    when both record one, its tokenizer. ``caller`` names the analysis in the refusal of a
+    model the view cannot read.
+    """
+    stats = check_stats(stats)
+    view = None if isinstance(model, PaperWeights) else model_view(model, caller=caller)
+    pw = model if isinstance(model, PaperWeights) else to_paper(model)  # the view refused first
+    tokenizer = None if view is None else view.tokenizer
+    check_vocab(stats, d_vocab=pw.d_vocab, tokenizer=tokenizer)
+    return pw

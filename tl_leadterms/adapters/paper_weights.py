@@ -7,7 +7,7 @@ from tl_leadterms.adapters.weights import LayerMaps, PaperWeights
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
 
-__all__ = ["check_finite", "paper_weights", "unembed_centred"]
+__all__ = ["check_finite", "paper_model_weights", "unembed_centred"]
 
 
 def check_finite(named: dict[str, Tensor]) -> None:
@@ -25,7 +25,7 @@ def unembed_centred(W_U: Tensor) -> bool:
     return bool((W_U.mean(-1).abs().max() <= 1e-6 * W_U.abs().max()).item())
 
 
-def paper_weights(model: PaperModel) -> PaperWeights:
+def paper_model_weights(model: PaperModel) -> PaperWeights:
     """The paper model's ``W_O``, ``V``, ``W``, ``P`` parameters, one head per layer."""
     cfg = model.cfg
     params = {name: p for name, p in model.paper_parameters().items()}

@@ -11,7 +11,7 @@ __all__ = ["add_parser", "cmd_decompose"]
 
 def cmd_decompose(args: argparse.Namespace) -> int:
     from tl_leadterms.adapters.view import model_view
-    from tl_leadterms.analyzers.decompose import decompose
+    from tl_leadterms.analyses.decompose.compute import decompose
     from tl_leadterms.checks import check_vocab
 
     check_output(args.output, "-o")

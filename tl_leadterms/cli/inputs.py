@@ -154,7 +154,7 @@ def open_model(spec: str, device: str = "cpu") -> Any:
     """A local Hugging Face folder of any architecture TransformerLens converts, or a
     TransformerLens / hub model name (:func:`tl_leadterms.load_model`), any failure as one
     :class:`~tl_leadterms.errors.LeadTermsError`."""
-    from tl_leadterms.checkpoints.loading import load_model
+    from tl_leadterms.loading.checkpoint import load_model
 
     try:
         return load_model(spec, device=device)

@@ -56,7 +56,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _read_sweep(path: str):
-    from tl_leadterms.checkpoints.sweep_table import SweepTable
+    from tl_leadterms.sweeps.table import SweepTable
 
     if not Path(path).is_file():
         raise LeadTermsError(f"no sweep results file at {path!r} (from sweep --results)")

@@ -20,7 +20,7 @@ __all__ = ["add_parser", "cmd_sweep"]
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from tl_leadterms.checkpoints.sweep import sweep
+    from tl_leadterms.sweeps.run import sweep
 
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".json"):
         raise LeadTermsError(f"--out {args.out!r} must end in .csv or .json")

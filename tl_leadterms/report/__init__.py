@@ -119,7 +119,7 @@ def report(
             model has at most :data:`~tl_leadterms.report.sections.ATTENTION_VIEWS`, else that
             many (best and worst agreeing).
         atlas_html: the HTML of a head atlas grid (trusted, e.g. from
-            :mod:`tl_leadterms.plot.atlas`), shown in its own section.
+            :mod:`tl_leadterms.analyses.atlas.figure`), shown in its own section.
         head_atlas: a head atlas object with an ``.html()`` method (used when ``atlas_html``
             is not given).
         associations: how the association lists are ranked and the text shaded: ``"cosine"``
@@ -185,7 +185,7 @@ def report(
     explorer = _explorer(explorer, model, stats, text, tokenizer, lr, steps)
     bar = progress_bar(total=6, desc="report", disable=not progress)
     if decomposition is None and model is not None:
-        from tl_leadterms.analyzers.decompose import decompose
+        from tl_leadterms.analyses.decompose.compute import decompose
 
         decomposition = decompose(
             model, stats, lr=lr, steps=steps, per_head=True, progress=progress
@@ -233,7 +233,7 @@ def report(
 
 def _explorer(explorer: Any, model: Any, stats: Any, text: Any, tokenizer: Any, lr, steps):
     """``explorer=``: None, an Explorer as it is, or True: one built of ``model`` on ``text``."""
-    from tl_leadterms.plot.explorer import Explorer, explore
+    from tl_leadterms.explorer.build import Explorer, explore
 
     if explorer is None or isinstance(explorer, Explorer):
         return explorer

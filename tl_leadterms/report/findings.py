@@ -14,9 +14,9 @@ carry ``common_share``, a sentence says how much of the score is common to all t
 import math
 from typing import Any
 
-from tl_leadterms.analyzers.null import Q_LEVEL, qvalues
 from tl_leadterms.report.markup import esc
 from tl_leadterms.report.tables import EXPLAINED_FLOOR, P_LEVEL, shown_character
+from tl_leadterms.results.null import Q_LEVEL, qvalues
 
 __all__ = ["HOLD_COSINE", "HOLD_EXPLAINED", "findings"]
 

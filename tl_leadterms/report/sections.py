@@ -147,7 +147,7 @@ def associations(stats, pairs, tokenizer, text, fragment: Callable, scoring: str
     check_choice("associations", scoring, SCORINGS)
     if not pairs:
         return note("No words given: pass words=[...] for association lists.")
-    from tl_leadterms.plot import plot_associations
+    from tl_leadterms.explorer import plot_associations
 
     exclude, excluded = _special_tokens(tokenizer) if exclude_special else ([], [])
     parts = [scoring_caption(scoring, excluded)]
@@ -234,13 +234,13 @@ def attention(model, stats, text, tokenizer, lr, steps, heads, fragment, *,
     ``model``: past the theorem's small-s·η regime its prediction uses the scale ``c`` fitted
     per layer (:func:`~tl_leadterms.attention_agreement`), not the run's. ``heads=None`` shows
     every head when the model has at most :data:`ATTENTION_VIEWS`, else the best and worst
-    agreeing ones (see :func:`tl_leadterms.plot.plot_attention`).
+    agreeing ones (see :func:`tl_leadterms.analyses.attention.plot_attention`).
     """
     if text is None:
         return note("No text given: pass text= (and a model) for attention views."), []
     if model is None and later is None:
         return note("Attention views need a model; only the text was given."), []
-    from tl_leadterms.plot import plot_attention
+    from tl_leadterms.analyses.attention import plot_attention
 
     shown_model = model if later is None else later
     if later is not None:
@@ -287,10 +287,10 @@ def attention(model, stats, text, tokenizer, lr, steps, heads, fragment, *,
 
 def atlas(atlas_html: str | None, head_atlas: Any) -> str:
     """The head atlas grid: ``atlas_html`` as given (trusted HTML), a
-    :class:`~tl_leadterms.HeadAtlas` drawn by :func:`tl_leadterms.plot.atlas.atlas_html`, or any
+    :class:`~tl_leadterms.HeadAtlas` drawn by :func:`tl_leadterms.analyses.atlas.figure.atlas_html`, or any
     object with an ``.html()`` method."""
-    from tl_leadterms.analyzers.atlas import HeadAtlas
-    from tl_leadterms.plot.atlas import atlas_html as draw_atlas
+    from tl_leadterms.analyses.atlas.compute import HeadAtlas
+    from tl_leadterms.analyses.atlas.figure import atlas_html as draw_atlas
 
     if atlas_html is None and isinstance(head_atlas, HeadAtlas):
         atlas_html = draw_atlas(head_atlas)
@@ -316,13 +316,10 @@ def _has_null(table, analysis: str, score: str) -> bool:
 def figures(history, sweep_table, decomposition_) -> str:
     """Training history, sweep heatmaps and, when the rows have them, scores with CI and null
     bands, as embedded PNGs."""
-    from tl_leadterms.plot import (
-        figure_html,
-        plot_history,
-        plot_scores,
-        plot_sweep,
-        plot_sweep_null,
-    )
+    from tl_leadterms.analyses.decompose import plot_scores
+    from tl_leadterms.results.html import figure_html
+    from tl_leadterms.sweeps import plot_sweep, plot_sweep_null
+    from tl_leadterms.training import plot_history
 
     out: list[str] = []
 

@@ -15,8 +15,8 @@ the Benjamini–Hochberg ``q``), confidence-interval (``lo``, ``hi``) and common
 
 import math
 
-from tl_leadterms.plot.tokens import diverging_colour
 from tl_leadterms.report.markup import esc, num
+from tl_leadterms.results.tokens import diverging_colour
 from tl_leadterms.theory import FAMILIES
 
 __all__ = [

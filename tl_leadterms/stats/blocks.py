@@ -24,7 +24,7 @@ Saved with :meth:`BlockStats.save` as one ``.safetensors`` file: each block's ta
 ``Delta`` and, from format version 2, its ``windows``), the full-corpus ``G_bar``, the kept
 ids, and a header with the block bounds, the metadata, the vocabulary hash and the SHA-256
 of every tensor and of the header, verified by :meth:`BlockStats.load` as
-:func:`~tl_leadterms.stats.io.load_stats` verifies plain files (format
+:func:`~tl_leadterms.stats.io.read_stats` verifies plain files (format
 ``tl_leadterms.BlockStats``; each loader names the other for a file of the other kind).
 
 Memory: every block keeps a ``[k, k]`` Φ̄ and Q̄, so ``2·B·k²`` numbers, and its windows (one
@@ -400,7 +400,7 @@ def _load_block_stats(
 ) -> BlockStats:
     """Load block statistics written by :func:`_save_block_stats`: the header, the bounds, every
     block's tables and the SHA-256 of every tensor are checked (a flipped bit is refused,
-    naming the tensor); ``tokenizer`` as in :func:`~tl_leadterms.stats.io.load_stats`."""
+    naming the tensor); ``tokenizer`` as in :func:`~tl_leadterms.stats.io.read_stats`."""
     path = Path(path)
     tensors, meta = read_file(path, None)
     check_header(path, meta, BLOCK_FORMAT, (1, BLOCK_FORMAT_VERSION))

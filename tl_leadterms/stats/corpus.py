@@ -407,18 +407,20 @@ class CorpusStats:
             tokenizer, d_vocab: when given, must match what the file was counted with (the
                 tokenizer is also attached for strings).
             device: where the tables go (default: the CPU).
-            want: read just these statistics (see :func:`tl_leadterms.stats.io.load_stats`).
+            want: read just these statistics (see :func:`tl_leadterms.stats.io.read_stats`).
             check_vocab: ``False`` skips the comparison of the tokenizer with the file's.
         """
-        from tl_leadterms.stats.io import load_stats
+        from tl_leadterms.stats.io import read_stats
 
-        return load_stats(
-            path,
-            tokenizer=tokenizer,
-            d_vocab=d_vocab,
-            device=device,
-            want=want,
-            check_vocab=check_vocab,
+        return cls(
+            **read_stats(
+                path,
+                tokenizer=tokenizer,
+                d_vocab=d_vocab,
+                device=device,
+                want=want,
+                check_vocab=check_vocab,
+            )
         )
 
     def _repr_html_(self) -> str:

@@ -8,7 +8,7 @@ Format version 2 adds provenance (:mod:`.provenance`): a vocabulary hash, and a 
 tensor and of the metadata, verified on load (a flipped bit or an edited count is refused, naming
 the tensor). Version 1 files (no checksums) still load, with a warning.
 
-``load_stats(path, want=(...))`` reads just the tables asked for (safetensors reads tensors one
+``read_stats(path, want=(...))`` reads just the tables asked for (safetensors reads tensors one
 by one from the file): ``top bigram`` reads the sparse counts. :func:`scan_table` reads one dense
 table in row blocks, verified as it goes: ``top context`` keeps the rows it needs from Φ̄ and
 never holds the table.
@@ -28,7 +28,6 @@ from safetensors.torch import save_file
 from tl_leadterms.atomic import atomic_path
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.jsontext import parse_json
-from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.provenance import (
     TensorDigest,
     ids_vocab_hash,
@@ -44,7 +43,7 @@ __all__ = [
     "check_tables",
     "check_tokenizer",
     "corrupt_file",
-    "load_stats",
+    "read_stats",
     "read_file",
     "save_stats",
     "scan_table",
@@ -77,7 +76,7 @@ def write_file(path: Path, tensors: dict[str, torch.Tensor], header: dict[str, A
         save_file(tensors, str(tmp), metadata=metadata)
 
 
-def save_stats(stats: CorpusStats, path: str | os.PathLike) -> None:
+def save_stats(stats: Any, path: str | os.PathLike) -> None:
     """Write ``stats`` to ``path`` (a ``.safetensors`` file), atomically."""
     tensors = {
         name: getattr(stats, name) for name in _REQUIRED if name in _COUNTS or stats.has(name)
@@ -295,7 +294,7 @@ def check_tokenizer(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
         )
 
 
-def load_stats(
+def read_stats(
     path: str | os.PathLike,
     *,
     tokenizer: Any = None,
@@ -303,8 +302,9 @@ def load_stats(
     device: torch.device | str | None = None,
     want: Iterable[str] | None = None,
     check_vocab: bool = True,
-) -> CorpusStats:
-    """Load statistics written by :func:`save_stats`; check them against the expectations.
+) -> dict[str, Any]:
+    """Read statistics written by :func:`save_stats`, checked against the expectations, as the
+    keywords of :class:`~tl_leadterms.stats.corpus.CorpusStats` (whose ``load`` builds it).
 
     Args:
         path: the ``.safetensors`` file.
@@ -347,7 +347,7 @@ def load_stats(
     vocab = KeptVocab(
         meta["d_vocab"], None if kept is None else kept.to(device), meta["centre_vocab"]
     )
-    return CorpusStats(
+    return dict(
         vocab=vocab,
         n_sequences=meta["n_sequences"],
         n_ctx=meta["n_ctx"],
@@ -403,7 +403,7 @@ def scan_table(
     calling ``visit(start, block)`` for each; memory stays at one block whatever the table's
     size.
 
-    The table is verified as :func:`load_stats` verifies it (shape and dtype, finite entries,
+    The table is verified as :func:`read_stats` verifies it (shape and dtype, finite entries,
     and its SHA-256, computed over the blocks in order); a mismatch raises, naming the tensor,
     after the last block, so use what ``visit`` gathered only once this returns.
 

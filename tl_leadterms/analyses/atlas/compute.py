@@ -1,0 +1,168 @@
+"""`head_atlas`: one row per attention head, with what the theory and TransformerLens say of it.
+
+Per (layer, head): the character of its query-key map ``W`` (Shapley attribution, see
+:mod:`~tl_leadterms.results.attribution`) and of its value path, the cosine of ``W`` with its
+leading term ``Q̄`` with the permutation null's ``null_mean``, effect size ``excess`` (and
+``excess_share``), ``z``, ``p`` and the Benjamini–Hochberg ``q`` over the atlas' heads (and
+a bootstrap interval when asked for), the token-specific cosine ``specific`` and
+``common_share`` (see :func:`~tl_leadterms.decompose`), the implied ``s·η``; with ``tokens``,
+the agreement of its attention with the predicted attention
+(:func:`~tl_leadterms.attention_agreement`) and TransformerLens's head detector scores for
+comparison: previous-token, duplicate-token and induction, from
+``transformer_lens.head_detector``'s detection patterns and its default ``"mul"`` measure
+(``compute_head_attention_similarity_score``: the fraction of the head's attention on the
+pattern), averaged over the sequences. (``detect_head`` itself encodes strings with the
+model's tokenizer; the atlas applies the same patterns and measure to token ids.)
+"""
+
+import math
+from typing import Any
+
+import torch
+from transformer_lens import head_detector
+
+from tl_leadterms.adapters.support import check_supported
+from tl_leadterms.analyses.attention.compute import attention_agreement
+from tl_leadterms.analyses.decompose.compute import decompose
+from tl_leadterms.checks import check_tokens
+from tl_leadterms.protocols import ReadableModel, TokenWindows
+from tl_leadterms.results.bootstrap import BootstrapSpec, ci_cell, ci_header
+from tl_leadterms.results.null import NullSpec, add_qvalues
+from tl_leadterms.results.table import ResultTable
+from tl_leadterms.stats.blocks import BlockStats
+from tl_leadterms.stats.corpus import CorpusStats
+
+__all__ = ["DETECTORS", "HeadAtlas", "head_atlas"]
+
+DETECTORS = ("previous_token", "duplicate_token", "induction")
+_COLUMNS = ("label", "layer", "head", "character", "cosine", "lo", "hi", "corrected", "z", "p",
+            "implied_s_lr", "value_character", "value_cosine", "js_divergence",
+            "rank_correlation", *DETECTORS, "null_mean", "excess", "excess_share", "q",
+            "specific", "common_share")  # fmt: skip
+
+
+class HeadAtlas(ResultTable):
+    """Rows of :func:`head_atlas` (``to_pandas()``, ``to_dict()``; ``repr`` a compact table)."""
+
+    KEYS = ("layer", "head")
+    COLUMNS = _COLUMNS
+    SCORE = "cosine"
+    SCORE_RANGE = (-1.0, 1.0)
+
+    def __repr__(self) -> str:
+        ci = self.metadata.get("ci")
+        band = f"{ci_header([{'ci_level': ci['level']}]):<32} " if ci else ""
+        lines = [f"HeadAtlas ({len(self.rows)} heads; null: {self.metadata.get('null')})",
+                 f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {'excess':>7} {band}{'z':>7} "
+                 f"{'q':>6} {'value':<22} {'prev':>5} {'dup':>5} {'ind':>5}"]  # fmt: skip
+        for r in self.rows:
+            cell = f"{ci_cell(r)} " if ci else ""
+            lines.append(
+                f"{r['label']:<7} {r['character']:<26} {r['cosine']:8.4f} {r['excess']:7.4f} "
+                f"{cell}{r['z']:7.2f} {r['q']:6.3f} {r['value_character']:<22} "
+                f"{r['previous_token']:5.2f} "
+                f"{r['duplicate_token']:5.2f} {r['induction']:5.2f}"
+            )
+        return "\n".join(lines)
+
+    def plot(self, **kwargs: Any) -> Any:
+        """:func:`~tl_leadterms.analyses.atlas.figure.plot_atlas` of this atlas (its keywords)."""
+        from tl_leadterms.analyses.atlas.figure import plot_atlas
+
+        return plot_atlas(self, **kwargs)
+
+
+def detector_scores(model: Any, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """TransformerLens's detector scores per head, ``[n_layers, n_heads]`` each, averaged over
+    the sequences of ``tokens`` (see the module docstring)."""
+    view = check_supported(model, caller="detector_scores")
+    layers = list(range(view.n_layers))
+    out = {
+        name: torch.zeros(view.n_layers, view.n_heads, dtype=torch.float64) for name in DETECTORS
+    }
+    for seq in tokens:
+        seq = seq[None]
+        patterns = view.patterns(seq, layers)
+        for name in DETECTORS:
+            pattern = getattr(head_detector, f"get_{name}_head_detection_pattern")(seq.cpu())
+            for layer in layers:
+                attn = patterns[layer][0].detach().cpu()
+                for h in range(view.n_heads):
+                    out[name][layer, h] += head_detector.compute_head_attention_similarity_score(
+                        attn[h], pattern.to(attn.dtype), exclude_bos=False,
+                        exclude_current_token=False, error_measure="mul",
+                    )  # fmt: skip
+    return {name: v / tokens.shape[0] for name, v in out.items()}
+
+
+@torch.no_grad()
+def head_atlas(
+    model: ReadableModel,
+    stats: CorpusStats | BlockStats,
+    tokens: TokenWindows | None = None,
+    *,
+    null: int | NullSpec | None = 99,
+    lr: float | None = None,
+    steps: int | None = None,
+    s_lr: float | None = None,
+    ci: float | None = None,
+    bootstrap: int | BootstrapSpec = 50,
+) -> HeadAtlas:
+    """Every head of ``model`` in one table (see the module docstring for the columns).
+
+    Args:
+        model: a HookedTransformer (anything :func:`~tl_leadterms.decompose` accepts).
+        stats: corpus statistics over its vocabulary, or a ``BlockStats`` from
+            :func:`~tl_leadterms.stats.blocks.block_stats`: then ``lo``/``hi`` hold the
+            bootstrap interval of the cosine of ``W`` with ``Q̄`` and ``corrected`` its
+            bias-corrected estimate (level ``ci``, default 0.95; ``bootstrap`` resamples,
+            default 50; see :mod:`tl_leadterms.results.bootstrap`).
+        tokens: optional ``[batch, pos]`` token ids (``1 < pos < n_ctx``, at most the
+            statistics' ``n_ctx``): adds attention agreement and the detector scores.
+        null: permutations of the null for ``z``/``p`` (``None``: no null, NaN columns).
+        lr, steps, s_lr: the training run, if known (sharpens the implied ``s·η``).
+        ci, bootstrap: the interval's level and resamples (a ``BlockStats`` only).
+
+    ``lo``/``hi``/``corrected`` are NaN without a ``BlockStats``.
+    """
+    if isinstance(stats, BlockStats) and ci is None:
+        ci = 0.95
+    d = decompose(model, stats, lr=lr, steps=steps, s_lr=s_lr, weights=["W", "V"], null=null,
+                  per_head=True, progress=False,
+                  ci=ci, bootstrap=bootstrap)  # fmt: skip
+    stats = stats.full() if isinstance(stats, BlockStats) else stats  # the one d scored
+    value = {(r["layer"], r["head"]): r for r in d.rows if r["weight"] != "W"}
+    agreement, detectors = {}, None
+    if tokens is not None:
+        tokens = check_tokens(tokens, check_supported(model, caller="head_atlas").d_vocab,
+                              min_len=2)  # fmt: skip
+        agree = attention_agreement(model, stats, tokens, lr=lr, steps=steps, s_lr=s_lr,
+                                    progress=False)  # fmt: skip
+        agreement = {(r["layer"], r["head"]): r for r in agree.rows}
+        detectors = detector_scores(model, tokens)
+    rows = []
+    nan = math.nan
+    for r in d.rows:
+        if r["weight"] != "W":
+            continue
+        key = (r["layer"], r["head"])
+        v, a = value.get(key, {}), agreement.get(key, {})
+        row = {
+            "label": r["label"], "layer": r["layer"], "head": r["head"],
+            "character": r["character"], "cosine": r["cosine"],
+            "lo": r.get("lo", nan), "hi": r.get("hi", nan), "corrected": r.get("corrected", nan),
+            "z": r.get("z", nan), "p": r.get("p", nan), "implied_s_lr": r["implied_s_lr"],
+            "null_mean": r.get("null_mean", nan), "excess": r.get("excess", nan),
+            "excess_share": r.get("excess_share", nan), "specific": r.get("specific", nan),
+            "common_share": r.get("common_share", nan),
+            "value_character": v.get("character", ""), "value_cosine": v.get("cosine", nan),
+            "js_divergence": a.get("js_divergence", nan),
+            "rank_correlation": a.get("rank_correlation", nan),
+        }  # fmt: skip
+        for name in DETECTORS:
+            row[name] = nan if detectors is None else float(detectors[name][key])
+        rows.append(row)
+    if null is not None:
+        add_qvalues(rows)  # over the heads of this table
+    metadata = {**d.metadata, "tokens": None if tokens is None else list(tokens.shape)}
+    return HeadAtlas(rows, metadata)

@@ -1,0 +1,22 @@
+"""Attention agreement: a model's attention on real text against the attention the theory predicts.
+
+Its computation (:mod:`.compute`, the per-head fit in :mod:`.fit`), its result
+(:class:`AttentionAgreement`) and its figures (:func:`plot_agreement`, :mod:`.figure`; the
+circuitsvis views of :func:`plot_attention`, :mod:`.views`).
+"""
+
+from tl_leadterms.analyses.attention.compute import (
+    AttentionAgreement,
+    attention_agreement,
+    predict_attention,
+)
+from tl_leadterms.analyses.attention.figure import plot_agreement
+from tl_leadterms.analyses.attention.views import plot_attention
+
+__all__ = [
+    "AttentionAgreement",
+    "attention_agreement",
+    "plot_agreement",
+    "plot_attention",
+    "predict_attention",
+]

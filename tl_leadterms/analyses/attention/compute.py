@@ -1,0 +1,302 @@
+"""Predicted attention on real text, and how well a model's attention agrees with it.
+
+The leading terms predict every layer's attention (docs/math.md#leading-terms)::
+
+    A = S(Mask(c·X Q̄ Xᵀ + c·DM(Δ))),   c = (3C(s,4) + 2C(s,3))·η⁴
+
+where ``X`` is the one-hot of the input tokens (a token outside the statistics' kept vocabulary
+is a zero row). :func:`predict_attention` computes it; :func:`attention_agreement` compares it
+with a model's ``hook_pattern`` per layer and head.
+"""
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import ActivationCache
+
+from tl_leadterms.adapters.support import check_supported
+from tl_leadterms.adapters.view import ModelView
+from tl_leadterms.analyses.attention.fit import LayerScores, score_layer, score_ranks
+from tl_leadterms.checks import (
+    Layers,
+    check_bool,
+    check_layers,
+    check_stats,
+    check_tokens,
+    check_vocab,
+    positive_number,
+)
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.progress import progress_bar
+from tl_leadterms.protocols import ReadableModel, TokenWindows
+from tl_leadterms.results.null import NullSpec, add_qvalues, permutations, summarize
+from tl_leadterms.results.table import ResultTable
+from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.theory import Schedule
+
+# patterns by hook name: TransformerLens' ActivationCache, or a plain dict of them
+Cache = ActivationCache | Mapping[str, Tensor]
+
+__all__ = [
+    "AttentionAgreement",
+    "attention_agreement",
+    "attention_scale",
+    "predict_attention",
+    "scaled_softmax",
+]
+
+
+def _check_stats_tokens(stats: Any, tokens: Any) -> Int[Tensor, "batch pos"]:
+    stats = check_stats(stats)
+    return check_tokens(
+        tokens,
+        stats.d_vocab,
+        max_len=stats.n_ctx,
+        max_len_hint=f" (Δ covers offsets 0..{stats.n_ctx - 1}, the statistics' T)",
+    )
+
+
+def predicted_scores(
+    stats: CorpusStats, tokens: Tensor, perm: Tensor | None = None
+) -> Float[Tensor, "batch query key"]:
+    """``X Q̄ Xᵀ + DM(Δ)`` (unscaled, unmasked above the diagonal: −inf there).
+
+    ``perm`` (``[k]``): relabel the kept tokens, kept token ``i`` reading row and column
+    ``perm[i]`` of Q̄ (the permutation null; a gather, nothing recomputed).
+    """
+    Q, Delta = stats.Q_bar, stats.Delta
+    k = stats.k
+    padded = torch.zeros(k + 1, k + 1, dtype=Q.dtype, device=Q.device)
+    padded[:k, :k] = Q
+    index_map = stats.vocab.index_map(Q.device)
+    idx = tokens.to(Q.device) if index_map is None else index_map[tokens.to(Q.device)]
+    if perm is not None:  # index k (a dropped token) stays k
+        idx = torch.cat([perm.to(Q.device), torch.tensor([k], device=Q.device)])[idx]
+    scores = padded[idx[:, :, None], idx[:, None, :]]  # [batch, query, key]
+    n = tokens.shape[1]
+    offset = torch.arange(n, device=Q.device)[:, None] - torch.arange(n, device=Q.device)[None]
+    scores = scores + torch.where(offset >= 0, Delta[offset.clamp(min=0)], 0.0)
+    return scores.masked_fill(offset < 0, -math.inf)
+
+
+def predict_attention(
+    stats: CorpusStats,
+    tokens: TokenWindows,
+    *,
+    lr: float | None = None,
+    steps: int | None = None,
+    s_lr: float | None = None,
+    scale: float | None = None,
+) -> Float[Tensor, "batch query key"]:
+    """The attention pattern the leading terms predict for ``tokens``, in every layer.
+
+    Args:
+        stats: corpus statistics (Q̄ and Δ).
+        tokens: ``[batch, pos]`` (or ``[pos]``) input token ids, ``pos ≤ stats.n_ctx``.
+        lr, steps: the training run; the scale is ``c = (3C(s,4) + 2C(s,3))·η⁴`` (``steps=0``
+            gives uniform attention, the model at initialisation).
+        s_lr: only the product ``s·η``: the scale is its gradient-flow limit ``(s·η)⁴/8``.
+        scale: the scale ``c`` directly (e.g. one fitted by :func:`attention_agreement`).
+            Give exactly one of (``lr``, ``steps``), ``s_lr`` and ``scale``.
+
+    Returns:
+        ``[batch, query, key]`` rows summing to 1, zero above the diagonal.
+
+    Example:
+        >>> import torch
+        >>> from tl_leadterms import corpus_stats, predict_attention
+        >>> tokens = torch.randint(0, 10, (32, 9), generator=torch.Generator().manual_seed(0))
+        >>> stats = corpus_stats(tokens, d_vocab=10, progress=False)
+        >>> A = predict_attention(stats, tokens[:2, :8], lr=1.0, steps=10)
+        >>> A.shape, bool(torch.allclose(A.sum(-1), torch.ones(2, 8, dtype=A.dtype)))
+        (torch.Size([2, 8, 8]), True)
+    """
+    tokens = _check_stats_tokens(stats, tokens)
+    c = attention_scale(lr, steps, s_lr, scale)
+    if c is None:
+        raise LeadTermsError(
+            "the prediction needs its scale: lr and steps (c = (3C(s,4) + 2C(s,3))·lr⁴), s_lr "
+            "(c = (s·η)⁴/8), or scale="
+        )
+    return scaled_softmax(c, predicted_scores(stats, tokens))
+
+
+def scaled_softmax(scale: float, scores: Tensor) -> Tensor:
+    """``S(Mask(c·scores))`` with the causal mask kept at ``c = 0`` (uniform causal attention)."""
+    masked = torch.isneginf(scores)
+    return torch.softmax(
+        (scale * scores.masked_fill(masked, 0.0)).masked_fill(masked, -math.inf), -1
+    )
+
+
+def attention_scale(lr: Any, steps: Any, s_lr: Any, scale: Any) -> float | None:
+    """The scale ``c`` of the attention statistic from a training run or ``scale``; None when
+    neither is given (the scale is then fitted). ``lr`` alone is refused."""
+    if scale is not None:
+        if lr is not None or steps is not None or s_lr is not None:
+            raise LeadTermsError(
+                "give either scale= or the training run (lr, steps, s_lr), not both"
+            )
+        return positive_number("scale", scale)
+    schedule = Schedule.of(lr, steps, s_lr)
+    if lr is not None and steps is None:
+        raise LeadTermsError(
+            f"lr={lr} alone does not fix the scale: pass steps too, or s_lr (s·η), or scale="
+        )
+    return schedule.coefficient("W")
+
+
+class AttentionAgreement(ResultTable):
+    """Per (layer, head): how close the model's attention is to the leading-term prediction.
+
+    Row fields: ``layer``, ``head``, ``label`` (``"L{l}H{h}"``), ``js_divergence`` (mean
+    Jensen-Shannon divergence of the pattern rows, natural log, 0 = identical, ln 2 ≈ 0.693 =
+    disjoint), ``rank_correlation`` (mean Spearman correlation of each row's keys, model pattern
+    against predicted scores), ``scale`` (the ``c`` of ``S(c·(XQ̄Xᵀ + DM(Δ)))`` used: from the
+    training run, or fitted per head to minimise the JS divergence; see
+    :mod:`~tl_leadterms.analyses.attention.fit`) and ``scale_at_bound`` (a fitted scale at the
+    edge of the search: the limit ``10^-12`` or ``10^15``, or where the divergence stopped
+    changing, i.e. attention as uniform (c → 0) or as sharp (c → ∞) as the prediction can make
+    it: the optimum is not bracketed, read it as "at
+    least" or "at most").
+    """
+
+    KEYS = ("layer", "head")
+    COLUMNS = ("layer", "head", "label", "js_divergence", "rank_correlation", "scale",
+               "scale_at_bound")  # fmt: skip
+    SCORE = "rank_correlation"
+    SCORE_RANGE = (-1.0, 1.0)
+
+    def row(self, *key: Any, **where: Any) -> dict[str, Any]:
+        """The row of one head: ``row(layer, head=0)`` (any other column by name)."""
+        where = self._where(key, where)
+        where.setdefault("head", 0)
+        return super().row(**where)
+
+    def __repr__(self) -> str:
+        lines = [
+            f"AttentionAgreement ({self.metadata['n_sequences']} sequences of "
+            f"{self.metadata['n_positions']} tokens; scale c "
+            f"{'fitted per head' if self.metadata['fitted'] else 'from the training run'})",
+            f"{'head':<7} {'JS div.':>10} {'rank corr.':>10} {'scale c':>12}",
+        ]
+        for r in self.rows:
+            bound = " (at search limit)" if r["scale_at_bound"] else ""
+            lines.append(
+                f"{r['label']:<7} {r['js_divergence']:10.3e} {r['rank_correlation']:10.5f} "
+                f"{r['scale']:12.4g}{bound}"
+            )
+        return "\n".join(lines)
+
+    def plot(self, **kwargs: Any) -> Any:
+        """:func:`~tl_leadterms.analyses.attention.figure.plot_agreement` of this table (its keywords)."""
+        from tl_leadterms.analyses.attention.figure import plot_agreement
+
+        return plot_agreement(self, **kwargs)
+
+
+def _patterns(
+    view: ModelView, tokens: Tensor, layers: list[int], cache: Cache | None
+) -> dict[int, Tensor]:
+    """``hook_pattern`` of each layer: from ``cache`` when it has them, else one model run."""
+    if cache is None:
+        return {layer: p.cpu() for layer, p in view.patterns(tokens, layers).items()}
+    names = {layer: view.hook_name("pattern", layer) for layer in layers}
+    out = {}
+    for layer, name in names.items():
+        if name not in cache:
+            raise LeadTermsError(
+                f"cache has no {name!r}; run the model with run_with_cache on these tokens (or "
+                "pass cache=None)"
+            )
+        pattern = cache[name]
+        if pattern.shape[0] != tokens.shape[0] or pattern.shape[-1] != tokens.shape[1]:
+            raise LeadTermsError(
+                f"cache[{name!r}] has shape {tuple(pattern.shape)}, not that of tokens "
+                f"{tuple(tokens.shape)}: pass the cache of a run on these tokens"
+            )
+        out[layer] = pattern.detach().cpu()  # ranked in its own dtype, fitted in float64
+    return out
+
+
+@torch.no_grad()
+def attention_agreement(
+    model: ReadableModel,
+    stats: CorpusStats,
+    tokens: TokenWindows,
+    *,
+    lr: float | None = None,
+    steps: int | None = None,
+    s_lr: float | None = None,
+    layers: Layers = None,
+    cache: Cache | None = None,
+    progress: bool = True,
+    null: int | NullSpec | None = None,
+) -> AttentionAgreement:
+    """Compare every head's attention pattern on ``tokens`` with the leading-term prediction.
+
+    Each layer and head is compared with :func:`predict_attention` on the same tokens. With
+    the training run (``lr`` and ``steps``, or ``s_lr``) the prediction's scale is the
+    theory's ``c``; without it the scale is fitted per head (a model with embeddings has its
+    own score scale).
+
+    Args:
+        model: any HookedTransformer or TransformerBridge (compatibility mode) over the
+            statistics' vocabulary.
+        stats: corpus statistics.
+        tokens: ``[batch, pos]`` input token ids (``pos ≤ stats.n_ctx``).
+        lr, steps, s_lr: the training run, if known (the paper model).
+        layers: which layers (default all).
+        cache: an ``ActivationCache`` (TransformerLens' ``run_with_cache``), or a dict by hook
+            name, of the model on ``tokens`` holding ``hook_pattern`` of these layers; the
+            model is run only without one.
+        progress: show a tqdm bar over layers.
+        null: ``R`` or a :class:`~tl_leadterms.results.null.NullSpec`: the permutation null
+            of ``rank_correlation`` (columns ``score`` = the rank correlation, ``null_mean``,
+            ``null_sd``, ``z``, ``p``, the effect size ``excess``, ``excess_share`` and the
+            Benjamini–Hochberg ``q`` over the heads; see :mod:`tl_leadterms.results.null`).
+            Each draw relabels the statistics' kept tokens (rows and columns of Q̄ together),
+            gathers the predicted scores again and ranks them once for every head; the
+            model's patterns and their ranks are reused. (``NullSpec.reference`` is not used here.)
+    """
+    view = check_supported(model, caller="attention_agreement")
+    tokens = _check_stats_tokens(stats, tokens)
+    check_vocab(stats, d_vocab=view.d_vocab, tokenizer=view.tokenizer)
+    check_bool("progress", progress)
+    fixed = attention_scale(lr, steps, s_lr, None)
+    chosen = check_layers(layers, view.n_layers)
+    patterns = _patterns(view, tokens, chosen, cache)
+    spec = NullSpec.of(null)
+    scores = predicted_scores(stats, tokens).to(torch.float64).cpu()
+    ranks = score_ranks(scores)  # the same for every layer
+    rows, scored_layers = [], []
+    for layer in progress_bar(chosen, desc="attention agreement", disable=not progress):
+        actual = patterns.pop(layer).transpose(0, 1)  # [H, B, q, k]
+        layer_scores = LayerScores(actual, scores)
+        heads = score_layer(actual, scores, fixed, layer_scores, ranks)
+        if spec is not None:  # the null reuses the patterns' ranks
+            scored_layers.append(layer_scores)
+        for head, scored in enumerate(heads):
+            rows.append({"layer": layer, "head": head, "label": f"L{layer}H{head}"} | scored)
+    metadata = {"n_sequences": tokens.shape[0], "n_positions": tokens.shape[1],
+                "fitted": fixed is None, **Schedule.of(lr, steps, s_lr).to_dict()}  # fmt: skip
+    if spec is not None:
+        draws = _null_rank_correlations(stats, tokens, scored_layers, spec)
+        for row, column in zip(rows, draws.T, strict=True):
+            row.update(summarize(row["rank_correlation"], column))
+        add_qvalues(rows)
+        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
+    return AttentionAgreement(rows, metadata)
+
+
+def _null_rank_correlations(stats, tokens, layers: list[LayerScores], spec: NullSpec) -> Tensor:
+    """``[R, heads]`` rank correlations with the predicted scores of relabelled tokens."""
+    out = []
+    for perm in permutations(stats.k, spec.permutations, spec.seed):
+        ranks = score_ranks(predicted_scores(stats, tokens, perm).to(torch.float64).cpu())
+        out.append(torch.cat([layer.rank_correlation(ranks) for layer in layers]))
+    return torch.stack(out)

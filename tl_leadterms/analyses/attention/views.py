@@ -1,0 +1,251 @@
+"""circuitsvis views: a model's attention next to the predicted one, and a token's neighbours."""
+
+import html
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from tl_leadterms.adapters.support import check_supported
+from tl_leadterms.checks import Layers, check_layers, check_stats, check_vocab, positive_int
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.html import View
+from tl_leadterms.results.tokens import encode_text, token_labels
+from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.theory import Schedule
+
+__all__ = ["extreme_heads", "from_uniform", "plot_attention"]
+
+
+def _token_list(tokens: object, tokenizer: Any) -> list[int]:
+    if isinstance(tokens, str):
+        return encode_text(tokens, tokenizer, "tokens")
+    try:
+        t = torch.as_tensor(tokens)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise LeadTermsError(
+            "tokens must be a 1-D list/tensor of token ids or a string, got "
+            f"{type(tokens).__name__}"
+        ) from err
+    if t.dim() == 2 and t.shape[0] == 1:
+        t = t[0]
+    if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool or t.numel() == 0:
+        raise LeadTermsError(
+            f"tokens must be one non-empty sequence of integer token ids ([pos] or [1, pos]), got "
+            f"shape {tuple(t.shape)} and dtype {t.dtype}"
+        )
+    return [int(i) for i in t.tolist()]
+
+
+def _rounded(x: Tensor) -> list:
+    """Nested lists with 5 decimals: the page stays small, the picture does not change."""
+    return torch.round(x.detach().to(torch.float64).cpu(), decimals=5).tolist()
+
+
+def _pick_tokenizer(*candidates: Any) -> Any:
+    return next((t for t in candidates if t is not None), None)
+
+
+@torch.no_grad()
+def plot_attention(
+    model: Any,
+    stats: CorpusStats,
+    tokens: str | Sequence[int] | Tensor,
+    *,
+    layers: Layers = None,
+    heads: int | Sequence[str] | None = None,
+    tokenizer: Any = None,
+    lr: float | None = None,
+    steps: int | None = None,
+    s_lr: float | None = None,
+) -> View:
+    """Attention heads on one sequence, next to the leading-term prediction and their agreement.
+
+    The model runs once (hooks on ``hook_pattern``); the same patterns serve
+    :func:`~tl_leadterms.attention_agreement` (rank correlation and JS divergence of every head
+    with the prediction, printed beside each view) and the scale fit. The prediction is
+    :func:`~tl_leadterms.predict_attention` scaled by the training run when given (``lr`` and
+    ``steps``, or ``s_lr``), else by the scale ``c`` fitted to this sequence (the median over
+    the layer's heads).
+
+    Args:
+        model: a HookedTransformer over the statistics' vocabulary.
+        stats: corpus statistics (Q̄ and Δ).
+        tokens: one sequence of token ids (``[pos]`` or ``[1, pos]``), or a string when a
+            tokenizer is available (``tokenizer``, ``model.tokenizer`` or ``stats.tokenizer``);
+            cut to ``stats.n_ctx`` (and the model's ``n_ctx``) positions.
+        layers: which layers (default all).
+        heads: ``None``: per layer one circuitsvis ``attention_heads`` view of all its heads
+            (``"L{l}H{h}"``) and ``"L{l} predicted"``. A list of labels such as
+            ``["L3H1", "L0H2"]``, or a number ``n`` (the ``n - n // 2`` heads that agree best
+            and the ``n // 2`` that agree least, by rank correlation): one view per head, the
+            head next to its layer's prediction.
+        tokenizer: to encode a string and label the tokens (html-escaped, with their spaces).
+        lr, steps, s_lr: the training run of the paper model, if known.
+
+    Returns:
+        A :class:`View`; ``view.data`` holds ``tokens``, ``labels``, ``layers``, ``heads`` (the
+        labels shown, or None), ``scale`` (per layer), ``fitted``, ``agreement`` (rows of
+        :func:`~tl_leadterms.attention_agreement`), ``actual`` and ``predicted`` (per layer,
+        ``[heads, q, k]`` and ``[q, k]``).
+    """
+    from tl_leadterms.analyses.attention.compute import (
+        attention_agreement,
+        attention_scale,
+        predict_attention,
+    )
+
+    stats = check_stats(stats)
+    view = check_supported(model, caller="plot_attention")
+    tokenizer = _pick_tokenizer(tokenizer, view.tokenizer, stats.tokenizer)
+    check_vocab(stats, d_vocab=view.d_vocab, tokenizer=view.tokenizer)
+    schedule = Schedule.of(lr, steps, s_lr)
+    fixed = attention_scale(lr, steps, s_lr, None)
+    ids = _token_list(tokens, tokenizer)[: min(stats.n_ctx, view.n_ctx)]
+    bad = [i for i in ids if not 0 <= i < stats.d_vocab]
+    if bad:
+        raise LeadTermsError(f"token id {bad[0]} is outside [0, d_vocab={stats.d_vocab})")
+    chosen = check_layers(layers, view.n_layers)
+    wanted = _check_heads(heads, chosen, view.n_heads)
+    if isinstance(wanted, list):
+        chosen = sorted({int(label[1:].split("H")[0]) for label in wanted})
+    batch = torch.tensor([ids])
+    patterns = view.patterns(batch, chosen)
+    cache = {view.hook_name("pattern", layer): p for layer, p in patterns.items()}
+    agreement = attention_agreement(model, stats, batch, layers=chosen, cache=cache, lr=lr,
+                                    steps=steps, s_lr=s_lr, progress=False).rows  # fmt: skip
+    scale = {
+        layer: fixed
+        if fixed is not None
+        else statistics.median(r["scale"] for r in agreement if r["layer"] == layer)
+        for layer in chosen
+    }
+    if isinstance(wanted, int):
+        wanted = extreme_heads(agreement, wanted)
+    how = (
+        "scale c fitted to this sequence"
+        if fixed is None
+        else ", ".join(f"{k} = {v}" for k, v in schedule.to_dict().items() if v is not None)
+    )
+    labels = token_labels(ids, tokenizer)
+    data = {"tokens": ids, "labels": labels, "layers": chosen, "heads": wanted,
+            "fitted": fixed is None, "scale": scale, "agreement": agreement, "actual": {},
+            "predicted": {}}  # fmt: skip
+    scored = {r["label"]: r for r in agreement}
+    parts: list[Any] = []
+    for layer in chosen:
+        actual = patterns[layer][0].to(torch.float64).cpu()
+        predicted = predict_attention(stats, batch, scale=scale[layer])[0].cpu()
+        data["actual"][layer], data["predicted"][layer] = actual, predicted
+        note = f"{how}; c = {scale[layer]:.4g}"
+        if wanted is None:
+            parts += _layer_view(layer, actual, predicted, labels, note, scored)
+            continue
+        for label in (h for h in wanted if h.startswith(f"L{layer}H")):
+            head = int(label.split("H")[1])
+            parts += _head_view(label, actual[head], predicted, labels, note, scored[label])
+    return View(parts, title="Attention: model heads and leading-term prediction", data=data)
+
+
+def _check_heads(heads: object, layers: list[int], n_heads: int) -> int | list[str] | None:
+    if heads is None:
+        return None
+    if isinstance(heads, int) and not isinstance(heads, bool):
+        return positive_int("heads", heads)
+    if isinstance(heads, str):
+        heads = [heads]
+    if not isinstance(heads, (list, tuple)) or not heads:
+        raise LeadTermsError(
+            f"heads must be None, a number of heads or labels such as ['L0H1'], got {heads!r}"
+        )
+    out = []
+    for label in heads:
+        parts = label[1:].split("H") if isinstance(label, str) and label[:1] == "L" else []
+        ok = len(parts) == 2 and all(p.isdigit() for p in parts)
+        if not ok or int(parts[0]) not in layers or int(parts[1]) >= n_heads:
+            raise LeadTermsError(
+                f"head {label!r} is not 'L<layer>H<head>' with layer in {layers} and head < "
+                f"{n_heads}; e.g. heads=['L{layers[0]}H0']"
+            )
+        out.append(f"L{int(parts[0])}H{int(parts[1])}")
+    return list(dict.fromkeys(out))
+
+
+def extreme_heads(agreement: list[dict], n: int) -> list[str]:
+    """The ``n - n // 2`` heads with the highest and the ``n // 2`` with the lowest rank
+    correlation (NaN counts as lowest), in layer order.
+
+    >>> rows = [{"label": f"L0H{h}", "rank_correlation": r} for h, r in enumerate([.1, .9, .5])]
+    >>> extreme_heads(rows, 2)
+    ['L0H0', 'L0H1']
+    """
+    key = [(r["rank_correlation"] if r["rank_correlation"] == r["rank_correlation"] else -2.0,
+            i) for i, r in enumerate(agreement)]  # fmt: skip
+    order = [i for _, i in sorted(key, reverse=True)]
+    top = order[: n - n // 2]
+    low = [i for i in reversed(order) if i not in top][: n // 2]
+    return [agreement[i]["label"] for i in sorted(top + low)]
+
+
+def from_uniform(pattern: Tensor) -> float:
+    """The largest ``|p − 1/(q+1)|`` of causal attention ``[..., q, k]``: how far it is from
+    attending uniformly to every earlier position (0 for uniform attention).
+
+    >>> from_uniform(torch.tensor([[1.0, 0.0], [0.5, 0.5]]))
+    0.0
+    """
+    n = pattern.shape[-1]
+    uniform = torch.tril(torch.ones(n, n, dtype=torch.float64))
+    uniform = uniform / uniform.sum(-1, keepdim=True)
+    return float((pattern.to(torch.float64) - uniform).abs().max())
+
+
+def _agreement_text(row: dict) -> str:
+    return (
+        f"rank correlation {row['rank_correlation']:.3f}, JS divergence {row['js_divergence']:.3g}"
+    )
+
+
+def _head_view(label: str, actual: Tensor, predicted: Tensor, labels: list[str], how: str,
+               row: dict):  # fmt: skip
+    """A caption with the head's agreement and one view: the head, then its layer's prediction."""
+    import circuitsvis.attention
+
+    layer = label[1:].split("H")[0]
+    caption = (
+        f'<p class="agreement" data-head="{label}"><strong>{label}</strong>: '
+        f"{_agreement_text(row)} with <strong>L{layer} predicted</strong> "
+        f"(the leading terms, {html.escape(how)}). Largest distance from uniform attention: "
+        f"{from_uniform(actual):.2g} (head), {from_uniform(predicted):.2g} (predicted).</p>"
+    )
+    view = circuitsvis.attention.attention_heads(
+        attention=_rounded(torch.stack([actual, predicted.to(actual)])),
+        tokens=labels,
+        attention_head_names=[label, f"L{layer} predicted"],
+        mask_upper_tri=True,
+    )
+    return [caption, view]
+
+
+def _layer_view(layer: int, actual: Tensor, predicted: Tensor, labels: list[str], how: str,
+                scored: dict):  # fmt: skip
+    """A caption with each head's agreement and one view: the layer's heads, then the prediction."""
+    import circuitsvis.attention
+
+    heads = [f"L{layer}H{h}" for h in range(actual.shape[0])]
+    agree = "; ".join(f"{h}: {_agreement_text(scored[h])}" for h in heads)
+    caption = (
+        f'<p class="agreement" data-layer="{layer}">Layer {layer}: heads {", ".join(heads)} and '
+        f"<strong>L{layer} predicted</strong> (the leading terms, {html.escape(how)}). "
+        f"Agreement with the prediction: {agree}. Largest distance from uniform attention: "
+        f"{from_uniform(actual):.2g} (heads), {from_uniform(predicted):.2g} (predicted).</p>"
+    )
+    view = circuitsvis.attention.attention_heads(
+        attention=_rounded(torch.cat([actual, predicted[None].to(actual)], dim=0)),
+        tokens=labels,
+        attention_head_names=[*heads, f"L{layer} predicted"],
+        mask_upper_tri=True,
+    )
+    return [caption, view]

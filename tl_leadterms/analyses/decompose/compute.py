@@ -1,0 +1,371 @@
+"""`decompose`: how much bigram, interchangeability and context each weight of a model holds."""
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformer_lens import FactoredMatrix
+
+from tl_leadterms.adapters import PaperWeights, factored
+from tl_leadterms.adapters.convert import weights_for_stats
+from tl_leadterms.analyses.decompose.common import map_parts
+from tl_leadterms.analyses.decompose.fit import (
+    BasisCache,
+    MapFit,
+    Projections,
+    fit_map,
+    lead_cosines,
+    permuted_lead_inner,
+)
+from tl_leadterms.analyses.decompose.result import Decomposition
+from tl_leadterms.checks import Layers, check_bool, check_layers
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.progress import progress_bar
+from tl_leadterms.protocols import ReadableModel
+from tl_leadterms.results.bootstrap import (
+    Bootstrap,
+    BootstrapSpec,
+    add_interval,
+    resolve_bootstrap,
+)
+from tl_leadterms.results.null import NullSpec, add_qvalues, permutations, summarize
+from tl_leadterms.stats.blocks import BlockStats
+from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.degenerate import degenerate_reason
+from tl_leadterms.theory import WEIGHTS, Schedule, Term, Weight, term
+
+__all__ = ["IMPLIED_MIN_COSINE", "decompose", "leading_cosines", "model_weights"]
+
+#: the implied s·η is reported only when the cosine with the leading term is at least this
+IMPLIED_MIN_COSINE = 0.2
+
+
+def model_weights(pw: PaperWeights) -> list[str]:
+    """The weights of the theorem this model has, in table order.
+
+    The paper model has ``W_O``, ``V``, ``W``, ``P``; a model with token embeddings has
+    ``W_O``, ``V·W_O`` (its value path is defined in vocabulary space only as the product), ``W``
+    and, with learned positions, ``P``.
+    """
+    return ["W_O", pw.value_weight, "W"] + (["P"] if pw.has_P else [])
+
+
+def _select_weights(weights: Any, pw: PaperWeights) -> list[str]:
+    """``None`` -> every weight the model has; names from the table otherwise.
+
+    ``"V"`` and ``"V·W_O"`` both select the model's value path (whichever it has).
+    """
+    have = model_weights(pw)
+    if weights is None:
+        return have
+    if isinstance(weights, str):
+        weights = (weights,)
+    if not isinstance(weights, Sequence) or not weights or any(w not in WEIGHTS for w in weights):
+        raise LeadTermsError(
+            f"weights must be None or a non-empty list of {', '.join(WEIGHTS)}; got {weights!r}"
+        )
+    value = term(pw.V_kind).weight
+    chosen = [value if w in ("V", "V·W_O") else w for w in weights]
+    if "P" in chosen and not pw.has_P:
+        pw.P  # raises the adapter's explanation of why P is not defined  # noqa: B018
+    return list(dict.fromkeys(chosen))
+
+
+def _maps(
+    pw: PaperWeights,
+    stats: CorpusStats,
+    t: Term,
+    layer: int | None,
+    per_head: bool,
+    projections: Projections | None = None,
+):
+    """The map(s) of one weight, restricted to the kept tokens: ``[h, k, k]`` or ``[h, n_ctx]``.
+
+    With ``projections``, ``V``/``W`` of a model with embeddings come back as a restricted
+    :class:`~tl_leadterms.adapters.sandwich.Sandwich` (its outer factors shared across heads and
+    layers).
+    """
+    kept = stats.kept
+    sandwich = None if projections is None or layer is None else pw.sandwich(t.weight, layer)
+    if sandwich is not None and t.weight != "P":
+        if not per_head:
+            sandwich = sandwich.combined(mean=t.weight == "W")
+        return projections.restrict(sandwich)
+    if t.weight == "P":
+        P = pw.P[layer] if per_head else pw.layer_map("P", layer)[None]
+        return P[..., : min(P.shape[-1], stats.n_ctx)]
+    if t.weight == "W_O":
+        M = pw.W_O
+    elif per_head:
+        M = (pw.W if t.weight == "W" else pw.V)[layer]
+    else:
+        M = pw.layer_map(t.weight, layer)
+    if kept is not None:
+        M = factored.restrict(M, kept, kept)
+    if isinstance(M, FactoredMatrix):
+        return FactoredMatrix(M.A[None], M.B[None]) if M.A.dim() == 2 else M
+    return M[None] if M.dim() == 2 else M
+
+
+@torch.no_grad()
+def decompose(
+    model: ReadableModel | PaperWeights,
+    stats: CorpusStats | BlockStats,
+    *,
+    lr: float | None = None,
+    steps: int | None = None,
+    s_lr: float | None = None,
+    layers: Layers = None,
+    per_head: bool = False,
+    weights: Weight | Sequence[Weight] | None = None,
+    progress: bool = True,
+    null: int | NullSpec | None = None,
+    ci: float | None = None,
+    bootstrap: int | BootstrapSpec = 50,
+) -> Decomposition:
+    """Decompose each weight of ``model`` into bigram, interchangeability and context parts.
+
+    For every (weight, layer, head) the weight is compared with its own leading term
+    (docs/math.md#leading-terms: ``W_O ~ B̄``, ``V ~ Φ̄ᵀB̄ᵀ`` for the paper model or ``Φ̄ᵀΣ_B̄`` for
+    the value→output map of models with embeddings, ``W ~ Q̄``, ``P ~ Δ``) and fitted by least
+    squares onto the basis of :mod:`tl_leadterms.theory` table. Factored maps are never
+    materialised.
+
+    Args:
+        model: a HookedTransformer (any model :func:`tl_leadterms.to_paper` accepts) or a
+            :class:`~tl_leadterms.adapters.PaperWeights`.
+        stats: corpus statistics over the model's vocabulary (restricted ones compare the kept
+            tokens only).
+        lr, steps, s_lr: the training run, if known (the rule of :mod:`tl_leadterms.checks`):
+            ``lr`` sharpens the implied ``s·η`` (solved from the exact coefficient instead of
+            its ``η → 0`` limit); ``lr·steps`` (or ``s_lr``) is shown beside it as expected.
+        layers: which layers (default all).
+        per_head: score each head on its own: one row per head instead of one per layer with
+            the heads combined (``W``, ``P`` averaged, ``V`` summed over heads; the default).
+        weights: which weights (default: every weight the model has, see
+            :func:`model_weights`); names from :data:`tl_leadterms.theory.WEIGHTS`. ``"V"`` and
+            ``"V·W_O"`` both select the value path; asking for ``P`` of a model without learned
+            positions is an error that says why.
+        progress: a progress bar over (weight, layer).
+        null: ``R`` (an int) or a :class:`~tl_leadterms.results.null.NullSpec`: add the
+            permutation null of each row's cosine (columns ``score`` = the cosine,
+            ``null_mean``, ``null_sd``, ``z``, ``p``, the effect size ``excess`` =
+            ``score − null_mean`` and ``excess_share``, and ``q``, the Benjamini–Hochberg
+            q-value over the rows; see :mod:`tl_leadterms.results.null`)
+            and, with ``NullSpec(reference=...)``, a ``reference`` column (the reference
+            model's cosine). ``P`` is indexed by offset, not token: its null columns are NaN.
+        ci: a confidence level (e.g. ``0.95``): add ``lo``/``hi``, ``corrected`` and
+            ``ci_level``: the bootstrap interval of each row's cosine over resamples of corpus
+            blocks (exact resamples) by the method ``bootstrap`` names
+            (``BootstrapSpec.method``; its default is the one
+            :mod:`tl_leadterms.results.bootstrap` documents and argues for), and the
+            bias-corrected cosine it is built around (always within ``lo``..``hi``). Needs
+            ``stats`` from :func:`~tl_leadterms.stats.blocks.block_stats` (a
+            ``BlockStats``: its full-corpus statistics are the ones scored); see
+            :mod:`tl_leadterms.results.bootstrap`.
+        bootstrap: ``R`` (default 50) or a
+            :class:`~tl_leadterms.results.bootstrap.BootstrapSpec` (resamples, seed, method,
+            exact).
+
+    Every token-token row also has ``specific``, the cosine of the two maps double-centred
+    over tokens (rows and columns: a vector every token shares removed), and ``common_share``,
+    the share of the cosine's numerator carried by what every token shares
+    (:mod:`tl_leadterms.analyses.decompose.common`; ``P`` rows have neither). A high ``cosine`` with a
+    ``common_share`` near 1 says little about which token is which.
+
+    Shares are exact Shapley values of ``R²`` (:mod:`tl_leadterms.results.attribution`),
+    with per-component ``unique`` and ``shared`` parts; ``character`` names a component only
+    when it clearly dominates (else ``"mixed"`` or ``"unexplained"``). ``implied_s_lr`` is NaN
+    unless the cosine is at least :data:`IMPLIED_MIN_COSINE` (0.2): a projection onto a
+    direction the map barely points along implies no training time.
+
+    The statistics depend on the window length T they were counted with (Q̄, Φ̄ and Δ weigh
+    positions by ``1/t``); compare a model with statistics of the T it was trained on. ``P``
+    is compared on the offsets both share (``metadata["P_offsets_compared"]``).
+
+    Returns:
+        A :class:`~tl_leadterms.analyses.decompose.result.Decomposition`.
+
+    Example:
+        >>> import torch
+        >>> from tl_leadterms import corpus_stats, decompose, paper_model, train
+        >>> tokens = torch.randint(0, 12, (64, 9), generator=torch.Generator().manual_seed(0))
+        >>> stats = corpus_stats(tokens, d_vocab=12, progress=False)
+        >>> model = paper_model(d_vocab=12, n_ctx=8, n_layers=1)
+        >>> _ = train(model, tokens, lr=1.0, steps=4, progress=False)
+        >>> d = decompose(model, stats, lr=1.0, steps=4, per_head=True)
+        >>> row = d.row("W_O")
+        >>> row["cosine"] > 0.999, round(row["implied_s_lr"], 1)  # lr·steps = 4
+        (True, 4.0)
+    """
+    stats, boot = resolve_bootstrap(stats, ci, bootstrap)
+    pw = weights_for_stats(model, stats)
+    chosen = check_layers(layers, pw.n_layers)
+    per_head = check_bool("per_head", per_head)
+    schedule = Schedule.of(lr, steps, s_lr)
+    check_bool("progress", progress)
+    cache = BasisCache.of(stats)
+    kept = None if stats.kept is None else stats.kept.to(pw.W_O.A.device if hasattr(pw.W_O, "A")
+                                                         else pw.W_O.device)  # fmt: skip
+    projections = Projections(cache, kept)
+    spec = NullSpec.of(null)
+    perms = None if spec is None else permutations(stats.k, spec.permutations, spec.seed)
+    jobs = [(w, layer) for w in _select_weights(weights, pw)
+            for layer in ([None] if w == "W_O" else chosen)]  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    scored: list[tuple[Any, Term, torch.Tensor]] = []  # kept for the bootstrap
+    voided = {w: degenerate_reason(stats, term(w).statistic) for w, _ in jobs
+              if term(w).statistic is not None and stats.has(term(w).statistic)}  # fmt: skip
+    for weight, layer in progress_bar(jobs, desc="decompose", disable=not progress):
+        t = term(weight)
+        M = _maps(pw, stats, t, layer, per_head, projections)
+        fits = fit_map(M, t, cache, projections)
+        if boot is not None:
+            scored.append((M, t, torch.tensor([f.norm for f in fits], dtype=torch.float64)))
+        draws = None if perms is None else _null_cosines(M, t, cache, perms, projections, fits)
+        specific, common = _common(M, t, cache, projections, fits)
+        for head, fit in enumerate(fits):
+            row = _row(t, layer, head if per_head and weight != "W_O" else None, fit, schedule)
+            if not t.vector:  # P is indexed by offset: no token axis, no such columns
+                row.update(specific=float(specific[head]), common_share=float(common[head]))
+            if draws is not None:
+                row.update(summarize(fit.cosine, draws[:, head]))
+            if voided.get(weight):  # the target is zero up to rounding: no score, a reason
+                row.update(cosine=math.nan, implied_s_lr=math.nan, character="degenerate",
+                           reason=voided[weight])  # fmt: skip
+            rows.append(row)
+    if spec is not None:
+        add_qvalues(rows)  # Benjamini–Hochberg over this model's rows
+    if boot is not None:
+        add_interval(rows, _bootstrap_cosines(scored, boot, projections), boot, "cosine")
+    if spec is not None and spec.reference is not None:
+        _add_reference(rows, spec.reference_model(model), stats, layers, per_head, weights)
+    metadata = _metadata(pw, stats, schedule, per_head, spec, boot)
+    return Decomposition(rows, metadata=metadata)
+
+
+def _metadata(pw, stats, schedule: Schedule, per_head: bool, spec, boot) -> dict[str, Any]:
+    """What a Decomposition was computed from: model, statistics, run, null and CI settings."""
+    metadata = {
+        "model": pw.metadata,
+        "stats": dict(stats.metadata),
+        "k": stats.k,
+        "n_ctx": stats.n_ctx,
+        "n_sequences": stats.n_sequences,
+        **schedule.to_dict(),
+        "per_head": per_head,
+        "P_offsets_compared": min(pw.n_ctx, stats.n_ctx) if pw.has_P else 0,
+    }
+    if spec is not None:
+        reference = spec.reference
+        if reference is not None and not isinstance(reference, str):
+            reference = "model"
+        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed,
+                            "reference": reference}  # fmt: skip
+    if boot is not None:
+        metadata["ci"] = boot.metadata()
+    return metadata
+
+
+def _bootstrap_cosines(scored, boot: Bootstrap, projections: Projections) -> torch.Tensor:
+    """``[R, rows]`` leading-term cosines of every scored map on each bootstrap resample.
+
+    The maps, their norms and the model side of ``projections`` are reused; each resample
+    rebuilds only its basis maps and their projections.
+    """
+    out = []
+    for resampled in boot.resamples():
+        cache = BasisCache(resampled)
+        proj = projections.with_cache(cache)
+        out.append(torch.cat([lead_cosines(M, t, cache, norms, proj) for M, t, norms in scored]))
+    return torch.stack(out)
+
+
+def _common(M, t: Term, cache: BasisCache, projections, fits):
+    """``specific`` and ``common_share`` per head (:mod:`tl_leadterms.analyses.decompose.common`)."""
+    if t.vector:
+        nan = torch.full((len(fits),), math.nan, dtype=torch.float64)
+        return nan, nan
+    lead2 = float(cache.gram(t)[0, 0])
+    inner = torch.tensor([f.projection * lead2 for f in fits], dtype=torch.float64)
+    return map_parts(M, t, cache, projections, inner)
+
+
+def _null_cosines(M, t: Term, cache: BasisCache, perms, projections, fits) -> torch.Tensor:
+    """``[R, h]`` cosines of each head's map with the leading term relabelled by ``perms``."""
+    inner = permuted_lead_inner(M, t, cache, perms, projections)
+    if t.vector:
+        return inner
+    norms = torch.tensor([f.norm for f in fits], dtype=torch.float64)
+    denominator = norms * math.sqrt(cache.sq_norm(t.target))
+    return torch.where(denominator > 0, inner / denominator, torch.full_like(inner, math.nan))
+
+
+def _add_reference(rows: list[dict], reference, stats, layers, per_head, weights) -> None:
+    """A ``reference`` column: the same rows scored on the reference model."""
+    ref = decompose(reference, stats, layers=layers, per_head=per_head, weights=weights)
+    by_key = {(r["weight"], r["layer"], r["head"]): r["cosine"] for r in ref.rows}
+    for r in rows:
+        r["reference"] = by_key.get((r["weight"], r["layer"], r["head"]), math.nan)
+
+
+def _row(t: Term, layer: int | None, head: int | None, fit: MapFit, schedule: Schedule) -> dict:
+    clear = fit.cosine >= IMPLIED_MIN_COSINE
+    label = "" if layer is None else f"L{layer}" + ("" if head is None else f"H{head}")
+    return {
+        "weight": t.weight,
+        "layer": layer,
+        "head": head,
+        "label": label or t.weight,
+        "kind": t.kind,
+        "target": t.target.formula,
+        "cosine": fit.cosine,
+        "projection": fit.projection,
+        "implied_s_lr": t.implied_s_lr(fit.projection, schedule.lr) if clear else math.nan,
+        "expected_s_lr": math.nan if schedule.s_lr is None else schedule.s_lr,
+        "norm": fit.norm,
+        "explained": 1.0 - fit.remainder,
+        "remainder": fit.remainder,
+        "character": fit.character,
+        "shares": fit.shares,
+        "unique": fit.unique,
+        "shared": fit.shared,
+        "family_shares": fit.family_shares,
+    }
+
+
+@torch.no_grad()
+def leading_cosines(model: ReadableModel, stats: CorpusStats) -> dict[str, float]:
+    """The cosine of every weight with its own leading term, heads combined per layer.
+
+    Args:
+        model: the model to read.
+        stats: the corpus statistics it was trained on.
+
+    A weight that is still exactly zero (``W`` and ``P`` before step 3) has no direction and
+    gets NaN. Keys are ``"W_O"``, then ``"V.{l}"`` (paper model) or ``"V·W_O.{l}"`` (models with
+    embeddings), ``"W.{l}"`` and ``"P.{l}"`` (models with learned positions). This is the
+    paper's metric (docs/math.md#agreement) and what :func:`tl_leadterms.train` records with
+    ``track=stats``.
+    """
+    pw = weights_for_stats(model, stats)
+    cache = BasisCache.of(stats)
+    out = {}
+    for weight in model_weights(pw):
+        t = term(weight)
+        for layer in [None] if weight == "W_O" else range(pw.n_layers):
+            M = _maps(pw, stats, t, layer, per_head=False)
+            target = cache.map(t.target)
+            if t.vector:  # [1, offsets], cut to the offsets both have
+                target = target[None, : M.shape[-1]].to(M.device, M.dtype)
+            # one pass for ‖M‖² and one for ⟨M, T⟩; ‖T‖² of a matrix target is cached
+            norm2 = float(factored.sq_norm(M).flatten()[0])
+            if norm2 == 0.0:
+                value = math.nan
+            else:
+                t2 = float((target**2).sum()) if t.vector else cache.sq_norm(t.target)
+                dot = float(factored.inner_maps(M, target).flatten()[0])
+                value = max(-1.0, min(1.0, dot / math.sqrt(norm2 * t2))) if t2 > 0 else 0.0
+            out[weight if layer is None else f"{weight}.{layer}"] = value
+    return out

@@ -1,0 +1,253 @@
+"""`output_agreement`: how much of a model's next-token behaviour its leading terms explain.
+
+Every other score compares weights; this one compares *outputs*. On held-out windows it runs
+the model and three predictors built from the same corpus statistics — the leading-term model
+(the paper model with every weight replaced by its leading term, docs/math.md#leading-terms),
+its ``W_O`` term alone (the bigram predictor ``sη·B̄[x_t]``) and the unigram — and scores, per
+position, ``KL(model ‖ predictor)`` and top-1/top-5 agreement. The headline is the share of the
+KL gap between the unigram and the model that the leading terms close.
+
+Distributions are compared over the statistics' kept tokens; with a vocabulary restriction the
+other tokens form one extra outcome (the *bucket*): the model's bucket is the total
+probability it gives them, the predictors' is described in
+:mod:`tl_leadterms.analyses.output.predictors`. A dropped input token is a zero one-hot row, as in the
+statistics. Nothing ``[k, k]`` is built per layer: the model side is its own forward pass (its
+logits reduced to the kept tokens), the theory side reads the three shared maps once per token
+set (:mod:`tl_leadterms.analyses.output.predictors`; repeated calls on the same statistics and windows,
+as a training monitor makes, reuse that work).
+"""
+
+import math
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from tl_leadterms.analyses.output.fit import fit_bigram, fit_leading, mean_kl, scores
+from tl_leadterms.analyses.output.predictors import LeadingPredictor, unigram_log_probs, with_bucket
+from tl_leadterms.analyses.output.result import OutputAgreement
+from tl_leadterms.checks import check_bool, check_tokens, check_vocab, positive_int
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.protocols import ReadableModel, TokenWindows
+from tl_leadterms.results.bootstrap import BootstrapSpec, add_interval, resolve_bootstrap
+from tl_leadterms.results.null import NullSpec, permutations, summarize
+from tl_leadterms.stats.blocks import BlockStats
+from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.theory import Schedule
+
+__all__ = ["model_log_probs", "output_agreement"]
+
+_CHUNK_ELEMENTS = 2**26  # logits per model forward chunk (256 MiB in float32)
+
+
+@torch.no_grad()
+def model_log_probs(
+    model: Any, tokens: torch.Tensor, kept: torch.Tensor | None, dtype=torch.float32
+) -> torch.Tensor:
+    """The model's next-token log-probabilities over the kept tokens (+ bucket), in ``dtype``."""
+    d_vocab = model.cfg.d_vocab
+    chunk = max(1, _CHUNK_ELEMENTS // (tokens.shape[1] * d_vocab))
+    keep = None
+    if kept is not None:
+        keep = torch.zeros(d_vocab, dtype=torch.bool, device=tokens.device)
+        keep[kept.to(tokens.device)] = True
+        kept = kept.to(tokens.device)
+    out = []
+    for start in range(0, tokens.shape[0], chunk):
+        logits = model(tokens[start : start + chunk]).to(dtype)
+        if keep is None:
+            out.append(torch.log_softmax(logits, dim=-1))
+            continue
+        # one normaliser for both parts, no full-vocabulary log-softmax materialised
+        total = logits.logsumexp(-1, keepdim=True)
+        part = logits[..., kept.to(logits.device)]
+        bucket = logits.masked_fill_(keep.to(logits.device), -math.inf).logsumexp(-1, keepdim=True)
+        out.append(torch.cat([part, bucket], dim=-1) - total)
+    return torch.cat(out)
+
+
+def _split(n: int, fit: bool, calibration: float) -> int:
+    """How many leading windows calibrate the fit (0 without ``fit``)."""
+    if not fit:
+        return 0
+    if not (isinstance(calibration, float) and 0.0 < calibration < 1.0):
+        raise LeadTermsError(f"calibration must be a float in (0, 1), got {calibration!r}")
+    n_cal = min(n - 1, max(1, round(n * calibration)))
+    if n < 2:
+        raise LeadTermsError(
+            f"fit=True needs at least 2 windows (a calibration and a held-out part); got {n}"
+        )
+    return n_cal
+
+
+def _coefficients(schedule: Schedule, fit: bool) -> tuple[float, float, float] | None:
+    if schedule.s_lr is None:
+        if not fit:
+            raise LeadTermsError(
+                "output_agreement needs the training run (lr= and steps=, or s_lr=) to scale "
+                "the leading terms; for a model whose s·η is unknown pass fit=True"
+            )
+        return None
+    return tuple(schedule.coefficient(w) for w in ("W_O", "V", "W"))
+
+
+def _row(name: str, model_lp, pred_lp, kl_unigram: float | None, c) -> dict[str, Any]:
+    kl, top1, top5 = scores(model_lp, pred_lp)
+    mean = float(kl.mean())
+    explained = math.nan if not kl_unigram else 1.0 - mean / kl_unigram
+    return {"predictor": name, "kl": mean, "explained": explained, "top1": float(top1),
+            "top5": float(top5), "c_O": c[0], "c_V": c[1], "c_W": c[2],
+            "kl_per_position": kl.mean(0).tolist()}  # fmt: skip
+
+
+@torch.no_grad()
+def output_agreement(
+    model: ReadableModel,
+    stats: CorpusStats | BlockStats,
+    tokens: TokenWindows,
+    *,
+    lr: float | None = None,
+    steps: int | None = None,
+    s_lr: float | None = None,
+    fit: bool = False,
+    calibration: float = 0.5,
+    n_layers: int | None = None,
+    null: int | NullSpec | None = None,
+    ci: float | None = None,
+    bootstrap: int | BootstrapSpec = 50,
+    dtype: torch.dtype = torch.float32,
+    progress: bool = True,
+) -> OutputAgreement:
+    """Compare ``model``'s next-token distributions with its leading-term model's.
+
+    Args:
+        model: the paper model or any TransformerLens model (anything ``to_paper`` reads, and
+            any other model whose ``model(tokens)`` returns next-token logits and whose
+            ``cfg`` has ``d_vocab``, ``n_ctx``, ``n_layers``); its vocabulary must be the
+            statistics'.
+        stats: corpus statistics (a :class:`~tl_leadterms.CorpusStats`, or a ``BlockStats`` for
+            ``ci=``).
+        tokens: held-out input windows ``[n, T]`` (``T`` at most the model's ``n_ctx``); every
+            position is scored.
+        lr, steps, s_lr: the training run that scales the leading terms (``Schedule`` rule).
+        fit: fit ``c_O``, ``c_V``, ``c_W`` (shared by all layers) on the first ``calibration``
+            share of the windows and score the rest (see
+            :mod:`tl_leadterms.analyses.output.fit`); the bigram baseline's ``c_O`` is fitted too.
+        calibration: share of the windows used to fit (``fit=True`` only).
+        n_layers: depth of the leading-term model (default: the model's).
+        null: ``R`` or a :class:`~tl_leadterms.NullSpec`: the permutation null of the leading
+            row's ``explained`` (the theory's tokens relabelled, coefficients kept) and, with
+            ``NullSpec(reference=...)``, the reference model's ``explained``.
+        ci: a level: a bootstrap interval of ``explained`` over corpus blocks (needs
+            ``BlockStats``; each resample rebuilds the three predictors, coefficients kept).
+        bootstrap: resamples (int) or a ``BootstrapSpec``.
+        dtype: precision of the comparison (float32; the model runs in its own, its logits are
+            cast).
+        progress: a progress bar over the null draws and bootstrap resamples.
+
+    Returns:
+        An :class:`~tl_leadterms.analyses.output.result.OutputAgreement`.
+
+    Example:
+        >>> import torch
+        >>> from tl_leadterms import corpus_stats, leading_model, output_agreement
+        >>> tokens = torch.randint(0, 12, (64, 9), generator=torch.Generator().manual_seed(0))
+        >>> stats = corpus_stats(tokens, d_vocab=12, progress=False)
+        >>> model = leading_model(stats, s_lr=2.0)
+        >>> out = output_agreement(model, stats, tokens[:8, :-1], s_lr=2.0)
+        >>> out.kl < 1e-6, round(out.explained, 4)
+        (True, 1.0)
+    """
+    stats, boot = resolve_bootstrap(stats, ci, bootstrap)
+    if not callable(model) or getattr(model, "cfg", None) is None:
+        raise LeadTermsError(
+            f"output_agreement runs the model, got a {type(model).__name__}: pass the model "
+            "itself (the paper model or a TransformerLens model), not its PaperWeights"
+        )
+    check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
+    fit, progress = check_bool("fit", fit), check_bool("progress", progress)
+    tokens = check_tokens(tokens, model.cfg.d_vocab, max_len=model.cfg.n_ctx,
+                          max_len_hint=f" the model's n_ctx={model.cfg.n_ctx}")  # fmt: skip
+    n_layers = model.cfg.n_layers if n_layers is None else positive_int("n_layers", n_layers)
+    schedule = Schedule.of(lr, steps, s_lr)
+    known = _coefficients(schedule, fit)
+    n_cal = _split(tokens.shape[0], fit, calibration)
+    device = next(iter(model.parameters())).device
+    tokens = tokens.to(device)
+    index = stats.vocab.index_map(device)
+    x = (tokens if index is None else index[tokens]).to(stats.device)
+    model_lp = model_log_probs(model, tokens, stats.kept, dtype).to(stats.device)
+    pred = LeadingPredictor.shared(stats, dtype=dtype)  # its bases outlive this call
+
+    def leading(p, xs, c):
+        if isinstance(c[1], float) and c[1] == 0.0:  # no value term: attention changes nothing
+            return with_bucket(p.bigram_logits(xs, c[0]), stats.d_vocab)
+        return with_bucket(p.logits(xs, *c, n_layers=n_layers), stats.d_vocab)
+
+    fitted = None
+    c_lead, c_bigram = known, None if known is None else (known[0], 0.0, 0.0)
+    if fit:
+        cal_x, cal_lp = x[:n_cal], model_lp[:n_cal]
+        with torch.enable_grad():
+            c_O = fit_bigram(lambda c: mean_kl(cal_lp, leading(pred, cal_x, (c, 0.0, 0.0))))
+            starts = [(c_O, 0.0, 0.0)] + ([known] if known else [])
+            fitted = fit_leading(lambda *c: mean_kl(cal_lp, leading(pred, cal_x, c)), starts)
+        c_lead, c_bigram = (fitted["c_O"], fitted["c_V"], fitted["c_W"]), (c_O, 0.0, 0.0)
+        fitted["bigram_c_O"] = c_O
+        x, model_lp = x[n_cal:], model_lp[n_cal:]
+    unigram = unigram_log_probs(stats, dtype).expand_as(model_lp)
+    uni_row = _row("unigram", model_lp, unigram, None, (math.nan,) * 3)
+    kl_uni = uni_row["kl"]
+    uni_row["explained"] = 0.0
+    rows = [
+        _row("leading", model_lp, leading(pred, x, c_lead), kl_uni, c_lead),
+        _row("bigram", model_lp, leading(pred, x, c_bigram), kl_uni, c_bigram),
+        uni_row,
+    ]
+    spec = NullSpec.of(null)
+    if spec is not None:
+        perms = permutations(stats.k, spec.permutations, spec.seed)
+        draws = [1.0 - mean_kl(model_lp, leading(pred.permuted(p), x, c_lead)).item() / kl_uni
+                 for p in tqdm(perms, desc="null", disable=not progress)]  # fmt: skip
+        rows[0].update(summarize(rows[0]["explained"], torch.tensor(draws)))
+        reference = spec.reference_model(model)
+        if reference is not None:
+            ref = output_agreement(
+                reference,
+                stats,
+                tokens[n_cal:],
+                n_layers=n_layers,
+                lr=lr,
+                steps=steps,
+                s_lr=s_lr,
+                fit=False,
+                dtype=dtype,
+            )
+            rows[0]["reference"] = ref.explained
+    if boot is not None:
+        add_interval(rows[:1], _bootstrap(boot, model_lp, x, c_lead, leading, dtype, progress),
+                     boot, "explained")  # fmt: skip
+    metadata = {
+        "model_name": getattr(model.cfg, "model_name", None), "k": stats.k,
+        "d_vocab": stats.d_vocab, "bucket": stats.k < stats.d_vocab, "n_layers": n_layers,
+        "n_windows": int(x.shape[0]), "n_calibration": n_cal, "n_ctx": int(x.shape[1]),
+        "stats_n_ctx": stats.n_ctx, **schedule.to_dict(), "fitted": fitted,
+        "unigram_kl": kl_uni,
+    }  # fmt: skip
+    if spec is not None:
+        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
+    if boot is not None:
+        metadata["ci"] = boot.metadata()
+    return OutputAgreement(rows, metadata)
+
+
+def _bootstrap(boot, model_lp, x, c, leading, dtype, progress) -> torch.Tensor:
+    """``[R, 1]`` explained shares of the leading-term model on each bootstrap resample."""
+    out = []
+    for resampled in tqdm(boot.resamples(), total=boot.spec.resamples, desc="bootstrap",
+                          disable=not progress):  # fmt: skip
+        pred = LeadingPredictor(resampled, dtype=dtype)
+        uni = unigram_log_probs(resampled, dtype).expand_as(model_lp)
+        kl = mean_kl(model_lp, leading(pred, x, c)).item()
+        out.append([1.0 - kl / mean_kl(model_lp, uni).item()])
+    return torch.tensor(out, dtype=torch.float64)

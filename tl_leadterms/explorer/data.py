@@ -1,0 +1,194 @@
+"""The numbers behind :func:`~tl_leadterms.explorer.build.explore`, as plain JSON-ready data.
+
+Everything the page shows is computed here once, in Python, and embedded in the page; the
+browser only draws. Per head (``"L{l}H{h}"``): the decomposition rows of its query-key map
+``W`` and its value path (cosine with the leading term, explained ``R²``, Shapley shares per
+component and family, interval, null), its attention on the text and the predicted attention
+at its fitted scale, TransformerLens's detector scores, the token pairs its ``W`` scores
+highest next to the pairs ``Q̄`` scores highest, and its value map's top input → output pairs
+next to the value leading term's. Token pairs are ranked among the ``pair_tokens`` most
+frequent kept tokens (a ``[pair_tokens, pair_tokens]`` block of each map, so a 50k vocabulary
+costs no ``[k, k]`` product per head). Per word: its bigram, interchangeability and context
+lists and the text's tokens valued by each statistic's row.
+"""
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformer_lens import FactoredMatrix
+from transformer_lens.utilities import get_act_name
+
+from tl_leadterms.adapters import factored
+from tl_leadterms.analyses.atlas.compute import DETECTORS, detector_scores
+from tl_leadterms.analyses.attention.compute import attention_agreement, predicted_scores
+from tl_leadterms.analyses.decompose.fit import BasisCache
+from tl_leadterms.explorer.associations import ASSOCIATIONS
+from tl_leadterms.theory import term
+
+__all__ = ["GRID_SCORES", "attention_data", "head_summaries", "pair_tables", "word_lists"]
+
+#: the per-head scores the grid can be coloured by: key -> (row, column, label)
+GRID_SCORES = {
+    "cosine": ("W", "cosine", "cos(W, Q̄)"),
+    "explained": ("W", "explained", "explained R² of W"),
+    "z": ("W", "z", "null z of cos(W, Q̄)"),
+    "value_cosine": ("V", "cosine", "cos(value path, its leading term)"),
+    "rank_correlation": (None, "rank_correlation", "rank corr. with predicted attention"),
+}
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN/inf become None, tensors and dictionaries are converted recursively."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, Tensor):
+        return _clean(value.tolist())
+    return value
+
+
+def head_summaries(decomposition: Any, agreement: Any, detectors: dict | None) -> dict:
+    """Per head label: ``W`` and ``V`` decomposition rows, agreement, detectors, grid scores."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in decomposition.rows:
+        if r["layer"] is None or r["head"] is None:
+            continue
+        key = "W" if r["weight"] == "W" else "V"
+        label = f"L{r['layer']}H{r['head']}"
+        head = out.setdefault(label, {"label": label, "layer": r["layer"], "head": r["head"]})
+        head[key] = _clean(dict(r))
+    for r in agreement.rows if agreement is not None else []:
+        head = out.get(r["label"].split("/")[0])
+        if head is not None:
+            head["agreement"] = _clean(dict(r))
+    for head in out.values():
+        at = (head["layer"], head["head"])
+        head["detectors"] = (
+            {name: _clean(float(detectors[name][at])) for name in DETECTORS} if detectors else {}
+        )
+        scores = {}
+        for name, (row, column, _) in GRID_SCORES.items():
+            source = head.get(row, {}) if row else head.get("agreement", {})
+            scores[name] = source.get(column)
+        scores["character"] = head.get("W", {}).get("character", "")
+        head["scores"] = scores
+    return out
+
+
+@torch.no_grad()
+def attention_data(model: Any, stats: Any, ids: list[int], fixed: float | None, **run) -> dict:
+    """The model's attention on ``ids`` per head (lower triangle, per mille) and what the
+    prediction needs: the raw scores ``X Q̄ Xᵀ + DM(Δ)`` (lower triangle) and each head's scale
+    ``c`` (the training run's, else fitted to this text); the page applies ``S(Mask(c·s))``."""
+    batch = torch.tensor([ids])
+    layers = list(range(model.cfg.n_layers))
+    names = {get_act_name("pattern", layer) for layer in layers}
+    device = next(model.parameters()).device
+    _, cache = model.run_with_cache(batch.to(device), names_filter=lambda n: n in names)
+    agreement = attention_agreement(model, stats, batch, cache=cache, progress=False, **run)
+    scores = predicted_scores(stats, batch)[0].to(torch.float64).cpu()
+    scale = {r["label"].split("/")[0]: r["scale"] for r in agreement.rows}
+    heads = {}
+    for layer in layers:
+        pattern = cache[get_act_name("pattern", layer)][0].to(torch.float64).cpu()
+        for h in range(pattern.shape[0]):
+            label = f"L{layer}H{h}"
+            c = fixed if fixed is not None else scale.get(label, 0.0)
+            heads[label] = {"actual": _lower(torch.round(pattern[h] * 1000).long()),
+                            "scale": _clean(float(c))}  # fmt: skip
+    rows = [[float(f"{v:.6g}") for v in row] for row in _lower(scores)]
+    return {"heads": heads, "scores": rows, "agreement": agreement,
+            "detectors": detector_scores(model, batch)}  # fmt: skip
+
+
+def _lower(x: Tensor) -> list[list]:
+    """Row ``q`` of a causal ``[q, k]`` map up to the diagonal (keys ``0..q``)."""
+    return [x[q, : q + 1].tolist() for q in range(x.shape[0])]
+
+
+def _candidates(stats: Any, n: int) -> tuple[Tensor, Tensor]:
+    """Matrix positions and token ids of the ``n`` most frequent kept tokens."""
+    counts = stats.unigram.to(torch.float64).cpu()
+    positions = counts.topk(min(n, counts.numel())).indices.sort().values
+    ids = positions if stats.kept is None else stats.kept.cpu()[positions]
+    return positions, ids
+
+
+def _blocks(pw: Any, weight: str, layer: int, ids: Tensor) -> Tensor:
+    """``[h, c, c]``: every head's ``W`` or value map of ``layer`` among the tokens ``ids``.
+
+    A model with embeddings has per-head maps ``L·A_h·B_h·R`` with shared outer factors
+    (:meth:`~tl_leadterms.adapters.PaperWeights.sandwich`): only the ``c`` rows of ``L`` and
+    columns of ``R`` are read, ``O(c·d_model·(d_head + c))`` per head, never the
+    ``[d_vocab, d_head]`` factors of the whole vocabulary.
+    """
+    s = pw.sandwich(weight, layer)
+    if s is not None:
+        s = s.restrict(ids, ids)
+        left = s.left.detach().double() @ s.A.detach().double()  # [h, c, r]
+        right = s.B.detach().double() @ s.right.detach().double()  # [h, r, c]
+        return (left @ right).cpu()
+    block = factored.restrict((pw.W if weight == "W" else pw.V)[layer], ids, ids)
+    block = block.AB if isinstance(block, FactoredMatrix) else block
+    return block.detach().to(torch.float64).cpu()
+
+
+def _top(block: Tensor, ids: list[int], labels: dict[int, str], k: int) -> list[list]:
+    """The ``k`` largest entries of a ``[c, c]`` block: ``[row token, col token, value]``."""
+    values, index = block.flatten().topk(min(k, block.numel()))
+    n = block.shape[1]
+    out = []
+    for v, flat in zip(values.tolist(), index.tolist(), strict=True):
+        i, j = divmod(flat, n)
+        out.append([labels[ids[i]], labels[ids[j]], _clean(v)])
+    return out
+
+
+@torch.no_grad()
+def pair_tables(pw: Any, stats: Any, labels: Any, *, pair_tokens: int, k: int) -> dict:
+    """Per head: top ``W`` pairs vs top ``Q̄`` pairs, top value pairs vs the value term's."""
+    positions, ids = _candidates(stats, pair_tokens)
+    id_list = ids.tolist()
+    names = labels(id_list)
+    name = dict(zip(id_list, names, strict=True))
+    cache = BasisCache.of(stats)
+    q_bar = cache.map(term("W").target)[positions][:, positions].to(torch.float64).cpu()
+    value = cache.map(term(pw.value_weight).target)[positions][:, positions]
+    theory = {"W": _top(q_bar, id_list, name, k),
+              "V": _top(value.to(torch.float64).cpu(), id_list, name, k)}  # fmt: skip
+    heads = {}
+    for layer in range(pw.n_layers):
+        W, V = _blocks(pw, "W", layer, ids), _blocks(pw, "V", layer, ids)
+        for h in range(W.shape[0]):
+            heads[f"L{layer}H{h}"] = {"W": _top(W[h], id_list, name, k),
+                                      "V": _top(V[h], id_list, name, k)}  # fmt: skip
+    return {"heads": heads, "theory": theory, "pair_tokens": len(id_list)}
+
+
+def word_lists(stats: Any, text_ids: list[int], words: list[int], labels: Any, k: int) -> dict:
+    """Per word token: its top-``k`` lists per statistic and the text's values of each row."""
+    index_map = stats.vocab.index_map()
+    columns = [i if index_map is None else int(index_map[i]) for i in text_ids]
+    out = {}
+    tokenizer = stats.tokenizer
+    for token_id in dict.fromkeys([*text_ids, *words]):
+        if stats.kept is not None and not bool((stats.kept == token_id).any()):
+            continue
+        position = stats.vocab.position(token_id)
+        entry: dict[str, Any] = {"id": token_id, "lists": {}, "text": {}}
+        for kind, matrix in ASSOCIATIONS.items():
+            top = stats.top(matrix, token_id, n=k, tokenizer=tokenizer)
+            entry["lists"][kind] = [[labels([n.token_id])[0], _clean(float(n.score))]
+                                    for n in top]  # fmt: skip
+            row = stats.row(matrix, position).to(torch.float64).cpu()
+            values = [float(row[j]) if j < stats.k else 0.0 for j in columns]
+            entry["text"][kind] = {"values": _clean(values),
+                                   "scale": _clean(float(row.abs().max()))}  # fmt: skip
+        entry["note"] = top.note if not top else ""
+        out[labels([token_id])[0]] = entry
+    return out

@@ -1,0 +1,64 @@
+"""The explorer's page: one offline HTML document around the data of
+:mod:`~tl_leadterms.explorer.data` (styles and script below, circuitsvis inlined once).
+
+The grid is drawn from a small summary (a few numbers per head); each head's details sit in
+their own ``<script type="application/json" data-head="L3H2">`` block and are parsed only when
+the head is clicked, so a 30 × 9 model opens as fast as a 2 × 1 one. JSON is embedded with
+``<``, ``>`` and ``&`` escaped (``\\u003c`` ...), so no token string can end a script; the page
+puts text into the DOM through ``textContent`` only.
+
+>>> html = page({"summary": {"title": "<x>"}, "heads": {}}, library="")
+>>> "\\\\u003cx\\\\u003e" in html and "<x>" not in html
+True
+"""
+
+import html as html_lib
+import json
+from importlib.resources import files
+from typing import Any
+
+__all__ = ["embed_json", "page"]
+
+
+def embed_json(value: Any) -> str:
+    """``value`` as JSON safe inside a ``<script>`` element."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _asset(name: str) -> str:
+    """A file shipped with the package next to this module (the page's style and script)."""
+    return (files("tl_leadterms.explorer") / name).read_text(encoding="utf-8")
+
+
+def page(data: dict[str, Any], library: str, title: str = "tl_leadterms explorer") -> str:
+    """The complete page; ``library`` is the circuitsvis ``<script>`` (or empty)."""
+    summary = data.get("summary", {})
+    options = "".join(
+        f'<option value="{html_lib.escape(key)}">{html_lib.escape(name)}</option>'
+        for key, name in summary.get("score_names", {}).items()
+    )
+    heads = "\n".join(
+        f'<script type="application/json" class="tl-head" data-head="{html_lib.escape(label)}">'
+        f"{embed_json(value)}</script>"
+        for label, value in data.get("heads", {}).items()
+    )
+    kinds = "".join(f'<option value="{k}">{k}</option>' for k in ("context", "bigram",
+                    "interchangeability"))  # fmt: skip
+    css, script = _asset("explorer.css"), _asset("explorer.js")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html_lib.escape(title)}</title><style>{css}</style>{library}</head><body>"
+        f'<h1>{html_lib.escape(title)}</h1><div class="tl-meta">'
+        f"{html_lib.escape(summary.get('meta', ''))}</div>"
+        f'<label>colour by <select id="tl-score">{options}</select></label>'
+        '<div id="tl-layout"><div id="tl-grid"></div><div id="tl-panel"><p class="tl-note">'
+        "click a head to open its panel</p></div></div>"
+        '<div id="tl-words"><h2>Word box</h2><label>token <input id="tl-word" size="16" '
+        f'placeholder="type a word"></label> <select id="tl-word-kind">{kinds}</select>'
+        '<div id="tl-word-lists"></div><div id="tl-word-text"></div></div>'
+        f'<script type="application/json" id="tl-summary">{embed_json(summary)}</script>'
+        f'<script type="application/json" id="tl-words-data">'
+        f"{embed_json(data.get('words', {}))}</script>\n{heads}\n<script>{script}</script>"
+        "</body></html>\n"
+    )

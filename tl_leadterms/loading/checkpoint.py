@@ -1,0 +1,410 @@
+"""`load_model`: any checkpoint TransformerLens can convert, as a HookedTransformer.
+
+A local Hugging Face folder of any architecture in :data:`ARCHITECTURES` (its config read by
+TransformerLens, or by :mod:`~tl_leadterms.loading.configs` where TransformerLens' reader
+fails on a local folder; its weights always converted by TransformerLens' ``convert_*_weights``),
+a step of a local checkpoint series (``checkpoint=``), or an official TransformerLens name
+(``HookedTransformer.from_pretrained``, online or from the cache).
+"""
+
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.jsontext import parse_json
+from tl_leadterms.loading.bridge import (
+    boot_bridge,
+    check_bridge,
+    hub_checkpoint,
+    placeholder_tokenizer,
+    processing_record,
+    quiet_transformers,
+)  # fmt: skip
+from tl_leadterms.loading.configs import DERIVED
+
+__all__ = ["ARCHITECTURES", "checkpoint_step", "load_model", "load_series", "quiet_transformers"]
+
+CHECKPOINT_FILE = "checkpoint.json"
+# the decoder-only language models TransformerLens 3.9 converts (get_pretrained_state_dict)
+ARCHITECTURES = (
+    "ApertusForCausalLM", "BloomForCausalLM", "GPT2LMHeadModel", "GPTJForCausalLM",
+    "GPTNeoForCausalLM", "GPTNeoXForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
+    "GemmaForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM", "MistralForCausalLM",
+    "MixtralForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM", "OlmoForCausalLM",
+    "OlmoeForCausalLM", "OPTForCausalLM", "Phi3ForCausalLM", "PhiForCausalLM",
+    "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+)  # fmt: skip
+# TransformerLens 3 announces HookedTransformer's future removal on every hub load
+_DEPRECATED = "HookedTransformer.from_pretrained is deprecated"
+# TransformerLens picks these architectures from the name, not the config: keep them out of paths
+_NAME_ROUTED = ("llama", "gemma")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """A checkpoint folder's step: from its ``checkpoint.json``, else the digits ending its name."""
+    info = folder / CHECKPOINT_FILE
+    if info.is_file():
+        try:
+            step = parse_json(info.read_text(), where=str(info)).get("step")
+        except (OSError, ValueError, AttributeError, LeadTermsError):
+            step = None
+        if isinstance(step, int) and not isinstance(step, bool):
+            return step
+    digits = folder.name[len(folder.name.rstrip("0123456789")) :]
+    return int(digits) if digits else None
+
+
+def load_series(out_dir: str | os.PathLike) -> list[tuple[str, int | None, Path]]:
+    """The checkpoints of a series folder as ``(label, step, folder)``, in step order.
+
+    A checkpoint is any sub-folder with a ``config.json``; its step comes from its
+    ``checkpoint.json`` or the digits ending its name (``step64`` → 64).
+    """
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        raise LeadTermsError(
+            f"{str(out_dir)!r} is not a folder; pass the out_dir of train_neox_series"
+        )
+    found = [
+        (f.name, checkpoint_step(f), f)
+        for f in out_dir.iterdir()
+        if f.is_dir() and not f.name.startswith(".") and (f / "config.json").is_file()
+    ]
+    if not found:
+        raise LeadTermsError(
+            f"{str(out_dir)!r} holds no checkpoint folder (a sub-folder with config.json); "
+            "write one with train_neox_series"
+        )
+    return sorted(found, key=lambda x: (x[1] is None, x[1] if x[1] is not None else 0, x[0]))
+
+
+def _read_config(folder: Path) -> tuple[dict[str, Any], str]:
+    """config.json and its architecture, refused unless TransformerLens converts it."""
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise LeadTermsError(
+            f"{str(folder)!r} has no config.json: it is not a saved checkpoint; pass a folder "
+            "written by save_pretrained, or a series folder with checkpoint=step"
+        )
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as err:
+        raise LeadTermsError(f"{str(config_file)!r} is not readable JSON: {err}") from err
+    architectures = config.get("architectures") or []
+    supported = [a for a in architectures if a in ARCHITECTURES]
+    if not supported:
+        raise LeadTermsError(
+            f"{str(folder)!r} holds a model_type={config.get('model_type')!r} checkpoint "
+            f"(architectures={architectures}) that TransformerLens cannot convert; supported: "
+            f"{', '.join(ARCHITECTURES)}"
+        )
+    return config, supported[0]
+
+
+def _hf_model(folder: Path, dtype: torch.dtype):
+    """The Hugging Face model, refusing missing, truncated or mis-sized weights."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with quiet_transformers(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hf_model, info = AutoModelForCausalLM.from_pretrained(
+                folder, dtype=dtype, attn_implementation="eager", output_loading_info=True
+            )
+    except Exception as err:  # OSError, safetensors, size mismatches come in many types
+        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        raise LeadTermsError(
+            f"cannot read the weights in {str(folder)!r} ({type(err).__name__}: {first}); "
+            "the weight file is missing or truncated, or config.json's sizes do not match it: "
+            "save the model again with save_pretrained"
+        ) from err
+    bad = list(info.get("missing_keys") or []) + list(info.get("mismatched_keys") or [])
+    if bad:
+        raise LeadTermsError(
+            f"the weights in {str(folder)!r} do not match its config.json: missing or mis-sized "
+            f"{bad[:5]}; save the model again with save_pretrained"
+        )
+    return hf_model.eval()
+
+
+def _tl_config_dict(hf_config: dict[str, Any], fold_ln: bool, device: str, dtype: torch.dtype):
+    """TransformerLens' own config reader, on a copy of config.json in a neutrally named folder
+    (it routes Llama and Gemma by name, so a path containing 'llama' would misroute)."""
+    from transformer_lens import loading_from_pretrained as loading
+
+    tmp = Path(tempfile.mkdtemp(prefix="tl_leadterms_config_"))
+    try:
+        if any(word in str(tmp).lower() for word in _NAME_ROUTED):
+            raise LeadTermsError(
+                f"the temporary folder {str(tmp)!r} contains {_NAME_ROUTED}, which makes "
+                "TransformerLens pick the architecture by name; set TMPDIR to another folder"
+            )
+        (tmp / "config.json").write_text(json.dumps(hf_config))
+        return loading.get_pretrained_model_config(
+            str(tmp), hf_cfg=hf_config, fold_ln=fold_ln, device=device, dtype=dtype
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _derived_config(architecture: str, hf_model, fold_ln: bool, device: str, dtype):
+    """The config from :data:`configs.DERIVED`, finished as ``get_pretrained_model_config``
+    finishes TransformerLens' own (no weight init, pre-norm names when folding)."""
+    from transformer_lens import HookedTransformerConfig
+
+    cfg = DERIVED[architecture](hf_model.config)
+    if fold_ln:
+        cfg["normalization_type"] = {"LN": "LNPre", "RMS": "RMSPre"}[cfg["normalization_type"]]
+    cfg.setdefault("default_prepend_bos", True)
+    cfg.update(
+        original_architecture=architecture,
+        init_weights=False,
+        from_checkpoint=False,
+        device=device,
+        n_devices=1,
+        dtype=dtype,
+    )
+    return HookedTransformerConfig.from_dict(cfg)
+
+
+def _config(folder: Path, architecture: str, hf_model, fold_ln: bool, device: str, dtype):
+    if architecture in DERIVED:
+        cfg = _derived_config(architecture, hf_model, fold_ln, device, dtype)
+    else:
+        try:
+            cfg = _tl_config_dict(hf_model.config.to_dict(), fold_ln, device, dtype)
+        except LeadTermsError:
+            raise
+        except Exception as err:  # TransformerLens raises many types on configs it cannot read
+            raise LeadTermsError(
+                f"TransformerLens cannot read the {architecture} config in {str(folder)!r} "
+                f"({type(err).__name__}: {err}); check config.json's sizes"
+            ) from err
+    cfg.model_name = folder.name
+    has_tokenizer = any((folder / f).is_file() for f in _TOKENIZER_FILES)
+    cfg.tokenizer_name = str(folder) if has_tokenizer else None
+    return cfg
+
+
+def _tokenizer(folder: Path):
+    """The folder's own tokenizer, as saved (None when it has none)."""
+    if not any((folder / f).is_file() for f in _TOKENIZER_FILES):
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def _check_flags(**flags: Any) -> None:
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise LeadTermsError(f"{name} must be True or False, got {flag!r}")
+
+
+def _load_folder(folder: Path, device: str, dtype: torch.dtype, processing: dict[str, bool]):
+    from transformer_lens import HookedTransformer
+    from transformer_lens import loading_from_pretrained as loading
+
+    _, architecture = _read_config(folder)
+    hf_model = _hf_model(folder, dtype)
+    cfg = _config(folder, architecture, hf_model, processing["fold_ln"], device, dtype)
+    try:
+        state_dict = loading.get_pretrained_state_dict(str(folder), cfg, hf_model, dtype=dtype)
+        with quiet_transformers():
+            model = HookedTransformer(cfg, _tokenizer(folder), move_to_device=False)
+        model.load_and_process_state_dict(state_dict, **processing)
+    except (RuntimeError, ValueError, KeyError, AssertionError) as err:
+        raise LeadTermsError(
+            f"TransformerLens could not convert the {architecture} weights in {str(folder)!r} "
+            f"({type(err).__name__}: {str(err)[:300]}); check config.json against the weights"
+        ) from err
+    model.eval()
+    model.tl_leadterms_loading = processing_record(processing, model)
+    # nn.Module.to: HookedTransformer.to would print a 'Moving model' line
+    return torch.nn.Module.to(model, device)
+
+
+def _load_folder_bridge(folder: Path, device: str, dtype, processing: dict[str, bool]):
+    """A local folder as a TransformerBridge in compatibility mode (routed by config.json)."""
+    _, architecture = _read_config(folder)
+    hf_model = _hf_model(folder, dtype)
+    tokenizer = _tokenizer(folder) or placeholder_tokenizer(hf_model.config.vocab_size)
+    try:
+        bridge = boot_bridge(str(folder), hf_model, tokenizer, device, dtype, processing)
+    except (RuntimeError, ValueError, KeyError, AssertionError, AttributeError) as err:
+        raise LeadTermsError(
+            f"TransformerLens' bridge could not wrap the {architecture} model in "
+            f"{str(folder)!r} ({type(err).__name__}: {str(err)[:300]})"
+        ) from err
+    bridge.cfg.model_name = folder.name
+    return bridge
+
+
+def _series_checkpoint(folder: Path, checkpoint: object) -> Path:
+    if isinstance(checkpoint, bool) or not isinstance(checkpoint, int):
+        raise LeadTermsError(f"checkpoint must be an int step, got {checkpoint!r}")
+    if (folder / "config.json").is_file():
+        raise LeadTermsError(
+            f"{str(folder)!r} is one checkpoint; pass its series folder with "
+            f"checkpoint={checkpoint}, or drop checkpoint="
+        )
+    series = load_series(folder)
+    for _, step, sub in series:
+        if step == checkpoint:
+            return sub
+    raise LeadTermsError(
+        f"no checkpoint at step {checkpoint} in {str(folder)!r}; its steps: "
+        f"{[step for _, step, _ in series]}"
+    )
+
+
+def _load_hub(
+    name: str, hub: dict[str, int | None], device: str, dtype, processing: dict[str, bool],
+    bridge: bool,
+):  # fmt: skip
+    try:
+        if bridge:
+            return boot_bridge(name, None, None, device, dtype, processing, **hub)
+        from transformer_lens import HookedTransformer
+
+        with quiet_transformers(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", _DEPRECATED, DeprecationWarning)
+            model = HookedTransformer.from_pretrained(
+                name, device=device, dtype=dtype, **hub, **processing
+            )
+        model.tl_leadterms_loading = processing_record(processing, model)
+        return model
+    except Exception as err:  # network, hub and name errors come in many types
+        lines = str(err).strip().splitlines()
+        loader = "TransformerBridge.boot_transformers" if bridge else "from_pretrained"
+        raise LeadTermsError(
+            f"cannot load model {name!r} with {loader} "
+            f"({type(err).__name__}: {lines[0][:200] if lines else ''}); offline "
+            "(HF_HUB_OFFLINE=1) only cached models load: pass a local checkpoint folder instead"
+        ) from err
+
+
+def _looks_like_path(name: str) -> bool:
+    """A name meant as a local path (model names like pythia-1.4b have dots, so no suffix test)."""
+    return name.startswith(("/", ".", "~")) or name.endswith(os.sep)
+
+
+def load_model(
+    path_or_name: str | os.PathLike,
+    *,
+    checkpoint: int | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    fold_ln: bool = True,
+    center_writing_weights: bool = True,
+    center_unembed: bool = True,
+    checkpoint_index: int | None = None,
+    bridge: bool | None = None,
+):
+    """Load a checkpoint as a HookedTransformer (TL 3.x) or a TransformerBridge (TL 4.x).
+
+    ``path_or_name`` is one of:
+
+    - a local Hugging Face folder (``save_pretrained``) of any architecture in
+      :data:`ARCHITECTURES` (GPT-2, GPT-NeoX/Pythia, Llama, Mistral, Qwen2/3, Gemma 1/2, OPT,
+      GPT-J, Phi, Phi-3, ...); its config.json's ``architectures`` picks TransformerLens'
+      config and weight conversion;
+    - a series folder (:func:`~tl_leadterms.loading.series.train_neox_series`) with
+      ``checkpoint=step``;
+    - an official TransformerLens name such as ``"pythia-160m"`` (with ``checkpoint`` its
+      ``checkpoint_value``, or ``checkpoint_index``), through
+      ``HookedTransformer.from_pretrained`` or ``TransformerBridge.boot_transformers``: online,
+      or offline from the cache.
+
+    Under TransformerLens 4.x (no ``HookedTransformer``) the model is a ``TransformerBridge``
+    booted from the Hugging Face model (``boot_transformers(folder, hf_model=...,
+    tokenizer=...)``, routed by config.json) and put in compatibility mode with the same
+    processing (``enable_compatibility_mode(fold_ln=..., ...)``); a folder without a tokenizer
+    gets a stand-in one (the analyses see none). ``bridge=True`` asks for a bridge under TL 3.9
+    too. The processing applied is recorded in ``model.tl_leadterms_loading`` (``fold_ln``,
+    ``center_writing_weights``, ``center_unembed``, ``model_class``, ``compatibility_mode``,
+    ``transformer_lens_version``), which ``to_paper`` copies into its metadata.
+
+    ``center_unembed`` shifts every position's logits by a constant, so compare log-softmax
+    outputs with the Hugging Face model's (raw logits match when it is False).
+
+    Args:
+        path_or_name: a folder or a TransformerLens model name.
+        checkpoint: a training step: of the series folder, or the hub model's checkpoint_value.
+        device: where to put the model (default: CUDA when available, else CPU).
+        dtype: parameter dtype (default float32).
+        fold_ln, center_writing_weights, center_unembed: TransformerLens weight processing,
+            as in ``HookedTransformer.from_pretrained``.
+        checkpoint_index: a hub model's checkpoint by index (instead of ``checkpoint``).
+        bridge: load a TransformerBridge (default: exactly when TransformerLens has no
+            HookedTransformer, i.e. 4.x).
+
+    Returns:
+        A ``HookedTransformer`` or ``TransformerBridge`` in eval mode, with the folder's
+        tokenizer when it has one.
+
+    Example:
+        >>> import tempfile, torch
+        >>> from tl_leadterms.loading.tiny import save_tiny_model
+        >>> folder = save_tiny_model("gpt_neox", tempfile.mkdtemp(), d_vocab=20, d_model=16,
+        ...     n_heads=2)
+        >>> model = load_model(folder, device="cpu")
+        >>> model.cfg.normalization_type, model.cfg.positional_embedding_type
+        ('LNPre', 'rotary')
+        >>> model(torch.tensor([[1, 2, 3]])).shape
+        torch.Size([1, 3, 20])
+    """
+    _check_flags(
+        fold_ln=fold_ln,
+        center_writing_weights=center_writing_weights,
+        center_unembed=center_unembed,
+    )
+    bridge = check_bridge(bridge)
+    processing = {
+        "fold_ln": fold_ln,
+        "center_writing_weights": center_writing_weights,
+        "center_unembed": center_unembed,
+    }
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = str(device)
+    dtype = torch.float32 if dtype is None else dtype
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise LeadTermsError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    if not isinstance(path_or_name, (str, os.PathLike)):
+        raise LeadTermsError(
+            f"path_or_name must be a folder or a model name, got {type(path_or_name).__name__}"
+        )
+    path = Path(path_or_name).expanduser()
+    load_folder = _load_folder_bridge if bridge else _load_folder
+    if path.is_dir():
+        if checkpoint_index is not None:
+            raise LeadTermsError(
+                "checkpoint_index selects a hub model's checkpoint; for a local series folder "
+                "pass checkpoint=step"
+            )
+        if checkpoint is not None:
+            return load_folder(_series_checkpoint(path, checkpoint), device, dtype, processing)
+        if not (path / "config.json").is_file() and any(path.glob("*/config.json")):
+            steps = [step for _, step, _ in load_series(path)]
+            raise LeadTermsError(
+                f"{str(path)!r} is a series folder; pick a checkpoint with checkpoint=step, "
+                f"one of {steps}"
+            )
+        return load_folder(path, device, dtype, processing)
+    if path.exists() or not isinstance(path_or_name, str) or _looks_like_path(path_or_name):
+        raise LeadTermsError(
+            f"no checkpoint folder at {str(path_or_name)!r}; pass a folder written by "
+            "save_pretrained, a series folder with checkpoint=step, or a TransformerLens model "
+            "name such as pythia-70m"
+        )
+    hub = hub_checkpoint(checkpoint, checkpoint_index)
+    return _load_hub(path_or_name, hub, device, dtype, processing, bridge)

@@ -1,0 +1,194 @@
+"""`ResultTable`: the one base of every result table (rows of plain numbers and metadata).
+
+A result is a list of row dictionaries and a metadata dictionary. The base gives every result
+the same surface: ``len``, iteration over rows, :meth:`~ResultTable.select` and
+:meth:`~ResultTable.row` (one look-up, one signature: the class's key columns positionally, any
+column by keyword), :meth:`~ResultTable.to_dict`, :meth:`~ResultTable.to_pandas`, a text
+``repr``, ``_repr_html_`` (a compact, sortable HTML table, see
+:mod:`tl_leadterms.results.table_html`) and :meth:`~ResultTable.plot`.
+
+A subclass declares what its columns mean, never how to draw them:
+
+* ``KEYS``: the columns :meth:`row` takes positionally (e.g. ``("weight", "layer", "head")``);
+* ``COLUMNS``: columns every row has, in display order (any other column follows them);
+* ``SCORE``: the column drawn as a bar (``SCORE_RANGE`` its fixed domain, or None for the data);
+* ``INTERVAL`` (``lo``, ``hi``), ``NULL`` (``null_mean``, ``null_sd``) and ``SIGNIFICANCE``
+  (``q`` before ``p``: the first present greys the rows above ``ALPHA``);
+* ``GRID`` (row, column) and ``GROUP``: rows with both grid columns (and the values of
+  ``GRID_WHERE``) also draw as heatmaps, one per group (e.g. layer × head per ``weight``);
+* ``NESTED``: dictionary-valued columns flattened to ``prefix:key`` columns; ``HIDDEN``: left out
+  of the HTML table (still in :meth:`to_pandas`).
+
+Columns another analysis adds later render with no more work: as a plain column, or in the
+role its name declares.
+
+Example:
+    >>> t = ResultTable([{"layer": 0, "head": 1, "score": 0.5}], {"note": "x"})
+    >>> t.row(0, 1)["score"], len(t.select(layer=0)), t.to_dict()["metadata"]
+    (0.5, 1, {'note': 'x'})
+    >>> "<table" in t._repr_html_()
+    True
+"""
+
+import math
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["ResultTable"]
+
+
+def _is_nan(value: object) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _matches(have: object, want: object) -> bool:
+    if isinstance(want, (list, tuple, set, frozenset)):
+        return any(_matches(have, w) for w in want)
+    if _is_nan(want):
+        return _is_nan(have)
+    return have == want
+
+
+class ResultTable:
+    """Rows and metadata of one analysis (see the module docstring).
+
+    Args:
+        rows: one dictionary per row, of plain numbers and strings.
+        metadata: how the rows were computed (JSON-serialisable).
+    """
+
+    KEYS: ClassVar[tuple[str, ...]] = ("layer", "head")
+    COLUMNS: ClassVar[tuple[str, ...]] = ()
+    SCORE: ClassVar[str | None] = "score"
+    SCORE_RANGE: ClassVar[tuple[float, float] | None] = None
+    INTERVAL: ClassVar[tuple[str, str]] = ("lo", "hi")
+    NULL: ClassVar[tuple[str, str]] = ("null_mean", "null_sd")
+    SIGNIFICANCE: ClassVar[tuple[str, ...]] = ("q", "p")
+    ALPHA: ClassVar[float] = 0.05
+    GRID: ClassVar[tuple[str, str] | None] = ("layer", "head")
+    GRID_WHERE: ClassVar[dict[str, Any]] = {}
+    GROUP: ClassVar[tuple[str, ...]] = ()
+    NESTED: ClassVar[dict[str, str]] = {}
+    HIDDEN: ClassVar[tuple[str, ...]] = ()
+    TITLE: ClassVar[str] = ""
+
+    def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any] | None = None):
+        self.rows = rows
+        self.metadata = metadata if metadata is not None else {}
+
+    # -- look-up ------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.rows)
+
+    def _where(self, key: tuple, where: dict[str, Any]) -> dict[str, Any]:
+        """``key`` (positional, in :attr:`KEYS` order) and ``where`` as one column -> value map."""
+        if len(key) > len(self.KEYS):
+            raise LeadTermsError(
+                f"{type(self).__name__} rows are looked up by {list(self.KEYS)}; got {len(key)} "
+                f"positional values {key!r}: name the extra ones (e.g. column=value)"
+            )
+        out = dict(zip(self.KEYS, key, strict=False))
+        clash = set(out) & set(where)
+        if clash:
+            raise LeadTermsError(f"{sorted(clash)} given both positionally and by name")
+        out.update(where)
+        return out
+
+    def select(self, *key: Any, **where: Any) -> list[dict[str, Any]]:
+        """Every row whose columns equal the values given (a list, tuple or set: any of them).
+
+        Positional values are the :attr:`KEYS` columns in order, so ``select("W", 0)`` of a
+        decomposition is ``select(weight="W", layer=0)``; ``None`` matches a missing value.
+        """
+        where = self._where(key, where)
+        return [r for r in self.rows if all(_matches(r.get(c), v) for c, v in where.items())]
+
+    def row(self, *key: Any, **where: Any) -> dict[str, Any]:
+        """The one row :meth:`select` finds; an error naming what is there when none or several."""
+        found = self.select(*key, **where)
+        if len(found) == 1:
+            return found[0]
+        asked = self._where(key, where)
+        have = sorted({tuple(r.get(c) for c in self.KEYS) for r in self.rows}, key=str)
+        if not found:
+            raise LeadTermsError(
+                f"no row with {asked}; {type(self).__name__} has {list(self.KEYS)} = {have[:12]}"
+                + (" ..." if len(have) > 12 else "")
+            )
+        varying = [c for c in self.columns() if len({str(r.get(c)) for r in found}) > 1]
+        raise LeadTermsError(
+            f"{len(found)} rows match {asked}; add one of {varying[:6]} to pick one"
+        )
+
+    # -- plain data ---------------------------------------------------------------------------
+    def columns(self) -> list[str]:
+        """The row fields: :attr:`COLUMNS`, then every other field present, in first-seen order."""
+        seen = dict.fromkeys(self.COLUMNS)
+        for r in self.rows:
+            seen.update(dict.fromkeys(r))
+        return list(seen)
+
+    def flat_rows(self) -> list[dict[str, Any]]:
+        """The rows with each :attr:`NESTED` dictionary spread into ``prefix:key`` fields."""
+        out = []
+        for r in self.rows:
+            row = {k: v for k, v in r.items() if k not in self.NESTED}
+            for key, prefix in self.NESTED.items():
+                row.update({f"{prefix}:{k}": v for k, v in (r.get(key) or {}).items()})
+            out.append(row)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: ``{"rows": [...], "metadata": {...}}`` (JSON-serialisable)."""
+        return {"rows": [dict(r) for r in self.rows], "metadata": dict(self.metadata)}
+
+    def to_pandas(self):
+        """A DataFrame, one row per row (``NESTED`` dictionaries as ``prefix:key`` columns)."""
+        import pandas as pd
+
+        flat = self.flat_rows()
+        names = [c for c in self.columns() if c not in self.NESTED]
+        for r in flat:
+            names += [c for c in r if c not in names]
+        return pd.DataFrame(flat, columns=names)
+
+    # -- display ------------------------------------------------------------------------------
+    def title(self) -> str:
+        """One line saying what the table is (the first line of the text ``repr``)."""
+        if type(self).__repr__ is not ResultTable.__repr__:  # a class's own text table
+            return repr(self).split("\n", 1)[0]
+        return self.TITLE or f"{type(self).__name__} ({len(self.rows)} rows)"
+
+    def __repr__(self) -> str:
+        names = [c for c in self.columns() if c not in self.NESTED][:10]
+        lines = [self.title(), "  ".join(f"{c:>10}" for c in names)]
+        for r in self.rows[:40]:
+            lines.append("  ".join(f"{_text(r.get(c)):>10}" for c in names))
+        if len(self.rows) > 40:
+            lines.append(f"... {len(self.rows) - 40} more rows")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        from tl_leadterms.results.table_html import table_html
+
+        return table_html(self)
+
+    def plot(self, **kwargs: Any) -> Any:
+        """This result's figure: each result class draws its own (this base has none)."""
+        raise LeadTermsError(
+            f"{type(self).__name__} has no figure; the results with one (Decomposition, "
+            "AttentionAgreement, CovarianceSimilarity, ...) draw it with .plot()"
+        )
+
+
+def _text(value: object) -> str:
+    if value is None or _is_nan(value):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)[:10]

@@ -1,0 +1,323 @@
+"""The analyses of a :func:`~tl_leadterms.sweeps.run.sweep`, their null and interval
+options, and the settings a results file records.
+
+Named analyses (``"decompose"``, ``"covariance"``) get the sweep's keywords they accept, among
+them ``null=``, ``ci=`` and ``bootstrap=`` exactly as :func:`~tl_leadterms.decompose` and
+:func:`~tl_leadterms.covariance_similarity` take them: each checkpoint's rows are those functions'
+own, null and interval columns included (:data:`~.sweep_table.EXTRA_COLUMNS`). The settings a
+results file is written with hold these options (permutations, seeds, level, resamples) and a
+content hash of the statistics, so a resume with other options is refused.
+
+>>> options = null_options(None, 20, None, 50, seed=3)
+>>> options["null"]
+NullSpec(permutations=20, seed=3, reference=None)
+>>> setting_value(options["null"])
+{'permutations': 20, 'seed': 3, 'reference': None}
+"""
+
+import hashlib
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from tl_leadterms.checks import check_count, check_level
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.bootstrap import BootstrapSpec
+from tl_leadterms.results.null import NullSpec
+from tl_leadterms.stats.blocks import BlockStats
+from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.sweeps.fingerprint import checkpoint_fingerprint
+from tl_leadterms.sweeps.results import jsonable
+from tl_leadterms.sweeps.table import EXTRA_COLUMNS
+
+__all__ = [
+    "DEFAULT",
+    "NAMES",
+    "Analysis",
+    "analyse",
+    "choose_analyses",
+    "full_stats",
+    "null_options",
+    "setting_value",
+    "settings",
+    "stats_fingerprint",
+]
+
+NAMES = ("decompose", "covariance", "output")
+#: what a sweep runs when no analyses are named (``"output"`` needs held-out ``tokens=``)
+DEFAULT = ("decompose", "covariance")
+FORMAT = 1
+#: keywords that change where or how fast a sweep runs, not its rows: a resume may differ in them
+NOT_SETTINGS = ("device", "progress", "batch_size")
+
+
+class Analysis(NamedTuple):
+    """One analysis of a sweep: its label, function ``fn(model, stats, **kwargs)``, keywords,
+    and whether it is a named one (which gets block statistics when ``ci`` is asked for)."""
+
+    label: str
+    fn: Callable[..., Any]
+    kwargs: dict[str, Any]
+    named: bool = False
+
+
+def _decompose(model, stats, **kwargs) -> list[dict[str, Any]]:
+    from tl_leadterms.analyses.decompose.compute import decompose
+
+    rows = []
+    for r in decompose(model, stats, **kwargs).rows:
+        where = {"layer": r["layer"], "head": r["head"]}
+        extra = {k: r[k] for k in EXTRA_COLUMNS if k in r}  # the null and CI of the cosine
+        rows.append({**where, "score": f"cos_{r['weight']}", "value": r["cosine"], **extra})
+        rows.append({**where, "score": f"explained_{r['weight']}", "value": r["explained"]})
+    return rows
+
+
+def _covariance(model, stats, **kwargs) -> list[dict[str, Any]]:
+    from tl_leadterms.analyses.covariance.compute import covariance_similarity
+
+    return covariance_similarity(model, stats, **kwargs).rows
+
+
+def _output(model, stats, **kwargs) -> list[dict[str, Any]]:
+    """``output_*`` (the leading-term model) and ``bigram_*`` rows of one checkpoint; the
+    scalars are fitted (``fit=True``) unless the run is given (``lr``/``steps``/``s_lr``)."""
+    from tl_leadterms.analyses.output.compute import output_agreement
+
+    if "tokens" not in kwargs:
+        raise LeadTermsError(
+            "the 'output' analysis needs held-out windows: sweep(..., analyses=[..., 'output'], "
+            "tokens=windows[:, :-1])"
+        )
+    run = any(kwargs.get(k) is not None for k in ("lr", "steps", "s_lr"))
+    kwargs.setdefault("fit", not run)
+    result = output_agreement(model, stats, **kwargs)
+    where = {"layer": None, "head": None}
+    lead = result.row("leading")
+    extra = {k: lead[k] for k in EXTRA_COLUMNS if k in lead}
+    rows = [{**where, "score": "output_explained", "value": lead["explained"], **extra}]
+    for prefix, name in (("output", "leading"), ("bigram", "bigram")):
+        r = result.row(name)
+        rows += [{**where, "score": f"{prefix}_{key}", "value": r[key]}
+                 for key in ("kl", "top1", "top5", "explained", "c_O", "c_V", "c_W")
+                 if not (prefix == "output" and key == "explained")
+                 and not (prefix == "bigram" and key in ("c_V", "c_W"))]  # fmt: skip
+    return rows
+
+
+_BUILTIN = {"decompose": _decompose, "covariance": _covariance, "output": _output}
+_TARGETS = {"decompose": "decompose", "covariance": "covariance_similarity",
+            "output": "output_agreement"}  # fmt: skip
+
+
+def _accepts(name: str) -> set[str]:
+    """Keyword names the built-in analysis ``name`` takes."""
+    module = importlib.import_module(f"tl_leadterms.analyses.{name}")
+    fn = inspect.unwrap(getattr(module, _TARGETS[name]))
+    return set(inspect.signature(fn).parameters) - {"model", "stats"}
+
+
+def _one(item: object, common: dict[str, Any], extra: dict[str, Any]) -> Analysis:
+    label, fn, kwargs = None, item, {}
+    if isinstance(item, tuple):
+        if len(item) != 3 or not isinstance(item[0], str) or not isinstance(item[2], dict):
+            raise LeadTermsError(
+                f"an analysis tuple is (label, name_or_callable, kwargs dict), got {item!r}"
+            )
+        label, fn, kwargs = item[0], item[1], dict(item[2])
+    if isinstance(fn, str):
+        if fn not in _BUILTIN:
+            raise LeadTermsError(
+                f"unknown analysis {fn!r}; use one of {NAMES} or pass a callable "
+                "f(model, stats) returning dicts with layer, head, score, value"
+            )
+        accepted = _accepts(fn)
+        merged = {k: v for k, v in common.items() if k in accepted}
+        merged.update({k: v for k, v in extra.items() if k in accepted})
+        merged.update(kwargs)
+        return Analysis(label or fn, _BUILTIN[fn], merged, True)
+    if callable(fn):
+        return Analysis(label or getattr(fn, "__name__", type(fn).__name__), fn, kwargs)
+    raise LeadTermsError(f"analysis {item!r} is neither a name in {NAMES} nor callable")
+
+
+def choose_analyses(
+    analyses: object, common: dict[str, Any], extra: dict[str, Any]
+) -> list[Analysis]:
+    """The analyses of a sweep; named ones get the ``common`` and ``extra`` keywords they take
+    (an unknown ``extra`` keyword is refused)."""
+    if isinstance(analyses, str) or callable(analyses):
+        analyses = (analyses,)
+    if not isinstance(analyses, (list, tuple)) or not analyses:
+        raise LeadTermsError(
+            f"analyses must be a non-empty list of names {NAMES}, callables f(model, stats) "
+            f"or (label, name_or_callable, kwargs) tuples, got {analyses!r}"
+        )
+    out = [_one(item, common, extra) for item in analyses]
+    labels = [a.label for a in out]
+    if len(set(labels)) != len(labels):
+        raise LeadTermsError(
+            f"analysis labels must be unique, got {labels}; label them with tuples"
+        )
+    named = [a[1] if isinstance(a, tuple) else a for a in analyses]
+    named = [n for n in named if isinstance(n, str)]
+    unused = [k for k in extra if not any(k in _accepts(n) for n in named)]
+    if unused:
+        raise LeadTermsError(
+            f"keyword(s) {unused} are not taken by any of the analyses {named}; check the "
+            "spelling, or pass them in a (label, name, kwargs) tuple"
+        )
+    return out
+
+
+def full_stats(stats: object) -> CorpusStats:
+    """The statistics to score: ``stats`` itself, or a ``BlockStats``'s whole-corpus ones."""
+    if isinstance(stats, BlockStats):
+        return stats.full()
+    if isinstance(stats, CorpusStats):
+        return stats
+    raise LeadTermsError(
+        f"stats must be a CorpusStats (from tl_leadterms.corpus_stats) or a BlockStats (from "
+        f"tl_leadterms.block_stats, needed for ci=), got {type(stats).__name__}"
+    )
+
+
+def _seeded(value: Any, spec_type: type, seed: int | None, name: str) -> Any:
+    """An int count with ``seed`` as its spec; a spec given with ``seed`` is refused."""
+    if seed is None or value is None:
+        return value
+    if isinstance(value, spec_type):
+        raise LeadTermsError(
+            f"{name} is a {spec_type.__name__} with its own seed and seed={seed} was given too; "
+            f"pass one of them"
+        )
+    if isinstance(value, int) and not isinstance(value, bool):
+        field = "permutations" if spec_type is NullSpec else "resamples"
+        return spec_type(**{field: value, "seed": seed})
+    return value  # left to the spec's own check
+
+
+def null_options(
+    stats: object, null: object, ci: object, bootstrap: object, seed: object = None
+) -> dict[str, Any]:
+    """The ``null``/``ci``/``bootstrap`` keywords for the named analyses, checked (empty when
+    neither is asked for, so a plain sweep's settings stay as they were)."""
+    if seed is not None:
+        seed = check_count("seed", seed, minimum=0)
+    spec = NullSpec.of(_seeded(null, NullSpec, seed, "null"))
+    level = check_level("ci", ci)
+    options: dict[str, Any] = {} if spec is None else {"null": spec}
+    if level is None:
+        return options
+    if not isinstance(stats, BlockStats):
+        raise LeadTermsError(
+            f"ci={ci} needs statistics kept per block of windows: pass "
+            "stats=tl_leadterms.block_stats(tokens, d_vocab, blocks=20) instead of a "
+            f"{type(stats).__name__} (it keeps no blocks to resample), or drop ci"
+        )
+    boot = BootstrapSpec.of(_seeded(bootstrap, BootstrapSpec, seed, "bootstrap"))
+    return {**options, "ci": level, "bootstrap": boot}
+
+
+def _check_rows(rows: Any, analysis: str, label: str) -> list[dict[str, Any]]:
+    out = []
+    for r in rows:
+        if not isinstance(r, dict) or not {"layer", "score", "value"} <= set(r):
+            raise LeadTermsError(
+                f"analysis {analysis!r} returned {r!r} for checkpoint {label!r}; each row must be "
+                "a dict with layer, head, score and value"
+            )
+        row = {"layer": r["layer"], "head": r.get("head"), "score": str(r["score"])}
+        for key in ("value", *(k for k in EXTRA_COLUMNS if k in r)):
+            value = r[key]
+            if isinstance(value, torch.Tensor):
+                value = value.detach().item()
+            row[key] = float(value) if value is not None else float("nan")
+        out.append(row)
+    return out
+
+
+def analyse(model, stats: Any, chosen: list[Analysis], label: str) -> list[dict[str, Any]]:
+    """The rows of every analysis on one model (``stats``: a CorpusStats or a BlockStats)."""
+    from tl_leadterms.adapters.view import model_view
+    from tl_leadterms.checks import check_vocab
+
+    full = full_stats(stats)
+    try:
+        view = model_view(model, caller="sweep")
+        d_vocab, tokenizer = view.d_vocab, view.tokenizer
+    except LeadTermsError:  # a custom analysis may take any model; it checks its own input
+        d_vocab, tokenizer = None, getattr(model, "tokenizer", None)
+    check_vocab(
+        full,
+        d_vocab=d_vocab,
+        tokenizer=tokenizer,
+        what=f"checkpoint {label!r}",
+    )
+    rows = []
+    for a in chosen:
+        given = stats if a.named and a.kwargs.get("ci") is not None else full
+        with torch.no_grad():
+            found = a.fn(model, given, **a.kwargs)
+        rows.extend({"analysis": a.label, **r} for r in _check_rows(found, a.label, label))
+    return rows
+
+
+def stats_fingerprint(stats: CorpusStats | BlockStats) -> str:
+    """A content hash of the statistics (sparse counts, kept ids, Δ; for a ``BlockStats`` also
+    every block's counts and Q̄) for the resume check."""
+    digest = hashlib.sha256()
+    full = full_stats(stats)
+    parts = [full.pair_codes, full.pair_counts, full.unigram_counts, full.Delta]
+    if full.kept is not None:
+        parts.append(full.kept)
+    if isinstance(stats, BlockStats):
+        parts.append(torch.tensor([x for bound in stats.bounds for x in bound]))
+        for counts, Q_bar in zip(stats.counts, stats.Q_bars, strict=True):
+            parts += [counts.pair_codes, counts.pair_counts, counts.unigram_counts, Q_bar]
+    for part in parts:
+        digest.update(part.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def setting_value(value: Any) -> Any:
+    """A keyword as the results file records it: a ``NullSpec`` or ``BootstrapSpec`` as its
+    fields (a reference model by its fingerprint), anything else as it is."""
+    if isinstance(value, NullSpec):
+        reference = value.reference
+        if reference is not None and not isinstance(reference, str):
+            reference = checkpoint_fingerprint(reference)
+        return {"permutations": value.permutations, "seed": value.seed, "reference": reference}
+    if isinstance(value, BootstrapSpec):
+        return {"resamples": value.resamples, "seed": value.seed, "method": value.method,
+                "exact": value.exact}  # fmt: skip
+    return value
+
+
+def settings(chosen: list[Analysis], stats: CorpusStats | BlockStats) -> dict[str, Any]:
+    """What a resumed sweep must share with the results file: the analyses (null and interval
+    options included) and the statistics."""
+    full = full_stats(stats)
+    described = {
+        "d_vocab": full.d_vocab,
+        "k": full.k,
+        "n_ctx": full.n_ctx,
+        "n_sequences": full.n_sequences,
+        "content": stats_fingerprint(stats),  # same shape, other corpus: no resume
+    }
+    if isinstance(stats, BlockStats):
+        described["blocks"] = stats.n_blocks
+    return jsonable(
+        {
+            "format": FORMAT,
+            # where and how fast it ran does not change the rows: resume on any device
+            "analyses": {
+                a.label: {k: setting_value(v) for k, v in a.kwargs.items() if k not in NOT_SETTINGS}
+                for a in chosen
+            },
+            "stats": described,
+        }
+    )

@@ -1,0 +1,247 @@
+"""The results file of :func:`~tl_leadterms.sweeps.run.sweep`: JSON lines, one per finished
+checkpoint, appended, flushed and fsynced; read back on a resume (a torn last line is set aside).
+
+:class:`ResultsFile` is what a sweep driver (this process or a distributed one) uses:
+
+* a lock: ``fcntl.flock`` on a sidecar ``.{name}.lock`` next to the file, held from ``__enter__``
+  to ``__exit__``; a second writer is refused at once with the holder's pid. The kernel drops
+  the lock when its holder dies (even by SIGKILL), so a crash never leaves the file locked;
+* fingerprints: each record carries the fingerprint of what was analysed
+  (:mod:`.fingerprint`); ``done(label, fingerprint)`` is False for a checkpoint whose files
+  changed since its record was written, and says so (a warning, and ``changed``).
+
+Example:
+
+>>> import tempfile, pathlib
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "r.jsonl"
+>>> with ResultsFile(path, {"format": 1}) as results:
+...     results.done("step0", "fp0")
+...     results.append({"checkpoint": "step0", "fingerprint": "fp0", "rows": []})
+False
+>>> with ResultsFile(path, {"format": 1}) as results:
+...     results.done("step0", "fp0"), results.record("step0")["rows"]
+(True, [])
+"""
+
+import json
+import os
+import warnings
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tl_leadterms.atomic import write_text
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.jsontext import TORN, parse_json
+
+__all__ = ["ResultsFile", "append_record", "differences", "jsonable", "read_results"]
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with dict keys as strings, tuples as lists and other objects as their repr.
+
+    Example:
+        >>> jsonable({1: (2, None), "f": float})
+        {'1': [2, None], 'f': "<class 'float'>"}
+    """
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "no such setting"
+
+
+_UNSET = _Unset()
+
+
+def differences(stored: Any, wanted: Any, where: str = "") -> list[str]:
+    """Where two settings differ, as ``"key.path: stored -> wanted"`` lines.
+
+    Example:
+        >>> differences({"a": {"k": 1}}, {"a": {"null": {"seed": 0}, "k": 1}})
+        ["a.null: the file has no such setting, this sweep {'seed': 0}"]
+    """
+    if isinstance(stored, dict) and isinstance(wanted, dict):
+        found = []
+        for key in dict.fromkeys([*stored, *wanted]):
+            name = f"{where}.{key}" if where else str(key)
+            found += differences(stored.get(key, _UNSET), wanted.get(key, _UNSET), name)
+        return found
+    if stored == wanted:
+        return []
+    return [f"{where or 'settings'}: the file has {stored!r}, this sweep {wanted!r}"]
+
+
+def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict], list[str]]:
+    """Complete checkpoint records of a results file; a torn last line is moved aside."""
+    if not path.exists():
+        return {}, []
+    text = path.read_text()
+    lines = text.split("\n")
+    done: dict[str, dict] = {}
+    torn: list[str] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        record = parse_json(line, where=f"line {number} of {str(path)!r}", torn_ok=True)
+        last = all(not rest.strip() for rest in lines[number:])
+        if record is not TORN and not _is_record(record):
+            raise LeadTermsError(
+                f"{str(path)!r} is not a results file of tl_leadterms.sweep (line {number} is "
+                "complete JSON but not a checkpoint record); pass a new path for --results, "
+                "the file is left as it is"
+            )
+        if record is TORN:
+            if not last:
+                raise LeadTermsError(
+                    f"line {number} of {str(path)!r} is not a sweep record; fix or delete that "
+                    "line (the other lines hold finished checkpoints) or pass a new results path"
+                )
+            torn.append(line)
+            continue
+        if record["settings"] != settings:
+            raise LeadTermsError(
+                f"{str(path)!r} was written by a sweep with other settings ("
+                f"{'; '.join(differences(record['settings'], settings))}); rerun with the "
+                "file's settings to resume it, or pass a new results path to keep both"
+            )
+        done[record["checkpoint"]] = record
+    if torn or (text and not text.endswith("\n")):
+        aside = path.with_name(path.name + ".torn")
+        with open(aside, "a") as f:
+            f.write("\n".join(torn) + "\n")
+        good = "".join(json.dumps(r) + "\n" for r in done.values())
+        write_text(path, good)
+        if torn:
+            warnings.warn(
+                f"ignored an incomplete last line of {str(path)!r} (an interrupted write; kept "
+                f"in {str(aside)!r}); its checkpoint is computed again",
+                stacklevel=3,
+            )
+    return done, torn
+
+
+def _is_record(record: Any) -> bool:
+    return isinstance(record, dict) and {"checkpoint", "rows", "settings"} <= set(record)
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """Append one complete JSON line and make it durable before returning."""
+    line = json.dumps(record) + "\n"
+    with open(path, "a") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.lock")
+
+
+class ResultsFile:
+    """A locked results file with fingerprinted records (see the module docstring).
+
+    ``ResultsFile(None, settings)`` is a stand-in that stores nothing (a sweep without
+    ``results=``). ``settings`` must equal those of every record already in the file.
+    """
+
+    def __init__(self, path: str | os.PathLike | None, settings: dict[str, Any]) -> None:
+        # the resolved file: two paths to one file (a symlink) share one lock and one file
+        self.path = None if path is None else Path(os.path.realpath(path))
+        self.settings = settings
+        self.records: dict[str, dict] = {}
+        self.torn: list[str] = []
+        self.changed: list[str] = []
+        self._lock_fd: int | None = None
+
+    def __enter__(self) -> "ResultsFile":
+        if self.path is None:
+            return self
+        self._lock()
+        try:
+            self.records, self.torn = read_results(self.path, self.settings)
+        except BaseException:
+            self._unlock()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._unlock()
+
+    def _lock(self) -> None:
+        import fcntl
+
+        lock = _lock_path(self.path)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as err:
+            raise LeadTermsError(
+                f"cannot create the lock file {str(lock)!r} of the results file ({err.strerror}); "
+                "choose a writable folder for --results"
+            ) from err
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise LeadTermsError(
+                f"another sweep (pid {holder}) is writing {str(self.path)!r}; wait for it to "
+                "finish, or pass another results path to run side by side"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is None:
+            return
+        import fcntl
+
+        fd, self._lock_fd = self._lock_fd, None
+        try:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def done(self, label: str, fingerprint: str | None) -> bool:
+        """Whether ``label`` has a record of the same ``fingerprint`` (then reuse it)."""
+        record = self.records.get(label)
+        if record is None:
+            return False
+        if fingerprint is None or record.get("fingerprint") == fingerprint:
+            return True
+        self.changed.append(label)
+        before = record.get("fingerprint") or "none (written before fingerprints)"
+        warnings.warn(
+            f"checkpoint {label!r} changed since its results were written to "
+            f"{str(self.path)!r} (fingerprint {before} -> {fingerprint}); computing it again",
+            stacklevel=2,
+        )
+        return False
+
+    def record(self, label: str) -> dict:
+        """The stored record of ``label``."""
+        return self.records[label]
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Store a finished checkpoint's record (a complete, fsynced line; a later line of the
+        same checkpoint replaces an earlier one on reading); ``settings`` is filled in."""
+        record = {**record, "settings": record.get("settings", self.settings)}
+        if self.path is not None:
+            if self._lock_fd is None:
+                raise LeadTermsError("ResultsFile.append outside its with-block; open it first")
+            append_record(self.path, record)
+        self.records[record["checkpoint"]] = record

@@ -1,0 +1,238 @@
+"""`sweep`: run analyses over a series of checkpoints, one model in memory at a time, resumable.
+
+Checkpoints come as ``(label, model)`` pairs, local checkpoint folders of any architecture
+:func:`~tl_leadterms.loading.checkpoint.load_model` reads, a series folder written by
+:func:`~tl_leadterms.loading.series.train_neox_series`, or a Pythia name with ``steps``
+(``load_model(name, checkpoint=step)``). With ``results=`` every
+finished checkpoint is appended to a JSON-lines file as one complete line (flushed and
+fsynced), so an interrupted sweep resumes where it stopped and never loses finished work.
+"""
+
+import gc
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tl_leadterms.checks import Layers
+from tl_leadterms.errors import LeadTermsError, check_choice
+from tl_leadterms.progress import progress_bar
+from tl_leadterms.protocols import PathLike
+from tl_leadterms.results.bootstrap import BootstrapSpec
+from tl_leadterms.results.null import NullSpec
+from tl_leadterms.stats.blocks import BlockStats
+from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.sweeps.analyses import (
+    DEFAULT,
+    NAMES,
+    analyse,
+    choose_analyses,
+    full_stats,
+    null_options,
+    settings,
+)
+from tl_leadterms.sweeps.inputs import (
+    check_executor,
+    check_loader_kwargs,
+    checkpoint_id,
+    find_checkpoints,
+    results_path,
+)
+from tl_leadterms.sweeps.results import ResultsFile
+from tl_leadterms.sweeps.table import SweepTable
+
+__all__ = ["EXECUTORS", "NAMES", "SweepTable", "run_checkpoint", "sweep"]
+
+EXECUTORS = ("local", "ray")
+
+
+def run_checkpoint(
+    ckpt,
+    stats: CorpusStats | BlockStats,
+    chosen: list,
+    settings: dict,
+    path: Path | None = None,
+    n_done: int = 0,
+) -> dict[str, Any]:
+    """Load one checkpoint, run the analyses, free it; its record for the results file.
+
+    The unit of work of both executors: :func:`sweep` calls it in this process, and with
+    ``executor="ray"`` one Ray task per checkpoint calls it in a worker, so the records agree
+    (the null draws and bootstrap resamples are seeded, so they agree too).
+    ``path`` and ``n_done`` only word the error of a checkpoint that cannot be loaded.
+    """
+    started = time.perf_counter()
+    try:
+        model = ckpt.load()
+    except Exception as err:
+        kept = f"; the {n_done} finished checkpoint(s) are kept in {str(path)!r}" if path else ""
+        raise LeadTermsError(
+            f"checkpoint {ckpt.label!r} ({ckpt.source}) could not be loaded: {err}{kept}"
+        ) from err
+    try:
+        rows = analyse(model, stats, chosen, ckpt.label)
+    finally:  # free a model loaded here even when an analysis fails
+        if ckpt.owned:
+            del model
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    return {
+        "checkpoint": ckpt.label,
+        "step": ckpt.step,
+        "source": ckpt.source,
+        "seconds": time.perf_counter() - started,
+        "settings": settings,
+        "rows": rows,
+    }
+
+
+def sweep(
+    checkpoints: PathLike | Iterable[Any],
+    stats: CorpusStats | BlockStats,
+    *,
+    analyses: str | Sequence[str | Callable[..., Any] | tuple[Any, ...]] = DEFAULT,
+    checkpoint_steps: Sequence[int] | None = None,
+    results: PathLike | None = None,
+    layers: Layers = None,
+    per_head: bool = False,
+    null: int | NullSpec | None = None,
+    ci: float | None = None,
+    bootstrap: int | BootstrapSpec = 50,
+    seed: int | None = None,
+    device: torch.device | str | None = None,
+    progress: bool = True,
+    loader_kwargs: dict[str, Any] | None = None,
+    executor: str = "local",
+    resources: dict[str, Any] | None = None,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    **analysis_kwargs: Any,
+) -> SweepTable:
+    """Run ``analyses`` on every checkpoint and collect one tidy table.
+
+    Args:
+        checkpoints: ``(label, model)`` pairs (or ``(label, step, model_or_folder)``, as
+            :func:`~tl_leadterms.loading.checkpoint.load_series` gives); a list of local
+            checkpoint folders; a series folder (its ``step{N}`` sub-folders); or a hub name such
+            as ``"pythia-1.4b"`` with ``checkpoint_steps``. Folders and hub checkpoints are
+            loaded one at a time and freed after use, so memory holds one model.
+        stats: :class:`~tl_leadterms.stats.CorpusStats` over the models' vocabulary, or a
+            :class:`~tl_leadterms.stats.blocks.BlockStats` (needed for ``ci``; its whole-corpus
+            statistics are scored, and callables get those).
+        analyses: names ``"decompose"`` (rows ``cos_{weight}`` and ``explained_{weight}``) and
+            ``"covariance"`` (:func:`~tl_leadterms.analyses.covariance.compute.covariance_similarity`'s
+            ``attention``, ``value_post``, ``value_attn``), ``"output"``
+            (:func:`~tl_leadterms.output_agreement` on held-out ``tokens=``, its scalars fitted
+            unless ``lr``/``steps``/``s_lr`` are given: rows ``output_kl``,
+            ``output_explained``, ``output_top1``, ``output_c_O``…, ``bigram_kl``…), callables
+            ``f(model, stats)`` returning dicts with ``layer``, ``head``, ``score``, ``value``, or
+            ``(label, name_or_callable, kwargs)`` tuples (e.g. the covariance score under two
+            settings side by side).
+        checkpoint_steps: with a hub name, the ``checkpoint_value`` of each checkpoint; with
+            local checkpoints, keep only these steps. (``steps=``, like ``lr=`` and ``s_lr=``,
+            is the leading terms' training step count, passed to the analyses.)
+        results: a ``.jsonl`` path: each finished checkpoint is appended as one line; a rerun
+            skips the checkpoints already there (same settings required, ``null``/``ci``
+            included) and loads their rows.
+        layers, per_head: passed to the named analyses.
+        null: ``R`` permutations (or a :class:`~tl_leadterms.results.null.NullSpec`) for the
+            named analyses, as :func:`~tl_leadterms.decompose` takes it: rows gain
+            ``null_mean``, ``null_sd``, ``z``, ``p`` (``decompose``: on its ``cos_*`` rows).
+        ci, bootstrap: a confidence level and the bootstrap resamples (default 50, or a
+            ``BootstrapSpec``), as :func:`~tl_leadterms.decompose` takes them: rows gain
+            ``lo``/``hi``/``corrected``; ``stats`` must be a ``BlockStats``.
+        seed: the seed of the permutations and resamples when ``null``/``bootstrap`` are
+            counts (default: the specs' own, 0); every checkpoint uses the same draws, so a
+            resumed or distributed sweep gives the same columns.
+        device: where models are loaded and covariance products run (default: the CPU).
+        progress: a tqdm bar over the checkpoints.
+        loader_kwargs: extra keywords for :func:`~tl_leadterms.loading.checkpoint.load_model`
+            (``fold_ln``, ``dtype``, ...), for folders and hub names alike.
+        executor: ``"local"`` (this process, one checkpoint after the other) or ``"ray"``: one
+            Ray task per checkpoint (see :func:`tl_leadterms.sweeps.on_ray.run_on_ray`),
+            each loading its model in the worker; every record is appended to ``results`` as it
+            arrives, so an interrupted Ray sweep resumes like a local one. Checkpoints must be
+            folders or hub names (a worker cannot load a model held by this process).
+        resources, address, num_cpus: with ``executor="ray"``: what each task reserves
+            (default ``{"num_gpus": 1}`` when ``device`` is CUDA, else ``{"num_cpus": 1}``), and
+            the cluster (``None``: a local Ray with ``num_cpus`` CPUs; ``"auto"`` or
+            ``"host:port"``: a running one; a Ray already initialised here is used as it is).
+        **analysis_kwargs: keywords for the named analyses (each gets those it accepts, e.g.
+            ``normalize="both", value_map="write"`` for covariance).
+
+    Returns:
+        A :class:`SweepTable`, one row per (checkpoint, layer, head, analysis, score).
+    """
+    full_stats(stats)  # a CorpusStats or BlockStats, else a clear error
+    _check_not_checkpoint_list(analysis_kwargs.get("steps"))
+    device = "cpu" if device is None else device
+    loader_kwargs = check_loader_kwargs(loader_kwargs)
+    if not isinstance(per_head, bool):
+        raise LeadTermsError(f"per_head must be True or False, got {per_head!r}")
+    check_choice("executor", executor, EXECUTORS)
+    common = {"layers": layers, "per_head": per_head, "device": device, "progress": False}
+    common.update(null_options(stats, null, ci, bootstrap, seed))
+    chosen = choose_analyses(analyses, common, analysis_kwargs)
+    todo = find_checkpoints(checkpoints, checkpoint_steps, device, loader_kwargs)
+    check_executor(executor, todo, resources, address, num_cpus)
+    kept = settings(chosen, stats)
+    path = results_path(results)
+    ray_at = {"resources": resources, "address": address, "num_cpus": num_cpus, "device": device}
+    with ResultsFile(path, kept) as stored:
+        found, status = _run(todo, stats, chosen, stored, executor, ray_at, progress)
+        torn = stored.torn
+    metadata = {
+        "results": None if path is None else str(path),
+        "status": status,
+        "ignored_torn_lines": len(torn),
+        "settings": kept,
+    }
+    return SweepTable.from_records([found[c.label] for c in todo], metadata=metadata)
+
+
+def _check_not_checkpoint_list(steps: Any) -> None:
+    """``steps=`` is the leading terms' step count; a list there is the former checkpoint list."""
+    if steps is not None and not isinstance(steps, int) and hasattr(steps, "__iter__"):
+        raise LeadTermsError(
+            f"steps={steps!r}: sweep's steps= is the training step count of the leading terms "
+            "(an int, as decompose takes it); to choose checkpoints pass "
+            f"checkpoint_steps={list(steps)!r}"
+        )
+
+
+def _run(todo, stats, chosen, stored: ResultsFile, executor: str, ray_at: dict, progress: bool):
+    """Reuse the stored records of unchanged checkpoints, compute the others; the records by
+    label and each checkpoint's status (loaded, computed, recomputed)."""
+    found: dict[str, dict] = {}
+    status: dict[str, str] = {}
+    missing, fingerprints = [], {}
+    for ckpt in todo:  # fingerprints on the driver: a replaced checkpoint is recomputed
+        fingerprint = checkpoint_id(ckpt)
+        if stored.done(ckpt.label, fingerprint):
+            found[ckpt.label], status[ckpt.label] = stored.record(ckpt.label), "loaded"
+        else:
+            missing.append(ckpt)
+            fingerprints[ckpt.label] = fingerprint
+    with progress_bar(total=len(missing), desc="sweep", disable=not progress) as bar:
+
+        def finished(record: dict) -> None:
+            label = record["checkpoint"]
+            record["fingerprint"] = fingerprints[label]
+            stored.append(record)  # locked, one fsynced line, as each record arrives
+            found[label] = record
+            status[label] = "recomputed" if label in stored.changed else "computed"
+            bar.update(1)
+
+        if executor == "ray":
+            from tl_leadterms.sweeps.on_ray import run_on_ray
+
+            shared = (stats, chosen, stored.settings)  # put into the object store once
+            run_on_ray(run_checkpoint, missing, shared, finished, **ray_at)
+        else:
+            for ckpt in missing:
+                finished(run_checkpoint(ckpt, stats, chosen, stored.settings, stored.path,
+                                        len(found)))  # fmt: skip
+    return found, status

@@ -1,0 +1,175 @@
+"""`SweepTable`: the tidy result of :func:`tl_leadterms.sweeps.run.sweep`."""
+
+from typing import Any, ClassVar
+
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.table import ResultTable
+
+__all__ = ["COLUMNS", "EXTRA_COLUMNS", "SweepTable"]
+
+COLUMNS = ("checkpoint", "step", "layer", "head", "analysis", "score", "value")
+#: what ``null=`` and ``ci=`` add to a row (as :func:`~tl_leadterms.decompose` names them)
+EXTRA_COLUMNS = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "corrected",
+                 "excess", "excess_share", "q", "specific", "common_share", "raw")  # fmt: skip
+# what repr shows beneath each value, effect size first
+_SHOWN = {"excess": "excess", "null_mean": "null mean", "z": "z", "p": "p", "q": "q",
+          "reference": "reference", "corrected": "CI bias-corr.", "lo": "CI lo", "hi": "CI hi",
+          "raw": "raw", "specific": "specific", "common_share": "common share"}  # fmt: skip
+
+
+class SweepTable(ResultTable):
+    """The rows of :func:`sweep`: one per (checkpoint, layer, head, analysis, score).
+
+    Row fields: ``checkpoint`` (label), ``step`` (None when unknown), ``layer`` (None for
+    ``W_O``), ``head`` (None for layer-level scores), ``analysis``, ``score`` (the score's
+    name), ``value``. A sweep with ``null=`` adds ``null_mean``, ``null_sd``, ``z``, ``p``,
+    the effect size ``excess`` (``value − null_mean``) and ``excess_share``, and ``q`` (the
+    Benjamini–Hochberg q-value over one checkpoint's rows of one analysis) (and
+    ``reference`` with a reference model), one with ``ci=`` adds ``lo``, ``hi``,
+    ``corrected`` (the bias-corrected estimate the interval is built around); covariance
+    and decompose rows carry ``specific`` and ``common_share`` (and ``raw`` under
+    ``centre="tokens"``): the columns
+    :func:`~tl_leadterms.decompose` and :func:`~tl_leadterms.covariance_similarity` give the
+    same score (for ``decompose``, the ``cos_*`` rows; ``explained_*`` rows hold None there).
+    ``checkpoints`` lists the labels in sweep order; ``metadata["status"]`` says which were
+    computed and which were loaded from the results file.
+    """
+
+    KEYS = ("score", "layer", "head", "checkpoint")
+    SCORE = "value"
+    GRID = ("layer", "checkpoint")
+    GRID_WHERE: ClassVar[dict[str, Any]] = {"head": None}
+    GROUP = ("analysis", "score")
+
+    def __init__(self, rows: list[dict[str, Any]], checkpoints: list[str], metadata: dict) -> None:
+        super().__init__(rows, metadata)
+        self.checkpoints = checkpoints
+
+    @classmethod
+    def from_records(cls, records: list[dict[str, Any]], metadata: dict) -> "SweepTable":
+        rows = [
+            {"checkpoint": rec["checkpoint"], "step": rec["step"], **r}
+            for rec in records
+            for r in rec["rows"]
+        ]
+        extra = [c for c in EXTRA_COLUMNS if any(c in r for r in rows)]
+        rows = [{c: r.get(c) for c in (*COLUMNS, *extra)} for r in rows]
+        return cls(rows, [rec["checkpoint"] for rec in records], metadata)
+
+    COLUMNS = COLUMNS
+
+    def columns(self) -> list[str]:
+        """The row fields: :data:`COLUMNS` and the null/interval columns present."""
+        return [*COLUMNS, *(c for c in EXTRA_COLUMNS if any(c in r for r in self.rows))]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def scores(self) -> list[tuple[str, str]]:
+        """The ``(analysis, score)`` pairs present, in first-seen order."""
+        return list(dict.fromkeys((r["analysis"], r["score"]) for r in self.rows))
+
+    def values(
+        self,
+        score: str,
+        layer: int | None = None,
+        head: int | None = None,
+        analysis: str | None = None,
+    ) -> list[float]:
+        """One score across the checkpoints, in sweep order (NaN where a checkpoint lacks it)."""
+        found = {
+            r["checkpoint"]: r["value"]
+            for r in self.rows
+            if r["score"] == score
+            and r["layer"] == layer
+            and r["head"] == head
+            and (analysis is None or r["analysis"] == analysis)
+        }
+        if not found:
+            raise LeadTermsError(
+                f"no rows for score={score!r}, layer={layer!r}, head={head!r}, "
+                f"analysis={analysis!r}; scores: {self.scores()}"
+            )
+        return [found.get(c, float("nan")) for c in self.checkpoints]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: ``{"rows", "checkpoints", "metadata"}`` (JSON-serialisable)."""
+        return {
+            "rows": [dict(r) for r in self.rows],
+            "checkpoints": list(self.checkpoints),
+            "metadata": self.metadata,
+        }
+
+    def to_pandas(self):
+        """A long DataFrame with the columns ``checkpoint, step, layer, head, analysis, score,
+        value`` (and the :data:`EXTRA_COLUMNS` present)."""
+        import pandas as pd
+
+        df = pd.DataFrame(self.rows, columns=self.columns())
+        return df.astype({"step": "Int64", "layer": "Int64", "head": "Int64"})
+
+    def pivot(self, score: str, analysis: str | None = None, heads: bool = False):
+        """Layers (or ``(layer, head)`` with ``heads=True``) × checkpoints of one score."""
+        import pandas as pd
+
+        df = self.to_pandas()
+        df = df[df["score"] == score]
+        if analysis is not None:
+            df = df[df["analysis"] == analysis]
+        if df["analysis"].nunique() > 1:
+            raise LeadTermsError(
+                f"score {score!r} comes from analyses {sorted(df['analysis'].unique())}; pass "
+                "analysis= to pick one"
+            )
+        if df.empty:
+            raise LeadTermsError(f"no rows for score={score!r}; scores: {self.scores()}")
+        df = df[df["head"].notna()] if heads else df[df["head"].isna()]
+        df = df.assign(layer=[("-" if pd.isna(v) else int(v)) for v in df["layer"]])
+        index = ["layer", "head"] if heads else "layer"
+        table = df.pivot(index=index, columns="checkpoint", values="value")
+        return table[[c for c in self.checkpoints if c in table.columns]]
+
+    def __repr__(self) -> str:
+        status = self.metadata.get("status", {})
+        loaded = sum(s == "loaded" for s in status.values())
+        lines = [
+            f"SweepTable: {len(self.checkpoints)} checkpoints ({loaded} from the results file), "
+            f"{len(self.rows)} rows"
+        ]
+        width = max([6, *(len(c) for c in self.checkpoints)])
+        head = f"{'':<30}" + " ".join(f"{c:>{width}}" for c in self.checkpoints)
+        for analysis, score in self.scores():
+            lines.append(f"{analysis}: {score}")
+            lines.append(head)
+            grid: dict[Any, dict[str, dict]] = {}
+            for r in self.rows:
+                if r["analysis"] == analysis and r["score"] == score and r["head"] is None:
+                    grid.setdefault(r["layer"], {})[r["checkpoint"]] = r
+            for layer, found in grid.items():
+                name = "  -" if layer is None else f"  L{layer}"
+                lines.append(f"{name:<30}" + self._cells(found, "value", width))
+                for column, shown in _SHOWN.items():  # the null and interval beneath the value
+                    if any(r.get(column) is not None for r in found.values()):
+                        lines.append(f"{'      ' + shown:<30}" + self._cells(found, column, width))
+        return "\n".join(lines)
+
+    def _cells(self, found: dict[str, dict], column: str, width: int) -> str:
+        """One line of a grid: ``column`` of each checkpoint's row (``-`` where it has none)."""
+        cells = []
+        for c in self.checkpoints:
+            value = found.get(c, {}).get(column)
+            if value is None:
+                cells.append(f"{'-':>{width}}")
+            else:
+                cells.append(f"{value:>{width}.3f}" if abs(value) < 1e3 else f"{value:>{width}.3g}")
+        return " ".join(cells)
+
+    def plot(self, score: str | None = None, **kwargs: Any) -> Any:
+        """:func:`~tl_leadterms.sweeps.figure.plot_sweep` of this table, its first
+        ``(analysis, score)`` unless ``score=`` (and ``analysis=``) are given."""
+        from tl_leadterms.sweeps.figure import plot_sweep
+
+        if score is None:
+            kwargs.setdefault("analysis", self.scores()[0][0])
+            score = self.scores()[0][1]
+        return plot_sweep(self, score, **kwargs)
