@@ -21,8 +21,8 @@ from tl_leadterms import (
     token_maps,
 )
 from tl_leadterms.adapters import factored
-from tl_leadterms.loading.tiny import MODEL_FAMILIES, save_tiny_model
 from tl_leadterms.cli import main
+from tl_leadterms.loading.tiny import MODEL_FAMILIES, save_tiny_model
 
 pytestmark = pytest.mark.models
 

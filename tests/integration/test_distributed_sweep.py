@@ -155,8 +155,8 @@ def test_ray_sweep_refuses_what_it_cannot_run(cluster, series):
 def test_cli_sweep_on_ray(cluster, series, tmp_path):
     import pandas as pd
 
-    from tl_leadterms.sweeps.run import sweep
     from tl_leadterms.cli import main
+    from tl_leadterms.sweeps.run import sweep
 
     folder, stats = series
     stats.save(tmp_path / "s.safetensors")
@@ -174,9 +174,9 @@ def test_cli_sweep_on_ray_with_intervals_from_a_block_file(cluster, series, tmp_
     import pandas as pd
 
     from tl_leadterms import BlockStats, block_stats
+    from tl_leadterms.cli import main
     from tl_leadterms.loading.series import load_windows
     from tl_leadterms.sweeps.run import sweep
-    from tl_leadterms.cli import main
 
     folder, stats = series
     blocks = block_stats(load_windows(folder), d_vocab=stats.d_vocab, blocks=4, progress=False)

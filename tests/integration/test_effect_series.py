@@ -8,9 +8,9 @@ import re
 import pytest
 
 from tl_leadterms.loading.series import load_windows, train_neox_series
-from tl_leadterms.sweeps.run import sweep
 from tl_leadterms.report import report
 from tl_leadterms.stats import corpus_stats
+from tl_leadterms.sweeps.run import sweep
 
 EARLY = "step4"
 

@@ -196,8 +196,8 @@ def test_ctrl_c_before_main_handles_it_is_one_line_and_130(monkeypatch, capsys):
 
 # -- 3. sweeps: fingerprints, the lock with two processes and SIGKILL ---------------------------
 def test_a_replaced_checkpoint_is_recomputed_and_the_user_told(corpus, tmp_path):
-    from tl_leadterms.sweeps.run import sweep
     from tl_leadterms.loading.tiny import save_tiny_model
+    from tl_leadterms.sweeps.run import sweep
 
     folders = [tmp_path / "step0", tmp_path / "step1"]
     for i, folder in enumerate(folders):

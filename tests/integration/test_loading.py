@@ -10,10 +10,11 @@ from transformers import GPTNeoXForCausalLM
 
 from tests.conftest import unchecked
 from tl_leadterms.adapters import factored, to_paper
-from tl_leadterms.loading import configs, checkpoint as loading, tiny
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.loading import checkpoint as loading
+from tl_leadterms.loading import configs, tiny
 from tl_leadterms.loading.checkpoint import load_model
 from tl_leadterms.loading.tiny import save_tiny_model
-from tl_leadterms.errors import LeadTermsError
 
 pytestmark = pytest.mark.hooked
 

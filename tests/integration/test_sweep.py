@@ -8,16 +8,16 @@ import torch
 
 from tests.conftest import unchecked
 from tests.factories import HookedTransformer
-from tl_leadterms.results.bootstrap import BootstrapSpec
 from tl_leadterms.analyses.covariance.compute import covariance_similarity
 from tl_leadterms.analyses.decompose.compute import decompose
-from tl_leadterms.results.null import NullSpec
+from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.loading.checkpoint import load_model
 from tl_leadterms.loading.series import load_series, load_windows, train_neox_series
-from tl_leadterms.sweeps.run import SweepTable, sweep
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.bootstrap import BootstrapSpec
+from tl_leadterms.results.null import NullSpec
 from tl_leadterms.stats import corpus_stats
 from tl_leadterms.stats.blocks import block_stats
+from tl_leadterms.sweeps.run import SweepTable, sweep
 
 STEPS = [0, 1, 2, 4, 8, 16]
 N_LAYERS = 2

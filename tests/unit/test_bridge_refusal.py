@@ -25,9 +25,9 @@ from tl_leadterms import (
     token_maps,
 )
 from tl_leadterms.adapters.view.bridge import hf_score_divisor
+from tl_leadterms.analyses.attention import plot_attention
 from tl_leadterms.loading.bridge import placeholder_tokenizer
 from tl_leadterms.loading.tiny import save_tiny_model
-from tl_leadterms.analyses.attention import plot_attention
 
 bridge_module = pytest.importorskip("transformer_lens.model_bridge")
 

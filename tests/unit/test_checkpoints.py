@@ -6,6 +6,7 @@ import json
 import pytest
 
 from tests.conftest import unchecked
+from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.loading import series as checkpoints
 from tl_leadterms.loading.series import (
     checkpoint_step,
@@ -14,7 +15,6 @@ from tl_leadterms.loading.series import (
     pythia_steps,
     train_neox_series,
 )
-from tl_leadterms.errors import LeadTermsError
 
 
 def test_pythia_steps():

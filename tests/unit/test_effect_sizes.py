@@ -14,9 +14,9 @@ from tl_leadterms import corpus_stats, decompose, paper_model, train
 from tl_leadterms.adapters import factored, to_paper
 from tl_leadterms.analyses.attention.compute import attention_agreement
 from tl_leadterms.analyses.covariance.compute import covariance_similarity
-from tl_leadterms.results.null import permutations, qvalues, summarize
 from tl_leadterms.loading.checkpoint import load_model
 from tl_leadterms.loading.tiny import save_tiny_model
+from tl_leadterms.results.null import permutations, qvalues, summarize
 
 V, T = 24, 8
 

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from tl_leadterms import block_stats, corpus_stats, decompose, paper_model, train
+from tl_leadterms.analyses.decompose.compute import leading_cosines
+from tl_leadterms.report.findings import findings
 from tl_leadterms.results.bootstrap import (
     DEFAULT_METHOD,
     METHODS,
@@ -16,8 +18,6 @@ from tl_leadterms.results.bootstrap import (
     BootstrapSpec,
     interval,
 )
-from tl_leadterms.analyses.decompose.compute import leading_cosines
-from tl_leadterms.report.findings import findings
 
 K, T = 8, 8
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tl_leadterms import corpus_stats, leading_cosines, paper_model, step_bound, train
-from tl_leadterms.sweeps.monitor import LeadingTermMonitor
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.sweeps.monitor import LeadingTermMonitor
 
 D, T = 12, 8
 

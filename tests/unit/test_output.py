@@ -289,3 +289,27 @@ def test_shared_predictor_reuses_its_basis_and_lets_the_statistics_go():
     del stats, pred, basis
     gc.collect()
     assert ref() is None
+
+
+def test_output_agreement_is_a_result_table_with_its_own_figure():
+    from tl_leadterms.analyses.output import OutputAgreement
+    from tl_leadterms.results.table import ResultTable
+
+    rows = [{"predictor": p, "kl": kl, "explained": e, "top1": 0.5, "top5": 0.9, "c_O": 1.0,
+             "c_V": float("nan"), "c_W": float("nan"), "kl_per_position": [kl, 2 * kl]}
+            for p, kl, e in (("leading", 0.1, 0.9), ("bigram", 0.4, 0.6), ("unigram", 1.0, 0.0))]  # fmt: skip
+    rows[0].update(lo=0.85, hi=0.95)
+    table = OutputAgreement(rows, {"model_name": "m", "n_windows": 2, "n_ctx": 2, "k": 5,
+                                   "n_layers": 1})  # fmt: skip
+    assert isinstance(table, ResultTable)
+    assert table.row()["predictor"] == "leading" and table.row("bigram")["kl"] == 0.4
+    assert [r["predictor"] for r in table.select(predictor=["bigram", "unigram"])] == [
+        "bigram", "unigram"]  # fmt: skip
+    with pytest.raises(LeadTermsError, match="no predictor 'trigram'"):
+        table.row("trigram")
+    html = table._repr_html_()
+    assert "<table" in html and "kl_per_position" not in html  # a list column stays out
+    fig = table.plot()
+    bars = [p.get_height() for p in fig.axes[0].patches]
+    assert bars == pytest.approx([0.9, 0.6, 0.0])
+    assert [len(line.get_ydata()) for line in fig.axes[1].lines] == [2, 2, 2]

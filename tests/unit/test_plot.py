@@ -11,13 +11,13 @@ import torch
 
 from tests.conftest import unchecked
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model, sweep, train
-from tl_leadterms.data import generate_stories, train_word_tokenizer
-from tl_leadterms.results.html import View, figure_html, save_html
-from tl_leadterms.explorer import plot_associations
 from tl_leadterms.analyses.attention import plot_attention
-from tl_leadterms.training import plot_history
-from tl_leadterms.sweeps import plot_sweep
+from tl_leadterms.data import generate_stories, train_word_tokenizer
+from tl_leadterms.explorer import plot_associations
+from tl_leadterms.results.html import View, figure_html, save_html
 from tl_leadterms.stats import make_windows
+from tl_leadterms.sweeps import plot_sweep
+from tl_leadterms.training import plot_history
 
 N_CTX = 12
 CALL = re.compile(r'CircuitsVis\.render\("([^"]+)", CircuitsVis\.(\w+), (.*?)\);</script>', re.S)

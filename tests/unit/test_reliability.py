@@ -13,9 +13,9 @@ from safetensors.torch import save_file
 
 from tl_leadterms import CorpusStats, LeadTermsError, corpus_stats
 from tl_leadterms.atomic import atomic_path, atomic_set, write_text
-from tl_leadterms.sweeps.results import ResultsFile
 from tl_leadterms.jsontext import MAX_DEPTH, parse_json
 from tl_leadterms.stats.tokens import check_batch
+from tl_leadterms.sweeps.results import ResultsFile
 
 D_VOCAB = 12
 

@@ -6,9 +6,9 @@ import re
 import pytest
 
 from tests.conftest import unchecked
-from tl_leadterms.sweeps.table import SweepTable
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.report import report
+from tl_leadterms.sweeps.table import SweepTable
 
 N_LAYERS = 2
 EVIL = '<script>alert("x")</script>'

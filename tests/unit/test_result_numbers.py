@@ -31,10 +31,10 @@ from tl_leadterms import (
     token_maps,
     train,
 )
-from tl_leadterms.results.table import ResultTable
 from tl_leadterms.analyses.ablation import plot_ablation
 from tl_leadterms.analyses.attention import plot_agreement
 from tl_leadterms.analyses.covariance import plot_covariance, plot_token_maps
+from tl_leadterms.results.table import ResultTable
 
 V, T, L = 20, 8, 2
 

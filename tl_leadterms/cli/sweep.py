@@ -15,6 +15,7 @@ from tl_leadterms.cli.inputs import (
 )
 from tl_leadterms.cli.output import emit_text, to_json
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.registry import sweepable
 
 __all__ = ["add_parser", "cmd_sweep"]
 
@@ -114,7 +115,7 @@ def add_parser(sub) -> None:
         "--analyses",
         nargs="+",
         default=["decompose"],
-        choices=["decompose", "covariance"],
+        choices=sweepable(tokens=False),
         help="default: decompose",
     )
     sw.add_argument("--layers", type=int, nargs="+", help="layers to analyse (default: all)")

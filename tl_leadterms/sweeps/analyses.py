@@ -15,9 +15,8 @@ NullSpec(permutations=20, seed=3, reference=None)
 {'permutations': 20, 'seed': 3, 'reference': None}
 """
 
+import functools
 import hashlib
-import importlib
-import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -25,13 +24,14 @@ import torch
 
 from tl_leadterms.checks import check_count, check_level
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.registry import analysis, sweepable
 from tl_leadterms.results.bootstrap import BootstrapSpec
 from tl_leadterms.results.null import NullSpec
+from tl_leadterms.results.table import EXTRA_COLUMNS
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.sweeps.fingerprint import checkpoint_fingerprint
 from tl_leadterms.sweeps.results import jsonable
-from tl_leadterms.sweeps.table import EXTRA_COLUMNS
 
 __all__ = [
     "DEFAULT",
@@ -46,7 +46,8 @@ __all__ = [
     "stats_fingerprint",
 ]
 
-NAMES = ("decompose", "covariance", "output")
+#: the analyses a sweep runs by name (the registry's, :mod:`tl_leadterms.registry`)
+NAMES = sweepable()
 #: what a sweep runs when no analyses are named (``"output"`` needs held-out ``tokens=``)
 DEFAULT = ("decompose", "covariance")
 FORMAT = 1
@@ -64,60 +65,14 @@ class Analysis(NamedTuple):
     named: bool = False
 
 
-def _decompose(model, stats, **kwargs) -> list[dict[str, Any]]:
-    from tl_leadterms.analyses.decompose.compute import decompose
-
-    rows = []
-    for r in decompose(model, stats, **kwargs).rows:
-        where = {"layer": r["layer"], "head": r["head"]}
-        extra = {k: r[k] for k in EXTRA_COLUMNS if k in r}  # the null and CI of the cosine
-        rows.append({**where, "score": f"cos_{r['weight']}", "value": r["cosine"], **extra})
-        rows.append({**where, "score": f"explained_{r['weight']}", "value": r["explained"]})
-    return rows
-
-
-def _covariance(model, stats, **kwargs) -> list[dict[str, Any]]:
-    from tl_leadterms.analyses.covariance.compute import covariance_similarity
-
-    return covariance_similarity(model, stats, **kwargs).rows
-
-
-def _output(model, stats, **kwargs) -> list[dict[str, Any]]:
-    """``output_*`` (the leading-term model) and ``bigram_*`` rows of one checkpoint; the
-    scalars are fitted (``fit=True``) unless the run is given (``lr``/``steps``/``s_lr``)."""
-    from tl_leadterms.analyses.output.compute import output_agreement
-
-    if "tokens" not in kwargs:
-        raise LeadTermsError(
-            "the 'output' analysis needs held-out windows: sweep(..., analyses=[..., 'output'], "
-            "tokens=windows[:, :-1])"
-        )
-    run = any(kwargs.get(k) is not None for k in ("lr", "steps", "s_lr"))
-    kwargs.setdefault("fit", not run)
-    result = output_agreement(model, stats, **kwargs)
-    where = {"layer": None, "head": None}
-    lead = result.row("leading")
-    extra = {k: lead[k] for k in EXTRA_COLUMNS if k in lead}
-    rows = [{**where, "score": "output_explained", "value": lead["explained"], **extra}]
-    for prefix, name in (("output", "leading"), ("bigram", "bigram")):
-        r = result.row(name)
-        rows += [{**where, "score": f"{prefix}_{key}", "value": r[key]}
-                 for key in ("kl", "top1", "top5", "explained", "c_O", "c_V", "c_W")
-                 if not (prefix == "output" and key == "explained")
-                 and not (prefix == "bigram" and key in ("c_V", "c_W"))]  # fmt: skip
-    return rows
-
-
-_BUILTIN = {"decompose": _decompose, "covariance": _covariance, "output": _output}
-_TARGETS = {"decompose": "decompose", "covariance": "covariance_similarity",
-            "output": "output_agreement"}  # fmt: skip
-
-
 def _accepts(name: str) -> set[str]:
-    """Keyword names the built-in analysis ``name`` takes."""
-    module = importlib.import_module(f"tl_leadterms.analyses.{name}")
-    fn = inspect.unwrap(getattr(module, _TARGETS[name]))
-    return set(inspect.signature(fn).parameters) - {"model", "stats"}
+    """Keyword names the registered analysis ``name`` takes."""
+    return analysis(name).accepts()
+
+
+def _registered(name: str) -> Callable[..., Any]:
+    """``fn(model, stats, **kwargs)``: the sweep rows of the registered analysis ``name``."""
+    return functools.partial(analysis(name).sweep_rows)
 
 
 def _one(item: object, common: dict[str, Any], extra: dict[str, Any]) -> Analysis:
@@ -129,7 +84,7 @@ def _one(item: object, common: dict[str, Any], extra: dict[str, Any]) -> Analysi
             )
         label, fn, kwargs = item[0], item[1], dict(item[2])
     if isinstance(fn, str):
-        if fn not in _BUILTIN:
+        if fn not in NAMES:
             raise LeadTermsError(
                 f"unknown analysis {fn!r}; use one of {NAMES} or pass a callable "
                 "f(model, stats) returning dicts with layer, head, score, value"
@@ -138,7 +93,7 @@ def _one(item: object, common: dict[str, Any], extra: dict[str, Any]) -> Analysi
         merged = {k: v for k, v in common.items() if k in accepted}
         merged.update({k: v for k, v in extra.items() if k in accepted})
         merged.update(kwargs)
-        return Analysis(label or fn, _BUILTIN[fn], merged, True)
+        return Analysis(label or fn, _registered(fn), merged, True)
     if callable(fn):
         return Analysis(label or getattr(fn, "__name__", type(fn).__name__), fn, kwargs)
     raise LeadTermsError(f"analysis {item!r} is neither a name in {NAMES} nor callable")

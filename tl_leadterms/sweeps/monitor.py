@@ -33,18 +33,19 @@ from typing import Any
 
 import torch
 
-from tl_leadterms.analyses import covariance_similarity, leading_cosines, output_agreement
 from tl_leadterms.checks import check_choice, check_lr, check_stats, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.loading.checkpoint import load_model, quiet_transformers
 from tl_leadterms.protocols import TokenWindows
+from tl_leadterms.registry import MonitorContext, analysis, monitored
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import step_bound
 from tl_leadterms.training import TrainHistory
 
 __all__ = ["ANALYSES", "LeadingTermMonitor"]
 
-ANALYSES = ("cosines", "output", "covariance")
+#: the monitor's names of the analyses it can score (the registry's, :mod:`tl_leadterms.registry`)
+ANALYSES = tuple(monitored())
 
 
 class LeadingTermMonitor:
@@ -92,8 +93,11 @@ class LeadingTermMonitor:
         if not analyses:
             raise LeadTermsError(f"analyses must name at least one of {list(ANALYSES)}")
         self.analyses = tuple(check_choice("analysis", a, ANALYSES) for a in analyses)
-        if "output" in self.analyses and tokens is None:
-            raise LeadTermsError("the 'output' analysis needs tokens= (held-out windows [n, T])")
+        for name in self.analyses:
+            if analysis(monitored()[name]).needs_tokens and tokens is None:
+                raise LeadTermsError(
+                    f"the {name!r} analysis needs tokens= (held-out windows [n, T])"
+                )
         self.tokens = tokens
         self.lr = None if lr is None else check_lr(lr)
         self.min_cosine, self.min_explained = float(min_cosine), float(min_explained)
@@ -139,18 +143,11 @@ class LeadingTermMonitor:
         """The chosen analyses of ``model`` at ``step``, as flat ``name -> value``."""
         lens = model if hasattr(model, "cfg") else _as_lens(model)
         out: dict[str, float] = {}
-        if "cosines" in self.analyses:
-            out.update({f"cos_{k}": v for k, v in leading_cosines(lens, self.stats).items()})
-        if "output" in self.analyses:
-            run = {"lr": self.lr, "steps": step} if self.lr is not None and step > 0 else {}
-            result = output_agreement(lens, self.stats, self.tokens, fit=not run, **run)
-            out.update(output_kl=result.kl, output_explained=result.explained)
-        if "covariance" in self.analyses:
-            sim = covariance_similarity(lens, self.stats, **self.covariance_kwargs)
-            for r in sim.rows:
-                if r["head"] is None:
-                    key = f"cov_{r['score']}"
-                    out[key] = min(out.get(key, math.inf), r["value"])
+        for name, registered in monitored().items():  # in the registry's order
+            if name in self.analyses:
+                options = self.covariance_kwargs if name == "covariance" else {}
+                context = MonitorContext(step=step, lr=self.lr, tokens=self.tokens, options=options)
+                out.update(analysis(registered).monitor_scores(lens, self.stats, context))
         return out
 
     def _record(self, step: int, loss: float, scores: dict[str, float]) -> None:

@@ -3,14 +3,11 @@
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.table import ResultTable
+from tl_leadterms.results.table import EXTRA_COLUMNS, ResultTable
 
 __all__ = ["COLUMNS", "EXTRA_COLUMNS", "SweepTable"]
 
 COLUMNS = ("checkpoint", "step", "layer", "head", "analysis", "score", "value")
-#: what ``null=`` and ``ci=`` add to a row (as :func:`~tl_leadterms.decompose` names them)
-EXTRA_COLUMNS = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "corrected",
-                 "excess", "excess_share", "q", "specific", "common_share", "raw")  # fmt: skip
 # what repr shows beneath each value, effect size first
 _SHOWN = {"excess": "excess", "null_mean": "null mean", "z": "z", "p": "p", "q": "q",
           "reference": "reference", "corrected": "CI bias-corr.", "lo": "CI lo", "hi": "CI hi",

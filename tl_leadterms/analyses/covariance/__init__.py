@@ -5,16 +5,37 @@ residual stream in :mod:`.token_maps`), its results (:class:`CovarianceSimilarit
 :mod:`.result`; :class:`TokenMaps`) and its figures (:mod:`.figure`).
 """
 
+import math
+from typing import Any
+
 from tl_leadterms.analyses.covariance.compute import covariance_similarity
 from tl_leadterms.analyses.covariance.figure import plot_covariance, plot_token_maps
 from tl_leadterms.analyses.covariance.result import CovarianceSimilarity
 from tl_leadterms.analyses.covariance.token_maps import TokenMaps, token_maps
+from tl_leadterms.registry import MonitorContext
 
 __all__ = [
     "CovarianceSimilarity",
     "TokenMaps",
     "covariance_similarity",
+    "monitor_scores",
     "plot_covariance",
     "plot_token_maps",
+    "sweep_rows",
     "token_maps",
 ]
+
+
+def sweep_rows(model: Any, stats: Any, **options: Any) -> list[dict[str, Any]]:
+    """A sweep's rows of one checkpoint: the protocol's own rows."""
+    return covariance_similarity(model, stats, **options).rows
+
+
+def monitor_scores(model: Any, stats: Any, context: MonitorContext) -> dict[str, float]:
+    """The monitor's ``cov_{score}``: each layer-level score's minimum over the layers."""
+    out: dict[str, float] = {}
+    for r in covariance_similarity(model, stats, **context.options).rows:
+        if r["head"] is None:
+            key = f"cov_{r['score']}"
+            out[key] = min(out.get(key, math.inf), r["value"])
+    return out

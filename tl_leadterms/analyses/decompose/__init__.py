@@ -5,8 +5,37 @@ Its computation (:mod:`.compute`, the fit onto the basis in :mod:`.fit`, the com
 (:func:`plot_scores`, :mod:`.figure`).
 """
 
+from typing import Any
+
 from tl_leadterms.analyses.decompose.compute import decompose, leading_cosines
 from tl_leadterms.analyses.decompose.figure import plot_scores
 from tl_leadterms.analyses.decompose.result import Decomposition, PairDifference
+from tl_leadterms.registry import MonitorContext
+from tl_leadterms.results.table import EXTRA_COLUMNS
 
-__all__ = ["Decomposition", "PairDifference", "decompose", "leading_cosines", "plot_scores"]
+__all__ = [
+    "Decomposition",
+    "PairDifference",
+    "decompose",
+    "leading_cosines",
+    "monitor_scores",
+    "plot_scores",
+    "sweep_rows",
+]
+
+
+def sweep_rows(model: Any, stats: Any, **options: Any) -> list[dict[str, Any]]:
+    """A sweep's rows of one checkpoint: ``cos_{weight}`` (with its null and interval columns)
+    and ``explained_{weight}`` per layer (and head)."""
+    rows = []
+    for r in decompose(model, stats, **options).rows:
+        where = {"layer": r["layer"], "head": r["head"]}
+        extra = {k: r[k] for k in EXTRA_COLUMNS if k in r}  # the null and CI of the cosine
+        rows.append({**where, "score": f"cos_{r['weight']}", "value": r["cosine"], **extra})
+        rows.append({**where, "score": f"explained_{r['weight']}", "value": r["explained"]})
+    return rows
+
+
+def monitor_scores(model: Any, stats: Any, context: MonitorContext) -> dict[str, float]:
+    """The monitor's ``cos_{weight}``: each weight's cosine with its own leading term."""
+    return {f"cos_{k}": v for k, v in leading_cosines(model, stats).items()}

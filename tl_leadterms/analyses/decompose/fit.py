@@ -36,7 +36,9 @@ __all__ = [
     "fit_map",
     "fits_from_products",
     "lead_cosines",
-    "permuted_lead_inner", "target_terms"]
+    "permuted_lead_inner",
+    "target_terms",
+]
 
 
 def target_terms(T: Tensor) -> tuple[Tensor, Tensor, float, float, float]:

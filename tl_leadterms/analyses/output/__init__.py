@@ -1,11 +1,53 @@
 """Next-token agreement: how much of a model's next-token behaviour its leading terms explain.
 
 Its computation (:mod:`.compute`; the predictors built from the statistics in
-:mod:`.predictors`; scoring and fitting the scalars in :mod:`.fit`) and its result
-(:class:`OutputAgreement`, :mod:`.result`).
+:mod:`.predictors`; scoring and fitting the scalars in :mod:`.fit`), its result
+(:class:`OutputAgreement`, :mod:`.result`) and its figure (:func:`plot_output`, :mod:`.figure`).
 """
 
-from tl_leadterms.analyses.output.compute import output_agreement
-from tl_leadterms.analyses.output.result import OutputAgreement
+from typing import Any
 
-__all__ = ["OutputAgreement", "output_agreement"]
+from tl_leadterms.analyses.output.compute import output_agreement
+from tl_leadterms.analyses.output.figure import plot_output
+from tl_leadterms.analyses.output.result import OutputAgreement
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.registry import MonitorContext
+from tl_leadterms.results.table import EXTRA_COLUMNS
+
+__all__ = ["OutputAgreement", "monitor_scores", "output_agreement", "plot_output", "sweep_rows"]
+
+
+def sweep_rows(model: Any, stats: Any, **options: Any) -> list[dict[str, Any]]:
+    """A sweep's rows of one checkpoint: ``output_*`` (the leading-term model) and ``bigram_*``;
+    the scalars are fitted (``fit=True``) unless the run is given (``lr``/``steps``/``s_lr``)."""
+    if "tokens" not in options:
+        raise LeadTermsError(
+            "the 'output' analysis needs held-out windows: sweep(..., analyses=[..., 'output'], "
+            "tokens=windows[:, :-1])"
+        )
+    run = any(options.get(k) is not None for k in ("lr", "steps", "s_lr"))
+    options.setdefault("fit", not run)
+    result = output_agreement(model, stats, **options)
+    where = {"layer": None, "head": None}
+    lead = result.row("leading")
+    extra = {k: lead[k] for k in EXTRA_COLUMNS if k in lead}
+    rows = [{**where, "score": "output_explained", "value": lead["explained"], **extra}]
+    for prefix, name in (("output", "leading"), ("bigram", "bigram")):
+        r = result.row(name)
+        rows += [{**where, "score": f"{prefix}_{key}", "value": r[key]}
+                 for key in ("kl", "top1", "top5", "explained", "c_O", "c_V", "c_W")
+                 if not (prefix == "output" and key == "explained")
+                 and not (prefix == "bigram" and key in ("c_V", "c_W"))]  # fmt: skip
+    return rows
+
+
+def monitor_scores(model: Any, stats: Any, context: MonitorContext) -> dict[str, float]:
+    """The monitor's ``output_kl`` and ``output_explained`` on its held-out windows (exact
+    coefficients from the learning rate and step when the rate is known, else fitted)."""
+    run = (
+        {"lr": context.lr, "steps": context.step}
+        if context.lr is not None and context.step > 0
+        else {}
+    )
+    result = output_agreement(model, stats, context.tokens, fit=not run, **run)
+    return {"output_kl": result.kl, "output_explained": result.explained}

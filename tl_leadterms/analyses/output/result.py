@@ -1,9 +1,10 @@
 """`OutputAgreement`: the table that :func:`tl_leadterms.output_agreement` returns."""
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.table import ResultTable
 
 __all__ = ["PREDICTORS", "OutputAgreement"]
 
@@ -20,7 +21,7 @@ def _fmt(value: Any, width: int = 9) -> str:
     return f"{value:{width}.4f}" if abs(value) < 1e4 else f"{value:{width}.3e}"
 
 
-class OutputAgreement:
+class OutputAgreement(ResultTable):
     """How well three predictors built from the statistics match a model's next tokens.
 
     One row per predictor: ``"leading"`` (the leading-term model), ``"bigram"`` (its ``W_O``
@@ -38,19 +39,17 @@ class OutputAgreement:
     ``metadata["fitted"]`` holds the scalars ``fit=True`` found (and the calibration KL).
     """
 
-    def __init__(self, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
-        self.rows = rows
-        self.metadata = metadata
+    KEYS: ClassVar[tuple[str, ...]] = ("predictor",)
+    COLUMNS: ClassVar[tuple[str, ...]] = _COLUMNS
+    SCORE: ClassVar[str | None] = "explained"
+    GRID: ClassVar[tuple[str, str] | None] = None
+    HIDDEN: ClassVar[tuple[str, ...]] = ("kl_per_position",)
 
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def row(self, predictor: str = "leading") -> dict[str, Any]:
+    def row(self, predictor: str = "leading", **where: Any) -> dict[str, Any]:
         """The row of one predictor (``"leading"``, ``"bigram"`` or ``"unigram"``)."""
-        for r in self.rows:
-            if r["predictor"] == predictor:
-                return r
-        raise LeadTermsError(f"no predictor {predictor!r}; choose one of {list(PREDICTORS)}")
+        if not where and predictor not in {r["predictor"] for r in self.rows}:
+            raise LeadTermsError(f"no predictor {predictor!r}; choose one of {list(PREDICTORS)}")
+        return super().row(predictor, **where)
 
     @property
     def kl(self) -> float:
@@ -61,10 +60,6 @@ class OutputAgreement:
     def explained(self) -> float:
         """Share of the unigram → model KL gap the leading-term model explains."""
         return self.row("leading")["explained"]
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data: ``{"rows": [...], "metadata": {...}}`` (JSON-serialisable)."""
-        return {"rows": [dict(r) for r in self.rows], "metadata": dict(self.metadata)}
 
     def to_pandas(self):
         """One row per predictor (``kl_per_position`` stays a list)."""
@@ -106,3 +101,9 @@ class OutputAgreement:
 
     def _has(self, column: str) -> bool:
         return any(column in r for r in self.rows)
+
+    def plot(self, **kwargs: Any) -> Any:
+        """:func:`~tl_leadterms.analyses.output.figure.plot_output` of this table (its keywords)."""
+        from tl_leadterms.analyses.output.figure import plot_output
+
+        return plot_output(self, **kwargs)
