@@ -4,7 +4,7 @@
   9 query heads, d_vocab 49,152; statistics of Zipf windows restricted to the k = 5,000 most
   frequent tokens) on ``--windows`` held-out windows of 128 tokens, the leading-term model as
   deep as the model (and, second, the one-layer form of the paper's Eq. 12). The naive
-  version builds what :func:`tl_leadterms.leading_model` would hold — a ``[k, k]`` ``W`` and
+  version builds what :func:`tl_leadterms.models.leading_model` would hold — a ``[k, k]`` ``W`` and
   ``V`` for every layer, in the statistics' float64 — and runs the dense one-hot forward
   (``h W hᵀ``, ``h V``, ``h W_O`` as full products, layer 1 included). The fast one is
   ``output_agreement`` itself: the leading-term model by the expansion of

@@ -26,8 +26,8 @@ from tl_leadterms import (
     make_windows,
     report,
 )
-from tl_leadterms.loading.tiny import save_tiny_model
 from tl_leadterms.data import generate_stories, train_word_tokenizer
+from tl_leadterms.loading.tiny import save_tiny_model
 
 
 def peak_gib() -> float:

@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 
 from tl_leadterms import ablate, corpus_stats, decompose, make_windows, paper_model, train
-from tl_leadterms.sweeps.monitor import LeadingTermMonitor
 from tl_leadterms.data import generate_stories, train_word_tokenizer
+from tl_leadterms.sweeps.monitor import LeadingTermMonitor
 
 PRESETS = {
     "full": dict(

@@ -76,9 +76,9 @@ def numbers(model, stats, tokens, analyses=ALL) -> dict[str, list[float]]:
         head_atlas,
         sweep,
         to_paper,
-        token_maps,
-    )  # fmt: skip
+    )
     from tl_leadterms.analyses.attention import plot_attention
+    from tl_leadterms.analyses.covariance import token_maps  # fmt: skip
 
     out: dict[str, list[float]] = {}
     if "to_paper" in analyses:

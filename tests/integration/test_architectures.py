@@ -18,9 +18,9 @@ from tl_leadterms import (
     decompose,
     load_model,
     to_paper,
-    token_maps,
 )
 from tl_leadterms.adapters import factored
+from tl_leadterms.analyses.covariance import token_maps
 from tl_leadterms.cli import main
 from tl_leadterms.loading.tiny import MODEL_FAMILIES, save_tiny_model
 

@@ -294,7 +294,7 @@ def test_unwritable_output_and_unknown_word_exit_2(tmp_path, capsys):
 def test_block_statistics_give_sweep_intervals(series, tmp_path, capsys):
     import pandas as pd
 
-    from tl_leadterms import BlockStats
+    from tl_leadterms.stats.blocks import BlockStats
     from tl_leadterms.sweeps.run import sweep
 
     path, table = tmp_path / "b.safetensors", tmp_path / "t.csv"

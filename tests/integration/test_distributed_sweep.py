@@ -173,9 +173,10 @@ def test_cli_sweep_on_ray(cluster, series, tmp_path):
 def test_cli_sweep_on_ray_with_intervals_from_a_block_file(cluster, series, tmp_path):
     import pandas as pd
 
-    from tl_leadterms import BlockStats, block_stats
+    from tl_leadterms import block_stats
     from tl_leadterms.cli import main
     from tl_leadterms.loading.series import load_windows
+    from tl_leadterms.stats.blocks import BlockStats
     from tl_leadterms.sweeps.run import sweep
 
     folder, stats = series

@@ -8,7 +8,8 @@ from transformer_lens import head_detector
 
 from tests.factories import random_attn_only
 from tests.unit.test_reference import markov_tokens
-from tl_leadterms import HeadAtlas, attention_agreement, corpus_stats, decompose, head_atlas
+from tl_leadterms import attention_agreement, corpus_stats, decompose, head_atlas
+from tl_leadterms.analyses.atlas import HeadAtlas
 from tl_leadterms.analyses.atlas.figure import atlas_html
 
 pytestmark = pytest.mark.hooked

@@ -8,8 +8,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from tests.unit.test_reference import markov_tokens
-from tl_leadterms import BlockStats, CorpusStats, LeadTermsError
-from tl_leadterms.stats.blocks import block_stats
+from tl_leadterms import CorpusStats, LeadTermsError
+from tl_leadterms.stats.blocks import BlockStats, block_stats
 
 V, T = 10, 6
 TABLES = ("pair_codes", "pair_counts", "unigram_counts", "Phi_bar", "Q_bar", "Delta")
@@ -38,7 +38,7 @@ def test_file_layout_and_exact_round_trip(blocks, tmp_path):
     assert torch.equal(stored["G_bar"], blocks.full().G_bar)
     with safe_open(path, framework="pt") as f:
         header = json.loads(f.metadata()["tl_leadterms"])
-    assert header["format"] == "tl_leadterms.BlockStats" and header["blocks"] == 4
+    assert header["format"] == "tl_leadterms.stats.blocks.BlockStats" and header["blocks"] == 4
     assert header["format_version"] == 2
     assert stored["block1/windows"].dtype == torch.int32
     assert torch.equal(stored["block1/windows"].long(), blocks.windows[1].long())

@@ -19,13 +19,13 @@ from tl_leadterms import (
     corpus_stats,
     covariance_similarity,
     decompose,
-    evaluate_loss,
     head_atlas,
     to_paper,
-    token_maps,
 )
 from tl_leadterms.adapters.view.bridge import hf_score_divisor
+from tl_leadterms.analyses.ablation import evaluate_loss
 from tl_leadterms.analyses.attention import plot_attention
+from tl_leadterms.analyses.covariance import token_maps
 from tl_leadterms.loading.bridge import placeholder_tokenizer
 from tl_leadterms.loading.tiny import save_tiny_model
 

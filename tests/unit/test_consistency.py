@@ -22,11 +22,11 @@ from tl_leadterms import (
     leading_terms,
     paper_model,
     predict_attention,
-    token_maps,
     train,
 )
 from tl_leadterms.analyses import ablate
 from tl_leadterms.analyses.attention import plot_attention
+from tl_leadterms.analyses.covariance import token_maps
 from tl_leadterms.theory import TERMS, WEIGHTS
 
 V, T, L = 16, 8, 2

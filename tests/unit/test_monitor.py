@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from tl_leadterms import corpus_stats, leading_cosines, paper_model, step_bound, train
+from tl_leadterms import corpus_stats, paper_model, step_bound, train
+from tl_leadterms.analyses.decompose import leading_cosines
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.sweeps.monitor import LeadingTermMonitor
 

@@ -13,17 +13,17 @@ import torch
 from tests.conftest import unchecked
 from tests.reference import dense_corpus_stats, gd_train, paper_forward
 from tl_leadterms import (
-    BootstrapSpec,
     LeadTermsError,
     block_stats,
     corpus_stats,
-    leading_model,
     output_agreement,
     paper_model,
     to_paper,
     train,
 )
 from tl_leadterms.analyses.output.predictors import LeadingPredictor
+from tl_leadterms.models import leading_model
+from tl_leadterms.results import BootstrapSpec
 
 D, T = 10, 6
 

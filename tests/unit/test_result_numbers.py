@@ -11,14 +11,8 @@ from transformer_lens import FactoredMatrix
 
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import (
-    AblationTable,
-    AttentionAgreement,
-    BlockStats,
     CorpusStats,
-    CovarianceSimilarity,
     LeadTermsError,
-    PaperWeights,
-    TokenMaps,
     ablate,
     attention_agreement,
     corpus_stats,
@@ -28,13 +22,20 @@ from tl_leadterms import (
     output_agreement,
     paper_model,
     sweep,
-    token_maps,
     train,
 )
-from tl_leadterms.analyses.ablation import plot_ablation
-from tl_leadterms.analyses.attention import plot_agreement
-from tl_leadterms.analyses.covariance import plot_covariance, plot_token_maps
+from tl_leadterms.adapters import PaperWeights
+from tl_leadterms.analyses.ablation import AblationTable, plot_ablation
+from tl_leadterms.analyses.attention import AttentionAgreement, plot_agreement
+from tl_leadterms.analyses.covariance import (
+    CovarianceSimilarity,
+    TokenMaps,
+    plot_covariance,
+    plot_token_maps,
+    token_maps,
+)
 from tl_leadterms.results.table import ResultTable
+from tl_leadterms.stats.blocks import BlockStats
 
 V, T, L = 20, 8, 2
 

@@ -4,19 +4,16 @@ from html.parser import HTMLParser
 
 import pytest
 
-from tl_leadterms import (
-    AblationTable,
-    AttentionAgreement,
-    CovarianceSimilarity,
-    Decomposition,
-    HeadAtlas,
-    LeadTermsError,
-    SweepTable,
-    TokenMaps,
-    TrainHistory,
-)
+from tl_leadterms import LeadTermsError
+from tl_leadterms.analyses.ablation import AblationTable
+from tl_leadterms.analyses.atlas import HeadAtlas
+from tl_leadterms.analyses.attention import AttentionAgreement
+from tl_leadterms.analyses.covariance import CovarianceSimilarity, TokenMaps
+from tl_leadterms.analyses.decompose import Decomposition
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.results.table_html import heat_colour
+from tl_leadterms.sweeps import SweepTable
+from tl_leadterms.training import TrainHistory
 
 
 class _Tags(HTMLParser):

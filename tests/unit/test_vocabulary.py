@@ -176,11 +176,23 @@ DTYPE_DEFAULTS = {
 }
 
 
+#: functions a user reaches through their packages (the top level holds the most used ones)
+PACKAGE_FUNCTIONS = {
+    "leading_cosines": "tl_leadterms.analyses.decompose",
+    "token_maps": "tl_leadterms.analyses.covariance",
+    "evaluate_loss": "tl_leadterms.analyses.ablation",
+    "leading_model": "tl_leadterms.models",
+}
+
+
 def _public_functions() -> dict[str, Any]:
+    import importlib
+
     from tl_leadterms import CorpusStats, LeadingTermMonitor
     from tl_leadterms.distributed import corpus_stats as ray_corpus_stats
 
-    found = {}
+    found = {name: getattr(importlib.import_module(home), name)
+             for name, home in PACKAGE_FUNCTIONS.items()}  # fmt: skip
     for name in tl_leadterms.__all__:
         value = getattr(tl_leadterms, name)
         if isinstance(value, types.ModuleType):  # the report subpackage, callable as report()
@@ -298,13 +310,12 @@ def test_every_parameter_has_a_docstring_entry(name):
     assert not missing, f"{name}: no Args entry for {missing}"
 
 
-def test_old_positional_calls_still_work_with_a_warning():
+def test_former_positional_and_renamed_calls_are_refused():
+    """0.1.0 dropped the one-release shims: options go by keyword, under their current names."""
     windows = torch.randint(0, 7, (6, 5))
-    with pytest.warns(FutureWarning, match=r"pass d_vocab= by keyword"):
-        old = tl_leadterms.corpus_stats(windows, 7, progress=False)
-    new = tl_leadterms.corpus_stats(windows, d_vocab=7, progress=False)
-    assert torch.equal(old.Q_bar, new.Q_bar)
-    with pytest.warns(FutureWarning, match=r"k= is now called n="):
-        assert len(new.top("B_bar", 1, k=3)) == len(new.top("B_bar", 1, n=3))
-    with pytest.raises(TypeError, match="multiple values"):
-        tl_leadterms.corpus_stats(windows, 7, d_vocab=7, progress=False)
+    with pytest.raises(TypeError, match="positional"):
+        tl_leadterms.corpus_stats(windows, 7, progress=False)
+    stats = tl_leadterms.corpus_stats(windows, d_vocab=7, progress=False)
+    with pytest.raises(TypeError, match="'k'"):
+        stats.top("B_bar", 1, k=3)
+    assert len(stats.top("B_bar", 1, n=3)) == 3

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from transformer_lens import FactoredMatrix
 
 __all__ = ["Sandwich", "project"]
 
@@ -81,9 +80,6 @@ class Sandwich:
         A = self.A.transpose(0, 1).reshape(d, h * r)[None]
         B = self.B.reshape(1, h * r, self.B.shape[-1])
         return Sandwich(self.left, A / h if mean else A, B, self.right)
-
-    def to_factored(self) -> FactoredMatrix:
-        return FactoredMatrix(self.left @ self.A, self.B @ self.right)
 
     def sq_norm(self, gram_left: Tensor | None = None, gram_right: Tensor | None = None) -> Tensor:
         """``‖M_h‖²`` per head (float64); pass cached ``LᵀL`` and ``R Rᵀ`` to reuse them."""

@@ -143,8 +143,12 @@ class PaperWeights:
     def P(self) -> LayerMaps:
         """Relative positional biases ``[n_heads, n_ctx]`` per layer (see the class docstring)."""
         if self._P is None:
-            raise LeadTermsError(self._P_error or "P is not defined for this model")
+            raise LeadTermsError(self.P_unavailable())
         return self._P
+
+    def P_unavailable(self) -> str:
+        """Why this model has no ``P`` (what reading :attr:`P` raises); see :attr:`has_P`."""
+        return self._P_error or "P is not defined for this model"
 
     def sandwich(self, weight: str, layer: int) -> Any:
         """The layer's per-head ``V`` or ``W`` maps as a

@@ -146,7 +146,7 @@ def _print_agreement(trained: dict, tokenizer, lr: float, steps: int) -> None:
     import torch
 
     from tl_leadterms import attention_agreement, predict_attention
-    from tl_leadterms.report.sections import tv_from_uniform
+    from tl_leadterms.analyses.attention.views import tv_from_uniform
 
     later = trained["later"]
     model = trained["model"] if later is None else later

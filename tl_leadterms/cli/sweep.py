@@ -78,7 +78,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _sweep_stats(args: argparse.Namespace):
     """The statistics of ``sweep``: with ``--ci`` the blocks of a block file, else the whole
     corpus (a block file's ``.full()``)."""
-    from tl_leadterms import BlockStats
+    from tl_leadterms.stats.blocks import BlockStats
 
     if args.ci is None:
         if args.bootstrap is not None:

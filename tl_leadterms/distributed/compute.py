@@ -25,7 +25,6 @@ from tl_leadterms.distributed.tasks import (
     one_line,
 )
 from tl_leadterms.errors import LeadTermsError, positive_int
-from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.progress import progress_bar, write_line
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.definitions import LastTarget, QTargets
@@ -105,7 +104,6 @@ def _check_same_width(infos: list[dict]) -> None:
         )
 
 
-@positional_until_next_release("d_vocab")
 def corpus_stats(
     source: Any,
     *,

@@ -31,7 +31,6 @@ from tl_leadterms.explorer.data import (
     word_lists,
 )
 from tl_leadterms.explorer.page import page
-from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.html import circuitsvis_library
 from tl_leadterms.results.tokens import encode_text
@@ -88,7 +87,6 @@ def _labeller(tokenizer: Any):
     return lambda ids: [tokenizer.decode([int(i)]) for i in ids]
 
 
-@positional_until_next_release("text", renamed={"k": "n"})
 def explore(
     model: ReadableModel,
     stats: CorpusStats,

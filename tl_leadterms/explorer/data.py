@@ -25,6 +25,7 @@ from tl_leadterms.analyses.atlas.compute import DETECTORS, detector_scores
 from tl_leadterms.analyses.attention.compute import attention_agreement, predicted_scores
 from tl_leadterms.analyses.decompose.fit import BasisCache
 from tl_leadterms.explorer.associations import ASSOCIATIONS
+from tl_leadterms.results.labels import head_label
 from tl_leadterms.theory import term
 
 __all__ = ["GRID_SCORES", "attention_data", "head_summaries", "pair_tables", "word_lists"]
@@ -59,7 +60,7 @@ def head_summaries(decomposition: Any, agreement: Any, detectors: dict | None) -
         if r["layer"] is None or r["head"] is None:
             continue
         key = "W" if r["weight"] == "W" else "V"
-        label = f"L{r['layer']}H{r['head']}"
+        label = head_label(r["layer"], r["head"])
         head = out.setdefault(label, {"label": label, "layer": r["layer"], "head": r["head"]})
         head[key] = _clean(dict(r))
     for r in agreement.rows if agreement is not None else []:
@@ -97,7 +98,7 @@ def attention_data(model: Any, stats: Any, ids: list[int], fixed: float | None, 
     for layer in layers:
         pattern = cache[get_act_name("pattern", layer)][0].to(torch.float64).cpu()
         for h in range(pattern.shape[0]):
-            label = f"L{layer}H{h}"
+            label = head_label(layer, h)
             c = fixed if fixed is not None else scale.get(label, 0.0)
             heads[label] = {"actual": _lower(torch.round(pattern[h] * 1000).long()),
                             "scale": _clean(float(c))}  # fmt: skip
@@ -165,7 +166,7 @@ def pair_tables(pw: Any, stats: Any, labels: Any, *, pair_tokens: int, k: int) -
     for layer in range(pw.n_layers):
         W, V = _blocks(pw, "W", layer, ids), _blocks(pw, "V", layer, ids)
         for h in range(W.shape[0]):
-            heads[f"L{layer}H{h}"] = {"W": _top(W[h], id_list, name, k),
+            heads[head_label(layer, h)] = {"W": _top(W[h], id_list, name, k),
                                       "V": _top(V[h], id_list, name, k)}  # fmt: skip
     return {"heads": heads, "theory": theory, "pair_tokens": len(id_list)}
 

@@ -7,7 +7,7 @@ layer
     F(X) ≈ ( S(Mask(c_W·X Q̄ Xᵀ + c_W·DM(Δ))) X c_V·Φ̄ᵀB̄ᵀ + X ) · sη·B̄
 
 and, for ``L`` layers, the same three terms in every layer. :func:`leading_model` builds that
-model as a real :class:`~tl_leadterms.PaperModel` (hooks, ``run_with_cache``, attention plots
+model as a real :class:`~tl_leadterms.models.PaperModel` (hooks, ``run_with_cache``, attention plots
 all work on it); the coefficients ``c`` come from :class:`tl_leadterms.theory.Schedule`, the
 maps from the theorem's table, so nothing here defines a coefficient.
 """
@@ -79,11 +79,12 @@ def leading_model(
         device, dtype: where (default: the CPU) and in which precision to build the model.
 
     Returns:
-        A :class:`~tl_leadterms.PaperModel` (a HookedTransformer) in eval mode.
+        A :class:`~tl_leadterms.models.PaperModel` (a HookedTransformer) in eval mode.
 
     Example:
         >>> import torch
-        >>> from tl_leadterms import corpus_stats, leading_model
+        >>> from tl_leadterms import corpus_stats
+        >>> from tl_leadterms.models import leading_model
         >>> stats = corpus_stats(torch.randint(0, 10, (16, 7)), d_vocab=10, progress=False)
         >>> model = leading_model(stats, lr=0.1, steps=4, n_layers=2)
         >>> torch.allclose(model.W_O_paper, 0.4 * stats.B_bar.float())

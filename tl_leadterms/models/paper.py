@@ -37,7 +37,6 @@ from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from tl_leadterms.errors import LeadTermsError, positive_int
-from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.models.paper_config import PaperConfig
 from tl_leadterms.models.paper_parts import (
     PaperAttention,
@@ -278,7 +277,6 @@ def _lm_loss(logits: Tensor, tokens: Tensor, attention_mask: Tensor | None, per_
     return -predicted if per_token else -predicted.sum() / n_tokens
 
 
-@positional_until_next_release("d_vocab", "n_ctx", "n_layers")
 def paper_model(
     *,
     d_vocab: int,

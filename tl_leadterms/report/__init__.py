@@ -104,9 +104,9 @@ def report(
         tokenizer: reads ``words`` and ``text``; defaults to ``stats.tokenizer``, then
             ``model.tokenizer``.
         text: a sample text for the attention views (actual heads next to the prediction).
-        history: a :class:`~tl_leadterms.TrainHistory` (loss and cosine curves).
-        decomposition: a :class:`~tl_leadterms.Decomposition` to show instead of computing one.
-        sweep_table: a :class:`~tl_leadterms.SweepTable`: one heatmap per score.
+        history: a :class:`~tl_leadterms.training.TrainHistory` (loss and cosine curves).
+        decomposition: a :class:`~tl_leadterms.analyses.decompose.Decomposition` to show instead of computing one.
+        sweep_table: a :class:`~tl_leadterms.sweeps.SweepTable`: one heatmap per score.
         words: association lists (each word's bigram, interchangeability and context
             neighbours): a list of words, or a dict ``{"bigram": ["red"], ...}`` whose kind
             shades ``text`` by that association (a list shades by context).
@@ -133,7 +133,7 @@ def report(
             shows.
         attention_step: the training step of ``attention_model``, for those captions.
         progress: a tqdm bar over the sections.
-        explorer: an :class:`~tl_leadterms.Explorer` (from :func:`~tl_leadterms.explore`), or
+        explorer: an :class:`~tl_leadterms.explorer.Explorer` (from :func:`~tl_leadterms.explore`), or
             True to build one of ``model`` on ``text``: embedded (an iframe, offline) at the
             top of the decomposition section, above the static heatmaps.
 

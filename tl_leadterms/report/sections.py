@@ -4,6 +4,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tl_leadterms.adapters.view import model_view
+from tl_leadterms.analyses.attention.views import tv_from_uniform
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.report.markup import esc, kv_table, note, num
 from tl_leadterms.report.tables import decompose_table, heatmaps
@@ -20,7 +21,6 @@ __all__ = [
     "figures",
     "provenance",
     "scoring_caption",
-    "tv_from_uniform",
     "word_pairs",
 ]
 
@@ -168,23 +168,6 @@ def associations(stats, pairs, tokenizer, text, fragment: Callable, scoring: str
     return "\n".join(parts)
 
 
-def tv_from_uniform(pattern) -> float:
-    """The largest total-variation distance from uniform causal attention over the query rows
-    of ``pattern`` (``[..., q, k]``): ``max_q ½ Σ_k |p_qk − 1/(q+1)|`` (0 for uniform
-    attention, at most ``1 − 1/(q+1)``).
-
-    >>> import torch
-    >>> tv_from_uniform(torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
-    0.5
-    """
-    import torch
-
-    n = pattern.shape[-1]
-    uniform = torch.tril(torch.ones(n, n, dtype=torch.float64))
-    uniform = uniform / uniform.sum(-1, keepdim=True)
-    return float(0.5 * (pattern.to(torch.float64).cpu() - uniform).abs().sum(-1).max())
-
-
 def _step_text(lr, steps) -> str:
     if steps is None:
         return "the given weights"
@@ -287,7 +270,7 @@ def attention(model, stats, text, tokenizer, lr, steps, heads, fragment, *,
 
 def atlas(atlas_html: str | None, head_atlas: Any) -> str:
     """The head atlas grid: ``atlas_html`` as given (trusted HTML), a
-    :class:`~tl_leadterms.HeadAtlas` drawn by :func:`tl_leadterms.analyses.atlas.figure.atlas_html`, or any
+    :class:`~tl_leadterms.analyses.atlas.HeadAtlas` drawn by :func:`tl_leadterms.analyses.atlas.figure.atlas_html`, or any
     object with an ``.html()`` method."""
     from tl_leadterms.analyses.atlas.compute import HeadAtlas
     from tl_leadterms.analyses.atlas.figure import atlas_html as draw_atlas

@@ -25,7 +25,7 @@ Saved with :meth:`BlockStats.save` as one ``.safetensors`` file: each block's ta
 ids, and a header with the block bounds, the metadata, the vocabulary hash and the SHA-256
 of every tensor and of the header, verified by :meth:`BlockStats.load` as
 :func:`~tl_leadterms.stats.io.read_stats` verifies plain files (format
-``tl_leadterms.BlockStats``; each loader names the other for a file of the other kind).
+``tl_leadterms.stats.blocks.BlockStats``; each loader names the other for a file of the other kind).
 
 Memory: every block keeps a ``[k, k]`` Φ̄ and Q̄, so ``2·B·k²`` numbers, and its windows (one
 integer per token); use a restricted vocabulary (``vocab=``) for large tokenizers.
@@ -54,7 +54,6 @@ import torch
 from torch import Tensor
 
 from tl_leadterms.errors import LeadTermsError, positive_int
-from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator, ContextCounts
@@ -251,7 +250,6 @@ def _read(source, bounds, make, desc: str, progress: bool, keep: list | None = N
     return accs
 
 
-@positional_until_next_release("d_vocab")
 def block_stats(
     tokens: TokenWindows,
     *,

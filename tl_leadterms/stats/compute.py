@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.progress import progress_bar, write_line
 from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
@@ -88,7 +87,6 @@ class LocalExecutor:
         return {}
 
 
-@positional_until_next_release("d_vocab")
 def corpus_stats(
     tokens: TokenWindows,
     *,

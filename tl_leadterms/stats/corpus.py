@@ -10,7 +10,6 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tl_leadterms.errors import LeadTermsError, check_choice
-from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.protocols import PathLike
 from tl_leadterms.stats import algebra, neighbours
 from tl_leadterms.stats.vocab import KeptVocab
@@ -271,7 +270,6 @@ class CorpusStats:
                 f"({self.n_positions} positions): it has no associations; pick a token that occurs"
             )
 
-    @positional_until_next_release("n", "tokenizer", renamed={"k": "n"})
     def top(
         self,
         matrix_name: str,
@@ -389,7 +387,6 @@ class CorpusStats:
         save_stats(self, path)
 
     @classmethod
-    @positional_until_next_release(renamed={"only": "want"})
     def load(
         cls,
         path: PathLike,

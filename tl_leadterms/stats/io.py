@@ -52,7 +52,9 @@ __all__ = [
 ]
 
 FORMAT = "tl_leadterms.CorpusStats"
-BLOCK_FORMAT = "tl_leadterms.BlockStats"  # statistics per block of windows (:mod:`.blocks`)
+BLOCK_FORMAT = (
+    "tl_leadterms.stats.blocks.BlockStats"  # statistics per block of windows (:mod:`.blocks`)
+)
 FORMAT_VERSION = 2
 _VERSIONS = (1, 2)
 _COUNTS = ("pair_codes", "pair_counts", "unigram_counts")

@@ -8,7 +8,6 @@ import numpy as np
 import torch
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.protocols import Documents
 
 __all__ = ["make_windows"]
@@ -62,7 +61,6 @@ def _document_ids(doc: Any, index: int) -> np.ndarray:
     return ids.astype(np.int64, copy=False)
 
 
-@positional_until_next_release("n_ctx")
 def make_windows(
     documents: Documents,
     *,

@@ -20,7 +20,7 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
     """Heatmap of one score of a checkpoint sweep: layers × checkpoints, annotated.
 
     Args:
-        table: a :class:`~tl_leadterms.SweepTable` (from :func:`~tl_leadterms.sweep`).
+        table: a :class:`~tl_leadterms.sweeps.SweepTable` (from :func:`~tl_leadterms.sweep`).
         score: the score's name (see ``table.scores()``).
         analysis: which analysis, when several report a score of that name.
         path: when given, the figure is also written there as PNG (atomically).
@@ -78,7 +78,7 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
     its height.
 
     Args:
-        table: a :class:`~tl_leadterms.SweepTable` whose rows have ``null_mean`` (a sweep
+        table: a :class:`~tl_leadterms.sweeps.SweepTable` whose rows have ``null_mean`` (a sweep
             with ``null=``).
         score: the score's name (see ``table.scores()``).
         analysis: which analysis, when several report a score of that name.

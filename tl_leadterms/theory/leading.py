@@ -15,7 +15,6 @@ from torch import Tensor
 
 from tl_leadterms.checks import check_lr, check_s_lr, check_stats, check_steps, positive_int
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory.table import TERMS, term
 
@@ -81,7 +80,6 @@ class Schedule:
         return {"lr": self.lr, "steps": self.steps, "s_lr": self.s_lr}
 
 
-@positional_until_next_release("lr", "steps")
 def coefficients(*, lr: float, steps: int) -> dict[str, float]:
     """The exact coefficient of every weight of the table.
 
@@ -96,7 +94,6 @@ def coefficients(*, lr: float, steps: int) -> dict[str, float]:
     return {name: t.coefficient(lr, steps) for name, t in TERMS.items()}
 
 
-@positional_until_next_release("lr", "n_layers", "n_ctx")
 def step_bound(*, lr: float, n_layers: int, n_ctx: int) -> float:
     """The theorem's largest step count ``η⁻¹·min(1/(12L), 5/(8√T))`` (a real number).
 
@@ -179,7 +176,6 @@ class LeadingTerms:
         )
 
 
-@positional_until_next_release("lr", "steps", "n_layers")
 def leading_terms(stats: CorpusStats, *, lr: float, steps: int, n_layers: int = 1) -> LeadingTerms:
     """The weights the theory predicts after ``steps`` GD steps at learning rate ``lr``.
 

@@ -17,7 +17,7 @@ def plot_history(history: object, path: object = None):
     the bottom panel has the loss.
 
     Args:
-        history: a :class:`~tl_leadterms.TrainHistory`.
+        history: a :class:`~tl_leadterms.training.TrainHistory`.
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:

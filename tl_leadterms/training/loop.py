@@ -1,7 +1,7 @@
 """Plain SGD on next-token cross-entropy, with optional leading-term tracking.
 
 Training sits above the analyzers in the package's layers: tracking reads the theorem's table
-through :func:`tl_leadterms.leading_cosines`.
+through :func:`tl_leadterms.analyses.decompose.leading_cosines`.
 
 The theory (docs/math.md#leading-terms) is about full-batch gradient descent from zero
 initialisation at a constant learning rate; the paper's experiments use mini-batch SGD.
@@ -28,7 +28,6 @@ from tl_leadterms.checks import (
     positive_int,
 )
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.table import ResultTable
@@ -169,7 +168,6 @@ def _loss_and_grad(model, batch: Tensor, chunk: int) -> float:
     return total / n_positions
 
 
-@positional_until_next_release("lr", "steps")
 def train(
     model: ReadableModel,
     tokens: TokenWindows,
@@ -199,7 +197,7 @@ def train(
             (the paper's experiments); when it does not divide ``n_sequences`` the last,
             incomplete batch of each epoch is skipped.
         track: corpus statistics; when given, the cosine of every weight with its leading term
-            is recorded at each logged step (see :func:`tl_leadterms.leading_cosines`).
+            is recorded at each logged step (see :func:`tl_leadterms.analyses.decompose.leading_cosines`).
         every: log every ``every`` steps (and always the last one).
         seed: seed of the mini-batch order.
         chunk_size: sequences per forward pass; a batch larger than this is processed in chunks

@@ -13,7 +13,7 @@ def plot_ablation(table: object, *, path: object = None):
     loss rose). One horizontal bar per row, labelled ``"W_O"``, ``"V L0"``, ...
 
     Args:
-        table: an :class:`~tl_leadterms.AblationTable`.
+        table: an :class:`~tl_leadterms.analyses.ablation.AblationTable`.
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:

@@ -33,6 +33,7 @@ from tl_leadterms.checks import (
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import ReadableModel, TokenWindows
+from tl_leadterms.results.labels import head_label
 from tl_leadterms.results.null import NullSpec, add_qvalues, permutations, summarize
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.stats.corpus import CorpusStats
@@ -281,7 +282,7 @@ def attention_agreement(
         if spec is not None:  # the null reuses the patterns' ranks
             scored_layers.append(layer_scores)
         for head, scored in enumerate(heads):
-            rows.append({"layer": layer, "head": head, "label": f"L{layer}H{head}"} | scored)
+            rows.append({"layer": layer, "head": head, "label": head_label(layer, head)} | scored)
     metadata = {"n_sequences": tokens.shape[0], "n_positions": tokens.shape[1],
                 "fitted": fixed is None, **Schedule.of(lr, steps, s_lr).to_dict()}  # fmt: skip
     if spec is not None:

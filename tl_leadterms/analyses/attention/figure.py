@@ -15,7 +15,7 @@ def plot_agreement(agreement: object, *, path: object = None):
     scale ``c`` is at the edge of its search (``scale_at_bound``: read "at least"/"at most").
 
     Args:
-        agreement: an :class:`~tl_leadterms.AttentionAgreement`.
+        agreement: an :class:`~tl_leadterms.analyses.attention.AttentionAgreement`.
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:

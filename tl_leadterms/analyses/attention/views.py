@@ -12,11 +12,12 @@ from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.checks import Layers, check_layers, check_stats, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.html import View
+from tl_leadterms.results.labels import head_label, parse_head_label
 from tl_leadterms.results.tokens import encode_text, token_labels
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
 
-__all__ = ["extreme_heads", "from_uniform", "plot_attention"]
+__all__ = ["extreme_heads", "from_uniform", "plot_attention", "tv_from_uniform"]
 
 
 def _token_list(tokens: object, tokenizer: Any) -> list[int]:
@@ -162,14 +163,13 @@ def _check_heads(heads: object, layers: list[int], n_heads: int) -> int | list[s
         )
     out = []
     for label in heads:
-        parts = label[1:].split("H") if isinstance(label, str) and label[:1] == "L" else []
-        ok = len(parts) == 2 and all(p.isdigit() for p in parts)
-        if not ok or int(parts[0]) not in layers or int(parts[1]) >= n_heads:
+        parsed = parse_head_label(label)
+        if parsed is None or parsed[0] not in layers or parsed[1] >= n_heads:
             raise LeadTermsError(
                 f"head {label!r} is not 'L<layer>H<head>' with layer in {layers} and head < "
                 f"{n_heads}; e.g. heads=['L{layers[0]}H0']"
             )
-        out.append(f"L{int(parts[0])}H{int(parts[1])}")
+        out.append(head_label(*parsed))
     return list(dict.fromkeys(out))
 
 
@@ -200,6 +200,21 @@ def from_uniform(pattern: Tensor) -> float:
     uniform = torch.tril(torch.ones(n, n, dtype=torch.float64))
     uniform = uniform / uniform.sum(-1, keepdim=True)
     return float((pattern.to(torch.float64) - uniform).abs().max())
+
+
+def tv_from_uniform(pattern: Tensor) -> float:
+    """The largest total-variation distance from uniform causal attention over the query rows
+    of ``pattern`` (``[..., q, k]``): ``max_q ½ Σ_k |p_qk − 1/(q+1)|`` (0 for uniform
+    attention, at most ``1 − 1/(q+1)``).
+
+    >>> import torch
+    >>> tv_from_uniform(torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
+    0.5
+    """
+    n = pattern.shape[-1]
+    uniform = torch.tril(torch.ones(n, n, dtype=torch.float64))
+    uniform = uniform / uniform.sum(-1, keepdim=True)
+    return float(0.5 * (pattern.to(torch.float64).cpu() - uniform).abs().sum(-1).max())
 
 
 def _agreement_text(row: dict) -> str:
@@ -234,7 +249,7 @@ def _layer_view(layer: int, actual: Tensor, predicted: Tensor, labels: list[str]
     """A caption with each head's agreement and one view: the layer's heads, then the prediction."""
     import circuitsvis.attention
 
-    heads = [f"L{layer}H{h}" for h in range(actual.shape[0])]
+    heads = [head_label(layer, h) for h in range(actual.shape[0])]
     agree = "; ".join(f"{h}: {_agreement_text(scored[h])}" for h in heads)
     caption = (
         f'<p class="agreement" data-layer="{layer}">Layer {layer}: heads {", ".join(heads)} and '

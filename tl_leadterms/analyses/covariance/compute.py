@@ -68,8 +68,8 @@ __all__ = ["CovarianceSimilarity", "covariance_similarity"]
 NORMALIZE = ("theory", "both")
 CENTRES = ("features", "tokens")
 VALUE_MAPS = ("post", "write")
-Protocol = Literal["theorem", "paper-code"]
-PROTOCOLS: tuple[str, ...] = get_args(Protocol)
+ProtocolName = Literal["theorem", "paper-code"]
+PROTOCOLS: tuple[str, ...] = get_args(ProtocolName)
 
 
 def _check(view: ModelView, stats: Any, normalize: Any, value_map: Any, dtype: Any):
@@ -116,7 +116,7 @@ def covariance_similarity(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float64,
     progress: bool = True,
-    protocol: Protocol = "theorem",
+    protocol: ProtocolName = "theorem",
     null: int | NullSpec | None = None,
     ci: float | None = None,
     bootstrap: int | BootstrapSpec = 50,

@@ -22,7 +22,7 @@ def plot_covariance(similarity: object, *, path: object = None):
     second panel draws the per-head attention scores as a layers × heads heatmap.
 
     Args:
-        similarity: a :class:`~tl_leadterms.CovarianceSimilarity`.
+        similarity: a :class:`~tl_leadterms.analyses.covariance.CovarianceSimilarity`.
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:
@@ -87,7 +87,7 @@ def plot_token_maps(maps: object, *, path: object = None):
     points one common way).
 
     Args:
-        maps: a :class:`~tl_leadterms.TokenMaps`.
+        maps: a :class:`~tl_leadterms.analyses.covariance.TokenMaps`.
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:

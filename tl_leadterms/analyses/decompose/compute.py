@@ -29,6 +29,7 @@ from tl_leadterms.results.bootstrap import (
     add_interval,
     resolve_bootstrap,
 )
+from tl_leadterms.results.labels import head_label
 from tl_leadterms.results.null import NullSpec, add_qvalues, permutations, summarize
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
@@ -68,7 +69,7 @@ def _select_weights(weights: Any, pw: PaperWeights) -> list[str]:
     value = term(pw.V_kind).weight
     chosen = [value if w in ("V", "V·W_O") else w for w in weights]
     if "P" in chosen and not pw.has_P:
-        pw.P  # raises the adapter's explanation of why P is not defined  # noqa: B018
+        raise LeadTermsError(pw.P_unavailable())
     return list(dict.fromkeys(chosen))
 
 
@@ -312,7 +313,7 @@ def _add_reference(rows: list[dict], reference, stats, layers, per_head, weights
 
 def _row(t: Term, layer: int | None, head: int | None, fit: MapFit, schedule: Schedule) -> dict:
     clear = fit.cosine >= IMPLIED_MIN_COSINE
-    label = "" if layer is None else f"L{layer}" + ("" if head is None else f"H{head}")
+    label = head_label(layer, head)
     return {
         "weight": t.weight,
         "layer": layer,

@@ -18,7 +18,7 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
     columns; with a null, the excess ``score − null_mean`` on the right axis.
 
     Args:
-        decomposition: a :class:`~tl_leadterms.Decomposition` (or anything with ``.rows``).
+        decomposition: a :class:`~tl_leadterms.analyses.decompose.Decomposition` (or anything with ``.rows``).
         score: the column to draw.
         path: when given, the figure is also written there as PNG (atomically).
 

@@ -11,7 +11,6 @@ from tl_leadterms.adapters import factored
 from tl_leadterms.adapters.convert import weights_for_stats
 from tl_leadterms.analyses.decompose.fit import BasisCache
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.results.bootstrap import ci_cell, ci_header
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.theory import term
@@ -148,7 +147,6 @@ class Decomposition(ResultTable):
         return any(column in r for r in self.rows)
 
     @torch.no_grad()
-    @positional_until_next_release("n", renamed={"k": "n"})
     def top_pairs(
         self,
         weight: str,

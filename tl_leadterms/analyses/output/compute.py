@@ -135,7 +135,7 @@ def output_agreement(
             :mod:`tl_leadterms.analyses.output.fit`); the bigram baseline's ``c_O`` is fitted too.
         calibration: share of the windows used to fit (``fit=True`` only).
         n_layers: depth of the leading-term model (default: the model's).
-        null: ``R`` or a :class:`~tl_leadterms.NullSpec`: the permutation null of the leading
+        null: ``R`` or a :class:`~tl_leadterms.results.NullSpec`: the permutation null of the leading
             row's ``explained`` (the theory's tokens relabelled, coefficients kept) and, with
             ``NullSpec(reference=...)``, the reference model's ``explained``.
         ci: a level: a bootstrap interval of ``explained`` over corpus blocks (needs
@@ -150,7 +150,8 @@ def output_agreement(
 
     Example:
         >>> import torch
-        >>> from tl_leadterms import corpus_stats, leading_model, output_agreement
+        >>> from tl_leadterms import corpus_stats, output_agreement
+        >>> from tl_leadterms.models import leading_model
         >>> tokens = torch.randint(0, 12, (64, 9), generator=torch.Generator().manual_seed(0))
         >>> stats = corpus_stats(tokens, d_vocab=12, progress=False)
         >>> model = leading_model(stats, s_lr=2.0)
