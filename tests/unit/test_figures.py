@@ -157,6 +157,12 @@ def test_heatmap_numbers_meet_contrast_and_scales_follow_the_data(figures):
     assert checked >= 6 + 6 + 9
 
 
+def test_a_scale_at_its_search_limit_is_starred(figures):
+    rank_ax = figures["agreement"].axes[0]
+    starred = sorted(t.get_position() for t in rank_ax.texts if t.get_text().endswith("*"))
+    assert starred == [(2, 0), (2, 1)]  # head 2 of both layers has scale_at_bound
+
+
 def test_close_values_read_apart_in_a_heatmap(figures):
     (ax, *_) = figures["sweep"].axes
     texts = [t.get_text() for t in ax.texts]

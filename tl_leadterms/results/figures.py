@@ -90,17 +90,20 @@ def as_number(value: Any) -> float:
 
 
 def decimals(values: Any, least: int = 2, most: int = 6) -> int:
-    """Decimals that tell the finite ``values`` apart: ``least`` when they spread over 0.1 or
-    more, one more for each tenfold narrower spread (``most`` at the finest).
+    """The fewest decimals, from ``least`` to ``most``, at which the finite ``values`` that
+    differ (at ``most`` decimals) still read differently.
 
     >>> decimals([0.2, 0.9]), decimals([0.9931, 0.9938]), decimals([1.0, 1.0])
     (2, 4, 2)
+    >>> decimals([0.99999, 1.0])
+    5
     """
     finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    spread = max(finite) - min(finite) if finite else 0.0
-    if spread <= 0 or spread >= 0.1:
-        return least
-    return max(least, min(most, math.ceil(-math.log10(spread)) + 1))
+    distinct = len({round(v, most) for v in finite})
+    for digits in range(least, most):
+        if len({f"{v:.{digits}f}" for v in finite}) == distinct:
+            return digits
+    return most
 
 
 def colour_scale(values: Any, *, signed: bool | None = None) -> tuple[str, float, float]:

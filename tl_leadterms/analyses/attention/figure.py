@@ -28,15 +28,18 @@ def plot_agreement(agreement: object, *, path: object = None):
         An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
         notebook; ``.savefig`` as any matplotlib figure).
     """
+    import numpy as np
+
     check_result(agreement, "AttentionAgreement", "attention_agreement")
     rank, layers, heads = layer_head_grid(agreement.rows, "rank_correlation")
     js, _, _ = layer_head_grid(agreement.rows, "js_divergence")
-    bound, _, _ = layer_head_grid(agreement.rows, "scale_at_bound")
+    marks = np.zeros(rank.shape, dtype=bool)  # scale_at_bound is a bool: not a grid number
+    for r in agreement.rows:
+        marks[layers.index(r["layer"]), heads.index(r["head"])] = bool(r.get("scale_at_bound"))
     fig = blank_figure(2.0 + 2 * (0.6 * len(heads) + 1.2), 1.6 + 0.4 * len(layers))
     left, right = fig.subplots(1, 2)
     names = [f"L{layer}" for layer in layers]
     cols = [f"H{h}" for h in heads]
-    marks = bound == 1.0
     heatmap(left, fig, rank, names, cols, label="rank correlation", signed=True, marks=marks)
     heatmap(right, fig, js, names, cols, label="JS divergence (nats)", signed=False,
             marks=marks)  # fmt: skip
