@@ -189,8 +189,8 @@ def test_to_pandas_keeps_layer_and_head_integers():
                      {"weight": "W", "layer": 1, "head": 2, "score": 0.3}])  # fmt: skip
     df = t.to_pandas()
     assert str(df["layer"].dtype) == "Int64" and str(df["head"].dtype) == "Int64"
-    assert df["layer"].tolist()[1:] == [0, 1] and df["layer"].isna().tolist() == [True, False,
-                                                                                   False]  # fmt: skip
+    assert df["layer"].tolist()[1:] == [0, 1]
+    assert df["layer"].isna().tolist() == [True, False, False]
     assert df["head"].tolist()[2] == 2 and isinstance(df["head"].tolist()[2], int)
     full = ResultTable([{"layer": 0, "head": 1}, {"layer": 1, "head": 0}]).to_pandas()
     assert str(full["layer"].dtype) == "int64" and str(full["head"].dtype) == "int64"

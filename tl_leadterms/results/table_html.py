@@ -168,7 +168,8 @@ def _bar(table: Any, row: dict[str, Any], domain: tuple[float, float], fmt) -> s
                      'height="14" fill="#ddd"/>')  # fmt: skip
     if score is not None:
         a, b = sorted((x(0.0), x(score)))
-        parts.append(f'<rect class="tl-bar" x="{a}" y="3" width="{max(round(b - a, 1), 1)}" height="8" '
+        width = max(round(b - a, 1), 1)
+        parts.append(f'<rect class="tl-bar" x="{a}" y="3" width="{width}" height="8" '
                      f'fill="{"#4878b8" if score >= 0 else "#c0504d"}"/>')  # fmt: skip
     low, high = (_num(row.get(c)) for c in table.INTERVAL)
     if low is not None and high is not None:
