@@ -38,7 +38,7 @@ import tqdm.std
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["DELAY", "LogLines", "progress_bar", "write_line"]
+__all__ = ["DELAY", "LogLines", "in_notebook", "progress_bar", "write_line"]
 
 #: seconds a loop runs before its bar first appears (a quicker call draws none); the
 #: environment variable ``TQDM_DELAY`` (tqdm's own name) overrides it
@@ -90,6 +90,11 @@ def _delay() -> float:
         raise LeadTermsError(
             f"TQDM_DELAY must be a number of seconds, got {text!r}; unset it for {DELAY}"
         ) from None
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (where a progress line lands in the cell's output)."""
+    return _in_notebook_kernel()
 
 
 def _in_notebook_kernel() -> bool:

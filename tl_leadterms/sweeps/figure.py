@@ -49,7 +49,7 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
     whole = "W_O" if "W_O" in score else "model"  # a layer-free row: W_O or a whole-model score
     rows = [(whole if layer == "-" else f"L{layer}") for layer in grid.index]
     cols = [str(c) for c in grid.columns]
-    fig, (ax,) = new_figure(2.2 + 0.9 * len(cols), 1.4 + 0.45 * len(rows))
+    fig, (ax,) = new_figure(max(5.0, 2.2 + 0.9 * len(cols)), 1.6 + 0.45 * len(rows))
     heatmap(ax, fig, values, rows, cols, label=score, fontsize="small")
     ax.set_xlabel("checkpoint")
     ax.set_ylabel("layer")
