@@ -93,8 +93,10 @@ def decimals(values: Any, least: int = 2, most: int = 6) -> int:
     """The fewest decimals, from ``least`` to ``most``, at which the finite ``values`` that
     differ (at ``most`` decimals) still read differently.
 
-    >>> decimals([0.2, 0.9]), decimals([0.9931, 0.9938]), decimals([1.0, 1.0])
-    (2, 4, 2)
+    >>> decimals([0.2, 0.9]), decimals([0.9931, 0.9938]), decimals([0.9931, 0.9934])
+    (2, 3, 4)
+    >>> decimals([1.0, 1.0])
+    2
     >>> decimals([0.99999, 1.0])
     5
     """

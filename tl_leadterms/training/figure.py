@@ -53,7 +53,10 @@ def plot_history(history: object, path: object = None):
     bottom.set_xlabel("step")
     bottom.set_ylabel("loss (cross-entropy)")
     bottom.grid(alpha=0.3)
+    from matplotlib.ticker import MaxNLocator
+
     for ax in (top, bottom):
         ax.set_xlim(min(history.steps), max(max(history.steps), min(history.steps) + 1))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     save_figure(fig, path)
     return fig
