@@ -143,8 +143,13 @@ def test_heatmap_numbers_meet_contrast_and_scales_follow_the_data(figures):
             low, high = image.norm.vmin, image.norm.vmax
             if finite.min() < 0 < finite.max():  # signed: diverging, centred on 0
                 assert low == -high and high == pytest.approx(np.abs(finite).max())
-            else:  # a score: the colours span the values' own range
-                assert (low, high) == pytest.approx((finite.min(), finite.max()))
+            else:  # a score: the colours span the values' own range, at least 2% of their size
+                span = max(finite.max() - finite.min(), 0.02 * np.abs(finite).max())
+                middle = (finite.max() + finite.min()) / 2
+                if finite.max() - finite.min() >= span:
+                    assert (low, high) == pytest.approx((finite.min(), finite.max()))
+                else:
+                    assert (low, high) == pytest.approx((middle - span / 2, middle + span / 2))
             for text in ax.texts:
                 x, y = text.get_position()
                 v = values[round(y), round(x)]

@@ -151,6 +151,14 @@ def test_heatmap_text_contrast_and_scales_follow_the_data():
             assert by_value[0.2] == ends[0] and by_value[0.7] == ends[1]
 
 
+def test_noise_does_not_take_the_ends_of_the_colour_map():
+    t = Cosines([{"layer": 0, "head": h, "cosine": 0.995765 + 2e-6 * h} for h in range(2)])
+    (a, b) = [background for _, background, _ in heat_cells(t._repr_html_())]
+    assert a not in ("#440154", "#fde725") and b not in ("#440154", "#fde725")  # not the ends
+    step = max(abs(int(a[i : i + 2], 16) - int(b[i : i + 2], 16)) for i in (1, 3, 5))
+    assert step <= 4  # two equal-ish values: next-door shades of one mid colour
+
+
 def test_close_scores_read_apart_in_the_grid():
     t = Cosines([{"layer": 0, "head": h, "cosine": 0.9931 + 0.0001 * h} for h in range(4)])
     texts = [text for text, _, _ in heat_cells(t._repr_html_())]

@@ -24,6 +24,7 @@ from tl_leadterms.errors import LeadTermsError
 __all__ = [
     "COSINE_GAP_FLOOR",
     "MAX_WIDTH",
+    "MIN_SPAN",
     "as_number",
     "blank_figure",
     "check_result",
@@ -39,6 +40,8 @@ __all__ = [
 
 #: 1 − cosine is drawn on a log axis, clipped below at this value (a cosine of exactly 1)
 COSINE_GAP_FLOOR = 1e-12
+#: a sequential colour scale spans at least this share of its values' largest |value|
+MIN_SPAN = 0.02
 #: inches: wider figures are drawn at this width (a notebook column is about 9 inches)
 MAX_WIDTH = 10.0
 
@@ -112,10 +115,17 @@ def colour_scale(values: Any, *, signed: bool | None = None) -> tuple[str, float
     """``(colormap, vmin, vmax)`` for ``values``: a diverging map centred on 0 (``±max|v|``)
     when they have both signs (or ``signed=True``), else a sequential one over their range.
 
+    A sequential range narrower than :data:`MIN_SPAN` of the values' size is widened about its
+    middle to that span, so that values equal to five digits (0.99577 and 0.99576) share a
+    colour instead of taking the two ends of the map.
+
     >>> colour_scale([0.2, 0.5])
     ('viridis', 0.2, 0.5)
     >>> colour_scale([-0.1, 0.4])
     ('RdBu', -0.4, 0.4)
+    >>> name, low, high = colour_scale([0.995767, 0.995765])
+    >>> round(high - low, 4)
+    0.0199
     """
     finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
@@ -124,8 +134,10 @@ def colour_scale(values: Any, *, signed: bool | None = None) -> tuple[str, float
     if signed:
         edge = max(abs(low), abs(high)) or 1.0
         return "RdBu", -edge, edge
-    if high <= low:
-        return "viridis", low - 0.5, high + 0.5
+    span = MIN_SPAN * max(abs(low), abs(high)) or 1.0
+    if high - low < span:
+        middle = (low + high) / 2
+        return "viridis", middle - span / 2, middle + span / 2
     return "viridis", low, high
 
 

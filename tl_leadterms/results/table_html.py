@@ -10,7 +10,8 @@ script; without scripts the table still reads). Every string is html-escaped.
 
 Readable in JupyterLab, classic Jupyter, VS Code and nbconvert's pages alike:
 
-* heatmap colours follow the data's range: a sequential colormap (viridis) for scores, a
+* heatmap colours follow the data's range: a sequential colormap (viridis) for scores (never
+  narrower than 2% of the values, so digits of noise do not take the two ends of the map), a
   diverging one (RdBu, centred on 0) when the values have both signs; one scale for all groups
   of one score, one per group when the groups are different scores;
 * each heatmap number is pure black or pure white, whichever has the larger WCAG contrast on its
@@ -219,7 +220,7 @@ def _grid(table: Any, name: str, mine: list[dict], scale: tuple) -> str:
     index = [html.escape(f"{across} {_shown(y)}") for y in ys]
     columns = [html.escape(_shown(x)) for x in xs]
     text = [["" if v is None else f"{v:.{digits}f}" for v in row] for row in numbers]
-    frame = pd.DataFrame(text, index=index, columns=columns)
+    frame = pd.DataFrame(text, index=index, columns=pd.Index(columns, name=html.escape(down)))
     styles = pd.DataFrame([cell_colours(row, scale) for row in numbers], index=index,
                           columns=columns)  # fmt: skip
     faint = [["tl-ns" if r is not None and significant(table, r) is False else "" for r in row]
