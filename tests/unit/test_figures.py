@@ -120,6 +120,21 @@ def test_every_figure_renders_once_inline_as_a_non_blank_png(figures):
         assert saved.getvalue().startswith(b"\x89PNG"), name
 
 
+def test_one_image_with_matplotlibs_inline_formatter_active_too(figures):
+    """After ``%matplotlib inline`` IPython has a png printer for every Figure: that one draws
+    ours instead of ``_repr_png_``, still one image and no HTML copy."""
+    from types import SimpleNamespace
+
+    from IPython.core.formatters import DisplayFormatter
+    from IPython.core.pylabtools import select_figure_formats
+
+    shell = SimpleNamespace(display_formatter=DisplayFormatter())
+    select_figure_formats(shell, {"png"})
+    data, _ = shell.display_formatter.format(figures["scores"])
+    assert set(data) == {"image/png", "text/plain"}
+    assert data["image/png"]  # drawn by the registered printer (base64 text or bytes)
+
+
 def test_figures_leave_no_pyplot_state():
     code = (
         "import sys; from tests.unit.test_figures import _figures; _figures();"
