@@ -1,33 +1,54 @@
 """Progress that suits where it is written: one factory for every long loop of the package.
 
-* In a notebook, tqdm's widget (``tqdm.auto``).
+* In a notebook kernel with ``ipywidgets`` installed (the ``notebook`` extra), tqdm's widget
+  (``tqdm.auto``, imported when the first bar is made, never when the package loads).
+* In a notebook kernel without ``ipywidgets``: whole lines on the cell's standard output (the
+  same lines as a log gets, below), not a warning about a missing widget library.
 * On a terminal, tqdm's usual bar, redrawn in place.
 * Anywhere else (a log file, a pipe, CI), no carriage returns: one line each time a loop passes
   a tenth of its length (at most ten lines a loop), or one line when a loop of unknown length
-  ends. ``enabled=False`` (the package's ``progress=False``) silences all three.
+  ends.
+
+Quiet when quick: a bar first shows itself after :data:`DELAY` seconds (tqdm's ``delay=``), so a
+call that is done in a second or two draws nothing. ``enabled=False`` (the package's
+``progress=False``) silences all of them.
 
 >>> import io
 >>> log = io.StringIO()
->>> for _ in progress_bar(range(50), desc="demo", file=log, mininterval=0, disable=False):
+>>> for _ in progress_bar(range(50), desc="demo", file=log, mininterval=0, delay=0,
+...                         disable=False):
 ...     pass
 >>> lines = log.getvalue().splitlines()
 >>> len(lines), "\\r" in log.getvalue(), lines[-1].startswith("demo: 100%")
 (10, False, True)
+>>> quick = io.StringIO()
+>>> for _ in progress_bar(range(50), desc="quick", file=quick):  # done before DELAY: no bar
+...     pass
+>>> quick.getvalue()
+''
 """
 
+import importlib.util
+import os
 import sys
 from collections.abc import Iterable
 from typing import Any
 
 import tqdm.std
-from tqdm.autonotebook import tqdm as notebook_or_std
 
-__all__ = ["LogLines", "progress_bar", "write_line"]
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["DELAY", "LogLines", "in_notebook", "progress_bar", "write_line"]
+
+#: seconds a loop runs before its bar first appears (a quicker call draws none); the
+#: environment variable ``TQDM_DELAY`` (tqdm's own name) overrides it
+DELAY = 2.0
 
 
 class LogLines(tqdm.std.tqdm):
     """A tqdm that writes whole lines: one per tenth of ``total`` passed, or one at the end
-    when ``total`` is unknown; never a carriage return or a cursor movement."""
+    when ``total`` is unknown; never a carriage return or a cursor movement. A loop that ends
+    before ``delay`` seconds writes nothing."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._tenths_shown = 0  # read by display(), which tqdm calls from __init__
@@ -53,11 +74,40 @@ class LogLines(tqdm.std.tqdm):
 
     def close(self) -> None:
         if not self.disable and not self._closing:
-            if self._tenths_shown < 10:
+            quick = self._time() - self.start_t < self.delay and not self._tenths_shown
+            if self._tenths_shown < 10 and not quick:
                 self._write_line()  # the final count (or how far it got), once
             self._closing = True
             self.leave = False  # tqdm's own close must not write its final newline
         super().close()
+
+
+def _delay() -> float:
+    text = os.environ.get("TQDM_DELAY")
+    try:
+        return DELAY if text is None else float(text)
+    except ValueError:
+        raise LeadTermsError(
+            f"TQDM_DELAY must be a number of seconds, got {text!r}; unset it for {DELAY}"
+        ) from None
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (where a progress line lands in the cell's output)."""
+    return _in_notebook_kernel()
+
+
+def _in_notebook_kernel() -> bool:
+    """True inside a Jupyter kernel (JupyterLab, classic Jupyter, VS Code), not in a terminal
+    IPython, and without importing IPython when it is not already loaded."""
+    if "ipykernel.zmqshell" not in sys.modules or "IPython" not in sys.modules:
+        return False
+    shell = sys.modules["IPython"].get_ipython()
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def _have_widgets() -> bool:
+    return importlib.util.find_spec("ipywidgets") is not None
 
 
 def _is_terminal(stream: Any) -> bool:
@@ -74,21 +124,28 @@ def progress_bar(iterable: Iterable | None = None, *, enabled: bool = True, **kw
     Args:
         iterable: what to iterate over, as for ``tqdm``.
         enabled: ``False`` shows nothing (the same as tqdm's ``disable=True``).
-        **kwargs: tqdm's own options (``total``, ``desc``, ``unit``, ``file``, ``disable``...).
+        **kwargs: tqdm's own options (``total``, ``desc``, ``unit``, ``file``, ``disable``,
+            ``delay``: :data:`DELAY`, or ``TQDM_DELAY``, unless given).
 
     Returns:
         A ``tqdm`` (a notebook widget, a terminal bar) or a :class:`LogLines`.
     """
     if not enabled:
         kwargs["disable"] = True
-    stream = kwargs.get("file") or sys.stderr
-    if notebook_or_std is not tqdm.std.tqdm:  # running in a notebook kernel
-        return notebook_or_std(iterable, **kwargs)
-    if _is_terminal(stream):
+    kwargs.setdefault("delay", _delay())
+    if _in_notebook_kernel() and kwargs.get("file") is None:
+        if _have_widgets():
+            from tqdm.auto import tqdm as widget_or_std
+
+            return widget_or_std(iterable, **kwargs)
+        kwargs["file"] = sys.stdout  # whole lines in the cell, not the red block of stderr
+        return LogLines(iterable, **kwargs)
+    if _is_terminal(kwargs.get("file") or sys.stderr):
         return tqdm.std.tqdm(iterable, **kwargs)
     return LogLines(iterable, **kwargs)
 
 
 def write_line(text: str) -> None:
-    """Print ``text`` on stderr as its own line, without breaking a bar being drawn."""
-    tqdm.std.tqdm.write(text, file=sys.stderr)
+    """Print ``text`` as its own line, without breaking a bar being drawn (on stderr; in a
+    notebook kernel on the cell's standard output)."""
+    tqdm.std.tqdm.write(text, file=sys.stdout if _in_notebook_kernel() else sys.stderr)

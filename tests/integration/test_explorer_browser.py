@@ -97,10 +97,10 @@ def test_result_table_sorts_on_click(tmp_path):
         page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
                    else r.abort())  # fmt: skip
         page.goto(path.as_uri())
-        column = "table:not(.tl-heat) tbody tr td:nth-child(3)"
-        page.click("thead th:nth-child(3)")
+        column = "table.tl-main tbody tr td:nth-child(3)"
+        page.click("table.tl-main thead th:nth-child(3)")
         ascending = [float(t.split()[-1]) for t in page.locator(column).all_inner_texts()]
-        page.click("thead th:nth-child(3)")
+        page.click("table.tl-main thead th:nth-child(3)")
         descending = [float(t.split()[-1]) for t in page.locator(column).all_inner_texts()]
         browser.close()
     assert ascending == [-0.5, 0.2, 0.9] and descending == [0.9, 0.2, -0.5]

@@ -275,10 +275,15 @@ def test_plot_sweep_png(setup, tmp_path):
     fig = plot_sweep(table, score, analysis=analysis, path=tmp_path / "sweep.png")
     assert _png_varies(tmp_path / "sweep.png")
     (ax, *_) = fig.axes
-    grid = table.pivot(score, analysis=analysis)
-    texts = [t.get_text() for t in ax.texts]
+    grid = table.pivot(score, analysis=analysis).to_numpy(dtype=float)
+    texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text()
+             for t in ax.texts}  # fmt: skip
     assert len(texts) == grid.size
-    assert f"{grid.to_numpy()[0, 0]:.3f}" in texts
+    for (i, j), text in texts.items():  # each number is its cell's value, to its last digit
+        places = len(text.split(".")[1])
+        assert abs(float(text) - grid[i, j]) <= 0.5 * 10.0**-places + 1e-15
+    distinct = {round(v, 12) for v in grid.ravel()}
+    assert len(set(texts.values())) == len(distinct)  # values that differ read apart
     with pytest.raises(LeadTermsError, match="no rows"):
         plot_sweep(table, "no such score")
 
@@ -338,15 +343,20 @@ def test_plot_scores_bands(setup):
                 for i in range(3)]  # fmt: skip
 
     fig = plot_scores(Rows())
-    ax, right = fig.axes  # the score on the left, its excess over the null mean on the right
-    assert list(right.get_lines()[0].get_ydata()) == pytest.approx([0.4, 0.5, 0.6])
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["null mean ± 2 sd", "CI",
-                                                                    "score", "excess"]  # fmt: skip
-    assert list(ax.get_lines()[0].get_ydata()) == pytest.approx([0.5, 0.6, 0.7])
-    null_band, ci_band = ax.collections
-    ys = null_band.get_paths()[0].vertices[:, 1]
-    assert min(ys) == pytest.approx(0.0) and max(ys) == pytest.approx(0.2)
-    ys = ci_band.get_paths()[0].vertices[:, 1]
-    assert min(ys) == pytest.approx(0.4) and max(ys) == pytest.approx(0.8)
+    (ax,) = fig.axes  # one panel per weight, no second axis
+    assert ax.get_legend() is None  # the legend is outside the panels
+    assert sorted(t.get_text() for t in fig.legends[0].get_texts()) == sorted(
+        ["null mean ± 2 sd", "CI", "score"])  # fmt: skip
+    # heads and layers are categories: no line joins them (the whiskers' caps are markers)
+    assert all(line.get_linestyle() == "None" for line in ax.get_lines())
+    points = next(c for c in ax.collections if c.get_label() == "score")
+    assert np.asarray(points.get_offsets()).ravel().tolist() == pytest.approx(
+        [0, 0.5, 1, 0.6, 2, 0.7])  # fmt: skip
+    band = [y for p in ax.patches for y in (p.get_y(), p.get_y() + p.get_height())]
+    assert band == pytest.approx([0.0, 0.2] * 3)  # null_mean ± 2 null_sd
+    whiskers = next(c for c in ax.collections if type(c).__name__ == "LineCollection")
+    ends = [y for seg in whiskers.get_segments() for y in sorted(seg[:, 1])]
+    assert ends == pytest.approx([0.4, 0.6, 0.5, 0.7, 0.6, 0.8])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["L0", "L1", "L2"]
     with pytest.raises(LeadTermsError, match="Decomposition"):
         plot_scores([1, 2])

@@ -4,6 +4,7 @@ result's ``.plot()`` draws a figure whose content is checked against its rows.""
 import math
 import pickle
 
+import matplotlib.figure
 import numpy as np
 import pytest
 import torch
@@ -177,10 +178,15 @@ def _texts(ax):
     return [t.get_text() for t in ax.texts]
 
 
+def _text_at(ax, x, y):
+    (text,) = [t.get_text() for t in ax.texts if t.get_position() == (x, y)]
+    return text
+
+
 def test_agreement_plot_is_two_annotated_layer_head_grids(results):
     agreement: AttentionAgreement = results["AttentionAgreement"]
     fig = agreement.plot()
-    assert fig is not None and type(fig).__name__ == "Figure"
+    assert isinstance(fig, matplotlib.figure.Figure) and type(fig).__name__ == "InlineFigure"
     rank_ax, js_ax = [ax for ax in fig.axes if ax.images]
     rank = np.asarray(rank_ax.images[0].get_array())
     js = np.asarray(js_ax.images[0].get_array())
@@ -189,7 +195,9 @@ def test_agreement_plot_is_two_annotated_layer_head_grids(results):
         assert rank[r["layer"], r["head"]] == pytest.approx(r["rank_correlation"])
         assert js[r["layer"], r["head"]] == pytest.approx(r["js_divergence"])
         mark = "*" if r["scale_at_bound"] else ""
-        assert f"{r['rank_correlation']:.2f}{mark}" in _texts(rank_ax)
+        text = _text_at(rank_ax, r["head"], r["layer"])
+        assert text.endswith(mark) and float(text.rstrip("*")) == pytest.approx(
+            r["rank_correlation"], abs=0.006)  # fmt: skip
     assert [t.get_text() for t in rank_ax.get_yticklabels()] == ["L0", "L1"]
     assert [t.get_text() for t in rank_ax.get_xticklabels()] == ["H0"]
     assert plot_agreement(agreement).axes[0].get_title() == rank_ax.get_title()
@@ -204,7 +212,8 @@ def test_covariance_plot_bars_whiskers_and_head_grid(results):
     assert len(bars) == len(layer_rows) == 3 * L  # one bar per (layer, score)
     heights = sorted(round(p.get_height(), 12) for p in bars)
     assert heights == sorted(round(r["value"], 12) for r in layer_rows)
-    assert [t.get_text() for t in bars_ax.get_legend().get_texts()] == [
+    assert bars_ax.get_legend() is None  # one legend, above the panels, off the data
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
         "attention", "value_post", "value_attn"]  # fmt: skip
     assert [t.get_text() for t in bars_ax.get_xticklabels()] == ["L0", "L1"]
     # the null band: one grey span per bar, from null_mean - 2 sd to null_mean + 2 sd
@@ -238,16 +247,18 @@ def test_ablation_plot_one_bar_per_row(results):
     assert len(plot_ablation(table).axes[0].patches) == len(table.rows)
 
 
-def test_token_maps_plot_lines(results):
+def test_token_maps_plot_points(results):
     maps = results["TokenMaps"]
     fig = maps.plot()
     top, bottom = fig.axes
-    assert [line.get_label() for line in top.lines] == ["E_pre", "E_post", "E_attn"]
-    for line, name in zip(bottom.lines, ("pre", "post", "attn"), strict=True):
-        assert list(line.get_xdata()) == list(range(L))
-        assert list(line.get_ydata()) == pytest.approx(
+    assert not top.lines and not bottom.lines  # layers are categories: points, no lines
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["E_pre", "E_post", "E_attn"]
+    for points, name in zip(bottom.collections, ("pre", "post", "attn"), strict=True):
+        xy = np.asarray(points.get_offsets())
+        assert np.round(xy[:, 0]).tolist() == list(range(L))  # dodged a little around each layer
+        assert xy[:, 1].tolist() == pytest.approx(
             [maps.row(name, layer)["mean_cosine"] for layer in range(L)])  # fmt: skip
-    assert len(plot_token_maps(maps).axes[0].lines) == 3
+    assert len(plot_token_maps(maps).axes[0].collections) == 3
 
 
 def test_plot_functions_refuse_other_results(results):

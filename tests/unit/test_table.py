@@ -1,5 +1,6 @@
 """The result-table base: one look-up, plain data, and HTML checked by parsing it."""
 
+import re
 from html.parser import HTMLParser
 
 import pytest
@@ -11,7 +12,7 @@ from tl_leadterms.analyses.attention import AttentionAgreement
 from tl_leadterms.analyses.covariance import CovarianceSimilarity, TokenMaps
 from tl_leadterms.analyses.decompose import Decomposition
 from tl_leadterms.results.table import ResultTable
-from tl_leadterms.results.table_html import heat_colour
+from tl_leadterms.results.table_html import cell_colours
 from tl_leadterms.sweeps import SweepTable
 from tl_leadterms.training import TrainHistory
 
@@ -89,14 +90,116 @@ def test_html_bar_whisker_band_grey_and_escape():
     assert rows == ["tl-row", "tl-row tl-ns", "tl-row tl-ns"] * 2  # q = 0.2 > 0.05 greyed
     assert "<b>&" not in html and "&lt;b&gt;&amp;" in html
     heat = tags.find("table", **{"class": "tl-heat"})
-    assert len(heat) == 1 and html.count('class="tl-ns" title=') == 4  # 2 × 3 grid, 4 faint
+    faint = [a for t_, a in tags.tags if t_ == "td" and "tl-ns" in a.get("class", "").split()
+             and "title" in a]  # fmt: skip
+    assert len(heat) == 1 and len(faint) == 4  # 2 × 3 grid, 4 faint (each with its hover tip)
     assert len(tags.find("th", onclick="tlltSort(this)")) == len(t.columns())
     assert "src=" not in html and "import " not in html  # nothing loaded from anywhere
 
 
-def test_heat_colour_ends():
-    assert heat_colour(1.0) == "rgb(0,0,255)" and heat_colour(-1.0) == "rgb(255,0,0)"
-    assert heat_colour(5.0) == heat_colour(1.0)
+def wcag_contrast(a: str, b: str) -> float:
+    """WCAG 2 contrast ratio of two ``#rrggbb`` colours, from the standard's formula."""
+
+    def luminance(colour: str) -> float:
+        channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def heat_cells(html: str) -> list[tuple[str, str, str]]:
+    """(text, background, colour) of every heatmap cell, read from the emitted CSS and cells."""
+    rules = {}
+    for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", html):
+        found = dict(re.findall(r"(background-color|color):\s*(#[0-9a-f]{6})", body))
+        for cell_id in re.findall(r"#(T_\w+)", selectors):
+            rules[cell_id] = found
+    out = []
+    for table in re.findall(r'<table id="[^"]+" class="tl-heat".*?</table>', html, re.S):
+        for cell_id, text in re.findall(r'<td id="([^"]+)"[^>]*>([^<]*)</td>', table):
+            style = rules.get(cell_id, {})
+            out.append((text, style.get("background-color"), style.get("color")))
+    return out
+
+
+class Cosines(ResultTable):
+    SCORE = "cosine"
+    SCORE_RANGE = (-1.0, 1.0)
+
+
+def test_heatmap_text_contrast_and_scales_follow_the_data():
+    # many values across the whole scale, so cells land near the black/white crossover
+    signed = Cosines([{"layer": i // 8, "head": i % 8, "cosine": -0.3 + 0.7 * i / 63}
+                      for i in range(64)])  # fmt: skip
+    scores = Cosines([{"layer": i // 8, "head": i % 8, "cosine": 0.2 + 0.5 * i / 63}
+                      for i in range(64)])  # fmt: skip
+    for table, ends in ((signed, ("#67001f", "#053061")), (scores, ("#440154", "#fde725"))):
+        cells = heat_cells(table._repr_html_())
+        assert len(cells) == 64
+        for text, background, colour in cells:
+            assert background and colour, text
+            assert wcag_contrast(background, colour) >= 4.5, (text, background, colour)
+        by_value = {float(text): background for text, background, _ in cells}
+        if table is signed:  # diverging, centred on 0, as wide as the largest |value|
+            assert by_value[0.4] == ends[1] and by_value[-0.3] != ends[0]
+        else:  # sequential over the values' own range, not a fixed 0–1
+            assert by_value[0.2] == ends[0] and by_value[0.7] == ends[1]
+
+
+def test_noise_does_not_take_the_ends_of_the_colour_map():
+    t = Cosines([{"layer": 0, "head": h, "cosine": 0.995765 + 2e-6 * h} for h in range(2)])
+    (a, b) = [background for _, background, _ in heat_cells(t._repr_html_())]
+    assert a not in ("#440154", "#fde725") and b not in ("#440154", "#fde725")  # not the ends
+    step = max(abs(int(a[i : i + 2], 16) - int(b[i : i + 2], 16)) for i in (1, 3, 5))
+    assert step <= 4  # two equal-ish values: next-door shades of one mid colour
+
+
+def test_close_scores_read_apart_in_the_grid():
+    t = Cosines([{"layer": 0, "head": h, "cosine": 0.9931 + 0.0001 * h} for h in range(4)])
+    texts = [text for text, _, _ in heat_cells(t._repr_html_())]
+    assert texts == ["0.9931", "0.9932", "0.9933", "0.9934"]
+
+
+def test_style_is_scoped_lets_columns_size_and_scrolls_wide_tables():
+    html = Scores(_rows())._repr_html_()
+    ours = html[html.index("<style>") + 7 : html.index("</style>")]
+    selectors = [sel.strip() for block in re.findall(r"([^{}]+)\{", ours)
+                 for sel in block.split(",")]  # fmt: skip
+    assert selectors and all(sel.startswith("div.tl-table") for sel in selectors)
+    assert "table-layout:auto!important" in ours  # JupyterLab's fixed layout overridden
+    assert re.search(r"div\.tl-table th,div\.tl-table td\{white-space:nowrap", ours)
+    assert re.search(r"div\.tl-table div\.tl-scroll\{overflow-x:auto", ours)
+    tags = _Tags(html)
+    assert len(tags.find("div", **{"class": "tl-scroll"})) == 1
+
+
+def test_faint_text_keeps_its_contrast():
+    from tl_leadterms.results.table_html import _FAINT
+
+    assert wcag_contrast(_FAINT, "#ffffff") >= 4.5 and wcag_contrast(_FAINT, "#f3f3f3") >= 4.5
+
+
+def test_cell_colours_of_a_missing_value_and_the_ends():
+    css = cell_colours([None, 0.0, 1.0], ("viridis", 0.0, 1.0))
+    assert css == ["background-color:#eeeeee;color:#000000",
+                   "background-color:#440154;color:#ffffff",
+                   "background-color:#fde725;color:#000000"]  # fmt: skip
+
+
+def test_to_pandas_keeps_layer_and_head_integers():
+    t = ResultTable([{"weight": "W_O", "layer": None, "head": None, "score": 0.5},
+                     {"weight": "V", "layer": 0, "head": None, "score": 0.4},
+                     {"weight": "W", "layer": 1, "head": 2, "score": 0.3}])  # fmt: skip
+    df = t.to_pandas()
+    assert str(df["layer"].dtype) == "Int64" and str(df["head"].dtype) == "Int64"
+    assert df["layer"].tolist()[1:] == [0, 1]
+    assert df["layer"].isna().tolist() == [True, False, False]
+    assert df["head"].tolist()[2] == 2 and isinstance(df["head"].tolist()[2], int)
+    full = ResultTable([{"layer": 0, "head": 1}, {"layer": 1, "head": 0}]).to_pandas()
+    assert str(full["layer"].dtype) == "int64" and str(full["head"].dtype) == "int64"
+    assert str(df["score"].dtype) == "float64"
 
 
 def test_every_result_class_is_a_result_table():

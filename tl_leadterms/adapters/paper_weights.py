@@ -33,7 +33,7 @@ def paper_model_weights(model: PaperModel) -> PaperWeights:
     blocks = model.blocks
     metadata = {
         "model_name": cfg.model_name,
-        "original_architecture": "tl_leadterms.models.PaperModel",
+        "original_architecture": "tl_leadterms.PaperModel",
         "architecture": "paper",
         "normalization_type": None,
         "positional_embedding_type": "paper relative bias P",

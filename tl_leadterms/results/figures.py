@@ -1,11 +1,20 @@
-"""Figure helpers every analysis's figure uses: a matplotlib figure off pyplot, saving, heatmaps.
+"""Figure helpers every analysis's figure uses: an inline figure off pyplot, saving, heatmaps.
 
-Figures are built with ``matplotlib.figure.Figure`` and the Agg canvas, never through pyplot:
-nothing opens a window, no global backend is switched and no figure is left registered.
+Figures are :class:`~tl_leadterms.results.inline_figure.InlineFigure` objects (a
+``matplotlib.figure.Figure`` on the Agg canvas, never pyplot): nothing opens a window, no global
+backend is switched, no figure is left registered, and a figure that is a notebook cell's value
+shows itself there, once. matplotlib is imported when the first figure is made.
+
+Conventions the figures keep: categorical axes (heads, layers, weights) as points or bars, never
+joined by lines; panels that compare one quantity share their y-scale; legends sit outside the
+axes; a heatmap's colour scale follows its data (sequential for scores, diverging and centred
+on 0 for values of both signs) and each annotation is black or white, whichever reads better
+on its cell.
 """
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,25 +23,41 @@ from tl_leadterms.errors import LeadTermsError
 
 __all__ = [
     "COSINE_GAP_FLOOR",
+    "MAX_WIDTH",
+    "MIN_SPAN",
     "as_number",
+    "blank_figure",
     "check_result",
+    "colour_scale",
+    "decimals",
     "heatmap",
     "layer_head_grid",
+    "legend_outside",
     "new_figure",
     "save_figure",
+    "text_colour",
 ]
 
 #: 1 − cosine is drawn on a log axis, clipped below at this value (a cosine of exactly 1)
 COSINE_GAP_FLOOR = 1e-12
+#: a sequential colour scale spans at least this share of its values' largest |value|
+MIN_SPAN = 0.02
+#: inches: wider figures are drawn at this width (a notebook column is about 9 inches)
+MAX_WIDTH = 10.0
 
 
-def new_figure(width: float, height: float, rows: int = 1) -> tuple[Any, list]:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def blank_figure(width: float, height: float) -> Any:
+    """An empty :class:`InlineFigure` ``width`` × ``height`` inches (width capped at
+    :data:`MAX_WIDTH`), laid out by matplotlib's constrained layout."""
+    from tl_leadterms.results.inline_figure import InlineFigure
 
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, 1, squeeze=False)[:, 0]
+    return InlineFigure(figsize=(min(width, MAX_WIDTH), height), layout="constrained")
+
+
+def new_figure(width: float, height: float, rows: int = 1, *, sharey: bool = False):
+    """A figure with ``rows`` stacked axes: ``(figure, [axes, ...])``."""
+    fig = blank_figure(width, height)
+    axes = fig.subplots(rows, 1, squeeze=False, sharey=sharey)[:, 0]
     return fig, list(axes)
 
 
@@ -67,21 +92,116 @@ def as_number(value: Any) -> float:
     return float(value)
 
 
-def heatmap(ax: Any, fig: Any, values: Any, rows: list[str], cols: list[str], *, vmin: float,
-             vmax: float, cmap: str, label: str, marks: Any = None) -> None:  # fmt: skip
-    """An annotated heatmap of ``values`` ``[rows, cols]`` (NaN: masked, shown as "–")."""
+def decimals(values: Any, least: int = 2, most: int = 6) -> int:
+    """The fewest decimals, from ``least`` to ``most``, at which the finite ``values`` that
+    differ (at ``most`` decimals) still read differently.
+
+    >>> decimals([0.2, 0.9]), decimals([0.9931, 0.9938]), decimals([0.9931, 0.9934])
+    (2, 3, 4)
+    >>> decimals([1.0, 1.0])
+    2
+    >>> decimals([0.99999, 1.0])
+    5
+    """
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    distinct = len({round(v, most) for v in finite})
+    for digits in range(least, most):
+        if len({f"{v:.{digits}f}" for v in finite}) == distinct:
+            return digits
+    return most
+
+
+def colour_scale(values: Any, *, signed: bool | None = None) -> tuple[str, float, float]:
+    """``(colormap, vmin, vmax)`` for ``values``: a diverging map centred on 0 (``±max|v|``)
+    when they have both signs (or ``signed=True``), else a sequential one over their range.
+
+    A sequential range narrower than :data:`MIN_SPAN` of the values' size is widened about its
+    middle to that span, so that values equal to five digits (0.99577 and 0.99576) share a
+    colour instead of taking the two ends of the map.
+
+    >>> colour_scale([0.2, 0.5])
+    ('viridis', 0.2, 0.5)
+    >>> colour_scale([-0.1, 0.4])
+    ('RdBu', -0.4, 0.4)
+    >>> name, low, high = colour_scale([0.995767, 0.995765])
+    >>> round(high - low, 4)
+    0.0199
+    """
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    if signed is None:
+        signed = low < 0 < high
+    if signed:
+        edge = max(abs(low), abs(high)) or 1.0
+        return "RdBu", -edge, edge
+    span = MIN_SPAN * max(abs(low), abs(high)) or 1.0
+    if high - low < span:
+        middle = (low + high) / 2
+        return "viridis", middle - span / 2, middle + span / 2
+    return "viridis", low, high
+
+
+def _luminance(rgb: Sequence[float]) -> float:
+    """WCAG 2 relative luminance of an sRGB colour with channels in [0, 1] (alpha ignored)."""
+
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(c) for c in rgb[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def text_colour(background: Sequence[float]) -> str:
+    """``"black"`` or ``"white"``: whichever has the larger WCAG contrast on ``background``
+    (RGB or RGBA, channels in [0, 1]).
+
+    >>> text_colour((1.0, 1.0, 0.8)), text_colour((0.1, 0.1, 0.4))
+    ('black', 'white')
+    """
+    lum = _luminance(background)
+    return "black" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "white"
+
+
+def heatmap(ax: Any, fig: Any, values: Any, rows: list[str], cols: list[str], *, label: str,
+            signed: bool | None = None, marks: Any = None,
+            fontsize: str = "x-small") -> None:  # fmt: skip
+    """An annotated heatmap of ``values`` ``[rows, cols]`` (NaN: masked, shown as "–").
+
+    The colour scale comes from :func:`colour_scale`, the number of decimals from
+    :func:`decimals`, each annotation's colour from :func:`text_colour`; ``marks`` (a boolean
+    array) adds ``*`` to its cells.
+    """
     import numpy as np
 
+    values = np.asarray(values, dtype=float)
+    cmap, vmin, vmax = colour_scale(values.ravel().tolist(), signed=signed)
     image = ax.imshow(np.ma.masked_invalid(values), aspect="auto", cmap=cmap, vmin=vmin,
                       vmax=vmax)  # fmt: skip
+    digits = decimals(values.ravel().tolist())
     for (i, j), v in np.ndenumerate(values):
-        text = "–" if not math.isfinite(v) else f"{v:.2f}"
-        if marks is not None and marks[i, j]:
-            text += "*"
-        ax.text(j, i, text, ha="center", va="center", fontsize="x-small")
-    ax.set_xticks(range(len(cols)), cols)
+        if not math.isfinite(v):
+            ax.text(j, i, "–", ha="center", va="center", fontsize=fontsize)
+            continue
+        text = f"{v:.{digits}f}" + ("*" if marks is not None and marks[i, j] else "")
+        colour = text_colour(image.cmap(image.norm(v)))
+        ax.text(j, i, text, ha="center", va="center", fontsize=fontsize, color=colour)
+    ax.set_xticks(range(len(cols)), cols, rotation=45 if len(cols) > 8 else 0,
+                  ha="right" if len(cols) > 8 else "center")  # fmt: skip
     ax.set_yticks(range(len(rows)), rows)
     fig.colorbar(image, ax=ax, label=label)
+
+
+def legend_outside(fig: Any, axes: list, *, ncols: int | None = None) -> None:
+    """One legend for ``axes`` (their labelled artists, each label once) above the panels."""
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    if handles:
+        fig.legend(handles, labels, loc="outside upper center", fontsize="small",
+                   ncols=ncols or min(len(labels), 4), frameon=False)  # fmt: skip
 
 
 def layer_head_grid(rows: list[dict], column: str) -> tuple[Any, list[int], list[int]]:

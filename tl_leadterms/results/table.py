@@ -153,14 +153,28 @@ class ResultTable:
         return {"rows": [dict(r) for r in self.rows], "metadata": dict(self.metadata)}
 
     def to_pandas(self):
-        """A DataFrame, one row per row (``NESTED`` dictionaries as ``prefix:key`` columns)."""
+        """A DataFrame, one row per row (``NESTED`` dictionaries as ``prefix:key`` columns).
+
+        A column of integers stays integer where some rows lack it (``layer`` of a whole-model
+        row, ``head`` of a layer-level one): pandas' nullable ``Int64``, not floats with NaN.
+
+        >>> t = ResultTable([{"layer": 0, "head": None}, {"layer": 1, "head": 2}])
+        >>> [str(d) for d in t.to_pandas().dtypes]
+        ['int64', 'Int64']
+        """
         import pandas as pd
 
         flat = self.flat_rows()
         names = [c for c in self.columns() if c not in self.NESTED]
         for r in flat:
             names += [c for c in r if c not in names]
-        return pd.DataFrame(flat, columns=names)
+        frame = pd.DataFrame(flat, columns=names)
+        for c in names:
+            values = [r.get(c) for r in flat]
+            present = [v for v in values if v is not None]
+            if len(present) < len(values) and present and all(_is_int(v) for v in present):
+                frame[c] = pd.array(values, dtype="Int64")
+        return frame
 
     # -- display ------------------------------------------------------------------------------
     def title(self) -> str:
@@ -189,6 +203,12 @@ class ResultTable:
             f"{type(self).__name__} has no figure; the results with one (Decomposition, "
             "AttentionAgreement, CovarianceSimilarity, ...) draw it with .plot()"
         )
+
+
+def _is_int(value: object) -> bool:
+    import numpy as np
+
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _text(value: object) -> str:

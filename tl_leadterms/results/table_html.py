@@ -1,11 +1,26 @@
 """The HTML of a :class:`~tl_leadterms.results.table.ResultTable` (its ``_repr_html_``).
 
-One self-contained fragment, no network: a caption, a heatmap grid per group when the table
-declares ``GRID`` (e.g. layers × heads), and a table whose score column is an inline SVG: the
-score as a bar from 0, the confidence interval as a whisker and the null band
-(``null_mean ± 2·null_sd``) shaded behind them. Rows whose ``q`` (else ``p``) is above the
+One self-contained fragment, no network, rendered with pandas' ``Styler`` (formats, per-cell
+styles, captions, hover titles): a caption, a heatmap grid per group when the table declares
+``GRID`` (e.g. layers × heads), and the table itself, whose score column is an inline SVG (what
+no library draws: the score as a bar from 0, the confidence interval as a whisker and the null
+band ``null_mean ± 2·null_sd`` shaded behind them). Rows whose ``q`` (else ``p``) is above the
 table's ``ALPHA`` are greyed. Clicking a column heading sorts the rows (a few lines of inline
 script; without scripts the table still reads). Every string is html-escaped.
+
+Readable in JupyterLab, classic Jupyter, VS Code and nbconvert's pages alike:
+
+* heatmap colours follow the data's range: a sequential colormap (viridis) for scores (never
+  narrower than 2% of the values, so digits of noise do not take the two ends of the map), a
+  diverging one (RdBu, centred on 0) when the values have both signs; one scale for all groups
+  of one score, one per group when the groups are different scores;
+* each heatmap number is pure black or pure white, whichever has the larger WCAG contrast on its
+  cell (never below 4.58:1; pandas' ``background_gradient`` picks ``#f1f1f1`` at a fixed
+  threshold and can fall to about 4.1:1, so the colours are computed here);
+* numbers carry the decimals that tell a column's values apart (0.9931 and 0.9938, not 1.00);
+* the style is scoped to ``div.tl-table`` and overrides JupyterLab's ``table-layout: fixed``,
+  so columns size to their content, never overlap or clip; a wide table scrolls inside its own
+  box (``div.tl-scroll``).
 
 Example:
     >>> from tl_leadterms.results.table import ResultTable
@@ -16,36 +31,49 @@ Example:
     (True, True, False)
 """
 
+import contextlib
 import html
 import math
+import re
 from typing import Any
 
-__all__ = ["MAX_ROWS", "heat_colour", "table_html"]
+from tl_leadterms.results.figures import colour_scale, decimals, text_colour
+
+__all__ = ["MAX_ROWS", "cell_colours", "significant", "table_html"]
 
 #: rows written into one HTML table (the rest are counted in a note)
 MAX_ROWS = 400
 _BAR_WIDTH = 110
+#: greyed (non-significant) rows' text: 5.7:1 on white
+_FAINT = "#666666"
 
 _STYLE = """<style>
-.tl-table{font:12px system-ui,sans-serif;color:#222;margin:.4em 0}
-.tl-table table{border-collapse:collapse;font-size:inherit}
-.tl-table th{cursor:pointer;background:#f3f3f3;padding:2px 6px;border-bottom:1px solid #bbb;
-text-align:right;white-space:nowrap}
-.tl-table td{padding:1px 6px;text-align:right;white-space:nowrap;border-bottom:1px solid #eee}
-.tl-table td.tl-str{text-align:left}
-.tl-table tr.tl-ns{color:#999}.tl-table tr.tl-ns svg{opacity:.4}
-.tl-table .tl-heat td{width:2.6em;height:1.5em;text-align:center;border:1px solid #fff;
-font-size:10px;padding:0}
-.tl-table .tl-heat td.tl-ns{opacity:.4}
-.tl-table .tl-grids{display:flex;flex-wrap:wrap;gap:1.5em;margin:.3em 0 .8em}
+div.tl-table{font:12px system-ui,sans-serif;color:#222;margin:.4em 0;max-width:100%}
+div.tl-table div.tl-scroll{overflow-x:auto;max-width:100%}
+div.tl-table table{border-collapse:collapse;font-size:inherit;table-layout:auto!important;
+width:auto!important;max-width:none;margin:0}
+div.tl-table th,div.tl-table td{white-space:nowrap;overflow:visible;max-width:none;
+text-overflow:clip}
+div.tl-table table.tl-main th{cursor:pointer;background:#f3f3f3;padding:2px 6px;
+border-bottom:1px solid #bbb;text-align:right}
+div.tl-table table.tl-main td{padding:1px 6px;text-align:right;border-bottom:1px solid #eee}
+div.tl-table table.tl-main td.tl-str{text-align:left}
+div.tl-table table.tl-main td.tl-ns{color:#666666}
+div.tl-table table.tl-main td.tl-ns svg{opacity:.4}
+div.tl-table table.tl-heat td{min-width:3.2em;height:1.5em;text-align:center;padding:0 4px;
+border:1px solid #fff;font-size:11px}
+div.tl-table table.tl-heat th{padding:0 4px;font-weight:normal;text-align:right}
+div.tl-table table.tl-heat td.tl-ns{outline:2px dashed #fff;outline-offset:-3px}
+div.tl-table table.tl-heat caption{caption-side:top;text-align:left;font-weight:bold}
+div.tl-table div.tl-grids{display:flex;flex-wrap:wrap;gap:1.5em;margin:.3em 0 .8em}
 </style>"""
 
 _SORT = """<script>window.tlltSort=window.tlltSort||function(th){var t=th.closest('table'),
 b=t.tBodies[0],i=Array.prototype.indexOf.call(th.parentNode.children,th),
 d=th.getAttribute('data-dir')==='asc'?'desc':'asc';th.setAttribute('data-dir',d);
-var rs=Array.prototype.slice.call(b.rows);rs.sort(function(x,y){var a=x.cells[i].
-getAttribute('data-v'),c=y.cells[i].getAttribute('data-v'),na=parseFloat(a),nc=parseFloat(c),
-r=(isNaN(na)||isNaN(nc))?String(a).localeCompare(String(c)):na-nc;return d==='asc'?r:-r});
+var rs=Array.prototype.slice.call(b.rows);rs.sort(function(x,y){var a=x.cells[i].textContent.
+trim(),c=y.cells[i].textContent.trim(),na=parseFloat(a),nc=parseFloat(c),
+r=(isNaN(na)||isNaN(nc))?a.localeCompare(c):na-nc;return d==='asc'?r:-r});
 rs.forEach(function(r){b.appendChild(r)})};</script>"""
 
 
@@ -66,17 +94,41 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def heat_colour(x: float | None) -> str:
-    """A diverging colour for ``x`` in ``[-1, 1]``: blue for positive, red for negative.
+def _column_format(values: list[Any]):
+    """A formatter for one column: fixed decimals that tell its floats apart, else ``_shown``."""
+    floats = [v for v in values if isinstance(v, float) and math.isfinite(v)]
+    if not floats or any(not isinstance(v, (float, type(None))) for v in values):
+        return _shown
+    big = max(abs(v) for v in floats)
+    small = min((abs(v) for v in floats if v != 0), default=1.0)
+    if big >= 1e4 or small < 1e-3:
+        return _shown
+    digits = decimals(floats, least=3 if big < 10 else 1)
 
-    >>> heat_colour(0.0), heat_colour(None)
-    ('rgb(255,255,255)', '#eeeeee')
-    """
-    if x is None:
-        return "#eeeeee"
-    x = max(-1.0, min(1.0, x))
-    far = round(255 * (1 - abs(x)))
-    return f"rgb({far},{far},255)" if x >= 0 else f"rgb(255,{far},{far})"
+    def fmt(value: Any) -> str:
+        return f"{value:.{digits}f}" if isinstance(value, float) and math.isfinite(value) else (
+            _shown(value))  # fmt: skip
+
+    return fmt
+
+
+def cell_colours(values: list[float | None], scale: tuple[str, float, float]) -> list[str]:
+    """CSS ``background-color``/``color`` of heatmap cells for ``values`` on ``scale`` (a
+    :func:`~tl_leadterms.results.figures.colour_scale`); a missing value gets a light grey."""
+    import matplotlib
+    from matplotlib.colors import Normalize, to_hex
+
+    cmap = matplotlib.colormaps[scale[0]]
+    norm = Normalize(scale[1], scale[2], clip=True)
+    out = []
+    for v in values:
+        if v is None:
+            out.append("background-color:#eeeeee;color:#000000")
+            continue
+        rgba = cmap(norm(v))
+        ink = "#000000" if text_colour(rgba) == "black" else "#ffffff"
+        out.append(f"background-color:{to_hex(rgba)};color:{ink}")
+    return out
 
 
 def _domain(table: Any) -> tuple[float, float]:
@@ -101,8 +153,8 @@ def significant(table: Any, row: dict[str, Any]) -> bool | None:
     return None
 
 
-def _bar(table: Any, row: dict[str, Any], domain: tuple[float, float]) -> str:
-    """The score cell: null band, bar from 0, CI whisker (SVG) and the number."""
+def _bar(table: Any, row: dict[str, Any], domain: tuple[float, float], fmt) -> str:
+    """The score cell's content: null band, bar from 0, CI whisker (SVG) and the number."""
     lo, hi = domain
 
     def x(v: float) -> float:
@@ -113,11 +165,12 @@ def _bar(table: Any, row: dict[str, Any], domain: tuple[float, float]) -> str:
     mean, sd = (_num(row.get(c)) for c in table.NULL)
     if mean is not None and sd is not None:
         a, b = x(mean - 2 * sd), x(mean + 2 * sd)
-        parts.append(f'<rect class="tl-null" x="{a}" y="0" width="{max(b - a, 1)}" '
+        parts.append(f'<rect class="tl-null" x="{a}" y="0" width="{max(round(b - a, 1), 1)}" '
                      'height="14" fill="#ddd"/>')  # fmt: skip
     if score is not None:
         a, b = sorted((x(0.0), x(score)))
-        parts.append(f'<rect class="tl-bar" x="{a}" y="3" width="{max(b - a, 1)}" height="8" '
+        width = max(round(b - a, 1), 1)
+        parts.append(f'<rect class="tl-bar" x="{a}" y="3" width="{width}" height="8" '
                      f'fill="{"#4878b8" if score >= 0 else "#c0504d"}"/>')  # fmt: skip
     low, high = (_num(row.get(c)) for c in table.INTERVAL)
     if low is not None and high is not None:
@@ -126,15 +179,60 @@ def _bar(table: Any, row: dict[str, Any], domain: tuple[float, float]) -> str:
                      'stroke-width="1.2" fill="none"/>')  # fmt: skip
     svg = (f'<svg width="{_BAR_WIDTH}" height="14" style="vertical-align:middle">'
            f"{''.join(parts)}</svg>")  # fmt: skip
-    value = "" if score is None else repr(score)
-    return f'<td data-v="{value}">{svg} {html.escape(_shown(row.get(table.SCORE)))}</td>'
+    return f"{svg} {html.escape(fmt(row.get(table.SCORE)))}"
 
 
-def _cell(value: Any) -> str:
-    number = _num(value)
-    sort = html.escape(repr(number) if number is not None else _shown(value), quote=True)
-    kind = "" if number is not None else ' class="tl-str"'
-    return f'<td{kind} data-v="{sort}">{html.escape(_shown(value))}</td>'
+def _styled(frame: Any, styles: Any = None, classes: Any = None, titles: Any = None):
+    """A Styler of ``frame`` (cells already HTML), its index hidden unless it names rows."""
+    styler = frame.style.format(escape=None)
+    if styles is not None:
+        styler = styler.apply(lambda _: styles, axis=None)
+    if classes is not None:
+        styler = styler.set_td_classes(classes)
+    if titles is not None:
+        with contextlib.suppress(TypeError):  # pandas < 2.2 has no title attribute: no tips
+            styler = styler.set_tooltips(titles, as_title_attribute=True)
+    return styler
+
+
+def _group_scales(table: Any, groups: dict[tuple, list[dict]]) -> dict[tuple, tuple]:
+    """One colour scale per group when the groups are different scores, else one for all."""
+
+    def values(rows: list[dict]) -> list[float]:
+        return [v for v in (_num(r.get(table.SCORE)) for r in rows) if v is not None]
+
+    if "score" in table.GROUP:
+        return {g: colour_scale(values(rows)) for g, rows in groups.items()}
+    shared = colour_scale([v for rows in groups.values() for v in values(rows)])
+    return dict.fromkeys(groups, shared)
+
+
+def _grid(table: Any, name: str, mine: list[dict], scale: tuple) -> str:
+    import pandas as pd
+
+    across, down = table.GRID
+    ys = list(dict.fromkeys(r[across] for r in mine))
+    xs = list(dict.fromkeys(r[down] for r in mine))
+    cell = {(r[across], r[down]): r for r in mine}
+    grid = [[cell.get((y, x)) for x in xs] for y in ys]
+    numbers = [[None if r is None else _num(r.get(table.SCORE)) for r in row] for row in grid]
+    digits = decimals([v for row in numbers for v in row if v is not None])
+    index = [html.escape(f"{across} {_shown(y)}") for y in ys]
+    columns = [html.escape(_shown(x)) for x in xs]
+    text = [["" if v is None else f"{v:.{digits}f}" for v in row] for row in numbers]
+    frame = pd.DataFrame(text, index=index, columns=pd.Index(columns, name=html.escape(down)))
+    styles = pd.DataFrame([cell_colours(row, scale) for row in numbers], index=index,
+                          columns=columns)  # fmt: skip
+    faint = [["tl-ns" if r is not None and significant(table, r) is False else "" for r in row]
+             for row in grid]  # fmt: skip
+    classes = pd.DataFrame(faint, index=index, columns=columns)
+    tips = [["" if r is None else html.escape(_tip(table, r), quote=True) for r in row]
+            for row in grid]  # fmt: skip
+    titles = pd.DataFrame(tips, index=index, columns=columns)
+    styler = _styled(frame, styles, classes, titles).set_caption(html.escape(name))
+    group = html.escape(name, quote=True)
+    styler = styler.set_table_attributes(f'class="tl-heat" data-group="{group}"')
+    return styler.to_html(cell_ids=False)
 
 
 def _grids(table: Any) -> str:
@@ -149,33 +247,14 @@ def _grids(table: Any) -> str:
     ]
     if len(rows) < 2:
         return ""
-    lo, hi = _domain(table)
-    scale = max(abs(lo), abs(hi)) or 1.0
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault(tuple(r.get(g) for g in table.GROUP), []).append(r)
+    scales = _group_scales(table, groups)
     out = ['<div class="tl-grids">']
     for group, mine in groups.items():
-        ys = list(dict.fromkeys(r[across] for r in mine))
-        xs = list(dict.fromkeys(r[down] for r in mine))
-        cell = {(r[across], r[down]): r for r in mine}
         name = ", ".join(f"{g}={_shown(v)}" for g, v in zip(table.GROUP, group, strict=True))
-        top = "".join(f"<th>{html.escape(_shown(x))}</th>" for x in xs)
-        caption = html.escape(name or table.SCORE)
-        out.append(f'<table class="tl-heat" data-group="{html.escape(name, quote=True)}">'
-                   f"<caption>{caption}</caption><tr><td></td>{top}</tr>")  # fmt: skip
-        for y in ys:
-            out.append(f"<tr><th>{html.escape(across)} {html.escape(_shown(y))}</th>")
-            for x in xs:
-                r = cell.get((y, x))
-                v = None if r is None else _num(r.get(table.SCORE))
-                faint = ' class="tl-ns"' if r is not None and significant(table, r) is False else ""
-                tip = "" if r is None else html.escape(_tip(table, r), quote=True)
-                out.append(f'<td{faint} title="{tip}" style="background:'
-                           f'{heat_colour(None if v is None else v / scale)}">'
-                           f"{'' if v is None else f'{v:.2f}'}</td>")  # fmt: skip
-            out.append("</tr>")
-        out.append("</table>")
+        out.append(_grid(table, name or table.SCORE, mine, scales[group]))
     out.append("</div>")
     return "".join(out)
 
@@ -185,9 +264,7 @@ def _tip(table: Any, row: dict[str, Any]) -> str:
     return "\n".join(f"{c}: {_shown(row.get(c))}" for c in names[:16])
 
 
-def table_html(table: Any) -> str:
-    """The HTML fragment of ``table`` (see the module docstring)."""
-    flat = table.flat_rows()
+def _names(table: Any, flat: list[dict]) -> list[str]:
     hidden = set(table.HIDDEN)
     names = []
     for c in table.columns():
@@ -195,23 +272,52 @@ def table_html(table: Any) -> str:
             names += [k for r in flat for k in r if k.startswith(table.NESTED[c] + ":")]
         elif c not in hidden and c not in table.NESTED:
             names.append(c)
-    names = list(dict.fromkeys(n for n in names if n not in hidden))
+    return list(dict.fromkeys(n for n in names if n not in hidden))
+
+
+def _main(table: Any) -> str:
+    """The rows as a Styler table (escaped text, the score as an SVG bar), headings sortable."""
+    import pandas as pd
+
+    flat = table.flat_rows()
+    names = _names(table, flat)
+    raw, flat = table.rows[:MAX_ROWS], flat[:MAX_ROWS]
+    formats = {c: _column_format([r.get(c) for r in flat]) for c in names}
     domain = _domain(table)
-    head = "".join(
-        f'<th onclick="tlltSort(this)" title="sort">{html.escape(c)}</th>' for c in names
-    )
-    body = []
-    for raw, r in list(zip(table.rows, flat, strict=True))[:MAX_ROWS]:
-        faint = " tl-ns" if significant(table, raw) is False else ""
-        cells = [_bar(table, r, domain) if c == table.SCORE else _cell(r.get(c)) for c in names]
-        body.append(f'<tr class="tl-row{faint}">{"".join(cells)}</tr>')
+    cells, classes = [], []
+    for source, r in zip(raw, flat, strict=True):
+        faint = significant(table, source) is False
+        row, kinds = [], []
+        for c in names:
+            value = r.get(c)
+            if c == table.SCORE:
+                row.append(_bar(table, r, domain, formats[c]))
+            else:
+                row.append(html.escape(formats[c](value)))
+            kind = "tl-str" if c != table.SCORE and _num(value) is None else ""
+            kinds.append(" ".join(k for k in (kind, "tl-ns" if faint else "") if k))
+        cells.append(row)
+        classes.append(kinds)
+    columns = [html.escape(c) for c in names]
+    frame = pd.DataFrame(cells, columns=columns)
+    styler = _styled(frame, classes=pd.DataFrame(classes, columns=columns)).hide(axis="index")
+    text = styler.set_table_attributes('class="tl-main"').to_html(cell_ids=False)
+    text = re.sub(r'(<th [^>]*class="col_heading level0 col\d+"[^>]*?)\s*>',
+                  r'\1 onclick="tlltSort(this)" title="sort">', text)  # fmt: skip
+    head, _, body = text.partition("<tbody>")
+    marks = iter(" tl-ns" if significant(table, r) is False else "" for r in raw)
+    body = re.sub(r"<tr>", lambda _: f'<tr class="tl-row{next(marks)}">', body)
+    return head + "<tbody>" + body
+
+
+def table_html(table: Any) -> str:
+    """The HTML fragment of ``table`` (see the module docstring)."""
     more = len(table.rows) - MAX_ROWS
     note = f"<p>… {more} more rows (to_pandas() has them all)</p>" if more > 0 else ""
-    legend = _legend(table)
     return (
         f'<div class="tl-table">{_STYLE}{_SORT}<div><strong>{html.escape(table.title())}</strong>'
-        f"</div>{_grids(table)}<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}"
-        f"</tbody></table>{note}{legend}</div>"
+        f'</div>{_grids(table)}<div class="tl-scroll">{_main(table)}</div>{note}'
+        f"{_legend(table)}</div>"
     )
 
 
@@ -226,5 +332,5 @@ def _legend(table: Any) -> str:
         bits.append("grey band: null mean ± 2 sd")
     sig = [c for c in table.SIGNIFICANCE if c in have]
     if sig:
-        bits.append(f"greyed: {sig[0]} &gt; {table.ALPHA}")
+        bits.append(f"greyed (dashed in the grid): {sig[0]} &gt; {table.ALPHA}")
     return f"<p><small>{'; '.join(bits)}; click a heading to sort</small></p>" if bits else ""

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from tl_leadterms.progress import progress_bar, write_line
+from tl_leadterms.progress import in_notebook, progress_bar, write_line
 from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
 from tl_leadterms.stats.corpus import CorpusStats
@@ -48,8 +48,8 @@ class LocalExecutor:
         )
         if refuse and self.source.device.type == "cpu":
             check_memory_fits(memory)
-        if plan.progress:
-            write_line(str(memory))
+        if plan.progress and (memory.peak >= 2**30 or not in_notebook()):
+            write_line(str(memory))  # in a notebook only when it is worth a line in the cell
 
     def _batches(self, desc: str, plan: PassPlan):
         total = len(self.source) or None

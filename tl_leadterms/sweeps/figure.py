@@ -3,7 +3,7 @@
 import math
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.figures import new_figure, save_figure
+from tl_leadterms.results.figures import heatmap, legend_outside, new_figure, save_figure
 
 __all__ = ["plot_sweep", "plot_sweep_null"]
 
@@ -19,6 +19,10 @@ def _check_sweep_table(table: object) -> None:
 def plot_sweep(table: object, score: object, *, analysis: object = None, path: object = None):
     """Heatmap of one score of a checkpoint sweep: layers × checkpoints, annotated.
 
+    The colour scale follows the values (sequential over their range; diverging around 0 when
+    they have both signs) and the numbers carry the decimals that tell them apart, each black
+    or white, whichever reads better on its cell.
+
     Args:
         table: a :class:`~tl_leadterms.sweeps.SweepTable` (from :func:`~tl_leadterms.sweep`).
         score: the score's name (see ``table.scores()``).
@@ -26,10 +30,9 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:
-        A ``matplotlib.figure.Figure``.
+        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
+        notebook; ``.savefig`` as any matplotlib figure).
     """
-    import numpy as np
-
     _check_sweep_table(table)
     if not isinstance(score, str) or (analysis is not None and not isinstance(analysis, str)):
         raise LeadTermsError(
@@ -46,24 +49,11 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
     whole = "W_O" if "W_O" in score else "model"  # a layer-free row: W_O or a whole-model score
     rows = [(whole if layer == "-" else f"L{layer}") for layer in grid.index]
     cols = [str(c) for c in grid.columns]
-    fig, (ax,) = new_figure(1.6 + 0.9 * len(cols), 1.4 + 0.45 * len(rows))
-    finite = values[np.isfinite(values)]
-    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    image = ax.imshow(np.ma.masked_invalid(values), aspect="auto", cmap="viridis",
-                      vmin=low, vmax=high if high > low else low + 1e-12)  # fmt: skip
-    middle = (low + high) / 2
-    for (i, j), v in np.ndenumerate(values):
-        text = "–" if not math.isfinite(v) else f"{v:.3f}"
-        colour = "black" if math.isfinite(v) and v > middle else "white"
-        ax.text(j, i, text, ha="center", va="center", fontsize="small", color=colour)
-    ax.set_xticks(range(len(cols)), cols, rotation=45 if len(cols) > 6 else 0, ha="right"
-                  if len(cols) > 6 else "center")  # fmt: skip
-    ax.set_yticks(range(len(rows)), rows)
+    fig, (ax,) = new_figure(max(5.0, 2.2 + 0.9 * len(cols)), 1.6 + 0.45 * len(rows))
+    heatmap(ax, fig, values, rows, cols, label=score, fontsize="small")
     ax.set_xlabel("checkpoint")
     ax.set_ylabel("layer")
-    label = score if analysis is None else f"{analysis}: {score}"
-    ax.set_title(label)
-    fig.colorbar(image, ax=ax, label=score)
+    ax.set_title(score if analysis is None else f"{analysis}: {score}", fontsize="small")
     save_figure(fig, path)
     return fig
 
@@ -71,11 +61,11 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
 def plot_sweep_null(table: object, score: object, *, analysis: object = None, path: object = None):
     """One score of a sweep with ``null=`` across checkpoints: raw score, null band, excess.
 
-    One panel per layer (layer-level rows): the score (``value``), the grey band
-    ``null_mean ± 2·null_sd`` and, on the right axis, ``excess = value − null_mean``; with a
-    ``specific`` column (the covariance protocol's token-specific score, or decompose's) that
-    too, dashed. A score that sits on the top of its null band has an excess near 0 whatever
-    its height.
+    One panel per layer (layer-level rows, all on one y-scale): the score (``value``) and the
+    grey band ``null_mean ± 2·null_sd``; with a ``specific`` column (the covariance protocol's
+    token-specific score, or decompose's) that too, dashed. A last panel has each layer's
+    ``excess = value − null_mean`` on its own axis: a score that sits on the top of its null
+    band has an excess near 0 whatever its height.
 
     Args:
         table: a :class:`~tl_leadterms.sweeps.SweepTable` whose rows have ``null_mean`` (a sweep
@@ -85,7 +75,8 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:
-        A ``matplotlib.figure.Figure``.
+        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
+        notebook; ``.savefig`` as any matplotlib figure).
     """
     _check_sweep_table(table)
     rows = [r for r in table.rows if r["score"] == score and r["head"] is None
@@ -96,9 +87,11 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
             f"scores: {table.scores()}"
         )
     layers = list(dict.fromkeys(r["layer"] for r in rows))
-    fig, axes = new_figure(1.8 + 0.6 * len(table.checkpoints), 1.2 + 1.9 * len(layers), len(layers))
+    fig, axes = new_figure(max(6.0, 2.4 + 0.6 * len(table.checkpoints)),
+                           1.4 + 1.7 * (len(layers) + 1), len(layers) + 1)  # fmt: skip
     x = list(range(len(table.checkpoints)))
-    for ax, layer in zip(axes, layers, strict=True):
+    excess_ax = axes[-1]
+    for i, (ax, layer) in enumerate(zip(axes, layers, strict=False)):
         found = {r["checkpoint"]: r for r in rows if r["layer"] == layer}
 
         def get(key: str, found: dict = found) -> list[float]:
@@ -112,18 +105,22 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
         ax.plot(x, value, marker=".", color="tab:blue", label=f"{score} (raw)")
         if any(r.get("specific") is not None for r in found.values()):
             ax.plot(x, get("specific"), "--", marker=".", color="tab:green", label="specific")
-        right = ax.twinx()
-        right.plot(x, [v - m for v, m in zip(value, mean, strict=True)], ":", marker="x",
-                   color="tab:red", label="excess")  # fmt: skip
-        right.axhline(0.0, color="tab:red", lw=0.5, alpha=0.5)
-        right.set_ylabel("excess", color="tab:red")
-        ax.set_ylabel("W_O" if layer is None else f"L{layer}")
+        name = "W_O" if layer is None else f"L{layer}"
+        excess_ax.plot(x, [v - m for v, m in zip(value, mean, strict=True)], marker="x",
+                       color=f"C{i}", label=f"excess {name}")  # fmt: skip
+        ax.set_ylabel(name)
+    if len(layers) > 1:
+        for ax in axes[1:-1]:
+            ax.sharey(axes[0])
+    excess_ax.axhline(0.0, color="black", lw=0.5)
+    excess_ax.set_ylabel("excess = raw − null mean")
+    excess_ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                     frameon=False)  # fmt: skip
+    for ax in axes:
         ax.set_xticks(x, table.checkpoints, rotation=45 if len(x) > 6 else 0, fontsize="small")
         ax.grid(alpha=0.3)
-        handles = ax.get_legend_handles_labels()
-        extra = right.get_legend_handles_labels()
-        ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize="x-small")
-    axes[0].set_title(score if analysis is None else f"{analysis}: {score}")
+    legend_outside(fig, axes[:-1])
+    axes[0].set_title(score if analysis is None else f"{analysis}: {score}", fontsize="small")
     axes[-1].set_xlabel("checkpoint")
     save_figure(fig, path)
     return fig

@@ -1,6 +1,6 @@
 """The ablation table's figure (what each result's ``.plot()`` returns)."""
 
-from tl_leadterms.results.figures import as_number, check_result, save_figure
+from tl_leadterms.results.figures import as_number, blank_figure, check_result, save_figure
 
 __all__ = ["plot_ablation"]
 
@@ -17,17 +17,14 @@ def plot_ablation(table: object, *, path: object = None):
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:
-        A ``matplotlib.figure.Figure``.
+        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
+        notebook; ``.savefig`` as any matplotlib figure).
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     check_result(table, "AblationTable", "ablate")
     rows = table.rows
     labels = [r["weight"] if r["layer"] is None else f"{r['weight']} L{r['layer']}" for r in rows]
     y = list(range(len(rows)))
-    fig = Figure(figsize=(8.0, 1.2 + 0.35 * len(rows)), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = blank_figure(8.0, 1.2 + 0.35 * len(rows))
     left, right = fig.subplots(1, 2, sharey=True)
     left.barh(y, [as_number(r["removed_fraction"]) for r in rows], color="tab:blue")
     left.set_xlim(0.0, 1.0)

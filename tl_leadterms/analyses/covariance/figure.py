@@ -5,6 +5,7 @@ from tl_leadterms.results.figures import (
     check_result,
     heatmap,
     layer_head_grid,
+    legend_outside,
     new_figure,
     save_figure,
 )
@@ -18,15 +19,18 @@ def plot_covariance(similarity: object, *, path: object = None):
     The top panel has a group of bars per layer, one per score (``attention``,
     ``value_post``, ``value_attn``), height the score (``value``); the confidence interval
     ``lo``–``hi`` as a whisker and the null band ``null_mean ± 2·null_sd`` as a grey span
-    behind the bar, each where the rows have them. With per-head rows (``per_head=True``) a
-    second panel draws the per-head attention scores as a layers × heads heatmap.
+    behind the bar, each where the rows have them; the legend sits above the panels. With
+    per-head rows (``per_head=True``) a second panel draws the per-head attention scores as a
+    layers × heads heatmap (its colour scale follows the values: diverging around 0 when they
+    have both signs).
 
     Args:
         similarity: a :class:`~tl_leadterms.analyses.covariance.CovarianceSimilarity`.
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:
-        A ``matplotlib.figure.Figure``.
+        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
+        notebook; ``.savefig`` as any matplotlib figure).
     """
     check_result(similarity, "CovarianceSimilarity", "covariance_similarity")
     layer_rows = [r for r in similarity.rows if r["head"] is None]
@@ -62,7 +66,6 @@ def plot_covariance(similarity: object, *, path: object = None):
         ax.set_xticks(range(len(layers)), [f"L{layer}" for layer in layers])
         ax.set_xlabel("layer")
         ax.set_ylabel("cosine with the leading term")
-        ax.legend(fontsize="small")
         ax.grid(alpha=0.3, axis="y")
         meta = similarity.metadata
         ax.set_title(f"covariance similarity of {meta.get('model_name')!r} "
@@ -71,16 +74,18 @@ def plot_covariance(similarity: object, *, path: object = None):
         grid, hl, hh = layer_head_grid([r for r in head_rows if r["score"] == "attention"],
                                         "value")  # fmt: skip
         heatmap(axes[-1], fig, grid, [f"L{layer}" for layer in hl], [f"H{h}" for h in hh],
-                 vmin=-1.0, vmax=1.0, cmap="RdBu", label="attention score")  # fmt: skip
+                 label="attention score")  # fmt: skip
         axes[-1].set_xlabel("head")
         axes[-1].set_ylabel("layer")
-        axes[-1].set_title("attention score per head")
+        axes[-1].set_title("attention score per head", fontsize="small")
+    if layer_rows:
+        legend_outside(fig, axes[:1])
     save_figure(fig, path)
     return fig
 
 
 def plot_token_maps(maps: object, *, path: object = None):
-    """The token maps' summaries against the layer: one line per map (pre, post, attn).
+    """The token maps' summaries per layer: one series of points per map (pre, post, attn).
 
     The top panel has the mean L2 norm of the tokens' rows (``mean_norm``), the bottom one the
     mean cosine between two different tokens' rows (``mean_cosine``: near 1 when every token
@@ -91,23 +96,25 @@ def plot_token_maps(maps: object, *, path: object = None):
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:
-        A ``matplotlib.figure.Figure``.
+        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
+        notebook; ``.savefig`` as any matplotlib figure).
     """
     check_result(maps, "TokenMaps", "token_maps")
     fig, (top, bottom) = new_figure(7.0, 5.5, rows=2)
-    for name in dict.fromkeys(r["map"] for r in maps.rows):
+    names = list(dict.fromkeys(r["map"] for r in maps.rows))
+    for i, name in enumerate(names):  # layers are categories: points, dodged per map
         mine = [r for r in maps.rows if r["map"] == name]
-        x = [r["layer"] for r in mine]
-        top.plot(x, [r["mean_norm"] for r in mine], marker=".", label=f"E_{name}")
-        bottom.plot(x, [r["mean_cosine"] for r in mine], marker=".", label=f"E_{name}")
+        x = [r["layer"] + 0.12 * (i - (len(names) - 1) / 2) for r in mine]
+        top.scatter(x, [r["mean_norm"] for r in mine], s=22, label=f"E_{name}", color=f"C{i}")
+        bottom.scatter(x, [r["mean_cosine"] for r in mine], s=22, color=f"C{i}")
     top.set_ylabel("mean row norm")
     bottom.set_ylabel("mean cosine of two tokens")
     bottom.set_xlabel("layer")
     top.set_title(f"token maps of {maps.metadata.get('model_name')!r} ({maps.n} tokens)",
                   fontsize="small")  # fmt: skip
     for ax in (top, bottom):
-        ax.set_xticks(maps.layers)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        ax.set_xticks(maps.layers, [f"L{layer}" for layer in maps.layers])
+        ax.grid(alpha=0.3, axis="y")
+    legend_outside(fig, [top])
     save_figure(fig, path)
     return fig
