@@ -99,10 +99,10 @@ def test_screenshot_is_not_blank(page, tmp_path):
 def test_report_fits_a_1280_px_window(page):
     """No page-level sideways scroll at 1,280 px: the full decomposition table (wider than the
     window) scrolls inside its own box."""
-    sync = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install "
-                               "playwright; never `playwright install`)").sync_playwright  # fmt: skip
+    why = "needs playwright (pip install playwright; never `playwright install`)"
+    sync = pytest.importorskip("playwright.sync_api", reason=why).sync_playwright
     with sync() as p:
-        browser = p.chromium.launch(executable_path=BROWSER, args=["--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(executable_path=BROWSER, args=FLAGS[1:4])
         tab = browser.new_page(viewport={"width": 1280, "height": 900})
         tab.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
                   else r.abort())  # fmt: skip
