@@ -204,9 +204,12 @@ def _text(value: object) -> str:
 
 #: an HTML output in a frame of its own (its styles and ids cannot meet the theme's), as tall
 #: as its content
-_FRAME = ('<iframe class="nb-output" srcdoc="{}" style="width:100%;border:0;height:{}px" '
-          'onload="try{{this.style.height=(this.contentDocument.documentElement'
-          '.scrollHeight+8)+\'px\'}}catch(e){{}}"></iframe>')  # fmt: skip
+_FRAME = (
+    '<iframe class="nb-output" srcdoc="{}" style="width:100%;border:0;height:{}px" '
+    'onload="var f=this;try{{var d=f.contentDocument.documentElement,fit=function(){{'
+    "f.style.height=(d.scrollHeight+8)+'px'}};fit();new ResizeObserver(fit).observe(d)"
+    '}}catch(e){{}}"></iframe>'
+)
 
 
 def output_markdown(output: dict) -> str:
