@@ -65,7 +65,8 @@ def demo_explorer(folder: Path) -> Path:
     train(model, windows, lr=1.0, steps=12, batch_size=256, progress=False)
     text = "the little girl saw a red ball and she was happy"
     explorer = explore(model, stats, text=text, lr=1.0, steps=12, words=["red", "fish"],
-                       title="tl_leadterms explorer: the paper model after 12 steps")  # fmt: skip
+                       title="tl_leadterms explorer: the paper model after 12 steps",
+                       progress=False)  # fmt: skip
     return explorer.save(folder / "explorer.html")
 
 

@@ -1,9 +1,17 @@
 """Generated pages of the documentation site (run by mkdocs-gen-files at build time).
 
 * ``reference/<name>.md``: one page per name of ``tl_leadterms.__all__``, rendered from its
-  docstring by mkdocstrings, and ``reference/index.md`` listing them;
-* ``notebook.md``: ``examples/quickstart.ipynb`` converted to markdown (its markdown cells as
-  they are, its code cells as Python blocks, text outputs if the file holds any).
+  docstring by mkdocstrings with its call signature;
+* ``reference/<package>.md``: one page per subpackage of :data:`PACKAGES` with every name of
+  its ``__all__`` (the result classes and specs that the top level does not re-export:
+  ``Decomposition``, ``NullSpec``, ``SweepTable``, ``TrainHistory`` ...), and
+  ``reference/index.md`` linking all of them;
+* ``notebook.md``: ``examples/quickstart.ipynb`` with its outputs (text, images, HTML results),
+  read from an executed copy: ``$TL_LEADTERMS_EXECUTED_NOTEBOOK``, else
+  :data:`EXECUTED` (``build/notebooks/quickstart.ipynb``, which the notebook test writes) when
+  its code is the notebook's current code. With ``TL_LEADTERMS_DOCS_EXECUTE=1`` the notebook
+  is executed here with nbclient first (slow: minutes) and the copy written. Without a copy
+  the page shows the code alone, so that ``make docs-strict`` stays fast and offline.
 
 Names are located without importing the package: ``tl_leadterms._HOMES`` (read with ``ast``)
 says which subpackage re-exports each name, and the defining module is found by following
@@ -11,13 +19,38 @@ says which subpackage re-exports each name, and the defining module is found by 
 """
 
 import ast
+import base64
+import html
 import json
+import os
 from pathlib import Path
 
 import mkdocs_gen_files
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tl_leadterms"
+NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
+#: the executed copy the notebook test writes (build/ is not in git)
+EXECUTED = ROOT / "build" / "notebooks" / "quickstart.ipynb"
+#: the subpackages with a page of their public names (their ``__all__``), in this order
+PACKAGES = [
+    "tl_leadterms.analyses.decompose",
+    "tl_leadterms.analyses.attention",
+    "tl_leadterms.analyses.covariance",
+    "tl_leadterms.analyses.output",
+    "tl_leadterms.analyses.atlas",
+    "tl_leadterms.analyses.ablation",
+    "tl_leadterms.results",
+    "tl_leadterms.stats",
+    "tl_leadterms.stats.blocks",
+    "tl_leadterms.theory",
+    "tl_leadterms.training",
+    "tl_leadterms.sweeps",
+    "tl_leadterms.loading",
+    "tl_leadterms.explorer",
+    "tl_leadterms.models",
+    "tl_leadterms.adapters",
+]
 
 
 def _source(module: str) -> Path:
@@ -45,6 +78,16 @@ def _defined_in(module: str, name: str, depth: int = 0) -> str:
     return module
 
 
+def _module_all(module: str) -> list[str]:
+    """The module's ``__all__``, read from its source (empty when it has none)."""
+    tree = ast.parse(_source(module).read_text(encoding="utf-8"))
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and target.id == "__all__" and node.value is not None:
+            return list(ast.literal_eval(node.value))
+    return []
+
+
 def _public_names() -> tuple[list[str], dict[str, str]]:
     tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
     names: list[str] = []
@@ -58,13 +101,21 @@ def _public_names() -> tuple[list[str], dict[str, str]]:
     return names, homes
 
 
-def _summary(module: str, name: str) -> str:
+def _summary(module: str, name: str | None = None) -> str:
+    """The first line of the docstring of ``name`` in ``module`` (of the module: ``None``)."""
     tree = ast.parse(_source(module).read_text(encoding="utf-8"))
+    if name is None:
+        doc = ast.get_docstring(tree) or ""
+        return doc.strip().splitlines()[0] if doc.strip() else ""
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
             doc = ast.get_docstring(node) or ""
             return doc.strip().splitlines()[0] if doc.strip() else ""
     return ""
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 def reference_pages() -> None:
@@ -78,36 +129,131 @@ def reference_pages() -> None:
                            "(`tl_leadterms.__version__`).\n")  # fmt: skip
                 rows.append((name, "The installed version, a string."))
                 continue
-            module = _defined_in(homes[name], name)
-            page.write(f"# `{name}`\n\n`from tl_leadterms import {name}`\n\n")
-            page.write(f"::: {module}.{name}\n    options:\n      show_root_heading: false\n")
+            module = _defined_in(homes.get(name, "tl_leadterms"), name)
+            # the root heading is the page's title and carries the call signature
+            page.write(f"`from tl_leadterms import {name}`\n\n")
+            page.write(f"::: {module}.{name}\n    options:\n      show_root_heading: true\n"
+                       "      show_root_full_path: false\n")  # fmt: skip
             rows.append((name, _summary(module, name)))
         mkdocs_gen_files.set_edit_path(f"reference/{name}.md", "scripts/gen_pages.py")
+    packages = []
+    for package in PACKAGES:
+        members = _module_all(package)
+        if not _source(package).exists() or not members:
+            continue
+        with mkdocs_gen_files.open(f"reference/{package}.md", "w") as page:
+            page.write(f"::: {package}\n    options:\n      show_root_heading: true\n"
+                       "      show_root_full_path: true\n      show_submodules: false\n"
+                       f"      members: {json.dumps(members)}\n")  # fmt: skip
+        mkdocs_gen_files.set_edit_path(f"reference/{package}.md", "scripts/gen_pages.py")
+        packages.append((package, members, _summary(package)))
     with mkdocs_gen_files.open("reference/index.md", "w") as index:
-        index.write("# API reference\n\nEvery public name of `tl_leadterms`, one page each, "
-                    "generated from the docstrings.\n\n")  # fmt: skip
+        index.write("# API reference\n\nGenerated from the docstrings: every name of "
+                    "`tl_leadterms` on a page of its own, then each subpackage with all its "
+                    "public names (result classes and specs included).\n\n"
+                    "## `from tl_leadterms import ...`\n\n")  # fmt: skip
         index.write("| name | what it is |\n| --- | --- |\n")
         for name, summary in rows:
-            cell = summary.replace("|", "\\|")
-            index.write(f"| [`{name}`]({name}.md) | {cell} |\n")
+            index.write(f"| [`{name}`]({name}.md) | {_cell(summary)} |\n")
+        index.write("\n## Subpackages\n\n| package | its names | what it is |\n"
+                    "| --- | --- | --- |\n")  # fmt: skip
+        for package, members, summary in packages:
+            listed = ", ".join(f"`{m}`" for m in members)
+            index.write(f"| [`{package}`]({package}.md) | {listed} | {_cell(summary)} |\n")
+
+
+def _same_code(a: dict, b: dict) -> bool:
+    def code(nb: dict) -> list[str]:
+        return ["".join(c.get("source", [])) for c in nb["cells"] if c["cell_type"] == "code"]
+
+    return code(a) == code(b)
+
+
+def _execute(notebook: dict) -> dict:
+    """``notebook`` run top to bottom with nbclient (in ``build/notebooks``), saved there."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    EXECUTED.parent.mkdir(parents=True, exist_ok=True)
+    nb = nbformat.from_dict(notebook)
+    NotebookClient(nb, timeout=900, kernel_name="python3",
+                   resources={"metadata": {"path": str(EXECUTED.parent)}}).execute()  # fmt: skip
+    part = EXECUTED.with_suffix(".ipynb.part")
+    nbformat.write(nb, part)
+    part.replace(EXECUTED)
+    return json.loads(EXECUTED.read_text(encoding="utf-8"))
+
+
+def executed_notebook(notebook: dict) -> dict | None:
+    """The executed copy of ``notebook`` to render, or None (see the module docstring)."""
+    given = os.environ.get("TL_LEADTERMS_EXECUTED_NOTEBOOK")
+    if given:
+        return json.loads(Path(given).read_text(encoding="utf-8"))
+    if os.environ.get("TL_LEADTERMS_DOCS_EXECUTE") == "1":
+        return _execute(notebook)
+    if EXECUTED.exists():
+        copy = json.loads(EXECUTED.read_text(encoding="utf-8"))
+        if _same_code(copy, notebook):
+            return copy
+    return None
+
+
+def _text(value: object) -> str:
+    return "".join(value) if isinstance(value, list) else str(value or "")
+
+
+#: an HTML output in a frame of its own (its styles and ids cannot meet the theme's), as tall
+#: as its content
+_FRAME = (
+    '<iframe class="nb-output" srcdoc="{}" style="width:100%;border:0;height:{}px" '
+    'onload="var f=this;try{{var d=f.contentDocument.documentElement,fit=function(){{'
+    "f.style.height=(d.scrollHeight+8)+'px'}};fit();new ResizeObserver(fit).observe(d)"
+    '}}catch(e){{}}"></iframe>'
+)
+
+
+def output_markdown(output: dict) -> str:
+    """One cell output as the page shows it: text as a block, a PNG as an image, HTML framed."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        text = _text(output.get("text")).rstrip()
+        return f"```text\n{text}\n```" if text else ""
+    if kind == "error":
+        return f"```text\n{output.get('ename')}: {output.get('evalue')}\n```"
+    data = output.get("data", {})
+    if "image/png" in data:
+        png = _text(data["image/png"]).replace("\n", "")
+        base64.b64decode(png, validate=True)  # a broken image fails the build, not the reader
+        return f'<p class="nb-image"><img alt="figure" src="data:image/png;base64,{png}"></p>'
+    if "image/svg+xml" in data:
+        svg = base64.b64encode(_text(data["image/svg+xml"]).encode()).decode()
+        return f'<p class="nb-image"><img alt="figure" src="data:image/svg+xml;base64,{svg}"></p>'
+    if "text/html" in data:
+        page = (
+            '<!DOCTYPE html><meta charset="utf-8"><body style="margin:0;font-family:'
+            f'system-ui,sans-serif">{_text(data["text/html"])}</body>'
+        )
+        return _FRAME.format(html.escape(page, quote=True), 200)
+    text = _text(data.get("text/plain")).rstrip()
+    return f"```text\n{text}\n```" if text else ""
 
 
 def notebook_page() -> None:
-    path = ROOT / "examples" / "quickstart.ipynb"
-    notebook = json.loads(path.read_text(encoding="utf-8"))
-    parts = ["<!-- generated from examples/quickstart.ipynb by docs/scripts/gen_pages.py -->\n"]
-    for cell in notebook["cells"]:
-        text = "".join(cell.get("source", []))
+    notebook = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    executed = executed_notebook(notebook)
+    source = executed or notebook
+    note = ("its outputs from an executed copy" if executed is not None else
+            "without outputs: run the notebook test, or build with TL_LEADTERMS_DOCS_EXECUTE=1, "
+            "for the page with outputs")  # fmt: skip
+    parts = [f"<!-- generated from examples/quickstart.ipynb by docs/scripts/gen_pages.py, "
+             f"{note} -->\n"]  # fmt: skip
+    for cell in source["cells"]:
+        text = _text(cell.get("source", []))
         if cell["cell_type"] == "markdown":
             parts.append(text)
         elif cell["cell_type"] == "code":
             parts.append(f"```python\n{text}\n```")
-            for output in cell.get("outputs", []):
-                shown = "".join(
-                    output.get("text", []) or output.get("data", {}).get("text/plain", [])
-                )
-                if shown:
-                    parts.append(f"```text\n{shown.rstrip()}\n```")
+            parts += [shown for o in cell.get("outputs", []) if (shown := output_markdown(o))]
     with mkdocs_gen_files.open("notebook.md", "w") as page:
         page.write("\n\n".join(parts) + "\n")
     mkdocs_gen_files.set_edit_path("notebook.md", "../examples/quickstart.ipynb")

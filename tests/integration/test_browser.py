@@ -94,3 +94,28 @@ def test_screenshot_is_not_blank(page, tmp_path):
     pixels = torch.tensor(matplotlib.image.imread(shot)[..., :3])
     assert pixels.std() > 0.05  # not a blank page
     assert (pixels.mean(-1) < 0.5).float().mean() > 0.002  # some dark text/drawing
+
+
+def test_report_fits_a_1280_px_window(page):
+    """No page-level sideways scroll at 1,280 px: the full decomposition table (wider than the
+    window) scrolls inside its own box."""
+    why = "needs playwright (pip install playwright; never `playwright install`)"
+    sync = pytest.importorskip("playwright.sync_api", reason=why).sync_playwright
+    with sync() as p:
+        browser = p.chromium.launch(executable_path=BROWSER, args=FLAGS[1:4])
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+                  else r.abort())  # fmt: skip
+        tab.goto(page.as_uri())
+        tab.wait_for_selector("table.decompose")
+        widths = tab.evaluate("""() => {
+            const box = document.querySelector('table.decompose').parentElement;
+            return {page: document.documentElement.scrollWidth,
+                    window: document.documentElement.clientWidth,
+                    box: box.className, inner: box.scrollWidth, outer: box.clientWidth,
+                    scrolls: getComputedStyle(box).overflowX};
+        }""")
+        browser.close()
+    assert widths["page"] <= widths["window"] <= 1280, widths
+    assert widths["box"] == "table-scroll" and widths["scrolls"] == "auto", widths
+    assert widths["outer"] <= 1280 and widths["inner"] >= widths["outer"], widths

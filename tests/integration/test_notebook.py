@@ -50,6 +50,12 @@ def executed(tmp_path_factory):
                             resources={"metadata": {"path": str(folder)}})  # fmt: skip
     client.execute(env=env)
     nbformat.write(nb, folder / "quickstart.executed.ipynb")
+    # the executed copy the docs' notebook page renders (docs/scripts/gen_pages.py; build/ is
+    # not in git)
+    copy = ROOT / "build" / "notebooks" / "quickstart.ipynb"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, copy.with_suffix(".part"))
+    copy.with_suffix(".part").replace(copy)
     return nb
 
 

@@ -47,6 +47,17 @@ def test_attention_and_prediction_data(built):
             assert got.tolist() == pytest.approx(want[q, : q + 1].tolist(), abs=1e-4)
 
 
+def test_text_keeps_its_spaces(built):
+    explorer, _, _, tokenizer = built
+    s = explorer.data["summary"]
+    # the pieces side by side read as the text (a leading space is a no-break space)
+    assert "".join(s["text"]).replace("\u00a0", " ") == tokenizer.decode(
+        tokenizer.encode(TEXT, add_special_tokens=False)
+    )
+    assert s["text"][:2] == ["the", "\u00a0little"]
+    assert s["first_word"] == "he"
+
+
 def test_pairs_and_word_lists(built):
     explorer, model, stats, tokenizer = built
     W = model.paper_parameters()["W.1"][0].detach().double()
@@ -76,15 +87,47 @@ def test_page_is_offline_and_escaped(built, tmp_path):
                         r"(.*?)</script>", page, re.S)  # fmt: skip
     assert [b[0] for b in blocks] == ["L0H0", "L1H0"]
     assert json.loads(blocks[1][1])["W"]["cosine"] == explorer.data["heads"]["L1H0"]["W"]["cosine"]
-    assert explorer._repr_html_().startswith('<iframe class="tl-explorer" srcdoc="')
+    inline = explorer._repr_html_()
+    assert inline.startswith('<iframe class="tl-explorer" id="tl-explorer-')
+    frame_id = re.match(r'<iframe class="tl-explorer" id="([\w-]+)"', inline).group(1)
+    # the host follows the page's height, only for messages from this frame's own window
+    assert f'getElementById("{frame_id}")' in inline and "e.source!==f.contentWindow" in inline
+    fixed = explorer.iframe(height=500)
+    assert "height:500px" in fixed and "<script>" not in fixed.split("</iframe>")[-1]
 
 
 def test_bad_input(built):
     _, model, stats, _ = built
-    with pytest.raises(LeadTermsError, match="not both"):
+    with pytest.raises(LeadTermsError, match="got both text= and tokens=; pass one of them"):
         explore(model, stats, text=TEXT, tokens=[1, 2, 3])
+    with pytest.raises(LeadTermsError, match=r"explore needs a text .*pass text='.*or tokens="):
+        explore(model, stats)
+    with pytest.raises(LeadTermsError, match="integer token ids"):
+        explore(model, stats, tokens=[1.5, 2.0])
     with pytest.raises(LeadTermsError, match="pair_tokens must be"):
         explore(model, stats, text=TEXT, pair_tokens=0)
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_progress_is_passed_down(built, monkeypatch, progress):
+    import tl_leadterms.explorer.build as build
+
+    _, model, stats, _ = built
+    seen = {}
+
+    def spy(name):
+        real = getattr(build, name)
+
+        def call(*args, **kwargs):
+            seen[name] = kwargs["progress"]
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(build, name, call)
+
+    for name in ("decompose", "attention_data", "pair_tables"):
+        spy(name)
+    explore(model, stats, text=TEXT, null=None, pair_tokens=20, n=3, progress=progress)
+    assert seen == dict.fromkeys(("decompose", "attention_data", "pair_tables"), progress)
 
 
 def test_report_embeds_the_explorer(built, tmp_path):
@@ -96,7 +139,7 @@ def test_report_embeds_the_explorer(built, tmp_path):
     out = report(tmp_path / "r.html", stats=stats, decomposition=d, explorer=explorer,
                  progress=False).read_text(encoding="utf-8")  # fmt: skip
     section = out[out.index('id="decompose"') :]
-    frame = section.index('<iframe class="tl-explorer" srcdoc="')
+    frame = section.index('<iframe class="tl-explorer" id="tl-explorer-')
     assert frame < section.index('<table class="heatmap"')  # above the static heatmaps
     assert "tl-summary" in section[frame : frame + 2_000_000]
     with pytest.raises(LeadTermsError, match="explorer=True builds the explorer of model="):

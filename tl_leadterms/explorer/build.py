@@ -21,7 +21,7 @@ from tl_leadterms.analyses.atlas.figure import CHARACTER_COLOURS, character_key
 from tl_leadterms.analyses.attention.compute import attention_scale
 from tl_leadterms.analyses.decompose.compute import decompose
 from tl_leadterms.atomic import write_bytes
-from tl_leadterms.checks import check_stats, check_vocab, positive_int
+from tl_leadterms.checks import check_bool, check_stats, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.explorer.data import (
     GRID_SCORES,
@@ -33,7 +33,7 @@ from tl_leadterms.explorer.data import (
 from tl_leadterms.explorer.page import page
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.html import circuitsvis_library
-from tl_leadterms.results.tokens import encode_text
+from tl_leadterms.results.tokens import encode_text, token_texts
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import term
 
@@ -60,17 +60,42 @@ class Explorer:
         """Write :meth:`html` to ``path`` atomically; returns the path."""
         return write_bytes(path, self.html().encode("utf-8"), parents=True)
 
-    def iframe(self, height: int = 900) -> str:
+    def iframe(self, height: int | None = None) -> str:
         """The page in an ``<iframe srcdoc=...>`` (escaped; scripts allowed, nothing else): how
         a notebook output or another page (:func:`~tl_leadterms.report.report`) embeds it
-        without its ids and styles meeting theirs."""
-        import html
+        without its ids and styles meeting theirs.
 
-        positive_int("height", height)
+        Args:
+            height: the frame's height in pixels, fixed. ``None`` (the default): the frame
+                follows the page's height (the page posts it to its host whenever it changes:
+                a head's panel opens, a word is typed), so the whole explorer is in the host's
+                own scroll and none of it below the fold of a nested one; before the page has
+                drawn, and where the host runs no scripts, an estimate of the page's first
+                height.
+
+        >>> e = Explorer({"summary": {"n_layers": 2, "n_heads": 1}, "heads": {}, "words": {}}, "t")
+        >>> 'style="width:100%;height:400px' in e.iframe(height=400)
+        True
+        """
+        import html
+        import uuid
+
+        if height is not None:
+            positive_int("height", height)
         source = html.escape(self.html(), quote=True)
-        style = f"width:100%;height:{height}px;border:1px solid #ddd"
-        return (f'<iframe class="tl-explorer" srcdoc="{source}" style="{style}" '
-                'sandbox="allow-scripts"></iframe>')  # fmt: skip
+        frame_id = f"tl-explorer-{uuid.uuid4().hex[:12]}"
+        first = height if height is not None else self._first_height()
+        style = f"width:100%;height:{first}px;border:1px solid #ddd"
+        frame = (f'<iframe class="tl-explorer" id="{frame_id}" srcdoc="{source}" '
+                 f'style="{style}" sandbox="allow-scripts"></iframe>')  # fmt: skip
+        if height is not None:
+            return frame
+        return frame + _FOLLOW_HEIGHT.replace("FRAME_ID", frame_id)
+
+    def _first_height(self) -> int:
+        """About the page's height before a head is opened: title, grid, legend, word box."""
+        n_layers = int(self.data.get("summary", {}).get("n_layers", 1))
+        return max(420, 330 + 22 * n_layers)
 
     def _repr_html_(self) -> str:
         return self.iframe()
@@ -79,6 +104,15 @@ class Explorer:
         s = self.data["summary"]
         return (f"Explorer({self.title!r}: {s['n_layers']} layers × {s['n_heads']} heads, "
                 f"{len(s['tokens'])} text tokens, {len(self.data['words'])} words)")  # fmt: skip
+
+
+#: the host's side of the frame's height: the page posts ``{"tl_explorer_height": px}`` (see
+#: explorer.js); only messages from this frame's own window resize it
+_FOLLOW_HEIGHT = """<script>(function(){var f=document.getElementById("FRAME_ID");
+if(!f)return;window.addEventListener("message",function(e){
+if(!f.contentWindow||e.source!==f.contentWindow||!e.data)return;
+var h=Number(e.data.tl_explorer_height);
+if(isFinite(h)&&h>0)f.style.height=Math.ceil(Math.min(h,20000))+"px";});})();</script>"""
 
 
 def _labeller(tokenizer: Any):
@@ -102,6 +136,7 @@ def explore(
     pair_tokens: int = 300,
     n: int = 8,
     title: str = "tl_leadterms explorer",
+    progress: bool = True,
 ) -> Explorer:
     """Build the explorer of every head of ``model`` (see the module docstring).
 
@@ -118,6 +153,8 @@ def explore(
         pair_tokens: token pairs are ranked among this many most frequent kept tokens.
         n: entries per pair table and association list.
         title: the page's title.
+        progress: progress bars over the decomposition, the attention and the pair tables
+            (shown only where a step is slow).
 
     Returns:
         An :class:`Explorer`.
@@ -126,6 +163,7 @@ def explore(
     check_supported(model, caller="explore")
     positive_int("pair_tokens", pair_tokens)
     positive_int("n", n)
+    check_bool("progress", progress)
     tokenizer = next((t for t in (tokenizer, getattr(model, "tokenizer", None), stats.tokenizer)
                       if t is not None), None)  # fmt: skip
     check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
@@ -133,21 +171,25 @@ def explore(
     labels = _labeller(tokenizer)
     run = {"lr": lr, "steps": steps, "s_lr": s_lr}
     pw = weights_for_stats(model, stats)  # converted once, for decompose and the pair tables
-    d = decompose(pw, stats, weights=["W", "V"], null=null, per_head=True, progress=False, **run)
-    attn = attention_data(model, stats, ids, attention_scale(lr, steps, s_lr, None), **run)
+    d = decompose(pw, stats, weights=["W", "V"], null=null, per_head=True, progress=progress,
+                  **run)  # fmt: skip
+    fixed = attention_scale(lr, steps, s_lr, None)
+    attn = attention_data(model, stats, ids, fixed, progress=progress, **run)
     heads = head_summaries(d, attn["agreement"], attn["detectors"])
-    pairs = pair_tables(pw, stats, labels, pair_tokens=pair_tokens, k=n)
+    pairs = pair_tables(pw, stats, labels, pair_tokens=pair_tokens, k=n, progress=progress)
     word_ids = [encode_text(w, tokenizer, "word")[0] for w in words or []]
     for label, head in heads.items():
         head["attention"] = attn["heads"].get(label)
         head["pairs"] = pairs["heads"].get(label)
     summary = {
         "title": title, "n_layers": model.cfg.n_layers, "n_heads": model.cfg.n_heads,
-        "tokens": labels(ids), "scores": attn["scores"], "theory": pairs["theory"],
+        "tokens": labels(ids), "text": token_texts(ids, tokenizer), "scores": attn["scores"],
+        "theory": pairs["theory"],
         "pair_tokens": pairs["pair_tokens"], "value_term": term(pw.value_weight).target.formula,
         "colours": CHARACTER_COLOURS,
         "score_names": {**{n: v[2] for n, v in GRID_SCORES.items()}, "character": "character of W"},
         "heads": [_cell(h) for h in heads.values()],
+        "first_word": labels(word_ids[:1])[0] if word_ids else None,
         "meta": f"{d.title()}; text of {len(ids)} tokens; token pairs among the "
                 f"{pairs['pair_tokens']} most frequent kept tokens",
     }  # fmt: skip
@@ -165,16 +207,34 @@ def _cell(head: dict[str, Any]) -> dict[str, Any]:
 
 
 def _text_ids(text: Any, tokens: Any, tokenizer: Any) -> list[int]:
-    if (text is None) == (tokens is None):
-        raise LeadTermsError("pass the text to explore as text='...' or tokens=[ids], not both")
+    """The token ids of the text the panels show, from exactly one of ``text=`` / ``tokens=``."""
+    if text is None and tokens is None:
+        raise LeadTermsError(
+            "explore needs a text for its attention panels and shaded word box: pass "
+            "text='the little girl saw a red ball' (with a tokenizer) or tokens=[token ids]"
+        )
+    if text is not None and tokens is not None:
+        raise LeadTermsError(
+            "explore got both text= and tokens=; pass one of them (text='...' or tokens=[ids])"
+        )
     if text is not None:
         if not isinstance(text, str):
-            raise LeadTermsError(f"text must be a str, got {type(text).__name__}")
+            raise LeadTermsError(
+                f"text must be a str, got {type(text).__name__}; pass token ids as tokens="
+            )
         ids = encode_text(text, tokenizer, "text")
     else:
         import torch
 
-        ids = torch.as_tensor(tokens).flatten().tolist()
+        try:
+            t = torch.as_tensor(tokens)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise LeadTermsError(
+                f"tokens must be a list or tensor of token ids, got {type(tokens).__name__}"
+            ) from err
+        if t.is_floating_point() or t.dtype == torch.bool:
+            raise LeadTermsError(f"tokens must be integer token ids, got dtype {t.dtype}")
+        ids = t.flatten().tolist()
     if len(ids) < 2:
         raise LeadTermsError(f"the text has {len(ids)} tokens; give at least 2")
     return [int(i) for i in ids]

@@ -25,6 +25,7 @@ from tl_leadterms.analyses.atlas.compute import DETECTORS, detector_scores
 from tl_leadterms.analyses.attention.compute import attention_agreement, predicted_scores
 from tl_leadterms.analyses.decompose.fit import BasisCache
 from tl_leadterms.explorer.associations import ASSOCIATIONS
+from tl_leadterms.progress import progress_bar
 from tl_leadterms.results.labels import head_label
 from tl_leadterms.theory import term
 
@@ -82,7 +83,8 @@ def head_summaries(decomposition: Any, agreement: Any, detectors: dict | None) -
 
 
 @torch.no_grad()
-def attention_data(model: Any, stats: Any, ids: list[int], fixed: float | None, **run) -> dict:
+def attention_data(model: Any, stats: Any, ids: list[int], fixed: float | None, *,
+                   progress: bool = False, **run) -> dict:  # fmt: skip
     """The model's attention on ``ids`` per head (lower triangle, per mille) and what the
     prediction needs: the raw scores ``X Q̄ Xᵀ + DM(Δ)`` (lower triangle) and each head's scale
     ``c`` (the training run's, else fitted to this text); the page applies ``S(Mask(c·s))``."""
@@ -91,7 +93,7 @@ def attention_data(model: Any, stats: Any, ids: list[int], fixed: float | None, 
     names = {get_act_name("pattern", layer) for layer in layers}
     device = next(model.parameters()).device
     _, cache = model.run_with_cache(batch.to(device), names_filter=lambda n: n in names)
-    agreement = attention_agreement(model, stats, batch, cache=cache, progress=False, **run)
+    agreement = attention_agreement(model, stats, batch, cache=cache, progress=progress, **run)
     scores = predicted_scores(stats, batch)[0].to(torch.float64).cpu()
     scale = {r["label"].split("/")[0]: r["scale"] for r in agreement.rows}
     heads = {}
@@ -151,7 +153,8 @@ def _top(block: Tensor, ids: list[int], labels: dict[int, str], k: int) -> list[
 
 
 @torch.no_grad()
-def pair_tables(pw: Any, stats: Any, labels: Any, *, pair_tokens: int, k: int) -> dict:
+def pair_tables(pw: Any, stats: Any, labels: Any, *, pair_tokens: int, k: int,
+                progress: bool = False) -> dict:  # fmt: skip
     """Per head: top ``W`` pairs vs top ``Q̄`` pairs, top value pairs vs the value term's."""
     positions, ids = _candidates(stats, pair_tokens)
     id_list = ids.tolist()
@@ -163,7 +166,7 @@ def pair_tables(pw: Any, stats: Any, labels: Any, *, pair_tokens: int, k: int) -
     theory = {"W": _top(q_bar, id_list, name, k),
               "V": _top(value.to(torch.float64).cpu(), id_list, name, k)}  # fmt: skip
     heads = {}
-    for layer in range(pw.n_layers):
+    for layer in progress_bar(range(pw.n_layers), desc="explorer pairs", disable=not progress):
         W, V = _blocks(pw, "W", layer, ids), _blocks(pw, "V", layer, ids)
         for h in range(W.shape[0]):
             heads[head_label(layer, h)] = {"W": _top(W[h], id_list, name, k),

@@ -6,8 +6,16 @@ function el(tag,attrs,text){var e=document.createElement(tag);for(var k in attrs
  e.setAttribute(k,attrs[k]);if(text!==undefined&&text!==null)e.textContent=text;return e;}
 function fmt(v){if(v===null||v===undefined)return '–';if(typeof v!=='number')return String(v);
  var a=Math.abs(v);return (a>=1e-3||v===0)&&a<1e4?v.toPrecision(4).replace(/\.?0+$/,''):v.toExponential(2);}
-function diverge(x){if(x===null||x===undefined||isNaN(x))return '#eee';x=Math.max(-1,Math.min(1,x));
- var f=Math.round(255*(1-Math.abs(x)));return x>=0?'rgb('+f+','+f+',255)':'rgb(255,'+f+','+f+')';}
+var NEG=[33,102,172],POS=[178,24,43],NONE=[238,238,238];
+function shade(x){if(x===null||x===undefined||isNaN(x))return NONE;x=Math.max(-1,Math.min(1,x));
+ var end=x>=0?POS:NEG,a=Math.abs(x);return end.map(function(c){return Math.round(255+(c-255)*a);});}
+function rgb(c){return 'rgb('+c.join(',')+')';}
+function diverge(x){return rgb(shade(x));}
+function paler(c,f){return c.map(function(u){return Math.round(u+(255-u)*f);});}
+function luminance(c){var v=c.map(function(u){u/=255;return u<=0.03928?u/12.92:Math.pow((u+0.055)/1.055,2.4);});
+ return 0.2126*v[0]+0.7152*v[1]+0.0722*v[2];}
+function ink(c){var L=luminance(c);return (L+0.05)/0.05>=1.05/(L+0.05)?'#000':'#fff';}
+function paint(node,c){node.style.background=rgb(c);node.style.color=ink(c);}
 function head(label){if(!(label in cache)){var n=document.querySelector(
  'script.tl-head[data-head="'+label+'"]');cache[label]=n?JSON.parse(n.textContent):null;}return cache[label];}
 function scoreScale(name){var m=0;S.heads.forEach(function(h){var v=h.scores[name];
@@ -19,11 +27,23 @@ function drawGrid(){var name=document.getElementById('tl-score').value,box=docum
  for(var l=0;l<S.n_layers;l++){tr=el('tr');tr.appendChild(el('th',{},'L'+l));
   for(var h2=0;h2<S.n_heads;h2++){var lab='L'+l+'H'+h2,x=at[lab],td=el('td',{'class':'tl-cell','data-label':lab});
    if(x){var v=x.scores[name];if(name==='character'){td.style.background=S.colours[x.scores.character_key]||'#999';
-     td.title=lab+': '+v;}else{td.style.background=diverge(typeof v==='number'?v/scale:null);
-     td.textContent=typeof v==='number'?v.toFixed(Math.abs(v)>=10?0:2):'';td.title=lab+': '+fmt(v);}
-    if(x.faint)td.style.opacity=0.45;td.addEventListener('click',(function(q){return function(){openHead(q);};})(lab));}
+     td.title=lab+': '+v;if(x.faint)td.style.opacity=0.45;}else{var c=shade(typeof v==='number'?v/scale:null);
+     paint(td,x.faint?paler(c,0.6):c);td.textContent=typeof v==='number'?v.toFixed(Math.abs(v)>=10?0:2):'';
+     td.title=lab+': '+fmt(v)+(x.faint?' (null p > 0.05)':'');}
+    if(x.faint)td.classList.add('tl-faint');td.addEventListener('click',(function(q){return function(){openHead(q);};})(lab));}
    tr.appendChild(td);}t.appendChild(tr);}
- box.appendChild(t);document.body.setAttribute('data-grid-drawn',String(performance.now()));}
+ box.appendChild(t);drawLegend(name,scale);document.body.setAttribute('data-grid-drawn',String(performance.now()));}
+function drawLegend(name,scale){var box=document.getElementById('tl-legend');box.textContent='';
+ if(name==='character'){var seen={};S.heads.forEach(function(h){seen[h.scores.character_key]=true;});
+  Object.keys(seen).forEach(function(k){var item=el('span',{'class':'tl-key'}),sw=el('span',{'class':'tl-swatch'});
+   sw.style.background=S.colours[k]||'#999';item.appendChild(sw);item.appendChild(document.createTextNode(k||'–'));
+   box.appendChild(item);});}
+ else{var bar=el('span',{'class':'tl-ramp'});bar.style.background='linear-gradient(to right,'+diverge(-1)+','+
+   diverge(0)+','+diverge(1)+')';box.appendChild(el('span',{},'−'+fmt(scale)));box.appendChild(bar);
+  box.appendChild(el('span',{},'+'+fmt(scale)));box.appendChild(el('span',{'class':'tl-note'},' '+
+   (S.score_names[name]||name)+'; 0 is white'));}
+ if(S.heads.some(function(h){return h.faint;}))box.appendChild(el('div',{'class':'tl-note'},
+  'paler, dotted: the null does not set the head apart (p > 0.05)'));}
 function kv(rows){var t=el('table',{'class':'tl-kv'});rows.forEach(function(r){var tr=el('tr');
  tr.appendChild(el('td',{},r[0]));tr.appendChild(el('td',{'data-key':r[2]||''},fmt(r[1])));t.appendChild(tr);});return t;}
 function shares(title,row){var box=el('div');box.appendChild(el('h3',{},title));if(!row){box.appendChild(
@@ -83,10 +103,19 @@ function showWord(){var q=document.getElementById('tl-word').value,k=findWord(q)
    el('span',{'class':'tl-token'},n[0]));li.appendChild(el('small',{},' '+fmt(n[1])));ul.appendChild(li);});if(!e.lists[kd].length)ul.appendChild(el('li',{'class':'tl-note'},e.note||'none'));
   b.appendChild(ul);lists.appendChild(b);});var t=e.text[kind],sc=t.scale||1;
  text.appendChild(el('p',{'class':'tl-note'},'the text shaded by its '+kind+' association with "'+k.trim()+
-  '" (full colour: the largest |value| of its row)'));S.tokens.forEach(function(tok,i){var s=el('span',{},tok);
-  s.style.background=diverge(-(t.values[i]||0)/sc);s.title=fmt(t.values[i]);text.appendChild(s);});}
+  '" (full colour: the largest |value| of its row; red positive, blue negative)'));var line=el('div',
+  {'class':'tl-shaded'});(S.text||S.tokens).forEach(function(tok,i){var s=el('span',{},tok);
+  paint(s,shade((t.values[i]||0)/sc));s.title=fmt(t.values[i]);line.appendChild(s);});text.appendChild(line);}
 document.getElementById('tl-score').addEventListener('change',drawGrid);
 document.getElementById('tl-word').addEventListener('input',showWord);
 document.getElementById('tl-word-kind').addEventListener('change',showWord);
+var lastHeight=0;
+function postHeight(){var root=document.getElementById('tl-root');if(!root||window.parent===window)return;
+ var h=Math.ceil(root.getBoundingClientRect().bottom+window.scrollY+parseFloat(getComputedStyle(document.body).marginBottom||0)+2);
+ if(Math.abs(h-lastHeight)>1){lastHeight=h;window.parent.postMessage({tl_explorer_height:h},'*');}}
 drawGrid();
+var first=S.first_word&&findWord(S.first_word);if(first){document.getElementById('tl-word').value=first.trim();showWord();}
+if(window.ResizeObserver)new ResizeObserver(postHeight).observe(document.getElementById('tl-root'));
+else setInterval(postHeight,500);
+window.addEventListener('load',postHeight);postHeight();
 })();

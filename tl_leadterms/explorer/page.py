@@ -49,14 +49,16 @@ def page(data: dict[str, Any], library: str, title: str = "tl_leadterms explorer
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html_lib.escape(title)}</title><style>{css}</style>{library}</head><body>"
-        f'<h1>{html_lib.escape(title)}</h1><div class="tl-meta">'
+        f'<div id="tl-root"><h1>{html_lib.escape(title)}</h1><div class="tl-meta">'
         f"{html_lib.escape(summary.get('meta', ''))}</div>"
+        '<div id="tl-layout"><div id="tl-side">'
         f'<label>colour by <select id="tl-score">{options}</select></label>'
-        '<div id="tl-layout"><div id="tl-grid"></div><div id="tl-panel"><p class="tl-note">'
-        "click a head to open its panel</p></div></div>"
+        '<div id="tl-grid"></div><div id="tl-legend"></div>'
         '<div id="tl-words"><h2>Word box</h2><label>token <input id="tl-word" size="16" '
         f'placeholder="type a word"></label> <select id="tl-word-kind">{kinds}</select>'
-        '<div id="tl-word-lists"></div><div id="tl-word-text"></div></div>'
+        '<div id="tl-word-lists"></div><div id="tl-word-text"></div></div></div>'
+        '<div id="tl-panel"><p class="tl-note">click a head to open its panel</p></div>'
+        "</div></div>"
         f'<script type="application/json" id="tl-summary">{embed_json(summary)}</script>'
         f'<script type="application/json" id="tl-words-data">'
         f"{embed_json(data.get('words', {}))}</script>\n{heads}\n<script>{script}</script>"

@@ -182,7 +182,7 @@ def report(
         library[0] = library[0] or "CircuitsVis=" in html_text
         return html_text
 
-    explorer = _explorer(explorer, model, stats, text, tokenizer, lr, steps)
+    explorer = _explorer(explorer, model, stats, text, tokenizer, lr, steps, progress)
     bar = progress_bar(total=6, desc="report", disable=not progress)
     if decomposition is None and model is not None:
         from tl_leadterms.analyses.decompose.compute import decompose
@@ -231,7 +231,8 @@ def report(
     return path
 
 
-def _explorer(explorer: Any, model: Any, stats: Any, text: Any, tokenizer: Any, lr, steps):
+def _explorer(explorer: Any, model: Any, stats: Any, text: Any, tokenizer: Any, lr, steps,
+              progress: bool):  # fmt: skip
     """``explorer=``: None, an Explorer as it is, or True: one built of ``model`` on ``text``."""
     from tl_leadterms.explorer.build import Explorer, explore
 
@@ -241,7 +242,8 @@ def _explorer(explorer: Any, model: Any, stats: Any, text: Any, tokenizer: Any, 
         raise LeadTermsError(f"explorer must be an Explorer, True or None, got {explorer!r}")
     if model is None or text is None:
         raise LeadTermsError("explorer=True builds the explorer of model= on text=: pass both")
-    return explore(model, stats, text=text, tokenizer=tokenizer, lr=lr, steps=steps)
+    return explore(model, stats, text=text, tokenizer=tokenizer, lr=lr, steps=steps,
+                   progress=progress)  # fmt: skip
 
 
 class _CallableReportModule(types.ModuleType):

@@ -7,12 +7,21 @@ import math
 __all__ = ["CSS", "esc", "kv_table", "note", "num", "page"]
 
 CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222;
+  padding: 0 1em; box-sizing: border-box; overflow-wrap: anywhere; }
+section { min-width: 0; }
+/* a table wider than the page scrolls inside its own box; the page never scrolls sideways */
+.table-scroll { max-width: 100%; overflow-x: auto; margin: .5em 0 1em; }
+.table-scroll > table { margin: 0; }
+section > table, details > table, section > div > table:not(.heatmap) { display: block;
+  max-width: 100%; overflow-x: auto; }
+td, th { overflow-wrap: normal; }
+iframe, svg, canvas, video { max-width: 100%; }
 h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; }
 table { border-collapse: collapse; margin: .5em 0 1em; font-size: .9em; }
 td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; vertical-align: top; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-th { background: #f4f4f4; } .note { color: #777; font-style: italic; }
+th { background: #f4f4f4; } .note { color: #666; font-style: italic; }
 .view { margin: .5em 0 1.5em; } pre { background: #f8f8f8; padding: .5em; overflow-x: auto; }
 img { max-width: 100%; } details > summary { cursor: pointer; margin: .5em 0; }
 .findings li { margin: .25em 0; } .findings { background: #fbfbf4; padding: .2em 1em; }

@@ -117,8 +117,8 @@ def decompose_table(d) -> str:
     return (
         f'<details class="decompose-details"{is_open}><summary>Full table: {len(d.rows)} rows '
         f"({esc(caption)}; {esc(thresholds)})</summary>"
-        f'<table class="decompose"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table></details>"
+        f'<div class="table-scroll"><table class="decompose"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div></details>"
     )
 
 

@@ -1,11 +1,12 @@
 """Tokens as a reader sees them: with their spaces, shaded on a diverging scale centred at 0.
 
-:func:`token_labels` gives each token the text it adds to the decoded sequence (so a word-level
-or BPE token keeps the space before it); a leading space is written as a no-break space, which
-a browser never collapses. :func:`shaded_tokens` colours tokens blue (negative), white (0) and
-red (positive) against a fixed scale ``±scale`` with a legend. It never stretches a tiny range
-to full colour: when the largest ``|value|`` in the text is below ``SHADE_FLOOR · scale``, the
-tokens stay unshaded and the page says "no association in this text".
+:func:`token_texts` (html-escaped: :func:`token_labels`) gives each token the text it adds to
+the decoded sequence (so a word-level or BPE token keeps the space before it); a leading space
+is written as a no-break space, which a browser never collapses. :func:`shaded_tokens` colours
+tokens blue (negative), white (0) and red (positive) against a fixed scale ``±scale`` with a
+legend. It never stretches a tiny range to full colour: when the largest ``|value|`` in the
+text is below ``SHADE_FLOOR · scale``, the tokens stay unshaded and the page says "no
+association in this text".
 
 >>> "No association in this text" in shaded_tokens(["a", "b"], [0.0, 1e-9], scale=1.0)
 True
@@ -17,7 +18,14 @@ from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["SHADE_FLOOR", "diverging_colour", "legend", "shaded_tokens", "token_labels"]
+__all__ = [
+    "SHADE_FLOOR",
+    "diverging_colour",
+    "legend",
+    "shaded_tokens",
+    "token_labels",
+    "token_texts",
+]
 
 #: texts whose largest |value| is below this fraction of the scale are "no association"
 SHADE_FLOOR = 0.01
@@ -25,24 +33,31 @@ _NEG, _POS = (33, 102, 172), (178, 24, 43)  # the ends of the diverging scale (b
 NBSP = "\u00a0"
 
 
-def token_labels(ids: Sequence[int], tokenizer: Any) -> list[str]:
-    """Each token's text as decoded in sequence (with the space before it), html-escaped.
+def token_texts(ids: Sequence[int], tokenizer: Any) -> list[str]:
+    """Each token's text as decoded in sequence (with the space before it), not escaped.
 
     Token ``i`` is the text that ``decode(ids[: i + 1])`` adds to ``decode(ids[:i])``; where
     the decoder rewrites earlier text (clean-up of spaces), the token's own ``decode([id])``.
-    A leading space becomes a no-break space. Without a tokenizer the labels are the ids.
+    A leading space becomes a no-break space, so that the pieces side by side read as the text
+    (``"the", "\u00a0little", "\u00a0girl"``) even where a page collapses spaces. Without a
+    tokenizer the pieces are the ids.
     """
     if tokenizer is None:
         return [str(i) for i in ids]
-    labels, before = [], ""
+    pieces, before = [], ""
     for n, token_id in enumerate(ids):
         text = tokenizer.decode(list(ids[: n + 1]))
         piece = text[len(before) :] if text.startswith(before) else tokenizer.decode([token_id])
         before = text
         if piece[:1].isspace():
             piece = NBSP + piece.lstrip()
-        labels.append(html.escape(piece, quote=False))
-    return labels
+        pieces.append(piece)
+    return pieces
+
+
+def token_labels(ids: Sequence[int], tokenizer: Any) -> list[str]:
+    """:func:`token_texts`, html-escaped (for pages that write the labels as markup)."""
+    return [html.escape(piece, quote=False) for piece in token_texts(ids, tokenizer)]
 
 
 def diverging_colour(x: float) -> str:
