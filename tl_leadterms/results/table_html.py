@@ -53,7 +53,8 @@ div.tl-table div.tl-scroll{overflow-x:auto;max-width:100%}
 div.tl-table table{border-collapse:collapse;font-size:inherit;table-layout:auto!important;
 width:auto!important;max-width:none;margin:0}
 div.tl-table th,div.tl-table td{white-space:nowrap;overflow:visible;max-width:none;
-text-overflow:clip}
+text-overflow:clip;min-width:max-content}
+div.tl-table svg{max-width:none!important;height:14px!important;flex:none}
 div.tl-table table.tl-main th{cursor:pointer;background:#f3f3f3;padding:2px 6px;
 border-bottom:1px solid #bbb;text-align:right}
 div.tl-table table.tl-main td{padding:1px 6px;text-align:right;border-bottom:1px solid #eee}
@@ -177,7 +178,8 @@ def _bar(table: Any, row: dict[str, Any], domain: tuple[float, float], fmt) -> s
         a, b = x(low), x(high)
         parts.append(f'<path class="tl-ci" d="M{a} 7H{b}M{a} 3V11M{b} 3V11" stroke="#222" '
                      'stroke-width="1.2" fill="none"/>')  # fmt: skip
-    svg = (f'<svg width="{_BAR_WIDTH}" height="14" style="vertical-align:middle">'
+    svg = (f'<svg width="{_BAR_WIDTH}" height="14" '
+           f'style="vertical-align:middle;min-width:{_BAR_WIDTH}px">'
            f"{''.join(parts)}</svg>")  # fmt: skip
     return f"{svg} {html.escape(fmt(row.get(table.SCORE)))}"
 
