@@ -61,9 +61,17 @@ def _given_tokenizer(spec: str) -> Any:
     from tl_leadterms.cli.inputs import tokenizer_from_spec
     from tl_leadterms.stats.filetop import FileTokenizer
 
+    from tl_leadterms.cli.inputs import first_line
+
     folder = Path(spec).expanduser()
-    if folder.is_dir() and (found := FileTokenizer.found_in(folder)) is not None:
-        return found
+    if folder.is_dir() and (folder / "tokenizer.json").is_file():
+        try:
+            return FileTokenizer(folder)
+        except Exception as err:  # malformed tokenizer.json or tokenizer_config.json
+            raise LeadTermsError(
+                f"cannot load tokenizer {spec!r} ({first_line(err)}); pass a local tokenizer "
+                "folder (tokenizer.json) or a cached hub name."
+            ) from err
     return tokenizer_from_spec(spec, None)
 
 
@@ -74,7 +82,14 @@ def _check_vocab(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
     stored = meta.get("tokenizer_vocab_hash")
     backend = getattr(tokenizer, "backend_tokenizer", None)
     differs = stored is not None and backend is not None and tokenizer_hash(backend) != stored
-    if size > meta["d_vocab"] or differs:
+    if size > meta["d_vocab"]:
+        raise LeadTermsError(
+            f"{path} was counted with d_vocab={meta['d_vocab']} but the tokenizer has {size} "
+            "tokens: these statistics are of another vocabulary; use the tokenizer they were "
+            "computed with (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know "
+            "better)"
+        )
+    if differs:
         raise LeadTermsError(
             f"{path} was counted with tokenizer {meta.get('tokenizer_name')!r} (d_vocab="
             f"{meta['d_vocab']}), whose vocabulary differs from the tokenizer given ({size} "

@@ -136,14 +136,15 @@ def scored_row(M: Tensor, i: int, scoring: str, *, symmetric_gram: bool) -> Tens
 
 
 def best(row: Tensor, k: int) -> list[tuple[float, int]]:
-    """The ``k`` largest finite entries of ``row`` as ``(score, index)``, best first.
+    """The ``k`` largest finite entries of ``row`` as ``(score, index)``, best first (equal
+    scores in index order, as ``tl-leadterms top`` lists them).
 
     >>> best(torch.tensor([0.5, -float("inf"), 2.0]), 5)
     [(2.0, 2), (0.5, 0)]
     """
     n = min(k, int(torch.isfinite(row).sum()))
-    scores, idx = torch.topk(row, n)
-    return list(zip(scores.tolist(), idx.tolist(), strict=True))
+    scores, idx = torch.sort(row, descending=True, stable=True)  # ties: the lower index first
+    return list(zip(scores[:n].tolist(), idx[:n].tolist(), strict=True))
 
 
 def exclusion_ids(exclude, tokenizer) -> list[int]:
