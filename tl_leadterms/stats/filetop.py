@@ -74,6 +74,7 @@ class StatsFile:
         self.sums = ff.stored_sums(path, self.meta)
         self.k = self.meta["n_kept"]
         self._arrays: dict[str, np.ndarray] = {}
+        self._matrices: dict[str, tuple[np.ndarray, dict[str, np.ndarray]]] = {}
         counts = self.arrays(*ff.COUNTS, *(["kept"] if self._has("kept") else []))
         ff.check_counts(path, counts, self.meta)
         if any(a.dtype != np.int64 or a.ndim != 1 for a in counts.values()):
@@ -125,7 +126,8 @@ class StatsFile:
         a = self.arrays(*ff.COUNTS)
         n_positions = self.meta["n_sequences"] * self.meta["n_ctx"]
         alpha = a["unigram_counts"].astype(np.float64) / n_positions
-        out = np.repeat((-(1.0 / self.meta["centre_vocab"]) * alpha)[:, None], self.k, axis=1)
+        out = np.empty((self.k, self.k))
+        out[:] = (-(1.0 / self.meta["centre_vocab"]) * alpha)[:, None]
         codes = a["pair_codes"]
         out[codes // self.k, codes % self.k] += a["pair_counts"].astype(np.float64) / n_positions
         return out
@@ -151,6 +153,19 @@ class StatsFile:
             raise ff.corrupt_file(self.path, f"{name} has NaN or infinite entries")
         return table.astype(np.float64, copy=False)
 
+    def _matrix(self, key: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The matrix whose rows ``key``'s lists read (B̄ for Σ_B̄) and the column totals its
+        scorings need, made once per file."""
+        if key not in self._matrices:
+            matrix = self.bigram() if key in ("B_bar", "Sigma_B") else self.table(key)
+            squares = np.einsum("ij,ij->j", matrix, matrix)
+            if key == "Sigma_B":
+                totals = {"diagonal": squares}
+            else:
+                totals = {"column_sq": squares, "column_pos": np.clip(matrix, 0, None).sum(0)}
+            self._matrices[key] = (matrix, totals)
+        return self._matrices[key]
+
     # -- association lists -------------------------------------------------------------------
     def top(
         self, key: str, token_id: int, n: int, scoring: str, excluded: list[int], label: Any
@@ -165,19 +180,11 @@ class StatsFile:
             return None
         if key in ("Phi_bar", "Q_bar") and (not recorded or degenerate[key]):
             return None
-        if key in ("B_bar", "Sigma_B"):
-            matrix = self.bigram()
-            if key == "Sigma_B":  # row i of B̄ᵀB̄ and its diagonal, from B̄ alone
-                raw = matrix[:, i] @ matrix
-                totals = {"diagonal": (matrix * matrix).sum(0), "index": i}
-            else:
-                raw = matrix[i]
+        matrix, totals = self._matrix(key)
+        if key == "Sigma_B":  # row i of B̄ᵀB̄, from B̄ alone
+            raw, totals = matrix[:, i] @ matrix, {**totals, "index": i}
         else:
-            matrix = self.table(key)
             raw = matrix[i]
-        if key != "Sigma_B":
-            totals = {"column_sq": (matrix * matrix).sum(0),
-                      "column_pos": np.clip(matrix, 0, None).sum(0)}  # fmt: skip
         if int(self.arrays("unigram_counts")["unigram_counts"][i]) == 0:
             return f"token {label!r} never occurs in the corpus: it has no associations"
         if not (np.abs(raw) > 0).any():
