@@ -1,4 +1,4 @@
-"""``tl-leadterms top`` against ``tl-leadterms --help``, and the statistics file's size, at k = 3,000.
+"""``tl-leadterms top`` against ``tl-leadterms --help``, and the statistics file size, k = 3,000.
 
 The statistics: d_vocab 3,000 Zipf-distributed token ids (exponent 1.1), T = 200, 2,984 windows,
 as many positions as the 2.4 MB story corpus of ``write_corpus(1700)`` (whose word vocabulary

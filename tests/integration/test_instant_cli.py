@@ -101,7 +101,8 @@ def test_top_finds_the_files_tokenizer_and_gives_the_api_lists_without_torch(tmp
     path = tmp_path / "out" / "s.safetensors"
     path.parent.mkdir()
     out, _ = _run(["stats", str(corpus), "-o", str(path), "--tokenizer", "word:400", "--n-ctx",
-                   "32", "--save-tokenizer", str(tmp_path / "tok"), "--quiet"], tmp_path)  # fmt: skip
+                   "32", "--save-tokenizer", str(tmp_path / "tok"), "--quiet"],
+                  tmp_path)  # fmt: skip
     stats = CorpusStats.load(path, tokenizer=_tokenizer(tmp_path / "tok"))
     for matrix, key, words in (("bigram", "B_bar", ["red", "the"]),
                                ("interchangeability", "Sigma_B", ["he", "happy"]),

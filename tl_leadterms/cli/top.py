@@ -49,7 +49,7 @@ def recorded_tokenizer(path: Path, meta: dict[str, Any]) -> Any:
         if folder.is_dir() and (folder / "tokenizer.json").is_file():
             try:
                 tokenizer = FileTokenizer(folder)
-            except Exception:  # noqa: BLE001 (an unreadable folder is not the one)
+            except Exception:
                 continue
             if tokenizer.vocab_hash() == wanted:
                 return tokenizer
@@ -58,10 +58,8 @@ def recorded_tokenizer(path: Path, meta: dict[str, Any]) -> Any:
 
 def _given_tokenizer(spec: str) -> Any:
     """``--tokenizer``: a saved folder through ``tokenizers`` alone, else a name (transformers)."""
-    from tl_leadterms.cli.inputs import tokenizer_from_spec
+    from tl_leadterms.cli.inputs import first_line, tokenizer_from_spec
     from tl_leadterms.stats.filetop import FileTokenizer
-
-    from tl_leadterms.cli.inputs import first_line
 
     folder = Path(spec).expanduser()
     if folder.is_dir() and (folder / "tokenizer.json").is_file():
@@ -129,9 +127,7 @@ def _excluded(spec: str | list[str], tokenizer: Any) -> list[int] | str:
     if spec == ["none"]:
         return []
     if not all(s.isdigit() for s in spec):
-        raise LeadTermsError(
-            f"--exclude takes special, none or token ids, got {' '.join(spec)!r}"
-        )
+        raise LeadTermsError(f"--exclude takes special, none or token ids, got {' '.join(spec)!r}")
     return [int(s) for s in spec]
 
 
@@ -217,8 +213,13 @@ def add_parser(sub) -> None:
     top.add_argument("--scoring", choices=("cosine", "raw", "ppmi"), default="cosine",
                      help="cosine: row and column normalised (readable); raw: the paper's "
                      "scores (frequent tokens first); ppmi: frequency-corrected")  # fmt: skip
-    top.add_argument("--exclude", nargs="+", default="special", metavar="special|none|ID",
-                     help="tokens to leave out: the tokenizer's special tokens, none, or ids")
+    top.add_argument(
+        "--exclude",
+        nargs="+",
+        default="special",
+        metavar="special|none|ID",
+        help="tokens to leave out: the tokenizer's special tokens, none, or ids",
+    )
     top.add_argument(
         "--allow-vocab-mismatch",
         action="store_true",

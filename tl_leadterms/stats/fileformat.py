@@ -100,7 +100,9 @@ def pack(table: np.ndarray) -> dict[str, np.ndarray]:
     commoner of 0 and the column's minimum is the base, and only other entries are kept."""
     table = np.ascontiguousarray(table)
     if table.ndim != 2 or table.dtype not in _BITS:
-        raise LeadTermsError(f"pack takes a 2-D float32/float64 table, got {table.shape} {table.dtype}")
+        raise LeadTermsError(
+            f"pack takes a 2-D float32/float64 table, got {table.shape} {table.dtype}"
+        )
     zero = np.zeros(table.shape[1], dtype=table.dtype)
     low = table.min(0) if table.size else zero
     bits = _bits(table)
@@ -123,7 +125,7 @@ def unpack(parts: dict[str, np.ndarray], k: int, columns: int | None = None) -> 
 
 
 def unpack_row(base: np.ndarray, mask_row: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
-    """One row of a packed table from its mask row and its values (``values[rows[i]:rows[i+1]]``)."""
+    """One row of a packed table from its mask row and values (``values[rows[i]:rows[i+1]]``)."""
     row = base.copy()
     row[np.unpackbits(mask_row, count=k).view(bool)] = values
     return row
@@ -135,7 +137,9 @@ def check_packed(path: Path, name: str, parts: dict[str, np.ndarray], k: int) ->
     if base.shape != (k,) or base.dtype not in _BITS or values.dtype != base.dtype:
         raise corrupt_file(path, f"{name}/base and {name}/values are not [{k}] and [n] floats")
     if mask.dtype != np.uint8 or mask.shape != (k, -(-k // 8)) or rows.shape != (k + 1,):
-        raise corrupt_file(path, f"{name}/mask or {name}/rows does not have the shape of a {k}×{k} table")
+        raise corrupt_file(
+            path, f"{name}/mask or {name}/rows does not have the shape of a {k}×{k} table"
+        )
     per_row = np.unpackbits(mask, axis=1, count=k).sum(1, dtype=np.int64)
     if rows.dtype != np.int64 or rows[0] != 0 or (np.diff(rows) != per_row).any():
         raise corrupt_file(path, f"{name}/rows does not count the entries of {name}/mask")

@@ -148,7 +148,8 @@ class StatsFile:
         else:
             table = self.arrays(name)[name]
             if table.shape != (self.k, self.k) or table.dtype not in (np.float32, np.float64):
-                raise ff.corrupt_file(self.path, f"{name} has shape {table.shape}, dtype {table.dtype}")
+                what = f"{name} has shape {table.shape}, dtype {table.dtype}"
+                raise ff.corrupt_file(self.path, what)
         if not np.isfinite(table).all():
             raise ff.corrupt_file(self.path, f"{name} has NaN or infinite entries")
         return table.astype(np.float64, copy=False)

@@ -58,6 +58,8 @@ from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
 from tl_leadterms.version import __version__
 
 __all__ = [
+    "BLOCK_FORMAT",
+    "FORMAT",
     "ROW_BLOCK_BYTES",
     "check_header",
     "check_tables",
@@ -166,7 +168,8 @@ def check_tables(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, A
     check_file_tables(path, {n: a for n, a in arrays.items() if n not in packed}, meta)
     floats = {arrays[n].dtype for n in (*_SQUARE, "Delta") if n in arrays}
     if len(floats) > 1:
-        raise corrupt_file(path, f"the statistics have dtypes {sorted(f'torch.{d}' for d in floats)}")
+        names = sorted(f"torch.{d}" for d in floats)
+        raise corrupt_file(path, f"the statistics have dtypes {names}")
     if "kept" in tensors:
         try:
             resolve_vocab(tensors["kept"], meta["d_vocab"])
