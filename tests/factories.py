@@ -35,3 +35,35 @@ def random_attn_only(
         for p in model.parameters():
             p.normal_(0, 0.5)
     return model
+
+
+def save_format2(stats, path) -> None:
+    """Write ``stats`` in the layout of format version 2, as the release before the packed
+    format wrote it: every dense table (Φ̄, Ḡ, Q̄, Δ) under its own name, checksums of each."""
+    from pathlib import Path
+
+    from tl_leadterms.stats.io import write_file
+    from tl_leadterms.stats.provenance import ids_vocab_hash
+
+    names = ("pair_codes", "pair_counts", "unigram_counts")
+    floats = [n for n in ("Phi_bar", "G_bar", "Q_bar", "Delta") if stats.has(n)]
+    tensors = {n: getattr(stats, n) for n in (*names, *floats)}
+    if stats.kept is not None:
+        tensors["kept"] = stats.kept
+    tensors = {n: t.detach().cpu().contiguous() for n, t in tensors.items()}
+    header = {
+        **{k: v for k, v in stats.metadata.items() if k != "rebuilt"},
+        "format": "tl_leadterms.CorpusStats",
+        "format_version": 2,
+        "library_version": stats.metadata.get("library_version", "0.1.0"),
+        "d_vocab": stats.d_vocab,
+        "n_ctx": stats.n_ctx,
+        "n_sequences": stats.n_sequences,
+        "n_kept": stats.k,
+        "centre_vocab": stats.centre_vocab,
+        "dtype": str(stats.dtype).removeprefix("torch."),
+        "vocab_hash": stats.metadata.get("tokenizer_vocab_hash")
+        or ids_vocab_hash(stats.d_vocab, stats.kept),
+        "statistics": ["B_bar", *floats],
+    }
+    write_file(Path(path), tensors, header)

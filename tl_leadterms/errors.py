@@ -3,8 +3,11 @@
 Every entry point reaches these through :mod:`tl_leadterms.checks`, which re-exports them.
 """
 
+import re
 from collections.abc import Sequence
 from typing import Any
+
+_BOTH = re.compile("\u27e6([^\u27e6\u27e7|]*)\\|([^\u27e6\u27e7|]*)\u27e7")
 
 
 class LeadTermsError(ValueError):
@@ -12,7 +15,25 @@ class LeadTermsError(ValueError):
 
     The message names the offending value and says what to do about it. It subclasses
     ``ValueError`` so that generic handlers keep working.
+
+    One message speaks to both audiences: a part written ``⟦API words|CLI words⟧`` reads as the
+    first in Python (``str(err)``) and as the second on the command line (``err.cli_message``),
+    so an error names ``tokenizer=`` to a notebook and ``--tokenizer`` to a shell.
+
+    >>> err = LeadTermsError("token 'red' is a string; pass ⟦tokenizer=|--tokenizer⟧")
+    >>> str(err), err.cli_message
+    ("token 'red' is a string; pass tokenizer=", "token 'red' is a string; pass --tokenizer")
     """
+
+    def __init__(self, *args: object) -> None:
+        self.template = str(args[0]) if args else ""
+        text = _BOTH.sub(r"\1", self.template)
+        super().__init__(*((text, *args[1:]) if args else ()))
+
+    @property
+    def cli_message(self) -> str:
+        """The message in the command line's words (flags instead of keywords)."""
+        return _BOTH.sub(r"\2", self.template) if self.template else str(self)
 
 
 def positive_int(name: str, value: object) -> int:

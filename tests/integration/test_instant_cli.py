@@ -91,3 +91,38 @@ def test_top_reads_a_statistics_file_without_transformer_lens(tmp_path):
         lines = out.strip().splitlines()
         assert [line.split(":")[0] for line in lines] == ["3", "5"], out
         assert "transformer_lens" not in imported, imported
+
+
+def test_top_finds_the_files_tokenizer_and_gives_the_api_lists_without_torch(tmp_path):
+    from tl_leadterms import CorpusStats
+    from tl_leadterms.data import write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.txt", 60, seed=0)
+    path = tmp_path / "out" / "s.safetensors"
+    path.parent.mkdir()
+    out, _ = _run(["stats", str(corpus), "-o", str(path), "--tokenizer", "word:400", "--n-ctx",
+                   "32", "--save-tokenizer", str(tmp_path / "tok"), "--quiet"],
+                  tmp_path)  # fmt: skip
+    stats = CorpusStats.load(path, tokenizer=_tokenizer(tmp_path / "tok"))
+    for matrix, key, words in (("bigram", "B_bar", ["red", "the"]),
+                               ("interchangeability", "Sigma_B", ["he", "happy"]),
+                               ("context", "Phi_bar", ["fish", "pond"]),
+                               ("attention", "Q_bar", ["fish"])):  # fmt: skip
+        for extra, options in (([], {}), (["--scoring", "raw", "--exclude", "none"],
+                                          {"scoring": "raw", "exclude": ()})):  # fmt: skip
+            out, imported = _run(
+                ["top", str(path), *words, "--matrix", matrix, "-n", "5", *extra], tmp_path / "out"
+            )  # no --tokenizer: the file's
+            assert imported == ["numpy"], (matrix, imported)  # no torch, no transformers
+            for word, line in zip(words, out.strip().splitlines(), strict=True):
+                expected = stats.top(key, word, n=5, **options)
+                listed = [item.rsplit(" (", 1)[0] for item in line.split(": ", 1)[1].split(", ")]
+                assert listed == [n.token for n in expected], (matrix, word, extra, line)
+    default = stats.top("Sigma_B", "he", n=5)
+    assert not {n.token for n in default} & {"[UNK]", "[EOS]"}
+
+
+def _tokenizer(folder):
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.from_pretrained(str(folder))

@@ -6,6 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from tests.factories import save_format2
 from tests.unit.test_stats import STATS, markov_windows
 from tl_leadterms import CorpusStats, LeadTermsError, corpus_stats
 
@@ -59,7 +60,7 @@ def test_missing_and_corrupt_files(stats, tmp_path):
 
 def test_edited_shapes_are_refused(stats, tmp_path):
     path = tmp_path / "stats.safetensors"
-    stats.save(path)
+    save_format2(stats, path)  # dense tables under their names
     tensors = load_file(path)
     from safetensors import safe_open
 
@@ -131,7 +132,7 @@ def _set(name, value):
 )
 def test_corrupt_contents_are_refused(stats, tmp_path, edit_tensors, edit_meta, match):
     path = tmp_path / "stats.safetensors"
-    stats.save(path)
+    save_format2(stats, path)  # dense tables under their names
     _rewrite(path, edit_tensors, edit_meta)
     with pytest.raises(LeadTermsError, match=match):
         CorpusStats.load(path)
@@ -154,3 +155,55 @@ def test_saved_file_is_world_readable_like_any_file(stats, tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+# -- the packed format (version 3) ---------------------------------------------------------------
+ALL = ("B_bar", "Sigma_B", "Phi_bar", "G_bar", "Q_bar", "Delta", "B_bar_Phi_bar",
+       "pair_codes", "pair_counts", "unigram_counts")  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_packed_file_loads_every_statistic_as_computed(tmp_path, dtype):
+    s = corpus_stats(markov_windows(30, 12, 20, seed=3), d_vocab=20, dtype=dtype, progress=False)
+    path = tmp_path / "s.safetensors"
+    s.save(path)
+    stored = load_file(path)
+    assert "G_bar" not in stored and "Phi_bar" not in stored and "Phi_bar/values" in stored
+    loaded = CorpusStats.load(path)
+    assert loaded.has("G_bar") and loaded._tables["G_bar"] is None  # rebuilt on first access
+    for name in ALL:
+        assert torch.equal(getattr(loaded, name), getattr(s, name)), name
+        assert getattr(loaded, name).dtype == getattr(s, name).dtype, name
+    old = tmp_path / "old.safetensors"
+    save_format2(s, old)  # the previous layout, written explicitly
+    assert path.stat().st_size < old.stat().st_size
+    from_old = CorpusStats.load(old)
+    for name in ALL:
+        assert torch.equal(getattr(from_old, name), getattr(s, name)), name
+
+
+def test_packing_keeps_every_bit():
+    from tl_leadterms.stats.fileformat import pack, unpack
+
+    table = torch.randn(9, 9, dtype=torch.float64)
+    table[::2, 3] = -0.0  # signed zeros are kept as they were
+    table[1:, 5] = table[0, 5]
+    parts = pack(table.numpy())
+    back = unpack(parts, 9)
+    assert back.tobytes() == table.numpy().tobytes()
+    assert parts["values"].size < 81
+
+
+def test_packed_parts_are_verified_and_want_reads_what_it_needs(stats, tmp_path):
+    path = tmp_path / "stats.safetensors"
+    stats.save(path)
+    only = CorpusStats.load(path, want=("B_bar",))
+    assert not only.has("G_bar") and not only.has("Phi_bar")
+    assert torch.equal(CorpusStats.load(path, want=("G_bar",)).G_bar, stats.G_bar)
+    _rewrite(path, _set("Q_bar/values", lambda t: t + 1.0))
+    with pytest.raises(LeadTermsError, match="tensor Q_bar/values does not match its checksum"):
+        CorpusStats.load(path)
+    CorpusStats.load(path, want=("Phi_bar",))  # an unneeded table is not read
+    _rewrite(path, _set("Phi_bar/rows", lambda t: t.flip(0)))
+    with pytest.raises(LeadTermsError, match="Phi_bar/rows does not count"):
+        CorpusStats.load(path)

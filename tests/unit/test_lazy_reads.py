@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tl_leadterms import corpus_stats
+from tl_leadterms import CorpusStats, corpus_stats
 from tl_leadterms.cli import main
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats import io as scan
@@ -38,7 +38,7 @@ def flipped(path, tmp_path, name, bit=0):
     header_len = int.from_bytes(data[:8], "little")
     begin = json.loads(data[8 : 8 + header_len])[name]["data_offsets"][0]
     data[8 + header_len + begin] ^= 1 << bit  # the low byte of a little-endian float
-    out = tmp_path / f"flipped_{name}.safetensors"
+    out = tmp_path / f"flipped_{name.replace('/', '_')}.safetensors"
     out.write_bytes(bytes(data))
     return out
 
@@ -61,7 +61,7 @@ def test_digest_over_row_blocks_is_the_whole_tensor_checksum(rows):
 
 
 def test_scan_table_blocks_are_the_stored_table(stats_file):
-    stored = load_file(stats_file)["Phi_bar"]
+    stored = CorpusStats.load(stats_file).Phi_bar
     starts, blocks = [], []
     scan.scan_table(stats_file, "Phi_bar", lambda s, b: (starts.append(s), blocks.append(b)),
                   block_bytes=7 * KEEP * 4)  # fmt: skip
@@ -69,18 +69,18 @@ def test_scan_table_blocks_are_the_stored_table(stats_file):
 
 
 def test_scan_table_refuses_a_flipped_bit_naming_the_tensor(stats_file, tmp_path):
-    bad = flipped(stats_file, tmp_path, "G_bar")
-    with pytest.raises(LeadTermsError, match="tensor G_bar does not match its checksum"):
-        scan.scan_table(bad, "G_bar", lambda s, b: None, block_bytes=64)
+    bad = flipped(stats_file, tmp_path, "Q_bar/values")
+    with pytest.raises(LeadTermsError, match="tensor Q_bar/values does not match its checksum"):
+        scan.scan_table(bad, "Q_bar", lambda s, b: None, block_bytes=64)
     scan.scan_table(bad, "Phi_bar", lambda s, b: None)  # another table of the file is fine
 
 
 # -- CLI top: only what it needs ------------------------------------------------------------------
 def reference_top(path, name, token_id, k):
     """Top ``k`` (id, score) of the full stored matrix, sorted plainly."""
-    tables = load_file(path)
-    kept = tables["kept"].tolist()
-    row = tables[name][kept.index(token_id)].tolist()
+    stats = CorpusStats.load(path)
+    kept = stats.kept.tolist()
+    row = getattr(stats, name)[kept.index(token_id)].tolist()
     order = sorted(range(len(row)), key=lambda j: -row[j])[:k]
     return [(kept[j], row[j]) for j in order]
 
@@ -96,8 +96,8 @@ def test_top_in_row_blocks_equals_the_full_matrix(stats_file, capsys, monkeypatc
     monkeypatch.setattr(scan, "ROW_BLOCK_BYTES", 4 * KEEP * 4)  # blocks of four rows
     kept = load_file(stats_file)["kept"].tolist()
     tokens = [kept[0], kept[13], kept[-1]]
-    code, out, _ = run(["top", str(stats_file), *map(str, tokens), "--matrix", matrix, "-k", "5"],
-                       capsys)  # fmt: skip
+    code, out, _ = run(["top", str(stats_file), *map(str, tokens), "--matrix", matrix, "-k", "5",
+                        "--scoring", "raw", "--exclude", "none"], capsys)  # fmt: skip
     assert code == 0
     for token, line in zip(tokens, out.strip().splitlines(), strict=True):
         expected = reference_top(stats_file, name, token, 5)
@@ -110,13 +110,14 @@ def test_top_in_row_blocks_equals_the_full_matrix(stats_file, capsys, monkeypatc
 
 def test_top_reads_only_the_needed_table(stats_file, tmp_path, capsys):
     kept = load_file(stats_file)["kept"].tolist()
-    for unneeded, matrix in (("Phi_bar", "bigram"), ("Q_bar", "context"), ("G_bar", "context")):
+    for unneeded, matrix in (("Phi_bar/values", "bigram"), ("Q_bar/values", "context"),
+                             ("Q_bar/mask", "interchangeability")):  # fmt: skip
         code, out, err = run(["top", str(flipped(stats_file, tmp_path, unneeded)), str(kept[0]),
                               "--matrix", matrix], capsys)  # fmt: skip
         assert code == 0 and out.startswith(f"{kept[0]}: "), err
-    code, out, err = run(["top", str(flipped(stats_file, tmp_path, "Phi_bar")), str(kept[0]),
-                          "--matrix", "context"], capsys)  # fmt: skip
-    assert code == 2 and not out and "tensor Phi_bar does not match its checksum" in err
+    code, out, err = run(["top", str(flipped(stats_file, tmp_path, "Phi_bar/values")),
+                          str(kept[0]), "--matrix", "context"], capsys)  # fmt: skip
+    assert code == 2 and not out and "tensor Phi_bar/values does not match its checksum" in err
     code, _, err = run(["top", str(flipped(stats_file, tmp_path, "pair_counts")), str(kept[0]),
                         "--matrix", "context"], capsys)  # fmt: skip
     assert code == 2 and "tensor pair_counts does not match its checksum" in err
@@ -166,9 +167,9 @@ def test_row_blocks_score_as_the_full_matrix(scoring, gram):
 
 # -- report: only the tables it shows --------------------------------------------------------------
 def test_report_without_model_reads_no_dense_table(stats_file, tmp_path, capsys):
-    bad = flipped(stats_file, tmp_path, "Phi_bar")
+    bad = flipped(stats_file, tmp_path, "Phi_bar/values")
     code, out, err = run(["report", str(bad), "-o", str(tmp_path / "r.html"), "--quiet"], capsys)
     assert code == 0 and "wrote" in out, err
     code, _, err = run(["report", str(bad), "-o", str(tmp_path / "r.html"), "--words", "3",
                         "--quiet"], capsys)  # fmt: skip
-    assert code == 2 and "tensor Phi_bar does not match its checksum" in err
+    assert code == 2 and "tensor Phi_bar/values does not match its checksum" in err

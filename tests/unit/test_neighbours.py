@@ -63,4 +63,14 @@ def test_bad_scoring_and_exclude(stats):
     with pytest.raises(LeadTermsError, match="scoring"):
         stats.top("B_bar", 0, scoring="tfidf")
     with pytest.raises(LeadTermsError, match="special"):
-        stats.top("B_bar", 0, exclude="special")  # no tokenizer attached
+        stats.top("B_bar", 0, exclude="specials")
+
+
+def test_default_is_cosine_without_special_tokens_and_raw_is_one_keyword_away(stats):
+    # no tokenizer: "special" (the default) leaves nothing out, as bare token ids have none
+    assert stats.top("B_bar", 0) == stats.top("B_bar", 0, scoring="cosine", exclude=())
+    assert stats.top("B_bar", 0).scoring == "cosine"
+    raw = stats.top("B_bar", 0, scoring="raw")
+    expected = torch.sort(stats.B_bar[0], descending=True, stable=True).indices[: len(raw)]
+    expected = expected.tolist()  # equal scores in index order
+    assert [x.token_id for x in raw] == expected and raw.scoring == "raw"

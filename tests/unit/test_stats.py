@@ -124,8 +124,8 @@ def test_orientation_is_pinned_by_a_planted_corpus():
     s = corpus_stats(torch.tensor(rows), d_vocab=200, progress=False)
     assert s.B_bar[1, 2] > 0.5 / s.n_ctx and s.B_bar[2, 1] < 0
     assert s.Phi_bar[4, 3] > 0 > s.Phi_bar[3, 4]
-    assert s.top("bigram", 1, n=1)[0].token_id == 2
-    assert s.top("context", 4, n=1)[0].token_id == 3
+    assert s.top("bigram", 1, n=1, scoring="raw")[0].token_id == 2
+    assert s.top("context", 4, n=1, scoring="raw")[0].token_id == 3
 
 
 def test_input_forms_agree():
@@ -225,14 +225,14 @@ def test_pass_two_refuses_a_different_g_bar():
 def test_top_returns_readable_neighbours_and_excludes_self_for_sigma():
     tokens = markov_windows(20, 10, 12, seed=9)
     s = corpus_stats(tokens, d_vocab=12, progress=False)
-    top = s.top("Sigma_B", 3, n=4)
+    top = s.top("Sigma_B", 3, n=4, scoring="raw")
     assert len(top) == 4 and all(n.token_id != 3 for n in top)
     scores = [n.score for n in top]
     assert scores == sorted(scores, reverse=True)
     row = s.Sigma_B[3].clone()
     row[3] = -float("inf")
     assert top[0].token_id == int(row.argmax())
-    assert s.top("Phi_bar", 3, n=2)[0].token_id == int(s.Phi_bar[3].argmax())
+    assert s.top("Phi_bar", 3, n=2, scoring="raw")[0].token_id == int(s.Phi_bar[3].argmax())
 
 
 def test_repr_names_the_sizes():

@@ -8,7 +8,7 @@
     tl-leadterms stats my_dataset_dir -o s.safetensors --tokenizer tok_dir --text-column text
     tl-leadterms stats shards/*.npy -o s.safetensors --d-vocab 50304 --ray auto  # a Ray cluster
     tl-leadterms stats ids.npy -o b.safetensors --d-vocab 50304 --blocks 20  # per block of windows
-    tl-leadterms top s.safetensors red --tokenizer tok_dir
+    tl-leadterms top s.safetensors red fish --matrix context   # the file's tokenizer
     tl-leadterms decompose ckpt_dir s.safetensors [--json|--csv] [-o table.json]
     tl-leadterms sweep series_dir s.safetensors [--results r.jsonl] [--out table.csv]
     tl-leadterms sweep pythia-70m s.safetensors --steps 0 1 2 4    # hub checkpoints
@@ -41,11 +41,16 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tl-leadterms`` parser: one subparser per module of this package."""
+    from tl_leadterms.cli.help import Formatter, VersionAction
+
     parser = argparse.ArgumentParser(
         prog="tl-leadterms",
         description="Corpus statistics and gradient leading terms of transformer weights.",
+        epilog="example:\n  tl-leadterms demo\n  tl-leadterms COMMAND --help",
+        formatter_class=Formatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action=VersionAction, help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for command in (demo, stats, top, decompose, sweep, report):
         command.add_parser(sub)
@@ -92,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         # bad input and unreadable or unwritable files: one line, whatever the message held
         if isinstance(err, OSError) and out_of_space(err):  # a write outside the atomic writer
             err = no_space_error(Path(err.filename or "."), None, 0, err)
-        message = " ".join(str(err).split())
+        text = err.cli_message if isinstance(err, LeadTermsError) else str(err)
+        message = " ".join(text.split())
         print(f"tl-leadterms {args.command}: error: {message}", file=sys.stderr)
         return 2

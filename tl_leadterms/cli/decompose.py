@@ -39,7 +39,14 @@ def cmd_decompose(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     """The ``decompose`` subcommand's arguments."""
-    dec = sub.add_parser("decompose", help="a checkpoint + statistics -> the decompose table")
+    from tl_leadterms.cli.help import subparser
+
+    dec = subparser(
+        sub,
+        "decompose",
+        "a checkpoint + statistics -> the decompose table",
+        "tl-leadterms decompose ckpt_dir stats.safetensors --csv -o table.csv",
+    )
     dec.add_argument(
         "checkpoint", help="a Hugging Face folder (any architecture TL converts) or a model name"
     )

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from tl_leadterms.cli.inputs import positive_int_arg
+from tl_leadterms.cli.output import human_size
 from tl_leadterms.errors import LeadTermsError
 
 DEMO_WORDS = {
@@ -193,23 +194,23 @@ def _demo_report(args, stats, tokenizer, stories: list[str], trained: dict) -> N
         attention_step=trained.get("later_step"),
         progress=not args.quiet,
     )
-    size = path.stat().st_size / 1e6
-    print(
-        f"\nWrote {path} ({size:.1f} MB, {time.perf_counter() - start:.1f} s): open it in a browser"
-    )
+    size = human_size(path.stat().st_size)
+    print(f"\nWrote {path} ({size}, {time.perf_counter() - start:.1f} s): open it in a browser")
 
 
 def add_parser(sub) -> None:
     """The ``demo`` subcommand's arguments."""
-    demo = sub.add_parser(
-        "demo", help="embedded corpus -> statistics -> a short training run -> report.html"
-    )
+    from tl_leadterms.cli.help import subparser
+
+    demo = subparser(sub, "demo",
+                     "embedded corpus -> statistics -> a short training run -> report.html",
+                     "tl-leadterms demo --out out")  # fmt: skip
     demo.add_argument("--stories", type=positive_int_arg, default=4000, help="stories to generate")
     demo.add_argument(
         "--vocab", type=positive_int_arg, default=2000, help="word-level vocabulary size"
     )
     demo.add_argument("--n-ctx", type=positive_int_arg, default=128, help="window length T")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=int, default=0, help="seed of the stories and the model")
     demo.add_argument("--out", default="out", help="folder for the outputs")
     demo.add_argument(
         "--train-steps",

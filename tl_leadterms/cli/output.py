@@ -8,7 +8,22 @@ from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["emit_text", "output_format", "to_json"]
+__all__ = ["emit_text", "human_size", "output_format", "to_json"]
+
+
+def human_size(n_bytes: int) -> str:
+    """A file size in the unit that reads (decimal: 1 KB = 1,000 bytes).
+
+    >>> human_size(512), human_size(8_800), human_size(217_600_000), human_size(3_200_000_000)
+    ('512 bytes', '8.8 KB', '217.6 MB', '3.2 GB')
+    """
+    if n_bytes < 1000:
+        return f"{n_bytes} bytes"
+    for unit in ("KB", "MB", "GB", "TB"):
+        n_bytes /= 1000
+        if n_bytes < 999.95 or unit == "TB":
+            return f"{n_bytes:.1f} {unit}"
+    raise AssertionError("unreachable")
 
 
 def emit_text(content: str, path: str | None, *, announce: bool = True) -> None:

@@ -10,6 +10,7 @@ from tl_leadterms.cli.inputs import (
     read_stats,
     tokenizer_from_spec,
 )
+from tl_leadterms.cli.output import human_size
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.jsontext import parse_json
 
@@ -51,7 +52,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         steps=args.steps,
         progress=not args.quiet,
     )
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    print(f"wrote {path} ({human_size(path.stat().st_size)})")
     return 0
 
 
@@ -73,7 +74,11 @@ def _read_sweep(path: str):
 
 def add_parser(sub) -> None:
     """The ``report`` subcommand's arguments."""
-    rep = sub.add_parser("report", help="statistics (+ a model) -> one self-contained report.html")
+    from tl_leadterms.cli.help import subparser
+
+    rep = subparser(sub, "report", "statistics (+ a model) -> one self-contained report.html",
+                    'tl-leadterms report stats.safetensors --model ckpt_dir --text "Once upon a '
+                    'time" --words red fish -o report.html')  # fmt: skip
     rep.add_argument("stats", help="a statistics file")
     rep.add_argument(
         "--model", help="a Hugging Face folder (any architecture TL converts) or a model name"
@@ -83,7 +88,7 @@ def add_parser(sub) -> None:
     rep.add_argument("--words", nargs="+", help="words for the association lists")
     rep.add_argument("--tokenizer", help="tokenizer folder or name (default: the model's)")
     rep.add_argument("--sweep-results", help="a sweep --results .jsonl file to plot")
-    rep.add_argument("-o", "--output", default="report.html", help="default: report.html")
+    rep.add_argument("-o", "--output", default="report.html", help="the HTML file to write")
     rep.add_argument("--title", help="the page title")
     rep.add_argument("--lr", type=float, help="the training run's learning rate, if known")
     rep.add_argument("--steps", type=int, help="the training run's step count, if known")

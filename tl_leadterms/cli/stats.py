@@ -2,6 +2,7 @@
 or on Ray."""
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -239,6 +240,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         )
     stats = _compute(windows, d_vocab, tokenizer, args)
     # the statistics name the tokenizer's hash: both files land together or neither does
+    if args.save_tokenizer:  # where top and report find it, relative to the statistics file
+        stats.metadata["tokenizer_path"] = os.path.relpath(
+            Path(args.save_tokenizer).resolve(), Path(args.output).resolve().parent
+        )
     with atomic_set() as out:
         stats.save(out.file(args.output, parents=True))
         if args.save_tokenizer:
@@ -249,7 +254,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     """The ``stats`` subcommand's arguments."""
-    stats = sub.add_parser("stats", help="texts, a dataset or token arrays -> a statistics file")
+    from tl_leadterms.cli.help import subparser
+
+    stats = subparser(sub, "stats", "texts, a dataset or token arrays -> a statistics file",
+                      "tl-leadterms stats corpus.txt -o stats.safetensors --tokenizer word:3000 "
+                      "--n-ctx 200 --save-tokenizer tokenizer")  # fmt: skip
     stats.add_argument(
         "inputs",
         nargs="+",
@@ -272,7 +281,10 @@ def add_parser(sub) -> None:
         type=positive_int_arg,
         help="window length T (default 128; arrays: their width - 1)",
     )
-    stats.add_argument("--mode", choices=["chunk", "truncate"], default="chunk")
+    stats.add_argument("--mode", choices=["chunk", "truncate"], default="chunk",
+                       help="chunk: concatenate the documents and cut consecutive windows of T + 1 "
+                       "tokens; truncate: each document's first T + 1 tokens (shorter ones "
+                       "skipped)")  # fmt: skip
     stats.add_argument("--max-windows", type=positive_int_arg, help="use at most this many windows")
     stats.add_argument("--keep", type=positive_int_arg, help="keep the k most frequent tokens")
     stats.add_argument(
@@ -304,7 +316,9 @@ def add_parser(sub) -> None:
     )
     stats.add_argument("--text-column", default="text", help="text column of a dataset")
     stats.add_argument("--split", default="train", help="split of a dataset")
-    stats.add_argument("--save-tokenizer", help="folder to save the tokenizer to")
+    stats.add_argument("--save-tokenizer", metavar="FOLDER",
+                       help="folder to save the tokenizer to (the file records it: top and "
+                       "report find it there)")  # fmt: skip
     stats.add_argument(
         "--ray",
         nargs="?",

@@ -94,7 +94,11 @@ def _sweep_stats(args: argparse.Namespace):
 
 def add_parser(sub) -> None:
     """The ``sweep`` subcommand's arguments."""
-    sw = sub.add_parser("sweep", help="checkpoints + statistics -> a table over training")
+    from tl_leadterms.cli.help import subparser
+
+    sw = subparser(sub, "sweep", "checkpoints + statistics -> a table over training",
+                   "tl-leadterms sweep series_dir stats.safetensors --results r.jsonl --out "
+                   "table.csv")  # fmt: skip
     sw.add_argument(
         "checkpoints",
         nargs="+",

@@ -1,82 +1,224 @@
 """``tl-leadterms top``: the tokens most associated with given tokens, read from a statistics
-file (dense tables are scanned in row blocks, never read whole; TransformerLens is not
-imported)."""
+file.
+
+It reads only the tensors the query needs (the sparse counts for the bigram and
+interchangeability lists, one packed table for context and attention), each verified against
+its checksum, with numpy and ``tokenizers`` alone (:mod:`tl_leadterms.stats.filetop`): no torch,
+no TransformerLens. The tokenizer is the one the file records (its saved folder), unless
+``--tokenizer`` names another. Lists the numpy reader does not cover (Ḡ, PPMI of Σ_B̄, block
+files) go through :meth:`CorpusStats.top`, which gives the same lists.
+"""
 
 import argparse
+from pathlib import Path
+from typing import Any
 
-from tl_leadterms.cli.inputs import (
-    is_block_file,
-    positive_int_arg,
-    read_stats,
-    tokenizer_from_spec,
-)
+from tl_leadterms.cli.inputs import positive_int_arg
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["add_parser", "cmd_top"]
+__all__ = ["add_parser", "cmd_top", "recorded_tokenizer"]
 
-_STREAMED = ("Phi_bar", "G_bar", "Q_bar")  # dense tables: ``top`` reads their rows in blocks
+_MATRICES = ("bigram", "interchangeability", "context", "composed", "attention",
+             "B_bar", "Sigma_B", "Phi_bar", "G_bar", "Q_bar")  # fmt: skip
+_ALIASES = {"bigram": "B_bar", "interchangeability": "Sigma_B", "context": "Phi_bar",
+            "composed": "G_bar", "attention": "Q_bar"}  # fmt: skip
+
+
+def _candidates(path: Path, meta: dict[str, Any]) -> list[Path]:
+    """Folders that may hold the file's tokenizer, most explicit first: the folder the file
+    records (``tokenizer_path``, relative to the file), the recorded name as a folder, then
+    ``<stem>.tokenizer`` and ``tokenizer`` beside the file."""
+    here = path.parent
+    out = []
+    for key in ("tokenizer_path", "tokenizer_name"):
+        value = meta.get(key)
+        if isinstance(value, str) and value:
+            out += [here / value, Path(value)]
+    return [*out, here / f"{path.stem}.tokenizer", here / "tokenizer"]
+
+
+def recorded_tokenizer(path: Path, meta: dict[str, Any]) -> Any:
+    """The tokenizer the statistics were counted with, from a saved folder whose vocabulary hash
+    is the file's (None when there is none)."""
+    from tl_leadterms.stats.filetop import FileTokenizer
+
+    wanted = meta.get("tokenizer_vocab_hash")
+    if not wanted:
+        return None
+    for folder in _candidates(path, meta):
+        if folder.is_dir() and (folder / "tokenizer.json").is_file():
+            try:
+                tokenizer = FileTokenizer(folder)
+            except Exception:
+                continue
+            if tokenizer.vocab_hash() == wanted:
+                return tokenizer
+    return None
+
+
+def _given_tokenizer(spec: str) -> Any:
+    """``--tokenizer``: a saved folder through ``tokenizers`` alone, else a name (transformers)."""
+    from tl_leadterms.cli.inputs import first_line, tokenizer_from_spec
+    from tl_leadterms.stats.filetop import FileTokenizer
+
+    folder = Path(spec).expanduser()
+    if folder.is_dir() and (folder / "tokenizer.json").is_file():
+        try:
+            return FileTokenizer(folder)
+        except Exception as err:  # malformed tokenizer.json or tokenizer_config.json
+            raise LeadTermsError(
+                f"cannot load tokenizer {spec!r} ({first_line(err)}); pass a local tokenizer "
+                "folder (tokenizer.json) or a cached hub name."
+            ) from err
+    return tokenizer_from_spec(spec, None)
+
+
+def _check_vocab(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
+    from tl_leadterms.stats.filetop import tokenizer_hash
+
+    size = len(tokenizer)
+    stored = meta.get("tokenizer_vocab_hash")
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    differs = stored is not None and backend is not None and tokenizer_hash(backend) != stored
+    if size > meta["d_vocab"]:
+        raise LeadTermsError(
+            f"{path} was counted with d_vocab={meta['d_vocab']} but the tokenizer has {size} "
+            "tokens: these statistics are of another vocabulary; use the tokenizer they were "
+            "computed with (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know "
+            "better)"
+        )
+    if differs:
+        raise LeadTermsError(
+            f"{path} was counted with tokenizer {meta.get('tokenizer_name')!r} (d_vocab="
+            f"{meta['d_vocab']}), whose vocabulary differs from the tokenizer given ({size} "
+            "tokens); use the tokenizer the statistics were computed with (or pass "
+            "⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know better)"
+        )
+
+
+def _token_id(word: str, tokenizer: Any) -> int:
+    if tokenizer is None:
+        if not word.isdigit():
+            raise LeadTermsError(
+                f"token {word!r} is a string but the statistics file records no saved tokenizer "
+                "folder; ⟦pass tokenizer=|pass --tokenizer FOLDER (or compute the statistics "
+                "with --save-tokenizer)⟧ to look it up, or give its token id"
+            )
+        return int(word)
+    ids = tokenizer.encode(word, add_special_tokens=False)
+    if len(ids) != 1:
+        raise LeadTermsError(
+            f"{word!r} is {len(ids)} tokens ({ids}) for this tokenizer; pass a single token or "
+            "its id."
+        )
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is not None and ids[0] == unk and word != getattr(tokenizer, "unk_token", None):
+        raise LeadTermsError(
+            f"{word!r} is not in the tokenizer's vocabulary (it encodes to the unknown token "
+            f"{tokenizer.unk_token!r}); pick a word the tokenizer knows"
+        )
+    return int(ids[0])
+
+
+def _excluded(spec: str | list[str], tokenizer: Any) -> list[int] | str:
+    """``--exclude``: ``special`` (the tokenizer's special tokens), ``none``, or token ids."""
+    if spec in ("special", ["special"]):
+        return "special"
+    if spec == ["none"]:
+        return []
+    if not all(s.isdigit() for s in spec):
+        raise LeadTermsError(f"--exclude takes special, none or token ids, got {' '.join(spec)!r}")
+    return [int(s) for s in spec]
+
+
+def _line(items, tokenizer) -> str:
+    if isinstance(items, str):
+        return items
+    label = (lambda t: tokenizer.decode([t])) if tokenizer is not None else str
+    return ", ".join(f"{label(t)} ({s:.3g})" for t, s in items)
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    from tl_leadterms.stats.corpus import ALIASES, MATRICES
+    from tl_leadterms.stats import fileformat as ff
 
-    key = ALIASES.get(args.matrix, args.matrix)
-    if key not in MATRICES:
-        raise LeadTermsError(
-            f"unknown --matrix {args.matrix!r}; choose one of {sorted([*MATRICES, *ALIASES])}"
-        )
-    tokenizer = tokenizer_from_spec(args.tokenizer, None) if args.tokenizer else None
-    stats = read_stats(
-        args.stats,
-        tokenizer,
-        want=("B_bar",) if key in _STREAMED else (key,),  # the sparse counts (and kept ids)
-        check_vocab=not args.allow_vocab_mismatch,
-    )
-    tokens = [int(w) if w.isdigit() and tokenizer is None else w for w in args.tokens]
-    if key in _STREAMED and not is_block_file(args.stats):  # a block file's are in memory
-        lines = _top_streamed(args.stats, key, stats, tokens, args.k, tokenizer)
+    key = _ALIASES.get(args.matrix, args.matrix)
+    path = Path(args.stats)
+    meta = ff.read_header(path)
+    if args.tokenizer:
+        tokenizer = _given_tokenizer(args.tokenizer)
     else:
-        lines = [_top_line(stats.top(key, token, n=args.k, tokenizer=tokenizer))
-                 for token in tokens]  # fmt: skip
+        tokenizer = recorded_tokenizer(path, meta)
+    if tokenizer is not None and not args.allow_vocab_mismatch and meta.get("format") == ff.FORMAT:
+        _check_vocab(path, meta, tokenizer)
+    exclude = _excluded(args.exclude, tokenizer)
+    lines = None
+    if meta.get("format") == ff.FORMAT:
+        lines = _from_file(path, key, args, tokenizer, exclude)
+    if lines is None:
+        lines = _from_stats(args, key, tokenizer, exclude)
     for word, line in zip(args.tokens, lines, strict=True):
         print(f"{word}: {line}")
     return 0
 
 
-def _top_line(neighbours) -> str:
-    if not neighbours and getattr(neighbours, "note", ""):
-        return neighbours.note
-    return ", ".join(f"{n.token} ({n.score:.3g})" for n in neighbours)
+def _from_file(path: Path, key: str, args, tokenizer: Any, exclude) -> list[str] | None:
+    """The lists read with numpy alone, or None where :meth:`CorpusStats.top` must answer."""
+    from tl_leadterms.stats.filetop import StatsFile
 
-
-def _top_streamed(path: str, key: str, stats, tokens: list, k: int, tokenizer) -> list[str]:
-    """``top`` of a dense table from the rows of ``tokens`` alone: one verified pass over the
-    table in row blocks (:func:`~tl_leadterms.stats.io.scan_table`), never the whole table."""
-    from tl_leadterms.stats.io import scan_table
-    from tl_leadterms.stats.neighbours import RowScorer, no_associations
-
-    positions = [stats.vocab.position(stats.token_id_of(t, tokenizer)) for t in tokens]
-    scorer = RowScorer(stats.k, positions, "raw", symmetric_gram=False)
-    scan_table(path, key, scorer.update)
+    stats = StatsFile(path)
+    if exclude == "special":
+        exclude = list(getattr(tokenizer, "all_special_ids", None) or [])
     lines = []
-    for token, i in zip(tokens, positions, strict=True):
-        row = scorer.raw(i)
-        note = stats.degenerate_note(key) or no_associations(
-            token, float(stats.unigram_counts[i]), row
-        )
-        lines.append(note or _top_line(stats.ranked(row, n=k, tokenizer=tokenizer)))
+    for word in args.tokens:
+        found = stats.top(key, _token_id(word, tokenizer), args.k, args.scoring, exclude, word)
+        if found is None:
+            return None
+        lines.append(_line(found, tokenizer))
+    return lines
+
+
+def _from_stats(args, key: str, tokenizer: Any, exclude) -> list[str]:
+    """The lists through :meth:`CorpusStats.top` (torch), reading only the table asked for."""
+    from tl_leadterms.cli.inputs import read_stats
+
+    want = {"Sigma_B": "B_bar"}.get(key, key)
+    stats = read_stats(args.stats, tokenizer, want=(want,), check_vocab=False)
+    lines = []
+    for word in args.tokens:
+        token = int(word) if word.isdigit() and tokenizer is None else word
+        found = stats.top(key, token, n=args.k, tokenizer=tokenizer, scoring=args.scoring,
+                          exclude=exclude)  # fmt: skip
+        lines.append(found.note if not found and found.note else
+                     _line([(x.token_id, x.score) for x in found], tokenizer))  # fmt: skip
     return lines
 
 
 def add_parser(sub) -> None:
     """The ``top`` subcommand's arguments."""
-    top = sub.add_parser("top", help="the tokens most associated with given tokens")
-    top.add_argument("stats", help="a statistics file")
-    top.add_argument("tokens", nargs="+", help="tokens (strings with --tokenizer, else ids)")
-    top.add_argument("--matrix", default="bigram", help="bigram, interchangeability, context, ...")
-    top.add_argument("--tokenizer", help="tokenizer folder or name")
+    from tl_leadterms.cli.help import subparser
+
+    top = subparser(
+        sub, "top", "the tokens most associated with given tokens",
+        "tl-leadterms top stats.safetensors red fish --matrix context -n 5",
+    )  # fmt: skip
+    top.add_argument("stats", help="a statistics file (tl-leadterms stats -o FILE)")
+    top.add_argument("tokens", nargs="+", help="words (with a tokenizer) or token ids")
+    top.add_argument("--matrix", default="bigram", choices=_MATRICES, metavar="MATRIX",
+                     help="which statistic: bigram (next tokens), interchangeability, context "
+                     "(earlier tokens), composed, attention")  # fmt: skip
+    top.add_argument("--tokenizer", help="tokenizer folder or name (default: the folder the "
+                     "statistics file records, if it is there)")  # fmt: skip
+    top.add_argument("-n", "-k", dest="k", type=positive_int_arg, default=10, metavar="N",
+                     help="how many tokens to list")  # fmt: skip
+    top.add_argument("--scoring", choices=("cosine", "raw", "ppmi"), default="cosine",
+                     help="cosine: row and column normalised (readable); raw: the paper's "
+                     "scores (frequent tokens first); ppmi: frequency-corrected")  # fmt: skip
     top.add_argument(
-        "-n", "-k", dest="k", type=positive_int_arg, default=10, help="how many tokens to list"
+        "--exclude",
+        nargs="+",
+        default="special",
+        metavar="special|none|ID",
+        help="tokens to leave out: the tokenizer's special tokens, none, or ids",
     )
     top.add_argument(
         "--allow-vocab-mismatch",

@@ -285,7 +285,10 @@ def atlas(atlas_html: str | None, head_atlas: Any) -> str:
             )
         atlas_html = head_atlas.html()
     if atlas_html is None:
-        return note("No head atlas given: pass head_atlas= (or atlas_html=) for the grid.")
+        return note(
+            "No head atlas given: in Python, pass report(head_atlas=...) (or atlas_html=) for "
+            "the grid; tl-leadterms demo draws one."
+        )
     if not isinstance(atlas_html, str):
         raise LeadTermsError(f"atlas_html must be a string of HTML, got {atlas_html!r}")
     return f'<div class="view atlas">{atlas_html}</div>'

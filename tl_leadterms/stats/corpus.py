@@ -118,10 +118,35 @@ class CorpusStats:
     def has(self, name: str) -> bool:
         """Whether the statistic ``name`` (``"Phi_bar"``, ``"G_bar"``, ``"Q_bar"``, ``"Delta"``) is
         here; ``"B_bar"`` and ``"Sigma_B"`` always are (they come from the sparse counts)."""
-        return name in ("B_bar", "Sigma_B") or self._tables.get(name) is not None
+        return (
+            name in ("B_bar", "Sigma_B")
+            or self._tables.get(name) is not None
+            or self._rebuilds(name)
+        )
+
+    def _rebuilds(self, name: str) -> bool:
+        """Whether ``name`` is Ḡ, not held but to be rebuilt from Φ̄ (statistics loaded from a
+        file, which stores Φ̄ alone: see :mod:`.fileformat`)."""
+        return (
+            name == "G_bar"
+            and self._tables["G_bar"] is None
+            and self._tables["Phi_bar"] is not None
+            and "G_bar" in self.metadata.get("rebuilt", ())
+        )
+
+    def _composed(self) -> Tensor:
+        """Ḡ = Σ_B̄Φ̄ from the sparse counts and Φ̄, as :func:`~tl_leadterms.corpus_stats`
+        computes it (same operator, dtype and backend: the same table)."""
+        phi = self._tables["Phi_bar"]
+        bigram = algebra.CentredBigram(self.pair_codes, self.pair_counts, self.unigram_counts,
+                                       self.n_positions, self.centre_vocab, phi.dtype,
+                                       backend=self.metadata.get("backend", "auto"))  # fmt: skip
+        return bigram.composed(phi)
 
     def _table(self, name: str) -> Tensor:
         table = self._tables[name]
+        if table is None and self._rebuilds(name):
+            table = self._tables[name] = self._composed()
         if table is None:
             raise LeadTermsError(
                 f"these statistics hold no {name} (computed: "
@@ -235,8 +260,8 @@ class CorpusStats:
         if isinstance(token, str):
             if tokenizer is None:
                 raise LeadTermsError(
-                    f"token {token!r} is a string; pass tokenizer= (or attach one as "
-                    "stats.tokenizer) to look it up, or pass its token id."
+                    f"token {token!r} is a string; pass ⟦tokenizer= (or attach one as "
+                    "stats.tokenizer)|--tokenizer FOLDER⟧ to look it up, or pass its token id."
                 )
             ids = tokenizer.encode(token, add_special_tokens=False)
             if len(ids) != 1:
@@ -278,8 +303,8 @@ class CorpusStats:
         n: int = 10,
         tokenizer: Any = None,
         exclude_self: bool | None = None,
-        scoring: str = "raw",
-        exclude: Any = None,
+        scoring: str = neighbours.DEFAULT_SCORING,
+        exclude: Any = neighbours.DEFAULT_EXCLUDE,
     ) -> "neighbours.Neighbours":
         """The ``n`` tokens most associated with ``token`` under a statistic (paper Fig. 5).
 
@@ -295,9 +320,12 @@ class CorpusStats:
                 tokenizer attached to the statistics, if any.
             exclude_self: drop ``token`` itself (default: only for ``Sigma_B``, whose diagonal
                 is trivially large).
-            scoring: ``"raw"`` (the paper's), ``"cosine"`` (row/column normalised) or
-                ``"ppmi"`` (frequency-corrected); formulas in :mod:`tl_leadterms.stats.neighbours`.
-            exclude: token ids to leave out, or ``"special"`` for the tokenizer's special tokens.
+            scoring: ``"cosine"`` (the default: row/column normalised, so frequent tokens do
+                not top every list), ``"raw"`` (the paper's scores) or ``"ppmi"``
+                (frequency-corrected); formulas in :mod:`tl_leadterms.stats.neighbours`.
+            exclude: ``"special"`` (the default: the tokenizer's special tokens, none without
+                a tokenizer), token ids to leave out, or ``()`` to keep every token.
+                ``scoring="raw", exclude=()`` gives the paper's raw lists.
 
         Returns a :class:`~tl_leadterms.stats.neighbours.Neighbours` list; for a token that never
         occurs (or whose row is zero) it is empty and its ``note`` says so.
@@ -340,7 +368,7 @@ class CorpusStats:
 
     def ranked(
         self, row: Tensor, *, n: int, tokenizer: Any = None, scoring: str = "raw"
-    ) -> "neighbours.Neighbours":
+    ) -> "neighbours.Neighbours":  # the scoring ``row`` was scored with, recorded
         """The ``n`` best finite entries of a scored row (matrix positions) as neighbours."""
         out = neighbours.Neighbours(scoring=scoring)
         for score, i in neighbours.best(row, n):
@@ -370,7 +398,7 @@ class CorpusStats:
             pair_counts=self.pair_counts.to(device),
             unigram_counts=self.unigram_counts.to(device),
             Phi_bar=move(self._tables["Phi_bar"]),
-            G_bar=move(self._tables["G_bar"]),
+            G_bar=move(self._tables["G_bar"]),  # None: rebuilt there, if it was to be here
             Q_bar=move(self._tables["Q_bar"]),
             Delta=move(self._tables["Delta"]),
             metadata={

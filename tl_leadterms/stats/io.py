@@ -21,23 +21,44 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from tl_leadterms.atomic import atomic_path
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.jsontext import parse_json
-from tl_leadterms.stats.provenance import (
-    TensorDigest,
-    ids_vocab_hash,
+from tl_leadterms.stats.fileformat import (
+    BLOCK_FORMAT,
+    COUNTS,
+    FLOATS,
+    FORMAT,
+    FORMAT_VERSION,
+    PACKED,
+    SQUARE,
+    check_header,
+    check_packed,
+    compare_checksum,
+    corrupt_file,
+    is_packed,
     metadata_checksum,
-    tensor_checksum,
+    pack,
+    packed_names,
+    read_header,
+    rebuilt,
+    stored_statistics,
+    stored_sums,
+    unpack,
+    unreadable,
 )
+from tl_leadterms.stats.fileformat import check_tables as check_file_tables
+from tl_leadterms.stats.provenance import TensorDigest, ids_vocab_hash, tensor_checksum
 from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
 from tl_leadterms.version import __version__
 
 __all__ = [
+    "BLOCK_FORMAT",
+    "FORMAT",
     "ROW_BLOCK_BYTES",
     "check_header",
     "check_tables",
@@ -51,16 +72,8 @@ __all__ = [
     "write_file",
 ]
 
-FORMAT = "tl_leadterms.CorpusStats"
-BLOCK_FORMAT = (
-    "tl_leadterms.stats.blocks.BlockStats"  # statistics per block of windows (:mod:`.blocks`)
-)
-FORMAT_VERSION = 2
-_VERSIONS = (1, 2)
-_COUNTS = ("pair_codes", "pair_counts", "unigram_counts")
-_FLOATS = ("Phi_bar", "G_bar", "Q_bar", "Delta")
+_COUNTS, _FLOATS, _SQUARE = COUNTS, FLOATS, SQUARE
 _REQUIRED = (*_COUNTS, *_FLOATS)
-_LARGEST = 1 << 53  # metadata integers above this are not exact in JSON readers
 
 
 def write_file(path: Path, tensors: dict[str, torch.Tensor], header: dict[str, Any]) -> None:
@@ -78,19 +91,33 @@ def write_file(path: Path, tensors: dict[str, torch.Tensor], header: dict[str, A
         save_file(tensors, str(tmp), metadata=metadata)
 
 
+def _packed(name: str, table: torch.Tensor) -> dict[str, torch.Tensor]:
+    parts = pack(table.detach().cpu().numpy())
+    return {f"{name}/{part}": torch.from_numpy(a) for part, a in parts.items()}
+
+
 def save_stats(stats: Any, path: str | os.PathLike) -> None:
-    """Write ``stats`` to ``path`` (a ``.safetensors`` file), atomically."""
-    tensors = {
-        name: getattr(stats, name) for name in _REQUIRED if name in _COUNTS or stats.has(name)
-    }
+    """Write ``stats`` to ``path`` (a ``.safetensors`` file), atomically.
+
+    The sparse counts, Δ and the packed Φ̄ and Q̄ are written (see :mod:`.fileformat`); Ḡ,
+    when Φ̄ is there, is rebuilt on load instead.
+    """
+    present = [name for name in _FLOATS if stats.has(name)]
+    rebuilt = ["G_bar"] if "G_bar" in present and "Phi_bar" in present else []
+    tensors = {name: getattr(stats, name) for name in _COUNTS}
     if stats.kept is not None:
         tensors["kept"] = stats.kept
+    if "Delta" in present:
+        tensors["Delta"] = stats.Delta
     tensors = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
+    for name in _SQUARE:
+        if name in present and name not in rebuilt:
+            tensors.update(_packed(name, getattr(stats, name)))
     vocab_hash = stats.metadata.get("tokenizer_vocab_hash") or ids_vocab_hash(
         stats.d_vocab, stats.kept
     )
     header = {
-        **stats.metadata,
+        **{key: v for key, v in stats.metadata.items() if key != "rebuilt"},
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "library_version": stats.metadata.get("library_version", __version__),
@@ -101,124 +128,47 @@ def save_stats(stats: Any, path: str | os.PathLike) -> None:
         "centre_vocab": stats.centre_vocab,
         "dtype": str(stats.dtype).removeprefix("torch."),
         "vocab_hash": vocab_hash,
-        "statistics": ["B_bar", *(n for n in _FLOATS if stats.has(n))],
+        "statistics": ["B_bar", *present],
+        "rebuilt": rebuilt,
     }
     write_file(Path(path), tensors, header)
 
 
 def read_file(path: Path, names: set[str] | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The tensors in ``names`` (None: all, each read on its own) and the header."""
-    if not path.is_file():
-        raise LeadTermsError(f"no statistics file at {path}; save one with stats.save(path).")
+    meta = read_header(path)
     try:
-        with safe_open(path, framework="pt") as f:  # one read: header, then the tensors
-            raw = (f.metadata() or {}).get("tl_leadterms")
+        with safe_open(path, framework="pt") as f:
             tensors = {
                 name: f.get_tensor(name)
                 for name in f.keys()  # noqa: SIM118 (a handle)
                 if names is None or name in names
             }
     except (SafetensorError, OSError, ValueError) as err:
-        raise LeadTermsError(
-            f"{path} is not a readable safetensors file ({err}); it is corrupt or not written by "
-            "CorpusStats.save. Recompute the statistics."
-        ) from err
-    if raw is None:
-        raise LeadTermsError(
-            f"{path} is a safetensors file but has no tl_leadterms metadata; it was not written "
-            "by CorpusStats.save or BlockStats.save."
-        )
-    meta = parse_json(raw, where=f"{path}: the tl_leadterms metadata")
-    if not isinstance(meta, dict):
-        raise LeadTermsError(f"{path}: the tl_leadterms metadata is not a JSON object.")
+        raise unreadable(path, err) from err
     return tensors, meta
-
-
-_META_INTS = ("d_vocab", "n_ctx", "n_sequences", "n_kept", "centre_vocab")
-
-
-def corrupt_file(path: Path, what: str) -> LeadTermsError:
-    """The error for a file whose content ``what`` no writer of this library produces."""
-    return LeadTermsError(
-        f"{path}: {what}; the file is corrupt or was edited. Recompute the statistics."
-    )
-
-
-_OTHER = {
-    BLOCK_FORMAT: "holds statistics per block of windows (BlockStats.save, tl-leadterms stats "
-    "--blocks); load it with BlockStats.load (its .full() is the whole corpus)",
-    FORMAT: "holds plain statistics (CorpusStats.save, tl-leadterms stats); load it with "
-    "CorpusStats.load, or compute block statistics (block_stats, tl-leadterms stats --blocks B)",
-}
-
-
-def check_header(path: Path, meta: Any, fmt: str = FORMAT, versions=_VERSIONS) -> None:
-    """Refuse metadata that the writer of format ``fmt`` could not have written (a file of the
-    other format is named as such, with the loader to use)."""
-    if not isinstance(meta, dict):
-        raise corrupt_file(path, "the metadata is not a JSON object")
-    if meta.get("format") in _OTHER and meta.get("format") != fmt:
-        raise LeadTermsError(f"{path} {_OTHER[meta['format']]}")
-    if meta.get("format") != fmt or meta.get("format_version") not in versions:
-        raise LeadTermsError(
-            f"{path}: format {meta.get('format')!r} version {meta.get('format_version')!r} is not "
-            f"{fmt!r} version {max(versions)}; recompute the statistics with this version."
-        )
-    bad_meta = [
-        key
-        for key in _META_INTS
-        if isinstance(meta.get(key), bool)
-        or not isinstance(meta.get(key), int)
-        or not 1 <= meta[key] < _LARGEST
-    ]
-    if bad_meta:
-        raise corrupt_file(
-            path, f"metadata {bad_meta} missing or not positive integers below 2**53"
-        )
-    if meta["n_sequences"] * meta["n_ctx"] >= _LARGEST:
-        raise corrupt_file(path, "metadata n_sequences·n_ctx is not below 2**53")
 
 
 def check_tables(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
     """Refuse tables (shapes, dtypes, counts, kept ids) that ``save`` could not have written
-    for statistics of ``meta["n_sequences"]`` windows."""
-    missing = [name for name in _COUNTS if name not in tensors]
-    if missing:
-        raise corrupt_file(path, f"missing tensors {missing}")
-    k, t = meta["n_kept"], meta["n_ctx"]
-    expected = {"Phi_bar": (k, k), "G_bar": (k, k), "Q_bar": (k, k), "Delta": (t,)}
-    expected["unigram_counts"] = (k,)
-    if "kept" in tensors:
-        expected["kept"] = (k,)
-    elif k != meta["d_vocab"]:
-        raise corrupt_file(
-            path, f"n_kept={k} differs from d_vocab={meta['d_vocab']} but no kept ids"
-        )
-    for name, shape in expected.items():
-        if name in tensors and tuple(tensors[name].shape) != shape:
-            raise corrupt_file(
-                path, f"{name} has shape {tuple(tensors[name].shape)}, the metadata says {shape}"
-            )
-    dtypes = {tensors[name].dtype for name in _FLOATS if name in tensors}
-    if len(dtypes) > 1 or not dtypes <= {torch.float32, torch.float64}:
-        raise corrupt_file(path, f"the statistics have dtypes {sorted(map(str, dtypes))}")
-    for name in _FLOATS:
-        if name in tensors and not torch.isfinite(tensors[name]).all():
-            raise corrupt_file(path, f"{name} has NaN or infinite entries")
-    for name in (*_COUNTS, *(("kept",) if "kept" in tensors else ())):
-        if tensors[name].dtype != torch.int64 or tensors[name].ndim != 1:
-            raise corrupt_file(path, f"{name} is not a 1-D int64 tensor")
-    codes, counts = tensors["pair_codes"], tensors["pair_counts"]
-    if codes.shape != counts.shape:
-        raise corrupt_file(path, "pair_codes and pair_counts differ in length")
-    if codes.numel() and (codes[0] < 0 or codes[-1] >= k * k or (codes.diff() <= 0).any()):
-        raise corrupt_file(path, f"pair_codes are not strictly increasing codes in [0, {k * k})")
-    n_positions = meta["n_sequences"] * t
-    if (counts <= 0).any() or counts.sum() > n_positions:
-        raise corrupt_file(path, "pair_counts are not positive counts of at most N·T pairs")
-    unigram = tensors["unigram_counts"]
-    if (unigram < 0).any() or unigram.sum() > n_positions:
-        raise corrupt_file(path, "unigram_counts are not counts of at most N·T positions")
+    for statistics of ``meta["n_sequences"]`` windows (dense tables; see
+    :func:`.fileformat.check_tables`)."""
+    arrays = {name: t.detach().cpu().numpy() for name, t in tensors.items()}
+    packed = []
+    for name in _SQUARE:  # packed tables: their parts (values are checked when unpacked)
+        names = packed_names(name)
+        if all(n in arrays for n in names):
+            parts = {part: arrays.pop(n) for part, n in zip(PACKED, names, strict=True)}
+            check_packed(path, name, parts, meta["n_kept"])
+            if not np.isfinite(parts["values"]).all() or not np.isfinite(parts["base"]).all():
+                raise corrupt_file(path, f"{name} has NaN or infinite entries")
+            arrays[name] = parts["base"]  # stands for the table in the dtype check
+            packed.append(name)
+    check_file_tables(path, {n: a for n, a in arrays.items() if n not in packed}, meta)
+    floats = {arrays[n].dtype for n in (*_SQUARE, "Delta") if n in arrays}
+    if len(floats) > 1:
+        names = sorted(f"torch.{d}" for d in floats)
+        raise corrupt_file(path, f"the statistics have dtypes {names}")
     if "kept" in tensors:
         try:
             resolve_vocab(tensors["kept"], meta["d_vocab"])
@@ -226,23 +176,29 @@ def check_tables(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, A
             raise corrupt_file(path, f"invalid kept ids ({err})") from err
 
 
-def _stored_statistics(meta: dict[str, Any]) -> tuple[str, ...]:
-    """The dense tables the file says it holds (version 1: all of them)."""
-    listed = meta.get("statistics")
-    if meta.get("format_version") == 1 or not isinstance(listed, list):
-        return _FLOATS
-    return tuple(name for name in _FLOATS if name in listed)
-
-
 def _wanted(want: Iterable[str] | None) -> set[str] | None:
-    """Tensor names to read for the statistics in ``want`` (None: every tensor)."""
+    """Statistics asked for by ``want`` (None: every one)."""
     if want is None:
         return None
     names = {want} if isinstance(want, str) else set(want)
     known = {"B_bar", "Sigma_B", *_FLOATS}
     if not names or not names <= known:
         raise LeadTermsError(f"want= names statistics among {sorted(known)}, got {want!r}")
-    return {*_COUNTS, "kept", *(names & set(_FLOATS))}
+    return names
+
+
+def _tensor_names(meta: dict[str, Any], statistics: set[str] | None) -> set[str] | None:
+    """The tensors to read for ``statistics`` (None: every tensor)."""
+    if statistics is None:
+        return None
+    tables = statistics & set(_FLOATS)
+    if "G_bar" in tables and "G_bar" in rebuilt(meta):
+        tables.add("Phi_bar")  # Ḡ is rebuilt from Φ̄
+    names = {*_COUNTS, "kept"}
+    for name in tables:
+        packed = is_packed(meta) and name in _SQUARE
+        names.update(packed_names(name) if packed else [name])
+    return names
 
 
 def _stored_sums(path: Path, meta: dict[str, Any], stacklevel: int) -> dict[str, Any] | None:
@@ -253,18 +209,11 @@ def _stored_sums(path: Path, meta: dict[str, Any], stacklevel: int) -> dict[str,
             "verified; save it again (or recompute it) to add them",
             stacklevel=stacklevel,
         )
-        return None
-    sums = meta.get("checksums")
-    if not isinstance(sums, dict) or sums.get("metadata") != metadata_checksum(meta):
-        raise corrupt_file(
-            path, "the metadata does not match its checksum (a count or a setting was edited)"
-        )
-    return sums
+    return stored_sums(path, meta)
 
 
-def _compare_checksum(path: Path, sums: dict[str, Any] | None, name: str, digest: str) -> None:
-    if sums is not None and sums.get(name) != digest:
-        raise corrupt_file(path, f"tensor {name} does not match its checksum")
+_compare_checksum = compare_checksum
+_stored_statistics = stored_statistics
 
 
 def verify_checksums(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
@@ -276,6 +225,17 @@ def verify_checksums(path: Path, tensors: dict[str, torch.Tensor], meta: dict[st
             _compare_checksum(path, sums, name, tensor_checksum(tensor))
 
 
+def _unpacked(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    """Replace the parts of each packed table read by the table itself (in place)."""
+    k = meta["n_kept"]
+    for name in _SQUARE:
+        names = packed_names(name)
+        if not all(n in tensors for n in names):
+            continue
+        parts = {part: tensors.pop(n).numpy() for part, n in zip(PACKED, names, strict=True)}
+        tensors[name] = torch.from_numpy(unpack(parts, k))
+
+
 def check_tokenizer(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
     """Refuse a tokenizer of another vocabulary than the file's (size, recorded hash)."""
     from tl_leadterms.data.tokenizers import vocab_hash
@@ -285,14 +245,14 @@ def check_tokenizer(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
         raise LeadTermsError(
             f"{path} was counted with d_vocab={meta['d_vocab']} but the tokenizer has {size} "
             "tokens: these statistics are of another vocabulary; use the tokenizer they were "
-            "computed with (or pass check_vocab=False / --allow-vocab-mismatch if you know better)"
+            "computed with (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know better)"
         )
     stored = meta.get("tokenizer_vocab_hash")
     if stored is not None and stored != vocab_hash(tokenizer):
         raise LeadTermsError(
             f"{path} was counted with tokenizer {meta.get('tokenizer_name')!r} whose "
             "vocabulary differs from the tokenizer given (vocabulary hash); use the same "
-            "tokenizer (or pass check_vocab=False / --allow-vocab-mismatch if you know better)"
+            "tokenizer (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know better)"
         )
 
 
@@ -321,21 +281,25 @@ def read_stats(
     """
     path = Path(path)
     names = _wanted(want)
-    tensors, meta = read_file(path, names)
+    meta = read_header(path)
     check_header(path, meta)
-    check_tables(path, tensors, meta)
+    tensors, _ = read_file(path, _tensor_names(meta, names))
+    check_tables(path, tensors, meta)  # what is stored: counts, dense tables, packed parts
+    verify_checksums(path, tensors, meta)
+    _unpacked(path, tensors, meta)
     stored = _stored_statistics(meta)
-    needed = [n for n in (*_COUNTS, *stored) if names is None or n in names]
-    missing = [n for n in needed if n not in tensors]
+    held = [n for n in stored if n not in rebuilt(meta)]
+    needed = [n for n in (*_COUNTS, *held) if names is None or n in names]
+    needed += ["Phi_bar"] if rebuilt(meta) and (names is None or "G_bar" in names) else []
+    missing = [n for n in dict.fromkeys(needed) if n not in tensors]
     if missing:
         raise corrupt_file(path, f"missing tensors {missing}")
     absent = sorted(names & set(_FLOATS) - set(stored)) if names is not None else []
     if absent:
         raise LeadTermsError(
             f"{path} holds no {absent} (it has {['B_bar', *stored]}); recompute the statistics "
-            "with all of them (tl-leadterms stats without --only; corpus_stats(want=None))"
+            "with all of them (⟦corpus_stats(want=None)|tl-leadterms stats without --only⟧)"
         )
-    verify_checksums(path, tensors, meta)
     if d_vocab is not None and d_vocab != meta["d_vocab"]:
         raise LeadTermsError(
             f"{path} was counted with d_vocab={meta['d_vocab']}, but d_vocab={d_vocab} was "
@@ -364,7 +328,8 @@ def read_stats(
             key: v
             for key, v in meta.items()
             if key not in ("format", "format_version", "checksums")
-        },
+        }
+        | {"rebuilt": [n for n in rebuilt(meta) if names is None or n in names]},
         tokenizer=tokenizer,
     )
 
@@ -421,7 +386,7 @@ def scan_table(
     path = Path(path)
     if name not in _DENSE:
         raise LeadTermsError(f"scan_table reads one of {list(_DENSE)}, got {name!r}")
-    _, meta = read_file(path, set())
+    meta = read_header(path)
     check_header(path, meta)
     if name not in _stored_statistics(meta):
         raise LeadTermsError(
@@ -429,6 +394,28 @@ def scan_table(
             "the statistics with it (tl-leadterms stats without --only; corpus_stats(want=None))"
         )
     sums = _stored_sums(path, meta, stacklevel=3)
+    k = meta["n_kept"]
+    if name in rebuilt(meta):
+        raise LeadTermsError(
+            f"{path} does not store {name}: it is rebuilt from Φ̄ on load; use "
+            f"CorpusStats.load(path, want=[{name!r}]).{name}"
+        )
+    if is_packed(meta):  # the packed parts are small: read, verified, unpacked in row blocks
+        parts, _ = read_file(path, set(packed_names(name)))
+        for part, tensor in parts.items():
+            _compare_checksum(path, sums, part, tensor_checksum(tensor))
+        parts = {p: parts[f"{name}/{p}"].numpy() for p in PACKED}
+        check_packed(path, name, parts, k)
+        step = max(1, int(block_bytes or ROW_BLOCK_BYTES) // (k * parts["base"].itemsize))
+        for start in range(0, k, step):
+            stop = min(k, start + step)
+            lo, hi = int(parts["rows"][start]), int(parts["rows"][stop])
+            block = unpack({"base": parts["base"], "mask": parts["mask"][start:stop],
+                            "values": parts["values"][lo:hi]}, stop - start, k)  # fmt: skip
+            if not np.isfinite(block).all():
+                raise corrupt_file(path, f"{name} has NaN or infinite entries")
+            visit(start, torch.from_numpy(block))
+        return
     shape, dtype = _open_slice(path, name)
     k = meta["n_kept"]
     if shape != (k, k) or dtype not in _ITEMSIZE:

@@ -13,6 +13,11 @@ For a statistic ``M`` (``[k, k]``, rows = the query token) and a row token ``i``
   read as co-occurrence weights: ``max(0, log(M⁺_ij · S / (r_i · c_j)))`` with ``S = Σ M⁺``,
   ``r_i = Σ_j M⁺_ij``, ``c_j = Σ_i M⁺_ij`` (entries with ``M⁺_ij = 0`` score 0).
 
+The default, everywhere lists are shown (:meth:`CorpusStats.top`, the explorer, the report,
+``tl-leadterms top``), is ``"cosine"`` with the tokenizer's special tokens left out
+(:data:`DEFAULT_SCORING`, :data:`DEFAULT_EXCLUDE`); ``scoring="raw", exclude=()`` gives the
+paper's lists as printed.
+
 A token that never occurs in the corpus, or whose row is zero, has no associations:
 :class:`Neighbours` is then empty and its ``note`` says why (no arbitrary zero-score list).
 
@@ -28,17 +33,24 @@ import torch
 from torch import Tensor
 
 from tl_leadterms.errors import LeadTermsError, check_choice
+from tl_leadterms.stats.scoring import DEFAULT_EXCLUDE, DEFAULT_SCORING, SCORINGS
 
-__all__ = ["SCORINGS", "Neighbours", "RowScorer", "best", "scored_row"]
-
-SCORINGS = ("raw", "cosine", "ppmi")
+__all__ = [
+    "DEFAULT_EXCLUDE",
+    "DEFAULT_SCORING",
+    "SCORINGS",
+    "Neighbours",
+    "RowScorer",
+    "best",
+    "scored_row",
+]
 
 
 class Neighbours(list):
     """A list of ``Neighbour(token, token_id, score)`` with the scoring used and a ``note``
     (non-empty when the list is empty for a reason: the token never occurs, its row is 0)."""
 
-    def __init__(self, items=(), *, scoring: str = "raw", note: str = "") -> None:
+    def __init__(self, items=(), *, scoring: str = DEFAULT_SCORING, note: str = "") -> None:
         super().__init__(items)
         self.scoring = scoring
         self.note = note
@@ -124,32 +136,34 @@ def scored_row(M: Tensor, i: int, scoring: str, *, symmetric_gram: bool) -> Tens
 
 
 def best(row: Tensor, k: int) -> list[tuple[float, int]]:
-    """The ``k`` largest finite entries of ``row`` as ``(score, index)``, best first.
+    """The ``k`` largest finite entries of ``row`` as ``(score, index)``, best first (equal
+    scores in index order, as ``tl-leadterms top`` lists them).
 
     >>> best(torch.tensor([0.5, -float("inf"), 2.0]), 5)
     [(2.0, 2), (0.5, 0)]
     """
     n = min(k, int(torch.isfinite(row).sum()))
-    scores, idx = torch.topk(row, n)
-    return list(zip(scores.tolist(), idx.tolist(), strict=True))
+    scores, idx = torch.sort(row, descending=True, stable=True)  # ties: the lower index first
+    return list(zip(scores[:n].tolist(), idx[:n].tolist(), strict=True))
 
 
 def exclusion_ids(exclude, tokenizer) -> list[int]:
-    """``exclude`` as token ids: ``None``, ``"special"`` (the tokenizer's special tokens) or ids."""
+    """``exclude`` as token ids: ``None`` or ``()`` (none), ``"special"`` (the tokenizer's
+    special tokens; none when there is no tokenizer, as for statistics of bare token ids) or
+    ids.
+
+    >>> exclusion_ids("special", None), exclusion_ids((), None), exclusion_ids([3, 1], None)
+    ([], [], [3, 1])
+    """
     if exclude is None:
         return []
     if isinstance(exclude, str):
         if exclude != "special":
             raise LeadTermsError(
-                f"exclude must be None, 'special' or a list of token ids, got {exclude!r}"
+                f"exclude must be 'special', None or a list of token ids, got {exclude!r}"
             )
-        ids = getattr(tokenizer, "all_special_ids", None)
-        if ids is None:
-            raise LeadTermsError(
-                "exclude='special' needs a tokenizer with special tokens (all_special_ids); pass "
-                "tokenizer= or list the ids to exclude"
-            )
-        return [int(t) for t in ids]
+        ids = getattr(tokenizer, "all_special_ids", None) if tokenizer is not None else None
+        return [int(t) for t in ids or ()]
     try:
         ids = [int(t) for t in exclude]
     except (TypeError, ValueError) as err:
