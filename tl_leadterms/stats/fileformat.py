@@ -57,9 +57,8 @@ __all__ = [
 ]
 
 FORMAT = "tl_leadterms.CorpusStats"
-BLOCK_FORMAT = (
-    "tl_leadterms.stats.blocks.BlockStats"  # statistics per block of windows (:mod:`.blocks`)
-)
+#: the name block files carry since format 1 (the class now lives in tl_leadterms.stats.blocks)
+BLOCK_FORMAT = "tl_leadterms.BlockStats"  # statistics per block of windows (:mod:`.blocks`)
 FORMAT_VERSION = 3
 VERSIONS = (1, 2, 3)
 COUNTS = ("pair_codes", "pair_counts", "unigram_counts")
