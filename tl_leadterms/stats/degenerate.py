@@ -52,13 +52,26 @@ def _norm(tensor: torch.Tensor, rows: int = 1024) -> float:
 
 
 def _max_abs(tensor: torch.Tensor) -> float:
-    return max(float(tensor.max()), -float(tensor.min())) if tensor.numel() else 0.0
+    """``max|tensor|`` from one pass over the entries (NaN if one is NaN)."""
+    if not tensor.numel():
+        return 0.0
+    low, high = torch.aminmax(tensor)
+    return max(float(high), -float(low)) if not (low.isnan() or high.isnan()) else float("nan")
+
+
+# Relative slack around the two bounds below, so that a decision taken from them never
+# differs from the one the float64 norm would give through rounding of the norm itself.
+_SLACK = 1e-9
 
 
 def negligible(
     tensor: torch.Tensor, scale: float, *, summed_in: torch.dtype | str | None = None
 ) -> bool:
     """True if ``tensor`` is zero up to rounding: ``‖tensor‖_F <= TOLERANCE·eps·scale``.
+
+    Decided from ``m = max|tensor|`` where it can be (one pass, no copy), since
+    ``m <= ‖tensor‖_F <= √n·m`` for ``n`` entries: a real statistic has ``m`` far above the
+    bound, a degenerate one ``√n·m`` below it. Only in between is the norm summed in float64.
 
     Args:
         tensor: a statistic (any shape).
@@ -68,10 +81,15 @@ def negligible(
     """
     if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
         raise LeadTermsError(f"negligible needs a float tensor, got {type(tensor).__name__}")
-    norm = _norm(tensor)
+    largest = _max_abs(tensor)
     if not scale > 0:
-        return norm == 0 or scale <= 0
-    return norm <= TOLERANCE * _eps(summed_in, tensor.dtype) * float(scale)
+        return scale <= 0 or largest == 0
+    bound = TOLERANCE * _eps(summed_in, tensor.dtype) * float(scale)
+    if largest > bound * (1 + _SLACK):
+        return False
+    if largest * tensor.numel() ** 0.5 < bound * (1 - _SLACK):
+        return True
+    return _norm(tensor) <= bound  # also NaN: not negligible
 
 
 def _statistic_scales(tables: dict[str, torch.Tensor | None]) -> dict[str, float]:
