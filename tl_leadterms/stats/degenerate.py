@@ -81,7 +81,11 @@ def negligible(
     """
     if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
         raise LeadTermsError(f"negligible needs a float tensor, got {type(tensor).__name__}")
-    largest = _max_abs(tensor)
+    return _negligible(tensor, _max_abs(tensor), scale, summed_in)
+
+
+def _negligible(tensor: torch.Tensor, largest: float, scale: float, summed_in) -> bool:
+    """:func:`negligible` given ``largest = max|tensor|``."""
     if not scale > 0:
         return scale <= 0 or largest == 0
     bound = TOLERANCE * _eps(summed_in, tensor.dtype) * float(scale)
@@ -92,12 +96,15 @@ def negligible(
     return _norm(tensor) <= bound  # also NaN: not negligible
 
 
-def _statistic_scales(tables: dict[str, torch.Tensor | None]) -> dict[str, float]:
-    """The natural scale of each statistic present in ``tables`` (see the module docstring)."""
+def _statistic_scales(
+    tables: dict[str, torch.Tensor | None], largest: dict[str, float] | None = None
+) -> dict[str, float]:
+    """The natural scale of each statistic present in ``tables`` (see the module docstring);
+    ``largest`` holds ``max|table|`` of those already measured."""
     scales = {name: 1.0 for name in ("Phi_bar", "G_bar") if tables.get(name) is not None}
     g_bar = tables.get("G_bar")
     if g_bar is not None:
-        g_max = _max_abs(g_bar)
+        g_max = largest["G_bar"] if largest and "G_bar" in largest else _max_abs(g_bar)
         scales.update({name: g_max for name in ("Q_bar", "Delta") if tables.get(name) is not None})
     return scales
 
@@ -105,10 +112,17 @@ def _statistic_scales(tables: dict[str, torch.Tensor | None]) -> dict[str, float
 def degenerate(
     tables: dict[str, torch.Tensor | None], summed_in: torch.dtype | str | None = None
 ) -> dict[str, bool]:
-    """For each statistic present: whether it is :func:`negligible` at its natural scale."""
-    scales = _statistic_scales(tables)
+    """For each statistic present: whether it is :func:`negligible` at its natural scale (one
+    max pass over each table; Ḡ's serves both its own test and the scale of Q̄ and Δ)."""
+    present = {name: t for name, t in tables.items() if t is not None}
+    for name, table in present.items():
+        if not isinstance(table, torch.Tensor) or not table.is_floating_point():
+            raise LeadTermsError(f"{name} must be a float tensor, got {type(table).__name__}")
+    largest = {name: _max_abs(table) for name, table in present.items()}
+    scales = _statistic_scales(tables, largest)
     return {
-        name: negligible(tables[name], scale, summed_in=summed_in) for name, scale in scales.items()
+        name: _negligible(tables[name], largest[name], scale, summed_in)
+        for name, scale in scales.items()
     }
 
 
