@@ -26,6 +26,7 @@ from tl_leadterms.stats.definitions import (
     QTargets,
     apply_last_target,
     key_shift,
+    shift_needed,
 )
 from tl_leadterms.stats.tables import (
     PairLayout,
@@ -336,6 +337,41 @@ class ContextAccumulator(_PassBase):
         )
 
 
+def _checked_shift(shift: Any, G_bar: torch.Tensor, vocab: KeptVocab, q_targets: str):
+    """The per-key term for ``AttentionAccumulator(shift=)``: computed for ``"auto"``, else
+    the caller's, refused when it cannot be :func:`key_shift` of these settings."""
+    if isinstance(shift, str) and shift == "auto":
+        return key_shift(G_bar, vocab, q_targets)
+    needed = shift_needed(vocab, q_targets)
+    if shift is None and not needed:
+        return None
+    k = vocab.k
+    if not needed or not isinstance(shift, torch.Tensor) or shift.shape != (k + 1,):
+        want = f"a [{k + 1}] tensor from key_shift(G_bar, vocab, q_targets)" if needed else "None"
+        got = shift if not isinstance(shift, torch.Tensor) else f"a tensor {tuple(shift.shape)}"
+        raise LeadTermsError(
+            f"shift={got!r} does not fit q_targets={q_targets!r} with this vocabulary: it must "
+            f"be {want}, or 'auto' to compute it."
+        )
+    return shift
+
+
+def _zeroed_table(table: torch.Tensor | None, size: int, shape: _PassShape) -> torch.Tensor:
+    """The first ``size`` entries of ``table`` zeroed, or a new zero table when there is none
+    (or it is too small, of another dtype or on another device)."""
+    fits = (
+        table is not None
+        and table.ndim == 1
+        and table.numel() >= size
+        and table.dtype == shape.dtype
+        and table.device == shape.device
+        and table.is_contiguous()
+    )
+    if not fits:
+        return torch.zeros(size, dtype=shape.dtype, device=shape.device)
+    return table[:size].zero_()
+
+
 class AttentionAccumulator(_PassBase):
     """Pass two: the attention statistic Q̄ and the positional statistic Δ, given Ḡ.
 
@@ -350,6 +386,13 @@ class AttentionAccumulator(_PassBase):
     ``k`` stands for a dropped token and counts for Δ only): its table and result are the rows
     ``lo..min(hi, k)-1`` of Q̄, and the Δ of those queries. Accumulators over row ranges that
     cover ``[0, k]`` add up to the whole; ``corpus_stats`` uses this to bound memory.
+
+    Two arguments spare work when several accumulators share one Ḡ: ``shift``, the per-key
+    term :func:`~.definitions.key_shift` of this Ḡ, vocabulary and ``q_targets`` (default
+    ``"auto"``: computed here; a full ``[k, k]`` reduction), and ``table``, a flat float tensor
+    of this dtype and device whose first ``rows·k + 1`` entries become the accumulation table
+    (zeroed here; re-zeroing a table in use is several times cheaper than a fresh one). The
+    accumulator then owns ``table``: nothing else may read or write it until it is finished.
     """
 
     what = "AttentionAccumulator"
@@ -366,6 +409,8 @@ class AttentionAccumulator(_PassBase):
         rows: tuple[int, int] | None = None,
         q_targets: QTargets = "centred",
         last_target: LastTarget = "data",
+        shift: torch.Tensor | str | None = "auto",
+        table: torch.Tensor | None = None,
     ) -> None:
         k = vocab.k
         self.q_targets = check_choice("q_targets", q_targets, Q_TARGETS)
@@ -385,15 +430,20 @@ class AttentionAccumulator(_PassBase):
         if device.type == G_bar.device.type and device.index is None:
             device = G_bar.device  # "cuda" means the Ḡ's own "cuda:i": no copy
         super().__init__(vocab, n_ctx, dtype or G_bar.dtype, device, backend, last_target)
-        shift = key_shift(G_bar, vocab, q_targets)  # [k + 1] per-key −u·1ᵀḠ, or None
+        shift = _checked_shift(shift, G_bar, vocab, self.q_targets)  # [k + 1] −u·1ᵀḠ, or None
         self._shift = None if shift is None else shift.to(self.shape.device)
         self._g = padded_flat(G_bar)
         if self._g is None or self._g.device != self.shape.device:
             self._g = torch.zeros(k * k + 1, dtype=G_bar.dtype, device=self.shape.device)
             self._g[: k * k] = G_bar.reshape(-1)
-        size = self._n_rows * k + 1  # the last slot is the pad slot
-        self._q = torch.zeros(size, dtype=self.shape.dtype, device=self.shape.device)
+        self._q = _zeroed_table(table, self._n_rows * k + 1, self.shape)  # last slot: pad
         self._delta: torch.Tensor | None = None
+
+    @property
+    def table(self) -> torch.Tensor:
+        """The flat accumulation table (``result(release=True)`` returns a view of it). Once
+        that result has been copied out, it may be handed to a new accumulator's ``table=``."""
+        return self._q
 
     def drop_g_bar(self) -> "AttentionAccumulator":
         """Forget Ḡ (a ``[k, k]`` table) and return self: the sums can still be merged and

@@ -77,6 +77,9 @@ class CentredBigram:
         self.k = unigram_counts.shape[0]
         self.rows = pair_codes // self.k
         self.cols = pair_codes % self.k
+        self.counts = pair_counts
+        self.unigram_counts = unigram_counts
+        self.n_positions = n_positions
         self.values = pair_counts.to(dtype) / n_positions
         self.alpha = unigram_counts.to(dtype) / n_positions
         self.u = 1.0 / centre_vocab
@@ -107,13 +110,28 @@ class CentredBigram:
         coo = torch.sparse_coo_tensor(idx, self.values, (self.k, self.k), check_invariants=False)
         return _to_csr(coo.coalesce())
 
+    @cached_property
+    def _by_column(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(column starts [k + 1], order)``: ``order`` sorts the non-zeros by column (rows
+        ascending within a column), so the non-zeros of a column block are one slice."""
+        order = torch.argsort(self.cols, stable=True)
+        starts = torch.zeros(self.k + 1, dtype=torch.long, device=self.device)
+        starts[1:] = torch.bincount(self.cols, minlength=self.k).cumsum(0)
+        return starts, order
+
+    @cached_property
+    def _column_nonzeros(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rows, columns and values of the non-zeros in column order."""
+        order = self._by_column[1]
+        return self.rows[order], self.cols[order], self.values[order]
+
     def columns(self, start: int, stop: int) -> torch.Tensor:
         """Dense ``B̄[:, start:stop]``: ``#(i, j)/NT − α_i·u``."""
         out = (-self.u * self.alpha).unsqueeze(1).repeat(1, stop - start)
-        keep = (self.cols >= start) & (self.cols < stop)
-        out.index_put_(
-            (self.rows[keep], self.cols[keep] - start), self.values[keep], accumulate=True
-        )
+        starts = self._by_column[0]
+        rows, cols, values = self._column_nonzeros
+        lo, hi = int(starts[start]), int(starts[stop])  # the block's non-zeros: one slice
+        out.index_put_((rows[lo:hi], cols[lo:hi] - start), values[lo:hi], accumulate=True)
         return out
 
     def row(self, i: int) -> torch.Tensor:
@@ -160,9 +178,36 @@ class CentredBigram:
         return out
 
     def gram(self, progress: bool = False) -> torch.Tensor:
-        """``Σ_B̄ = B̄ᵀB̄`` ``[k, k]``, symmetrised; ``O(nnz·k)`` work."""
+        """``Σ_B̄ = B̄ᵀB̄`` ``[k, k]``, exactly symmetric.
+
+        On the CPU (numba) row by row from the sparse counts,
+        ``Σ_B̄ = BᵀB − u(β1ᵀ + 1βᵀ) + u²‖α‖²·11ᵀ`` with ``β = Bᵀα``, summed in float64 and
+        rounded once (:func:`.kernels.centred_gram`; ``Σ_i nnz(row i)²`` products). With the
+        torch backend, ``B̄ᵀ`` times dense column blocks of ``B̄`` (``O(nnz·k)``), symmetrised.
+        """
+        if self.backend == "numba":
+            return self._gram_rows()
         column_fn = lambda c0, c1: self.t_times(self.columns(c0, c1))  # noqa: E731
         return symmetrise_(self._blockwise(column_fn, None, "Σ_B̄", progress))
+
+    def _gram_rows(self) -> torch.Tensor:
+        """Σ_B̄ by the row kernel, from float64 frequencies (see :meth:`gram`)."""
+        values = self.counts.to(torch.float64) / self.n_positions
+        alpha = self.unigram_counts.to(torch.float64) / self.n_positions
+        beta = torch.zeros(self.k, dtype=torch.float64)
+        beta.index_add_(0, self.cols, values * alpha[self.rows])  # β = Bᵀα
+        row_starts = torch.zeros(self.k + 1, dtype=torch.long)
+        row_starts[1:] = torch.bincount(self.rows, minlength=self.k).cumsum(0)
+        col_starts, order = self._by_column
+        out = torch.empty(self.k, self.k, dtype=self.dtype)
+        kernels().centred_gram(
+            (row_starts.numpy(), as_numpy(self.cols), values.numpy()),
+            (col_starts.numpy(), as_numpy(self.rows[order]), values[order].numpy()),
+            (self.u * beta).numpy(),
+            self.u * self.u * float(alpha @ alpha),
+            out.numpy(),
+        )
+        return out
 
     def composed(
         self, phi: torch.Tensor, out: torch.Tensor | None = None, progress: bool = False
@@ -172,7 +217,7 @@ class CentredBigram:
         By default ``out`` is a padded matrix (see ``tables.padded_square``), from which
         pass two gathers without a copy.
         """
-        if out is None:
-            out = padded_square(self.k, phi.dtype, phi.device)
+        if out is None:  # every entry is written below: only the pad slot needs a zero
+            out = padded_square(self.k, phi.dtype, phi.device, zero=False)
         column_fn = lambda c0, c1: self.t_times(self.times(phi[:, c0:c1]))  # noqa: E731
         return self._blockwise(column_fn, out, "Ḡ = Σ_B̄ Φ̄", progress)

@@ -58,7 +58,7 @@ from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator, ContextCounts
 from tl_leadterms.stats.corpus import CorpusStats
-from tl_leadterms.stats.definitions import LastTarget, QTargets
+from tl_leadterms.stats.definitions import LastTarget, QTargets, key_shift
 from tl_leadterms.stats.driver import composed_from_counts, tokenizer_provenance
 from tl_leadterms.stats.io import (
     BLOCK_FORMAT,
@@ -180,11 +180,12 @@ class BlockStats:
         meta, dtype = self.metadata, self.Q_bars[0].dtype
         step = default_batch_size(self.counts[0].n_ctx)
         Q_bar, Delta = 0.0, 0.0
+        q_targets = meta.get("q_targets", "centred")
+        shift = key_shift(G_bar, self.vocab, q_targets)  # once for every multiplicity
         for m in torch.unique(w[w > 0]).tolist():
             acc = AttentionAccumulator(
                 G_bar, self.vocab, backend=meta.get("backend", "auto"), dtype=torch.float64,
-                q_targets=meta.get("q_targets", "centred"),
-                last_target=meta.get("last_target", "data"),
+                q_targets=q_targets, last_target=meta.get("last_target", "data"), shift=shift,
             )  # fmt: skip
             group = torch.cat([self.windows[b] for b in torch.nonzero(w == m).flatten()])
             for start in range(0, group.shape[0], step):
@@ -302,9 +303,12 @@ def block_stats(
     whole = _combine_counts(counts, [1] * blocks, [(b - a) / n for a, b in bounds], n)
     G_bar = composed_from_counts(whole, kept)
 
+    shift = key_shift(G_bar, kept, q_targets)  # one reduction of Ḡ for all the blocks
+
     def attention() -> AttentionAccumulator:
         return AttentionAccumulator(G_bar, kept, backend=backend, dtype=torch.float64,
-                                    q_targets=q_targets, last_target=last_target)  # fmt: skip
+                                    q_targets=q_targets, last_target=last_target,
+                                    shift=shift)  # fmt: skip
 
     seconds = _read(source, bounds, attention, "pass 2/2 (blocks)", progress)
     results = [acc.result(release=True, dtype=dtype) for acc in seconds]

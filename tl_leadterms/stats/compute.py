@@ -11,7 +11,7 @@ from tl_leadterms.progress import in_notebook, progress_bar, write_line
 from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
 from tl_leadterms.stats.corpus import CorpusStats
-from tl_leadterms.stats.definitions import LastTarget, QTargets
+from tl_leadterms.stats.definitions import LastTarget, QTargets, key_shift
 from tl_leadterms.stats.driver import PassPlan, pass_plan, run_passes
 from tl_leadterms.stats.memory import check_memory as check_memory_fits
 from tl_leadterms.stats.memory import plan_memory
@@ -30,6 +30,8 @@ class LocalExecutor:
         self.source = source
         self.known_positions = known_positions
         self.timings: dict[str, Any] = {}
+        self._shift: tuple[torch.Tensor, torch.Tensor | None] | None = None  # (Ḡ, its shift)
+        self._spare: torch.Tensor | None = None  # the last row group's table, to reuse
 
     def token_counts(self, d_vocab: int) -> torch.Tensor:
         return token_counts(self.source, d_vocab)
@@ -68,6 +70,11 @@ class LocalExecutor:
         return acc
 
     def attention_pass(self, kept, g_bar, plan: PassPlan, rows) -> AttentionAccumulator:
+        """Pass two for the query rows ``rows``. The row groups of one run share Ḡ, so its
+        per-key term (a ``[k, k]`` reduction) is computed once, and each group but the last
+        hands its table to the next: the driver has copied the group's rows out by then."""
+        if self._shift is None or self._shift[0] is not g_bar:
+            self._shift = (g_bar, key_shift(g_bar, kept, plan.q_targets))
         acc = AttentionAccumulator(
             g_bar,
             kept,
@@ -77,10 +84,15 @@ class LocalExecutor:
             rows=rows,
             q_targets=plan.q_targets,
             last_target=plan.last_target,
+            shift=self._shift[1],
+            table=self._spare,
         )
+        self._spare = None
         groups = "" if rows is None else f" (rows {rows[0]}–{rows[1]})"
         for batch in self._batches("pass 2/2: Q̄, Δ" + groups, plan):
             acc.update(batch)
+        if rows is not None and rows[1] <= kept.k:  # another group follows
+            self._spare = acc.table
         return acc
 
     def provenance(self) -> dict[str, Any]:
@@ -171,7 +183,7 @@ def corpus_stats(
         ``statistics`` (those computed), ``degenerate`` (per dense statistic: zero up to
         rounding, :mod:`tl_leadterms.stats.degenerate`) and ``vocab_hash``; ``timings`` holds
         the wall-clock seconds of each stage: ``"vocab"``, ``"pass1"`` (B̄ counts and Φ̄),
-        ``"G_bar"`` and ``"pass2"`` (Q̄, Δ).
+        ``"G_bar"``, ``"pass2"`` (Q̄, Δ) and ``"degenerate"`` (the test above).
 
     Example:
         >>> import torch

@@ -52,13 +52,26 @@ def _norm(tensor: torch.Tensor, rows: int = 1024) -> float:
 
 
 def _max_abs(tensor: torch.Tensor) -> float:
-    return max(float(tensor.max()), -float(tensor.min())) if tensor.numel() else 0.0
+    """``max|tensor|`` from one pass over the entries (NaN if one is NaN)."""
+    if not tensor.numel():
+        return 0.0
+    low, high = torch.aminmax(tensor)
+    return max(float(high), -float(low)) if not (low.isnan() or high.isnan()) else float("nan")
+
+
+# Relative slack around the two bounds below, so that a decision taken from them never
+# differs from the one the float64 norm would give through rounding of the norm itself.
+_SLACK = 1e-9
 
 
 def negligible(
     tensor: torch.Tensor, scale: float, *, summed_in: torch.dtype | str | None = None
 ) -> bool:
     """True if ``tensor`` is zero up to rounding: ``‖tensor‖_F <= TOLERANCE·eps·scale``.
+
+    Decided from ``m = max|tensor|`` where it can be (one pass, no copy), since
+    ``m <= ‖tensor‖_F <= √n·m`` for ``n`` entries: a real statistic has ``m`` far above the
+    bound, a degenerate one ``√n·m`` below it. Only in between is the norm summed in float64.
 
     Args:
         tensor: a statistic (any shape).
@@ -68,18 +81,30 @@ def negligible(
     """
     if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
         raise LeadTermsError(f"negligible needs a float tensor, got {type(tensor).__name__}")
-    norm = _norm(tensor)
+    return _negligible(tensor, _max_abs(tensor), scale, summed_in)
+
+
+def _negligible(tensor: torch.Tensor, largest: float, scale: float, summed_in) -> bool:
+    """:func:`negligible` given ``largest = max|tensor|``."""
     if not scale > 0:
-        return norm == 0 or scale <= 0
-    return norm <= TOLERANCE * _eps(summed_in, tensor.dtype) * float(scale)
+        return scale <= 0 or largest == 0
+    bound = TOLERANCE * _eps(summed_in, tensor.dtype) * float(scale)
+    if largest > bound * (1 + _SLACK):
+        return False
+    if largest * tensor.numel() ** 0.5 < bound * (1 - _SLACK):
+        return True
+    return _norm(tensor) <= bound  # also NaN: not negligible
 
 
-def _statistic_scales(tables: dict[str, torch.Tensor | None]) -> dict[str, float]:
-    """The natural scale of each statistic present in ``tables`` (see the module docstring)."""
+def _statistic_scales(
+    tables: dict[str, torch.Tensor | None], largest: dict[str, float] | None = None
+) -> dict[str, float]:
+    """The natural scale of each statistic present in ``tables`` (see the module docstring);
+    ``largest`` holds ``max|table|`` of those already measured."""
     scales = {name: 1.0 for name in ("Phi_bar", "G_bar") if tables.get(name) is not None}
     g_bar = tables.get("G_bar")
     if g_bar is not None:
-        g_max = _max_abs(g_bar)
+        g_max = largest["G_bar"] if largest and "G_bar" in largest else _max_abs(g_bar)
         scales.update({name: g_max for name in ("Q_bar", "Delta") if tables.get(name) is not None})
     return scales
 
@@ -87,10 +112,17 @@ def _statistic_scales(tables: dict[str, torch.Tensor | None]) -> dict[str, float
 def degenerate(
     tables: dict[str, torch.Tensor | None], summed_in: torch.dtype | str | None = None
 ) -> dict[str, bool]:
-    """For each statistic present: whether it is :func:`negligible` at its natural scale."""
-    scales = _statistic_scales(tables)
+    """For each statistic present: whether it is :func:`negligible` at its natural scale (one
+    max pass over each table; Ḡ's serves both its own test and the scale of Q̄ and Δ)."""
+    present = {name: t for name, t in tables.items() if t is not None}
+    for name, table in present.items():
+        if not isinstance(table, torch.Tensor) or not table.is_floating_point():
+            raise LeadTermsError(f"{name} must be a float tensor, got {type(table).__name__}")
+    largest = {name: _max_abs(table) for name, table in present.items()}
+    scales = _statistic_scales(tables, largest)
     return {
-        name: negligible(tables[name], scale, summed_in=summed_in) for name, scale in scales.items()
+        name: _negligible(tables[name], largest[name], scale, summed_in)
+        for name, scale in scales.items()
     }
 
 

@@ -11,7 +11,8 @@ Inputs are matrix indices, ``k`` standing for a dropped token (vocabulary restri
 that touch a dropped token add nothing to the table, while Δ still counts every position.
 The torch implementation in :mod:`.accumulate` computes the same sums on any device; tests
 check that the two agree. ``csr_times_dense`` is the row-parallel sparse-times-dense product
-behind :class:`.algebra.CentredBigram` on the CPU (about twice torch's CSR product here).
+behind :class:`.algebra.CentredBigram` on the CPU (about twice torch's CSR product here), and
+``centred_gram`` builds ``Σ_B̄ = B̄ᵀB̄`` row by row from the sparse counts.
 """
 
 from typing import no_type_check
@@ -20,7 +21,7 @@ import numba
 import numpy as np
 from numba import prange
 
-__all__ = ["attention_pass", "context_pass", "csr_times_dense", "n_threads"]
+__all__ = ["attention_pass", "centred_gram", "context_pass", "csr_times_dense", "n_threads"]
 
 
 def n_threads() -> int:
@@ -91,11 +92,48 @@ def _csr_times_dense(indptr, indices, values, m, out):  # pragma: no cover - com
                 out[r, j] += v * m[c, j]
 
 
+@numba.njit(parallel=True, cache=True, nogil=True)
+@no_type_check
+def _gram(ptr, idx, val, t_ptr, t_idx, t_val, beta, c, out, n_parts):  # pragma: no cover
+    k = out.shape[0]
+    for part in prange(n_parts):
+        acc = np.empty(k, dtype=np.float64)
+        for r in range(part, k, n_parts):  # rows are independent: no races
+            beta_r = beta[r]
+            for j in range(k):
+                acc[j] = c - (beta_r + beta[j])  # symmetric in (r, j) bit for bit
+            for p in range(t_ptr[r], t_ptr[r + 1]):  # every i with S[i, r] != 0, ascending
+                i, v = t_idx[p], t_val[p]
+                for q in range(ptr[i], ptr[i + 1]):
+                    acc[idx[q]] += v * val[q]
+            for j in range(k):
+                out[r, j] = acc[j]
+
+
 def csr_times_dense(
     indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, m: np.ndarray, out: np.ndarray
 ) -> None:
     """``out += S @ m`` for a CSR matrix ``S`` and a C-contiguous dense ``m`` (in place)."""
     _csr_times_dense(indptr, indices, values, m, out)
+
+
+def centred_gram(
+    csr: tuple[np.ndarray, np.ndarray, np.ndarray],
+    csr_t: tuple[np.ndarray, np.ndarray, np.ndarray],
+    beta: np.ndarray,
+    c: float,
+    out: np.ndarray,
+) -> None:
+    """``out = SᵀS − (β1ᵀ + 1βᵀ) + c·11ᵀ`` for a sparse ``S`` given as CSR ``(indptr, indices,
+    values)`` and its transpose ``csr_t`` (float64 values, indices ascending in each row).
+
+    Row ``r`` of ``SᵀS`` is ``Σ_i S[i, r]·S[i, :]``: each row is summed once in a float64
+    vector that stays in the cache and rounded once into ``out``. Entry ``(r, j)`` and entry
+    ``(j, r)`` add the same products in the same order (``i`` ascending), so ``out`` is exactly
+    symmetric. The work is ``Σ_i nnz(S[i, :])²`` products, against ``nnz·k`` for a product
+    of ``Sᵀ`` with dense column blocks.
+    """
+    _gram(*csr, *csr_t, beta, c, out, n_threads())
 
 
 def context_pass(x: np.ndarray, y: np.ndarray, table: np.ndarray, k: int) -> None:

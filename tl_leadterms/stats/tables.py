@@ -139,13 +139,20 @@ def as_numpy(t: torch.Tensor):
     return t.contiguous().numpy()
 
 
-def padded_square(k: int, dtype: torch.dtype, device) -> torch.Tensor:
+def padded_square(k: int, dtype: torch.dtype, device, *, zero: bool = True) -> torch.Tensor:
     """A zeroed ``[k, k]`` matrix whose storage has one extra zero slot after its entries.
 
     The statistics' tables are flat ``k·k + 1`` vectors: code ``k·k`` collects the pairs that
     touch a dropped token, so accumulating never needs a mask. The ``[k, k]`` view is returned.
+    ``zero=False`` leaves the ``[k, k]`` entries unset (for a caller that writes every one of
+    them; a fill of a fresh table costs as much as the page faults it takes).
     """
-    view = padded_view(torch.zeros(k * k + 1, dtype=dtype, device=device), k)
+    flat = torch.empty(k * k + 1, dtype=dtype, device=device)
+    if zero:
+        flat.zero_()
+    else:
+        flat[-1] = 0
+    view = padded_view(flat, k)
     view._tl_leadterms_padded = True  # padded_flat trusts only matrices made here
     return view
 
