@@ -119,6 +119,12 @@ def cache_key(name: str, dtype: torch.dtype, device, gemm_dtype: torch.dtype | N
     return (name, dtype, str(device), _gemm(dtype, gemm_dtype))
 
 
+def remember_terms(stats: CorpusStats, name: str, dtype: torch.dtype, device,
+                   gemm_dtype: torch.dtype | None, terms: TheoryTerms) -> None:  # fmt: skip
+    """Put terms read elsewhere (a theory file) into the cache :func:`cached_terms` reads."""
+    _THEORY_CACHE.setdefault(stats, {})[cache_key(name, dtype, device, gemm_dtype)] = terms
+
+
 def cached_terms(stats: CorpusStats, name: str, T: Tensor, dtype: torch.dtype,
                  gemm_dtype: torch.dtype | None = None) -> TheoryTerms:  # fmt: skip
     """The terms of ``T`` (named ``name`` among ``stats``' theory matrices), computed once per

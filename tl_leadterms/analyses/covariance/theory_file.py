@@ -46,12 +46,11 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from tl_leadterms.analyses.covariance.algebra import (
-    _THEORY_CACHE,
     VALUE_NAME,
     Theory,
     TheoryTerms,
     attention_name,
-    cache_key,
+    remember_terms,
 )
 from tl_leadterms.atomic import atomic_path
 from tl_leadterms.errors import LeadTermsError
@@ -60,7 +59,15 @@ from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.provenance import metadata_checksum, tensor_checksum
 from tl_leadterms.version import __version__
 
-__all__ = ["FORMAT", "load_theory", "save_theory", "stats_checksum", "theory_for", "theory_path"]
+__all__ = [
+    "FORMAT",
+    "load_theory",
+    "prepare_theory",
+    "save_theory",
+    "stats_checksum",
+    "theory_for",
+    "theory_path",
+]
 
 FORMAT = "tl_leadterms.TheoryTerms"
 FORMAT_VERSION = 1
@@ -264,10 +271,8 @@ def load_theory(path: str | os.PathLike, stats: CorpusStats, *, protocol: str = 
         raise _corrupt(path, str(err)) from None
     if att.scale.numel() != stats.k or val.scale.numel() != stats.k:
         raise _corrupt(path, f"its terms have {att.scale.numel()} rows, not k={stats.k}")
-    name = attention_name(protocol)
-    per_stats = _THEORY_CACHE.setdefault(stats, {})
-    per_stats[cache_key(name, dtype, device, gemm_dtype)] = att
-    per_stats[cache_key(VALUE_NAME, dtype, device, gemm_dtype)] = val
+    remember_terms(stats, attention_name(protocol), dtype, device, gemm_dtype, att)
+    remember_terms(stats, VALUE_NAME, dtype, device, gemm_dtype, val)
     return Theory.of(stats, protocol, device, dtype, gemm_dtype)  # the matrices, cached terms
 
 
@@ -284,3 +289,21 @@ def theory_for(stats: CorpusStats, path: str | os.PathLike, *, protocol: str = "
     theory = Theory.of(stats, protocol, device, dtype, gemm_dtype)
     save_theory(path, stats, theory)
     return theory
+
+
+def prepare_theory(stats: CorpusStats, kwargs: dict[str, Any], device) -> bool:
+    """Before a distributed sweep: write the theory file ``kwargs["theory"]`` of a covariance
+    analysis (its keywords ``kwargs``) here, once, when it is missing and ``device`` is usable
+    in this process, so that every task reads it instead of computing the terms itself.
+    Returns whether the file is there now (an existing file is verified by each task)."""
+    path = Path(kwargs["theory"])
+    if path.exists():
+        return True
+    device = torch.device("cpu" if device is None else device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return False  # the tasks compute it on their GPUs (each writes it atomically)
+    dtype = kwargs.get("dtype", torch.float64)
+    gemm = kwargs.get("gemm_dtype")
+    theory_for(stats, path, protocol=kwargs.get("protocol", "theorem"), device=device,
+               dtype=dtype, gemm_dtype=None if gemm == dtype else gemm)  # fmt: skip
+    return True
