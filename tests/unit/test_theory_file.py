@@ -76,9 +76,7 @@ def test_saved_terms_round_trip_bit_for_bit(stats, tmp_path):
     fresh = theory_for(stats, path)  # computed, then written
     assert path.is_file()
     assert fresh.attention_terms.norm2 == pytest.approx(_plain_norm2(stats.Q_bar), rel=1e-10)
-    assert fresh.value_terms.norm2 == pytest.approx(
-        _plain_norm2(stats.B_bar_Phi_bar.T), rel=1e-10
-    )
+    assert fresh.value_terms.norm2 == pytest.approx(_plain_norm2(stats.B_bar_Phi_bar.T), rel=1e-10)
     algebra._THEORY_CACHE.clear()
     loaded = load_theory(path, stats)
     for a, b in ((fresh.attention_terms, loaded.attention_terms),
@@ -115,9 +113,9 @@ def test_a_file_of_other_statistics_is_refused(model, stats, tokens, tmp_path):
     theory_for(stats, path)
     other = corpus_stats(tokens[:150], d_vocab=V, progress=False)
     assert stats_checksum(other) != stats_checksum(stats)
-    with pytest.raises(LeadTermsError, match="other statistics.*n_sequences=200.*n_sequences=150"):
+    with pytest.raises(LeadTermsError, match=r"other statistics.*n_sequences=200.*n_sequences=150"):
         load_theory(path, other)
-    with pytest.raises(LeadTermsError, match="delete .* to recompute"):
+    with pytest.raises(LeadTermsError, match=r"delete .* to recompute"):
         covariance_similarity(model, other, theory=path, progress=False)
     # the same counts with one entry of Φ̄ changed: other statistics too
     edited = corpus_stats(tokens, d_vocab=V, progress=False)
@@ -147,7 +145,7 @@ def test_a_damaged_file_is_refused(stats, tmp_path):
     data = bytearray(path.read_bytes())
     data[-3] ^= 0x01  # a bit of the last tensor's bytes
     path.write_bytes(bytes(data))
-    with pytest.raises(LeadTermsError, match="does not match its checksum.*delete it"):
+    with pytest.raises(LeadTermsError, match=r"does not match its checksum.*delete it"):
         load_theory(path, stats)
     with pytest.raises(LeadTermsError, match="no theory file at"):
         load_theory(tmp_path / "absent.safetensors", stats)

@@ -5,10 +5,11 @@ computes (once per statistics) the theory's row scales, row means and ``‖T̃T�
 ``cross_terms`` accumulates ``X Xᵀ`` with ``X = Lᵀ T̃`` in column blocks; ``self_norm2`` is
 ``tr((LᵀL · RᵀR)²)``.
 
-Precision: every stage runs in ``dtype``; with ``gemm_dtype=torch.float32`` and ``dtype=torch.float64``
-only the matrix products (the ``O(n³)`` Gram blocks of ``theory_terms``, the ``O(n²r)`` products
-of ``cross_terms``) run in float32, their sums of squares and everything else in float64
-(``docs/guides/pythia-protocol.md#precision``: the scores stay within the documented 1e-6).
+Precision: every stage runs in ``dtype``; with ``gemm_dtype=torch.float32`` under a float64
+``dtype`` only the matrix products (the ``O(n³)`` Gram blocks of ``theory_terms``, the
+``O(n²r)`` products of ``cross_terms``) run in float32, their sums of squares and everything
+else in float64 (docs/guides/pythia-protocol.md#precision: the scores stay within the
+documented 1e-6).
 """
 
 import math
@@ -192,10 +193,7 @@ def cross_terms(factors: list[Factor], T: Tensor, terms: TheoryTerms, dtype: tor
     b = _block(T.shape[0])
     for start in range(0, T.shape[1], b):
         cols = slice(start, start + b)
-        if direct:
-            X = L_all @ T[:, cols] - shift
-        else:
-            X = L_all @ _cols(T, terms, cols, dtype).to(gemm)
+        X = L_all @ T[:, cols] - shift if direct else L_all @ _cols(T, terms, cols, dtype).to(gemm)
         for a, Xi, f in zip(acc, X.split(widths), factors, strict=True):
             if f.R is not None and gemm == dtype:
                 a.addmm_(Xi, Xi.T)
@@ -310,10 +308,9 @@ def attention_factors(E, W_Q, W_K, both: bool, per_head: bool) -> list[Factor]:
     return [prepare(layer, both), *heads]
 
 
-def permuted_scores(
-    factors: list[Factor], T, terms, perms: Tensor, dtype, centre: str = "features",
-    gemm_dtype: torch.dtype | None = None,
-) -> Tensor:
+def permuted_scores(factors: list[Factor], T, terms, perms: Tensor, dtype,
+                    centre: str = "features", gemm_dtype: torch.dtype | None = None
+                    ) -> Tensor:  # fmt: skip
     """``[R, len(factors)]`` scores (``centre``: raw or token-specific, see
     :meth:`Scores.pick`) with the tokens relabelled by each row of ``perms``.
 
