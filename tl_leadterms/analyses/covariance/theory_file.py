@@ -38,6 +38,7 @@ import hashlib
 import json
 import os
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +76,18 @@ _PARTS = ("attention", "value")
 _CHECKSUMS: "weakref.WeakKeyDictionary[CorpusStats, str]" = weakref.WeakKeyDictionary()
 
 
+def _table_digest(name: str, table: torch.Tensor) -> bytes:
+    flat = table.detach().cpu().contiguous().reshape(-1)
+    digest = hashlib.sha256(f"{name}\0{flat.dtype}\0{tuple(table.shape)}\0".encode())
+    digest.update(memoryview(flat.numpy()).cast("B"))  # hashlib releases the GIL here
+    return digest.digest()
+
+
 def stats_checksum(stats: CorpusStats) -> str:
     """SHA-256 (hex) of what the theory matrices ``Q̄`` and ``B̄Φ̄`` are built from: the sizes
     and ``|V|`` of the centring, the kept ids, the sparse bigram and unigram counts, ``Φ̄`` and
-    ``Q̄`` (dtype, shape and bytes). Computed once per statistics object (about 3 s per GB).
+    ``Q̄`` (each table's dtype, shape and bytes hashed on its own, two at a time, then the
+    digests together). Computed once per statistics object (about 1 s of CPU per GB).
 
     >>> import torch
     >>> from tl_leadterms import corpus_stats
@@ -99,10 +108,9 @@ def stats_checksum(stats: CorpusStats) -> str:
               "pair_codes": stats.pair_codes, "pair_counts": stats.pair_counts,
               "unigram_counts": stats.unigram_counts, "Phi_bar": stats.Phi_bar,
               "Q_bar": stats.Q_bar}  # fmt: skip
-    for name, table in tables.items():
-        flat = table.detach().cpu().contiguous().reshape(-1)
-        digest.update(f"\0{name}\0{flat.dtype}\0{tuple(table.shape)}\0".encode())
-        digest.update(memoryview(flat.numpy()).cast("B"))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # Φ̄ and Q̄ (the bulk) side by side
+        for part in pool.map(_table_digest, tables, tables.values()):
+            digest.update(part)
     _CHECKSUMS[stats] = digest.hexdigest()
     return _CHECKSUMS[stats]
 
