@@ -130,6 +130,7 @@ def test_a_file_of_other_statistics_is_refused(model, stats, tokens, tmp_path):
         ({"protocol": "paper-code"}, "protocol='theorem'.*protocol='paper-code'"),
         ({"dtype": torch.float32}, "dtype='float64'.*dtype='float32'"),
         ({"gemm_dtype": torch.float32}, "gemm_dtype='float64'.*gemm_dtype='float32'"),
+        ({"device": "meta"}, "device='cpu'.*device='meta'"),  # computed on another device type
     ],
 )
 def test_a_file_of_other_settings_is_refused(stats, tmp_path, asked, message):
