@@ -211,9 +211,10 @@ def covariance_similarity(
         gemm_dtype: ``torch.float32`` with ``dtype=torch.float64``: only the matrix products
             (the theory's ``O(k³)`` Gram blocks and each layer's ``O(k²r)`` products) run in
             float32, every sum of their squares, the scaling, centring and the scores in
-            float64 (None: the products in ``dtype``). Within 1e-6 of float64 (measured in
-            ``benchmarks/results/covariance_precision.json``). On a GPU (``device="cuda"``)
-            keep ``torch.backends.cuda.matmul.allow_tf32`` False (PyTorch's default).
+            float64 (None: the products in ``dtype``). Within 1e-6 of float64 (measured by
+            ``benchmarks/bench_covariance.py --case pythia160m``). On a GPU
+            (``device="cuda"``) keep ``torch.backends.cuda.matmul.allow_tf32`` False
+            (PyTorch's default).
         progress: show tqdm bars.
         protocol: ``"theorem"`` (attention map vs ``Q̄``) or ``"paper-code"`` (vs ``Q̄ᵀ``, on
             statistics with ``last_target="paper-code"``); recorded in ``metadata``.
