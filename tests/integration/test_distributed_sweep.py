@@ -199,3 +199,22 @@ def test_cli_sweep_on_ray_with_intervals_from_a_block_file(cluster, series, tmp_
     assert list(table["score"]) == list(local["score"]) and table["lo"].notna().any()
     for column in ("value", "lo", "hi", "corrected"):
         np.testing.assert_allclose(table[column], local[column], rtol=0, atol=1e-12)
+
+
+def test_a_ray_sweep_reads_the_theory_file_written_once_on_the_driver(cluster, series, tmp_path):
+    from tl_leadterms.analyses.covariance.theory_file import load_theory
+    from tl_leadterms.loading.series import load_windows
+    from tl_leadterms.sweeps.run import sweep
+
+    folder, stats = series
+    local = sweep(folder, stats, analyses="covariance", progress=False)
+    path = tmp_path / "stats.theory.safetensors"
+    got = sweep(folder, stats, analyses="covariance", executor="ray", theory=path,
+                progress=False)  # fmt: skip
+    assert_same_rows(got, local)
+    assert path.is_file()  # written here before the tasks started, read by each of them
+    load_theory(path, stats)  # for these statistics and the default settings
+    windows = load_windows(folder)
+    other = corpus_stats(windows[: len(windows) // 2], d_vocab=stats.d_vocab, progress=False)
+    with pytest.raises(LeadTermsError, match="other statistics"):
+        sweep(folder, other, analyses="covariance", executor="ray", theory=path, progress=False)

@@ -201,7 +201,8 @@ def test_theory_norm_is_cached_without_keeping_stats_alive():
     Qc = torch.where(norms > 0, s.Q_bar / norms, 0.0)
     Qc = Qc - Qc.mean(dim=1, keepdim=True)
     expected = float(((Qc @ Qc.T) ** 2).sum())
-    assert cached[("Q_bar", torch.float64, "cpu")].norm2 == pytest.approx(expected, rel=1e-10)
+    key = covariance_algebra.cache_key("Q_bar", torch.float64, "cpu", None)
+    assert cached[key].norm2 == pytest.approx(expected, rel=1e-10)
     n_before = len(covariance_algebra._THEORY_CACHE)
     del s, cached
     gc.collect()

@@ -161,7 +161,10 @@ def sweep(
             the cluster (``None``: a local Ray with ``num_cpus`` CPUs; ``"auto"`` or
             ``"host:port"``: a running one; a Ray already initialised here is used as it is).
         **analysis_kwargs: keywords for the named analyses (each gets those it accepts, e.g.
-            ``normalize="both", value_map="write"`` for covariance).
+            ``normalize="both", value_map="write"`` for covariance). ``theory=path`` keeps the
+            covariance theory terms in a file: computed once (with ``executor="ray"`` here,
+            before the tasks start, when ``device`` is usable here) and read by every
+            checkpoint and task.
 
     Returns:
         A :class:`SweepTable`, one row per (checkpoint, layer, head, analysis, score).
@@ -178,6 +181,8 @@ def sweep(
     chosen = choose_analyses(analyses, common, analysis_kwargs)
     todo = find_checkpoints(checkpoints, checkpoint_steps, device, loader_kwargs)
     check_executor(executor, todo, resources, address, num_cpus)
+    if executor == "ray":
+        _theory_once(chosen, stats, device)
     kept = settings(chosen, stats)
     path = results_path(results)
     ray_at = {"resources": resources, "address": address, "num_cpus": num_cpus, "device": device}
@@ -191,6 +196,18 @@ def sweep(
         "settings": kept,
     }
     return SweepTable.from_records([found[c.label] for c in todo], metadata=metadata)
+
+
+def _theory_once(chosen: list, stats: CorpusStats | BlockStats, device: Any) -> None:
+    """A covariance analysis with ``theory=path`` and no file there yet: its theory terms are
+    computed here, once, and written, so the Ray tasks read them instead of each computing them
+    (only ``covariance_similarity`` takes ``theory``)."""
+    wanted = [a for a in chosen if a.named and a.kwargs.get("theory") is not None]
+    if wanted:
+        from tl_leadterms.analyses.covariance.theory_file import prepare_theory
+
+        for a in wanted:
+            prepare_theory(full_stats(stats), a.kwargs, device)
 
 
 def _check_not_checkpoint_list(steps: Any) -> None:

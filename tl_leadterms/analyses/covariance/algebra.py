@@ -4,6 +4,12 @@ A model map is ``Ã = L Rᵀ``; the theory matrix ``T`` is dense ``[n, m]``. ``t
 computes (once per statistics) the theory's row scales, row means and ``‖T̃T̃ᵀ‖²``;
 ``cross_terms`` accumulates ``X Xᵀ`` with ``X = Lᵀ T̃`` in column blocks; ``self_norm2`` is
 ``tr((LᵀL · RᵀR)²)``.
+
+Precision: every stage runs in ``dtype``; with ``gemm_dtype=torch.float32`` under a float64
+``dtype`` only the matrix products (the ``O(n³)`` Gram blocks of ``theory_terms``, the
+``O(n²r)`` products of ``cross_terms``) run in float32, their sums of squares and everything
+else in float64 (docs/guides/pythia-protocol.md#precision: the scores stay within the
+documented 1e-6).
 """
 
 import math
@@ -18,7 +24,7 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
 
 _BLOCK_ELEMENTS = 2**25  # elements of one materialised block of the theory matrix
-# stats -> {(theory, dtype, device): TheoryTerms}; weak keys: the cache never keeps stats alive
+# stats -> {(theory, dtype, device, gemm dtype): TheoryTerms}; weak keys: never keeps stats alive
 _THEORY_CACHE: "weakref.WeakKeyDictionary[CorpusStats, dict]" = weakref.WeakKeyDictionary()
 
 
@@ -61,9 +67,24 @@ def _cols(T: Tensor, terms: TheoryTerms, cols: slice, dtype: torch.dtype) -> Ten
     return _scaled(T[:, cols], terms.scale, terms.mean, dtype)
 
 
+def _gemm(dtype: torch.dtype, gemm_dtype: torch.dtype | None) -> torch.dtype:
+    return dtype if gemm_dtype is None else gemm_dtype
+
+
+def _sum_squares(G: Tensor, dtype: torch.dtype) -> float:
+    """``Σ G²`` accumulated in ``dtype`` (``G`` may be narrower: a float32 product)."""
+    return float((G * G).sum()) if G.dtype == dtype else float((G * G).sum(dtype=dtype))
+
+
 @torch.no_grad()
-def theory_terms(T: Float[Tensor, "n m"], dtype: torch.dtype = torch.float64) -> TheoryTerms:
-    """Row scaling, row means and ``‖T̃T̃ᵀ‖²`` of a theory matrix, blockwise in ``dtype``."""
+def theory_terms(
+    T: Float[Tensor, "n m"],
+    dtype: torch.dtype = torch.float64,
+    gemm_dtype: torch.dtype | None = None,
+) -> TheoryTerms:
+    """Row scaling, row means and ``‖T̃T̃ᵀ‖²`` of a theory matrix, blockwise in ``dtype``
+    (the Gram blocks ``T̃_i T̃_jᵀ`` in ``gemm_dtype``, default ``dtype``)."""
+    gemm = _gemm(dtype, gemm_dtype)
     n, m = T.shape
     b = _block(m)
     sq = torch.empty(n, dtype=dtype, device=T.device)
@@ -84,20 +105,35 @@ def theory_terms(T: Float[Tensor, "n m"], dtype: torch.dtype = torch.float64) ->
     for i, si in enumerate(starts):
         Ti = _rows(T, terms, slice(si, si + b), dtype).sub_(c_bar)
         w[si : si + b] = Ti @ c_bar
+        Ti = Ti.to(gemm)
         for sj in starts[i:]:
             Tj = Ti if sj == si else _rows(T, terms, slice(sj, sj + b), dtype).sub_(c_bar)
-            G = Ti @ Tj.T
-            centred += (1.0 if sj == si else 2.0) * float((G * G).sum())
+            G = Ti @ Tj.to(gemm).T
+            centred += (1.0 if sj == si else 2.0) * _sum_squares(G, dtype)
     a = float(c_bar @ c_bar)
     norm2 = centred + 2 * n * float(w @ w) + n * n * a * a
     return terms._replace(norm2=norm2, centred_norm2=centred, w=w, a=a)
 
 
-def cached_terms(stats: CorpusStats, name: str, T: Tensor, dtype: torch.dtype) -> TheoryTerms:
+def cache_key(name: str, dtype: torch.dtype, device, gemm_dtype: torch.dtype | None) -> tuple:
+    """The in-memory cache's key of one theory matrix's terms."""
+    return (name, dtype, str(device), _gemm(dtype, gemm_dtype))
+
+
+def remember_terms(stats: CorpusStats, name: str, dtype: torch.dtype, device,
+                   gemm_dtype: torch.dtype | None, terms: TheoryTerms) -> None:  # fmt: skip
+    """Put terms read elsewhere (a theory file) into the cache :func:`cached_terms` reads."""
+    _THEORY_CACHE.setdefault(stats, {})[cache_key(name, dtype, device, gemm_dtype)] = terms
+
+
+def cached_terms(stats: CorpusStats, name: str, T: Tensor, dtype: torch.dtype,
+                 gemm_dtype: torch.dtype | None = None) -> TheoryTerms:  # fmt: skip
+    """The terms of ``T`` (named ``name`` among ``stats``' theory matrices), computed once per
+    statistics object, dtype, device and GEMM dtype."""
     per_stats = _THEORY_CACHE.setdefault(stats, {})
-    key = (name, dtype, str(T.device))
+    key = cache_key(name, dtype, T.device, gemm_dtype)
     if key not in per_stats:
-        terms = theory_terms(T, dtype)
+        terms = theory_terms(T, dtype, gemm_dtype)
         if not (torch.isfinite(terms.scale).all() and math.isfinite(terms.norm2)):
             raise LeadTermsError(
                 f"the statistics' {name} matrix holds NaN or inf; recompute the statistics"
@@ -135,29 +171,38 @@ def self_norm2(factor: Factor) -> float:
     return float((P * P.T).sum())
 
 
-def cross_terms(factors: list[Factor], T: Tensor, terms: TheoryTerms, dtype: torch.dtype) -> list:
+def cross_terms(factors: list[Factor], T: Tensor, terms: TheoryTerms, dtype: torch.dtype,
+                gemm_dtype: torch.dtype | None = None) -> list:  # fmt: skip
     """Per factor, ``X Xᵀ`` (``[r, r]``; ``‖X‖²`` when ``R`` is None), ``X = Lᵀ T̃``; one pass.
 
     In float64, ``X = (diag(scale) L)ᵀ T − (Lᵀ mean) 1ᵀ`` reads ``T`` in place; in float32 each
-    column block of ``T̃`` is formed first (no cancellation after the product).
+    column block of ``T̃`` is formed first (no cancellation after the product). With a float32
+    ``gemm_dtype`` under a float64 ``dtype`` the block of ``T̃`` is formed in float64, the
+    products ``Lᵀ T̃`` and ``X Xᵀ`` of each block run in float32 and are summed in float64.
     """
+    gemm = _gemm(dtype, gemm_dtype)
     L_all = torch.cat([f.L for f in factors], dim=1).T.contiguous()
     widths = [f.L.shape[1] for f in factors]
     acc = [torch.zeros((r, r) if f.R is not None else (), dtype=dtype, device=T.device)
            for r, f in zip(widths, factors, strict=True)]  # fmt: skip
-    direct = T.dtype == dtype == torch.float64
+    direct = T.dtype == dtype == gemm == torch.float64
     if direct:
         shift = (L_all @ terms.mean)[:, None]
         L_all = L_all * terms.scale
+    L_all = L_all.to(gemm)
     b = _block(T.shape[0])
     for start in range(0, T.shape[1], b):
         cols = slice(start, start + b)
-        X = L_all @ T[:, cols] - shift if direct else L_all @ _cols(T, terms, cols, dtype)
+        X = L_all @ T[:, cols] - shift if direct else L_all @ _cols(T, terms, cols, dtype).to(gemm)
         for a, Xi, f in zip(acc, X.split(widths), factors, strict=True):
-            if f.R is None:
+            if f.R is not None and gemm == dtype:
+                a.addmm_(Xi, Xi.T)
+            elif f.R is not None:
+                a += (Xi @ Xi.T).to(dtype)
+            elif gemm == dtype:
                 a += torch.vdot(Xi.flatten(), Xi.flatten())
             else:
-                a.addmm_(Xi, Xi.T)
+                a += _sum_squares(Xi, dtype)
     return acc
 
 
@@ -235,15 +280,15 @@ def scores_of(parts: Parts, acc: Tensor, terms: TheoryTerms, w: Tensor | None = 
     )
 
 
-def _scored(factors: list[Factor], T, terms, dtype) -> list[Scores]:
+def _scored(factors: list[Factor], T, terms, dtype, gemm_dtype=None) -> list[Scores]:
     parts = [token_parts(f) for f in factors]
-    accs = cross_terms([p.factor for p in parts], T, terms, dtype)
+    accs = cross_terms([p.factor for p in parts], T, terms, dtype, gemm_dtype)
     return [scores_of(p, a, terms) for p, a in zip(parts, accs, strict=True)]
 
 
-def value_scores(maps: list[Tensor], T, terms, both: bool, dtype) -> list[Scores]:
+def value_scores(maps: list[Tensor], T, terms, both: bool, dtype, gemm_dtype=None) -> list[Scores]:
     """The :class:`Scores` of each ``[n, d]`` map against the theory ``T`` (one pass over ``T``)."""
-    return _scored(value_factors(maps, both), T, terms, dtype)
+    return _scored(value_factors(maps, both), T, terms, dtype, gemm_dtype)
 
 
 def value_factors(maps: list[Tensor], both: bool) -> list[Factor]:
@@ -263,9 +308,9 @@ def attention_factors(E, W_Q, W_K, both: bool, per_head: bool) -> list[Factor]:
     return [prepare(layer, both), *heads]
 
 
-def permuted_scores(
-    factors: list[Factor], T, terms, perms: Tensor, dtype, centre: str = "features"
-) -> Tensor:
+def permuted_scores(factors: list[Factor], T, terms, perms: Tensor, dtype,
+                    centre: str = "features", gemm_dtype: torch.dtype | None = None
+                    ) -> Tensor:  # fmt: skip
     """``[R, len(factors)]`` scores (``centre``: raw or token-specific, see
     :meth:`Scores.pick`) with the tokens relabelled by each row of ``perms``.
 
@@ -280,13 +325,14 @@ def permuted_scores(
     for r, perm in enumerate(perms):
         p = perm.to(factors[0].L.device)
         moved = [Factor(q.factor.L[p], q.factor.R) for q in parts]
-        accs = cross_terms(moved, T, terms, dtype)
+        accs = cross_terms(moved, T, terms, dtype, gemm_dtype)
         for i, (a, q) in enumerate(zip(accs, parts, strict=True)):
             out[r, i] = scores_of(q._replace(factor=moved[i]), a, terms, q.w[p]).pick(centre)
     return out
 
 
-def attention_scores(E, W_Q, W_K, T, terms, both: bool, per_head: bool, dtype) -> list[Scores]:
+def attention_scores(E, W_Q, W_K, T, terms, both: bool, per_head: bool, dtype,
+                     gemm_dtype=None) -> list[Scores]:  # fmt: skip
     """``E mean_h(W_Q^h W_K^hᵀ) Eᵀ``'s :class:`Scores`, then each head's (when ``per_head``)."""
     H, d, d_head = W_Q.shape
     if per_head and H * d_head <= d and not both:
@@ -294,18 +340,34 @@ def attention_scores(E, W_Q, W_K, T, terms, both: bool, per_head: bool, dtype) -
         # head's X Xᵀ is a diagonal block of the layer's (a common scale cancels)
         prepared = attention_factors(E, W_Q, W_K, both, False)[0]
         layer = token_parts(prepared)
-        acc = cross_terms([layer.factor], T, terms, dtype)[0]
+        acc = cross_terms([layer.factor], T, terms, dtype, gemm_dtype)[0]
         out = [scores_of(layer, acc, terms)]
         for h in range(H):
             cols = slice(h * d_head, (h + 1) * d_head)
             head = token_parts(Factor(prepared.L[:, cols], prepared.R[:, cols]))
             out.append(scores_of(head, acc[cols, cols], terms))
         return out
-    return _scored(attention_factors(E, W_Q, W_K, both, per_head), T, terms, dtype)
+    return _scored(attention_factors(E, W_Q, W_K, both, per_head), T, terms, dtype, gemm_dtype)
+
+
+VALUE_NAME = "Phi_bar^T B_bar^T"
+
+
+def attention_name(protocol: str) -> str:
+    """The attention theory matrix a protocol compares with: ``Q̄`` or, as the paper's code
+    does, ``Q̄ᵀ``."""
+    return "Q_bar^T" if protocol == "paper-code" else "Q_bar"
 
 
 class Theory(NamedTuple):
-    """The two theory matrices on the device, their cached terms and what they are."""
+    """The two theory matrices on the device, their cached terms and what they are.
+
+    ``Theory.of(stats, protocol, device, dtype)`` computes the terms once per statistics object
+    in this process; with ``path=`` they are read from a theory file (refused when it was
+    written for other statistics or settings) or computed and written there, so every later
+    process reads them instead (:mod:`.theory_file`). :meth:`save` and :meth:`load` are the
+    explicit forms.
+    """
 
     protocol: str
     attention_name: str
@@ -315,30 +377,58 @@ class Theory(NamedTuple):
     value_terms: TheoryTerms
     device: torch.device
     dtype: torch.dtype
+    gemm_dtype: torch.dtype | None = None
 
     @classmethod
-    def of(cls, stats: CorpusStats, protocol: str, device, dtype) -> "Theory":
-        transposed = protocol == "paper-code"
-        name = "Q_bar^T" if transposed else "Q_bar"
-        T_att = (stats.Q_bar.T if transposed else stats.Q_bar).to(device)
+    def of(cls, stats: CorpusStats, protocol: str, device, dtype,
+           gemm_dtype: torch.dtype | None = None, path=None) -> "Theory":  # fmt: skip
+        if path is not None:
+            from tl_leadterms.analyses.covariance.theory_file import theory_for
+
+            return theory_for(stats, path, protocol=protocol, device=device, dtype=dtype,
+                              gemm_dtype=gemm_dtype)  # fmt: skip
+        device = torch.device(device)
+        name = attention_name(protocol)
+        T_att = (stats.Q_bar.T if name == "Q_bar^T" else stats.Q_bar).to(device)
         T_val = stats.B_bar_Phi_bar.T.to(device)
-        att_terms = cached_terms(stats, name, T_att, dtype)
-        val_terms = cached_terms(stats, "Phi_bar^T B_bar^T", T_val, dtype)
-        return cls(protocol, name, T_att, att_terms, T_val, val_terms, device, dtype)
+        att_terms = cached_terms(stats, name, T_att, dtype, gemm_dtype)
+        val_terms = cached_terms(stats, VALUE_NAME, T_val, dtype, gemm_dtype)
+        return cls(protocol, name, T_att, att_terms, T_val, val_terms, device, dtype, gemm_dtype)
+
+    def save(self, path, stats: CorpusStats):
+        """Write these terms to the theory file ``path`` (atomically), with ``stats``' checksum
+        and the settings as provenance; returns the path. See :mod:`.theory_file`."""
+        from tl_leadterms.analyses.covariance.theory_file import save_theory
+
+        return save_theory(path, stats, self)
+
+    @classmethod
+    def load(cls, path, stats: CorpusStats, *, protocol: str = "theorem", device="cpu",
+             dtype: torch.dtype = torch.float64,
+             gemm_dtype: torch.dtype | None = None) -> "Theory":  # fmt: skip
+        """The theory of ``stats`` with its terms read from ``path``, which must have been
+        written for these statistics and settings (else a :class:`LeadTermsError` names what
+        differs)."""
+        from tl_leadterms.analyses.covariance.theory_file import load_theory
+
+        return load_theory(path, stats, protocol=protocol, device=device, dtype=dtype,
+                           gemm_dtype=gemm_dtype)  # fmt: skip
 
 
-def bootstrap_scores(factors, boot, protocol, device, dtype, centre: str = "features") -> Tensor:
+def bootstrap_scores(factors, boot, protocol, device, dtype, centre: str = "features",
+                     gemm_dtype: torch.dtype | None = None) -> Tensor:  # fmt: skip
     """``[R, rows]`` scores (``centre``: see :meth:`Scores.pick`) of every layer's factors
     against each resample's theory."""
     identity = torch.arange(factors[0][0][0].L.shape[0])[None]
     out = []
     for resampled in boot.resamples():
-        theory = Theory.of(resampled, protocol, device, dtype)
+        theory = Theory.of(resampled, protocol, device, dtype, gemm_dtype)
         draw = []
         for att, val in factors:
             a = permuted_scores(att, theory.attention, theory.attention_terms, identity, dtype,
-                                centre)[0]  # fmt: skip
-            v = permuted_scores(val, theory.value, theory.value_terms, identity, dtype, centre)[0]
+                                centre, gemm_dtype)[0]  # fmt: skip
+            v = permuted_scores(val, theory.value, theory.value_terms, identity, dtype, centre,
+                                gemm_dtype)[0]  # fmt: skip
             draw += [a[0], v[0], v[1], *a[1:]]
         out.append(torch.stack(draw))
     return torch.stack(out)

@@ -16,10 +16,12 @@ Everything is computed in exact factored form, never as an ``n × n`` model cova
   (``O(n r²)``);
 * the theory's ``‖T̃T̃ᵀ‖²`` costs ``O(n³)`` but depends only on the statistics: it is computed
   once per (statistics, dtype, device), blockwise, and cached without keeping the statistics
-  alive.
+  alive; ``theory=path`` keeps it in a file for every later process (:mod:`.theory_file`).
 """
 
 import math
+import os
+import warnings
 from typing import Any, Literal, get_args
 
 import torch
@@ -52,7 +54,7 @@ from tl_leadterms.checks import (
 )
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
-from tl_leadterms.protocols import ReadableModel
+from tl_leadterms.protocols import PathLike, ReadableModel
 from tl_leadterms.results.bootstrap import (
     BootstrapSpec,
     add_interval,
@@ -79,6 +81,31 @@ def _check(view: ModelView, stats: Any, normalize: Any, value_map: Any, dtype: A
     check_choice("value_map", value_map, VALUE_MAPS)
     if dtype not in (torch.float32, torch.float64):
         raise LeadTermsError(f"dtype must be torch.float64 or torch.float32, got {dtype!r}")
+
+
+def _check_gemm(gemm_dtype: Any, dtype: torch.dtype, device: torch.device) -> None:
+    if gemm_dtype is None or gemm_dtype == dtype:
+        return
+    if not (gemm_dtype == torch.float32 and dtype == torch.float64):
+        raise LeadTermsError(
+            f"gemm_dtype must be None (the products in dtype) or torch.float32 with "
+            f"dtype=torch.float64, got gemm_dtype={gemm_dtype!r} with dtype={dtype!r}"
+        )
+    if device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        warnings.warn(
+            "torch.backends.cuda.matmul.allow_tf32 is True: float32 products then run in TF32 "
+            "(10-bit mantissa) and the scores can miss the documented 1e-6 tolerance; set it to "
+            "False (PyTorch's default) for gemm_dtype=torch.float32",
+            stacklevel=3,
+        )
+
+
+def _check_theory_path(theory: Any) -> None:
+    if theory is not None and not isinstance(theory, (str, os.PathLike)):
+        raise LeadTermsError(
+            f"theory must be the path of a theory file (str or Path), got "
+            f"{type(theory).__name__}; e.g. theory='stats.theory.safetensors'"
+        )
 
 
 def _check_maps(maps: object, ids: Tensor, layers: list[int]) -> TokenMaps:
@@ -121,6 +148,8 @@ def covariance_similarity(
     ci: float | None = None,
     bootstrap: int | BootstrapSpec = 50,
     centre: Literal["features", "tokens"] = "features",
+    theory: PathLike | None = None,
+    gemm_dtype: torch.dtype | None = None,
 ) -> "CovarianceSimilarity":
     """The paper's covariance similarity of a model's token maps with the leading terms.
 
@@ -177,7 +206,15 @@ def covariance_similarity(
             float64 time of the theory's terms and 0.51× per layer
             (``benchmarks/bench_token_centred.py``); a whole run is not faster when the token
             maps dominate (a 3,000-token run took 17.8 s against 16.1 s). Scores agree with
-            float64 to about 3e-7.
+            float64 to about 3e-7 (the documented tolerance is 1e-6, see
+            docs/guides/pythia-protocol.md#precision).
+        gemm_dtype: ``torch.float32`` with ``dtype=torch.float64``: only the matrix products
+            (the theory's ``O(k³)`` Gram blocks and each layer's ``O(k²r)`` products) run in
+            float32, every sum of their squares, the scaling, centring and the scores in
+            float64 (None: the products in ``dtype``). Within 1e-6 of float64 (measured by
+            ``benchmarks/bench_covariance.py --case pythia160m``). On a GPU
+            (``device="cuda"``) keep ``torch.backends.cuda.matmul.allow_tf32`` False
+            (PyTorch's default).
         progress: show tqdm bars.
         protocol: ``"theorem"`` (attention map vs ``Q̄``) or ``"paper-code"`` (vs ``Q̄ᵀ``, on
             statistics with ``last_target="paper-code"``); recorded in ``metadata``.
@@ -203,6 +240,14 @@ def covariance_similarity(
             score is then the ``raw`` column. Either way every row carries ``specific`` (the
             double-centred cosine) and ``common_share`` (the share of the paper's cosine
             carried by the common component); both cost nothing extra.
+        theory: the path of a theory file (e.g. ``theory_path("stats.safetensors")``,
+            :mod:`~tl_leadterms.analyses.covariance.theory_file`): its theory terms are read
+            when it exists, computed and written there when it does not, so only the first
+            process pays their ``O(k³)`` (467 s of CPU at Pythia's 20,000 tokens). A file
+            written for other statistics or another ``protocol``, ``dtype``, ``gemm_dtype``
+            or device type is refused, naming the difference. Scores are bitwise the same as
+            without it. ``sweep(..., theory=path)`` passes it to every checkpoint, Ray tasks
+            included.
 
     The common component. ``C = M̃M̃ᵀ`` splits exactly as ``C = C° + w1ᵀ + 1wᵀ + a·11ᵀ``
     with ``C° = H·C·H`` (``w``: the covariance of each token with the mean token, ``a``: the
@@ -238,11 +283,14 @@ def covariance_similarity(
     layers = check_layers(layers, view.n_layers)
     check_bool("per_head", per_head)
     device = _resolve_device(model, device)
+    _check_gemm(gemm_dtype, dtype, device)
+    gemm_dtype = None if gemm_dtype == dtype else gemm_dtype
+    _check_theory_path(theory)
     ids = stats.kept.cpu() if stats.kept is not None else torch.arange(stats.d_vocab)
     if maps is None:
         maps = token_maps(model, ids, layers=layers, batch_size=batch_size, progress=progress)
     maps = _check_maps(maps, ids, layers)
-    theory = Theory.of(stats, protocol, device, dtype)
+    theory_path, theory = theory, Theory.of(stats, protocol, device, dtype, gemm_dtype, theory)
     spec = NullSpec.of(null)
     perms = None if spec is None else permutations(ids.numel(), spec.permutations, spec.seed)
     rows: list[dict[str, Any]] = []
@@ -255,7 +303,8 @@ def covariance_similarity(
         ref = covariance_similarity(
             spec.reference_model(model), stats, layers=layers, per_head=per_head,
             normalize=normalize, value_map=value_map, batch_size=batch_size, device=device,
-            dtype=dtype, progress=False, protocol=protocol, centre=centre,
+            dtype=dtype, progress=False, protocol=protocol, centre=centre, theory=theory_path,
+            gemm_dtype=gemm_dtype,
         )  # fmt: skip
         by_key = {(r["layer"], r["head"], r["score"]): r["value"] for r in ref.rows}
         for r in rows:
@@ -266,7 +315,7 @@ def covariance_similarity(
     if boot is not None:
         factors = [_factors(view, maps, layer, theory, normalize, value_map, per_head)
                    for layer in layers]  # fmt: skip
-        draws = bootstrap_scores(factors, boot, protocol, device, dtype, centre)
+        draws = bootstrap_scores(factors, boot, protocol, device, dtype, centre, gemm_dtype)
         add_interval(rows, draws, boot, "value")
         metadata["ci"] = boot.metadata()
     return CovarianceSimilarity(rows, metadata)
@@ -322,13 +371,13 @@ def _layer_inputs(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, 
 def _layer_rows(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, normalize, value_map,
                 per_head: bool, perms: Tensor | None, centre: str) -> list[dict]:  # fmt: skip
     """The scores of one layer: attention (and per head), value_post, value_attn."""
-    dtype = theory.dtype
+    dtype, gemm = theory.dtype, theory.gemm_dtype
     E_pre, W_Q, W_K, values = _layer_inputs(view, maps, layer, theory, value_map)
     both = normalize == "both"
     att = attention_scores(
-        E_pre, W_Q, W_K, theory.attention, theory.attention_terms, both, per_head, dtype
+        E_pre, W_Q, W_K, theory.attention, theory.attention_terms, both, per_head, dtype, gemm
     )
-    val = value_scores(values, theory.value, theory.value_terms, both, dtype)
+    val = value_scores(values, theory.value, theory.value_terms, both, dtype, gemm)
     where = [
         (None, "attention", att[0]),
         (None, "value_post", val[0]),
@@ -339,11 +388,11 @@ def _layer_rows(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, no
     if perms is not None:
         att_factors = attention_factors(E_pre, W_Q, W_K, both, per_head)
         att_null = permuted_scores(
-            att_factors, theory.attention, theory.attention_terms, perms, dtype, centre
+            att_factors, theory.attention, theory.attention_terms, perms, dtype, centre, gemm
         )
         val_factors = value_factors(values, both)
         val_null = permuted_scores(
-            val_factors, theory.value, theory.value_terms, perms, dtype, centre
+            val_factors, theory.value, theory.value_terms, perms, dtype, centre, gemm
         )
         draws = [att_null[:, 0], val_null[:, 0], val_null[:, 1], *att_null[:, 1:].T]
         for row, d in zip(rows, draws, strict=True):
@@ -388,5 +437,6 @@ def _metadata(view, stats, layers, ids, theory: Theory, normalize, value_map, pe
             "last_target": stats.metadata.get("last_target"),
         },
         "dtype": str(theory.dtype).removeprefix("torch."),
+        "gemm_dtype": str(theory.gemm_dtype or theory.dtype).removeprefix("torch."),
         "library_version": __version__,
     }
