@@ -52,7 +52,7 @@ NAMES = sweepable()
 DEFAULT = ("decompose", "covariance")
 FORMAT = 1
 #: keywords that change where or how fast a sweep runs, not its rows: a resume may differ in them
-NOT_SETTINGS = ("device", "progress", "batch_size")
+NOT_SETTINGS = ("device", "progress", "batch_size", "theory")
 
 
 class Analysis(NamedTuple):
