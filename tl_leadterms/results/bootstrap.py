@@ -93,6 +93,7 @@ __all__ = [
     "add_interval",
     "ci_cell",
     "ci_header",
+    "ci_note",
     "interval",
     "interval_metadata",
     "resolve_bootstrap",
@@ -311,6 +312,20 @@ def ci_header(rows: list[dict]) -> str:
     of the distribution-level score, built around its estimate ``corrected``."""
     level = next((r["ci_level"] for r in rows if "ci_level" in r), None)
     return "distrib. est. " + (f"[{level:.0%} CI]" if level is not None else "[CI]")
+
+
+def ci_note(metadata: dict) -> str | None:
+    """The line a table prints under its title about its interval: why there is none (exact
+    scores of the model's training windows), or what the one printed covers; None when no
+    interval was asked for."""
+    ci = metadata.get("ci")
+    if not ci:
+        return None
+    if ci.get("interval", True) is None:
+        return f"({ci['why']})"
+    answers = (metadata.get("population") or {}).get("answers")
+    return (f"({ci['level']:.0%} bootstrap intervals over {ci['blocks']} blocks"
+            + (f": {answers})" if answers else ")"))  # fmt: skip
 
 
 def _num6(value: Any) -> str:

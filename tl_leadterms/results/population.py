@@ -109,19 +109,16 @@ class Reading:
     def answers(self) -> str:
         """The question the scores answer, in one sentence."""
         if self.exact:
-            return ("each score compares the weight with the leading term of the model's own "
-                    "training windows, exactly (the statistics are those windows)")  # fmt: skip
-        how = {"stated": "as stated", "fingerprint": "not the windows the model was trained on",
-               "assumed": "assumed: no record of the model's training windows; pass "
-                          "population='training' if they are the same"}[self.source]  # fmt: skip
-        return ("each score estimates the distribution-level score from a sample of the "
-                f"corpus ({how})")  # fmt: skip
+            return "exact scores against the model's own training windows"
+        how = {"stated": "as stated", "fingerprint": "not the model's training windows",
+               "assumed": "assumed: no record of the model's training windows; "
+                          "population='training' if they are"}[self.source]  # fmt: skip
+        return f"estimates of the distribution-level score from a sample of the corpus ({how})"
 
     def why_no_interval(self) -> str:
         """The one line a table prints in place of the interval of exact scores."""
-        return ("no corpus-sampling interval: the statistics are the model's own training "
-                "windows, so each score is exact for them (for the distribution-level score, "
-                "compute statistics of held-out windows)")  # fmt: skip
+        return ("no corpus-sampling interval: the statistics are the model's training windows, "
+                "so each score is exact for that data (held-out statistics give an interval)")
 
     def null_tests(self) -> str:
         """What the permutation null tests, for these statistics."""

@@ -4,7 +4,7 @@ import math
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.bootstrap import ci_cell, ci_header
+from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note
 from tl_leadterms.results.table import ResultTable
 
 __all__ = ["SCORES", "CovarianceSimilarity"]
@@ -86,7 +86,8 @@ class CovarianceSimilarity(ResultTable):
         if with_ci:
             lines.append(f"{'layer':>5} {'score':<11} {ci_header(with_ci)}")
             lines += [f"{r['layer']:>5} {r['score']:<11} {ci_cell(r)}" for r in with_ci]
-        return "\n".join(lines)
+        note = ci_note(m)
+        return "\n".join(lines + ([note] if note else []))
 
     @staticmethod
     def _cells(found: dict[str, dict], column: str) -> str:
