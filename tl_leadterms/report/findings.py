@@ -316,8 +316,12 @@ def findings(
     history: Any = None,
     sweep_table: Any = None,
     atlas: bool = False,
+    held_out: Any = None,
 ) -> str:
     """The findings as an HTML list (``<ul class="findings">``), each item escaped.
+
+    ``held_out``: a decomposition of the same model against held-out statistics; its sentences
+    (which question its scores answer, its intervals) follow the decomposition's.
 
     >>> print(findings())  # doctest: +ELLIPSIS
     <ul class="findings"><li>No decomposition...</li><li>No head atlas given...</li></ul>
@@ -327,6 +331,9 @@ def findings(
         items += _characters(decomposition.rows)
         items += _null_and_ci(decomposition.rows, getattr(decomposition, "metadata", None))
         items += _common(decomposition.rows, "Common to all tokens")
+        if held_out is not None:
+            items += [esc("Against held-out windows of the same corpus: ") + item
+                      for item in _null_and_ci(held_out.rows, held_out.metadata)]  # fmt: skip
     else:
         items.append(esc("No decomposition: pass model= or decomposition= for the characters."))
     items += _attention(agreement)
