@@ -26,8 +26,9 @@ printed interval's coverage of the truth at 90% and 95%, by the default method. 
 the issue's (|V| 300, T 32, 200 windows in 20 blocks, one layer) and the demo's real one
 (|V| 2000, T 32, 64 windows in 8 blocks, three layers). The library's own decision is checked
 in every configuration: ``decompose(..., ci=)`` prints an interval for B and none for A.
-Kept in ``benchmarks/results/coverage_population_draws.pt``; written into the ``population``
-key of ``coverage.json`` (the chain's cells are kept as they are).
+Kept in ``benchmarks/results/coverage_population_<size>_draws.pt``; written into the
+``population`` key of ``coverage.json`` (the chain's cells are kept as they are; run one size
+at a time with ``--configs``, each run adds its own).
 """
 
 import argparse
@@ -228,7 +229,7 @@ def _worst(cells: list[dict]) -> dict:
 
 #: issue 28's configurations: the issue's size and the demo's (a tokenizer of the stories)
 POPULATION_CONFIGS = {
-    "issue": {"stories": 3000, "vocab": 300, "n_ctx": 32, "windows": 200, "blocks": 20,
+    "issue": {"stories": 4500, "vocab": 300, "n_ctx": 32, "windows": 200, "blocks": 20,
               "layers": 1, "lr": 1.0, "steps": 24},
     "demo": {"stories": 4000, "vocab": 2000, "n_ctx": 32, "windows": 64, "blocks": 8,
              "layers": 3, "lr": 1.0, "steps": 24},
@@ -274,14 +275,15 @@ def _trial(maps: list, windows, d_vocab: int, cfg: dict, seed: int) -> dict:
     return {"estimate": _scores(maps, blocks.full()), "draws": draws, "blocks": blocks}
 
 
-def run_population(models: int, held_out: int, cache: Path, configs: list[str]) -> dict:
+def run_population(models: int, held_out: int, configs: list[str]) -> dict:
     """Every configuration's trials: ``models`` models, each with its training sample's trial
-    and ``held_out`` held-out samples' trials (resumable through ``cache``)."""
+    and ``held_out`` held-out samples' trials (resumable: one cache file per configuration)."""
     from tl_leadterms import decompose
 
-    done = torch.load(cache) if cache.exists() else {}
     out = {}
     for name in configs:
+        cache = RESULTS / f"coverage_population_{name}_draws.pt"
+        done = torch.load(cache) if cache.exists() else {}
         cfg = POPULATION_CONFIGS[name]
         windows, d_vocab = _story_windows(cfg)
         population = corpus_stats(windows[:TRUTH_WINDOWS], d_vocab=d_vocab, progress=False)
@@ -377,15 +379,15 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
 
 
 def main_population(args) -> None:
-    cache = RESULTS / "coverage_population_draws.pt"
     start = time.perf_counter()
-    runs = run_population(args.models, args.held_out, cache, args.configs)
+    runs = run_population(args.models, args.held_out, args.configs)
     summary = summarize_population(runs, args.models, args.held_out)
     out = Path(args.out)
     result = json.loads(out.read_text()) if out.exists() else {}
     result["population"] = {**result.get("population", {}), **summary}
-    result["population_run"] = {"seconds": time.perf_counter() - start,
-                                "load_average": os.getloadavg()}  # fmt: skip
+    for name in summary:
+        result["population"][name]["run"] = {"seconds": time.perf_counter() - start,
+                                             "load_average": os.getloadavg()}  # fmt: skip
     write_text(out, json.dumps(result, indent=1, default=list) + "\n")
     for name, s in summary.items():
         print(f"{name}: {s['setup']}")
@@ -433,7 +435,7 @@ def main() -> None:
                        "models": MODELS, "truth": truth.tolist(), "default": DEFAULT_METHOD,
                        "seconds": time.perf_counter() - start}  # fmt: skip
     before = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
-    result.update({k: before[k] for k in ("population", "population_run") if k in before})
+    result.update({k: before[k] for k in ("population",) if k in before})
     write_text(args.out, json.dumps(result, indent=1, default=list) + "\n")
     for key, w in result["worst"].items():
         print(
