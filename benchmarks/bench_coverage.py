@@ -302,7 +302,8 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
             train(model, sample, lr=cfg["lr"], steps=cfg["steps"], progress=False)
             maps = _paper_maps(model, cfg["layers"])
             truth = _scores(maps, population)
-            library = torch.tensor(list(leading_cosines(model, population).values()))
+            library = leading_cosines(model, population)
+            library = torch.tensor([library[n] for n in _map_names(cfg["layers"])])
             assert torch.allclose(truth, library.double(), atol=1e-9), (truth, library)
             trials = {"training": [_trial(maps, sample, d_vocab, cfg, 1000 * m)]}
             trials["held_out"] = [
