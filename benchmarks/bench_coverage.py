@@ -392,27 +392,37 @@ def main_population(args) -> None:
     write_text(out, json.dumps(result, indent=1, default=list) + "\n")
     for name, s in summary.items():
         print(f"{name}: {s['setup']}")
-        print("| case | weight | trials | raw − truth | corrected − truth | corrected = 1 "
-              "| interval printed | coverage 90% | coverage 95% |")
+        print(
+            "| case | weight | trials | raw − truth | corrected − truth | corrected = 1 "
+            "| interval printed | coverage 90% | coverage 95% |"
+        )
         for c in s["cells"]:
             shown = "yes" if c["interval_printed"] else ("no" if c["no_interval_printed"]
                                                         else "mixed")  # fmt: skip
-            print(f"| {c['case']} | {c['weight']} | {c['trials']} | {c['raw_minus_truth']:+.4f} "
-                  f"| {c['corrected_minus_truth']:+.4f} | {c['corrected_at_1']:.0%} | {shown} "
-                  f"| {c['coverage']['0.9']:.0%} | {c['coverage']['0.95']:.0%} |")
+            print(
+                f"| {c['case']} | {c['weight']} | {c['trials']} | {c['raw_minus_truth']:+.4f} "
+                f"| {c['corrected_minus_truth']:+.4f} | {c['corrected_at_1']:.0%} | {shown} "
+                f"| {c['coverage']['0.9']:.0%} | {c['coverage']['0.95']:.0%} |"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=60)
     parser.add_argument("--out", default=str(RESULTS / "coverage.json"))
-    parser.add_argument("--part", choices=("chain", "population"), default="chain",
-                        help="chain: the Markov chain's methods; population: issue 28's cases")
+    parser.add_argument(
+        "--part",
+        choices=("chain", "population"),
+        default="chain",
+        help="chain: the Markov chain's methods; population: issue 28's cases",
+    )
     parser.add_argument("--models", type=int, default=6, help="population: models per size")
-    parser.add_argument("--held-out", type=int, default=10,
-                        help="population: held-out samples per model")
-    parser.add_argument("--configs", nargs="+", default=list(POPULATION_CONFIGS),
-                        choices=list(POPULATION_CONFIGS))
+    parser.add_argument(
+        "--held-out", type=int, default=10, help="population: held-out samples per model"
+    )
+    parser.add_argument(
+        "--configs", nargs="+", default=list(POPULATION_CONFIGS), choices=list(POPULATION_CONFIGS)
+    )
     args = parser.parse_args()
     if args.part == "population":
         main_population(args)

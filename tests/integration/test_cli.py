@@ -307,7 +307,7 @@ def test_block_statistics_give_sweep_intervals(series, tmp_path, capsys):
     sweep_args = ["sweep", str(series["dir"]), str(path), "--steps", "0", "2", "--ci", "0.9",
                   "--null", "5", "--out", str(table), "--quiet"]  # fmt: skip
     assert main(sweep_args) == 0
-    assert "CI bias-corr." in capsys.readouterr().out
+    assert "CI distrib. est." in capsys.readouterr().out
     written = pd.read_csv(table)
     direct = sweep(
         series["dir"],

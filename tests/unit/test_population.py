@@ -172,7 +172,7 @@ def test_population_stated_and_refused(trained):
     model, on_a, on_b = trained["model"], trained["on_A"], trained["on_B"]
     with pytest.raises(LeadTermsError, match="held-out windows"):
         decompose(model, on_a, ci=0.9, population="distribution", progress=False)
-    with pytest.raises(LeadTermsError, match="population must be None.*'sample'"):
+    with pytest.raises(LeadTermsError, match=r"population must be None.*'sample'"):
         resolve_population(model, on_b, "sample")  # (the typed call refuses it first)
     stated = decompose(model, on_b, ci=0.9, population="training", progress=False)
     assert stated.metadata["population"]["source"] == "stated"

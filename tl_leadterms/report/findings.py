@@ -66,9 +66,11 @@ def _question(metadata: dict) -> list[str]:
     if not reading:
         return []
     if reading["population"] == "training":
-        text = ("The statistics are the model's own training windows: each score says how "
-                "closely the weight matches the leading term of that data, exactly (no "
-                "sampling uncertainty); it is not an estimate for the corpus distribution.")
+        text = (
+            "The statistics are the model's own training windows: each score says how "
+            "closely the weight matches the leading term of that data, exactly (no "
+            "sampling uncertainty); it is not an estimate for the corpus distribution."
+        )
     else:
         text = ("The statistics are a sample of the corpus, not the model's training windows"
                 + (" (assumed: no record of the windows the model was trained on)"
@@ -88,7 +90,8 @@ def _null_and_ci(rows: list[dict], metadata: dict | None = None) -> list[str]:
         out.append(
             esc(
                 f"Null baseline: {len(null)} of {len(tested)} scores are indistinguishable from "
-                f"the null (p ≥ {P_LEVEL})" + (f": {_names(null)}." if null else ".")
+                f"the null (p ≥ {P_LEVEL})"
+                + (f": {_names(null)}." if null else ".")
                 + (f" It tests {tests}." if tests else "")
             )
         )

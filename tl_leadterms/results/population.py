@@ -117,8 +117,10 @@ class Reading:
 
     def why_no_interval(self) -> str:
         """The one line a table prints in place of the interval of exact scores."""
-        return ("no corpus-sampling interval: the statistics are the model's training windows, "
-                "so each score is exact for that data (held-out statistics give an interval)")
+        return (
+            "no corpus-sampling interval: the statistics are the model's training windows, "
+            "so each score is exact for that data (held-out statistics give an interval)"
+        )
 
     def null_tests(self) -> str:
         """What the permutation null tests, for these statistics."""

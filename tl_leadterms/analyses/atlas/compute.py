@@ -27,8 +27,8 @@ from tl_leadterms.analyses.decompose.compute import decompose
 from tl_leadterms.checks import check_tokens
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.bootstrap import BootstrapSpec, ci_cell, ci_header
-from tl_leadterms.results.population import Population
 from tl_leadterms.results.null import NullSpec, add_qvalues
+from tl_leadterms.results.population import Population
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats

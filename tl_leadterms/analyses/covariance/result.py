@@ -25,7 +25,8 @@ class CovarianceSimilarity(ResultTable):
     ``null=`` the rows also hold ``null_mean``, ``null_sd``, ``z``, ``p``, ``excess``,
     ``excess_share`` and ``q`` (and ``reference``); the key ``score`` still names the score
     (what the other results call ``score``, the cosine, is ``value`` here). With ``ci=``:
-    ``lo``, ``hi``, ``corrected`` (the bias-corrected score the interval is built around) and
+    ``lo``, ``hi``, ``corrected`` (the estimate of the distribution-level score the
+    interval is built around, bias-corrected; none for a model's own training windows) and
     ``ci_level``. Every row holds ``specific`` (the double-centred, token-specific cosine) and
     ``common_share`` (the share of the paper's cosine carried by what every token shares); with
     ``centre="tokens"`` ``value`` is the token-specific cosine and ``raw`` the paper's.

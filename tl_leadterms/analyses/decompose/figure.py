@@ -13,9 +13,9 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
 
     One panel per weight (rows with a layer, in table order). The line is ``score`` (default:
     the rows' ``"score"`` column when they have one, else ``"cosine"``); the shaded band is the
-    confidence interval ``lo``–``hi`` (with its bias-corrected estimate ``corrected``, dashed)
-    and the grey band ``null_mean ± 2·null_sd``, each drawn only where the rows have those
-    columns; with a null, the excess ``score − null_mean`` on the right axis.
+    confidence interval ``lo``–``hi`` (with ``corrected``, its estimate of the
+    distribution-level cosine, dashed) and the grey band ``null_mean ± 2·null_sd``, each
+    drawn only where the rows have those columns; with a null, the excess ``score − null_mean`` on the right axis.
 
     Args:
         decomposition: a :class:`~tl_leadterms.Decomposition` (or anything with ``.rows``).
@@ -52,7 +52,8 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
         if any("lo" in r and "hi" in r for r in mine):
             ax.fill_between(x, get("lo"), get("hi"), color="tab:blue", alpha=0.25, label="CI")
             if any("corrected" in r for r in mine):  # the estimate the interval is built around
-                ax.plot(x, get("corrected"), ls="--", color="tab:blue", label="bias-corrected")
+                label = "distribution-level estimate"
+                ax.plot(x, get("corrected"), ls="--", color="tab:blue", label=label)
         ax.plot(x, get(column), marker=".", color="tab:blue", label=column)
         handles, labels = ax.get_legend_handles_labels()
         if any("null_mean" in r for r in mine):  # the effect size on its own axis

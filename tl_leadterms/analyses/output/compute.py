@@ -35,8 +35,8 @@ from tl_leadterms.results.bootstrap import (
     interval_metadata,
     resolve_bootstrap,
 )
-from tl_leadterms.results.population import Population
 from tl_leadterms.results.null import NullSpec, permutations, summarize
+from tl_leadterms.results.population import Population
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
