@@ -321,7 +321,8 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
                 for t in case:
                     del t["blocks"]
             done[(name, m)] = {"truth": truth, "trials": trials, "printed": printed,
-                               "seconds": time.perf_counter() - start}  # fmt: skip
+                               "seconds": time.perf_counter() - start,
+                               "d_vocab": d_vocab}  # fmt: skip
             with atomic_path(cache) as tmp:
                 torch.save(done, tmp)
             print(f"  {name}: model {m + 1}/{models} ({done[(name, m)]['seconds']:.0f} s)",
@@ -369,7 +370,8 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
                     "coverage": {str(lv): statistics.mean(cover[lv]) for lv in LEVELS},
                 })  # fmt: skip
         result[name] = {
-            "setup": {**cfg, "truth_windows": TRUTH_WINDOWS, "models": models,
+            "setup": {**cfg, "d_vocab": per_model[0].get("d_vocab", _story_windows(cfg)[1]),
+                      "truth_windows": TRUTH_WINDOWS, "models": models,
                       "held_out_per_model": held_out, "resamples": RESAMPLES,
                       "method": DEFAULT_METHOD},
             "cells": cells,

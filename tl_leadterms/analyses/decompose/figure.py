@@ -15,7 +15,8 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
     the rows' ``"score"`` column when they have one, else ``"cosine"``); the shaded band is the
     confidence interval ``lo``–``hi`` (with ``corrected``, its estimate of the
     distribution-level cosine, dashed) and the grey band ``null_mean ± 2·null_sd``, each
-    drawn only where the rows have those columns; with a null, the excess ``score − null_mean`` on the right axis.
+    drawn only where the rows have those columns; with a null, the excess
+    ``score − null_mean`` on the right axis.
 
     Args:
         decomposition: a :class:`~tl_leadterms.Decomposition` (or anything with ``.rows``).
