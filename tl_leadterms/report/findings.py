@@ -335,8 +335,9 @@ def findings(
         items += _null_and_ci(decomposition.rows, getattr(decomposition, "metadata", None))
         items += _common(decomposition.rows, "Common to all tokens")
         if held_out is not None:
+            said = _null_and_ci(held_out.rows, held_out.metadata)
             items += [esc("Against held-out windows of the same corpus: ") + item
-                      for item in _null_and_ci(held_out.rows, held_out.metadata)]  # fmt: skip
+                      for item in said if not item.startswith("No null baseline")]  # fmt: skip
     else:
         items.append(esc("No decomposition: pass model= or decomposition= for the characters."))
     items += _attention(agreement)
