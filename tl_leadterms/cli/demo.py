@@ -156,7 +156,8 @@ def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> d
         held = decompose(early_model, blocks, lr=lr, steps=steps, ci=0.95, progress=False)
         print(
             f"\nAgainst {held_out.shape[0]} held-out windows of the same corpus (an estimate of "
-            "the distribution-level cosine, with its 95% bootstrap interval):"
+            "the distribution-level cosine, with its 95% bootstrap interval; at 64 windows the "
+            "intervals of W_O and V run low, docs/guides/intervals.md):"
         )
         print(held)
     atlas = head_atlas(early_model, stats, windows[:8, :n_ctx], null=49, lr=lr, steps=steps)
