@@ -14,6 +14,21 @@ and what they cost.
 Resumable: every finished repetition is kept in ``benchmarks/results/coverage_draws.pt`` (not
 committed); rerunning skips them. Run it niced: ``nice python benchmarks/bench_coverage.py``
 (``--reps 3`` for a quick look).
+
+``--part population`` (issue 28): the two cases of where statistics come from, on the
+library's own generator (the embedded stories, a word-level tokenizer). Each model is the
+paper's, trained full-batch from zero on a sample A of windows; the truth is its cosine with the
+statistics of 16,000 other windows of the generator. Case "training": the statistics are A
+itself (the library prints no interval there; the bias of the exact score against the truth,
+and how often the interval it no longer prints would have covered the truth, are recorded).
+Case "held_out": statistics of other samples B of the same size (several per model): the
+printed interval's coverage of the truth at 90% and 95%, by the default method. Two sizes:
+the issue's (|V| 300, T 32, 200 windows in 20 blocks, one layer) and the demo's real one
+(|V| 2000, T 32, 64 windows in 8 blocks, three layers). The library's own decision is checked
+in every configuration: ``decompose(..., ci=)`` prints an interval for B and none for A.
+Kept in ``benchmarks/results/coverage_population_<size>_draws.pt``; written into the
+``population`` key of ``coverage.json`` (the chain's cells are kept as they are; run one size
+at a time with ``--configs``, each run adds its own).
 """
 
 import argparse
@@ -212,11 +227,208 @@ def _worst(cells: list[dict]) -> dict:
     return out
 
 
+#: issue 28's configurations: the issue's size and the demo's (a tokenizer of the stories)
+POPULATION_CONFIGS = {
+    "issue": {"stories": 4500, "vocab": 300, "n_ctx": 32, "windows": 200, "blocks": 20,
+              "layers": 1, "lr": 1.0, "steps": 24},
+    "demo": {"stories": 4000, "vocab": 2000, "n_ctx": 32, "windows": 64, "blocks": 8,
+             "layers": 3, "lr": 1.0, "steps": 24},
+}  # fmt: skip
+TRUTH_WINDOWS = 16_000
+
+
+def _story_windows(cfg: dict):
+    from tl_leadterms import make_windows
+    from tl_leadterms.data import generate_stories, train_word_tokenizer
+
+    stories = generate_stories(cfg["stories"], seed=28)
+    tokenizer = train_word_tokenizer(stories, cfg["vocab"])
+    return make_windows(stories, n_ctx=cfg["n_ctx"], tokenizer=tokenizer), len(tokenizer)
+
+
+def _paper_maps(model, layers: int) -> list:
+    """W_O, then V, W, P of each layer, dense (names in :func:`_map_names`)."""
+    pw = to_paper(model)
+    return [pw.W_O.detach()] + [pw.layer_map(w, layer).detach() for layer in range(layers)
+                                for w in ("V", "W", "P")]  # fmt: skip
+
+
+def _map_names(layers: int) -> list[str]:
+    return ["W_O"] + [f"{w}.{layer}" for layer in range(layers) for w in ("V", "W", "P")]
+
+
+def _scores(maps: list, stats) -> torch.Tensor:
+    """``[maps]``: the cosine of each map with its leading term, written out plainly."""
+    targets = {"B": stats.B_bar, "V": stats.B_bar_Phi_bar.T, "W": stats.Q_bar, "P": stats.Delta}
+    kinds = ["B"] + ["V", "W", "P"] * ((len(maps) - 1) // 3)
+    out = torch.empty(len(maps), dtype=torch.float64)
+    for i, (M, kind) in enumerate(zip(maps, kinds, strict=True)):
+        M, target = M.double().flatten(), targets[kind].double().flatten()
+        out[i] = (M @ target) / (M.norm() * target.norm())
+    return out
+
+
+def _trial(maps: list, windows, d_vocab: int, cfg: dict, seed: int) -> dict:
+    blocks = block_stats(windows, d_vocab=d_vocab, blocks=cfg["blocks"], progress=False)
+    boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=seed))
+    draws = torch.stack([_scores(maps, stats) for stats in boot.resamples()])
+    return {"estimate": _scores(maps, blocks.full()), "draws": draws, "blocks": blocks}
+
+
+def run_population(models: int, held_out: int, configs: list[str]) -> dict:
+    """Every configuration's trials: ``models`` models, each with its training sample's trial
+    and ``held_out`` held-out samples' trials (resumable: one cache file per configuration)."""
+    from tl_leadterms import decompose
+
+    out = {}
+    for name in configs:
+        cache = RESULTS / f"coverage_population_{name}_draws.pt"
+        done = torch.load(cache) if cache.exists() else {}
+        cfg = POPULATION_CONFIGS[name]
+        windows, d_vocab = _story_windows(cfg)
+        population = corpus_stats(windows[:TRUTH_WINDOWS], d_vocab=d_vocab, progress=False)
+        rest, n = windows[TRUTH_WINDOWS:], cfg["windows"]
+        chunks = [rest[i * n : (i + 1) * n] for i in range(rest.shape[0] // n)]
+        if len(chunks) < models * (1 + held_out):
+            raise SystemExit(f"{name}: {len(chunks)} samples of {n} windows, need "
+                             f"{models * (1 + held_out)}")  # fmt: skip
+        for m in range(models):
+            if (name, m) in done:
+                continue
+            start = time.perf_counter()
+            sample = chunks[m * (1 + held_out)]
+            model = paper_model(d_vocab=d_vocab, n_ctx=cfg["n_ctx"], n_layers=cfg["layers"],
+                                dtype=torch.float64)  # fmt: skip
+            train(model, sample, lr=cfg["lr"], steps=cfg["steps"], progress=False)
+            maps = _paper_maps(model, cfg["layers"])
+            truth = _scores(maps, population)
+            library = leading_cosines(model, population)
+            library = torch.tensor([library[n] for n in _map_names(cfg["layers"])])
+            assert torch.allclose(truth, library.double(), atol=1e-9), (truth, library)
+            trials = {"training": [_trial(maps, sample, d_vocab, cfg, 1000 * m)]}
+            trials["held_out"] = [
+                _trial(maps, chunks[m * (1 + held_out) + 1 + j], d_vocab, cfg, 1000 * m + 1 + j)
+                for j in range(held_out)
+            ]
+            printed = {}
+            for case in ("training", "held_out"):
+                d = decompose(model, trials[case][0]["blocks"], ci=0.9, bootstrap=2,
+                              progress=False)  # fmt: skip
+                printed[case] = {"interval": [("lo" in r) for r in d.rows],
+                                 "reading": d.metadata["population"],
+                                 "line": repr(d).split("\n")[1]}  # fmt: skip
+            for case in trials.values():
+                for t in case:
+                    del t["blocks"]
+            done[(name, m)] = {"truth": truth, "trials": trials, "printed": printed,
+                               "seconds": time.perf_counter() - start,
+                               "d_vocab": d_vocab}  # fmt: skip
+            with atomic_path(cache) as tmp:
+                torch.save(done, tmp)
+            print(f"  {name}: model {m + 1}/{models} ({done[(name, m)]['seconds']:.0f} s)",
+                  flush=True)  # fmt: skip
+        out[name] = [done[(name, m)] for m in range(models)]
+    return out
+
+
+def summarize_population(runs: dict, models: int, held_out: int) -> dict:
+    """Per configuration, case and weight (layers pooled): bias, corrected = 1, coverage."""
+    result = {}
+    for name, per_model in runs.items():
+        cfg = POPULATION_CONFIGS[name]
+        names = _map_names(cfg["layers"])
+        cells = []
+        for case in ("training", "held_out"):
+            printed = all(all(r["printed"][case]["interval"]) for r in per_model)
+            none = not any(any(r["printed"][case]["interval"]) for r in per_model)
+            for weight in ("W_O", "V", "W", "P"):
+                idx = [i for i, n in enumerate(names) if n.split(".")[0] == weight]
+                raw, corr, at_one, cover, width = [], [], [], {lv: [] for lv in LEVELS}, []
+                for r in per_model:
+                    for t in r["trials"][case]:
+                        for i in idx:
+                            truth, est = float(r["truth"][i]), float(t["estimate"][i])
+                            raw.append(est - truth)
+                            for level in LEVELS:
+                                lo, hi, mid = (float(x[0]) for x in interval(
+                                    t["draws"][:, i : i + 1], level, DEFAULT_METHOD,
+                                    torch.tensor([est])))  # fmt: skip
+                                cover[level].append(lo <= truth <= hi)
+                                if level == LEVELS[0]:
+                                    corr.append(mid - truth)
+                                    at_one.append(mid >= 1.0 - 1e-12)
+                                    width.append(hi - lo)
+                cells.append({
+                    "case": case, "weight": weight, "trials": len(raw),
+                    "mean_truth": statistics.mean(float(r["truth"][i]) for r in per_model
+                                                  for i in idx),
+                    "raw_minus_truth": statistics.mean(raw),
+                    "corrected_minus_truth": statistics.mean(corr),
+                    "corrected_at_1": statistics.mean(at_one),
+                    "median_width_90": statistics.median(width),
+                    "interval_printed": printed, "no_interval_printed": none,
+                    "coverage": {str(lv): statistics.mean(cover[lv]) for lv in LEVELS},
+                })  # fmt: skip
+        result[name] = {
+            "setup": {**cfg, "d_vocab": per_model[0].get("d_vocab", _story_windows(cfg)[1]),
+                      "truth_windows": TRUTH_WINDOWS, "models": models,
+                      "held_out_per_model": held_out, "resamples": RESAMPLES,
+                      "method": DEFAULT_METHOD},
+            "cells": cells,
+            "printed": per_model[0]["printed"],
+            "seconds_per_model": statistics.median(r["seconds"] for r in per_model),
+        }  # fmt: skip
+    return result
+
+
+def main_population(args) -> None:
+    start = time.perf_counter()
+    runs = run_population(args.models, args.held_out, args.configs)
+    summary = summarize_population(runs, args.models, args.held_out)
+    out = Path(args.out)
+    result = json.loads(out.read_text()) if out.exists() else {}
+    result["population"] = {**result.get("population", {}), **summary}
+    for name in summary:
+        result["population"][name]["run"] = {"seconds": time.perf_counter() - start,
+                                             "load_average": os.getloadavg()}  # fmt: skip
+    write_text(out, json.dumps(result, indent=1, default=list) + "\n")
+    for name, s in summary.items():
+        print(f"{name}: {s['setup']}")
+        print(
+            "| case | weight | trials | raw − truth | corrected − truth | corrected = 1 "
+            "| interval printed | coverage 90% | coverage 95% |"
+        )
+        for c in s["cells"]:
+            shown = "yes" if c["interval_printed"] else ("no" if c["no_interval_printed"]
+                                                        else "mixed")  # fmt: skip
+            print(
+                f"| {c['case']} | {c['weight']} | {c['trials']} | {c['raw_minus_truth']:+.4f} "
+                f"| {c['corrected_minus_truth']:+.4f} | {c['corrected_at_1']:.0%} | {shown} "
+                f"| {c['coverage']['0.9']:.0%} | {c['coverage']['0.95']:.0%} |"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=60)
     parser.add_argument("--out", default=str(RESULTS / "coverage.json"))
+    parser.add_argument(
+        "--part",
+        choices=("chain", "population"),
+        default="chain",
+        help="chain: the Markov chain's methods; population: issue 28's cases",
+    )
+    parser.add_argument("--models", type=int, default=6, help="population: models per size")
+    parser.add_argument(
+        "--held-out", type=int, default=10, help="population: held-out samples per model"
+    )
+    parser.add_argument(
+        "--configs", nargs="+", default=list(POPULATION_CONFIGS), choices=list(POPULATION_CONFIGS)
+    )
     args = parser.parse_args()
+    if args.part == "population":
+        main_population(args)
+        return
     cache = RESULTS / "coverage_draws.pt"
     start = time.perf_counter()
     truth, done = run(args.reps, cache)
@@ -235,6 +447,8 @@ def main() -> None:
                        "levels": LEVELS, "population_windows": POPULATION, "reps": args.reps,
                        "models": MODELS, "truth": truth.tolist(), "default": DEFAULT_METHOD,
                        "seconds": time.perf_counter() - start}  # fmt: skip
+    before = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+    result.update({k: before[k] for k in ("population",) if k in before})
     write_text(args.out, json.dumps(result, indent=1, default=list) + "\n")
     for key, w in result["worst"].items():
         print(

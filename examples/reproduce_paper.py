@@ -147,6 +147,10 @@ def main() -> None:
     for weight, paper in PAPER["table1"].items():
         print(f"{weight:10s} {table1[weight]:9.6f} {paper:9.6f}")
     print(f"{'P':10s} {table1['P']:9.6f} {'(n/a)':>9s}")
+    print(
+        "(exact: the statistics are the model's own training windows, so no corpus-sampling "
+        "interval applies)"
+    )
     results["table1"] = {"lr": lr, "steps": steps, "min_cosine": table1, "history": small.to_dict()}
 
     # Figure 4: large learning rate
@@ -193,6 +197,8 @@ def main() -> None:
 
     decomposition = decompose(model, stats, lr=lr, steps=steps, per_head=True)
     print(f"\n{decomposition}")
+    print(f"({decomposition.metadata['population']['answers']})")
+    results["population"] = decomposition.metadata["population"]
     results["decompose"] = decomposition.to_dict()["rows"]
 
     results["seconds"] = time.perf_counter() - start

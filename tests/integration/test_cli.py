@@ -38,11 +38,17 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert code == 0
-    # the short training run ends with the decompose table: one row per weight and layer
-    table = out[out.index("Decomposition of") :].splitlines()
+    # the short training run ends with two decompose tables: against the training windows
+    # (exact: no interval, one line says why), then against held-out windows (with intervals)
+    first = out.index("Decomposition of")
+    second = out.index("Decomposition of", first + 1)
+    table, held = out[first:second].splitlines(), out[second:].splitlines()
     assert sum(line.startswith(("W_O", "V ", "W ", "P ")) for line in table) == 1 + 3 * 3
+    assert "no corpus-sampling interval" in table[1] and "CI]" not in "".join(table)
     w_o = next(line for line in table if line.startswith("W_O"))
     assert float(w_o.split()[3]) > 0.999  # cosine of W_O with B̄ after 4 GD steps
+    assert "Against 32 held-out windows" in out and "distrib. est. [95% CI]" in held[2]
+    assert "distribution-level" in held[1]
     assert "Bigram B̄" in out and "Interchangeability Σ_B̄" in out and "Context Φ̄" in out
     assert "Association lists, cosine scoring" in out
     red = next(line for line in out.splitlines() if line.strip().startswith("red ->"))
@@ -60,7 +66,10 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
     assert f"Wrote {tmp_path / 'report.html'}" in out
     page = (tmp_path / "report.html").read_text()
     labels = re.findall(r'class="decompose-row"[^>]*data-label="([^"]+)"', page)
-    assert labels == ["W_O"] + ["L0H0", "L1H0", "L2H0"] * 3
+    assert labels[:10] == ["W_O"] + ["L0H0", "L1H0", "L2H0"] * 3  # the training windows
+    assert len(labels) == 20 and labels[10] == "W_O"  # then the held-out ones, per layer
+    assert "Against held-out windows of the same corpus" in page
+    assert "no corpus-sampling interval" in page and "distribution-level" in page
     words = re.findall(r'class="view association" data-word="([^"]+)"', page)
     assert {"red", "fish", "he"} <= set(words)
     assert "L2H0" in page and "predicted" in page and 'class="sample-text"' in page
@@ -307,7 +316,7 @@ def test_block_statistics_give_sweep_intervals(series, tmp_path, capsys):
     sweep_args = ["sweep", str(series["dir"]), str(path), "--steps", "0", "2", "--ci", "0.9",
                   "--null", "5", "--out", str(table), "--quiet"]  # fmt: skip
     assert main(sweep_args) == 0
-    assert "CI bias-corr." in capsys.readouterr().out
+    assert "CI distrib. est." in capsys.readouterr().out
     written = pd.read_csv(table)
     direct = sweep(
         series["dir"],

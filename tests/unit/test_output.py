@@ -163,7 +163,9 @@ def test_restricted_vocabulary_uses_one_bucket():
 
 def test_null_and_interval():
     tokens = _tokens(64)
-    blocks = block_stats(tokens[:48], d_vocab=D, blocks=6, progress=False)
+    # statistics of other windows than the training ones (those of the training windows are
+    # exact: no interval, tests/unit/test_population.py)
+    blocks = block_stats(_tokens(48, seed=1), d_vocab=D, blocks=6, progress=False)
     model = paper_model(d_vocab=D, n_ctx=T, n_layers=1)
     train(model, tokens[:48], lr=0.5, steps=8, progress=False)
     spec = BootstrapSpec(resamples=10, method="percentile")

@@ -106,6 +106,12 @@ SHARED = {
     ),
     "ci": Shared(KEYWORD, None, "a confidence level for bootstrap intervals"),
     "bootstrap": Shared(KEYWORD, 50, "resamples (or a BootstrapSpec) for the intervals"),
+    "population": Shared(
+        KEYWORD,
+        None,
+        "which question the scores answer: 'training' (exact, no interval), 'distribution' "
+        "or None (from the windows' fingerprints)",
+    ),
     "seed": Shared(
         KEYWORD,
         0,

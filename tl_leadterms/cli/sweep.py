@@ -142,8 +142,9 @@ def add_parser(sub) -> None:
         type=float,
         metavar="LEVEL",
         help="a bootstrap interval over the blocks of a block statistics file (stats --blocks "
-        "B): columns lo, hi and corrected, the bias-corrected score the interval is built "
-        "around (exact resamples; docs/guides/intervals.md)",
+        "B): columns lo, hi and corrected, the estimate of the distribution-level score the "
+        "interval is built around (exact resamples; none where the statistics are a model's "
+        "own training windows; docs/guides/intervals.md)",
     )
     sw.add_argument(
         "--bootstrap",

@@ -92,6 +92,7 @@ def report(
     attention_step: int | None = None,
     progress: bool = True,
     explorer: Any = None,
+    held_out: Any = None,
 ) -> Path:
     """Write one self-contained HTML report (works offline, no CDN) and return its path.
 
@@ -136,6 +137,11 @@ def report(
         explorer: an :class:`~tl_leadterms.explorer.Explorer` (from :func:`~tl_leadterms.explore`), or
             True to build one of ``model`` on ``text``: embedded (an iframe, offline) at the
             top of the decomposition section, above the static heatmaps.
+        held_out: a :class:`~tl_leadterms.analyses.decompose.Decomposition` of the same model against statistics
+            of held-out windows (e.g. ``decompose(model, block_stats(held_out_windows, ...),
+            ci=0.95)``), shown after ``decomposition``: its scores estimate the
+            distribution-level cosines, with their intervals, where those of the training
+            windows are exact (the findings say which number answers which question).
 
     Returns:
         The path written.
@@ -212,13 +218,17 @@ def report(
     bar.update()
     has_atlas = atlas_html is not None or head_atlas is not None
     told = findings(decomposition, agreement=agreement, history=history,
-                    sweep_table=sweep_table, atlas=has_atlas)  # fmt: skip
+                    sweep_table=sweep_table, atlas=has_atlas, held_out=held_out)  # fmt: skip
+    held_body = "" if held_out is None else (
+        "<h3>Against held-out windows of the same corpus</h3>"
+        + sections.decomposition(held_out))  # fmt: skip
     body = [
         ("findings", "Findings", told),
         ("provenance", "Provenance",
          sections.provenance(stats, tokenizer, model, weights_meta, lr, steps, date)),
         ("decompose", "Decomposition into corpus statistics",
-         ("" if explorer is None else explorer.iframe()) + sections.decomposition(decomposition)),
+         ("" if explorer is None else explorer.iframe()) + sections.decomposition(decomposition)
+         + held_body),
         ("atlas", "Head atlas", atlas_body),
         ("attention", "Attention on a sample text", attention_body),
         ("associations", "Association lists", association_body),

@@ -60,15 +60,39 @@ def _characters(rows: list[dict]) -> list[str]:
     return out
 
 
-def _null_and_ci(rows: list[dict]) -> list[str]:
-    out = []
+def _question(metadata: dict) -> list[str]:
+    """Which question the scores answer (the statistics' population), in one sentence."""
+    reading = metadata.get("population")
+    if not reading:
+        return []
+    if reading["population"] == "training":
+        text = (
+            "The statistics are the model's own training windows: each score says how "
+            "closely the weight matches the leading term of that data, exactly (no "
+            "sampling uncertainty); it is not an estimate for the corpus distribution."
+        )
+    else:
+        text = ("The statistics are a sample of the corpus, not the model's training windows"
+                + (" (assumed: no record of the windows the model was trained on)"
+                   if reading["source"] == "assumed" else "")
+                + ": each score estimates the distribution-level score, the one against the "
+                "statistics of the whole distribution.")  # fmt: skip
+    return [esc(text)]
+
+
+def _null_and_ci(rows: list[dict], metadata: dict | None = None) -> list[str]:
+    metadata = metadata or {}
+    out = _question(metadata)
     tested = [r for r in rows if isinstance(r.get("p"), (int, float)) and math.isfinite(r["p"])]
     if tested:
         null = [f"{r['weight']} {r['label']}" for r in tested if r["p"] >= P_LEVEL]
+        tests = (metadata.get("null") or {}).get("tests")
         out.append(
             esc(
                 f"Null baseline: {len(null)} of {len(tested)} scores are indistinguishable from "
-                f"the null (p ≥ {P_LEVEL})" + (f": {_names(null)}." if null else ".")
+                f"the null (p ≥ {P_LEVEL})"
+                + (f": {_names(null)}." if null else ".")
+                + (f" It tests {tests}." if tests else "")
             )
         )
         out.append(esc(_stand_out(tested)))
@@ -86,8 +110,9 @@ def _null_and_ci(rows: list[dict]) -> list[str]:
         out.append(
             esc(
                 f"Confidence intervals (lo, hi) over {len(widths)} scores: median width "
-                f"{_width(widths[len(widths) // 2])}, widest {_width(widths[-1])}; each is built "
-                "around the bias-corrected estimate (column corrected)"
+                f"{_width(widths[len(widths) // 2])}, widest {_width(widths[-1])}; each is of "
+                "the distribution-level score, built around its bias-corrected estimate "
+                "(column corrected)"
                 + (
                     f"; {outside} raw scores lie outside their interval (the raw score is biased "
                     "towards 0 by the statistics' noise)."
@@ -96,6 +121,8 @@ def _null_and_ci(rows: list[dict]) -> list[str]:
                 )
             )
         )
+    elif (metadata.get("ci") or {}).get("why"):
+        out.append(esc(metadata["ci"]["why"][0].upper() + metadata["ci"]["why"][1:] + "."))
     else:
         out.append(esc("No confidence intervals in these rows (no lo, hi columns)."))
     return out
@@ -292,8 +319,12 @@ def findings(
     history: Any = None,
     sweep_table: Any = None,
     atlas: bool = False,
+    held_out: Any = None,
 ) -> str:
     """The findings as an HTML list (``<ul class="findings">``), each item escaped.
+
+    ``held_out``: a decomposition of the same model against held-out statistics; its sentences
+    (which question its scores answer, its intervals) follow the decomposition's.
 
     >>> print(findings())  # doctest: +ELLIPSIS
     <ul class="findings"><li>No decomposition...</li><li>No head atlas given...</li></ul>
@@ -301,8 +332,12 @@ def findings(
     items = []
     if decomposition is not None:
         items += _characters(decomposition.rows)
-        items += _null_and_ci(decomposition.rows)
+        items += _null_and_ci(decomposition.rows, getattr(decomposition, "metadata", None))
         items += _common(decomposition.rows, "Common to all tokens")
+        if held_out is not None:
+            said = _null_and_ci(held_out.rows, held_out.metadata)
+            items += [esc("Against held-out windows of the same corpus: ") + item
+                      for item in said if not item.startswith("No null baseline")]  # fmt: skip
     else:
         items.append(esc("No decomposition: pass model= or decomposition= for the characters."))
     items += _attention(agreement)

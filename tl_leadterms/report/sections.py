@@ -88,7 +88,17 @@ def decomposition(d) -> str:
         if steps is not None
         else ""
     )
-    return when + heatmaps(d) + "\n" + decompose_table(d)
+    return when + reading(d.metadata) + heatmaps(d) + "\n" + decompose_table(d)
+
+
+def reading(metadata: dict) -> str:
+    """One caption: which question the scores answer (exact for the training windows, or an
+    estimate of the distribution-level score) and why there is an interval or none."""
+    from tl_leadterms.results.bootstrap import ci_note
+
+    answers = (metadata.get("population") or {}).get("answers")
+    text = ci_note(metadata) or (f"({answers})" if answers else None)
+    return f'<p class="decompose-reading">{esc(text[1:-1])}.</p>' if text else ""
 
 
 def word_pairs(words: object) -> list[tuple[str, str]]:

@@ -5,6 +5,8 @@
 * :mod:`~tl_leadterms.results.null`: permutation nulls (:class:`NullSpec`);
 * :mod:`~tl_leadterms.results.bootstrap`: bootstrap intervals over corpus blocks
   (:class:`BootstrapSpec`);
+* :mod:`~tl_leadterms.results.population`: which question a score answers (exact for the
+  model's training windows, or an estimate of the distribution-level score), ``population=``;
 * :mod:`~tl_leadterms.results.attribution`: exact Shapley attribution of a fit's R²;
 * :mod:`~tl_leadterms.results.figures`, :mod:`~tl_leadterms.results.html` and
   :mod:`~tl_leadterms.results.tokens`: figure helpers, offline HTML views, tokens as text.

@@ -10,10 +10,18 @@ two exact):
 
 * ``lo``, ``hi``: the interval, inside the score's range ``[−1, 1]``, of non-zero width
   whenever the resamples vary;
-* ``corrected``: the bias-corrected estimate the interval is built around, always between
-  ``lo`` and ``hi`` (a cosine computed from noisy statistics is biased towards 0, often by more
-  than its spread: the raw score can then lie outside a correct interval, so tables print the
-  interval beside ``corrected``, not beside the raw score).
+* ``corrected``: the estimate of the distribution-level score the interval is built around,
+  bias-corrected, always between ``lo`` and ``hi`` (a cosine computed from noisy statistics is
+  biased towards 0, often by more than its spread: the raw score can then lie outside a correct
+  interval, so tables print the interval beside ``corrected``, not beside the raw score).
+
+What the interval covers: the score of the model against the statistics of the whole
+distribution the windows were drawn from, for a model that did not learn these windows. That
+holds when the statistics are another sample than the model's training windows (held-out
+windows; another corpus of the same text). When they ARE the training windows the scores are
+exact for that data and no interval is added: ``metadata["ci"]`` holds ``interval: None`` and the
+one-line reason (:mod:`tl_leadterms.results.population` decides which case it is, from the
+windows' fingerprints or ``population=``).
 
 Methods (``BootstrapSpec(method=...)``; ``ŝ`` the full-corpus score, ``q`` the quantiles of
 the resamples' scores ``s*``):
@@ -64,6 +72,7 @@ from torch import Tensor
 
 from tl_leadterms.checks import check_bool, check_choice, check_count, check_level
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.population import Reading, resolve_population
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 
@@ -72,6 +81,8 @@ METHODS = ("shifted", "atanh", "log1m", "angle", "bca", "percentile", "basic")
 DEFAULT_METHOD = METHODS[0]
 #: the columns ``ci=`` adds to a row
 CI_COLUMNS = ("lo", "hi", "corrected", "ci_level")
+#: what ``corrected`` (the point an interval is built around) estimates
+ESTIMATE = "the distribution-level score (bias-corrected estimate; column corrected)"
 _EDGE = 1.0 - 1e-15  # |s| is clamped to this before atanh or log(1 − s)
 
 __all__ = [
@@ -82,7 +93,9 @@ __all__ = [
     "add_interval",
     "ci_cell",
     "ci_header",
+    "ci_note",
     "interval",
+    "interval_metadata",
     "resolve_bootstrap",
 ]
 
@@ -154,24 +167,43 @@ class Bootstrap:
                 "pass_two": pass_two}  # fmt: skip
 
 
-def resolve_bootstrap(stats: Any, ci: Any, bootstrap: Any) -> tuple[Any, Bootstrap | None]:
-    """``(statistics to score, Bootstrap or None)`` from ``stats``, ``ci`` and ``bootstrap``.
+def resolve_bootstrap(
+    stats: Any, ci: Any, bootstrap: Any, *, model: Any = None, population: Any = None
+) -> tuple[Any, "Bootstrap | None", Reading]:
+    """``(statistics to score, Bootstrap or None, Reading)`` from ``stats``, ``ci``,
+    ``bootstrap`` and which question the scores answer (``model`` and ``population``, see
+    :mod:`tl_leadterms.results.population`).
 
     ``stats`` may be a :class:`BlockStats` (its full-corpus statistics are scored); ``ci`` needs
-    one.
+    one. Statistics that are the model's training windows get no Bootstrap: their scores are
+    exact (``interval_metadata`` says why).
     """
     level = check_level("ci", ci)
     spec = BootstrapSpec.of(bootstrap)
+    reading = resolve_population(model, stats, population)
     if isinstance(stats, BlockStats):
         full = stats.full()
-        return full, None if level is None else Bootstrap(stats, level, spec)
-    if level is not None:
+        if level is None or reading.exact:
+            return full, None, reading
+        return full, Bootstrap(stats, level, spec), reading
+    if level is not None and not reading.exact:
         raise LeadTermsError(
             f"ci={ci} needs statistics kept per block of windows: pass "
             "stats=tl_leadterms.block_stats(tokens, d_vocab, blocks=20) instead of a "
             f"{type(stats).__name__} (corpus_stats keeps no blocks to resample)."
         )
-    return stats, None
+    return stats, None, reading
+
+
+def interval_metadata(ci: Any, boot: "Bootstrap | None", reading: Reading) -> dict | None:
+    """``metadata["ci"]`` of a result: the bootstrap's settings and what its estimate is, or,
+    for exact scores asked for an interval, ``{"level", "interval": None, "why"}``; None when
+    no interval was asked for."""
+    if boot is not None:
+        return {**boot.metadata(), "estimate": ESTIMATE, "population": reading.population}
+    if ci is None:
+        return None
+    return {"level": ci, "interval": None, "why": reading.why_no_interval()}
 
 
 def _to_scale(s: Tensor, method: str) -> Tensor:
@@ -276,9 +308,24 @@ def add_interval(rows: list[dict], draws: Tensor, boot: Bootstrap, key: str) -> 
 
 
 def ci_header(rows: list[dict]) -> str:
-    """The column title of :func:`ci_cell`, e.g. ``bias-corr. [95% CI]``."""
+    """The column title of :func:`ci_cell`, e.g. ``distrib. est. [95% CI]``: the interval is
+    of the distribution-level score, built around its estimate ``corrected``."""
     level = next((r["ci_level"] for r in rows if "ci_level" in r), None)
-    return "bias-corr. " + (f"[{level:.0%} CI]" if level is not None else "[CI]")
+    return "distrib. est. " + (f"[{level:.0%} CI]" if level is not None else "[CI]")
+
+
+def ci_note(metadata: dict) -> str | None:
+    """The line a table prints under its title about its interval: why there is none (exact
+    scores of the model's training windows), or what the one printed covers; None when no
+    interval was asked for."""
+    ci = metadata.get("ci")
+    if not ci:
+        return None
+    if ci.get("interval", True) is None:
+        return f"({ci['why']})"
+    answers = (metadata.get("population") or {}).get("answers")
+    return (f"({ci['level']:.0%} bootstrap intervals over {ci['blocks']} blocks"
+            + (f": {answers})" if answers else ")"))  # fmt: skip
 
 
 def _num6(value: Any) -> str:

@@ -70,7 +70,7 @@ from tl_leadterms.stats.io import (
     verify_checksums,
     write_file,
 )
-from tl_leadterms.stats.provenance import ids_vocab_hash
+from tl_leadterms.stats.provenance import WindowsDigest, ids_vocab_hash
 from tl_leadterms.stats.tokens import TokenSource, default_batch_size, token_counts
 from tl_leadterms.stats.vocab import KeptVocab, VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
@@ -235,8 +235,10 @@ def _split(batch: Tensor, start: int, bounds: list[tuple[int, int]]):
             yield b, batch[a - start : z - start]
 
 
-def _read(source, bounds, make, desc: str, progress: bool, keep: list | None = None) -> list:
-    """One pass: an accumulator per block (and, into ``keep``, each block's windows)."""
+def _read(source, bounds, make, desc: str, progress: bool, keep: list | None = None,
+          digest: WindowsDigest | None = None) -> list:  # fmt: skip
+    """One pass: an accumulator per block (and, into ``keep``, each block's windows; into
+    ``digest``, the fingerprint of every window)."""
     accs = [make() for _ in bounds]
     pieces: list[list[Tensor]] = [[] for _ in bounds]
     start = 0
@@ -245,6 +247,8 @@ def _read(source, bounds, make, desc: str, progress: bool, keep: list | None = N
             accs[b].update(rows)
             if keep is not None:
                 pieces[b].append(rows.to("cpu", torch.int32))  # ids < d_vocab < 2**31
+        if digest is not None:
+            digest.update(batch)
         start += batch.shape[0]
     if keep is not None:
         keep.extend(torch.cat(p) for p in pieces)
@@ -298,7 +302,8 @@ def block_stats(
         return ContextAccumulator(kept, backend=backend, last_target=last_target)
 
     windows: list[Tensor] = []
-    firsts = _read(source, bounds, context, "pass 1/2 (blocks)", progress, windows)
+    digest = WindowsDigest()
+    firsts = _read(source, bounds, context, "pass 1/2 (blocks)", progress, windows, digest)
     counts = [acc.result(release=True, dtype=dtype) for acc in firsts]
     whole = _combine_counts(counts, [1] * blocks, [(b - a) / n for a, b in bounds], n)
     G_bar = composed_from_counts(whole, kept)
@@ -317,7 +322,7 @@ def block_stats(
         "n_sequences": n, "n_kept": kept.k, "centre_vocab": kept.centre_vocab,
         "dtype": str(dtype).removeprefix("torch."), "backend": firsts[0].backend,
         "q_targets": q_targets, "last_target": last_target, "blocks": blocks,
-        **tokenizer_provenance(tokenizer),
+        "windows_fingerprint": digest.hexdigest(), **tokenizer_provenance(tokenizer),
     }  # fmt: skip
     return BlockStats(counts, [q for q, _ in results], [d for _, d in results], bounds, kept,
                       G_bar, metadata, tokenizer, windows)  # fmt: skip

@@ -15,6 +15,7 @@ from tl_leadterms.stats.definitions import LastTarget, QTargets, key_shift
 from tl_leadterms.stats.driver import PassPlan, pass_plan, run_passes
 from tl_leadterms.stats.memory import check_memory as check_memory_fits
 from tl_leadterms.stats.memory import plan_memory
+from tl_leadterms.stats.provenance import WindowsDigest
 from tl_leadterms.stats.tokens import TokenSource, token_counts
 from tl_leadterms.stats.vocab import KeptVocab, VocabSpec
 
@@ -32,6 +33,7 @@ class LocalExecutor:
         self.timings: dict[str, Any] = {}
         self._shift: tuple[torch.Tensor, torch.Tensor | None] | None = None  # (Ḡ, its shift)
         self._spare: torch.Tensor | None = None  # the last row group's table, to reuse
+        self._windows = WindowsDigest()  # which windows pass one read (the provenance)
 
     def token_counts(self, d_vocab: int) -> torch.Tensor:
         return token_counts(self.source, d_vocab)
@@ -65,8 +67,10 @@ class LocalExecutor:
             backend=plan.backend,
             last_target=plan.last_target,
         )
+        self._windows = WindowsDigest()
         for batch in self._batches("pass 1/2: B̄, Φ̄", plan):
             acc.update(batch)
+            self._windows.update(batch)
         return acc
 
     def attention_pass(self, kept, g_bar, plan: PassPlan, rows) -> AttentionAccumulator:
@@ -96,7 +100,7 @@ class LocalExecutor:
         return acc
 
     def provenance(self) -> dict[str, Any]:
-        return {}
+        return {"windows_fingerprint": self._windows.hexdigest()}
 
 
 def corpus_stats(
@@ -181,7 +185,9 @@ def corpus_stats(
     Returns:
         A :class:`CorpusStats`; ``metadata`` records ``q_targets``, ``last_target``,
         ``statistics`` (those computed), ``degenerate`` (per dense statistic: zero up to
-        rounding, :mod:`tl_leadterms.stats.degenerate`) and ``vocab_hash``; ``timings`` holds
+        rounding, :mod:`tl_leadterms.stats.degenerate`), ``vocab_hash`` and
+        ``windows_fingerprint`` (which windows were read, order-free:
+        :func:`~tl_leadterms.stats.provenance.windows_fingerprint`); ``timings`` holds
         the wall-clock seconds of each stage: ``"vocab"``, ``"pass1"`` (B̄ counts and Φ̄),
         ``"G_bar"``, ``"pass2"`` (Q̄, Δ) and ``"degenerate"`` (the test above).
 

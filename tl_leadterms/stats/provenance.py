@@ -7,21 +7,40 @@
 * ``checksums`` (metadata): SHA-256 of every tensor's dtype, shape and bytes, and of the rest of
   the metadata (canonical JSON), written by ``save`` and verified by ``load``, which names the
   tensor (or ``metadata``) that does not match.
+* ``windows_fingerprint`` (metadata): which windows the statistics were computed from
+  (:func:`windows_fingerprint`), an order-free digest of the multiset of windows, so that a
+  model trained on the same windows (:func:`tl_leadterms.train` records the same digest on the
+  model) is recognised whatever order either read them in
+  (:mod:`tl_leadterms.results.population`). Not cryptographic: it tells apart different
+  windows, it does not resist someone crafting a collision.
 
 >>> import torch
 >>> ids_vocab_hash(100, None) == ids_vocab_hash(100, None) != ids_vocab_hash(101, None)
 True
 >>> tensor_checksum(torch.arange(3)) == tensor_checksum(torch.arange(3))
 True
+>>> w = torch.tensor([[1, 2, 3], [4, 5, 6]])
+>>> windows_fingerprint(w) == windows_fingerprint(w.flip(0)) != windows_fingerprint(w[:1])
+True
+>>> windows_fingerprint(w)[:14]
+'windows:v1:2x3'
 """
 
 import hashlib
 import json
 from typing import Any
 
+import numpy as np
 import torch
 
-__all__ = ["TensorDigest", "ids_vocab_hash", "metadata_checksum", "tensor_checksum"]
+__all__ = [
+    "TensorDigest",
+    "WindowsDigest",
+    "ids_vocab_hash",
+    "metadata_checksum",
+    "tensor_checksum",
+    "windows_fingerprint",
+]
 
 _CHUNK = 1 << 24  # elements hashed at a time (no full byte copy of a large table)
 
@@ -73,3 +92,61 @@ def metadata_checksum(metadata: dict[str, Any]) -> str:
     rest = {key: value for key, value in metadata.items() if key != "checksums"}
     blob = json.dumps(rest, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser, element-wise on ``uint64`` (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+def window_hashes(windows: torch.Tensor) -> np.ndarray:
+    """One 64-bit hash per window (row) of ``windows`` ``[n, L]`` (non-negative ids): the
+    ids chained through the splitmix64 finaliser, position by position, so a window's hash
+    depends on every id and its place."""
+    x = windows.detach().to("cpu", torch.int64).numpy().astype(np.uint64)
+    with np.errstate(over="ignore"):
+        h = _mix(np.full(x.shape[0], np.uint64(x.shape[1]), dtype=np.uint64) ^ _GOLDEN)
+        for t in range(x.shape[1]):
+            h = _mix(h ^ (x[:, t] + _GOLDEN))
+    return h
+
+
+class WindowsDigest:
+    """:func:`windows_fingerprint` fed batch by batch (any order, any batch sizes).
+
+    >>> w = torch.randint(0, 9, (10, 4), generator=torch.Generator().manual_seed(0))
+    >>> d = WindowsDigest(); d.update(w[6:]); d.update(w[:6])
+    >>> d.hexdigest() == windows_fingerprint(w)
+    True
+    """
+
+    def __init__(self) -> None:
+        self.n, self.length, self._sum = 0, None, np.uint64(0)
+
+    def update(self, batch: torch.Tensor) -> None:
+        """Add the windows ``[b, L]`` of ``batch`` (every batch of one corpus has one ``L``)."""
+        if batch.shape[0] == 0:
+            return
+        self.length = int(batch.shape[1]) if self.length is None else self.length
+        with np.errstate(over="ignore"):
+            self._sum = np.uint64(self._sum + window_hashes(batch).sum(dtype=np.uint64))
+        self.n += int(batch.shape[0])
+
+    def hexdigest(self) -> str:
+        """``"windows:v1:{n}x{L}:{16 hex digits}"``: the number of windows, their length and
+        the sum (mod 2⁶⁴) of their hashes, so the same multiset of windows gives the same
+        digest in any order."""
+        return f"windows:v1:{self.n}x{self.length or 0}:{int(self._sum):016x}"
+
+
+def windows_fingerprint(windows: torch.Tensor) -> str:
+    """The order-free digest of the windows ``[n, L]`` (see :class:`WindowsDigest`)."""
+    digest = WindowsDigest()
+    digest.update(torch.as_tensor(windows))
+    return digest.hexdigest()

@@ -10,7 +10,7 @@ __all__ = ["COLUMNS", "EXTRA_COLUMNS", "SweepTable"]
 COLUMNS = ("checkpoint", "step", "layer", "head", "analysis", "score", "value")
 # what repr shows beneath each value, effect size first
 _SHOWN = {"excess": "excess", "null_mean": "null mean", "z": "z", "p": "p", "q": "q",
-          "reference": "reference", "corrected": "CI bias-corr.", "lo": "CI lo", "hi": "CI hi",
+          "reference": "reference", "corrected": "CI distrib. est.", "lo": "CI lo", "hi": "CI hi",
           "raw": "raw", "specific": "specific", "common_share": "common share"}  # fmt: skip
 
 
@@ -23,7 +23,8 @@ class SweepTable(ResultTable):
     the effect size ``excess`` (``value − null_mean``) and ``excess_share``, and ``q`` (the
     Benjamini–Hochberg q-value over one checkpoint's rows of one analysis) (and
     ``reference`` with a reference model), one with ``ci=`` adds ``lo``, ``hi``,
-    ``corrected`` (the bias-corrected estimate the interval is built around); covariance
+    ``corrected`` (the estimate of the distribution-level score the interval is built
+    around; none for statistics of a model's own training windows); covariance
     and decompose rows carry ``specific`` and ``common_share`` (and ``raw`` under
     ``centre="tokens"``): the columns
     :func:`~tl_leadterms.decompose` and :func:`~tl_leadterms.covariance_similarity` give the

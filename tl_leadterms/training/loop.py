@@ -30,8 +30,10 @@ from tl_leadterms.checks import (
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import ReadableModel, TokenWindows
+from tl_leadterms.results.population import record_training
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.provenance import windows_fingerprint
 from tl_leadterms.theory import WEIGHTS
 
 __all__ = ["TrainHistory", "train"]
@@ -51,7 +53,9 @@ class TrainHistory(ResultTable):
         loss: mean cross-entropy of the batch that step ``s`` trained on, before its update.
         cosines: ``{"W_O": [...], "V.0": [...], "W.0": [...], "P.0": [...], ...}``, the cosine of
             each weight with its leading term at each logged step (empty without ``track``).
-        settings: lr, steps, batch size, number of sequences, seed.
+        settings: lr, steps, batch size, number of sequences, seed and
+            ``windows_fingerprint``, the digest of the windows trained on
+            (:func:`~tl_leadterms.stats.provenance.windows_fingerprint`).
         scores: other scores by name (e.g. ``output_explained`` from
             :class:`~tl_leadterms.sweeps.monitor.LeadingTermMonitor`), one value per
             logged step.
@@ -207,7 +211,10 @@ def train(
         callback: optional ``callback(step, model, loss)`` called at each logged step.
 
     Returns:
-        A :class:`TrainHistory`.
+        A :class:`TrainHistory`. The model also keeps a record of the windows it was trained
+        on (their fingerprint, :func:`tl_leadterms.results.population.trained_on`), so that
+        the analyses know when statistics are of those very windows: their scores are then
+        exact and ``ci=`` adds no interval (:mod:`tl_leadterms.results.population`).
 
     Example:
         >>> import torch
@@ -240,9 +247,12 @@ def train(
     chunk = chunk_size or max(1, _CHUNK_ELEMENTS // ((tokens.shape[1] - 1) * model.cfg.d_vocab))
     optimiser = torch.optim.SGD(params, lr=lr)
     generator = torch.Generator().manual_seed(seed)
+    # recorded before the first step, so a callback's copy of the model keeps it
+    fingerprint = record_training(model, tokens) if steps else windows_fingerprint(tokens)
     history = TrainHistory(settings={"lr": lr, "steps": steps, "batch_size": batch_size,
                                      "n_sequences": n_seq, "n_ctx": tokens.shape[1] - 1,
-                                     "seed": seed, "every": every})  # fmt: skip
+                                     "seed": seed, "every": every,
+                                     "windows_fingerprint": fingerprint})  # fmt: skip
     order, cursor = None, n_seq
     bar = progress_bar(range(1, steps + 1), desc="train", disable=not progress)
     for step in bar:

@@ -28,6 +28,7 @@ from tl_leadterms.checks import check_tokens
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.bootstrap import BootstrapSpec, ci_cell, ci_header
 from tl_leadterms.results.null import NullSpec, add_qvalues
+from tl_leadterms.results.population import Population
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
@@ -51,8 +52,12 @@ class HeadAtlas(ResultTable):
 
     def __repr__(self) -> str:
         ci = self.metadata.get("ci")
+        why = ci.get("why") if ci else None  # asked for, none: the scores are exact
+        ci = None if why else ci
         band = f"{ci_header([{'ci_level': ci['level']}]):<32} " if ci else ""
-        lines = [f"HeadAtlas ({len(self.rows)} heads; null: {self.metadata.get('null')})",
+        null = self.metadata.get("null")
+        null = f"{null['permutations']} permutations, seed {null['seed']}" if null else None
+        lines = [f"HeadAtlas ({len(self.rows)} heads; null: {null})",
                  f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {'excess':>7} {band}{'z':>7} "
                  f"{'q':>6} {'value':<22} {'prev':>5} {'dup':>5} {'ind':>5}"]  # fmt: skip
         for r in self.rows:
@@ -63,7 +68,7 @@ class HeadAtlas(ResultTable):
                 f"{r['previous_token']:5.2f} "
                 f"{r['duplicate_token']:5.2f} {r['induction']:5.2f}"
             )
-        return "\n".join(lines)
+        return "\n".join(lines + ([f"({why})"] if why else []))
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.atlas.figure.plot_atlas` of this atlas (its keywords)."""
@@ -107,6 +112,7 @@ def head_atlas(
     s_lr: float | None = None,
     ci: float | None = None,
     bootstrap: int | BootstrapSpec = 50,
+    population: Population = None,
 ) -> HeadAtlas:
     """Every head of ``model`` in one table (see the module docstring for the columns).
 
@@ -114,14 +120,17 @@ def head_atlas(
         model: a HookedTransformer (anything :func:`~tl_leadterms.decompose` accepts).
         stats: corpus statistics over its vocabulary, or a ``BlockStats`` from
             :func:`~tl_leadterms.stats.blocks.block_stats`: then ``lo``/``hi`` hold the
-            bootstrap interval of the cosine of ``W`` with ``Q̄`` and ``corrected`` its
-            bias-corrected estimate (level ``ci``, default 0.95; ``bootstrap`` resamples,
-            default 50; see :mod:`tl_leadterms.results.bootstrap`).
+            bootstrap interval of the distribution-level cosine of ``W`` with ``Q̄`` and
+            ``corrected`` its bias-corrected estimate (level ``ci``, default 0.95; ``bootstrap``
+            resamples, default 50; see :mod:`tl_leadterms.results.bootstrap`), NaN when the
+            statistics are the model's training windows (exact scores: ``population``).
         tokens: optional ``[batch, pos]`` token ids (``1 < pos < n_ctx``, at most the
             statistics' ``n_ctx``): adds attention agreement and the detector scores.
         null: permutations of the null for ``z``/``p`` (``None``: no null, NaN columns).
         lr, steps, s_lr: the training run, if known (sharpens the implied ``s·η``).
         ci, bootstrap: the interval's level and resamples (a ``BlockStats`` only).
+        population: which question the scores answer (``"training"``, ``"distribution"`` or
+            None: from the windows' fingerprints; see :func:`~tl_leadterms.decompose`).
 
     ``lo``/``hi``/``corrected`` are NaN without a ``BlockStats``.
     """
@@ -129,7 +138,7 @@ def head_atlas(
         ci = 0.95
     d = decompose(model, stats, lr=lr, steps=steps, s_lr=s_lr, weights=["W", "V"], null=null,
                   per_head=True, progress=False,
-                  ci=ci, bootstrap=bootstrap)  # fmt: skip
+                  ci=ci, bootstrap=bootstrap, population=population)  # fmt: skip
     stats = stats.full() if isinstance(stats, BlockStats) else stats  # the one d scored
     value = {(r["layer"], r["head"]): r for r in d.rows if r["weight"] != "W"}
     agreement, detectors = {}, None

@@ -53,8 +53,8 @@ def _num(value: Any) -> str:
 
 def _hover(row: dict[str, Any]) -> str:
     parts = [f"{row['label']}: {row.get('character', '')}",
-             f"cos(W, Q̄) {_num(row.get('cosine'))}; bias-corrected {_num(row.get('corrected'))} "
-             f"[{_num(row.get('lo'))}, {_num(row.get('hi'))}]",
+             f"cos(W, Q̄) {_num(row.get('cosine'))}; distribution-level est. "
+             f"{_num(row.get('corrected'))} [{_num(row.get('lo'))}, {_num(row.get('hi'))}]",
              f"null z {_num(row.get('z'))}, p {_num(row.get('p'))}",
              f"implied s·η {_num(row.get('implied_s_lr'))}",
              f"value: {row.get('value_character', '')} (cos {_num(row.get('value_cosine'))})",

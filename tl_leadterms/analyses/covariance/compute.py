@@ -58,9 +58,11 @@ from tl_leadterms.protocols import PathLike, ReadableModel
 from tl_leadterms.results.bootstrap import (
     BootstrapSpec,
     add_interval,
+    interval_metadata,
     resolve_bootstrap,
 )
 from tl_leadterms.results.null import NullSpec, add_qvalues, permutations, summarize
+from tl_leadterms.results.population import Population
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.version import __version__
@@ -150,6 +152,7 @@ def covariance_similarity(
     centre: Literal["features", "tokens"] = "features",
     theory: PathLike | None = None,
     gemm_dtype: torch.dtype | None = None,
+    population: Population = None,
 ) -> "CovarianceSimilarity":
     """The paper's covariance similarity of a model's token maps with the leading terms.
 
@@ -225,7 +228,8 @@ def covariance_similarity(
             maps are reused) and, with a reference model, a ``reference`` column.
         ci, bootstrap: a confidence level and ``R`` (default 50) or a ``BootstrapSpec``: add
             ``lo``/``hi`` and ``corrected``, the bootstrap interval of each score over
-            resamples of corpus blocks and the bias-corrected score it is built around, by the
+            resamples of corpus blocks and the estimate of the distribution-level score it is
+            built around (bias-corrected; none for the model's training windows), by the
             method ``bootstrap`` names (its default is the one
             :mod:`tl_leadterms.results.bootstrap` documents and argues for);
             ``stats`` must then be a ``BlockStats`` from
@@ -233,6 +237,11 @@ def covariance_similarity(
             :mod:`tl_leadterms.results.bootstrap`). The model's factors are built once;
             each resample costs one pass over its two theory matrices (``O(n³)`` for their
             norms, cached per resample only).
+        population: which question the scores answer: ``"training"`` (the statistics are the
+            model's training windows: exact, ``ci=`` adds no interval and says why),
+            ``"distribution"`` (another sample of the corpus: the interval is of the
+            distribution-level score) or None (default: from the windows' fingerprints,
+            :mod:`tl_leadterms.results.population`).
         centre: ``"features"`` (the paper: each covariance's rows centred over features
             only) or ``"tokens"``: both covariances double-centred, ``H·C·H`` with
             ``H = I − 11ᵀ/n``, so what every token shares is removed before the cosine and
@@ -275,7 +284,8 @@ def covariance_similarity(
         >>> round(sim.value("value_post", 0), 6)
         1.0
     """
-    stats, boot = resolve_bootstrap(stats, ci, bootstrap)
+    stats, boot, reading = resolve_bootstrap(stats, ci, bootstrap, model=model,
+                                             population=population)  # fmt: skip
     view = check_supported(model, caller="covariance_similarity")
     _check(view, stats, normalize, value_map, dtype)
     _check_protocol(protocol, stats)
@@ -311,13 +321,16 @@ def covariance_similarity(
             r["reference"] = by_key.get((r["layer"], r["head"], r["score"]), math.nan)
     if spec is not None:
         add_qvalues(rows)  # Benjamini–Hochberg over this model's rows
-        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
+        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed,
+                            "tests": reading.null_tests()}  # fmt: skip
     if boot is not None:
         factors = [_factors(view, maps, layer, theory, normalize, value_map, per_head)
                    for layer in layers]  # fmt: skip
         draws = bootstrap_scores(factors, boot, protocol, device, dtype, centre, gemm_dtype)
         add_interval(rows, draws, boot, "value")
-        metadata["ci"] = boot.metadata()
+    metadata["population"] = reading.metadata()
+    if ci is not None:
+        metadata["ci"] = interval_metadata(ci, boot, reading)
     return CovarianceSimilarity(rows, metadata)
 
 

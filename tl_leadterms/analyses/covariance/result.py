@@ -4,7 +4,7 @@ import math
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.bootstrap import ci_cell, ci_header
+from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note
 from tl_leadterms.results.table import ResultTable
 
 __all__ = ["SCORES", "CovarianceSimilarity"]
@@ -25,7 +25,8 @@ class CovarianceSimilarity(ResultTable):
     ``null=`` the rows also hold ``null_mean``, ``null_sd``, ``z``, ``p``, ``excess``,
     ``excess_share`` and ``q`` (and ``reference``); the key ``score`` still names the score
     (what the other results call ``score``, the cosine, is ``value`` here). With ``ci=``:
-    ``lo``, ``hi``, ``corrected`` (the bias-corrected score the interval is built around) and
+    ``lo``, ``hi``, ``corrected`` (the estimate of the distribution-level score the
+    interval is built around, bias-corrected; none for a model's own training windows) and
     ``ci_level``. Every row holds ``specific`` (the double-centred, token-specific cosine) and
     ``common_share`` (the share of the paper's cosine carried by what every token shares); with
     ``centre="tokens"`` ``value`` is the token-specific cosine and ``raw`` the paper's.
@@ -86,7 +87,8 @@ class CovarianceSimilarity(ResultTable):
         if with_ci:
             lines.append(f"{'layer':>5} {'score':<11} {ci_header(with_ci)}")
             lines += [f"{r['layer']:>5} {r['score']:<11} {ci_cell(r)}" for r in with_ci]
-        return "\n".join(lines)
+        note = ci_note(m)
+        return "\n".join(lines + ([note] if note else []))
 
     @staticmethod
     def _cells(found: dict[str, dict], column: str) -> str:

@@ -27,10 +27,12 @@ from tl_leadterms.results.bootstrap import (
     Bootstrap,
     BootstrapSpec,
     add_interval,
+    interval_metadata,
     resolve_bootstrap,
 )
 from tl_leadterms.results.labels import head_label
 from tl_leadterms.results.null import NullSpec, add_qvalues, permutations, summarize
+from tl_leadterms.results.population import Population
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.degenerate import degenerate_reason
@@ -124,6 +126,7 @@ def decompose(
     null: int | NullSpec | None = None,
     ci: float | None = None,
     bootstrap: int | BootstrapSpec = 50,
+    population: Population = None,
 ) -> Decomposition:
     """Decompose each weight of ``model`` into bigram, interchangeability and context parts.
 
@@ -161,13 +164,21 @@ def decompose(
             blocks (exact resamples) by the method ``bootstrap`` names
             (``BootstrapSpec.method``; its default is the one
             :mod:`tl_leadterms.results.bootstrap` documents and argues for), and the
-            bias-corrected cosine it is built around (always within ``lo``..``hi``). Needs
+            estimate of the distribution-level cosine it is built around (bias-corrected,
+            always within ``lo``..``hi``); none for the model's own training windows
+            (``population``). Needs
             ``stats`` from :func:`~tl_leadterms.stats.blocks.block_stats` (a
             ``BlockStats``: its full-corpus statistics are the ones scored); see
             :mod:`tl_leadterms.results.bootstrap`.
         bootstrap: ``R`` (default 50) or a
             :class:`~tl_leadterms.results.bootstrap.BootstrapSpec` (resamples, seed, method,
             exact).
+        population: which question the scores answer: ``"training"`` (the statistics are the
+            model's training windows: each cosine is exact for them, and ``ci=`` adds no
+            interval, ``metadata["ci"]`` says why), ``"distribution"`` (they are another sample
+            of the corpus: the interval is of the distribution-level cosine) or None (default:
+            decided from the windows' fingerprints, :mod:`tl_leadterms.results.population`;
+            ``metadata["population"]`` records the reading).
 
     Every token-token row also has ``specific``, the cosine of the two maps double-centred
     over tokens (rows and columns: a vector every token shares removed), and ``common_share``,
@@ -200,7 +211,8 @@ def decompose(
         >>> row["cosine"] > 0.999, round(row["implied_s_lr"], 1)  # lr·steps = 4
         (True, 4.0)
     """
-    stats, boot = resolve_bootstrap(stats, ci, bootstrap)
+    stats, boot, reading = resolve_bootstrap(stats, ci, bootstrap, model=model,
+                                             population=population)  # fmt: skip
     pw = weights_for_stats(model, stats)
     chosen = check_layers(layers, pw.n_layers)
     per_head = check_bool("per_head", per_head)
@@ -242,12 +254,17 @@ def decompose(
         add_interval(rows, _bootstrap_cosines(scored, boot, projections), boot, "cosine")
     if spec is not None and spec.reference is not None:
         _add_reference(rows, spec.reference_model(model), stats, layers, per_head, weights)
-    metadata = _metadata(pw, stats, schedule, per_head, spec, boot)
+    metadata = _metadata(pw, stats, schedule, per_head, spec)
+    metadata["population"] = reading.metadata()
+    if spec is not None:
+        metadata["null"]["tests"] = reading.null_tests()
+    if ci is not None:
+        metadata["ci"] = interval_metadata(ci, boot, reading)
     return Decomposition(rows, metadata=metadata)
 
 
-def _metadata(pw, stats, schedule: Schedule, per_head: bool, spec, boot) -> dict[str, Any]:
-    """What a Decomposition was computed from: model, statistics, run, null and CI settings."""
+def _metadata(pw, stats, schedule: Schedule, per_head: bool, spec) -> dict[str, Any]:
+    """What a Decomposition was computed from: model, statistics, run and null settings."""
     metadata = {
         "model": pw.metadata,
         "stats": dict(stats.metadata),
@@ -264,8 +281,6 @@ def _metadata(pw, stats, schedule: Schedule, per_head: bool, spec, boot) -> dict
             reference = "model"
         metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed,
                             "reference": reference}  # fmt: skip
-    if boot is not None:
-        metadata["ci"] = boot.metadata()
     return metadata
 
 

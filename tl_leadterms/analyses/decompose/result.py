@@ -11,7 +11,7 @@ from tl_leadterms.adapters import factored
 from tl_leadterms.adapters.convert import weights_for_stats
 from tl_leadterms.analyses.decompose.fit import BasisCache
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.bootstrap import ci_cell, ci_header
+from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.theory import term
 
@@ -66,9 +66,11 @@ class Decomposition(ResultTable):
     With ``null=``: ``score`` (the cosine), ``null_mean``, ``null_sd``, ``z``, ``p``,
     ``excess`` (``score − null_mean``, the effect size the table leads with), ``excess_share``
     and ``q`` (Benjamini–Hochberg over the rows) (and ``reference``); with ``ci=``: ``lo``,
-    ``hi``, ``corrected`` (the bias-corrected cosine the interval is built around, always
-    between ``lo`` and ``hi``; the table prints the interval beside it) and ``ci_level``
-    (:mod:`tl_leadterms.results.bootstrap`). Token-token rows carry ``specific`` and
+    ``hi``, ``corrected`` (the estimate of the distribution-level cosine the interval is
+    built around, bias-corrected, always between ``lo`` and ``hi``; the table prints the
+    interval beside it) and ``ci_level`` (:mod:`tl_leadterms.results.bootstrap`), none of them
+    when the statistics are the model's training windows (the cosines are exact; the line under
+    the title says so, ``metadata["ci"]["why"]``). Token-token rows carry ``specific`` and
     ``common_share`` (the ``common`` column of the repr; see :mod:`tl_leadterms.analyses.decompose.common`).
 
     The table holds plain numbers only (no model, weights or statistics); :meth:`top_pairs`
@@ -117,8 +119,10 @@ class Decomposition(ResultTable):
         )
 
     def __repr__(self) -> str:
+        note = ci_note(self.metadata)
         lines = [
             self.title(),
+            *([note] if note else []),
             f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} "
             + (f"{'excess':>8} " if self._has("excess") else "")
             + (f"{ci_header(self.rows):<32} " if self._has("lo") else "")

@@ -29,8 +29,14 @@ from tl_leadterms.analyses.output.result import OutputAgreement
 from tl_leadterms.checks import check_bool, check_tokens, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.protocols import ReadableModel, TokenWindows
-from tl_leadterms.results.bootstrap import BootstrapSpec, add_interval, resolve_bootstrap
+from tl_leadterms.results.bootstrap import (
+    BootstrapSpec,
+    add_interval,
+    interval_metadata,
+    resolve_bootstrap,
+)
 from tl_leadterms.results.null import NullSpec, permutations, summarize
+from tl_leadterms.results.population import Population
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule
@@ -117,6 +123,7 @@ def output_agreement(
     bootstrap: int | BootstrapSpec = 50,
     dtype: torch.dtype = torch.float32,
     progress: bool = True,
+    population: Population = None,
 ) -> OutputAgreement:
     """Compare ``model``'s next-token distributions with its leading-term model's.
 
@@ -138,9 +145,15 @@ def output_agreement(
         null: ``R`` or a :class:`~tl_leadterms.results.NullSpec`: the permutation null of the leading
             row's ``explained`` (the theory's tokens relabelled, coefficients kept) and, with
             ``NullSpec(reference=...)``, the reference model's ``explained``.
-        ci: a level: a bootstrap interval of ``explained`` over corpus blocks (needs
+        ci: a level: a bootstrap interval of the distribution-level ``explained`` over corpus
+            blocks, none for statistics of the model's training windows (needs
             ``BlockStats``; each resample rebuilds the three predictors, coefficients kept).
         bootstrap: resamples (int) or a ``BootstrapSpec``.
+        population: which question the scores answer: ``"training"`` (the statistics are the
+            model's training windows: exact, ``ci=`` adds no interval and says why),
+            ``"distribution"`` (another sample of the corpus: the interval is of the
+            distribution-level score) or None (default: from the windows' fingerprints,
+            :mod:`tl_leadterms.results.population`).
         dtype: precision of the comparison (float32; the model runs in its own, its logits are
             cast).
         progress: a progress bar over the null draws and bootstrap resamples.
@@ -159,7 +172,8 @@ def output_agreement(
         >>> out.kl < 1e-6, round(out.explained, 4)
         (True, 1.0)
     """
-    stats, boot = resolve_bootstrap(stats, ci, bootstrap)
+    stats, boot, reading = resolve_bootstrap(stats, ci, bootstrap, model=model,
+                                             population=population)  # fmt: skip
     if not callable(model) or getattr(model, "cfg", None) is None:
         raise LeadTermsError(
             f"output_agreement runs the model, got a {type(model).__name__}: pass the model "
@@ -236,9 +250,11 @@ def output_agreement(
         "unigram_kl": kl_uni,
     }  # fmt: skip
     if spec is not None:
-        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
-    if boot is not None:
-        metadata["ci"] = boot.metadata()
+        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed,
+                            "tests": reading.null_tests()}  # fmt: skip
+    metadata["population"] = reading.metadata()
+    if ci is not None:
+        metadata["ci"] = interval_metadata(ci, boot, reading)
     return OutputAgreement(rows, metadata)
 
 

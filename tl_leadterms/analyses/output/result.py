@@ -4,6 +4,7 @@ import math
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.bootstrap import ci_note
 from tl_leadterms.results.table import ResultTable
 
 __all__ = ["PREDICTORS", "OutputAgreement"]
@@ -86,7 +87,7 @@ class OutputAgreement(ResultTable):
             f"{'predictor':<9} {'KL':>9} {'explained':>9} {'top-1':>9} {'top-5':>9} "
             f"{'c_O':>9} {'c_V':>9} {'c_W':>9}"
             + (f" {'z':>7} {'p':>6}" if self._has("p") else "")
-            + ("  CI (explained)" if self._has("lo") else ""),
+            + ("  CI (distribution-level explained)" if self._has("lo") else ""),
         ]
         for r in self.rows:
             line = (f"{r['predictor']:<9} {_fmt(r['kl'])} {_fmt(r['explained'])} "
@@ -97,7 +98,8 @@ class OutputAgreement(ResultTable):
             if "lo" in r:
                 line += f"  [{r['lo']:.4f}, {r['hi']:.4f}]"
             lines.append(line)
-        return "\n".join(lines)
+        note = ci_note(meta)
+        return "\n".join(lines + ([note] if note else []))
 
     def _has(self, column: str) -> bool:
         return any(column in r for r in self.rows)
