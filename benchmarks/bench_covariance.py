@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from tl_leadterms.analyses import covariance  # noqa: E402
 from tl_leadterms.analyses.covariance.algebra import Theory  # noqa: E402
+from tl_leadterms.analyses.covariance.theory_file import theory_for  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 N = int(os.environ.get("BENCH_COV_N", 8192))  # smaller for a smoke run
@@ -267,7 +268,9 @@ def pythia_worker(mode: str, stats_path: str, theory_file: str, n_layers: int) -
         if mode == "fresh":
             theory = Theory.of(stats, "theorem", cpu, torch.float32)
         else:
-            theory = Theory.of(stats, "theorem", cpu, torch.float32, path=theory_file)
+            theory = theory_for(
+                stats, theory_file, protocol="theorem", device=cpu, dtype=torch.float32
+            )
     out["theory_stage"] = _since(start)
     if mode == "fresh":
         start = _clock()

@@ -363,10 +363,9 @@ class Theory(NamedTuple):
     """The two theory matrices on the device, their cached terms and what they are.
 
     ``Theory.of(stats, protocol, device, dtype)`` computes the terms once per statistics object
-    in this process; with ``path=`` they are read from a theory file (refused when it was
-    written for other statistics or settings) or computed and written there, so every later
-    process reads them instead (:mod:`.theory_file`). :meth:`save` and :meth:`load` are the
-    explicit forms.
+    in this process; :mod:`.theory_file` reads them from a theory file (refused when it was
+    written for other statistics or settings) or computes and writes one, so every later
+    process reads them instead (``theory_for``, ``save_theory``, ``load_theory``).
     """
 
     protocol: str
@@ -381,12 +380,7 @@ class Theory(NamedTuple):
 
     @classmethod
     def of(cls, stats: CorpusStats, protocol: str, device, dtype,
-           gemm_dtype: torch.dtype | None = None, path=None) -> "Theory":  # fmt: skip
-        if path is not None:
-            from tl_leadterms.analyses.covariance.theory_file import theory_for
-
-            return theory_for(stats, path, protocol=protocol, device=device, dtype=dtype,
-                              gemm_dtype=gemm_dtype)  # fmt: skip
+           gemm_dtype: torch.dtype | None = None) -> "Theory":  # fmt: skip
         device = torch.device(device)
         name = attention_name(protocol)
         T_att = (stats.Q_bar.T if name == "Q_bar^T" else stats.Q_bar).to(device)
@@ -394,25 +388,6 @@ class Theory(NamedTuple):
         att_terms = cached_terms(stats, name, T_att, dtype, gemm_dtype)
         val_terms = cached_terms(stats, VALUE_NAME, T_val, dtype, gemm_dtype)
         return cls(protocol, name, T_att, att_terms, T_val, val_terms, device, dtype, gemm_dtype)
-
-    def save(self, path, stats: CorpusStats):
-        """Write these terms to the theory file ``path`` (atomically), with ``stats``' checksum
-        and the settings as provenance; returns the path. See :mod:`.theory_file`."""
-        from tl_leadterms.analyses.covariance.theory_file import save_theory
-
-        return save_theory(path, stats, self)
-
-    @classmethod
-    def load(cls, path, stats: CorpusStats, *, protocol: str = "theorem", device="cpu",
-             dtype: torch.dtype = torch.float64,
-             gemm_dtype: torch.dtype | None = None) -> "Theory":  # fmt: skip
-        """The theory of ``stats`` with its terms read from ``path``, which must have been
-        written for these statistics and settings (else a :class:`LeadTermsError` names what
-        differs)."""
-        from tl_leadterms.analyses.covariance.theory_file import load_theory
-
-        return load_theory(path, stats, protocol=protocol, device=device, dtype=dtype,
-                           gemm_dtype=gemm_dtype)  # fmt: skip
 
 
 def bootstrap_scores(factors, boot, protocol, device, dtype, centre: str = "features",

@@ -43,6 +43,7 @@ from tl_leadterms.analyses.covariance.algebra import (  # noqa: F401 (theory_ter
     value_scores,
 )
 from tl_leadterms.analyses.covariance.result import CovarianceSimilarity
+from tl_leadterms.analyses.covariance.theory_file import theory_for
 from tl_leadterms.analyses.covariance.token_maps import TokenMaps, model_device, token_maps
 from tl_leadterms.checks import (
     Layers,
@@ -300,7 +301,10 @@ def covariance_similarity(
     if maps is None:
         maps = token_maps(model, ids, layers=layers, batch_size=batch_size, progress=progress)
     maps = _check_maps(maps, ids, layers)
-    theory_path, theory = theory, Theory.of(stats, protocol, device, dtype, gemm_dtype, theory)
+    theory_path = theory
+    theory = (Theory.of(stats, protocol, device, dtype, gemm_dtype) if theory is None else
+              theory_for(stats, theory, protocol=protocol, device=device, dtype=dtype,
+                         gemm_dtype=gemm_dtype))  # fmt: skip
     spec = NullSpec.of(null)
     perms = None if spec is None else permutations(ids.numel(), spec.permutations, spec.seed)
     rows: list[dict[str, Any]] = []

@@ -190,7 +190,7 @@ def _corrupt(path: Path, what: str) -> LeadTermsError:
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     if not path.is_file():
         raise LeadTermsError(
-            f"no theory file at {path}; write one with Theory.save(path, stats), or pass "
+            f"no theory file at {path}; write one with save_theory(path, stats, theory), or pass "
             "theory=path to covariance_similarity, which writes it when it is missing"
         )
     try:
