@@ -38,7 +38,7 @@ def test_file_layout_and_exact_round_trip(blocks, tmp_path):
     assert torch.equal(stored["G_bar"], blocks.full().G_bar)
     with safe_open(path, framework="pt") as f:
         header = json.loads(f.metadata()["tl_leadterms"])
-    assert header["format"] == "tl_leadterms.stats.blocks.BlockStats" and header["blocks"] == 4
+    assert header["format"] == "tl_leadterms.BlockStats" and header["blocks"] == 4
     assert header["format_version"] == 2
     assert stored["block1/windows"].dtype == torch.int32
     assert torch.equal(stored["block1/windows"].long(), blocks.windows[1].long())
