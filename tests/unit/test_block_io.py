@@ -117,5 +117,6 @@ def test_each_loader_names_the_other_for_the_other_kind(blocks, tmp_path):
         BlockStats.load(plain_file)
     message = str(err.value)
     assert "plain statistics" in message and "CorpusStats.load" in message
-    assert "--blocks B" in message and "\n" not in message
+    assert "block_stats" in message and "\n" not in message
+    assert "--blocks B" in err.value.cli_message  # the same message in the command line's words
     assert torch.equal(CorpusStats.load(plain_file).Q_bar, BlockStats.load(block_file).full().Q_bar)

@@ -95,15 +95,15 @@ def _rewrite(path, tensors=None, meta=None):
 
 
 def _flip_bit(tensors):
-    g = tensors["G_bar"].clone()
-    g.view(torch.int64)[2, 3] ^= 1 << 20  # one bit of one float64 entry
-    tensors["G_bar"] = g
+    d = tensors["Delta"].clone()  # stored as it is (Ḡ is rebuilt on load, not stored)
+    d.view(torch.int64)[2] ^= 1 << 20  # one bit of one float64 entry
+    tensors["Delta"] = d
 
 
 @pytest.mark.parametrize(
     ("tensors", "meta", "match"),
     [
-        (_flip_bit, None, "tensor G_bar does not match its checksum"),
+        (_flip_bit, None, "tensor Delta does not match its checksum"),
         (None, lambda m: m.update(n_sequences=m["n_sequences"] * 10), "metadata does not match"),
         (None, lambda m: m.update(n_sequences=10**30), r"not positive integers below 2\*\*53"),
         (None, lambda m: m.update(n_sequences=1e30), r"not positive integers below 2\*\*53"),

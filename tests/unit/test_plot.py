@@ -153,11 +153,11 @@ def test_unexpected_circuitsvis_layout_is_kept_but_closed():
 def test_associations_neighbours_and_colours(setup, kind):
     tokenizer, _, stats, _, _ = setup
     text = "the girl saw the big dog"
-    view = plot_associations(stats, "the", k=5, text=text, kind=kind)
+    view = plot_associations(stats, "the", k=5, text=text, kind=kind, scoring="raw", exclude=None)
     token_id = tokenizer.convert_tokens_to_ids("the")
     names = {"bigram": "B_bar", "interchangeability": "Sigma_B", "context": "Phi_bar"}
     for kd, name in names.items():
-        expected = stats.top(name, token_id, n=5, tokenizer=tokenizer)
+        expected = stats.top(name, token_id, n=5, tokenizer=tokenizer, scoring="raw", exclude=None)
         assert view.data["neighbours"][kd] == expected
     page = view.html()
     for n in view.data["neighbours"]["bigram"]:
@@ -191,7 +191,9 @@ def test_associations_outside_kept_vocabulary_are_zero(setup):
     kept = stats.kept.tolist()
     dropped = next(i for i in range(len(tokenizer)) if i not in kept)
     text = tokenizer.decode([kept[0], dropped, kept[1]])
-    view = plot_associations(stats, kept[0], k=3, text=text, kind="Phi_bar")
+    view = plot_associations(
+        stats, kept[0], k=3, text=text, kind="Phi_bar", scoring="raw", exclude=None
+    )
     assert view.data["text_tokens"] == [kept[0], dropped, kept[1]]
     row = stats.Phi_bar[0]
     assert view.data["values"] == [float(row[0]), 0.0, float(row[1])]

@@ -11,6 +11,7 @@ from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.results.html import View
 from tl_leadterms.results.tokens import encode_text, shaded_tokens, token_label, token_labels
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.scoring import DEFAULT_EXCLUDE, DEFAULT_SCORING
 from tl_leadterms.stats.neighbours import SCORINGS, scored_row
 
 __all__ = ["ASSOCIATIONS", "plot_associations"]
@@ -60,8 +61,8 @@ def plot_associations(
     kind: Literal[
         "bigram", "interchangeability", "context", "B_bar", "Sigma_B", "Phi_bar"
     ] = "context",
-    scoring: str = "raw",
-    exclude: Any = None,
+    scoring: str = DEFAULT_SCORING,
+    exclude: Any = DEFAULT_EXCLUDE,
 ) -> View:
     """A token's top-``k`` bigram, interchangeable and context neighbours (paper Fig. 5).
 
@@ -77,10 +78,11 @@ def plot_associations(
             row (see :mod:`tl_leadterms.results.tokens`); tokens are shown with their spaces.
         kind: ``"bigram"``, ``"interchangeability"`` or ``"context"`` (or ``"B_bar"``,
             ``"Sigma_B"``, ``"Phi_bar"``).
-        scoring: how neighbours are ranked and the text shaded: ``"raw"`` (the paper's
-            values), ``"cosine"`` or ``"ppmi"`` (:mod:`tl_leadterms.stats.neighbours`).
-        exclude: token ids left out of the lists, or ``"special"`` (the tokenizer's special
-            tokens), as in :meth:`CorpusStats.top`.
+        scoring: how neighbours are ranked and the text shaded: ``"cosine"`` (default, as
+            :meth:`CorpusStats.top`), ``"ppmi"`` or ``"raw"`` (the paper's values;
+            :mod:`tl_leadterms.stats.neighbours`).
+        exclude: token ids left out of the lists, or ``"special"`` (default: the tokenizer's
+            special tokens), as in :meth:`CorpusStats.top`.
 
     Returns:
         A :class:`View`; ``view.data`` holds ``token_id``, ``neighbours`` (per kind, the
