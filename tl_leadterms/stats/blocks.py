@@ -217,7 +217,9 @@ def _combine_counts(parts: list[ContextCounts], mult: list[int], share, n: int) 
     unique, inverse = torch.unique(codes, return_inverse=True)
     summed = torch.zeros(unique.numel(), dtype=torch.long).index_add_(0, inverse, counts)
     unigram = sum(c.unigram_counts * m for c, m in zip(parts, mult, strict=True))
-    phi = sum(s * c.Phi_bar for s, c in zip(share, parts, strict=True))
+    phi = torch.zeros_like(parts[0].Phi_bar)
+    for s, c in zip(share, parts, strict=True):  # in place: one pass per block, no temporaries
+        phi.add_(c.Phi_bar, alpha=s)
     return ContextCounts(unique, summed, unigram, phi, n, parts[0].n_ctx)
 
 
