@@ -185,17 +185,20 @@ def bootstrap_cosines(scored: list[Scored], boot: Bootstrap,
     todo = [i for i, key in enumerate(keys) if key not in memo]
     if todo:
         columns: dict[int, list[Tensor]] = {i: [] for i in todo}
+        stacks: dict = {}  # the dense maps of one target, stacked once for every resample
         for resampled in boot.resamples():
             cache = BasisCache(resampled)
             proj = projections.with_cache(cache)
-            for i, cos in _resample_cosines([scored[i] for i in todo], cache, proj).items():
+            pending = [scored[i] for i in todo]
+            for i, cos in _resample_cosines(pending, cache, proj, stacks).items():
                 columns[todo[i]].append(cos)
         for i in todo:
             memo[keys[i]] = torch.stack(columns[i])
     return torch.cat([memo[key] for key in keys], dim=1)
 
 
-def _resample_cosines(scored: list[Scored], cache: BasisCache, proj: Projections) -> dict:
+def _resample_cosines(scored: list[Scored], cache: BasisCache, proj: Projections,
+                      stacks: dict) -> dict:  # fmt: skip
     """``{index: [h] cosines}`` of the scored maps on one resample's statistics."""
     out: dict[int, Tensor] = {}
     by_target: dict[str, list[int]] = {}
@@ -207,10 +210,10 @@ def _resample_cosines(scored: list[Scored], cache: BasisCache, proj: Projections
     for formula, members in by_target.items():
         component = scored[members[0]].term.target
         if formula == "B̄":
-            inner, t2 = _bigram_inner([scored[i] for i in members], cache)
+            inner, t2 = _bigram_inner([scored[i] for i in members], cache, stacks)
         else:
             target, transposed = _target(cache.map(component))
-            flat = torch.cat([scored[i].flat(transposed) for i in members])
+            flat = _stacked(stacks, [scored[i] for i in members], formula, transposed)
             inner, t2 = flat @ target, float(target @ target)
         start = 0
         for i in members:
@@ -220,15 +223,25 @@ def _resample_cosines(scored: list[Scored], cache: BasisCache, proj: Projections
     return out
 
 
-def _bigram_inner(members: list[Scored], cache: BasisCache) -> tuple[Tensor, float]:
+def _stacked(stacks: dict, members: list[Scored], formula: str, transposed: bool) -> Tensor:
+    """``[n, k·k]``: the float64 rows of every member's maps (stacked once per target)."""
+    key = (formula, transposed)
+    if key not in stacks:
+        stacks[key] = torch.cat([s.flat(transposed) for s in members])
+    return stacks[key]
+
+
+def _bigram_inner(members: list[Scored], cache: BasisCache, stacks: dict) -> tuple[Tensor, float]:
     """``⟨M_h, B̄⟩`` of every member and ``‖B̄‖²`` from the sparse counts (module docstring)."""
     bigram = cache.stats.bigram
-    flat = torch.cat([s.flat() for s in members])
+    flat = _stacked(stacks, members, "B̄", False)
     k = bigram.k
     values = bigram.values.to(torch.float64)
     shift = bigram.u * bigram.alpha.to(torch.float64)  # [k]: u·α_i, subtracted from row i
     codes = (bigram.rows * k + bigram.cols).to(flat.device)
-    row_sums = torch.cat([s.row_sums() for s in members])  # [n, k]
+    if ("B̄ rows",) not in stacks:
+        stacks[("B̄ rows",)] = torch.cat([s.row_sums() for s in members])  # [n, k]
+    row_sums = stacks[("B̄ rows",)]
     inner = flat.index_select(1, codes) @ values - row_sums @ shift
     centred = values - shift[bigram.rows]
     t2 = float((centred * centred - shift[bigram.rows] ** 2).sum() + k * (shift @ shift))
