@@ -66,7 +66,7 @@ def floor_draw_s(k: int, draws: int) -> float:
 
 
 def demo_case():
-    stories = generate_stories(2000, seed=0)
+    stories = generate_stories(1500, seed=0)  # the quick preset of tl-leadterms demo
     tokenizer = train_word_tokenizer(stories, 500)
     windows = make_windows(stories, n_ctx=32, tokenizer=tokenizer)[:64]
     blocks = block_stats(windows, d_vocab=len(tokenizer), blocks=8, progress=False)
