@@ -57,8 +57,12 @@ def main() -> None:
     min_cos = min(float(m) for m in re.findall(r"^(?:W_O|V|W)\s+\S*\s+\S+\s+([-\d.]+)", text,
                                                re.M))  # fmt: skip
     result = {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "load_average_before": load_before, "load_average_after": os.getloadavg()},
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+        },
         "preset": args.preset,
         "python -c pass": baseline,
         "tl-leadterms demo": demo,

@@ -221,8 +221,8 @@ def test_sweep_null_columns_printed_and_written(series, tmp_path, capsys):
     import pandas as pd
 
     from tl_leadterms import CorpusStats, covariance_similarity
-    from tl_leadterms.results.null import NullSpec
     from tl_leadterms.loading.checkpoint import load_model
+    from tl_leadterms.results.null import NullSpec
 
     table = tmp_path / "t.csv"
     args = ["sweep", str(series["dir"]), str(series["stats"]), "--steps", "0", "2", "--analyses",

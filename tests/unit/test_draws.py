@@ -82,8 +82,8 @@ def test_interval_is_built_from_recounted_resamples(setup, vocab):
     draws = []
     for _ in range(R):  # B blocks drawn with replacement, each window of block b taken w[b] times
         weights = torch.bincount(torch.randint(B, (B,), generator=generator), minlength=B)
-        windows = torch.cat([tokens[a:z] for (a, z), m in zip(blocks.bounds, weights.tolist())
-                             for _ in range(m)])  # fmt: skip
+        taken = zip(blocks.bounds, weights.tolist(), strict=True)
+        windows = torch.cat([tokens[a:z] for (a, z), m in taken for _ in range(m)])
         stats = dense_corpus_stats(windows, V, kept=kept)
         draws.append([])
         for row in rows:
@@ -104,8 +104,12 @@ def test_head_atlas_reuses_the_resamples_decompose_made(setup, monkeypatch):
     blocks = block_stats(tokens, d_vocab=V, blocks=B, progress=False)
     built = []
     weighted = BlockStats.weighted
-    monkeypatch.setattr(BlockStats, "weighted",
-                        lambda self, w, **kw: built.append(1) or weighted(self, w, **kw))  # fmt: skip
+
+    def counted(self, w, **kw):
+        built.append(1)
+        return weighted(self, w, **kw)
+
+    monkeypatch.setattr(BlockStats, "weighted", counted)
     d = decompose(model, blocks, per_head=True, ci=0.95, bootstrap=R, progress=False)
     assert len(built) == R
     atlas = head_atlas(model, blocks, null=None, bootstrap=R)

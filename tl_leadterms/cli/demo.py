@@ -268,11 +268,19 @@ def add_parser(sub) -> None:
     sized("--n-ctx", positive_int_arg, "window length T of the statistics")
     demo.add_argument("--seed", type=int, default=0, help="seed of the story generator")
     demo.add_argument("--out", default="out", help="folder for the outputs")
-    sized("--train-steps", int, "GD steps before the decomposition (0: no training); s·η "
-          "≤ 24 keeps every cosine with its leading term above 0.99 on this corpus")
-    sized("--attention-steps", int, "GD steps of the checkpoint whose attention the report "
-          "shows (the run goes on after the decomposition until attention is visibly "
-          "non-uniform); at most --train-steps: the decomposed model")
+    sized(
+        "--train-steps",
+        int,
+        "GD steps before the decomposition (0: no training); s·η "
+        "≤ 24 keeps every cosine with its leading term above 0.99 on this corpus",
+    )
+    sized(
+        "--attention-steps",
+        int,
+        "GD steps of the checkpoint whose attention the report "
+        "shows (the run goes on after the decomposition until attention is visibly "
+        "non-uniform); at most --train-steps: the decomposed model",
+    )
     sized("--train-lr", float, "learning rate η")
     sized("--train-n-ctx", positive_int_arg, "window length for training")
     sized("--train-windows", positive_int_arg, "training windows")

@@ -57,8 +57,8 @@ from tl_leadterms.errors import LeadTermsError, positive_int
 from tl_leadterms.keywords import positional_until_next_release
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import TokenWindows
-from tl_leadterms.stats.algebra import CentredBigram
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator, ContextCounts
+from tl_leadterms.stats.algebra import CentredBigram
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.definitions import LastTarget, QTargets
 from tl_leadterms.stats.driver import composed_from_counts, tokenizer_provenance

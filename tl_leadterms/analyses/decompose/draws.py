@@ -47,6 +47,7 @@ from tl_leadterms.theory import Term
 
 __all__ = ["Scored", "bootstrap_cosines", "null_cosines"]
 
+
 @dataclass
 class Scored:
     """One scored map: its term, the maps' norms ``‖M_h‖`` and, for a dense map, its float64
