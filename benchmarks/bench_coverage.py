@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train  # noqa: E402
+from tl_leadterms.analyses.decompose.compute import leading_cosines  # noqa: E402
+from tl_leadterms.atomic import atomic_path, write_text  # noqa: E402
 from tl_leadterms.results.bootstrap import (  # noqa: E402
     DEFAULT_METHOD,
     METHODS,
@@ -41,8 +43,6 @@ from tl_leadterms.results.bootstrap import (  # noqa: E402
     BootstrapSpec,
     interval,
 )
-from tl_leadterms.analyses.decompose.compute import leading_cosines  # noqa: E402
-from tl_leadterms.atomic import atomic_path, write_text  # noqa: E402
 
 K, T, BLOCKS, RESAMPLES = 8, 8, 10, 50
 SIZES = (200, 1000)
