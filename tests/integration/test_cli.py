@@ -13,6 +13,19 @@ from tl_leadterms.data import write_corpus
 SUBCOMMANDS = ("demo", "stats", "top", "decompose", "sweep", "report")
 
 
+@pytest.mark.parametrize("preset", ["quick", "full"])
+def test_demo_presets_fill_the_sizes_left_unset(preset):
+    from tl_leadterms.cli.demo import PRESET_CPU, PRESETS, _apply_preset, _plan
+
+    args = build_parser().parse_args(["demo", "--preset", preset, "--out", "x"])
+    assert _apply_preset(args) == preset
+    assert {name: getattr(args, name) for name in PRESETS[preset]} == PRESETS[preset]
+    assert PRESET_CPU[preset] in _plan(args, preset)
+    args = build_parser().parse_args(["demo", "--preset", preset, "--train-steps", "3"])
+    assert _apply_preset(args) == "custom" and args.train_steps == 3
+    assert args.stories == PRESETS[preset]["stories"]
+
+
 def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
     code = main(
         [
@@ -34,10 +47,16 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
             "32",
             "--train-n-ctx",
             "16",
+            "--train-lr",
+            "1",
         ]
     )
     out = capsys.readouterr().out
     assert code == 0
+    # the plan and its cost come first, the time taken last
+    assert out.startswith("tl-leadterms demo (custom preset): generate 400 stories")
+    assert "train the paper's 3-layer model for 96 full-batch GD steps (η = 1;" in out
+    assert re.search(r"\nDone in \d+ s \(\d+ s of CPU after the imports; custom preset\)", out)
     # the short training run ends with two decompose tables: against the training windows
     # (exact: no interval, one line says why), then against held-out windows (with intervals)
     first = out.index("Decomposition of")

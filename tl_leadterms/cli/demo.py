@@ -28,6 +28,20 @@ _HEADINGS = {
 #: the scoring of the demo's association lists (and of its report): cosine reads best here
 DEMO_SCORING = "cosine"
 
+#: the demo's sizes. ``quick`` (the default) keeps everything the demo shows at about a minute of
+#: CPU on 2 cores (``benchmarks/bench_demo.py``): a 500-word vocabulary (training costs about
+#: |V|² per step), and η = 2 so that s·η = 16 (every cosine ≥ 0.99) takes 8 steps and 48 steps
+#: leave attention visibly non-uniform. ``full`` is the former full-size run (|V| = 900 words of
+#: a 2,000-word budget, η = 1, 24 and 128 steps).
+PRESETS = {
+    "quick": {"stories": 1500, "vocab": 500, "n_ctx": 128, "train_steps": 8,
+              "attention_steps": 48, "train_lr": 2.0, "train_n_ctx": 32, "train_windows": 64},
+    "full": {"stories": 4000, "vocab": 2000, "n_ctx": 128, "train_steps": 24,
+             "attention_steps": 128, "train_lr": 1.0, "train_n_ctx": 32, "train_windows": 64},
+}  # fmt: skip
+#: about how much CPU each preset costs after the install (2 cores, quiet machine; measured)
+PRESET_CPU = {"quick": "about a minute", "full": "about 6-7 minutes"}
+
 
 def _print_associations(stats, tokenizer, words: dict[str, list[str]], k: int = 5) -> None:
     print(
@@ -61,13 +75,42 @@ def _sample_text(stories: list[str], words: list[str], max_words: int = 24) -> s
     return best
 
 
+def _apply_preset(args: argparse.Namespace) -> str:
+    """Fill the options left unset from ``--preset``; the preset's name, or ``"custom"``."""
+    preset = PRESETS[args.preset]
+    custom = [name for name in preset if getattr(args, name) is not None
+              and getattr(args, name) != preset[name]]  # fmt: skip
+    for name, value in preset.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return "custom" if custom else args.preset
+
+
+def _plan(args: argparse.Namespace, which: str) -> str:
+    """The demo's plan and about how long it takes, printed before anything runs."""
+    steps = max(args.train_steps, args.attention_steps)
+    train = (f"train the paper's 3-layer model for {steps} full-batch GD steps (η = "
+             f"{args.train_lr:g}; decomposed at step {args.train_steps}), "
+             if args.train_steps else "")  # fmt: skip
+    cost = PRESET_CPU.get(which, "a time that grows with the training steps × vocabulary²")
+    other = "--preset full for the full-size run" if which == "quick" else "--preset quick"
+    return (
+        f"tl-leadterms demo ({which} preset): generate {args.stories:,} stories, count their "
+        f"statistics (word vocabulary of at most {args.vocab:,}, T = {args.n_ctx}), print "
+        f"association lists, {train}write {Path(args.out) / 'report.html'}.\n"
+        f"  This takes {cost} of CPU on 2 cores ({other})."
+    )
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    which = _apply_preset(args)
+    print(_plan(args, which), flush=True)
     from tl_leadterms import corpus_stats, make_windows
     from tl_leadterms.data import generate_stories, train_word_tokenizer
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     print(f"Generating {args.stories} stories (seed {args.seed}) ...")
     stories = generate_stories(args.stories, seed=args.seed)
     tokenizer = train_word_tokenizer(stories, args.vocab)
@@ -93,6 +136,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _print_agreement(trained, tokenizer, args.train_lr, args.train_steps)
     if not args.no_report:
         _demo_report(args, stats, tokenizer, stories, trained)
+    print(f"\nDone in {time.perf_counter() - start:.0f} s ({time.process_time() - cpu:.0f} s of "
+          f"CPU after the imports; {which} preset)")  # fmt: skip
     return 0
 
 
@@ -235,33 +280,41 @@ def add_parser(sub) -> None:
     demo = subparser(sub, "demo",
                      "embedded corpus -> statistics -> a short training run -> report.html",
                      "tl-leadterms demo --out out")  # fmt: skip
-    demo.add_argument("--stories", type=positive_int_arg, default=4000, help="stories to generate")
+    quick, full = PRESETS["quick"], PRESETS["full"]
     demo.add_argument(
-        "--vocab", type=positive_int_arg, default=2000, help="word-level vocabulary size"
+        "--preset",
+        choices=tuple(PRESETS),
+        default="quick",
+        help="sizes of the run: quick (default, about a minute of CPU on 2 cores) or full "
+        "(the full-size run, about 6-7 minutes); the options below override single sizes",
     )
-    demo.add_argument("--n-ctx", type=positive_int_arg, default=128, help="window length T")
+
+    def sized(flag: str, kind, text: str) -> None:
+        name = flag.removeprefix("--").replace("-", "_")
+        demo.add_argument(flag, type=kind, default=None,
+                          help=f"{text} (quick: {quick[name]}, full: {full[name]})")  # fmt: skip
+
+    sized("--stories", positive_int_arg, "stories to generate")
+    sized("--vocab", positive_int_arg, "word-level vocabulary size")
+    sized("--n-ctx", positive_int_arg, "window length T of the statistics")
     demo.add_argument("--seed", type=int, default=0, help="seed of the stories and the model")
     demo.add_argument("--out", default="out", help="folder for the outputs")
-    demo.add_argument(
+    sized(
         "--train-steps",
-        type=int,
-        default=24,
-        help="GD steps before the decomposition (0: no training); s·η = 24 keeps "
-        "every cosine with its leading term above 0.99 on this corpus, 48 does not",
+        int,
+        "GD steps before the decomposition (0: no training); s·η "
+        "≤ 24 keeps every cosine with its leading term above 0.99 on this corpus",
     )
-    demo.add_argument(
+    sized(
         "--attention-steps",
-        type=int,
-        default=128,
-        help="GD steps of the checkpoint whose attention the report shows (the run goes on "
-        "after the decomposition; at s·η = 24 attention is within 1e-4 of uniform, by 128 it "
-        "is visibly not); at most --train-steps: the decomposed model",
+        int,
+        "GD steps of the checkpoint whose attention the report "
+        "shows (the run goes on after the decomposition until attention is visibly "
+        "non-uniform); at most --train-steps: the decomposed model",
     )
-    demo.add_argument("--train-lr", type=float, default=1.0, help="learning rate η")
-    demo.add_argument(
-        "--train-n-ctx", type=positive_int_arg, default=32, help="window length for training"
-    )
-    demo.add_argument("--train-windows", type=positive_int_arg, default=64, help="training windows")
+    sized("--train-lr", float, "learning rate η")
+    sized("--train-n-ctx", positive_int_arg, "window length for training")
+    sized("--train-windows", positive_int_arg, "training windows")
     demo.add_argument("--no-report", action="store_true", help="do not write report.html")
     demo.add_argument("--quiet", action="store_true", help="no progress bars")
     demo.set_defaults(func=cmd_demo)

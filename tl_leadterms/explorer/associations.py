@@ -11,8 +11,8 @@ from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.results.html import View
 from tl_leadterms.results.tokens import encode_text, shaded_tokens, token_label, token_labels
 from tl_leadterms.stats.corpus import CorpusStats
-from tl_leadterms.stats.scoring import DEFAULT_EXCLUDE, DEFAULT_SCORING
 from tl_leadterms.stats.neighbours import SCORINGS, scored_row
+from tl_leadterms.stats.scoring import DEFAULT_EXCLUDE, DEFAULT_SCORING
 
 __all__ = ["ASSOCIATIONS", "plot_associations"]
 

@@ -63,6 +63,7 @@ Gram matrices and projections). How a resample's statistics are formed is docume
 """
 
 import math
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -129,6 +130,10 @@ class BootstrapSpec:
         return spec
 
 
+# per BlockStats, per (BootstrapSpec, exact): what analyses computed from its resamples
+_MEMOS: "weakref.WeakKeyDictionary[BlockStats, dict]" = weakref.WeakKeyDictionary()
+
+
 @dataclass(frozen=True)
 class Bootstrap:
     """What an analyzer needs to add the interval: the blocks, the level and the draws."""
@@ -153,6 +158,14 @@ class Bootstrap:
                 weights = torch.ones(self.blocks.n_blocks, dtype=torch.long)
                 weights[b] = 0
                 yield self.blocks.weighted(weights, exact=self.exact)
+
+    def memo(self) -> dict:
+        """A dict kept with the blocks for this spec's resamples (the same draws for every
+        analysis that asks for the same :class:`BootstrapSpec`): analyses store what they
+        computed from :meth:`resamples` under their own keys and read it back instead of
+        resampling again. It lives as long as the ``BlockStats``."""
+        per_blocks = _MEMOS.setdefault(self.blocks, {})
+        return per_blocks.setdefault((self.spec, self.exact), {})
 
     def split(self, draws: Tensor) -> tuple[Tensor, Tensor | None]:
         """``(resample scores [R, n], leave-one-out scores [B, n] or None)`` of ``draws``."""

@@ -57,6 +57,7 @@ from tl_leadterms.errors import LeadTermsError, positive_int
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator, ContextCounts
+from tl_leadterms.stats.algebra import CentredBigram
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.definitions import LastTarget, QTargets, key_shift
 from tl_leadterms.stats.driver import composed_from_counts, tokenizer_provenance
@@ -71,6 +72,7 @@ from tl_leadterms.stats.io import (
     write_file,
 )
 from tl_leadterms.stats.provenance import WindowsDigest, ids_vocab_hash
+from tl_leadterms.stats.tables import padded_square
 from tl_leadterms.stats.tokens import TokenSource, default_batch_size, token_counts
 from tl_leadterms.stats.vocab import KeptVocab, VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
@@ -157,8 +159,14 @@ class BlockStats:
         share = [float(w[b] * self.sizes[b]) / n for b in chosen]  # window weight of each block
         counts = _combine_counts([self.counts[b] for b in chosen], [int(w[b]) for b in chosen],
                                  share, n)  # fmt: skip
-        if G_bar is None:
-            G_bar = composed_from_counts(counts, self.vocab)
+        bigram = product = None
+        if G_bar is None:  # Ḡ = B̄ᵀ(B̄Φ̄), B̄Φ̄ kept: it is the value term of the resample too
+            bigram = CentredBigram(counts.pair_codes, counts.pair_counts, counts.unigram_counts,
+                                   n * counts.n_ctx, self.vocab.centre_vocab,
+                                   counts.Phi_bar.dtype)  # fmt: skip
+            product = bigram.times(counts.Phi_bar)
+            G_bar = padded_square(self.vocab.k, product.dtype, product.device)
+            G_bar.copy_(bigram.t_times(product))
         if exact:
             Q_bar, Delta = self._pass_two(G_bar, w, n)
         else:
@@ -167,19 +175,22 @@ class BlockStats:
         if kind == "resample":
             kind += " (exact pass two)" if exact else " (first-order pass two)"
         metadata = {**self.metadata, "n_sequences": n, "bootstrap": kind}
-        return CorpusStats(
+        stats = CorpusStats(
             vocab=self.vocab, n_sequences=n, n_ctx=counts.n_ctx, pair_codes=counts.pair_codes,
             pair_counts=counts.pair_counts, unigram_counts=counts.unigram_counts,
             Phi_bar=counts.Phi_bar, G_bar=G_bar, Q_bar=Q_bar, Delta=Delta, metadata=metadata,
             tokenizer=self.tokenizer,
         )  # fmt: skip
+        if product is not None:  # the cached operator and product, not computed twice
+            stats.bigram, stats.B_bar_Phi_bar = bigram, product
+        return stats
 
     def _pass_two(self, G_bar: Tensor, w: Tensor, n: int) -> tuple[Tensor, Tensor]:
         """Q̄ and Δ of the blocks taken ``w[b]`` times (``n`` windows in all), pass two rerun
         with ``G_bar`` (a resample's own Ḡ): one pass per multiplicity over its blocks."""
         meta, dtype = self.metadata, self.Q_bars[0].dtype
         step = default_batch_size(self.counts[0].n_ctx)
-        Q_bar, Delta = 0.0, 0.0
+        Q_bar = Delta = None
         q_targets = meta.get("q_targets", "centred")
         shift = key_shift(G_bar, self.vocab, q_targets)  # once for every multiplicity
         for m in torch.unique(w[w > 0]).tolist():
@@ -192,7 +203,11 @@ class BlockStats:
                 acc.update(group[start : start + step].long())
             q, d = acc.result(release=True)
             share = m * group.shape[0] / n  # the group's weight among the resample's windows
-            Q_bar, Delta = Q_bar + share * q, Delta + share * d
+            if Q_bar is None:  # summed in place: no [k, k] temporary per group
+                Q_bar, Delta = q.mul_(share), d.mul_(share)
+            else:
+                Q_bar.add_(q, alpha=share)
+                Delta.add_(d, alpha=share)
         return Q_bar.to(dtype), Delta.to(dtype)
 
     def save(self, path: str | os.PathLike) -> None:
@@ -217,7 +232,9 @@ def _combine_counts(parts: list[ContextCounts], mult: list[int], share, n: int) 
     unique, inverse = torch.unique(codes, return_inverse=True)
     summed = torch.zeros(unique.numel(), dtype=torch.long).index_add_(0, inverse, counts)
     unigram = sum(c.unigram_counts * m for c, m in zip(parts, mult, strict=True))
-    phi = sum(s * c.Phi_bar for s, c in zip(share, parts, strict=True))
+    phi = torch.zeros_like(parts[0].Phi_bar)
+    for s, c in zip(share, parts, strict=True):  # in place: one pass per block, no temporaries
+        phi.add_(c.Phi_bar, alpha=s)
     return ContextCounts(unique, summed, unigram, phi, n, parts[0].n_ctx)
 
 

@@ -10,21 +10,14 @@ from transformer_lens import FactoredMatrix
 from tl_leadterms.adapters import PaperWeights, factored
 from tl_leadterms.adapters.convert import weights_for_stats
 from tl_leadterms.analyses.decompose.common import map_parts
-from tl_leadterms.analyses.decompose.fit import (
-    BasisCache,
-    MapFit,
-    Projections,
-    fit_map,
-    lead_cosines,
-    permuted_lead_inner,
-)
+from tl_leadterms.analyses.decompose.draws import Scored, bootstrap_cosines, null_cosines
+from tl_leadterms.analyses.decompose.fit import BasisCache, MapFit, Projections, fit_map
 from tl_leadterms.analyses.decompose.result import Decomposition
 from tl_leadterms.checks import Layers, check_bool, check_layers
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import ReadableModel
 from tl_leadterms.results.bootstrap import (
-    Bootstrap,
     BootstrapSpec,
     add_interval,
     interval_metadata,
@@ -227,31 +220,32 @@ def decompose(
     jobs = [(w, layer) for w in _select_weights(weights, pw)
             for layer in ([None] if w == "W_O" else chosen)]  # fmt: skip
     rows: list[dict[str, Any]] = []
-    scored: list[tuple[Any, Term, torch.Tensor]] = []  # kept for the bootstrap
+    scored: list[Scored] = []  # every map, for the null and the bootstrap
+    owned: list[list[dict]] = []  # the rows of each scored map
     voided = {w: degenerate_reason(stats, term(w).statistic) for w, _ in jobs
               if term(w).statistic is not None and stats.has(term(w).statistic)}  # fmt: skip
     for weight, layer in progress_bar(jobs, desc="decompose", disable=not progress):
         t = term(weight)
         M = _maps(pw, stats, t, layer, per_head, projections)
         fits = fit_map(M, t, cache, projections)
-        if boot is not None:
-            scored.append((M, t, torch.tensor([f.norm for f in fits], dtype=torch.float64)))
-        draws = None if perms is None else _null_cosines(M, t, cache, perms, projections, fits)
+        scored.append(Scored(M, t, torch.tensor([f.norm for f in fits], dtype=torch.float64)))
         specific, common = _common(M, t, cache, projections, fits)
+        owned.append([])
         for head, fit in enumerate(fits):
             row = _row(t, layer, head if per_head and weight != "W_O" else None, fit, schedule)
             if not t.vector:  # P is indexed by offset: no token axis, no such columns
                 row.update(specific=float(specific[head]), common_share=float(common[head]))
-            if draws is not None:
-                row.update(summarize(fit.cosine, draws[:, head]))
-            if voided.get(weight):  # the target is zero up to rounding: no score, a reason
-                row.update(cosine=math.nan, implied_s_lr=math.nan, character="degenerate",
-                           reason=voided[weight])  # fmt: skip
+            owned[-1].append(row)
             rows.append(row)
-    if spec is not None:
+    if perms is not None:
+        _add_null(scored, owned, cache, perms, projections)
         add_qvalues(rows)  # Benjamini–Hochberg over this model's rows
+    for row in rows:
+        if voided.get(row["weight"]):  # the target is zero up to rounding: no score, a reason
+            row.update(cosine=math.nan, implied_s_lr=math.nan, character="degenerate",
+                       reason=voided[row["weight"]])  # fmt: skip
     if boot is not None:
-        add_interval(rows, _bootstrap_cosines(scored, boot, projections), boot, "cosine")
+        add_interval(rows, bootstrap_cosines(scored, boot, projections), boot, "cosine")
     if spec is not None and spec.reference is not None:
         _add_reference(rows, spec.reference_model(model), stats, layers, per_head, weights)
     metadata = _metadata(pw, stats, schedule, per_head, spec)
@@ -284,20 +278,6 @@ def _metadata(pw, stats, schedule: Schedule, per_head: bool, spec) -> dict[str, 
     return metadata
 
 
-def _bootstrap_cosines(scored, boot: Bootstrap, projections: Projections) -> torch.Tensor:
-    """``[R, rows]`` leading-term cosines of every scored map on each bootstrap resample.
-
-    The maps, their norms and the model side of ``projections`` are reused; each resample
-    rebuilds only its basis maps and their projections.
-    """
-    out = []
-    for resampled in boot.resamples():
-        cache = BasisCache(resampled)
-        proj = projections.with_cache(cache)
-        out.append(torch.cat([lead_cosines(M, t, cache, norms, proj) for M, t, norms in scored]))
-    return torch.stack(out)
-
-
 def _common(M, t: Term, cache: BasisCache, projections, fits):
     """``specific`` and ``common_share`` per head (:mod:`tl_leadterms.analyses.decompose.common`)."""
     if t.vector:
@@ -308,14 +288,18 @@ def _common(M, t: Term, cache: BasisCache, projections, fits):
     return map_parts(M, t, cache, projections, inner)
 
 
-def _null_cosines(M, t: Term, cache: BasisCache, perms, projections, fits) -> torch.Tensor:
-    """``[R, h]`` cosines of each head's map with the leading term relabelled by ``perms``."""
-    inner = permuted_lead_inner(M, t, cache, perms, projections)
-    if t.vector:
-        return inner
-    norms = torch.tensor([f.norm for f in fits], dtype=torch.float64)
-    denominator = norms * math.sqrt(cache.sq_norm(t.target))
-    return torch.where(denominator > 0, inner / denominator, torch.full_like(inner, math.nan))
+def _add_null(scored: list[Scored], owned: list[list[dict]], cache: BasisCache, perms,
+              projections) -> None:  # fmt: skip
+    """The null columns of every row: the maps of one leading term scored together, so each
+    relabelling of the theory is formed once (:func:`.draws.null_cosines`)."""
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(scored):
+        groups.setdefault(s.term.weight, []).append(i)
+    for members in groups.values():
+        draws = null_cosines([scored[i] for i in members], cache, perms, projections)
+        for i, d in zip(members, draws, strict=True):
+            for head, row in enumerate(owned[i]):
+                row.update(summarize(row["cosine"], d[:, head]))
 
 
 def _add_reference(rows: list[dict], reference, stats, layers, per_head, weights) -> None:

@@ -65,6 +65,11 @@ class BasisCache:
         self._gram: dict[str, Tensor] = {}
         self._sq_norms: dict[str, float] = {}
 
+    @property
+    def stats(self) -> CorpusStats:
+        """The statistics whose maps this cache holds."""
+        return self._stats()
+
     @classmethod
     def of(cls, stats: CorpusStats) -> "BasisCache":
         if stats not in cls._instances:

@@ -1,0 +1,120 @@
+"""The null and bootstrap columns of decompose, against cosines written from their definitions.
+
+The null: the cosine of each map relabelled by each permutation, ``cos(M[π][:, π], T)``, with
+dense tensors. The bootstrap: each resample's statistics recounted from scratch by the dense
+oracle of ``tests/reference.py`` over the drawn blocks' windows (a block drawn ``m`` times
+repeated ``m`` times), and the cosine of each map with its target. The reuse of resamples across
+analyses is checked by counting the resamples built.
+"""
+
+import pytest
+import torch
+
+from tests.reference import dense_corpus_stats
+from tests.unit.test_reference import markov_tokens
+from tl_leadterms import decompose, head_atlas, paper_model, train
+from tl_leadterms.results.bootstrap import interval
+from tl_leadterms.results.null import permutations
+from tl_leadterms.stats.blocks import BlockStats, block_stats
+
+V, T, R, B = 14, 10, 12, 5
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tokens = markov_tokens(100, T + 1, V, seed=4)
+    model = paper_model(d_vocab=V, n_ctx=T, n_layers=2)
+    train(model, tokens, lr=1.0, steps=5, progress=False)
+    return tokens, model
+
+
+def _maps(model, layer, weight):
+    """The paper model's dense maps, read from its parameters (MATH.md §1)."""
+    block = None if weight == "W_O" else model.blocks[layer].attn
+    return {"W_O": lambda: model.unembed.W_U, "V": lambda: block.W_V[0],
+            "W": lambda: block.W_Q[0]}[weight]().detach().double()  # fmt: skip
+
+
+def _target(stats, weight):
+    """The leading term of each weight (MATH.md §3) from a dict of dense statistics."""
+    if weight == "W_O":
+        return stats["B_bar"]
+    if weight == "V":
+        return (stats["B_bar"] @ stats["Phi_bar"]).T
+    return stats["Q_bar"]
+
+
+def _cos(a, b):
+    return float((a * b).sum() / (a.norm() * b.norm()))
+
+
+def _rows(d):
+    return [r for r in d.rows if r["weight"] != "P"]
+
+
+@pytest.mark.parametrize("vocab", [None, 9])
+def test_null_columns_are_the_relabelled_cosines(setup, vocab):
+    tokens, model = setup
+    blocks = block_stats(tokens, d_vocab=V, blocks=B, vocab=vocab, progress=False)
+    kept = None if vocab is None else blocks.vocab.kept.tolist()
+    stats = dense_corpus_stats(tokens, V, kept=kept)
+    d = decompose(model, blocks, per_head=True, null=R, progress=False)
+    perms = permutations(blocks.full().k, R, 0)  # NullSpec's default seed
+    for row in _rows(d):
+        M = _maps(model, row["layer"], row["weight"])
+        if kept is not None:
+            M = M[kept][:, kept]
+        target = _target(stats, row["weight"])
+        draws = torch.tensor([_cos(M[p][:, p], target) for p in perms], dtype=torch.float64)
+        assert row["null_mean"] == pytest.approx(float(draws.mean()), abs=1e-12)
+        assert row["null_sd"] == pytest.approx(float(draws.std()), abs=1e-12)
+        assert row["p"] == (1 + int((draws >= row["score"]).sum())) / (R + 1)
+
+
+@pytest.mark.parametrize("vocab", [None, 9])
+def test_interval_is_built_from_recounted_resamples(setup, vocab):
+    tokens, model = setup
+    blocks = block_stats(tokens, d_vocab=V, blocks=B, vocab=vocab, progress=False)
+    kept = None if vocab is None else blocks.vocab.kept.tolist()
+    d = decompose(model, blocks, per_head=True, ci=0.9, bootstrap=R, progress=False)
+    rows = _rows(d)
+    generator = torch.Generator().manual_seed(0)  # BootstrapSpec's default seed
+    draws = []
+    for _ in range(R):  # B blocks drawn with replacement, each window of block b taken w[b] times
+        weights = torch.bincount(torch.randint(B, (B,), generator=generator), minlength=B)
+        taken = zip(blocks.bounds, weights.tolist(), strict=True)
+        windows = torch.cat([tokens[a:z] for (a, z), m in taken for _ in range(m)])
+        stats = dense_corpus_stats(windows, V, kept=kept)
+        draws.append([])
+        for row in rows:
+            M = _maps(model, row["layer"], row["weight"])
+            M = M if kept is None else M[kept][:, kept]
+            draws[-1].append(_cos(M, _target(stats, row["weight"])))
+    draws = torch.tensor(draws, dtype=torch.float64)
+    estimate = torch.tensor([r["cosine"] for r in rows], dtype=torch.float64)
+    lo, hi, mid = interval(draws, 0.9, "shifted", estimate)
+    for i, row in enumerate(rows):
+        assert row["lo"] == pytest.approx(float(lo[i]), abs=1e-10)
+        assert row["hi"] == pytest.approx(float(hi[i]), abs=1e-10)
+        assert row["corrected"] == pytest.approx(float(mid[i]), abs=1e-10)
+
+
+def test_head_atlas_reuses_the_resamples_decompose_made(setup, monkeypatch):
+    tokens, model = setup
+    blocks = block_stats(tokens, d_vocab=V, blocks=B, progress=False)
+    built = []
+    weighted = BlockStats.weighted
+
+    def counted(self, w, **kw):
+        built.append(1)
+        return weighted(self, w, **kw)
+
+    monkeypatch.setattr(BlockStats, "weighted", counted)
+    d = decompose(model, blocks, per_head=True, ci=0.95, bootstrap=R, progress=False)
+    assert len(built) == R
+    atlas = head_atlas(model, blocks, null=None, bootstrap=R)
+    assert len(built) == R  # the same spec: no resample built again
+    want = {(r["layer"], r["head"]): (r["lo"], r["hi"]) for r in d.rows if r["weight"] == "W"}
+    assert {(r["layer"], r["head"]): (r["lo"], r["hi"]) for r in atlas.rows} == want
+    head_atlas(model, blocks, null=None, bootstrap=R + 1)  # another spec: its own resamples
+    assert len(built) == 2 * R + 1

@@ -1,0 +1,249 @@
+"""The null and bootstrap draws of :func:`~tl_leadterms.decompose`, near the cost of reading
+each map once.
+
+Both loops score the SAME model maps against many versions of the theory: ``R`` relabellings of
+the kept tokens (the permutation null) and ``R`` bootstrap resamples of the corpus blocks. The
+model side is therefore prepared once per map and shared:
+
+* a dense map (the paper model's ``[h, k, k]`` weights) is converted to float64 and flattened
+  once (with its transpose, for targets stored as a transposed view such as ``Φ̄ᵀB̄ᵀ``); the maps
+  of every layer that share a leading term are stacked, so each draw of the theory is formed
+  ONCE and met by one matrix-vector product: a relabelling costs one gather of the ``k × k``
+  target, ``T_π = T[π⁻¹][:, π⁻¹]`` (since ``⟨M[π][:, π], T⟩ = ⟨M, T_π⟩``), a resample one
+  read of its target;
+* the bigram target ``B̄ = B − u·α·1ᵀ`` of ``W_O`` is never made dense in a resample:
+  ``⟨M, B̄⟩ = Σ_nnz M[i, j]·B_ij − u·αᵀ(M·1)`` and ``‖B̄‖² = Σ_nnz ((B_ij − uα_i)² − (uα_i)²)
+  + k·Σ_i (uα_i)²`` from the sparse counts;
+* other maps (factored ones, the shared-factor :class:`~tl_leadterms.adapters.sandwich.Sandwich`
+  maps of models with embeddings, ``P``) keep the general path of :mod:`.fit`.
+
+A resample's cosines are kept per :class:`~tl_leadterms.stats.blocks.BlockStats` and
+:class:`~tl_leadterms.results.bootstrap.BootstrapSpec`
+(:meth:`~tl_leadterms.results.bootstrap.Bootstrap.memo`), keyed by the target and a digest of
+the map's values: an analysis asking for resamples another one already scored (``head_atlas``
+after ``decompose``, on the same model and blocks) reads them instead of recomputing them.
+
+Every result equals the general path's up to float64 rounding (``tests/unit/test_draws.py``
+compares both with cosines written from the definition).
+"""
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+from transformer_lens import FactoredMatrix
+
+from tl_leadterms.adapters.sandwich import Sandwich
+from tl_leadterms.analyses.decompose.fit import (
+    BasisCache,
+    Projections,
+    lead_cosines,
+    permuted_lead_inner,
+)
+from tl_leadterms.results.bootstrap import Bootstrap
+from tl_leadterms.theory import Term
+
+__all__ = ["Scored", "bootstrap_cosines", "null_cosines"]
+
+
+@dataclass
+class Scored:
+    """One scored map: its term, the maps' norms ``‖M_h‖`` and, for a dense map, its float64
+    model side (built once, on first use)."""
+
+    M: object
+    term: Term
+    norms: Tensor
+    _flat: Tensor | None = field(default=None, repr=False)
+    _flat_t: Tensor | None = field(default=None, repr=False)
+    _row_sums: Tensor | None = field(default=None, repr=False)
+    _digest: str | None = field(default=None, repr=False)
+
+    @property
+    def dense(self) -> bool:
+        """Whether the fast path applies: a dense ``[h, k, k]`` token-token map."""
+        return isinstance(self.M, Tensor) and not self.term.vector and self.M.dim() == 3
+
+    def flat(self, transposed: bool = False) -> Tensor:
+        """``[h, k·k]`` float64 rows of ``M_h`` (``transposed``: of ``M_hᵀ``)."""
+        if self._flat is None:
+            self._flat = self.M.detach().to(torch.float64).reshape(self.M.shape[0], -1)
+        if not transposed:
+            return self._flat
+        if self._flat_t is None:
+            h, k = self.M.shape[0], self.M.shape[-1]
+            self._flat_t = self._flat.view(h, k, k).transpose(1, 2).reshape(h, -1)
+        return self._flat_t
+
+    def row_sums(self) -> Tensor:
+        """``[h, k]``: ``M_h·1`` in float64 (for the sparse bigram inner product)."""
+        if self._row_sums is None:
+            h, k = self.M.shape[0], self.M.shape[-1]
+            self._row_sums = self.flat().view(h, k, k).sum(-1)
+        return self._row_sums
+
+    def digest(self) -> str:
+        """A digest of the map's values, shape and dtype (the bootstrap memo's key)."""
+        if self._digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            for t in _tensors(self.M):
+                t = t.detach().cpu().contiguous()
+                h.update(f"{tuple(t.shape)}{t.dtype}".encode())
+                h.update(t.view(torch.uint8).reshape(-1).numpy() if t.numel() else b"")
+            self._digest = h.hexdigest()
+        return self._digest
+
+
+def _tensors(M: object) -> list[Tensor]:
+    if isinstance(M, Sandwich):
+        return [M.left, M.A, M.B, M.right]
+    if isinstance(M, FactoredMatrix):
+        return [M.A, M.B]
+    return [M]
+
+
+def _cosines(inner: Tensor, norms: Tensor, t2: float) -> Tensor:
+    """``inner / (‖M‖‖T‖)`` as :func:`~.fit.lead_cosines` forms it (NaN where a norm is 0)."""
+    denominator = norms.double() * math.sqrt(max(t2, 0.0))
+    nan = torch.full_like(inner, math.nan)
+    return torch.where(denominator > 0, inner / denominator, nan).clamp(-1.0, 1.0)
+
+
+def _target(T: Tensor) -> tuple[Tensor, bool]:
+    """``(contiguous float64 flat target, whether it pairs with the maps' transposes)``."""
+    if not T.is_contiguous() and T.T.is_contiguous():
+        return T.T.to(torch.float64).reshape(-1), True
+    return T.to(torch.float64).contiguous().reshape(-1), False
+
+
+# -- the permutation null -------------------------------------------------------------------
+
+
+def null_cosines(group: list[Scored], cache: BasisCache, perms: Tensor,
+                 projections: Projections) -> list[Tensor]:  # fmt: skip
+    """``[R, h]`` null cosines of each scored map of ``group`` (maps of one leading term)."""
+    dense = [s for s in group if s.dense]
+    out = {id(s): _null_general(s, cache, perms, projections) for s in group if not s.dense}
+    if dense:
+        t = dense[0].term
+        inner = permuted_inner(torch.cat([s.flat() for s in dense]), cache.map(t.target), perms)
+        t2 = cache.sq_norm(t.target)
+        start = 0
+        for s in dense:
+            h = s.norms.shape[0]
+            out[id(s)] = _cosines(inner[:, start : start + h], s.norms, t2)
+            start += h
+    return [out[id(s)] for s in group]
+
+
+def _null_general(s: Scored, cache: BasisCache, perms: Tensor, projections) -> Tensor:
+    inner = permuted_lead_inner(s.M, s.term, cache, perms, projections)
+    if s.term.vector:
+        return inner
+    return _cosines(inner, s.norms, cache.sq_norm(s.term.target))
+
+
+def permuted_inner(flat: Tensor, T: Tensor, perms: Tensor) -> Tensor:
+    """``[R, n]``: ``⟨M_i, T_π⟩ = ⟨M_i[π][:, π], T⟩`` for each row ``π`` of ``perms`` and each
+    row ``M_i`` of ``flat`` (``[n, k·k]`` float64): one gather of ``T`` per draw, shared by
+    every map.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> M, T = torch.randn(4, 4, dtype=torch.float64, generator=g), torch.randn(4, 4, generator=g)
+    >>> p = torch.randperm(4, generator=g)
+    >>> direct = (M[p][:, p] * T.double()).sum()
+    >>> torch.allclose(permuted_inner(M.reshape(1, -1), T, p[None])[0, 0], direct)
+    True
+    """
+    k = T.shape[-1]
+    target, transposed = _target(T)
+    if transposed:  # ⟨M, Xᵀ⟩ = ⟨Mᵀ, X⟩, and (Mᵀ)[π][:, π] = (M[π][:, π])ᵀ
+        flat = flat.view(-1, k, k).transpose(1, 2).reshape(flat.shape[0], -1)
+    square = target.view(k, k)
+    inverse = torch.argsort(perms.to(target.device), dim=1)
+    out = torch.empty(perms.shape[0], flat.shape[0], dtype=torch.float64)
+    for r, inv in enumerate(inverse):  # two gathers (whole rows, then within rows), one product
+        relabelled = square.index_select(0, inv).index_select(1, inv)
+        out[r] = (flat @ relabelled.view(-1)).cpu()
+    return out
+
+
+# -- the bootstrap --------------------------------------------------------------------------
+
+
+def bootstrap_cosines(scored: list[Scored], boot: Bootstrap,
+                      projections: Projections) -> Tensor:  # fmt: skip
+    """``[R (+ B), rows]`` leading-term cosines of every scored map on each resample of
+    ``boot`` (its order: :meth:`~tl_leadterms.results.bootstrap.Bootstrap.resamples`).
+
+    Resamples already scored for the same map and target (the memo of ``boot``) are read, not
+    recomputed; a resample is built only when some map still needs it.
+    """
+    memo = boot.memo()
+    keys = [(s.term.target.formula, s.digest()) for s in scored]
+    todo = [i for i, key in enumerate(keys) if key not in memo]
+    if todo:
+        columns: dict[int, list[Tensor]] = {i: [] for i in todo}
+        stacks: dict = {}  # the dense maps of one target, stacked once for every resample
+        for resampled in boot.resamples():
+            cache = BasisCache(resampled)
+            proj = projections.with_cache(cache)
+            pending = [scored[i] for i in todo]
+            for i, cos in _resample_cosines(pending, cache, proj, stacks).items():
+                columns[todo[i]].append(cos)
+        for i in todo:
+            memo[keys[i]] = torch.stack(columns[i])
+    return torch.cat([memo[key] for key in keys], dim=1)
+
+
+def _resample_cosines(scored: list[Scored], cache: BasisCache, proj: Projections,
+                      stacks: dict) -> dict:  # fmt: skip
+    """``{index: [h] cosines}`` of the scored maps on one resample's statistics."""
+    out: dict[int, Tensor] = {}
+    by_target: dict[str, list[int]] = {}
+    for i, s in enumerate(scored):
+        if s.dense:
+            by_target.setdefault(s.term.target.formula, []).append(i)
+        else:
+            out[i] = lead_cosines(s.M, s.term, cache, s.norms, proj)
+    for formula, members in by_target.items():
+        component = scored[members[0]].term.target
+        if formula == "B̄":
+            inner, t2 = _bigram_inner([scored[i] for i in members], cache, stacks)
+        else:
+            target, transposed = _target(cache.map(component))
+            flat = _stacked(stacks, [scored[i] for i in members], formula, transposed)
+            inner, t2 = flat @ target, float(target @ target)
+        start = 0
+        for i in members:
+            h = scored[i].norms.shape[0]
+            out[i] = _cosines(inner[start : start + h].cpu(), scored[i].norms, t2)
+            start += h
+    return out
+
+
+def _stacked(stacks: dict, members: list[Scored], formula: str, transposed: bool) -> Tensor:
+    """``[n, k·k]``: the float64 rows of every member's maps (stacked once per target)."""
+    key = (formula, transposed)
+    if key not in stacks:
+        stacks[key] = torch.cat([s.flat(transposed) for s in members])
+    return stacks[key]
+
+
+def _bigram_inner(members: list[Scored], cache: BasisCache, stacks: dict) -> tuple[Tensor, float]:
+    """``⟨M_h, B̄⟩`` of every member and ``‖B̄‖²`` from the sparse counts (module docstring)."""
+    bigram = cache.stats.bigram
+    flat = _stacked(stacks, members, "B̄", False)
+    k = bigram.k
+    values = bigram.values.to(torch.float64)
+    shift = bigram.u * bigram.alpha.to(torch.float64)  # [k]: u·α_i, subtracted from row i
+    codes = (bigram.rows * k + bigram.cols).to(flat.device)
+    if ("B̄ rows",) not in stacks:
+        stacks[("B̄ rows",)] = torch.cat([s.row_sums() for s in members])  # [n, k]
+    row_sums = stacks[("B̄ rows",)]
+    inner = flat.index_select(1, codes) @ values - row_sums @ shift
+    centred = values - shift[bigram.rows]
+    t2 = float((centred * centred - shift[bigram.rows] ** 2).sum() + k * (shift @ shift))
+    return inner, t2
