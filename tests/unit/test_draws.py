@@ -29,14 +29,14 @@ def setup():
 
 
 def _maps(model, layer, weight):
-    """The paper model's dense maps, read from its parameters (MATH.md §1)."""
+    """The paper model's dense maps, read from its parameters (docs/math.md#model)."""
     block = None if weight == "W_O" else model.blocks[layer].attn
     return {"W_O": lambda: model.unembed.W_U, "V": lambda: block.W_V[0],
             "W": lambda: block.W_Q[0]}[weight]().detach().double()  # fmt: skip
 
 
 def _target(stats, weight):
-    """The leading term of each weight (MATH.md §3) from a dict of dense statistics."""
+    """The leading term of each weight (docs/math.md#leading-terms) from a dict of dense statistics."""
     if weight == "W_O":
         return stats["B_bar"]
     if weight == "V":
@@ -73,7 +73,9 @@ def test_null_columns_are_the_relabelled_cosines(setup, vocab):
 
 @pytest.mark.parametrize("vocab", [None, 9])
 def test_interval_is_built_from_recounted_resamples(setup, vocab):
-    tokens, model = setup
+    _, model = setup
+    # held-out windows: intervals are for statistics other than the model's training data
+    tokens = markov_tokens(100, T + 1, V, seed=5)
     blocks = block_stats(tokens, d_vocab=V, blocks=B, vocab=vocab, progress=False)
     kept = None if vocab is None else blocks.vocab.kept.tolist()
     d = decompose(model, blocks, per_head=True, ci=0.9, bootstrap=R, progress=False)
@@ -100,7 +102,9 @@ def test_interval_is_built_from_recounted_resamples(setup, vocab):
 
 
 def test_head_atlas_reuses_the_resamples_decompose_made(setup, monkeypatch):
-    tokens, model = setup
+    _, model = setup
+    # held-out windows: intervals are for statistics other than the model's training data
+    tokens = markov_tokens(100, T + 1, V, seed=5)
     blocks = block_stats(tokens, d_vocab=V, blocks=B, progress=False)
     built = []
     weighted = BlockStats.weighted
