@@ -105,19 +105,9 @@ def _token_id(word: str, tokenizer: Any) -> int:
                 "with --save-tokenizer)⟧ to look it up, or give its token id"
             )
         return int(word)
-    ids = tokenizer.encode(word, add_special_tokens=False)
-    if len(ids) != 1:
-        raise LeadTermsError(
-            f"{word!r} is {len(ids)} tokens ({ids}) for this tokenizer; pass a single token or "
-            "its id."
-        )
-    unk = getattr(tokenizer, "unk_token_id", None)
-    if unk is not None and ids[0] == unk and word != getattr(tokenizer, "unk_token", None):
-        raise LeadTermsError(
-            f"{word!r} is not in the tokenizer's vocabulary (it encodes to the unknown token "
-            f"{tokenizer.unk_token!r}); pick a word the tokenizer knows"
-        )
-    return int(ids[0])
+    from tl_leadterms.stats.scoring import single_token_id  # numpy: not for --help
+
+    return single_token_id(word, tokenizer)
 
 
 def _excluded(spec: str | list[str], tokenizer: Any) -> list[int] | str:

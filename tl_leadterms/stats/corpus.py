@@ -12,6 +12,7 @@ from torch import Tensor
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.protocols import PathLike
 from tl_leadterms.stats import algebra, neighbours
+from tl_leadterms.stats.scoring import single_token_id
 from tl_leadterms.stats.vocab import KeptVocab
 
 __all__ = ["STATS_DTYPES", "CorpusStats", "Neighbour", "check_stats_dtype"]
@@ -263,19 +264,7 @@ class CorpusStats:
                     f"token {token!r} is a string; pass ⟦tokenizer= (or attach one as "
                     "stats.tokenizer)|--tokenizer FOLDER⟧ to look it up, or pass its token id."
                 )
-            ids = tokenizer.encode(token, add_special_tokens=False)
-            if len(ids) != 1:
-                raise LeadTermsError(
-                    f"{token!r} is {len(ids)} tokens ({ids}) for this tokenizer; pass a single "
-                    "token or its id."
-                )
-            unk = getattr(tokenizer, "unk_token_id", None)
-            if unk is not None and ids[0] == unk and token != getattr(tokenizer, "unk_token", None):
-                raise LeadTermsError(
-                    f"{token!r} is not in the tokenizer's vocabulary (it encodes to the unknown "
-                    f"token {tokenizer.unk_token!r}); pick a word the tokenizer knows"
-                )
-            return int(ids[0])
+            return single_token_id(token, tokenizer)
         if isinstance(token, torch.Tensor) and token.numel() == 1 and not token.is_floating_point():
             token = token.item()
         if isinstance(token, bool) or not isinstance(token, (int, np.integer)):

@@ -12,9 +12,13 @@ keeps every token.
 [0.2353, 0.1715]
 """
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["DEFAULT_EXCLUDE", "DEFAULT_SCORING", "SCORINGS", "score"]
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["DEFAULT_EXCLUDE", "DEFAULT_SCORING", "SCORINGS", "score", "single_token_id"]
 
 SCORINGS = ("raw", "cosine", "ppmi")
 DEFAULT_SCORING = "cosine"
@@ -55,3 +59,22 @@ def score(
     ratio = positive * total * _inverse(row_sum * column_pos)
     logs = np.log(np.clip(ratio, 1e-300, None)).clip(0)
     return np.where(ratio > 0, logs, 0.0)
+
+
+def single_token_id(word: str, tokenizer: Any) -> int:
+    """The id of ``word`` when the tokenizer reads it as exactly one known token; a
+    :class:`~tl_leadterms.errors.LeadTermsError` naming the problem otherwise (torch-free, so
+    the command line's ``top`` and :meth:`CorpusStats.top` share it)."""
+    ids = tokenizer.encode(word, add_special_tokens=False)
+    if len(ids) != 1:
+        raise LeadTermsError(
+            f"{word!r} is {len(ids)} tokens ({ids}) for this tokenizer; pass a single token or "
+            "its id."
+        )
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is not None and ids[0] == unk and word != getattr(tokenizer, "unk_token", None):
+        raise LeadTermsError(
+            f"{word!r} is not in the tokenizer's vocabulary (it encodes to the unknown token "
+            f"{tokenizer.unk_token!r}); pick a word the tokenizer knows"
+        )
+    return int(ids[0])
