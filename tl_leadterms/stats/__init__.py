@@ -5,7 +5,7 @@ package (:mod:`.fileformat`, :mod:`.filetop`, :mod:`.scoring`) load without torc
 """
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 #: where each public name lives (imported on first use by ``__getattr__``)
 _HOMES = {
@@ -26,7 +26,23 @@ _HOMES = {
     "make_windows": "windows",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "AttentionAccumulator",
+    "ContextAccumulator",
+    "CorpusStats",
+    "KeptVocab",
+    "MemoryPlan",
+    "Neighbour",
+    "available_memory",
+    "check_memory",
+    "composed_from_counts",
+    "corpus_stats",
+    "degenerate_reason",
+    "make_windows",
+    "negligible",
+    "plan_memory",
+    "resolve_vocab",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -42,3 +58,14 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_HOMES})
+
+
+if TYPE_CHECKING:  # for type checkers and the docs: the same names, imported eagerly
+    from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
+    from tl_leadterms.stats.compute import corpus_stats
+    from tl_leadterms.stats.corpus import CorpusStats, Neighbour
+    from tl_leadterms.stats.degenerate import degenerate_reason, negligible
+    from tl_leadterms.stats.driver import composed_from_counts
+    from tl_leadterms.stats.memory import MemoryPlan, available_memory, check_memory, plan_memory
+    from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
+    from tl_leadterms.stats.windows import make_windows
