@@ -15,7 +15,6 @@ NullSpec(permutations=20, seed=3, reference=None)
 {'permutations': 20, 'seed': 3, 'reference': None}
 """
 
-import functools
 import hashlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -65,16 +64,6 @@ class Analysis(NamedTuple):
     named: bool = False
 
 
-def _accepts(name: str) -> set[str]:
-    """Keyword names the registered analysis ``name`` takes."""
-    return analysis(name).accepts()
-
-
-def _registered(name: str) -> Callable[..., Any]:
-    """``fn(model, stats, **kwargs)``: the sweep rows of the registered analysis ``name``."""
-    return functools.partial(analysis(name).sweep_rows)
-
-
 def _one(item: object, common: dict[str, Any], extra: dict[str, Any]) -> Analysis:
     label, fn, kwargs = None, item, {}
     if isinstance(item, tuple):
@@ -89,11 +78,11 @@ def _one(item: object, common: dict[str, Any], extra: dict[str, Any]) -> Analysi
                 f"unknown analysis {fn!r}; use one of {NAMES} or pass a callable "
                 "f(model, stats) returning dicts with layer, head, score, value"
             )
-        accepted = _accepts(fn)
+        accepted = analysis(fn).accepts()
         merged = {k: v for k, v in common.items() if k in accepted}
         merged.update({k: v for k, v in extra.items() if k in accepted})
         merged.update(kwargs)
-        return Analysis(label or fn, _registered(fn), merged, True)
+        return Analysis(label or fn, analysis(fn).sweep_rows, merged, True)
     if callable(fn):
         return Analysis(label or getattr(fn, "__name__", type(fn).__name__), fn, kwargs)
     raise LeadTermsError(f"analysis {item!r} is neither a name in {NAMES} nor callable")
@@ -119,7 +108,7 @@ def choose_analyses(
         )
     named = [a[1] if isinstance(a, tuple) else a for a in analyses]
     named = [n for n in named if isinstance(n, str)]
-    unused = [k for k in extra if not any(k in _accepts(n) for n in named)]
+    unused = [k for k in extra if not any(k in analysis(n).accepts() for n in named)]
     if unused:
         raise LeadTermsError(
             f"keyword(s) {unused} are not taken by any of the analyses {named}; check the "

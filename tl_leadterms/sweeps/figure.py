@@ -3,17 +3,15 @@
 import math
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.figures import heatmap, legend_outside, new_figure, save_figure
+from tl_leadterms.results.figures import (
+    check_result,
+    heatmap,
+    legend_outside,
+    new_figure,
+    save_figure,
+)
 
 __all__ = ["plot_sweep", "plot_sweep_null"]
-
-
-def _check_sweep_table(table: object) -> None:
-    if "SweepTable" not in {cls.__name__ for cls in type(table).__mro__}:
-        raise LeadTermsError(
-            f"table must be the SweepTable returned by tl_leadterms.sweep, got "
-            f"{type(table).__name__}"
-        )
 
 
 def plot_sweep(table: object, score: object, *, analysis: object = None, path: object = None):
@@ -33,7 +31,7 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
         An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
         notebook; ``.savefig`` as any matplotlib figure).
     """
-    _check_sweep_table(table)
+    check_result(table, "SweepTable", "sweep")
     if not isinstance(score, str) or (analysis is not None and not isinstance(analysis, str)):
         raise LeadTermsError(
             f"score and analysis must be strings (got {score!r}, {analysis!r}); scores: "
@@ -78,7 +76,7 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
         An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
         notebook; ``.savefig`` as any matplotlib figure).
     """
-    _check_sweep_table(table)
+    check_result(table, "SweepTable", "sweep")
     rows = [r for r in table.rows if r["score"] == score and r["head"] is None
             and (analysis is None or r["analysis"] == analysis)]  # fmt: skip
     if not any(r.get("null_mean") is not None for r in rows):
