@@ -27,6 +27,7 @@ from tl_leadterms.data import generate_stories, train_word_tokenizer
 from tl_leadterms.distributed import ArrayShard, plan_shards
 from tl_leadterms.distributed import corpus_stats as ray_stats
 from tl_leadterms.distributed.memory import check_task_fits, plan_ray_memory
+from tl_leadterms.stats.provenance import windows_fingerprint
 
 ray = pytest.importorskip("ray")
 
@@ -66,6 +67,8 @@ def test_shards_of_the_embedded_corpus_equal_one_process(cluster, stories_corpus
     got = ray_stats([path], d_vocab=len(tokenizer), shard_size=size, progress=False)
     assert_same(got, reference)
     assert got.metadata["distributed"] == f"ray, {n_shards} shards"
+    # which windows were read: the digest of one process over the same windows, any sharding
+    assert got.metadata["windows_fingerprint"] == windows_fingerprint(windows)
     assert ray.is_initialized()  # a Ray it did not start is left running
 
 
@@ -137,6 +140,8 @@ def test_kept_vocabulary_and_shuffled_shards(cluster, tmp_path):
         assert [s.path for s in shards] != [str(f) for f in files]
         got = ray_stats(shards, d_vocab=d_vocab, vocab=vocab, progress=False)
         assert_same(got, reference)
+        # shuffled shards, the same multiset of windows: the same fingerprint as one process's
+        assert got.metadata["windows_fingerprint"] == reference.metadata["windows_fingerprint"]
     # the restricted definitions of Q̄/Δ travel to the workers too
     options = {"q_targets": "one-hot", "last_target": "paper-code"}
     reference = corpus_stats(windows, d_vocab=d_vocab, vocab=kept, progress=False, **options)

@@ -30,6 +30,7 @@ from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.definitions import LastTarget, QTargets
 from tl_leadterms.stats.driver import PassPlan, pass_plan, run_passes
 from tl_leadterms.stats.memory import check_memory as check_memory_fits
+from tl_leadterms.stats.provenance import WindowsDigest
 from tl_leadterms.stats.vocab import KeptVocab, VocabSpec
 
 __all__ = ["RayExecutor", "corpus_stats"]
@@ -202,6 +203,7 @@ class RayExecutor:
         self.progress = progress  # also for the counting pass, which comes before any plan
         self.memory: dict[str, int] = {}  # pass -> bytes each of its tasks reserves
         self.timings: dict[str, Any] = {}
+        self.windows = WindowsDigest()  # filled from the shards of pass one
 
     def plan(self, source, tokenizer, window: WindowSpec, shard_size, num_shards, batch_size):
         """List the shards and put what every task shares into the object store once."""
@@ -254,9 +256,13 @@ class RayExecutor:
 
     def context_pass(self, kept: KeptVocab, plan: PassPlan) -> Any:
         options = self._options(kept.d_vocab, plan)
-        first, self.timings["pass1_shards"], self.timings["pass1_merges"] = self._pass(
+        first, shards, self.timings["pass1_merges"] = self._pass(
             context_task, "pass one", (kept,), options, "pass 1/2: B̄, Φ̄"
         )
+        self.windows = WindowsDigest()  # the shards' windows, as one process would digest them
+        for info in shards:
+            self.windows.merge(info.pop("windows_digest"))
+        self.timings["pass1_shards"] = shards
         return first
 
     def attention_pass(self, kept, g_bar, plan: PassPlan, rows) -> Any:
@@ -268,4 +274,5 @@ class RayExecutor:
         return second
 
     def provenance(self) -> dict[str, Any]:
-        return {"distributed": f"ray, {len(self.shards)} shards"}
+        return {"distributed": f"ray, {len(self.shards)} shards",
+                "windows_fingerprint": self.windows.hexdigest()}  # fmt: skip

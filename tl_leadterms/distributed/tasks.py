@@ -20,6 +20,7 @@ import torch
 from tl_leadterms.distributed.shards import Shard, WindowSpec
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator
+from tl_leadterms.stats.provenance import WindowsDigest
 from tl_leadterms.stats.tables import padded_square
 from tl_leadterms.stats.tokens import TokenSource
 from tl_leadterms.stats.vocab import KeptVocab
@@ -105,7 +106,9 @@ def count_task(
 def context_task(
     shard: Shard, kept: KeptVocab, options: PassOptions, dataset: Any = None, tokenizer: Any = None
 ) -> tuple[ContextAccumulator, dict[str, Any]]:
-    """Pass one over the shard: its :class:`ContextAccumulator`, compacted for shipping."""
+    """Pass one over the shard: its :class:`ContextAccumulator`, compacted for shipping, and
+    in the info the state of its windows' digest (the driver merges them into the
+    statistics' ``windows_fingerprint``)."""
     use_task_cpus()
     start = time.perf_counter()
     with shard_errors(shard):
@@ -115,9 +118,13 @@ def context_task(
             backend=options.backend,
             last_target=options.last_target,
         )
+        digest = WindowsDigest()  # which windows the shard held: the run's fingerprint
         for batch in shard_batches(shard, options, dataset, tokenizer) or ():
             acc.update(batch)
-    return acc, _info(shard, acc.n_sequences, acc.n_ctx, start)  # pickling compacts the codes
+            digest.update(batch)
+    info = _info(shard, acc.n_sequences, acc.n_ctx, start)
+    info["windows_digest"] = digest.state()
+    return acc, info  # pickling compacts the codes
 
 
 def g_bar_table(g_bar: np.ndarray) -> torch.Tensor:

@@ -124,6 +124,9 @@ class WindowsDigest:
     >>> d = WindowsDigest(); d.update(w[6:]); d.update(w[:6])
     >>> d.hexdigest() == windows_fingerprint(w)
     True
+    >>> shard = WindowsDigest(); shard.update(w[:3]); rest = WindowsDigest(); rest.update(w[3:])
+    >>> rest.merge(shard.state()); rest.hexdigest() == windows_fingerprint(w)
+    True
     """
 
     def __init__(self) -> None:
@@ -137,6 +140,24 @@ class WindowsDigest:
         with np.errstate(over="ignore"):
             self._sum = np.uint64(self._sum + window_hashes(batch).sum(dtype=np.uint64))
         self.n += int(batch.shape[0])
+
+    def state(self) -> tuple[int, int | None, int]:
+        """``(windows, length, hash sum)``: what :meth:`merge` needs from another digest (three
+        numbers, cheap to ship from a worker)."""
+        return self.n, self.length, int(self._sum)
+
+    def merge(self, state: tuple[int, int | None, int]) -> None:
+        """Add the windows another digest saw, given by its :meth:`state` (a shard's windows:
+        the merged digest equals one fed every shard's windows)."""
+        n, length, total = state
+        if n == 0:
+            return
+        if self.length is not None and length != self.length:
+            raise ValueError(f"windows of length {length} merged into a digest of {self.length}")
+        self.length = length
+        with np.errstate(over="ignore"):
+            self._sum = np.uint64(self._sum + np.uint64(total))
+        self.n += int(n)
 
     def hexdigest(self) -> str:
         """``"windows:v1:{n}x{L}:{16 hex digits}"``: the number of windows, their length and
