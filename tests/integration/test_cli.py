@@ -49,6 +49,8 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
             "16",
             "--train-lr",
             "1",
+            "--held-out-windows",
+            "256",
         ]
     )
     out = capsys.readouterr().out
@@ -66,7 +68,7 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
     assert "no corpus-sampling interval" in table[1] and "CI]" not in "".join(table)
     w_o = next(line for line in table if line.startswith("W_O"))
     assert float(w_o.split()[3]) > 0.999  # cosine of W_O with B̄ after 4 GD steps
-    assert "Against 32 held-out windows" in out and "distrib. est. [95% CI]" in held[2]
+    assert "Against 256 held-out windows" in out and "distrib. est. [95% CI]" in held[2]
     assert "distribution-level" in held[1]
     assert "Bigram B̄" in out and "Interchangeability Σ_B̄" in out and "Context Φ̄" in out
     assert "Association lists, cosine scoring" in out

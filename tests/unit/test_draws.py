@@ -82,8 +82,9 @@ def test_interval_is_built_from_recounted_resamples(setup, vocab):
     rows = _rows(d)
     generator = torch.Generator().manual_seed(0)  # BootstrapSpec's default seed
     draws = []
-    for _ in range(R):  # B blocks drawn with replacement, each window of block b taken w[b] times
-        weights = torch.bincount(torch.randint(B, (B,), generator=generator), minlength=B)
+    for _ in range(R):  # B − 1 blocks drawn with replacement (the n − 1 bootstrap), each
+        # window of block b taken w[b] times
+        weights = torch.bincount(torch.randint(B, (B - 1,), generator=generator), minlength=B)
         taken = zip(blocks.bounds, weights.tolist(), strict=True)
         windows = torch.cat([tokens[a:z] for (a, z), m in taken for _ in range(m)])
         stats = dense_corpus_stats(windows, V, kept=kept)
