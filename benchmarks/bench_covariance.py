@@ -339,8 +339,9 @@ def run_json_worker(*args: str, threads: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def case_pythia(k: int, n_windows: int, n_layers: int, threads: int,
-                precision_run: bool = True) -> dict:
+def case_pythia(
+    k: int, n_windows: int, n_layers: int, threads: int, precision_run: bool = True
+) -> dict:
     """``covariance_similarity`` at Pythia-160m shape in fresh processes: the theory stage
     computed (today: every new process) against read from a saved theory file."""
     import tempfile
@@ -425,8 +426,11 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=20_000, help="pythia160m: kept tokens")
     parser.add_argument("--windows", type=int, default=20_000, help="pythia160m: windows")
     parser.add_argument("--threads", type=int, default=1, help="pythia160m: worker threads")
-    parser.add_argument("--no-precision", action="store_true",
-                        help="pythia160m: skip the float32/float64 precision process")
+    parser.add_argument(
+        "--no-precision",
+        action="store_true",
+        help="pythia160m: skip the float32/float64 precision process",
+    )
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -444,8 +448,9 @@ def main() -> None:
     if args.case == "factored":
         result, name = case_factored(), "covariance_factored.json"
     else:
-        result = case_pythia(args.k, args.windows, args.layers, args.threads,
-                             precision_run=not args.no_precision)
+        result = case_pythia(
+            args.k, args.windows, args.layers, args.threads, precision_run=not args.no_precision
+        )
         name = f"covariance_pythia160m_saved_theory_k{args.k}.json"
     (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
