@@ -164,6 +164,12 @@ def test_the_totals_read_are_verified(saved, tmp_path):
         f.top("Phi_bar", token, 3, "cosine", [], token)
 
 
+def test_the_totals_are_summed_over_the_scorers_row_blocks():
+    from tl_leadterms.stats import io, neighbours
+
+    assert io.SCORER_BLOCK_ELEMENTS == neighbours._BLOCK_ELEMENTS
+
+
 def test_loading_ignores_the_totals(saved):
     stats, path = saved
     loaded = CorpusStats.load(path)

@@ -96,13 +96,17 @@ def _packed(name: str, table: torch.Tensor) -> dict[str, torch.Tensor]:
     return {f"{name}/{part}": torch.from_numpy(a) for part, a in parts.items()}
 
 
+#: the entries of one row block of ``neighbours.RowScorer`` (``scored_row``'s blocks): the
+#: totals are summed over the same blocks, so they are its totals bit for bit (a test holds the
+#: two equal)
+SCORER_BLOCK_ELEMENTS = 1 << 22
+
+
 def _column_totals(rows: Callable[[int, int], torch.Tensor], k: int) -> dict[str, torch.Tensor]:
     """Squared column norms and positive column sums of a ``[k, k]`` matrix given by its row
     blocks ``rows(start, stop)``, summed as :class:`.neighbours.RowScorer` sums them (the same
     blocks, in float64), so ``top`` scores with the very totals :meth:`CorpusStats.top` uses."""
-    from tl_leadterms.stats.neighbours import _BLOCK_ELEMENTS
-
-    step = max(1, _BLOCK_ELEMENTS // max(k, 1))
+    step = max(1, SCORER_BLOCK_ELEMENTS // max(k, 1))
     square = torch.zeros(k, dtype=torch.float64)
     positive = torch.zeros(k, dtype=torch.float64)
     for start in range(0, k, step):
