@@ -133,6 +133,23 @@ def test_stats_then_top(tmp_path, capsys):
     assert line.startswith("red:") and "ball" in line
 
 
+def test_stats_creates_the_missing_folders_of_its_output(tmp_path, capsys):
+    from tl_leadterms import CorpusStats, corpus_stats
+
+    ids = np.random.default_rng(0).integers(0, 30, (24, 11))
+    np.save(tmp_path / "ids.npy", ids)
+    out = tmp_path / "new" / "deeper" / "s.safetensors"  # neither folder exists
+    code = main(["stats", str(tmp_path / "ids.npy"), "-o", str(out), "--d-vocab", "30",
+                 "--quiet"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "new").rglob("*")) == ["deeper", "s.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ids.npy", "new"]  # no temporaries
+    expected = corpus_stats(torch.from_numpy(ids), d_vocab=30, progress=False)
+    loaded = CorpusStats.load(out)
+    for name in ("B_bar", "Phi_bar", "Q_bar", "Delta"):
+        assert torch.equal(getattr(loaded, name), getattr(expected, name)), name
+
+
 def test_every_subcommand_has_help(capsys):
     for command in SUBCOMMANDS:
         with pytest.raises(SystemExit) as exc:

@@ -20,7 +20,8 @@ from tl_leadterms.cli.inputs import (
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.filesystem import is_special
 
-__all__ = ["add_parser", "cmd_stats", "read_inputs", "stats_on_ray", "stats_options"]
+__all__ = ["add_parser", "cmd_stats", "offload_folder", "read_inputs", "stats_on_ray",
+           "stats_options"]  # fmt: skip
 
 
 # -- stats inputs ---------------------------------------------------------------------------
@@ -158,11 +159,27 @@ def stats_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.only:
         options["want"] = tuple(args.only)
     options["check_memory"] = not args.no_memory_check
-    # Φ̄ waits next to the output during pass two: one [k, k] table less at the peak
-    # (a special file such as /dev/null has no folder of ours: the system's temporary one)
-    output = Path(args.output).resolve()
-    options["offload"] = Path(tempfile.gettempdir()) if is_special(output) else output.parent
+    options["offload"] = offload_folder(Path(args.output))
     return options
+
+
+def offload_folder(output: Path) -> Path:
+    """Where Φ̄ waits during pass two (one ``[k, k]`` table less at the peak): beside the
+    output, on its file system. Folders of ``-o`` that do not exist yet are created when the
+    file is written (as for every output), so until then the nearest folder above that exists
+    takes the temporary and a run that fails leaves no empty folders behind; a special file
+    such as /dev/null has no folder of ours: the system's temporary one.
+
+    >>> offload_folder(Path("/no/such/folder/s.safetensors"))
+    PosixPath('/')
+    """
+    output = output.resolve()
+    if is_special(output):
+        return Path(tempfile.gettempdir())
+    folder = output.parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    return folder
 
 
 def _check_blocks(args: argparse.Namespace) -> None:
@@ -265,7 +282,8 @@ def add_parser(sub) -> None:
         help="UTF-8 text files (documents split by blank lines), .pt/.npy token arrays "
         "[n, T+1], dataset folders (Dataset.save_to_disk) or hub dataset names",
     )
-    stats.add_argument("-o", "--output", required=True, help="output .safetensors path")
+    stats.add_argument("-o", "--output", required=True,
+                       help="output .safetensors path (missing folders are created)")  # fmt: skip
     stats.add_argument(
         "--tokenizer",
         help="word:N, bpe:N (trained on the texts), a local folder or a hub name "

@@ -1,12 +1,14 @@
 """``tl-leadterms top``: the tokens most associated with given tokens, read from a statistics
 file.
 
-It reads only the tensors the query needs (the sparse counts for the bigram and
-interchangeability lists, one packed table for context and attention), each verified against
-its checksum, with numpy and ``tokenizers`` alone (:mod:`tl_leadterms.stats.filetop`): no torch,
-no TransformerLens. The tokenizer is the one the file records (its saved folder), unless
-``--tokenizer`` names another. Lists the numpy reader does not cover (Ḡ, PPMI of Σ_B̄, block
-files) go through :meth:`CorpusStats.top`, which gives the same lists.
+It reads only what the query needs (one row: a slice of the sparse counts for the bigram and
+interchangeability lists, a mask row and values of a packed table for context and attention;
+and the column totals the file records for the scoring), each tensor verified against its
+checksum, with the standard library and ``tokenizers`` alone
+(:mod:`tl_leadterms.stats.filetop`): no numpy, no torch, no TransformerLens. The tokenizer is
+the one the file records (its saved folder), unless ``--tokenizer`` names another. Lists that
+reader does not cover (Ḡ, PPMI of Σ_B̄, block files) go through :meth:`CorpusStats.top`, which
+gives the same lists.
 """
 
 import argparse
@@ -105,7 +107,7 @@ def _token_id(word: str, tokenizer: Any) -> int:
                 "with --save-tokenizer)⟧ to look it up, or give its token id"
             )
         return int(word)
-    from tl_leadterms.stats.scoring import single_token_id  # numpy: not for --help
+    from tl_leadterms.stats.scoring import single_token_id  # not needed for --help
 
     return single_token_id(word, tokenizer)
 
@@ -143,7 +145,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     exclude = _excluded(args.exclude, tokenizer)
     lines = None
     if meta.get("format") == ff.FORMAT:
-        lines = _from_file(path, key, args, tokenizer, exclude)
+        lines = _from_file(path, meta, key, args, tokenizer, exclude)
     if lines is None:
         lines = _from_stats(args, key, tokenizer, exclude)
     for word, line in zip(args.tokens, lines, strict=True):
@@ -151,11 +153,12 @@ def cmd_top(args: argparse.Namespace) -> int:
     return 0
 
 
-def _from_file(path: Path, key: str, args, tokenizer: Any, exclude) -> list[str] | None:
-    """The lists read with numpy alone, or None where :meth:`CorpusStats.top` must answer."""
+def _from_file(path: Path, meta, key: str, args, tokenizer: Any, exclude) -> list[str] | None:
+    """The lists read with the standard library, or None where :meth:`CorpusStats.top` must
+    answer."""
     from tl_leadterms.stats.filetop import StatsFile
 
-    stats = StatsFile(path)
+    stats = StatsFile(path, meta)
     if exclude == "special":
         exclude = list(getattr(tokenizer, "all_special_ids", None) or [])
     lines = []

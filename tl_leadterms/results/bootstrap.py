@@ -51,7 +51,10 @@ blocks. Each resample draws ``B − 1`` of the ``B`` blocks
 
 The model side is computed once; each resample only rebuilds the theory side (its basis maps,
 Gram matrices and projections). How a resample's statistics are formed is documented in
-:mod:`tl_leadterms.stats.blocks`.
+:mod:`tl_leadterms.stats.blocks`. The resamples themselves are computed once per
+``BlockStats`` and set of draws and kept with it (up to :data:`RESAMPLE_CACHE_BYTES`), so a
+second analysis on the same blocks and draws, of other maps, reads them instead of resampling
+(:meth:`Bootstrap.resamples`).
 
 >>> draws = torch.linspace(0.0, 0.5, 101, dtype=torch.float64)[:, None]
 >>> lo, hi, mid = interval(draws, 0.9, "percentile")
@@ -134,6 +137,32 @@ class BootstrapSpec:
 
 # per BlockStats, per (BootstrapSpec, exact): what analyses computed from its resamples
 _MEMOS: "weakref.WeakKeyDictionary[BlockStats, dict]" = weakref.WeakKeyDictionary()
+# per BlockStats, per (seed, R, leave-one-out, exact): the tables of its resamples
+_RESAMPLES: "weakref.WeakKeyDictionary[BlockStats, dict]" = weakref.WeakKeyDictionary()
+#: the most bytes of resampled tables kept per set of draws (``4·k²·8`` bytes a resample in
+#: float64: all 50 of a k = 1,000 vocabulary fit in 1.6 GB, not in this; k = 500 in 0.4 GB)
+RESAMPLE_CACHE_BYTES = 1 << 30
+
+_KEPT = ("pair_codes", "pair_counts", "unigram_counts", "Phi_bar", "G_bar", "Q_bar", "Delta")
+
+
+def _tables(stats: CorpusStats) -> dict[str, Any]:
+    """What a resample is rebuilt from: its counts, tables and settings, and B̄Φ̄ and the
+    bigram operator where the resample made them (not what analyses cached on it)."""
+    out: dict[str, Any] = {name: getattr(stats, name) for name in _KEPT}
+    out.update(vocab=stats.vocab, n_sequences=stats.n_sequences, n_ctx=stats.n_ctx,
+               metadata=stats.metadata, tokenizer=stats.tokenizer)  # fmt: skip
+    out["made"] = {n: stats.__dict__[n] for n in ("bigram", "B_bar_Phi_bar") if n in stats.__dict__}
+    return out
+
+
+def _statistics(tables: dict[str, Any]) -> CorpusStats:
+    """Fresh statistics over the kept ``tables`` of a resample."""
+    made = tables["made"]
+    stats = CorpusStats(**{n: v for n, v in tables.items() if n != "made"})
+    for name, value in made.items():
+        setattr(stats, name, value)
+    return stats
 
 
 @dataclass(frozen=True)
@@ -151,7 +180,35 @@ class Bootstrap:
 
     def resamples(self) -> Iterator[CorpusStats]:
         """The ``R`` resampled statistics, one at a time (seeded), then for ``"bca"`` the ``B``
-        leave-one-block-out statistics (:meth:`split` tells them apart)."""
+        leave-one-block-out statistics (:meth:`split` tells them apart).
+
+        They are computed once per ``BlockStats``: while the whole set fits in
+        :data:`RESAMPLE_CACHE_BYTES`, the tables of each (Φ̄, Ḡ, Q̄, Δ, B̄Φ̄ and the counts) are
+        kept with the blocks, and every later analysis asking for the same draws (the same
+        seed, ``R``, leave-one-out and pass two, whatever its interval method) reads them
+        instead of resampling again (each as fresh statistics over the kept tables, so what an
+        analysis caches on them is not kept)."""
+        key = (self.spec.seed, self.spec.resamples, self.spec.method == "bca", self.exact)
+        kept = _RESAMPLES.setdefault(self.blocks, {})
+        if key in kept:
+            for tables in kept[key]:
+                yield _statistics(tables)
+            return
+        made: list[dict[str, Any]] | None = []
+        size = 0
+        for stats in self._computed():
+            if made is not None:
+                tables = _tables(stats)
+                size += sum(t.nbytes for t in tables.values() if isinstance(t, Tensor))
+                if size <= RESAMPLE_CACHE_BYTES:
+                    made.append(tables)
+                else:  # too big to keep: each analysis resamples on its own
+                    made = None
+            yield stats
+        if made is not None:  # every draw was made (not cut short) and they fit
+            kept[key] = made
+
+    def _computed(self) -> Iterator[CorpusStats]:
         generator = torch.Generator().manual_seed(self.spec.seed)
         for _ in range(self.spec.resamples):
             yield self.blocks.resample(generator, exact=self.exact)

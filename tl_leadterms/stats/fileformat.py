@@ -1,5 +1,6 @@
-"""The statistics file's layout and checks, in numpy alone (no torch: ``tl-leadterms top`` reads
-files through this module and answers before torch could be imported).
+"""The statistics file's layout and checks, without torch (numpy is imported by the functions
+that use it; ``tl-leadterms top`` reads the header and checks the metadata through this module
+with the standard library alone).
 
 A file is one safetensors file with JSON metadata under ``tl_leadterms``. Its tensors:
 
@@ -18,6 +19,7 @@ A file is one safetensors file with JSON metadata under ``tl_leadterms``. Its te
 Every tensor has a SHA-256 in the metadata (:func:`array_checksum` here and
 ``provenance.tensor_checksum`` agree), and the metadata has its own.
 
+>>> import numpy as np
 >>> m = np.array([[0.0, 2.0, 0.0], [0.0, 0.0, -1.0]])
 >>> parts = pack(m)
 >>> parts["values"].tolist(), parts["rows"].tolist()
@@ -27,15 +29,18 @@ Every tensor has a SHA-256 in the metadata (:func:`array_checksum` here and
 (True, [0.0, 0.0, -1.0])
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.jsontext import parse_json
+
+if TYPE_CHECKING:  # numpy is imported by the functions that use it: ``top`` reads without it
+    import numpy as np
 
 __all__ = [
     "BLOCK_FORMAT",
@@ -67,13 +72,40 @@ SQUARE = ("Phi_bar", "G_bar", "Q_bar")
 PACKED = ("base", "mask", "values", "rows")  # the parts of a packed table
 _LARGEST = 1 << 53  # metadata integers above this are not exact in JSON readers
 _META_INTS = ("d_vocab", "n_ctx", "n_sequences", "n_kept", "centre_vocab")
-_BITS = {np.dtype(np.float64): np.int64, np.dtype(np.float32): np.int32}
+#: the tensors of the column totals a scoring needs, per statistic (see :data:`TOTALS`)
+TOTALS = {
+    "B_bar": ("column_sq", "column_pos"),
+    "Phi_bar": ("column_sq", "column_pos"),
+    "Q_bar": ("column_sq", "column_pos"),
+    "Sigma_B": ("diagonal", "shift", "constant"),
+}
+
+
+def totals_names(name: str) -> list[str]:
+    """The tensor names of the scoring totals of statistic ``name`` (``Phi_bar/column_sq`` ...).
+
+    Since this version a file holds, per statistic it lists, the totals that the readable
+    scorings need, computed on save as :meth:`CorpusStats.top` computes them (float64): the
+    squared column norms and positive column sums of B̄, Φ̄ and Q̄, and of Σ_B̄ its diagonal,
+    the shift ``u·Bᵀα`` and the constant ``u²‖α‖²`` from which one row of Σ_B̄ is summed as
+    the Gram kernel sums it. ``tl-leadterms top`` then reads one row and these ``k``-vectors
+    instead of the whole table. Files without them still load (``top`` computes the totals).
+    """
+    return [f"{name}/{part}" for part in TOTALS[name]]
+
+
+def _bits_of() -> dict:
+    import numpy as np
+
+    return {np.dtype(np.float64): np.int64, np.dtype(np.float32): np.int32}
 
 
 # -- checksums (the same digests as provenance.tensor_checksum) -----------------------------
 def array_checksum(array: np.ndarray) -> str:
     """SHA-256 (hex) of an array's dtype, shape and bytes: ``tensor_checksum`` of the same
     tensor (whose dtype prints as ``torch.<name>``)."""
+    import numpy as np
+
     digest = hashlib.sha256(f"torch.{array.dtype.name}{tuple(array.shape)}".encode())
     digest.update(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
     return digest.hexdigest()
@@ -93,14 +125,16 @@ def packed_names(name: str) -> list[str]:
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
-    return a.view(_BITS[a.dtype])
+    return a.view(_bits_of()[a.dtype])
 
 
 def pack(table: np.ndarray) -> dict[str, np.ndarray]:
     """``table`` (``[k, k]`` float) as ``base``, ``mask``, ``values``, ``rows``: per column the
     commoner of 0 and the column's minimum is the base, and only other entries are kept."""
+    import numpy as np
+
     table = np.ascontiguousarray(table)
-    if table.ndim != 2 or table.dtype not in _BITS:
+    if table.ndim != 2 or table.dtype not in _bits_of():
         raise LeadTermsError(
             f"pack takes a 2-D float32/float64 table, got {table.shape} {table.dtype}"
         )
@@ -118,6 +152,8 @@ def pack(table: np.ndarray) -> dict[str, np.ndarray]:
 
 def unpack(parts: dict[str, np.ndarray], k: int, columns: int | None = None) -> np.ndarray:
     """The table ``pack`` packed into ``parts`` (``k`` rows, ``columns`` columns, default k)."""
+    import numpy as np
+
     columns = k if columns is None else columns
     differs = np.unpackbits(parts["mask"], axis=1, count=columns).view(bool)
     table = np.broadcast_to(parts["base"], (k, columns)).copy()
@@ -127,6 +163,8 @@ def unpack(parts: dict[str, np.ndarray], k: int, columns: int | None = None) -> 
 
 def unpack_row(base: np.ndarray, mask_row: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
     """One row of a packed table from its mask row and values (``values[rows[i]:rows[i+1]]``)."""
+    import numpy as np
+
     row = base.copy()
     row[np.unpackbits(mask_row, count=k).view(bool)] = values
     return row
@@ -134,8 +172,10 @@ def unpack_row(base: np.ndarray, mask_row: np.ndarray, values: np.ndarray, k: in
 
 def check_packed(path: Path, name: str, parts: dict[str, np.ndarray], k: int) -> None:
     """Refuse the parts of a packed ``[k, k]`` table that :func:`pack` could not have written."""
+    import numpy as np
+
     base, mask, values, rows = (parts[p] for p in PACKED)
-    if base.shape != (k,) or base.dtype not in _BITS or values.dtype != base.dtype:
+    if base.shape != (k,) or base.dtype not in _bits_of() or values.dtype != base.dtype:
         raise corrupt_file(path, f"{name}/base and {name}/values are not [{k}] and [n] floats")
     if mask.dtype != np.uint8 or mask.shape != (k, -(-k // 8)) or rows.shape != (k + 1,):
         raise corrupt_file(
@@ -156,27 +196,63 @@ def corrupt_file(path: Path, what: str) -> LeadTermsError:
     )
 
 
-def unreadable(path: Path, err: BaseException) -> LeadTermsError:
+def unreadable(path: Path, err: BaseException | str) -> LeadTermsError:
     return LeadTermsError(
         f"{path} is not a readable safetensors file ({err}); it is corrupt or not written by "
         "CorpusStats.save. Recompute the statistics."
     )
 
 
+_MAX_HEADER = 100_000_000  # safetensors' own limit on its JSON header
+
+
+def read_safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
+    """The JSON header of a safetensors file and where its tensor bytes start, read with the
+    standard library (8-byte little-endian length, then the JSON object), every tensor entry
+    checked against the file's size as safetensors checks it."""
+    import os
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(8)
+            if len(head) < 8:
+                raise ValueError("shorter than its 8-byte header length")
+            (n,) = struct.unpack("<Q", head)
+            if n > min(size - 8, _MAX_HEADER):
+                raise ValueError(f"header length {n} runs past the end of the file")
+            header = json.loads(f.read(n).decode("utf-8"))
+    except (OSError, ValueError) as err:  # json's and utf-8's errors are ValueErrors
+        raise unreadable(path, err) from err
+    if not isinstance(header, dict):
+        raise unreadable(path, "the header is not a JSON object")
+    room = size - 8 - n
+    for name, entry in header.items():
+        if name == "__metadata__":
+            if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+                raise unreadable(path, "the header's __metadata__ is not a map of strings")
+            continue
+        try:
+            lo, hi = (int(x) for x in entry["data_offsets"])
+            ok = isinstance(entry["dtype"], str) and isinstance(entry["shape"], list)
+            ok = ok and 0 <= lo <= hi <= room
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise unreadable(path, f"tensor {name!r} lies outside the file or has no layout")
+    return header, 8 + n
+
+
 def read_header(path: Path) -> dict[str, Any]:
     """The ``tl_leadterms`` metadata of a safetensors file (nothing else is read)."""
-    from safetensors import SafetensorError, safe_open
-
     if not path.is_file():
         raise LeadTermsError(
             f"no statistics file at {path}; ⟦save one with stats.save(path)|write one with "
             "tl-leadterms stats INPUTS -o FILE⟧."
         )
-    try:
-        with safe_open(path, framework="numpy") as f:
-            raw = (f.metadata() or {}).get("tl_leadterms")
-    except (SafetensorError, OSError, ValueError) as err:
-        raise unreadable(path, err) from err
+    header, _ = read_safetensors_header(path)
+    raw = header.get("__metadata__", {}).get("tl_leadterms")
     if raw is None:
         raise LeadTermsError(
             f"{path} is a safetensors file but has no tl_leadterms metadata; it was not written "
@@ -264,6 +340,8 @@ def check_tables(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]
     """Refuse tables (shapes, dtypes, counts, kept ids) that ``save`` could not have written
     for statistics of ``meta["n_sequences"]`` windows. ``arrays`` are numpy arrays (a CPU
     tensor's ``.numpy()`` is a view); dense tables only, packed ones after unpacking."""
+    import numpy as np
+
     missing = [name for name in COUNTS if name not in arrays]
     if missing:
         raise corrupt_file(path, f"missing tensors {missing}")
@@ -282,7 +360,7 @@ def check_tables(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]
                 path, f"{name} has shape {tuple(arrays[name].shape)}, the metadata says {shape}"
             )
     dtypes = {arrays[name].dtype for name in FLOATS if name in arrays}
-    if len(dtypes) > 1 or not dtypes <= set(_BITS):
+    if len(dtypes) > 1 or not dtypes <= set(_bits_of()):
         raise corrupt_file(
             path, f"the statistics have dtypes {sorted('torch.' + d.name for d in dtypes)}"
         )
@@ -297,6 +375,8 @@ def check_tables(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]
 
 def check_counts(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """The sparse counts and kept ids (int64, 1-D) against the metadata."""
+    import numpy as np
+
     k, n_positions = meta["n_kept"], meta["n_sequences"] * meta["n_ctx"]
     codes, counts = arrays["pair_codes"], arrays["pair_counts"]
     if codes.shape != counts.shape:

@@ -64,8 +64,8 @@ __all__ = [
     "check_tables",
     "check_tokenizer",
     "corrupt_file",
-    "read_stats",
     "read_file",
+    "read_stats",
     "save_stats",
     "scan_table",
     "verify_checksums",
@@ -96,11 +96,74 @@ def _packed(name: str, table: torch.Tensor) -> dict[str, torch.Tensor]:
     return {f"{name}/{part}": torch.from_numpy(a) for part, a in parts.items()}
 
 
+#: the entries of one row block of ``neighbours.RowScorer`` (``scored_row``'s blocks): the
+#: totals are summed over the same blocks, so they are its totals bit for bit (a test holds the
+#: two equal)
+SCORER_BLOCK_ELEMENTS = 1 << 22
+
+
+def _column_totals(rows: Callable[[int, int], torch.Tensor], k: int) -> dict[str, torch.Tensor]:
+    """Squared column norms and positive column sums of a ``[k, k]`` matrix given by its row
+    blocks ``rows(start, stop)``, summed as :class:`.neighbours.RowScorer` sums them (the same
+    blocks, in float64), so ``top`` scores with the very totals :meth:`CorpusStats.top` uses."""
+    step = max(1, SCORER_BLOCK_ELEMENTS // max(k, 1))
+    square = torch.zeros(k, dtype=torch.float64)
+    positive = torch.zeros(k, dtype=torch.float64)
+    for start in range(0, k, step):
+        block = rows(start, min(k, start + step)).double()
+        square += block.square().sum(0)
+        positive += block.clamp_min(0).sum(0)
+    return {"column_sq": square, "column_pos": positive}
+
+
+def _bigram_rows(bigram: Any) -> Callable[[int, int], torch.Tensor]:
+    """Row blocks of dense B̄, entry for entry ``CentredBigram.dense()``'s (no ``[k, k]``)."""
+    row_codes = bigram.rows
+
+    def rows(start: int, stop: int) -> torch.Tensor:
+        out = (-bigram.u * bigram.alpha[start:stop]).unsqueeze(1).repeat(1, bigram.k)
+        lo, hi = (int(x) for x in torch.searchsorted(row_codes, torch.tensor([start, stop])))
+        where = (row_codes[lo:hi] - start, bigram.cols[lo:hi])
+        return out.index_put_(where, bigram.values[lo:hi], accumulate=True)
+
+    return rows
+
+
+def _gram_totals(stats: Any) -> dict[str, torch.Tensor]:
+    """Of Σ_B̄: the shift ``s = u·Bᵀα``, the constant ``c = u²‖α‖²`` and the diagonal
+    ``c − 2s_r + Σ_i S_ir²``, as ``CentredBigram.gram`` computes them (float64, the same
+    operations in the same order; the diagonal rounded to the statistics' dtype)."""
+    bigram = stats.bigram
+    values = bigram.counts.to(torch.float64) / bigram.n_positions
+    alpha = bigram.unigram_counts.to(torch.float64) / bigram.n_positions
+    beta = torch.zeros(bigram.k, dtype=torch.float64)
+    beta.index_add_(0, bigram.cols, values * alpha[bigram.rows])
+    shift = bigram.u * beta
+    constant = bigram.u * bigram.u * float(alpha @ alpha)
+    diagonal = constant - (shift + shift)
+    diagonal.index_add_(0, bigram.cols, values * values)  # i ascending in each column
+    return {"diagonal": diagonal.to(stats.dtype).double(), "shift": shift,
+            "constant": torch.tensor([constant], dtype=torch.float64)}  # fmt: skip
+
+
+def _score_totals(stats: Any, tables: list[str]) -> dict[str, torch.Tensor]:
+    """The scoring totals of B̄, Σ_B̄ and ``tables`` (see :func:`.fileformat.totals_names`)."""
+    k = stats.k
+    found = {"B_bar": _column_totals(_bigram_rows(stats.bigram), k), "Sigma_B": _gram_totals(stats)}
+    for name in tables:
+        table = getattr(stats, name).detach().cpu()
+        found[name] = _column_totals(lambda a, b, t=table: t[a:b], k)
+    return {f"{name}/{part}": t.contiguous() for name, parts in found.items()
+            for part, t in parts.items()}  # fmt: skip
+
+
 def save_stats(stats: Any, path: str | os.PathLike) -> None:
     """Write ``stats`` to ``path`` (a ``.safetensors`` file), atomically.
 
     The sparse counts, Δ and the packed Φ̄ and Q̄ are written (see :mod:`.fileformat`); Ḡ,
-    when Φ̄ is there, is rebuilt on load instead.
+    when Φ̄ is there, is rebuilt on load instead. The column totals the scorings of B̄, Σ_B̄,
+    Φ̄ and Q̄ need are written too (``k`` floats each), so ``tl-leadterms top`` reads a row
+    and them, not a table.
     """
     present = [name for name in _FLOATS if stats.has(name)]
     rebuilt = ["G_bar"] if "G_bar" in present and "Phi_bar" in present else []
@@ -113,6 +176,7 @@ def save_stats(stats: Any, path: str | os.PathLike) -> None:
     for name in _SQUARE:
         if name in present and name not in rebuilt:
             tensors.update(_packed(name, getattr(stats, name)))
+    tensors.update(_score_totals(stats, [n for n in ("Phi_bar", "Q_bar") if n in present]))
     vocab_hash = stats.metadata.get("tokenizer_vocab_hash") or ids_vocab_hash(
         stats.d_vocab, stats.kept
     )
