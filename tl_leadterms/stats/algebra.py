@@ -24,6 +24,10 @@ __all__ = ["CentredBigram", "block_columns", "symmetrise_"]
 # the inner loop stays long for large vocabularies.
 _BLOCK_BYTES = 1 << 22
 _MIN_BLOCK_COLUMNS = 64
+# Columns per parallel task of the fused Ḡ kernel (numba): P's row (width entries) stays in L1
+# and the inner loops are long. On the toy sizes of benchmarks/bench_stats.py 64-256 columns
+# were within 15% of each other and 128 the best or close to it; 16-32 were up to 1.7x slower.
+_COMPOSED_COLUMNS = 128
 
 
 def block_columns(k: int, itemsize: int) -> int:
@@ -190,6 +194,28 @@ class CentredBigram:
         column_fn = lambda c0, c1: self.t_times(self.columns(c0, c1))  # noqa: E731
         return symmetrise_(self._blockwise(column_fn, None, "Σ_B̄", progress))
 
+    def _composed_fused(self, phi: torch.Tensor, out: torch.Tensor, progress: bool) -> torch.Tensor:
+        """Ḡ by the fused kernel (see :meth:`composed`), written into ``out``."""
+        phi = phi.to(self.dtype).contiguous()
+        target = out if out.is_contiguous() else torch.empty(out.shape, dtype=self.dtype)
+        colsum = phi.sum(0)
+        beta = torch.zeros(self.k, dtype=self.dtype).index_add_(
+            0, self.cols, self.values * self.alpha[self.rows]
+        )  # β = Bᵀα
+        alpha_p = beta @ phi - (self.u * float(self.alpha @ self.alpha)) * colsum  # αᵀB̄Φ̄
+        vectors = ((self.u * self.alpha).numpy(), colsum.numpy(), (-self.u * alpha_p).numpy())
+        csr = self.sparse
+        parts = (as_numpy(csr.crow_indices()), as_numpy(csr.col_indices()), as_numpy(csr.values()))
+        width = max(1, min(self.k, _COMPOSED_COLUMNS))
+        step = width * 4 * kernels().n_threads() if progress else self.k  # a bar needs steps
+        starts = range(0, self.k, step)
+        for c0 in progress_bar(starts, desc="Ḡ = Σ_B̄ Φ̄", disable=not progress or len(starts) < 4):
+            columns = (c0, min(c0 + step, self.k))
+            kernels().centred_composed(parts, *vectors, phi.numpy(), target.numpy(), columns, width)
+        if target is not out:
+            out.copy_(target)
+        return out
+
     def _gram_rows(self) -> torch.Tensor:
         """Σ_B̄ by the row kernel, from float64 frequencies (see :meth:`gram`)."""
         values = self.counts.to(torch.float64) / self.n_positions
@@ -215,9 +241,21 @@ class CentredBigram:
         """``Ḡ = Σ_B̄ Φ̄ = B̄ᵀ(B̄Φ̄)`` ``[k, k]`` for a context map ``phi``, written into ``out``.
 
         By default ``out`` is a padded matrix (see ``tables.padded_square``), from which
-        pass two gathers without a copy.
+        pass two gathers without a copy. On the CPU (numba) one fused kernel
+        (:func:`.kernels.centred_composed`) forms each block of columns of ``P = B̄Φ̄`` a row at
+        a time and adds it into ``Ḡ`` straight away (``4·nnz·k`` flops, no ``[k, block]``
+        temporaries, no transpose of ``B``); with the torch backend, ``B̄ᵀ(B̄Φ̄[:, block])`` by
+        CSR products, column block by column block. The same operator builds Ḡ in
+        :func:`~tl_leadterms.corpus_stats` and on load (``CorpusStats``), so the two agree.
+
+        A dense GEMM ``Σ_B̄ @ Φ̄`` (``2k³`` flops) is not used: at the paper's toy sizes
+        (benchmarks/results/stats_toy.json, ``G_bar_method``) it was several times slower than
+        the sparse product even with Σ_B̄ already computed; bigram maps have a few dozen
+        non-zeros per row, far from the ``nnz ≈ k²/20`` where the flop counts would cross.
         """
         if out is None:  # every entry is written below: only the pad slot needs a zero
             out = padded_square(self.k, phi.dtype, phi.device, zero=False)
+        if self.backend == "numba":
+            return self._composed_fused(phi, out, progress)
         column_fn = lambda c0, c1: self.t_times(self.times(phi[:, c0:c1]))  # noqa: E731
         return self._blockwise(column_fn, out, "Ḡ = Σ_B̄ Φ̄", progress)

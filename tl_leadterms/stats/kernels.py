@@ -12,7 +12,8 @@ that touch a dropped token add nothing to the table, while Δ still counts every
 The torch implementation in :mod:`.accumulate` computes the same sums on any device; tests
 check that the two agree. ``csr_times_dense`` is the row-parallel sparse-times-dense product
 behind :class:`.algebra.CentredBigram` on the CPU (about twice torch's CSR product here), and
-``centred_gram`` builds ``Σ_B̄ = B̄ᵀB̄`` row by row from the sparse counts.
+``centred_gram`` builds ``Σ_B̄ = B̄ᵀB̄`` row by row from the sparse counts, and
+``centred_composed`` builds ``Ḡ = B̄ᵀ(B̄Φ̄)`` column block by column block in one parallel call.
 """
 
 from typing import no_type_check
@@ -21,7 +22,14 @@ import numba
 import numpy as np
 from numba import prange
 
-__all__ = ["attention_pass", "centred_gram", "context_pass", "csr_times_dense", "n_threads"]
+__all__ = [
+    "attention_pass",
+    "centred_composed",
+    "centred_gram",
+    "context_pass",
+    "csr_times_dense",
+    "n_threads",
+]
 
 
 def n_threads() -> int:
@@ -108,6 +116,61 @@ def _gram(ptr, idx, val, t_ptr, t_idx, t_val, beta, c, out, n_parts):  # pragma:
                     acc[idx[q]] += v * val[q]
             for j in range(k):
                 out[r, j] = acc[j]
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+@no_type_check
+def _composed(ptr, idx, val, au, colsum, g0, phi, out, start, stop, width):  # pragma: no cover
+    k = ptr.shape[0] - 1
+    for b in prange((stop - start + width - 1) // width):  # blocks are independent
+        c0 = start + b * width
+        c1 = min(c0 + width, stop)
+        w = c1 - c0
+        p = np.empty(w, dtype=out.dtype)  # one row of P = B̄Φ̄ in the block: stays in L1
+        s, g = colsum[c0:c1], g0[c0:c1]
+        for r in range(k):
+            o = out[r, c0:c1]
+            for j in range(w):
+                o[j] = g[j]
+        for i in range(k):  # P[i] = Σ_c B[i, c]·Φ̄[c] − uα_i·1ᵀΦ̄, then Ḡ[c] += B[i, c]·P[i]
+            lo, hi = ptr[i], ptr[i + 1]
+            if lo == hi:
+                continue
+            a = au[i]
+            for j in range(w):
+                p[j] = -a * s[j]
+            for q in range(lo, hi):
+                v, f = val[q], phi[idx[q], c0:c1]
+                for j in range(w):
+                    p[j] += v * f[j]
+            for q in range(lo, hi):
+                v, o = val[q], out[idx[q], c0:c1]
+                for j in range(w):
+                    o[j] += v * p[j]
+
+
+def centred_composed(
+    csr: tuple[np.ndarray, np.ndarray, np.ndarray],
+    alpha_u: np.ndarray,
+    colsum: np.ndarray,
+    g0: np.ndarray,
+    phi: np.ndarray,
+    out: np.ndarray,
+    columns: tuple[int, int],
+    width: int,
+) -> None:
+    """Columns ``columns = (start, stop)`` of ``Ḡ = B̄ᵀ(B̄Φ̄)`` into ``out`` (``[k, k]``), for
+    ``B̄ = S − u·α1ᵀ`` with ``S`` given as CSR ``(indptr, indices, values)``.
+
+    With ``P = B̄Φ̄``, row ``i`` of ``P`` is ``Σ_c S[i, c]·Φ̄[c] − uα_i·1ᵀΦ̄`` (``alpha_u = uα``,
+    ``colsum = 1ᵀΦ̄``) and ``Ḡ = SᵀP − u·1(αᵀP)`` (``g0 = −u·αᵀP``, formed by the caller as
+    ``−u·(βᵀΦ̄ − u‖α‖²·1ᵀΦ̄)``, ``β = Sᵀα``). Each block of ``width`` columns is one parallel
+    task: it fills its columns with ``g0``, then for every row ``i`` of ``S`` forms ``P[i]`` in
+    a ``width``-long vector and adds ``S[i, c]·P[i]`` to row ``c`` of the block. No ``[k, k]``
+    temporary, no transpose of ``S``; ``2·nnz·width`` products per block; each entry of ``Ḡ``
+    sums its products in ``i`` ascending (the same order whatever the number of threads).
+    """
+    _composed(*csr, alpha_u, colsum, g0, phi, out, columns[0], columns[1], width)
 
 
 def csr_times_dense(
