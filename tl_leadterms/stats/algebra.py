@@ -24,10 +24,11 @@ __all__ = ["CentredBigram", "block_columns", "symmetrise_"]
 # the inner loop stays long for large vocabularies.
 _BLOCK_BYTES = 1 << 22
 _MIN_BLOCK_COLUMNS = 64
-# Columns per parallel task of the fused Ḡ kernel (numba): P's row (width entries) stays in L1
-# and the inner loops are long. On the toy sizes of benchmarks/bench_stats.py 64-256 columns
-# were within 15% of each other and 128 the best or close to it; 16-32 were up to 1.7x slower.
-_COMPOSED_COLUMNS = 128
+# Columns per parallel task of the fused Ḡ kernel (numba): P's row (width entries) stays in L1,
+# the packed [k, width] blocks of Φ̄ and Ḡ stay near the core, and the inner loops are long. At
+# k = 3,000 (nnz 168k, benchmarks/bench_rebuild.py) 64 columns were the fastest of 8-128 (32 and
+# 128 within 10%; 8 nearly 2x slower).
+_COMPOSED_COLUMNS = 64
 
 
 def block_columns(k: int, itemsize: int) -> int:
