@@ -141,7 +141,7 @@ def _gram(ptr, idx, val, t_ptr, t_idx, t_val, beta, c, out, n_parts):  # pragma:
                 out[r, j] = acc[j]
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(parallel=True, cache=True, nogil=True, fastmath={"contract"})
 @no_type_check
 def _composed(ptr, idx, val, au, colsum, g0, phi, out, start, stop, width):  # pragma: no cover
     k = ptr.shape[0] - 1
