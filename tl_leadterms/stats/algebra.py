@@ -249,10 +249,12 @@ class CentredBigram:
         CSR products, column block by column block. The same operator builds Ḡ in
         :func:`~tl_leadterms.corpus_stats` and on load (``CorpusStats``), so the two agree.
 
-        A dense GEMM ``Σ_B̄ @ Φ̄`` (``2k³`` flops) is not used: at the paper's toy sizes
-        (benchmarks/results/stats_toy.json, ``G_bar_method``) it was several times slower than
-        the sparse product even with Σ_B̄ already computed; bigram maps have a few dozen
-        non-zeros per row, far from the ``nnz ≈ k²/20`` where the flop counts would cross.
+        A dense GEMM ``Σ_B̄ @ Φ̄`` (``2k³`` flops against ``4·nnz·k``) is not used: measured
+        with Σ_B̄ already computed it was slower than the sparse product at the paper's toy
+        sizes and 2.6x slower at k = 3,000 with 168k non-zeros
+        (``benchmarks/results/stats_rebuild.json``, ``dense_gemm_s``; docs/guides/performance.md);
+        bigram maps have a few dozen non-zeros per row, far from the density where the flop
+        counts would cross.
         """
         if out is None:  # every entry is written below: only the pad slot needs a zero
             out = padded_square(self.k, phi.dtype, phi.device, zero=False)
