@@ -16,7 +16,7 @@ import torch
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.stats.tables import as_numpy, kernels, padded_square, resolve_backend
 
-__all__ = ["CentredBigram", "block_columns", "symmetrise_"]
+__all__ = ["CentredBigram", "block_columns", "fused_scratch_bytes", "symmetrise_"]
 
 # One [k, width] column block of a product stays in the CPU cache while every non-zero of the
 # sparse operator adds a row of it: 4 MiB blocks made Ḡ 1.6-1.8x faster than 128 MiB ones at
@@ -34,6 +34,11 @@ _COMPOSED_COLUMNS = 64
 def block_columns(k: int, itemsize: int) -> int:
     """Columns of one ``[k, width]`` block of the blockwise products (at most ``k``)."""
     return max(1, min(k, max(_MIN_BLOCK_COLUMNS, _BLOCK_BYTES // max(1, k * itemsize))))
+
+
+def fused_scratch_bytes(k: int, itemsize: int, threads: int) -> int:
+    """Bytes of the fused Ḡ kernel's scratch: two packed ``[k, width]`` blocks per thread."""
+    return threads * 2 * k * max(1, min(k, _COMPOSED_COLUMNS)) * itemsize
 
 
 def _to_csr(coo: torch.Tensor) -> torch.Tensor:

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.stats.algebra import _COMPOSED_COLUMNS, block_columns
+from tl_leadterms.stats.algebra import block_columns, fused_scratch_bytes
 
 __all__ = [
     "ALL_STATISTICS",
@@ -65,7 +65,7 @@ def column_blocks(k: int, itemsize: int) -> int:
     products (torch backend), or two packed ``[k, width]`` blocks per thread of the fused
     kernel (numba; at most one thread per CPU), whichever is larger."""
     blockwise = 3 * k * block_columns(k, itemsize) * itemsize
-    fused = (os.cpu_count() or 1) * 2 * k * min(k, _COMPOSED_COLUMNS) * itemsize
+    fused = fused_scratch_bytes(k, itemsize, os.cpu_count() or 1)
     return max(blockwise, fused)
 
 
