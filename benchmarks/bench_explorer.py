@@ -10,6 +10,14 @@ head's data parsed up front (``JSON.parse`` of all the head blocks), what eager 
 
     python benchmarks/bench_explorer.py [--k 5000] [--layers 30] [--null 19] [--visits 5]
         [--baseline EARLIER.json] [--out FILE]
+    python benchmarks/bench_explorer.py --precision [--k 5000] [--layers 30]
+
+``--precision`` measures the explorer's own pure matrix products, the per-head blocks of the
+pair tables (``explorer.data._blocks``, ``explore(gemm_dtype=...)``), in float32 against
+float64 on the same model, same run: CPU seconds of all layers' ``W`` and value blocks in
+each dtype, the largest difference relative to each block's largest entry (the documented
+tolerance is 1e-6, docs/guides/pythia-protocol.md#precision) and whether every head's top
+pairs come out the same (``results/explorer_precision.json``).
 
 Browser times are medians over ``--visits`` fresh page loads. The build is timed as wall and
 CPU time (``build_cpu_s``, the steadier of the two on a shared machine; the 1-minute load
@@ -78,6 +86,54 @@ def browser_times(path: Path, label: str, visits: int) -> dict:
     return out
 
 
+def precision(args) -> dict:
+    """float32 against float64 for the pair tables' block products (see the docstring)."""
+    from tl_leadterms.adapters.convert import weights_for_stats
+    from tl_leadterms.explorer.data import _blocks, _candidates
+
+    torch.manual_seed(0)
+    load_before = os.getloadavg()[0]
+    import functools
+
+    from benchmarks import bench_real_sizes
+
+    full = bench_real_sizes.corpus_stats  # the benchmark's model and statistics, pass one only
+    bench_real_sizes.corpus_stats = functools.partial(full, want=("B_bar", "Phi_bar"))
+    try:
+        model, stats, _ = model_and_stats(args.k, args.layers)
+    finally:
+        bench_real_sizes.corpus_stats = full
+    pw = weights_for_stats(model, stats)
+    out = {"benchmark": "explorer_precision", "n_layers": args.layers,
+           "n_heads": model.cfg.n_heads, "k": args.k, "d_vocab": model.cfg.d_vocab,
+           "baseline": "the same blocks in float64, same run", "tolerance": 1e-6,
+           "threads": torch.get_num_threads(), "pair_tokens": {}}  # fmt: skip
+    for c in args.pair_tokens:
+        _, ids = _candidates(stats, c)
+        blocks, cpu = {}, {}
+        for dtype in (torch.float64, torch.float32):
+            start = time.process_time()
+            blocks[dtype] = [_blocks(pw, w, layer, ids, dtype) for layer in range(pw.n_layers)
+                             for w in ("W", "V")]  # fmt: skip
+            cpu[str(dtype)[6:]] = time.process_time() - start
+        worst, same_top = 0.0, True
+        for exact, fast in zip(blocks[torch.float64], blocks[torch.float32], strict=True):
+            scale = exact.abs().amax(dim=(1, 2))
+            rel = (fast - exact).abs().amax(dim=(1, 2)) / scale
+            worst = max(worst, float(rel.max()))
+            for h in range(exact.shape[0]):
+                a = exact[h].flatten().topk(8).indices
+                b = fast[h].flatten().topk(8).indices
+                same_top &= bool(torch.equal(a, b))
+        out["pair_tokens"][str(c)] = {
+            "cpu_s": cpu, "speedup": cpu["float64"] / cpu["float32"],
+            "max_rel_diff_to_block_max": worst, "below_tolerance": worst < 1e-6,
+            "top8_pairs_identical": same_top,
+        }  # fmt: skip
+    out["load_average_1min"] = {"before": load_before, "after": os.getloadavg()[0]}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--k", type=int, default=5000)
@@ -88,7 +144,16 @@ def main() -> None:
     parser.add_argument(
         "--baseline", type=Path, default=None, help="an earlier commit's result, kept as 'before'"
     )
+    parser.add_argument("--precision", action="store_true",
+                        help="float32 vs float64 pair-table products only (no page)")  # fmt: skip
+    parser.add_argument("--pair-tokens", type=int, nargs="+", default=[300, 1000])
     args = parser.parse_args()
+    if args.precision:
+        result = precision(args)
+        path = RESULTS / "explorer_precision.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result, indent=2))
+        return
     torch.manual_seed(0)
     model, stats, windows = model_and_stats(args.k, args.layers)
     tokens = windows[0, :32]

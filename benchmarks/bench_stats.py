@@ -380,7 +380,9 @@ def main() -> None:
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     for name in CASES if args.case == "all" else [args.case]:
+        load_before = os.getloadavg()[0]
         result = {"case": name, "machine": machine(), **CASES[name](args)}
+        result["load_average_1min"] = {"before": load_before, "after": os.getloadavg()[0]}
         suffix = "" if name != "pythia" or args.pythia_kept == 20_000 else f"_{args.pythia_kept}"
         path = RESULTS / f"stats_{name}{suffix}.json"
         path.write_text(json.dumps(result, indent=2) + "\n")

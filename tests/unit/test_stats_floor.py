@@ -23,9 +23,11 @@ def _max_rel(mine: torch.Tensor, ref: torch.Tensor) -> float:
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    """Column blocks of a few columns, so the blockwise products cross many block edges."""
+    """Column blocks of a few columns (also the fused Ḡ kernel's), so the blockwise products
+    cross many block edges."""
     monkeypatch.setattr(algebra, "_BLOCK_BYTES", 1)
     monkeypatch.setattr(algebra, "_MIN_BLOCK_COLUMNS", 5)
+    monkeypatch.setattr(algebra, "_COMPOSED_COLUMNS", 5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -62,6 +64,26 @@ def test_sigma_b_is_exactly_symmetric_and_equals_the_plain_product(small_blocks,
     b_bar = dense_corpus_stats(tokens, v, kept=KEPT, centre_vocab=40)["B_bar"]
     assert torch.equal(sigma, sigma.T)
     assert _max_rel(sigma, b_bar.T @ b_bar) <= (1e-13 if dtype == torch.float64 else 1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("progress", [False, True])  # True: the fused kernel in column chunks
+def test_composed_equals_the_plain_triple_product(small_blocks, backend, dtype, progress):
+    v, tokens = 48, markov_windows(25, 9, 48, seed=9)
+    ref = dense_corpus_stats(tokens, v, kept=KEPT, centre_vocab=40)
+    stats = corpus_stats(tokens, d_vocab=v, vocab=KEPT, centre_vocab=40, dtype=dtype,
+                         want=["Phi_bar"], progress=False)  # fmt: skip
+    op = algebra.CentredBigram(
+        stats.pair_codes, stats.pair_counts, stats.unigram_counts, stats.n_positions,
+        stats.centre_vocab, dtype, backend=backend,
+    )  # fmt: skip
+    plain = ref["B_bar"].T @ (ref["B_bar"] @ ref["Phi_bar"])
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert _max_rel(op.composed(stats.Phi_bar, progress=progress), plain) <= tol
+    strided = torch.full((13, 26), float("nan"), dtype=dtype)[:, ::2]  # a non-contiguous out
+    op.composed(stats.Phi_bar, out=strided, progress=progress)
+    assert _max_rel(strided, plain) <= tol
 
 
 def test_column_sums_and_key_shift_equal_the_plain_formula():

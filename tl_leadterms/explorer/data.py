@@ -29,7 +29,14 @@ from tl_leadterms.progress import progress_bar
 from tl_leadterms.results.labels import head_label
 from tl_leadterms.theory import term
 
-__all__ = ["GRID_SCORES", "attention_data", "head_summaries", "pair_tables", "word_lists"]
+__all__ = [
+    "GEMM_DTYPES",
+    "GRID_SCORES",
+    "attention_data",
+    "head_summaries",
+    "pair_tables",
+    "word_lists",
+]
 
 #: the per-head scores the grid can be coloured by: key -> (row, column, label)
 GRID_SCORES = {
@@ -122,20 +129,28 @@ def _candidates(stats: Any, n: int) -> tuple[Tensor, Tensor]:
     return positions, ids
 
 
-def _blocks(pw: Any, weight: str, layer: int, ids: Tensor) -> Tensor:
-    """``[h, c, c]``: every head's ``W`` or value map of ``layer`` among the tokens ``ids``.
+#: the dtypes the pair tables' products may run in (``explore(gemm_dtype=...)``)
+GEMM_DTYPES = (torch.float64, torch.float32)
+
+
+def _blocks(
+    pw: Any, weight: str, layer: int, ids: Tensor, gemm_dtype: torch.dtype = torch.float64
+) -> Tensor:
+    """``[h, c, c]`` (float64): every head's ``W`` or value map of ``layer`` among ``ids``.
 
     A model with embeddings has per-head maps ``L·A_h·B_h·R`` with shared outer factors
     (:meth:`~tl_leadterms.adapters.PaperWeights.sandwich`): only the ``c`` rows of ``L`` and
     columns of ``R`` are read, ``O(c·d_model·(d_head + c))`` per head, never the
-    ``[d_vocab, d_head]`` factors of the whole vocabulary.
+    ``[d_vocab, d_head]`` factors of the whole vocabulary. These three products are the pair
+    tables' only ``O(c²·r)`` work; ``gemm_dtype`` is the dtype they run in (the result is
+    returned in float64 either way).
     """
     s = pw.sandwich(weight, layer)
     if s is not None:
         s = s.restrict(ids, ids)
-        left = s.left.detach().double() @ s.A.detach().double()  # [h, c, r]
-        right = s.B.detach().double() @ s.right.detach().double()  # [h, r, c]
-        return (left @ right).cpu()
+        left = s.left.detach().to(gemm_dtype) @ s.A.detach().to(gemm_dtype)  # [h, c, r]
+        right = s.B.detach().to(gemm_dtype) @ s.right.detach().to(gemm_dtype)  # [h, r, c]
+        return (left @ right).to(torch.float64).cpu()
     block = factored.restrict((pw.W if weight == "W" else pw.V)[layer], ids, ids)
     block = block.AB if isinstance(block, FactoredMatrix) else block
     return block.detach().to(torch.float64).cpu()
@@ -153,9 +168,18 @@ def _top(block: Tensor, ids: list[int], labels: dict[int, str], k: int) -> list[
 
 
 @torch.no_grad()
-def pair_tables(pw: Any, stats: Any, labels: Any, *, pair_tokens: int, k: int,
-                progress: bool = False) -> dict:  # fmt: skip
-    """Per head: top ``W`` pairs vs top ``Q̄`` pairs, top value pairs vs the value term's."""
+def pair_tables(
+    pw: Any,
+    stats: Any,
+    labels: Any,
+    *,
+    pair_tokens: int,
+    k: int,
+    progress: bool = False,
+    gemm_dtype: torch.dtype = torch.float64,
+) -> dict:
+    """Per head: top ``W`` pairs vs top ``Q̄`` pairs, top value pairs vs the value term's
+    (the heads' block products in ``gemm_dtype``, see :func:`_blocks`)."""
     positions, ids = _candidates(stats, pair_tokens)
     id_list = ids.tolist()
     names = labels(id_list)
@@ -167,7 +191,7 @@ def pair_tables(pw: Any, stats: Any, labels: Any, *, pair_tokens: int, k: int,
               "V": _top(value.to(torch.float64).cpu(), id_list, name, k)}  # fmt: skip
     heads = {}
     for layer in progress_bar(range(pw.n_layers), desc="explorer pairs", disable=not progress):
-        W, V = _blocks(pw, "W", layer, ids), _blocks(pw, "V", layer, ids)
+        W, V = (_blocks(pw, name, layer, ids, gemm_dtype) for name in ("W", "V"))
         for h in range(W.shape[0]):
             heads[head_label(layer, h)] = {"W": _top(W[h], id_list, name, k),
                                       "V": _top(V[h], id_list, name, k)}  # fmt: skip

@@ -16,7 +16,7 @@ import torch
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.stats.tables import as_numpy, kernels, padded_square, resolve_backend
 
-__all__ = ["CentredBigram", "block_columns", "symmetrise_"]
+__all__ = ["CentredBigram", "block_columns", "fused_scratch_bytes", "symmetrise_"]
 
 # One [k, width] column block of a product stays in the CPU cache while every non-zero of the
 # sparse operator adds a row of it: 4 MiB blocks made Ḡ 1.6-1.8x faster than 128 MiB ones at
@@ -24,11 +24,21 @@ __all__ = ["CentredBigram", "block_columns", "symmetrise_"]
 # the inner loop stays long for large vocabularies.
 _BLOCK_BYTES = 1 << 22
 _MIN_BLOCK_COLUMNS = 64
+# Columns per parallel task of the fused Ḡ kernel (numba): P's row (width entries) stays in L1,
+# the packed [k, width] blocks of Φ̄ and Ḡ stay near the core, and the inner loops are long. At
+# k = 3,000 (nnz 168k, benchmarks/bench_rebuild.py) 64 columns were the fastest of 8-128 (32 and
+# 128 within 10%; 8 nearly 2x slower).
+_COMPOSED_COLUMNS = 64
 
 
 def block_columns(k: int, itemsize: int) -> int:
     """Columns of one ``[k, width]`` block of the blockwise products (at most ``k``)."""
     return max(1, min(k, max(_MIN_BLOCK_COLUMNS, _BLOCK_BYTES // max(1, k * itemsize))))
+
+
+def fused_scratch_bytes(k: int, itemsize: int, threads: int) -> int:
+    """Bytes of the fused Ḡ kernel's scratch: two packed ``[k, width]`` blocks per thread."""
+    return threads * 2 * k * max(1, min(k, _COMPOSED_COLUMNS)) * itemsize
 
 
 def _to_csr(coo: torch.Tensor) -> torch.Tensor:
@@ -190,6 +200,28 @@ class CentredBigram:
         column_fn = lambda c0, c1: self.t_times(self.columns(c0, c1))  # noqa: E731
         return symmetrise_(self._blockwise(column_fn, None, "Σ_B̄", progress))
 
+    def _composed_fused(self, phi: torch.Tensor, out: torch.Tensor, progress: bool) -> torch.Tensor:
+        """Ḡ by the fused kernel (see :meth:`composed`), written into ``out``."""
+        phi = phi.to(self.dtype).contiguous()
+        target = out if out.is_contiguous() else torch.empty(out.shape, dtype=self.dtype)
+        colsum = phi.sum(0)
+        beta = torch.zeros(self.k, dtype=self.dtype).index_add_(
+            0, self.cols, self.values * self.alpha[self.rows]
+        )  # β = Bᵀα
+        alpha_p = beta @ phi - (self.u * float(self.alpha @ self.alpha)) * colsum  # αᵀB̄Φ̄
+        vectors = ((self.u * self.alpha).numpy(), colsum.numpy(), (-self.u * alpha_p).numpy())
+        csr = self.sparse
+        parts = (as_numpy(csr.crow_indices()), as_numpy(csr.col_indices()), as_numpy(csr.values()))
+        width = max(1, min(self.k, _COMPOSED_COLUMNS))
+        step = width * 4 * kernels().n_threads() if progress else self.k  # a bar needs steps
+        starts = range(0, self.k, step)
+        for c0 in progress_bar(starts, desc="Ḡ = Σ_B̄ Φ̄", disable=not progress or len(starts) < 4):
+            columns = (c0, min(c0 + step, self.k))
+            kernels().centred_composed(parts, *vectors, phi.numpy(), target.numpy(), columns, width)
+        if target is not out:
+            out.copy_(target)
+        return out
+
     def _gram_rows(self) -> torch.Tensor:
         """Σ_B̄ by the row kernel, from float64 frequencies (see :meth:`gram`)."""
         values = self.counts.to(torch.float64) / self.n_positions
@@ -215,9 +247,23 @@ class CentredBigram:
         """``Ḡ = Σ_B̄ Φ̄ = B̄ᵀ(B̄Φ̄)`` ``[k, k]`` for a context map ``phi``, written into ``out``.
 
         By default ``out`` is a padded matrix (see ``tables.padded_square``), from which
-        pass two gathers without a copy.
+        pass two gathers without a copy. On the CPU (numba) one fused kernel
+        (:func:`.kernels.centred_composed`) forms each block of columns of ``P = B̄Φ̄`` a row at
+        a time and adds it into ``Ḡ`` straight away (``4·nnz·k`` flops, no ``[k, block]``
+        temporaries, no transpose of ``B``); with the torch backend, ``B̄ᵀ(B̄Φ̄[:, block])`` by
+        CSR products, column block by column block. The same operator builds Ḡ in
+        :func:`~tl_leadterms.corpus_stats` and on load (``CorpusStats``), so the two agree.
+
+        A dense GEMM ``Σ_B̄ @ Φ̄`` (``2k³`` flops against ``4·nnz·k``) is not used: measured
+        with Σ_B̄ already computed it was slower than the sparse product at the paper's toy
+        sizes and 2.6x slower at k = 3,000 with 168k non-zeros
+        (``benchmarks/results/stats_rebuild.json``, ``dense_gemm_s``; docs/guides/performance.md);
+        bigram maps have a few dozen non-zeros per row, far from the density where the flop
+        counts would cross.
         """
         if out is None:  # every entry is written below: only the pad slot needs a zero
             out = padded_square(self.k, phi.dtype, phi.device, zero=False)
+        if self.backend == "numba":
+            return self._composed_fused(phi, out, progress)
         column_fn = lambda c0, c1: self.t_times(self.times(phi[:, c0:c1]))  # noqa: E731
         return self._blockwise(column_fn, out, "Ḡ = Σ_B̄ Φ̄", progress)

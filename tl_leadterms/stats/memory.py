@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.stats.algebra import block_columns
+from tl_leadterms.stats.algebra import block_columns, fused_scratch_bytes
 
 __all__ = [
     "ALL_STATISTICS",
@@ -61,8 +61,12 @@ WORKSPACE = 64 << 20  #: one batch of windows and its pair codes
 
 
 def column_blocks(k: int, itemsize: int) -> int:
-    """Bytes of the three ``[k, width]`` column-block temporaries of Ḡ's products."""
-    return 3 * k * block_columns(k, itemsize) * itemsize
+    """Bytes of Ḡ's column-block temporaries: three ``[k, width]`` blocks of the blockwise
+    products (torch backend), or two packed ``[k, width]`` blocks per thread of the fused
+    kernel (numba; at most one thread per CPU), whichever is larger."""
+    blockwise = 3 * k * block_columns(k, itemsize) * itemsize
+    fused = fused_scratch_bytes(k, itemsize, os.cpu_count() or 1)
+    return max(blockwise, fused)
 
 
 def format_bytes(n: int | float) -> str:
