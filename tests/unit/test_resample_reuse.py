@@ -22,12 +22,12 @@ def blocks():
 
 
 def plain_resample(blocks, seed, r):
-    """Resample ``r`` of seed ``seed``: ``B`` blocks drawn with replacement (torch.randint on a
+    """Resample ``r`` of seed ``seed``: ``B − 1`` blocks drawn with replacement (torch.randint on a
     generator seeded once), their windows repeated as often as drawn, counted afresh."""
     gen = torch.Generator().manual_seed(seed)
     B = blocks.n_blocks
     for _ in range(r + 1):
-        picks = torch.randint(B, (B,), generator=gen)
+        picks = torch.randint(B, (B - 1,), generator=gen)
     times = torch.bincount(picks, minlength=B).tolist()
     windows = torch.cat([blocks.windows[b] for b in range(B) for _ in range(times[b])])
     return corpus_stats(windows, d_vocab=15, progress=False)
