@@ -309,9 +309,10 @@ def run_child(args, case: str, ref: str | None, threads: int | None) -> dict:
 def case_pythia(args) -> dict:
     """This tree's library, and with ``--before-ref`` the one at that ref, each in a fresh
     process at one thread (peak memory is per process); the two runs' statistics compared."""
-    runs = {"after": run_child(args, "pythia-child", None, threads=1)}
+    threads = args.pythia_threads
+    runs = {"after": run_child(args, "pythia-child", None, threads=threads)}
     if args.before_ref:
-        runs["before"] = run_child(args, "pythia-child", args.before_ref, threads=1)
+        runs["before"] = run_child(args, "pythia-child", args.before_ref, threads=threads)
         a, b = runs["after"].pop("sketch"), runs["before"].pop("sketch")
         runs["after_vs_before"] = {
             "cpu_ratio": runs["before"]["cpu_s"]["total"] / runs["after"]["cpu_s"]["total"],
@@ -323,10 +324,15 @@ def case_pythia(args) -> dict:
                 for name in STATS
             },
         }
-    goal = {"cpu_s_at_1_thread": 45, "peak_rss_gib": 7.5}
     after = runs["after"]
-    runs["goal"] = {**goal, "met": after["cpu_s"]["total"] <= goal["cpu_s_at_1_thread"]
-                    and after["peak_rss_gib"] <= goal["peak_rss_gib"]}  # fmt: skip
+    if threads == 1:
+        goal = {"cpu_s_at_1_thread": 45, "peak_rss_gib": 7.5}
+        met = after["cpu_s"]["total"] <= goal["cpu_s_at_1_thread"]
+    else:  # the issue's wall goal with 2 quiet threads: the six stages' wall seconds
+        goal = {"wall_s_at_2_threads": 25, "peak_rss_gib": 7.5}
+        met = after["stage_wall_s"]["total_six"] <= goal["wall_s_at_2_threads"]
+    runs["goal"] = {**goal, "met": met and after["peak_rss_gib"] <= goal["peak_rss_gib"],
+                    "threads": threads, "load_average_1min_after": os.getloadavg()[0]}  # fmt: skip
     return {"before_ref": args.before_ref, **runs}
 
 
@@ -369,6 +375,7 @@ def main() -> None:
     parser.add_argument("--case", choices=[*CASES, *children, "all"], default="all")
     parser.add_argument("--pythia-sequences", type=int, default=20_000)
     parser.add_argument("--pythia-kept", type=int, default=20_000)
+    parser.add_argument("--pythia-threads", type=int, default=1, help="pythia: threads per run")
     parser.add_argument("--accumulate", choices=["float32", "float64"], default="float64")
     parser.add_argument("--before-ref", help="git ref of the library to time as 'before'")
     parser.add_argument("--sketch", action="store_true", help=argparse.SUPPRESS)
@@ -384,6 +391,9 @@ def main() -> None:
         result = {"case": name, "machine": machine(), **CASES[name](args)}
         result["load_average_1min"] = {"before": load_before, "after": os.getloadavg()[0]}
         suffix = "" if name != "pythia" or args.pythia_kept == 20_000 else f"_{args.pythia_kept}"
+        suffix += (
+            f"_{args.pythia_threads}threads" if name == "pythia" and args.pythia_threads > 1 else ""
+        )
         path = RESULTS / f"stats_{name}{suffix}.json"
         path.write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result, indent=2))
