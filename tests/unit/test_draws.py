@@ -36,7 +36,8 @@ def _maps(model, layer, weight):
 
 
 def _target(stats, weight):
-    """The leading term of each weight (docs/math.md#leading-terms) from a dict of dense statistics."""
+    """The leading term of each weight (docs/math.md#leading-terms) from a dict of dense
+    statistics."""
     if weight == "W_O":
         return stats["B_bar"]
     if weight == "V":

@@ -165,9 +165,21 @@ def test_the_totals_read_are_verified(saved, tmp_path):
 
 
 def test_the_totals_are_summed_over_the_scorers_row_blocks():
+    """What a file records is what CorpusStats.top's scorer sums, over the same row blocks
+    (here a matrix of two blocks, so the order of summation shows)."""
     from tl_leadterms.stats import io, neighbours
 
-    assert io.SCORER_BLOCK_ELEMENTS == neighbours._BLOCK_ELEMENTS
+    k = 2100
+    M = torch.randn(k, k, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    step = neighbours.block_rows(k)
+    assert step < k
+    got = io._column_totals(lambda a, b: M[a:b], k)
+    for part, scoring in (("column_sq", "cosine"), ("column_pos", "ppmi")):
+        scorer = neighbours.RowScorer(k, [0], scoring, symmetric_gram=False)
+        for start in range(0, k, step):
+            scorer.update(start, M[start : start + step])
+        assert torch.equal(got[part], scorer.totals), part
+    torch.testing.assert_close(got["column_sq"], (M * M).sum(0), rtol=1e-12, atol=0)
 
 
 def test_loading_ignores_the_totals(saved):

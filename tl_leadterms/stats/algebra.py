@@ -144,6 +144,13 @@ class CentredBigram:
         out.index_put_((rows[lo:hi], cols[lo:hi] - start), values[lo:hi], accumulate=True)
         return out
 
+    def row_block(self, start: int, stop: int) -> torch.Tensor:
+        """Dense rows ``B̄[start:stop, :]``, entry for entry those of :meth:`dense`."""
+        out = (-self.u * self.alpha[start:stop]).unsqueeze(1).repeat(1, self.k)
+        lo, hi = (int(x) for x in torch.searchsorted(self.rows, torch.tensor([start, stop])))
+        where = (self.rows[lo:hi] - start, self.cols[lo:hi])
+        return out.index_put_(where, self.values[lo:hi], accumulate=True)
+
     def row(self, i: int) -> torch.Tensor:
         """Dense row ``B̄[i, :]`` from the sparse counts (no ``[k, k]`` table)."""
         fill = -self.u * float(self.alpha[i])
@@ -222,12 +229,19 @@ class CentredBigram:
             out.copy_(target)
         return out
 
-    def _gram_rows(self) -> torch.Tensor:
-        """Σ_B̄ by the row kernel, from float64 frequencies (see :meth:`gram`)."""
+    def gram_terms(self) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """``(values, shift, constant)`` of ``Σ_B̄ = BᵀB − (s1ᵀ + 1sᵀ) + c·11ᵀ`` in float64: the
+        pair frequencies ``#(i, j)/NT``, ``s = u·Bᵀα`` and ``c = u²‖α‖²`` (what
+        :meth:`gram`'s row kernel sums from, and what a file records to sum one row of Σ_B̄)."""
         values = self.counts.to(torch.float64) / self.n_positions
         alpha = self.unigram_counts.to(torch.float64) / self.n_positions
         beta = torch.zeros(self.k, dtype=torch.float64)
         beta.index_add_(0, self.cols, values * alpha[self.rows])  # β = Bᵀα
+        return values, self.u * beta, self.u * self.u * float(alpha @ alpha)
+
+    def _gram_rows(self) -> torch.Tensor:
+        """Σ_B̄ by the row kernel, from float64 frequencies (see :meth:`gram`)."""
+        values, shift, constant = self.gram_terms()
         row_starts = torch.zeros(self.k + 1, dtype=torch.long)
         row_starts[1:] = torch.bincount(self.rows, minlength=self.k).cumsum(0)
         col_starts, order = self._by_column
@@ -235,8 +249,8 @@ class CentredBigram:
         kernels().centred_gram(
             (row_starts.numpy(), as_numpy(self.cols), values.numpy()),
             (col_starts.numpy(), as_numpy(self.rows[order]), values[order].numpy()),
-            (self.u * beta).numpy(),
-            self.u * self.u * float(alpha @ alpha),
+            shift.numpy(),
+            constant,
             out.numpy(),
         )
         return out

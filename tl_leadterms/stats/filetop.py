@@ -151,6 +151,7 @@ class StatsFile:
         self._rows: dict[tuple[str, int], list[float]] = {}
         self._totals: dict[str, dict[str, list[float]]] = {}
         self._pair_lists: tuple[list[int], list[int]] | None = None
+        self._packed_parts: dict[str, tuple] = {}
         k = self.k
         # the counts are verified for every query (a flipped bit anywhere in them is refused)
         codes, _ = self._ints("pair_codes")
@@ -254,11 +255,11 @@ class StatsFile:
                     acc[codes[p] - i * k] += v * (counts[p] / n)
         return _f32(acc) if self.float32 else acc
 
-    def _table_row(self, name: str, i: int) -> list[float]:
-        """Row ``i`` of the dense table ``name`` (Φ̄ or Q̄), unpacked, checked."""
-        k = self.k
-        floats = ("F32", "F64")
-        if ff.is_packed(self.meta):
+    def _packed(self, name: str) -> tuple:
+        """``(base, mask, values, rows, width, pad)`` of the packed table ``name``, checked once
+        (the shapes, and every row's count against its mask bits)."""
+        if name not in self._packed_parts:
+            k, floats = self.k, ("F32", "F64")
             base, (nb,) = self.tensors.get(f"{name}/base", floats, ndim=1)
             mask, mshape = self.tensors.get(f"{name}/mask", ("U8",))
             same = "F64" if base.format == "d" else "F32"  # values have the dtype of base
@@ -279,6 +280,15 @@ class StatsFile:
                     raise ff.corrupt_file(
                         self.path, f"{name}/rows does not count the entries of {name}/mask"
                     )
+            self._packed_parts[name] = (base, mask, values, rows, width, pad)
+        return self._packed_parts[name]
+
+    def _table_row(self, name: str, i: int) -> list[float]:
+        """Row ``i`` of the dense table ``name`` (Φ̄ or Q̄), unpacked, checked."""
+        k = self.k
+        floats = ("F32", "F64")
+        if ff.is_packed(self.meta):
+            base, mask, values, rows, width, pad = self._packed(name)
             bits = int.from_bytes(mask[i * width : (i + 1) * width], "big") >> pad
             row = base.tolist()
             where = [j for j in range(k) if bits >> (k - 1 - j) & 1]

@@ -52,6 +52,7 @@ from tl_leadterms.stats.fileformat import (
     unreadable,
 )
 from tl_leadterms.stats.fileformat import check_tables as check_file_tables
+from tl_leadterms.stats.neighbours import RowScorer, block_rows
 from tl_leadterms.stats.provenance import TensorDigest, ids_vocab_hash, tensor_checksum
 from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
 from tl_leadterms.version import __version__
@@ -96,50 +97,26 @@ def _packed(name: str, table: torch.Tensor) -> dict[str, torch.Tensor]:
     return {f"{name}/{part}": torch.from_numpy(a) for part, a in parts.items()}
 
 
-#: the entries of one row block of ``neighbours.RowScorer`` (``scored_row``'s blocks): the
-#: totals are summed over the same blocks, so they are its totals bit for bit (a test holds the
-#: two equal)
-SCORER_BLOCK_ELEMENTS = 1 << 22
-
-
 def _column_totals(rows: Callable[[int, int], torch.Tensor], k: int) -> dict[str, torch.Tensor]:
     """Squared column norms and positive column sums of a ``[k, k]`` matrix given by its row
-    blocks ``rows(start, stop)``, summed as :class:`.neighbours.RowScorer` sums them (the same
-    blocks, in float64), so ``top`` scores with the very totals :meth:`CorpusStats.top` uses."""
-    step = max(1, SCORER_BLOCK_ELEMENTS // max(k, 1))
-    square = torch.zeros(k, dtype=torch.float64)
-    positive = torch.zeros(k, dtype=torch.float64)
+    blocks ``rows(start, stop)``: the totals of :class:`.neighbours.RowScorer` fed the same
+    blocks, so ``top`` scores with the very totals :meth:`CorpusStats.top` uses."""
+    scorers = {part: RowScorer(k, (), scoring, symmetric_gram=False)
+               for part, scoring in (("column_sq", "cosine"), ("column_pos", "ppmi"))}  # fmt: skip
+    step = block_rows(k)
     for start in range(0, k, step):
-        block = rows(start, min(k, start + step)).double()
-        square += block.square().sum(0)
-        positive += block.clamp_min(0).sum(0)
-    return {"column_sq": square, "column_pos": positive}
-
-
-def _bigram_rows(bigram: Any) -> Callable[[int, int], torch.Tensor]:
-    """Row blocks of dense B̄, entry for entry ``CentredBigram.dense()``'s (no ``[k, k]``)."""
-    row_codes = bigram.rows
-
-    def rows(start: int, stop: int) -> torch.Tensor:
-        out = (-bigram.u * bigram.alpha[start:stop]).unsqueeze(1).repeat(1, bigram.k)
-        lo, hi = (int(x) for x in torch.searchsorted(row_codes, torch.tensor([start, stop])))
-        where = (row_codes[lo:hi] - start, bigram.cols[lo:hi])
-        return out.index_put_(where, bigram.values[lo:hi], accumulate=True)
-
-    return rows
+        block = rows(start, min(k, start + step))
+        for scorer in scorers.values():
+            scorer.update(start, block)
+    return {part: scorer.totals for part, scorer in scorers.items()}
 
 
 def _gram_totals(stats: Any) -> dict[str, torch.Tensor]:
     """Of Σ_B̄: the shift ``s = u·Bᵀα``, the constant ``c = u²‖α‖²`` and the diagonal
-    ``c − 2s_r + Σ_i S_ir²``, as ``CentredBigram.gram`` computes them (float64, the same
+    ``c − 2s_r + Σ_i S_ir²``, from the terms ``CentredBigram.gram`` sums (float64, the same
     operations in the same order; the diagonal rounded to the statistics' dtype)."""
     bigram = stats.bigram
-    values = bigram.counts.to(torch.float64) / bigram.n_positions
-    alpha = bigram.unigram_counts.to(torch.float64) / bigram.n_positions
-    beta = torch.zeros(bigram.k, dtype=torch.float64)
-    beta.index_add_(0, bigram.cols, values * alpha[bigram.rows])
-    shift = bigram.u * beta
-    constant = bigram.u * bigram.u * float(alpha @ alpha)
+    values, shift, constant = bigram.gram_terms()
     diagonal = constant - (shift + shift)
     diagonal.index_add_(0, bigram.cols, values * values)  # i ascending in each column
     return {"diagonal": diagonal.to(stats.dtype).double(), "shift": shift,
@@ -149,7 +126,7 @@ def _gram_totals(stats: Any) -> dict[str, torch.Tensor]:
 def _score_totals(stats: Any, tables: list[str]) -> dict[str, torch.Tensor]:
     """The scoring totals of B̄, Σ_B̄ and ``tables`` (see :func:`.fileformat.totals_names`)."""
     k = stats.k
-    found = {"B_bar": _column_totals(_bigram_rows(stats.bigram), k), "Sigma_B": _gram_totals(stats)}
+    found = {"B_bar": _column_totals(stats.bigram.row_block, k), "Sigma_B": _gram_totals(stats)}
     for name in tables:
         table = getattr(stats, name).detach().cpu()
         found[name] = _column_totals(lambda a, b, t=table: t[a:b], k)

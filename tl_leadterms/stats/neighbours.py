@@ -66,6 +66,12 @@ def _safe_inverse(x: Tensor) -> Tensor:
 _BLOCK_ELEMENTS = 1 << 22  # entries of a row block (32 MiB in float64)
 
 
+def block_rows(k: int) -> int:
+    """Rows of one row block of a ``[k, k]`` matrix fed to :class:`RowScorer` (its column
+    totals are sums over these blocks, so whoever records them uses the same)."""
+    return max(1, _BLOCK_ELEMENTS // max(k, 1))
+
+
 class RowScorer:
     """Rows ``indices`` of a ``[k, k]`` statistic under ``scoring``, from its row blocks.
 
@@ -102,6 +108,12 @@ class RowScorer:
         elif self.scoring == "ppmi":
             self._totals += block.clamp_min(0).sum(0)
 
+    @property
+    def totals(self) -> Tensor:
+        """The column totals read so far (float64 ``[k]``; the diagonal for the Gram cosine,
+        nothing for ``"raw"``)."""
+        return self._totals
+
     def raw(self, i: int) -> Tensor:
         """Row ``i`` as stored (float64)."""
         if i not in self.rows:
@@ -129,7 +141,7 @@ class RowScorer:
 def scored_row(M: Tensor, i: int, scoring: str, *, symmetric_gram: bool) -> Tensor:
     """Row ``i`` of ``M`` under ``scoring`` (see the module docstring), read in row blocks."""
     scorer = RowScorer(M.shape[1], [i], scoring, symmetric_gram=symmetric_gram)
-    step = max(1, _BLOCK_ELEMENTS // max(M.shape[1], 1))
+    step = block_rows(M.shape[1])
     for start in range(0, M.shape[0], step):
         scorer.update(start, M[start : start + step])
     return scorer.scored(i)

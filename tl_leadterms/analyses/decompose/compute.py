@@ -176,8 +176,8 @@ def decompose(
     Every token-token row also has ``specific``, the cosine of the two maps double-centred
     over tokens (rows and columns: a vector every token shares removed), and ``common_share``,
     the share of the cosine's numerator carried by what every token shares
-    (:mod:`tl_leadterms.analyses.decompose.common`; ``P`` rows have neither). A high ``cosine`` with a
-    ``common_share`` near 1 says little about which token is which.
+    (:mod:`tl_leadterms.analyses.decompose.common`; ``P`` rows have neither). A high ``cosine``
+    with a ``common_share`` near 1 says little about which token is which.
 
     Shares are exact Shapley values of ``R²`` (:mod:`tl_leadterms.results.attribution`),
     with per-component ``unique`` and ``shared`` parts; ``character`` names a component only
@@ -279,7 +279,8 @@ def _metadata(pw, stats, schedule: Schedule, per_head: bool, spec) -> dict[str, 
 
 
 def _common(M, t: Term, cache: BasisCache, projections, fits):
-    """``specific`` and ``common_share`` per head (:mod:`tl_leadterms.analyses.decompose.common`)."""
+    """``specific`` and ``common_share`` per head
+    (:mod:`tl_leadterms.analyses.decompose.common`)."""
     if t.vector:
         nan = torch.full((len(fits),), math.nan, dtype=torch.float64)
         return nan, nan
