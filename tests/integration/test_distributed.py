@@ -178,7 +178,9 @@ class KillableShard(ArrayShard):
         n = int(counter.read_text()) + 1 if counter.exists() else 1
         counter.write_text(str(n))
         if n in (1, 3):
-            Path(f"{self.calls}.pid{n}").write_text(str(os.getpid()))
+            # written whole, then renamed: the killer never reads a half-written pid
+            Path(f"{self.calls}.tmp{n}").write_text(str(os.getpid()))
+            os.replace(f"{self.calls}.tmp{n}", f"{self.calls}.pid{n}")
             time.sleep(120)  # killed before it wakes
         return super().windows(spec, dataset, tokenizer)
 
@@ -187,8 +189,9 @@ def kill_when_ready(calls: str, stop: threading.Event, killed: list):
     while not stop.is_set() and len(killed) < 2:
         for n in (1, 3):
             pid_file = Path(f"{calls}.pid{n}")
-            if pid_file.exists() and n not in killed:
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            text = pid_file.read_text() if pid_file.exists() else ""
+            if text and n not in killed:
+                os.kill(int(text), signal.SIGKILL)
                 killed.append(n)
         time.sleep(0.05)
 
