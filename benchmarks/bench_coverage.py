@@ -159,10 +159,14 @@ def run(reps: int, cache: Path) -> tuple[dict, dict]:
     return truth, {key: v for key, v in done.items() if key[1] < reps}
 
 
-def _cell(truth: float, estimates, draws_list, jack_list, level: float, method: str) -> dict:
+def _cell(truth: float, estimates, draws_list, jack_list, level: float, method: str,
+          blocks: int | None = BLOCKS) -> dict:  # fmt: skip
+    """One method's coverage, as the library builds it: expanded for ``blocks`` blocks
+    (``BootstrapSpec(expand=True)``, the default; ``None``: the unexpanded interval)."""
     covered, widths, contains, zero = 0, [], 0, 0
     for est, draws, jack in zip(estimates, draws_list, jack_list, strict=True):
-        found = interval(draws[:, None], level, method, torch.tensor([est]), jack[:, None])
+        found = interval(draws[:, None], level, method, torch.tensor([est]), jack[:, None],
+                         blocks=blocks)  # fmt: skip
         lo, hi, mid = (float(x[0]) for x in found)
         covered += lo <= truth <= hi
         widths.append(hi - lo)
@@ -189,6 +193,9 @@ def summarize(truth: torch.Tensor, done: dict, reps: int) -> dict:
                         "levels": {}}  # fmt: skip
                 for level in LEVELS:
                     per = {me: _cell(cell["truth"], est, exact, jack, level, me) for me in METHODS}
+                    per[f"{DEFAULT_METHOD}_unexpanded"] = _cell(
+                        cell["truth"], est, exact, jack, level, DEFAULT_METHOD, blocks=None
+                    )
                     per[f"{DEFAULT_METHOD}_first_order"] = _cell(
                         cell["truth"], est, first, jack, level, DEFAULT_METHOD
                     )
@@ -202,7 +209,8 @@ def _shift(est, exact, first, level) -> dict:
     """How far the first-order shortcut moves the default interval's ends, in widths."""
     moved = []
     for e, a, b in zip(est, exact, first, strict=True):
-        x = [interval(d[:, None], level, DEFAULT_METHOD, torch.tensor([e])) for d in (a, b)]
+        x = [interval(d[:, None], level, DEFAULT_METHOD, torch.tensor([e]), blocks=BLOCKS)
+             for d in (a, b)]  # fmt: skip
         width = float(x[0][1][0] - x[0][0][0])
         if width > 0:
             moved.append(max(abs(float(x[0][i][0] - x[1][i][0])) for i in (0, 1)) / width)
@@ -292,8 +300,9 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
     and ``held_out`` held-out samples' trials (resumable: one cache file per configuration)."""
     from tl_leadterms import decompose
 
-    out = {}
+    out, computed = {}, {}
     for name in configs:
+        computed[name] = 0
         cache = RESULTS / f"coverage_population_{name}_draws.pt"
         done = torch.load(cache) if cache.exists() else {}
         cfg = POPULATION_CONFIGS[name]
@@ -339,12 +348,13 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
             done[(name, m)] = {"truth": truth, "trials": trials, "printed": printed,
                                "seconds": time.perf_counter() - start,
                                "d_vocab": d_vocab}  # fmt: skip
+            computed[name] += 1
             with atomic_path(cache) as tmp:
                 torch.save(done, tmp)
             print(f"  {name}: model {m + 1}/{models} ({done[(name, m)]['seconds']:.0f} s)",
                   flush=True)  # fmt: skip
         out[name] = [done[(name, m)] for m in range(models)]
-    return out
+    return out, computed
 
 
 def summarize_population(runs: dict, models: int, held_out: int) -> dict:
@@ -361,6 +371,8 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
                 idx = [i for i, n in enumerate(names) if n.split(".")[0] == weight]
                 raw, corr, at_one, cover, width = [], [], [], {lv: [] for lv in LEVELS}, []
                 cover_b = {lv: [] for lv in LEVELS}
+                cover_plain = {lv: [] for lv in LEVELS}  # the same draws, not expanded
+                n_blocks = cfg["blocks" if case == "training" else "held_blocks"]
                 for r in per_model:
                     for t in r["trials"][case]:
                         for i in idx:
@@ -369,8 +381,12 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
                             for level in LEVELS:
                                 lo, hi, mid = (float(x[0]) for x in interval(
                                     t["draws"][:, i : i + 1], level, DEFAULT_METHOD,
-                                    torch.tensor([est])))  # fmt: skip
+                                    torch.tensor([est]), blocks=n_blocks))  # fmt: skip
                                 cover[level].append(lo <= truth <= hi)
+                                lo_p, hi_p, _ = (float(x[0]) for x in interval(
+                                    t["draws"][:, i : i + 1], level, DEFAULT_METHOD,
+                                    torch.tensor([est])))  # fmt: skip
+                                cover_plain[level].append(lo_p <= truth <= hi_p)
                                 lo_b, hi_b, _ = (float(x[0]) for x in interval(
                                     t["draws_b"][:, i : i + 1], level, DEFAULT_METHOD,
                                     torch.tensor([est])))  # fmt: skip
@@ -389,6 +405,9 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
                     "median_width_90": statistics.median(width),
                     "interval_printed": printed, "no_interval_printed": none,
                     "coverage": {str(lv): statistics.mean(cover[lv]) for lv in LEVELS},
+                    "coverage_without_expansion": {str(lv): statistics.mean(cover_plain[lv])
+                                                   for lv in LEVELS},
+                    # the former draw of B blocks of B, without the expansion either
                     "coverage_drawing_B_blocks": {str(lv): statistics.mean(cover_b[lv])
                                                   for lv in LEVELS},
                     # over the samples (the layers of one sample are not independent trials)
@@ -403,7 +422,7 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
             "setup": {**cfg, "d_vocab": per_model[0].get("d_vocab", _story_windows(cfg)[1]),
                       "models": models,
                       "held_out_per_model": held_out, "resamples": RESAMPLES,
-                      "method": DEFAULT_METHOD},
+                      "method": DEFAULT_METHOD, "expanded": True},
             "cells": cells,
             "printed": per_model[0]["printed"],
             "seconds_per_model": statistics.median(r["seconds"] for r in per_model),
@@ -413,20 +432,26 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
 
 def main_population(args) -> None:
     start = time.perf_counter()
-    runs = run_population(args.models, args.held_out, args.configs)
+    runs, computed = run_population(args.models, args.held_out, args.configs)
     summary = summarize_population(runs, args.models, args.held_out)
     out = Path(args.out)
     result = json.loads(out.read_text()) if out.exists() else {}
-    result["population"] = {**result.get("population", {}), **summary}
+    before = result.get("population", {})
+    result["population"] = {**before, **summary}
     for name in summary:
-        result["population"][name]["run"] = {"seconds": time.perf_counter() - start,
-                                             "load_average": os.getloadavg()}  # fmt: skip
+        if computed[name] == 0 and "run" in before.get(name, {}):  # summarized from the cache:
+            result["population"][name]["run"] = before[name]["run"]  # the run that drew them
+        else:
+            result["population"][name]["run"] = {"seconds": time.perf_counter() - start,
+                                                 "load_average": os.getloadavg(),
+                                                 "models_computed": computed[name]}  # fmt: skip
     write_text(out, json.dumps(result, indent=1, default=list) + "\n")
     for name, s in summary.items():
         print(f"{name}: {s['setup']}")
         print(
             "| case | weight | trials | raw − truth | corrected − truth | corrected = 1 "
-            "| interval printed | coverage 90% | coverage 95% | drawing B: 90% | 95% |"
+            "| interval printed | coverage 90% | coverage 95% | not expanded: 90% | 95% "
+            "| drawing B: 90% | 95% |"
         )
         for c in s["cells"]:
             shown = "yes" if c["interval_printed"] else ("no" if c["no_interval_printed"]
@@ -435,6 +460,8 @@ def main_population(args) -> None:
                 f"| {c['case']} | {c['weight']} | {c['trials']} | {c['raw_minus_truth']:+.4f} "
                 f"| {c['corrected_minus_truth']:+.4f} | {c['corrected_at_1']:.0%} | {shown} "
                 f"| {c['coverage']['0.9']:.0%} | {c['coverage']['0.95']:.0%} "
+                f"| {c['coverage_without_expansion']['0.9']:.0%} "
+                f"| {c['coverage_without_expansion']['0.95']:.0%} "
                 f"| {c['coverage_drawing_B_blocks']['0.9']:.0%} "
                 f"| {c['coverage_drawing_B_blocks']['0.95']:.0%} |"
             )

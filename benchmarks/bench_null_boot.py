@@ -8,6 +8,8 @@ analysis can score a relabelled map for less. For each model:
   draw and per scored map (``W_O``, every ``V``/``V·W_O`` and ``W``; ``P`` has no token null);
 * ``resample_s``: the extra cost with ``ci=0.95, bootstrap=R``, per resample and per scored map
   (a resample recounts pass two with its own Ḡ and rebuilds the targets, then scores every map);
+* ``resample_statistics_s``: one resample's statistics alone (``BlockStats.resample``: pass one's
+  counts combined, Ḡ, pass two rerun with that Ḡ), per resample, and its share of the above;
 * ``atlas_reuse_s``: ``head_atlas`` on the same blocks and spec right after ``decompose`` (its
   resamples are read, not recomputed: it pays for its own null and the fits only);
 * the demo's call ``decompose(per_head=True, null=99, ci=0.95)`` in CPU seconds;
@@ -62,16 +64,37 @@ def cpu(fn, repeats: int = 1):
     return out, best
 
 
-def floor_draw_s(k: int, draws: int) -> float:
-    """CPU seconds of one bare fused gather-dot on a ``k × k`` float64 map (the median draw)."""
+def floor_draw_s(k: int, draws: int, repeats: int = 5) -> float:
+    """CPU seconds of one bare fused gather-dot on a ``k × k`` float64 map: ``draws`` draws
+    (their flat indices computed beforehand) timed together, the least of ``repeats`` loops,
+    per draw (a single sub-millisecond draw is too short to time alone)."""
     g = torch.Generator().manual_seed(0)
     M = torch.randn(k * k, dtype=torch.float64, generator=g)
     T = torch.randn(k * k, dtype=torch.float64, generator=g)
+    indices = []
+    for _ in range(draws):
+        p = torch.randperm(k, generator=g)
+        indices.append((p[:, None] * k + p[None, :]).reshape(-1))
+
+    def loop():
+        for index in indices:
+            torch.dot(M.take(index), T)
+
+    return cpu(loop, repeats=repeats)[1] / draws
+
+
+def floor_projection_s(k: int, d: int, draws: int) -> float:
+    """CPU seconds of one bare relabelled projection ``L[π]ᵀ·T·R[:, π]`` (float64, ``[k, d]``
+    outer factors): what a null draw of a model with embeddings must form at least once (one
+    ``O(k²·d)`` product), whatever it then scores against it (the median draw)."""
+    g = torch.Generator().manual_seed(1)
+    T = torch.randn(k, k, dtype=torch.float64, generator=g)
+    left = torch.randn(k, d, dtype=torch.float64, generator=g)
+    right = torch.randn(d, k, dtype=torch.float64, generator=g)
     times = []
     for _ in range(draws):
         p = torch.randperm(k, generator=g)
-        index = (p[:, None] * k + p[None, :]).reshape(-1)
-        _, seconds = cpu(lambda index=index: torch.dot(M.take(index), T))
+        _, seconds = cpu(lambda p=p: left[p].T @ (T @ right[:, p].T))
         times.append(seconds)
     return sorted(times)[len(times) // 2]
 
@@ -104,15 +127,24 @@ def measure(model, blocks, options: dict, tokens, draws: int, demo_call: bool) -
     _, t_ci = cpu(lambda: decompose(model, blocks, ci=0.95, bootstrap=draws, **kw))
     _, t_atlas = cpu(lambda: head_atlas(model, blocks, tokens, null=None, bootstrap=draws))
     k = blocks.full().k
-    floor = floor_draw_s(k, 9)
+    floor = floor_draw_s(k, 20)
     null_draw = (t_null - t_plain) / (draws * maps)
     resample = (t_ci - t_plain) / (draws * maps)
+    generator = torch.Generator().manual_seed(0)
+    _, t_recount = cpu(lambda: [blocks.resample(generator) for _ in range(draws)])
     out = {
         "k": k, "scored_maps": maps, "draws": draws, "floor_gather_dot_s": floor,
         "decompose_plain_s": t_plain, "null_draw_s": null_draw, "resample_s": resample,
         "null_ratio_to_floor": null_draw / floor, "resample_ratio_to_floor": resample / floor,
+        "resample_statistics_s": t_recount / draws,
+        "resample_statistics_share": t_recount / (t_ci - t_plain),
         "atlas_after_decompose_s": t_atlas, "goal_ratio": GOAL_RATIO,
     }  # fmt: skip
+    if hasattr(model.cfg, "d_model") and options["weights"] is not None:  # embeddings: a GEMM
+        projection = floor_projection_s(k, model.cfg.d_model, 5)
+        out["floor_projection_s"] = projection
+        out["null_ratio_to_projection_floor"] = null_draw / projection
+        out["resample_ratio_to_projection_floor"] = resample / projection
     if demo_call:
         _, t_demo = cpu(lambda: decompose(model, blocks, null=99, ci=0.95, **kw))
         out["demo_call_null99_ci95_s"] = t_demo

@@ -96,7 +96,7 @@ def test_interval_is_built_from_recounted_resamples(setup, vocab):
             draws[-1].append(_cos(M, _target(stats, row["weight"])))
     draws = torch.tensor(draws, dtype=torch.float64)
     estimate = torch.tensor([r["cosine"] for r in rows], dtype=torch.float64)
-    lo, hi, mid = interval(draws, 0.9, "shifted", estimate)
+    lo, hi, mid = interval(draws, 0.9, "shifted", estimate, blocks=B)  # expanded for B blocks
     for i, row in enumerate(rows):
         assert row["lo"] == pytest.approx(float(lo[i]), abs=1e-10)
         assert row["hi"] == pytest.approx(float(hi[i]), abs=1e-10)
@@ -124,3 +124,27 @@ def test_head_atlas_reuses_the_resamples_decompose_made(setup, monkeypatch):
     assert {(r["layer"], r["head"]): (r["lo"], r["hi"]) for r in atlas.rows} == want
     head_atlas(model, blocks, null=None, bootstrap=R + 1)  # another spec: its own resamples
     assert len(built) == 2 * R + 1
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_permuted_inner_is_the_relabelled_inner_product(monkeypatch, backend, transposed):
+    """Both implementations of the null's gather-dot (the fused numba kernel and the torch
+    gathers) against ``⟨M_h[π][:, π], T⟩`` summed from the definition, for several maps at
+    once and a target stored contiguous or as a transposed view (``Φ̄ᵀB̄ᵀ``)."""
+    from tl_leadterms.analyses.decompose import draws
+
+    monkeypatch.setattr(draws, "resolve_backend", lambda *_: backend)
+    g = torch.Generator().manual_seed(3)
+    k, n = 23, 4
+    maps = torch.randn(n, k, k, dtype=torch.float64, generator=g)
+    X = torch.randn(k, k, dtype=torch.float64, generator=g)
+    target = X.T if transposed else X
+    perms = permutations(k, R, 5)
+    got = draws.permuted_inner(maps.reshape(n, -1), target, perms)
+    want = torch.tensor(
+        [[float((maps[h][p][:, p] * target).sum()) for h in range(n)] for p in perms],
+        dtype=torch.float64,
+    )
+    assert got.shape == (R, n)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

@@ -78,6 +78,65 @@ def test_shifted_against_a_plain_reference():
         assert got == pytest.approx(want, abs=1e-12), estimate
 
 
+def test_expansion_against_student_t():
+    """The small-sample expansion: each side of the interval scaled about ``corrected`` by
+    ``t_{B−1}/z``, written plainly with scipy.stats (on the raw scale for "shifted" and
+    "percentile", on the method's scale for the others, before the translation into [-1, 1]);
+    BCa is left as it is."""
+    from scipy import stats
+
+    for level, blocks in ((0.9, 10), (0.95, 16), (0.9, 2)):
+        upper = 1 - (1 - level) / 2
+        f = stats.t.ppf(upper, blocks - 1) / stats.norm.ppf(upper)
+        for estimate, centre, spread in ((0.5, 0.45, 0.05), (0.9995, 0.998, 0.0005)):
+            values = _draws(7, centre, spread)[:, 0].numpy()
+            q_lo, q_mid, q_hi = np.quantile(values, [1 - upper, 0.5, upper])
+            mid = 2 * estimate - q_mid
+            lo, hi = mid - (mid - (2 * estimate - q_hi)) * f, mid + (2 * estimate - q_lo - mid) * f
+            shift = max(hi - 1, 0) - max(-1 - lo, 0)
+            want = (lo - shift, hi - shift, min(max(mid, lo - shift), hi - shift))
+            got = interval(_draws(7, centre, spread), level, "shifted", _f64([estimate]),
+                           blocks=blocks)  # fmt: skip
+            assert [float(x[0]) for x in got] == pytest.approx(want, abs=1e-12)
+            lo, hi = q_mid - (q_mid - q_lo) * f, q_mid + (q_hi - q_mid) * f
+            got = interval(_draws(7, centre, spread), level, "percentile", blocks=blocks)
+            assert [float(x[0]) for x in got] == pytest.approx((lo, min(hi, 1.0), q_mid), abs=1e-12)
+        draws, s = _draws(3, 0.8, 0.05)[:, 0].numpy(), 0.85
+        z = np.arctanh(draws)
+        z_lo, z_mid, z_hi = (2 * np.arctanh(s) - np.quantile(z, q) for q in (upper, 0.5, 1 - upper))
+        ends = sorted(np.tanh(z_mid + (e - z_mid) * f) for e in (z_lo, z_hi))
+        got = interval(_f64(draws)[:, None], level, "atanh", _f64([s]), blocks=blocks)
+        assert [float(x[0]) for x in got] == pytest.approx((*ends, np.tanh(z_mid)), abs=1e-12)
+        jack = _draws(6, 0.62, 0.01, n=7)
+        bca = interval(_f64(draws)[:, None], level, "bca", _f64([s]), jack)
+        assert interval(_f64(draws)[:, None], level, "bca", _f64([s]), jack, blocks=blocks) == bca
+
+
+def test_decompose_expands_by_its_blocks_unless_asked_not_to():
+    """``decompose(ci=)`` widens by the blocks it resampled (recorded in its metadata);
+    ``BootstrapSpec(expand=False)`` gives the plain interval of the same draws."""
+    g = torch.Generator().manual_seed(2)
+    held = torch.randint(0, 12, (60, 7), generator=g)
+    blocks = block_stats(held, d_vocab=12, blocks=6, progress=False)
+    model = paper_model(d_vocab=12, n_ctx=6, n_layers=1)
+    train(model, torch.randint(0, 12, (40, 7), generator=g), lr=1.0, steps=3, progress=False)
+    wide = decompose(model, blocks, ci=0.9, bootstrap=BootstrapSpec(20, seed=1), progress=False)
+    plain = decompose(model, blocks, ci=0.9, bootstrap=BootstrapSpec(20, seed=1, expand=False),
+                      progress=False)  # fmt: skip
+    assert wide.metadata["ci"]["expanded"] == 6 and plain.metadata["ci"]["expanded"] is None
+    from scipy import stats
+
+    f = stats.t.ppf(0.95, 5) / stats.norm.ppf(0.95)
+    checked = 0
+    for a, b in zip(wide.rows, plain.rows, strict=True):
+        assert a["corrected"] == pytest.approx(b["corrected"], abs=1e-12)
+        if min(a["lo"], b["lo"]) > -1 and max(a["hi"], b["hi"]) < 1:  # not translated
+            assert a["hi"] - a["corrected"] == pytest.approx(f * (b["hi"] - b["corrected"]))
+            assert a["corrected"] - a["lo"] == pytest.approx(f * (b["corrected"] - b["lo"]))
+            checked += 1
+    assert checked >= 2, [(r["lo"], r["hi"]) for r in wide.rows]
+
+
 def _f64(values) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float64)
 

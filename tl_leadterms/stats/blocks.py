@@ -175,8 +175,8 @@ class BlockStats:
                                    n * counts.n_ctx, self.vocab.centre_vocab,
                                    counts.Phi_bar.dtype)  # fmt: skip
             product = bigram.times(counts.Phi_bar)
-            G_bar = padded_square(self.vocab.k, product.dtype, product.device)
-            G_bar.copy_(bigram.t_times(product))
+            G_bar = padded_square(self.vocab.k, product.dtype, product.device, zero=False)
+            G_bar.copy_(bigram.t_times(product))  # every entry written (the pad slot is zero)
         if exact:
             Q_bar, Delta = self._pass_two(G_bar, w, n)
         else:
@@ -203,10 +203,12 @@ class BlockStats:
         Q_bar = Delta = None
         q_targets = meta.get("q_targets", "centred")
         shift = key_shift(G_bar, self.vocab, q_targets)  # once for every multiplicity
+        scratch = None  # the table of a group after the first: added in, then reused
         for m in torch.unique(w[w > 0]).tolist():
             acc = AttentionAccumulator(
                 G_bar, self.vocab, backend=meta.get("backend", "auto"), dtype=torch.float64,
                 q_targets=q_targets, last_target=meta.get("last_target", "data"), shift=shift,
+                table=None if Q_bar is None else scratch,
             )  # fmt: skip
             group = torch.cat([self.windows[b] for b in torch.nonzero(w == m).flatten()])
             for start in range(0, group.shape[0], step):
@@ -218,6 +220,7 @@ class BlockStats:
             else:
                 Q_bar.add_(q, alpha=share)
                 Delta.add_(d, alpha=share)
+                scratch = acc.table  # copied out: the next group may zero and reuse it
         return Q_bar.to(dtype), Delta.to(dtype)
 
     def save(self, path: str | os.PathLike) -> None:
@@ -242,8 +245,8 @@ def _combine_counts(parts: list[ContextCounts], mult: list[int], share, n: int) 
     unique, inverse = torch.unique(codes, return_inverse=True)
     summed = torch.zeros(unique.numel(), dtype=torch.long).index_add_(0, inverse, counts)
     unigram = sum(c.unigram_counts * m for c, m in zip(parts, mult, strict=True))
-    phi = torch.zeros_like(parts[0].Phi_bar)
-    for s, c in zip(share, parts, strict=True):  # in place: one pass per block, no temporaries
+    phi = parts[0].Phi_bar * share[0]  # the first block scaled, the others added in place
+    for s, c in zip(share[1:], parts[1:], strict=True):  # one pass per block, no temporaries
         phi.add_(c.Phi_bar, alpha=s)
     return ContextCounts(unique, summed, unigram, phi, n, parts[0].n_ctx)
 

@@ -18,6 +18,8 @@ check that the two agree. ``csr_times_dense`` is the row-parallel sparse-times-d
 behind :class:`.algebra.CentredBigram` on the CPU (about twice torch's CSR product here), and
 ``centred_gram`` builds ``Σ_B̄ = B̄ᵀB̄`` row by row from the sparse counts, and
 ``centred_composed`` builds ``Ḡ = B̄ᵀ(B̄Φ̄)`` column block by column block in one parallel call.
+``permuted_dots`` is the permutation null's fused gather-dot (``decompose``'s ``null=``): every
+relabelling of a leading term met by every map in one pass, with no relabelled copy.
 """
 
 from typing import no_type_check
@@ -33,6 +35,7 @@ __all__ = [
     "context_pass",
     "csr_times_dense",
     "n_threads",
+    "permuted_dots",
 ]
 
 
@@ -177,6 +180,44 @@ def _composed(ptr, idx, val, au, colsum, g0, phi, out, start, stop, width):  # p
             orow, dst = o[r], out[r, c0:c1]
             for j in range(w):
                 dst[j] = orow[j]
+
+
+@numba.njit(parallel=True, cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@no_type_check
+def _permuted_dots(maps, target, inverse, out):  # pragma: no cover - compiled
+    n, k = maps.shape[0], target.shape[0]
+    for r in prange(inverse.shape[0]):  # draws are independent: no races
+        inv = inverse[r]
+        row = np.empty(k, dtype=np.float64)  # row i of the relabelled target: stays in L1
+        acc = np.zeros(n, dtype=np.float64)
+        for i in range(k):
+            src = target[inv[i]]
+            for j in range(k):
+                row[j] = src[inv[j]]
+            for h in range(n):
+                m = maps[h, i]
+                part = 0.0
+                for j in range(k):
+                    part += m[j] * row[j]
+                acc[h] += part
+        for h in range(n):
+            out[r, h] = acc[h]
+
+
+def permuted_dots(
+    maps: np.ndarray, target: np.ndarray, inverse: np.ndarray, out: np.ndarray
+) -> None:
+    """``out[r, h] = Σ_ij maps[h, i, j]·target[inv_r[i], inv_r[j]]`` for every row ``inv_r``
+    of ``inverse`` (``[R, k]`` int64): ``⟨M_h, T_π⟩`` of the null's relabellings, one parallel
+    task per draw (``maps`` ``[n, k, k]`` and ``target`` ``[k, k]``, float64, C-contiguous).
+
+    Row ``i`` of the relabelled target is gathered once into a ``k``-long buffer and met by
+    row ``i`` of every map, so a draw reads the target once and each map once, with no
+    ``[k, k]`` copy and no index array (the bare gather-dot reads a precomputed ``k²`` index
+    besides). Each dot of two rows may be summed in any order (``fastmath``); float64
+    throughout.
+    """
+    _permuted_dots(maps, target, inverse, out)
 
 
 def centred_composed(

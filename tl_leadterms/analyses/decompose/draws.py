@@ -43,6 +43,7 @@ from tl_leadterms.analyses.decompose.fit import (
     permuted_lead_inner,
 )
 from tl_leadterms.results.bootstrap import Bootstrap
+from tl_leadterms.stats.tables import kernels, resolve_backend
 from tl_leadterms.theory import Term
 
 __all__ = ["Scored", "bootstrap_cosines", "null_cosines"]
@@ -158,12 +159,19 @@ def permuted_inner(flat: Tensor, T: Tensor, perms: Tensor) -> Tensor:
     True
     """
     k = T.shape[-1]
+    inverse = torch.argsort(perms.to(T.device), dim=1)
+    out = torch.empty(perms.shape[0], flat.shape[0], dtype=torch.float64)
+    if T.device == flat.device and resolve_backend("auto", flat.device) == "numba":
+        # the fused gather-dot: no relabelled copy, the target read once per draw
+        target = T.detach().to(torch.float64).contiguous()
+        maps = flat.view(-1, k, k)
+        kernels().permuted_dots(maps.numpy(), target.numpy(), inverse.contiguous().numpy(),
+                                out.numpy())  # fmt: skip
+        return out
     target, transposed = _target(T)
     if transposed:  # ⟨M, Xᵀ⟩ = ⟨Mᵀ, X⟩, and (Mᵀ)[π][:, π] = (M[π][:, π])ᵀ
         flat = flat.view(-1, k, k).transpose(1, 2).reshape(flat.shape[0], -1)
     square = target.view(k, k)
-    inverse = torch.argsort(perms.to(target.device), dim=1)
-    out = torch.empty(perms.shape[0], flat.shape[0], dtype=torch.float64)
     for r, inv in enumerate(inverse):  # two gathers (whole rows, then within rows), one product
         relabelled = square.index_select(0, inv).index_select(1, inv)
         out[r] = (flat @ relabelled.view(-1)).cpu()
