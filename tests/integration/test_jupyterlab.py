@@ -15,6 +15,7 @@ outside localhost aborted. Checked in the page JupyterLab drew:
 Skips with the reason where chromium, playwright or JupyterLab is missing.
 """
 
+import contextlib
 import io
 import json
 import os
@@ -273,6 +274,13 @@ def test_explorer_frame_shows_the_word_box_without_a_nested_scroll(page):
     frame.locator("#tl-word-lists li").first.wait_for()  # the first of words= is shown
     child = next(f for f in tab.frames if f.parent_frame is not None
                  and f.evaluate("!!document.getElementById('tl-words')"))  # fmt: skip
+    # the frame is sized by a script after its page loads: give it that moment (on a loaded
+    # machine the first read saw the 15 px frame before it grew); the checks below then say
+    # whether it ended up showing everything
+    with contextlib.suppress(playwright.TimeoutError):
+        child.wait_for_function(
+            "() => document.documentElement.scrollHeight <= window.innerHeight + 1", timeout=15_000
+        )
     sizes = child.evaluate("""() => ({
         scroll: document.documentElement.scrollHeight, view: window.innerHeight,
         words_bottom: document.getElementById('tl-words').getBoundingClientRect().bottom})""")

@@ -177,6 +177,35 @@ def test_shard_merge_equals_whole_corpus(backend):
     torch.testing.assert_close(delta, whole.Delta, rtol=0, atol=1e-15)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_weighted_windows_count_as_repeated_windows(backend):
+    """``update(batch, weights=w)`` (a resample's multiplicities) against the dense reference
+    of the batch with window ``i`` repeated ``w[i]`` times; a weight of 1 everywhere changes
+    no bit; bad weights are refused with the shape they need."""
+    v, tokens = 20, markov_windows(12, 9, 20, seed=3)
+    kept = resolve_vocab(list(range(1, 20, 2)), v)
+    w = torch.tensor([2, 0, 1, 3, 1, 1, 0, 2, 1, 1, 4, 1])
+    repeated = tokens.repeat_interleave(w, dim=0)
+    want = dense_corpus_stats(repeated, v, kept=kept.kept.tolist())
+    g_bar = torch.as_tensor(want["G_bar"], dtype=torch.float64)
+    acc = AttentionAccumulator(g_bar, kept, backend=backend)
+    q_bar, delta = acc.update(tokens[:5], weights=w[:5]).update(tokens[5:], weights=w[5:]).result()
+    assert acc.n_sequences == int(w.sum())
+    torch.testing.assert_close(q_bar, want["Q_bar"].double(), rtol=0, atol=1e-13)
+    torch.testing.assert_close(delta, want["Delta"].double(), rtol=0, atol=1e-13)
+    ones = AttentionAccumulator(g_bar, kept, backend=backend)
+    plain = AttentionAccumulator(g_bar, kept, backend=backend)
+    got = ones.update(tokens, weights=torch.ones(12, dtype=torch.long)).result()
+    assert all(torch.equal(a, b) for a, b in zip(got, plain.update(tokens).result(), strict=True))
+    for bad in (
+        torch.ones(11, dtype=torch.long),
+        torch.ones(12),
+        -torch.ones(12, dtype=torch.long),
+    ):
+        with pytest.raises(LeadTermsError, match="12 non-negative integers"):
+            AttentionAccumulator(g_bar, kept, backend=backend).update(tokens, weights=bad)
+
+
 def ship(acc):
     """Pickle as Ray does (protocol 5, buffers out of band) and load from read-only buffers."""
     buffers = []

@@ -116,6 +116,6 @@ function postHeight(){var root=document.getElementById('tl-root');if(!root||wind
 drawGrid();
 var first=S.first_word&&findWord(S.first_word);if(first){document.getElementById('tl-word').value=first.trim();showWord();}
 if(window.ResizeObserver)new ResizeObserver(postHeight).observe(document.getElementById('tl-root'));
-else setInterval(postHeight,500);
+setInterval(postHeight,500);  // also when no resize is observed: a frame measured while its host hid it
 window.addEventListener('load',postHeight);postHeight();
 })();

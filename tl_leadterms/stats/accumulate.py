@@ -453,8 +453,19 @@ class AttentionAccumulator(_PassBase):
         self._g = None
         return self
 
-    def update(self, batch: torch.Tensor) -> "AttentionAccumulator":
-        """Add a ``[b, T + 1]`` batch of token windows (ids are checked first)."""
+    def update(self, batch: torch.Tensor, weights: torch.Tensor | None = None
+               ) -> "AttentionAccumulator":  # fmt: skip
+        """Add a ``[b, T + 1]`` batch of token windows (ids are checked first); ``weights``
+        (``[b]`` non-negative integers, default 1): window ``i`` counted ``weights[i]`` times,
+        as if it were repeated (a bootstrap resample's multiplicities)."""
+        if weights is not None:
+            weights = torch.as_tensor(weights)
+            if (weights.dim() != 1 or weights.shape[0] != len(batch)
+                    or weights.dtype.is_floating_point or bool((weights < 0).any())):  # fmt: skip
+                raise LeadTermsError(
+                    f"weights must be {len(batch)} non-negative integers (one per window), got "
+                    f"shape {tuple(weights.shape)} and dtype {weights.dtype}"
+                )
         if self._g is None:
             raise LeadTermsError(
                 "this AttentionAccumulator was shipped without Ḡ (drop_g_bar); it can be merged "
@@ -469,10 +480,11 @@ class AttentionAccumulator(_PassBase):
             k = self.vocab.k
             q_np, delta_np = self._q.numpy(), self._delta.numpy()
             shift = None if self._shift is None else self._shift.numpy()
+            w = None if weights is None else weights.to(torch.float64).numpy()
             kernels().attention_pass(
-                as_numpy(x), as_numpy(y), self._g.numpy(), q_np, delta_np, k, self.rows, shift
+                as_numpy(x), as_numpy(y), self._g.numpy(), q_np, delta_np, k, self.rows, shift, w
             )
-            self.n_sequences += b
+            self.n_sequences += b if weights is None else int(weights.sum())
             return self
         _, x_col = flat_parts(x, self.vocab)
         y_row, _ = flat_parts(y, self.vocab)
@@ -488,12 +500,14 @@ class AttentionAccumulator(_PassBase):
         g_mean = torch.segment_reduce(g, "sum", lengths=layout.row_lengths(b), axis=1)
         g_mean *= layout.inv_pos
         q = g.sub_(g_mean.index_select(1, layout.query)).mul_(layout.inv_t)
+        if weights is not None:  # each window's terms counted weights[i] times
+            q.mul_(weights.to(q.device, q.dtype)[:, None])
         codes = x_row.index_select(1, layout.query).add_(key_part).clamp_(max=pad)
         self._q.index_add_(0, codes.view(-1), q.view(-1))
         if self.rows != (0, k + 1):  # Δ of this range's queries only
             q.mul_(in_rows.index_select(1, layout.query))
         self._delta.index_add_(0, layout.offset, q.sum(0))  # Δ[t - m] += Σ_batch q
-        self.n_sequences += b
+        self.n_sequences += b if weights is None else int(weights.sum())
         return self
 
     def merge(self, other: "AttentionAccumulator") -> "AttentionAccumulator":

@@ -10,15 +10,16 @@ reading the corpus again:
   drawn blocks with multiplicity (Φ̄ is the window-weighted mean of the blocks' Φ̄), and Ḡ is
   recomputed from them;
 * **pass two is exact** too: the blocks keep their windows, and a resample's Q̄ and Δ come from
-  pass two rerun over the drawn blocks with the resample's OWN Ḡ (each distinct block once; a
-  block drawn ``m`` times weighs ``m``), so a resample costs about 0.63 of a pass two over
-  the corpus (the expected share of distinct blocks in a draw). ``resample(..., exact=False)``
-  (and block files written before the windows were kept) use the first-order shortcut: the
-  window-weighted mean of the blocks' Q̄ and Δ computed with the FULL-corpus Ḡ, which keeps
-  the windows' variability but drops the propagation of the resample's own Ḡ into Q̄. On 120
-  windows of a 10-token chain in 6 blocks the shortcut is off by 16% of ‖Q̄‖ on average (43%
-  at most) while a resample moves the exact Q̄ by 21% (``tests/unit/test_blocks.py``); the
-  cost and the effect on intervals are measured in ``benchmarks/bench_coverage.py``.
+  pass two rerun over the drawn blocks with the resample's OWN Ḡ (one pass, each distinct
+  block once, its windows weighted by the block's multiplicity ``m``), so a resample costs
+  about 0.63 of a pass two over the corpus (the expected share of distinct blocks in a draw).
+  ``resample(..., exact=False)`` (and block files written before the windows were kept) use
+  the first-order shortcut: the window-weighted mean of the blocks' Q̄ and Δ computed with
+  the FULL-corpus Ḡ, which keeps the windows' variability but drops the propagation of the
+  resample's own Ḡ into Q̄. On 120 windows of a 10-token chain in 6 blocks the shortcut is off
+  by 16% of ‖Q̄‖ on average (43% at most) while a resample moves the exact Q̄ by 21%
+  (``tests/unit/test_blocks.py``); the cost and the effect on intervals are measured in
+  ``benchmarks/bench_coverage.py``.
 
 Saved with :meth:`BlockStats.save` as one ``.safetensors`` file: each block's tables under
 ``block{b}/`` (``pair_codes``, ``pair_counts``, ``unigram_counts``, ``Phi_bar``, ``Q_bar``,
@@ -197,30 +198,24 @@ class BlockStats:
 
     def _pass_two(self, G_bar: Tensor, w: Tensor, n: int) -> tuple[Tensor, Tensor]:
         """Q̄ and Δ of the blocks taken ``w[b]`` times (``n`` windows in all), pass two rerun
-        with ``G_bar`` (a resample's own Ḡ): one pass per multiplicity over its blocks."""
+        with ``G_bar`` (a resample's own Ḡ): one pass over the drawn blocks' windows, each
+        counted with its block's multiplicity (as if repeated)."""
         meta, dtype = self.metadata, self.Q_bars[0].dtype
         step = default_batch_size(self.counts[0].n_ctx)
-        Q_bar = Delta = None
         q_targets = meta.get("q_targets", "centred")
-        shift = key_shift(G_bar, self.vocab, q_targets)  # once for every multiplicity
-        scratch = None  # the table of a group after the first: added in, then reused
-        for m in torch.unique(w[w > 0]).tolist():
-            acc = AttentionAccumulator(
-                G_bar, self.vocab, backend=meta.get("backend", "auto"), dtype=torch.float64,
-                q_targets=q_targets, last_target=meta.get("last_target", "data"), shift=shift,
-                table=None if Q_bar is None else scratch,
-            )  # fmt: skip
-            group = torch.cat([self.windows[b] for b in torch.nonzero(w == m).flatten()])
-            for start in range(0, group.shape[0], step):
-                acc.update(group[start : start + step].long())
-            q, d = acc.result(release=True)
-            share = m * group.shape[0] / n  # the group's weight among the resample's windows
-            if Q_bar is None:  # summed in place: no [k, k] temporary per group
-                Q_bar, Delta = q.mul_(share), d.mul_(share)
-            else:
-                Q_bar.add_(q, alpha=share)
-                Delta.add_(d, alpha=share)
-                scratch = acc.table  # copied out: the next group may zero and reuse it
+        chosen = torch.nonzero(w).flatten()
+        windows = torch.cat([self.windows[b] for b in chosen.tolist()])
+        mult = torch.repeat_interleave(w[chosen], self.sizes[chosen])  # one per window
+        acc = AttentionAccumulator(
+            G_bar, self.vocab, backend=meta.get("backend", "auto"), dtype=torch.float64,
+            q_targets=q_targets, last_target=meta.get("last_target", "data"),
+            shift=key_shift(G_bar, self.vocab, q_targets),
+        )  # fmt: skip
+        for start in range(0, windows.shape[0], step):
+            acc.update(windows[start : start + step].long(), weights=mult[start : start + step])
+        if acc.n_sequences != n:  # pragma: no cover - a bookkeeping invariant
+            raise LeadTermsError(f"pass two counted {acc.n_sequences} windows, expected {n}")
+        Q_bar, Delta = acc.result(release=True)
         return Q_bar.to(dtype), Delta.to(dtype)
 
     def save(self, path: str | os.PathLike) -> None:

@@ -84,7 +84,9 @@ def _context(x, y, table, k, n_parts):  # pragma: no cover - compiled
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 @no_type_check
-def _attention(x, y, g_table, shift, q_table, delta_parts, k, lo, hi, n_parts):  # pragma: no cover
+def _attention(
+    x, y, g_table, shift, weights, q_table, delta_parts, k, lo, hi, n_parts
+):  # pragma: no cover - compiled
     t_len = x.shape[1]
     for part in prange(n_parts):
         g = np.empty(t_len, dtype=g_table.dtype)
@@ -107,8 +109,9 @@ def _attention(x, y, g_table, shift, q_table, delta_parts, k, lo, hi, n_parts): 
             inv = 1.0 / (t + 1)
             mean = total * inv
             out = (query - lo) * k
+            weight = weights[n]  # the window's multiplicity: 1.0 leaves every sum bit for bit
             for m in range(t + 1):
-                q = (g[m] - mean) * inv
+                q = ((g[m] - mean) * inv) * weight
                 delta[t - m] += q
                 col = x[n, m]
                 if query != k and col != k:
@@ -287,16 +290,21 @@ def attention_pass(
     k: int,
     rows: tuple[int, int],
     shift: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
 ) -> None:
     """Q̄ and Δ sums of one batch given the flat Ḡ table (in place).
 
     Only queries with matrix index in ``rows = (lo, hi)`` count (``k``, a dropped query, counts
     for Δ alone); ``q_table`` holds rows ``lo..hi-1`` of Q̄. ``shift`` (``[k + 1]``, last entry
     0) is added to every looked-up ``g`` by key, for any target (``q_targets="centred"``).
+    ``weights`` (``[b]`` float64, default 1): each window's terms counted that many times (a
+    bootstrap resample's multiplicities; a weight of 1 changes no bit).
     """
     parts = n_threads()
     delta_parts = np.zeros((parts, x.shape[1]), dtype=q_table.dtype)
     if shift is None:  # adding exact zeros leaves every sum bit for bit as it was
         shift = np.zeros(k + 1, dtype=g_table.dtype)
-    _attention(x, y, g_table, shift, q_table, delta_parts, k, rows[0], rows[1], parts)
+    if weights is None:
+        weights = np.ones(x.shape[0], dtype=np.float64)
+    _attention(x, y, g_table, shift, weights, q_table, delta_parts, k, rows[0], rows[1], parts)
     delta += delta_parts.sum(0)
