@@ -28,11 +28,11 @@ _HEADINGS = {
 #: the scoring of the demo's association lists (and of its report): cosine reads best here
 DEMO_SCORING = "cosine"
 
-#: the demo's sizes. ``quick`` (the default) keeps everything the demo shows at about a minute of
-#: CPU on 2 cores (``benchmarks/bench_demo.py``): a 500-word vocabulary (training costs about
-#: |V|² per step), and η = 2 so that s·η = 16 (every cosine ≥ 0.99) takes 8 steps and 48 steps
-#: leave attention visibly non-uniform. ``full`` is the former full-size run (|V| = 900 words of
-#: a 2,000-word budget, η = 1, 24 and 128 steps).
+#: the demo's sizes. ``quick`` (the default) keeps everything the demo shows at about half a
+#: minute of CPU on 2 cores (``benchmarks/bench_demo.py``): a 500-word vocabulary (training
+#: costs about |V|² per step), and η = 2 so that s·η = 16 (every cosine ≥ 0.99) takes 8 steps
+#: and 48 steps leave attention visibly non-uniform. ``full`` is the former full-size run
+#: (|V| = 900 words of a 2,000-word budget, η = 1, 24 and 128 steps).
 PRESETS = {
     "quick": {"stories": 1500, "vocab": 500, "n_ctx": 128, "train_steps": 8,
               "attention_steps": 48, "train_lr": 2.0, "train_n_ctx": 32, "train_windows": 64,
@@ -44,7 +44,7 @@ PRESETS = {
 #: blocks of the held-out sample (the bootstrap resamples them)
 HELD_OUT_BLOCKS = 16
 #: about how much CPU each preset costs after the install (2 cores, quiet machine; measured)
-PRESET_CPU = {"quick": "about a minute", "full": "about 6-7 minutes"}
+PRESET_CPU = {"quick": "about half a minute", "full": "about 2 minutes"}
 
 
 def _print_associations(stats, tokenizer, words: dict[str, list[str]], k: int = 5) -> None:
@@ -292,8 +292,8 @@ def add_parser(sub) -> None:
         "--preset",
         choices=tuple(PRESETS),
         default="quick",
-        help="sizes of the run: quick (default, about a minute of CPU on 2 cores) or full "
-        "(the full-size run, about 6-7 minutes); the options below override single sizes",
+        help="sizes of the run: quick (default, about half a minute of CPU on 2 cores) or full "
+        "(the full-size run, about 2 minutes of CPU); the options below override single sizes",
     )
 
     def sized(flag: str, kind, text: str) -> None:
