@@ -1,5 +1,5 @@
-"""The scorings of association lists and their defaults, in numpy (:func:`score`) or in plain
-Python floats (:func:`score_row`, for ``tl-leadterms top``, which imports no numpy); the
+"""The scorings of association lists and their defaults, in plain Python floats
+(:func:`score_row`, for ``tl-leadterms top``, which imports neither numpy nor torch); the
 formulas are in :mod:`tl_leadterms.stats.neighbours`, whose torch row scorer computes the same,
 operation for operation.
 
@@ -8,9 +8,9 @@ own mass it has with the word, not by its frequency) with the tokenizer's specia
 out (``exclude="special"``). The paper's raw scores are ``scoring="raw"``; ``exclude=()``
 keeps every token.
 
->>> import numpy as np
->>> m = np.array([[4.0, 1.0], [1.0, 1.0]])
->>> [round(float(x), 4) for x in score(m[0], "cosine", column_sq=(m**2).sum(0))]
+>>> m = [[4.0, 1.0], [1.0, 1.0]]
+>>> column_sq = [sum(r[j] ** 2 for r in m) for j in range(2)]
+>>> [round(x, 4) for x in score_row(m[0], "cosine", column_sq)]
 [0.2353, 0.1715]
 """
 
@@ -19,59 +19,16 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
 
-if TYPE_CHECKING:
-    import numpy as np
-
-__all__ = ["DEFAULT_EXCLUDE", "DEFAULT_SCORING", "SCORINGS", "best", "score", "score_row",
+__all__ = ["DEFAULT_EXCLUDE", "DEFAULT_SCORING", "SCORINGS", "best", "score_row",
            "single_token_id"]  # fmt: skip
 
 SCORINGS = ("raw", "cosine", "ppmi")
 DEFAULT_SCORING = "cosine"
 DEFAULT_EXCLUDE = "special"
-
-
-def _inverse(x: np.ndarray) -> np.ndarray:
-    import numpy as np
-
-    out = np.zeros_like(x, dtype=np.float64)
-    np.divide(1.0, x, out=out, where=x > 0)
-    return out
-
-
-def score(
-    row: np.ndarray,
-    scoring: str,
-    *,
-    column_sq: np.ndarray | None = None,
-    column_pos: np.ndarray | None = None,
-    diagonal: np.ndarray | None = None,
-    index: int | None = None,
-) -> np.ndarray:
-    """Row ``row`` (float64) of a statistic under ``scoring``, given the column totals it needs:
-    ``column_sq`` (squared column norms) for ``"cosine"``, or ``diagonal`` and the row's
-    ``index`` for the cosine of a Gram matrix (Σ_B̄); ``column_pos`` (positive column sums)
-    for ``"ppmi"``."""
-    import numpy as np
-
-    row = np.asarray(row, dtype=np.float64)
-    if scoring == "raw":
-        return row.copy()
-    if scoring == "cosine" and diagonal is not None:
-        d = np.sqrt(np.clip(diagonal, 0, None))
-        return row * _inverse(d[index] * d)
-    if scoring == "cosine":
-        return row * _inverse(np.linalg.norm(row) * np.sqrt(column_sq))
-    positive = np.clip(row, 0, None)
-    total, row_sum = column_pos.sum(), positive.sum()
-    if not total > 0 or not row_sum > 0:
-        return np.zeros_like(positive)
-    ratio = positive * total * _inverse(row_sum * column_pos)
-    logs = np.log(np.clip(ratio, 1e-300, None)).clip(0)
-    return np.where(ratio > 0, logs, 0.0)
 
 
 _TINY = sys.float_info.min  # torch.finfo(torch.float64).tiny
