@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_stats import zipf_windows  # noqa: E402
 from tests.reference import paper_loss  # noqa: E402
-from tl_leadterms import corpus_stats, decompose, paper_model
+from tl_leadterms import corpus_stats, decompose, paper_model  # noqa: E402
 from tl_leadterms.analyses.decompose import leading_cosines  # noqa: E402
 from tl_leadterms.atomic import write_text  # noqa: E402
 

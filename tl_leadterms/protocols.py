@@ -19,8 +19,8 @@ __all__ = ["Documents", "PathLike", "ReadableModel", "TokenWindows"]
 class ReadableModel(Protocol):
     """A model :func:`~tl_leadterms.to_paper` reads: a TransformerLens ``HookedTransformer``
     (TransformerLens 3), a ``TransformerBridge`` (3.9 and 4), or the paper's model
-    (:class:`~tl_leadterms.models.PaperModel`, :func:`~tl_leadterms.models.leading_model`). Structurally: a
-    module with TransformerLens' config ``cfg``."""
+    (:class:`~tl_leadterms.models.PaperModel`, :func:`~tl_leadterms.models.leading_model`).
+    Structurally: a module with TransformerLens' config ``cfg``."""
 
     cfg: Any
 

@@ -13,8 +13,10 @@ context)`` (a flat ``{name: value}`` of one training step, ``context`` a
 
 >>> analysis("decompose").result_class().__name__
 'Decomposition'
->>> sweepable(), monitored()
-(('decompose', 'output', 'covariance'), {'cosines': 'decompose', 'output': 'output', 'covariance': 'covariance'})
+>>> sweepable()
+('decompose', 'output', 'covariance')
+>>> monitored()
+{'cosines': 'decompose', 'output': 'output', 'covariance': 'covariance'}
 """
 
 import importlib

@@ -299,7 +299,8 @@ def test_output_agreement_is_a_result_table_with_its_own_figure():
 
     rows = [{"predictor": p, "kl": kl, "explained": e, "top1": 0.5, "top5": 0.9, "c_O": 1.0,
              "c_V": float("nan"), "c_W": float("nan"), "kl_per_position": [kl, 2 * kl]}
-            for p, kl, e in (("leading", 0.1, 0.9), ("bigram", 0.4, 0.6), ("unigram", 1.0, 0.0))]  # fmt: skip
+            for p, kl, e in (("leading", 0.1, 0.9), ("bigram", 0.4, 0.6),
+                             ("unigram", 1.0, 0.0))]  # fmt: skip
     rows[0].update(lo=0.85, hi=0.95)
     table = OutputAgreement(rows, {"model_name": "m", "n_windows": 2, "n_ctx": 2, "k": 5,
                                    "n_layers": 1})  # fmt: skip

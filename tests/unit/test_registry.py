@@ -42,8 +42,8 @@ def test_consumers_read_the_registry():
     from tl_leadterms.sweeps.analyses import NAMES
     from tl_leadterms.sweeps.monitor import ANALYSES
 
-    assert NAMES == registry.sweepable()
-    assert ANALYSES == tuple(registry.monitored())
+    assert registry.sweepable() == NAMES
+    assert tuple(registry.monitored()) == ANALYSES
     sweep = build_parser()._subparsers._group_actions[0].choices["sweep"]
     choices = next(a.choices for a in sweep._actions if a.dest == "analyses")
     assert tuple(choices) == registry.sweepable(tokens=False)
@@ -60,9 +60,11 @@ def _name_lists(path: Path, where: str = "") -> list[int]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skip = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id == "__all__" or (where, node.targets[0].id) in ALLOWED:
-                skip.add(id(node.value))
+        target = node.targets[0] if isinstance(node, ast.Assign) else None
+        if isinstance(target, ast.Name) and (
+            target.id == "__all__" or (where, target.id) in ALLOWED
+        ):
+            skip.add(id(node.value))
         if isinstance(node, ast.Subscript) and getattr(node.value, "id", "") == "Literal":
             skip.add(id(node.slice))
     out = []

@@ -106,7 +106,8 @@ def report(
             ``model.tokenizer``.
         text: a sample text for the attention views (actual heads next to the prediction).
         history: a :class:`~tl_leadterms.training.TrainHistory` (loss and cosine curves).
-        decomposition: a :class:`~tl_leadterms.analyses.decompose.Decomposition` to show instead of computing one.
+        decomposition: a :class:`~tl_leadterms.analyses.decompose.Decomposition` to show
+            instead of computing one.
         sweep_table: a :class:`~tl_leadterms.sweeps.SweepTable`: one heatmap per score.
         words: association lists (each word's bigram, interchangeability and context
             neighbours): a list of words, or a dict ``{"bigram": ["red"], ...}`` whose kind
@@ -134,14 +135,16 @@ def report(
             shows.
         attention_step: the training step of ``attention_model``, for those captions.
         progress: a tqdm bar over the sections.
-        explorer: an :class:`~tl_leadterms.explorer.Explorer` (from :func:`~tl_leadterms.explore`), or
-            True to build one of ``model`` on ``text``: embedded (an iframe, offline) at the
-            top of the decomposition section, above the static heatmaps.
-        held_out: a :class:`~tl_leadterms.analyses.decompose.Decomposition` of the same model against statistics
-            of held-out windows (e.g. ``decompose(model, block_stats(held_out_windows, ...),
-            ci=0.95)``), shown after ``decomposition``: its scores estimate the
-            distribution-level cosines, with their intervals, where those of the training
-            windows are exact (the findings say which number answers which question).
+        explorer: an :class:`~tl_leadterms.explorer.Explorer` (from
+            :func:`~tl_leadterms.explore`), or True to build one of ``model`` on ``text``:
+            embedded (an iframe, offline) at the top of the decomposition section, above the
+            static heatmaps.
+        held_out: a :class:`~tl_leadterms.analyses.decompose.Decomposition` of the same model
+            against statistics of held-out windows (e.g.
+            ``decompose(model, block_stats(held_out_windows, ...), ci=0.95)``), shown after
+            ``decomposition``: its scores estimate the distribution-level cosines, with their
+            intervals, where those of the training windows are exact (the findings say which
+            number answers which question).
 
     Returns:
         The path written.

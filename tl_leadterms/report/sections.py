@@ -280,8 +280,9 @@ def attention(model, stats, text, tokenizer, lr, steps, heads, fragment, *,
 
 def atlas(atlas_html: str | None, head_atlas: Any) -> str:
     """The head atlas grid: ``atlas_html`` as given (trusted HTML), a
-    :class:`~tl_leadterms.analyses.atlas.HeadAtlas` drawn by :func:`tl_leadterms.analyses.atlas.figure.atlas_html`, or any
-    object with an ``.html()`` method."""
+    :class:`~tl_leadterms.analyses.atlas.HeadAtlas` drawn by
+    :func:`tl_leadterms.analyses.atlas.figure.atlas_html`, or any object with an ``.html()``
+    method."""
     from tl_leadterms.analyses.atlas.compute import HeadAtlas
     from tl_leadterms.analyses.atlas.figure import atlas_html as draw_atlas
 

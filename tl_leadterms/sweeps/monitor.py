@@ -7,8 +7,8 @@ One object, three ways in:
 * a Hugging Face ``transformers.Trainer``: ``Trainer(..., callbacks=[monitor.trainer_callback()])``.
 
 Every ``every`` steps it scores the model with the chosen ``analyses`` and records them in
-:attr:`history` (a :class:`~tl_leadterms.training.TrainHistory`, and the Trainer's ``log_history`` when
-there is a Trainer):
+:attr:`history` (a :class:`~tl_leadterms.training.TrainHistory`, and the Trainer's
+``log_history`` when there is a Trainer):
 
 * ``"cosines"`` — the cosine of each weight with its leading term
   (:func:`~tl_leadterms.analyses.decompose.leading_cosines`; ``V·W_O`` for models with embeddings);

@@ -123,7 +123,8 @@ def sweep(
             :class:`~tl_leadterms.stats.blocks.BlockStats` (needed for ``ci``; its whole-corpus
             statistics are scored, and callables get those).
         analyses: names ``"decompose"`` (rows ``cos_{weight}`` and ``explained_{weight}``) and
-            ``"covariance"`` (:func:`~tl_leadterms.analyses.covariance.compute.covariance_similarity`'s
+            ``"covariance"``
+            (:func:`~tl_leadterms.analyses.covariance.compute.covariance_similarity`'s
             ``attention``, ``value_post``, ``value_attn``), ``"output"``
             (:func:`~tl_leadterms.output_agreement` on held-out ``tokens=``, its scalars fitted
             unless ``lr``/``steps``/``s_lr`` are given: rows ``output_kl``,

@@ -217,7 +217,8 @@ def leading_terms(stats: CorpusStats, *, lr: float, steps: int, n_layers: int = 
 
 def expansion_error(order: int, *, n_layers: int, rate: float, score_scale: float) -> float:
     """A bound on the residual-stream rows' error when the leading-term model keeps the powers
-    ``R⁰ … R^order`` of its value map in every layer (:mod:`tl_leadterms.analyses.output.predictors`).
+    ``R⁰ … R^order`` of its value map in every layer
+    (:mod:`tl_leadterms.analyses.output.predictors`).
 
     With ``rate = |c_V|·‖R‖``, ``score_scale = |c_W|·‖Q̄‖``, ``ρ_l = (1 + rate)^(l−1)`` a bound
     on the kept rows' norm and ``δ_l = C(l−1, order)·rate^(order+1)`` the term dropped in layer

@@ -201,7 +201,8 @@ def train(
             (the paper's experiments); when it does not divide ``n_sequences`` the last,
             incomplete batch of each epoch is skipped.
         track: corpus statistics; when given, the cosine of every weight with its leading term
-            is recorded at each logged step (see :func:`tl_leadterms.analyses.decompose.leading_cosines`).
+            is recorded at each logged step (see
+            :func:`tl_leadterms.analyses.decompose.leading_cosines`).
         every: log every ``every`` steps (and always the last one).
         seed: seed of the mini-batch order.
         chunk_size: sequences per forward pass; a batch larger than this is processed in chunks

@@ -59,7 +59,8 @@ class AblationTable(ResultTable):
         return "\n".join(lines)
 
     def plot(self, **kwargs: Any) -> Any:
-        """:func:`~tl_leadterms.analyses.ablation.figure.plot_ablation` of this table (its keywords)."""
+        """:func:`~tl_leadterms.analyses.ablation.figure.plot_ablation` of this table (its
+        keywords)."""
         from tl_leadterms.analyses.ablation.figure import plot_ablation
 
         return plot_ablation(self, **kwargs)

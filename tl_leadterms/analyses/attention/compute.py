@@ -194,7 +194,8 @@ class AttentionAgreement(ResultTable):
         return "\n".join(lines)
 
     def plot(self, **kwargs: Any) -> Any:
-        """:func:`~tl_leadterms.analyses.attention.figure.plot_agreement` of this table (its keywords)."""
+        """:func:`~tl_leadterms.analyses.attention.figure.plot_agreement` of this table (its
+        keywords)."""
         from tl_leadterms.analyses.attention.figure import plot_agreement
 
         return plot_agreement(self, **kwargs)

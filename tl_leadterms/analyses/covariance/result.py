@@ -95,7 +95,8 @@ class CovarianceSimilarity(ResultTable):
         return " ".join(f"{found.get(s, {}).get(column, math.nan):10.4f}" for s in SCORES)
 
     def plot(self, **kwargs: Any) -> Any:
-        """:func:`~tl_leadterms.analyses.covariance.figure.plot_covariance` of this table (its keywords)."""
+        """:func:`~tl_leadterms.analyses.covariance.figure.plot_covariance` of this table (its
+        keywords)."""
         from tl_leadterms.analyses.covariance.figure import plot_covariance
 
         return plot_covariance(self, **kwargs)

@@ -42,8 +42,8 @@ class TokenMaps(ResultTable):
     ``layer``, ``n_tokens``, ``d_model``, ``mean_norm`` and ``max_norm`` (of the tokens' rows,
     L2) and ``mean_cosine`` (the mean cosine between two different tokens' rows: near 1 when
     every token's row points one common way). ``row("pre", 3)`` looks one up; ``to_pandas()``,
-    ``_repr_html_`` and ``plot()`` (:func:`~tl_leadterms.analyses.covariance.plot_token_maps`) show them. The
-    rows are computed from the maps on first use.
+    ``_repr_html_`` and ``plot()`` (:func:`~tl_leadterms.analyses.covariance.plot_token_maps`)
+    show them. The rows are computed from the maps on first use.
 
     Attributes:
         token_ids: ``[n]`` the token ids, in row order.
@@ -113,7 +113,8 @@ class TokenMaps(ResultTable):
         )
 
     def plot(self, **kwargs: Any) -> Any:
-        """:func:`~tl_leadterms.analyses.covariance.figure.plot_token_maps` of these maps (its keywords)."""
+        """:func:`~tl_leadterms.analyses.covariance.figure.plot_token_maps` of these maps (its
+        keywords)."""
         from tl_leadterms.analyses.covariance.figure import plot_token_maps
 
         return plot_token_maps(self, **kwargs)

@@ -1,4 +1,5 @@
-"""`decompose`: each weight of a model against its leading term (bigram, interchangeability, context).
+"""`decompose`: each weight of a model against its leading term (bigram, interchangeability,
+context).
 
 Its computation (:mod:`.compute`, the fit onto the basis in :mod:`.fit`, the common component in
 :mod:`.common`), its result (:class:`Decomposition`, :mod:`.result`) and its figure

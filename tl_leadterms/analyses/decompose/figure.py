@@ -30,7 +30,8 @@ def _draw_weight(ax, mine: list[dict], column: str) -> None:
                     lw=1, label="CI", zorder=2)  # fmt: skip
         if any("corrected" in r for r in mine):  # the estimate the interval is built around
             ax.scatter(x, get("corrected"), marker="D", s=18, facecolors="none",
-                       edgecolors="tab:blue", label="distribution-level estimate", zorder=3)  # fmt: skip
+                       edgecolors="tab:blue", label="distribution-level estimate",
+                       zorder=3)  # fmt: skip
     ax.scatter(x, value, s=22, color="tab:blue", label=column, zorder=4)
     step = 1 if len(x) <= 32 else math.ceil(len(x) / 32)
     ax.set_xticks(x[::step], [mine[i]["label"] for i in x[::step]], rotation=90,
@@ -45,9 +46,9 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
     One panel per weight (rows with a layer, in table order), all on one y-scale. Each row (a
     layer or a head: categories, so points, not lines) has its ``score`` as a point (default:
     the rows' ``"score"`` column when they have one, else ``"cosine"``), the confidence interval
-    ``lo``–``hi`` as an error bar with ``corrected``, its estimate of the distribution-level cosine, as a
-    hollow diamond, and the null band ``null_mean ± 2·null_sd`` as a grey bar behind it, each drawn
-    only where the rows have those columns. The legend sits above the panels.
+    ``lo``–``hi`` as an error bar with ``corrected``, its estimate of the distribution-level
+    cosine, as a hollow diamond, and the null band ``null_mean ± 2·null_sd`` as a grey bar
+    behind it, each drawn only where the rows have those columns. The legend sits above the panels.
 
     Args:
         decomposition: a :class:`~tl_leadterms.analyses.decompose.Decomposition` (or anything

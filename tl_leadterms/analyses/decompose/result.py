@@ -71,7 +71,8 @@ class Decomposition(ResultTable):
     interval beside it) and ``ci_level`` (:mod:`tl_leadterms.results.bootstrap`), none of them
     when the statistics are the model's training windows (the cosines are exact; the line under
     the title says so, ``metadata["ci"]["why"]``). Token-token rows carry ``specific`` and
-    ``common_share`` (the ``common`` column of the repr; see :mod:`tl_leadterms.analyses.decompose.common`).
+    ``common_share`` (the ``common`` column of the repr; see
+    :mod:`tl_leadterms.analyses.decompose.common`).
 
     The table holds plain numbers only (no model, weights or statistics); :meth:`top_pairs`
     takes the model and statistics it needs explicitly.
@@ -228,7 +229,8 @@ class Decomposition(ResultTable):
         return pw, stats
 
     def plot(self, **kwargs: Any) -> Any:
-        """:func:`~tl_leadterms.analyses.decompose.figure.plot_scores` of this table (its keywords)."""
+        """:func:`~tl_leadterms.analyses.decompose.figure.plot_scores` of this table (its
+        keywords)."""
         from tl_leadterms.analyses.decompose.figure import plot_scores
 
         return plot_scores(self, **kwargs)

@@ -10,11 +10,11 @@ KL gap between the unigram and the model that the leading terms close.
 Distributions are compared over the statistics' kept tokens; with a vocabulary restriction the
 other tokens form one extra outcome (the *bucket*): the model's bucket is the total
 probability it gives them, the predictors' is described in
-:mod:`tl_leadterms.analyses.output.predictors`. A dropped input token is a zero one-hot row, as in the
-statistics. Nothing ``[k, k]`` is built per layer: the model side is its own forward pass (its
-logits reduced to the kept tokens), the theory side reads the three shared maps once per token
-set (:mod:`tl_leadterms.analyses.output.predictors`; repeated calls on the same statistics and windows,
-as a training monitor makes, reuse that work).
+:mod:`tl_leadterms.analyses.output.predictors`. A dropped input token is a zero one-hot row, as
+in the statistics. Nothing ``[k, k]`` is built per layer: the model side is its own forward pass
+(its logits reduced to the kept tokens), the theory side reads the three shared maps once per
+token set (:mod:`tl_leadterms.analyses.output.predictors`; repeated calls on the same statistics
+and windows, as a training monitor makes, reuse that work).
 """
 
 import math
@@ -142,9 +142,9 @@ def output_agreement(
             :mod:`tl_leadterms.analyses.output.fit`); the bigram baseline's ``c_O`` is fitted too.
         calibration: share of the windows used to fit (``fit=True`` only).
         n_layers: depth of the leading-term model (default: the model's).
-        null: ``R`` or a :class:`~tl_leadterms.results.NullSpec`: the permutation null of the leading
-            row's ``explained`` (the theory's tokens relabelled, coefficients kept) and, with
-            ``NullSpec(reference=...)``, the reference model's ``explained``.
+        null: ``R`` or a :class:`~tl_leadterms.results.NullSpec`: the permutation null of the
+            leading row's ``explained`` (the theory's tokens relabelled, coefficients kept)
+            and, with ``NullSpec(reference=...)``, the reference model's ``explained``.
         ci: a level: a bootstrap interval of the distribution-level ``explained`` over corpus
             blocks, none for statistics of the model's training windows (needs
             ``BlockStats``; each resample rebuilds the three predictors, coefficients kept).
