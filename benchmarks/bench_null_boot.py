@@ -8,16 +8,15 @@ analysis can score a relabelled map for less. For each model:
   draw and per scored map (``W_O``, every ``V``/``V·W_O`` and ``W``; ``P`` has no token null);
 * ``resample_s``: the extra cost with ``ci=0.95, bootstrap=R``, per resample and per scored map
   (a resample recounts pass two with its own Ḡ and rebuilds the targets, then scores every map);
-* ``resample_statistics_s``: one resample's statistics alone (``BlockStats.resample``: pass one's
-  counts combined, Ḡ, pass two rerun with that Ḡ), per resample, and its share of the above;
+* ``resample_statistics_s``: one resample's statistics alone, as an analysis computes them
+  (``Bootstrap.resamples``: one thread, nothing kept; pass one's counts combined, Ḡ, pass two
+  rerun with that Ḡ), per resample, and its share of the above;
 * ``atlas_reuse_s``: ``head_atlas`` on the same blocks and spec right after ``decompose`` (its
   resamples are read, not recomputed: it pays for its own null and the fits only);
 * the demo's call ``decompose(per_head=True, null=99, ci=0.95)`` in CPU seconds;
-* ``reuse``: on the real-size model, ``decompose(weights=["W"], ci=0.95)`` right after
-  ``decompose(weights=["V"], ci=0.95)`` on the same blocks (other maps: the cosine memo has
-  nothing for them, the resamples themselves are read back, ``Bootstrap.resamples``), against
-  the same pair on fresh blocks with the resample cache off (``RESAMPLE_CACHE_BYTES = 0``);
-  the two second calls' intervals must be equal.
+* ``reuse``: on the real-size model, three analyses of the same draws (:func:`reuse_case`):
+  what keeping the resamples' pass two costs the second and saves the third, against the
+  same three with the resample cache off; the third calls' intervals must be equal.
 
 Models: the demo's (the paper's 3-layer model on the quick preset's corpus: |V| = 500 words,
 T = 32, 64 windows, 8 GD steps at η = 2; scored, as the demo's interval is, against 1,024
@@ -47,6 +46,7 @@ from benchmarks.bench_real_sizes import model_and_stats  # noqa: E402
 from tl_leadterms import decompose, head_atlas, make_windows, paper_model, train  # noqa: E402
 from tl_leadterms.atomic import write_text  # noqa: E402
 from tl_leadterms.data import generate_stories, train_word_tokenizer  # noqa: E402
+from tl_leadterms.results.bootstrap import Bootstrap, BootstrapSpec  # noqa: E402
 from tl_leadterms.stats.blocks import block_stats  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -130,8 +130,9 @@ def measure(model, blocks, options: dict, tokens, draws: int, demo_call: bool) -
     floor = floor_draw_s(k, 20)
     null_draw = (t_null - t_plain) / (draws * maps)
     resample = (t_ci - t_plain) / (draws * maps)
-    generator = torch.Generator().manual_seed(0)
-    _, t_recount = cpu(lambda: [blocks.resample(generator) for _ in range(draws)])
+    # as an analysis computes them (one thread, nothing kept), other draws than the ones above
+    spec = BootstrapSpec(resamples=draws, seed=1)
+    _, t_recount = cpu(lambda: [None for _ in Bootstrap(blocks, 0.95, spec).resamples()])
     out = {
         "k": k, "scored_maps": maps, "draws": draws, "floor_gather_dot_s": floor,
         "decompose_plain_s": t_plain, "null_draw_s": null_draw, "resample_s": resample,
@@ -152,22 +153,35 @@ def measure(model, blocks, options: dict, tokens, draws: int, demo_call: bool) -
 
 
 def reuse_case(k: int, layers: int, draws: int) -> dict:
-    """The second analysis's cost with the resamples kept and with them recomputed."""
+    """Three analyses on the same blocks and draws: ``decompose(weights=["V"])`` (asks first:
+    nothing kept), ``weights=["W"]`` (asks second: keeps the resamples' pass two) and
+    ``weights=["W"]`` again with the score memo dropped (reads the kept pass two), against the
+    same three with the resample cache off (``RESAMPLE_CACHE_BYTES = 0``); the third calls'
+    intervals must be equal."""
     from tl_leadterms.results import bootstrap
 
     out, rows = {}, {}
-    for label, budget in (("kept", bootstrap.RESAMPLE_CACHE_BYTES), ("recomputed", 0)):
+    default = bootstrap.RESAMPLE_CACHE_BYTES
+    for label, budget in (("kept", default), ("recomputed", 0)):
         bootstrap.RESAMPLE_CACHE_BYTES = budget
         model, blocks, _, _ = real_case(k, layers)
         kw = {"per_head": True, "progress": False, "ci": 0.95, "bootstrap": draws}
         cpu(lambda: decompose(model, blocks, weights=["V"], **kw))  # noqa: B023
-        second, seconds = cpu(lambda: decompose(model, blocks, weights=["W"], **kw))  # noqa: B023
-        out[f"second_analysis_{label}_s"] = seconds
-        rows[label] = [(r.get("lo"), r.get("hi"), r.get("corrected")) for r in second.rows]
-    bootstrap.RESAMPLE_CACHE_BYTES = 1 << 30
+        _, out[f"second_analysis_{label}_s"] = cpu(
+            lambda: decompose(model, blocks, weights=["W"], **kw)  # noqa: B023
+        )
+        bootstrap._MEMOS.pop(blocks, None)  # the scores forgotten: only the resamples can help
+        third, out[f"third_analysis_{label}_s"] = cpu(
+            lambda: decompose(model, blocks, weights=["W"], **kw)  # noqa: B023
+        )
+        rows[label] = [(r.get("lo"), r.get("hi"), r.get("corrected")) for r in third.rows]
+    bootstrap.RESAMPLE_CACHE_BYTES = default
     out["intervals_equal"] = str(rows["kept"]) == str(rows["recomputed"])  # NaN reads equal
+    out["keeping_cost_per_resample_s"] = (
+        out["second_analysis_kept_s"] - out["second_analysis_recomputed_s"]
+    ) / draws
     out["saved_per_resample_s"] = (
-        out["second_analysis_recomputed_s"] - out["second_analysis_kept_s"]
+        out["third_analysis_recomputed_s"] - out["third_analysis_kept_s"]
     ) / draws
     return out
 

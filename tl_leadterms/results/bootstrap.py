@@ -57,9 +57,9 @@ has it). With 10-20 blocks it moved the demo-size coverage from 83-92% to 85-92%
 The model side is computed once; each resample only rebuilds the theory side (its basis maps,
 Gram matrices and projections). How a resample's statistics are formed is documented in
 :mod:`tl_leadterms.stats.blocks`. The resamples themselves are computed once per
-``BlockStats`` and set of draws and kept with it (up to :data:`RESAMPLE_CACHE_BYTES`), so a
-second analysis on the same blocks and draws, of other maps, reads them instead of resampling
-(:meth:`Bootstrap.resamples`).
+``BlockStats`` and set of draws: from the second analysis on the same blocks and draws (of other
+maps) their pass two is kept with the blocks (up to :data:`RESAMPLE_CACHE_BYTES`), and later
+analyses rebuild only pass one's sums (:meth:`Bootstrap.resamples`).
 
 >>> draws = torch.linspace(0.0, 0.5, 101, dtype=torch.float64)[:, None]
 >>> lo, hi, mid = interval(draws, 0.9, "percentile")
@@ -86,6 +86,7 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.population import Reading, resolve_population
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.threads import one_thread
 
 #: the interval methods (see the module docstring); the first is the default
 METHODS = ("shifted", "atanh", "log1m", "angle", "bca", "percentile", "basic")
@@ -147,32 +148,11 @@ class BootstrapSpec:
 
 # per BlockStats, per (BootstrapSpec, exact): what analyses computed from its resamples
 _MEMOS: "weakref.WeakKeyDictionary[BlockStats, dict]" = weakref.WeakKeyDictionary()
-# per BlockStats, per (seed, R, leave-one-out, exact): the tables of its resamples
+# per BlockStats, per (seed, R, leave-one-out, exact): the pass-two tables of its resamples
 _RESAMPLES: "weakref.WeakKeyDictionary[BlockStats, dict]" = weakref.WeakKeyDictionary()
-#: the most bytes of resampled tables kept per set of draws (``4·k²·8`` bytes a resample in
-#: float64: all 50 of a k = 1,000 vocabulary fit in 1.6 GB, not in this; k = 500 in 0.4 GB)
+#: the most bytes of resampled pass-two tables (Q̄ and Δ) kept per set of draws (``k²·8`` bytes a
+#: resample in float64: all 50 of a k = 1,000 vocabulary fit in 0.4 GB, k = 4,000 do not)
 RESAMPLE_CACHE_BYTES = 1 << 30
-
-_KEPT = ("pair_codes", "pair_counts", "unigram_counts", "Phi_bar", "G_bar", "Q_bar", "Delta")
-
-
-def _tables(stats: CorpusStats) -> dict[str, Any]:
-    """What a resample is rebuilt from: its counts, tables and settings, and B̄Φ̄ and the
-    bigram operator where the resample made them (not what analyses cached on it)."""
-    out: dict[str, Any] = {name: getattr(stats, name) for name in _KEPT}
-    out.update(vocab=stats.vocab, n_sequences=stats.n_sequences, n_ctx=stats.n_ctx,
-               metadata=stats.metadata, tokenizer=stats.tokenizer)  # fmt: skip
-    out["made"] = {n: stats.__dict__[n] for n in ("bigram", "B_bar_Phi_bar") if n in stats.__dict__}
-    return out
-
-
-def _statistics(tables: dict[str, Any]) -> CorpusStats:
-    """Fresh statistics over the kept ``tables`` of a resample."""
-    made = tables["made"]
-    stats = CorpusStats(**{n: v for n, v in tables.items() if n != "made"})
-    for name, value in made.items():
-        setattr(stats, name, value)
-    return stats
 
 
 @dataclass(frozen=True)
@@ -188,45 +168,58 @@ class Bootstrap:
         """Whether the resamples' pass two is exact (asked for and the blocks have windows)."""
         return self.spec.exact and self.blocks.exact
 
-    def resamples(self) -> Iterator[CorpusStats]:
-        """The ``R`` resampled statistics, one at a time (seeded), then for ``"bca"`` the ``B``
-        leave-one-block-out statistics (:meth:`split` tells them apart).
-
-        They are computed once per ``BlockStats``: while the whole set fits in
-        :data:`RESAMPLE_CACHE_BYTES`, the tables of each (Φ̄, Ḡ, Q̄, Δ, B̄Φ̄ and the counts) are
-        kept with the blocks, and every later analysis asking for the same draws (the same
-        seed, ``R``, leave-one-out and pass two, whatever its interval method) reads them
-        instead of resampling again (each as fresh statistics over the kept tables, so what an
-        analysis caches on them is not kept)."""
-        key = (self.spec.seed, self.spec.resamples, self.spec.method == "bca", self.exact)
-        kept = _RESAMPLES.setdefault(self.blocks, {})
-        if key in kept:
-            for tables in kept[key]:
-                yield _statistics(tables)
-            return
-        made: list[dict[str, Any]] | None = []
-        size = 0
-        for stats in self._computed():
-            if made is not None:
-                tables = _tables(stats)
-                size += sum(t.nbytes for t in tables.values() if isinstance(t, Tensor))
-                if size <= RESAMPLE_CACHE_BYTES:
-                    made.append(tables)
-                else:  # too big to keep: each analysis resamples on its own
-                    made = None
-            yield stats
-        if made is not None:  # every draw was made (not cut short) and they fit
-            kept[key] = made
-
-    def _computed(self) -> Iterator[CorpusStats]:
+    def weights(self) -> list[Tensor]:
+        """The block multiplicities ``[B]`` of every resample, in order: the ``R`` seeded draws
+        (:meth:`~tl_leadterms.stats.blocks.BlockStats.draw`), then for ``"bca"`` the ``B``
+        leave-one-block-out weightings."""
         generator = torch.Generator().manual_seed(self.spec.seed)
-        for _ in range(self.spec.resamples):
-            yield self.blocks.resample(generator, exact=self.exact)
+        out = [self.blocks.draw(generator) for _ in range(self.spec.resamples)]
         if self.spec.method == "bca":
             for b in range(self.blocks.n_blocks):
                 weights = torch.ones(self.blocks.n_blocks, dtype=torch.long)
                 weights[b] = 0
-                yield self.blocks.weighted(weights, exact=self.exact)
+                out.append(weights)
+        return out
+
+    def resamples(self) -> Iterator[CorpusStats]:
+        """The statistics of every resample of :meth:`weights`, one at a time (:meth:`split`
+        tells the ``R`` draws and the leave-one-out ones apart), computed on one thread
+        (:func:`~tl_leadterms.threads.one_thread` says why; torch's thread count is restored
+        when the iterator is exhausted or closed).
+
+        The expensive part of each, pass two (Q̄ and Δ, rerun over the drawn windows with the
+        resample's own Ḡ), is computed at most twice per ``BlockStats`` and set of draws (the
+        same seed, ``R``, leave-one-out and pass two, whatever the interval method): the second
+        analysis that asks for them keeps it with the blocks (while the whole set fits in
+        :data:`RESAMPLE_CACHE_BYTES`), and every later one reads it and rebuilds only pass
+        one's sums around it (Φ̄, B̄, B̄Φ̄ and Ḡ: block sums and two sparse products, to the
+        same numbers). Not the first: keeping a fresh table costs CPU time in page faults (on
+        this project's machine 1.1 ms a resample at k = 500, a fifth of the resample), which
+        an analysis run once on its blocks, the usual case, would pay for nothing; and pass
+        one's ``[k, k]`` tables are never kept, since keeping them costs about what summing
+        them again does (``benchmarks/bench_null_boot.py``)."""
+        key = (self.spec.seed, self.spec.resamples, self.spec.method == "bca", self.exact)
+        kept = _RESAMPLES.setdefault(self.blocks, {})
+        weights = self.weights()
+        with one_thread():
+            if kept.get(key) is not None:
+                for w, pass_two in zip(weights, kept[key], strict=True):
+                    yield self.blocks.weighted(w, exact=self.exact, pass_two=pass_two)
+                return
+            keep = key in kept  # asked for before: this time the pass two is kept
+            made: list[tuple[Tensor, Tensor]] | None = [] if keep else None
+            size = 0
+            for w in weights:
+                stats = self.blocks.weighted(w, exact=self.exact)
+                if made is not None:
+                    size += stats.Q_bar.nbytes + stats.Delta.nbytes
+                    if size <= RESAMPLE_CACHE_BYTES:
+                        made.append((stats.Q_bar, stats.Delta))
+                    else:  # too big to keep: each analysis resamples on its own
+                        made = None
+                yield stats
+            # every draw was made (not cut short): the first time, remember that it was asked
+            kept[key] = made
 
     def memo(self) -> dict:
         """A dict kept with the blocks for this spec's resamples (the same draws for every

@@ -41,10 +41,11 @@ def fused_scratch_bytes(k: int, itemsize: int, threads: int) -> int:
     return threads * 2 * k * max(1, min(k, _COMPOSED_COLUMNS)) * itemsize
 
 
-def _to_csr(coo: torch.Tensor) -> torch.Tensor:
-    with warnings.catch_warnings():  # torch calls sparse CSR "beta" on every conversion
+def _csr(starts: torch.Tensor, columns: torch.Tensor, values: torch.Tensor, k: int) -> torch.Tensor:
+    """A ``[k, k]`` CSR tensor from row starts and (row-major, sorted) columns and values."""
+    with warnings.catch_warnings():  # torch calls sparse CSR "beta" on every construction
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return coo.to_sparse_csr()
+        return torch.sparse_csr_tensor(starts, columns, values, (k, k), check_invariants=False)
 
 
 def symmetrise_(m: torch.Tensor, block: int = 1024) -> torch.Tensor:
@@ -105,20 +106,18 @@ class CentredBigram:
 
     @cached_property
     def sparse(self) -> torch.Tensor:
-        """``B`` as a sparse CSR ``[k, k]`` tensor."""
-        idx = torch.stack([self.rows, self.cols])
-        shape = (self.k, self.k)
-        coo = torch.sparse_coo_tensor(
-            idx, self.values, shape, is_coalesced=True, check_invariants=False
-        )
-        return _to_csr(coo)
+        """``B`` as a sparse CSR ``[k, k]`` tensor (the codes are sorted: rows ascending, columns
+        ascending within a row, so the CSR is built directly, with no sort)."""
+        starts = torch.zeros(self.k + 1, dtype=torch.long, device=self.device)
+        starts[1:] = torch.bincount(self.rows, minlength=self.k).cumsum(0)
+        return _csr(starts, self.cols, self.values, self.k)
 
     @cached_property
     def sparse_t(self) -> torch.Tensor:
-        """``Bᵀ`` as a sparse CSR ``[k, k]`` tensor."""
-        idx = torch.stack([self.cols, self.rows])
-        coo = torch.sparse_coo_tensor(idx, self.values, (self.k, self.k), check_invariants=False)
-        return _to_csr(coo.coalesce())
+        """``Bᵀ`` as a sparse CSR ``[k, k]`` tensor: the non-zeros in column order (rows
+        ascending within a column, as a coalesced transpose has them)."""
+        starts, order = self._by_column
+        return _csr(starts, self.rows[order], self.values[order], self.k)
 
     @cached_property
     def _by_column(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,9 +175,11 @@ class CentredBigram:
         out = torch.outer(self.alpha, m.sum(0)).mul_(-self.u)  # the rank-one term first
         return self._sparse_times(self.sparse, m, out)
 
-    def t_times(self, m: torch.Tensor) -> torch.Tensor:
-        """``B̄ᵀ M = Bᵀ M − u·1·(αᵀM)`` for a dense ``[k, n]`` matrix ``M``."""
-        out = (self.alpha @ m).mul_(-self.u).expand(self.k, -1).contiguous()
+    def t_times(self, m: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``B̄ᵀ M = Bᵀ M − u·1·(αᵀM)`` for a dense ``[k, n]`` matrix ``M`` (written into ``out``,
+        a C-contiguous ``[k, n]`` matrix of this dtype, where given: every entry is set)."""
+        row = (self.alpha @ m).mul_(-self.u)
+        out = row.expand(self.k, -1).contiguous() if out is None else out.copy_(row)
         return self._sparse_times(self.sparse_t, m, out)
 
     def _blockwise(self, column_fn, out: torch.Tensor | None, desc: str, progress: bool):

@@ -107,6 +107,7 @@ class BlockStats:
         self.vocab = vocab
         self.metadata = metadata
         self.tokenizer = tokenizer
+        self._pairs = _PairUnion(counts)
         self._full = self._stats(torch.ones(len(bounds), dtype=torch.long), G_bar, "full", False)
 
     @property
@@ -141,11 +142,15 @@ class BlockStats:
         """The statistics of one bootstrap resample of blocks (see the module docstring)."""
         return self.weighted(self.draw(generator), exact=exact)
 
-    def weighted(self, weights: Any, *, exact: bool | None = None) -> CorpusStats:
+    def weighted(self, weights: Any, *, exact: bool | None = None,
+                 pass_two: tuple[Tensor, Tensor] | None = None) -> CorpusStats:  # fmt: skip
         """The statistics of the blocks taken ``weights[b]`` times each (non-negative ints).
 
         ``exact`` (default: whenever the blocks kept their windows): pass two rerun with the
         resample's own Ḡ; ``False``: the first-order shortcut (the module docstring).
+        ``pass_two``: the ``(Q̄, Δ)`` this call made before for the same ``weights`` and
+        ``exact`` (what :meth:`~tl_leadterms.results.bootstrap.Bootstrap.resamples` keeps),
+        taken as they are: only pass one's sums are formed again.
         """
         w = torch.as_tensor(weights)
         if w.shape != (self.n_blocks,) or w.dtype.is_floating_point or bool((w < 0).any()):
@@ -155,6 +160,13 @@ class BlockStats:
             )
         if int(w.sum()) == 0:
             raise LeadTermsError("weights select no block; give at least one block weight > 0")
+        k, t = self.vocab.k, self.counts[0].n_ctx
+        if pass_two is not None and (len(pass_two) != 2 or tuple(pass_two[0].shape) != (k, k)
+                                     or tuple(pass_two[1].shape) != (t,)):  # fmt: skip
+            raise LeadTermsError(
+                f"pass_two must be (Q_bar [{k}, {k}], Delta [{t}]) of these blocks, got shapes "
+                f"{[tuple(x.shape) for x in pass_two]}; leave it out to compute pass two."
+            )
         if exact is None:
             exact = self.exact
         elif exact and not self.exact:
@@ -162,14 +174,15 @@ class BlockStats:
                 "exact=True needs the blocks' windows, which this BlockStats does not keep (a "
                 "file of format version 1); recompute it with block_stats, or pass exact=False."
             )
-        return self._stats(w.long(), None, "resample", bool(exact))
+        return self._stats(w.long(), None, "resample", bool(exact), pass_two)
 
-    def _stats(self, w: Tensor, G_bar: Tensor | None, kind: str, exact: bool) -> CorpusStats:
+    def _stats(self, w: Tensor, G_bar: Tensor | None, kind: str, exact: bool,
+               pass_two: tuple[Tensor, Tensor] | None = None) -> CorpusStats:  # fmt: skip
         chosen = [int(b) for b in torch.nonzero(w).flatten()]
         n = int((w * self.sizes).sum())
         share = [float(w[b] * self.sizes[b]) / n for b in chosen]  # window weight of each block
         counts = _combine_counts([self.counts[b] for b in chosen], [int(w[b]) for b in chosen],
-                                 share, n)  # fmt: skip
+                                 share, n, self._pairs.at(chosen))  # fmt: skip
         bigram = product = None
         if G_bar is None:  # Ḡ = B̄ᵀ(B̄Φ̄), B̄Φ̄ kept: it is the value term of the resample too
             bigram = CentredBigram(counts.pair_codes, counts.pair_counts, counts.unigram_counts,
@@ -177,8 +190,10 @@ class BlockStats:
                                    counts.Phi_bar.dtype)  # fmt: skip
             product = bigram.times(counts.Phi_bar)
             G_bar = padded_square(self.vocab.k, product.dtype, product.device, zero=False)
-            G_bar.copy_(bigram.t_times(product))  # every entry written (the pad slot is zero)
-        if exact:
+            bigram.t_times(product, out=G_bar)  # every entry written (the pad slot is zero)
+        if pass_two is not None:
+            Q_bar, Delta = pass_two
+        elif exact:
             Q_bar, Delta = self._pass_two(G_bar, w)
         else:
             Q_bar = sum(s * self.Q_bars[b] for s, b in zip(share, chosen, strict=True))
@@ -231,12 +246,35 @@ class BlockStats:
                 f"windows, k={self.vocab.k}, T={self.counts[0].n_ctx})")  # fmt: skip
 
 
-def _combine_counts(parts: list[ContextCounts], mult: list[int], share, n: int) -> ContextCounts:
-    """Pass-one counts of blocks taken ``mult`` times (exact: Φ̄ is linear in the sums)."""
-    codes = torch.cat([c.pair_codes for c in parts])
-    counts = torch.cat([c.pair_counts * m for c, m in zip(parts, mult, strict=True)])
-    unique, inverse = torch.unique(codes, return_inverse=True)
-    summed = torch.zeros(unique.numel(), dtype=torch.long).index_add_(0, inverse, counts)
+class _PairUnion:
+    """The sorted union of the blocks' pair codes and where each block's codes sit in it: the
+    bigram counts of any weighting of the blocks are then one scatter-add per block into the
+    union, not a sort of every drawn block's codes."""
+
+    def __init__(self, counts: list[ContextCounts]) -> None:
+        self.codes = torch.unique(torch.cat([c.pair_codes for c in counts]))  # sorted
+        self.where = [torch.searchsorted(self.codes, c.pair_codes) for c in counts]
+
+    def at(self, blocks: list[int]) -> tuple[Tensor, list[Tensor]]:
+        return self.codes, [self.where[b] for b in blocks]
+
+
+def _combine_counts(parts: list[ContextCounts], mult: list[int], share, n: int,
+                    union: tuple[Tensor, list[Tensor]] | None = None) -> ContextCounts:  # fmt: skip
+    """Pass-one counts of blocks taken ``mult`` times (exact: Φ̄ is linear in the sums);
+    ``union``: the union of every block's codes and these blocks' places in it (``_PairUnion``)."""
+    if union is None:
+        codes = torch.cat([c.pair_codes for c in parts])
+        counts = torch.cat([c.pair_counts * m for c, m in zip(parts, mult, strict=True)])
+        unique, inverse = torch.unique(codes, return_inverse=True)
+        summed = torch.zeros(unique.numel(), dtype=torch.long).index_add_(0, inverse, counts)
+    else:  # the same sorted distinct codes and sums, by a scatter into the union
+        every, places = union
+        summed = torch.zeros(every.numel(), dtype=torch.long)
+        for c, m, where in zip(parts, mult, places, strict=True):
+            summed.index_add_(0, where, c.pair_counts, alpha=m)
+        seen = summed > 0  # counts are positive: a code is seen iff a drawn block has it
+        unique, summed = every[seen], summed[seen]
     unigram = sum(c.unigram_counts * m for c, m in zip(parts, mult, strict=True))
     phi = parts[0].Phi_bar * share[0]  # the first block scaled, the others added in place
     for s, c in zip(share[1:], parts[1:], strict=True):  # one pass per block, no temporaries

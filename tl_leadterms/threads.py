@@ -1,0 +1,51 @@
+"""Short CPU computations on one thread: :func:`one_thread`.
+
+A bootstrap resample's statistics (:meth:`~tl_leadterms.stats.blocks.BlockStats.resample`) are
+a few milliseconds of small numba kernels and torch operations. Torch and numba each bring their
+own OpenMP runtime, and between two short parallel regions the idle threads of each spin, so on
+two threads a resample costs about twice the CPU time of one thread for the same or a longer wall
+time (``benchmarks/bench_null_boot.py``, on this project's 2-core machine: the demo's k = 500
+blocks 8.7 ms CPU and 4.3 ms wall on two threads against 5.9 ms and 5.9 ms on one; the
+real-size k = 1,000 blocks 88 ms and 45 ms against 40 ms and 39 ms). The bootstrap therefore
+computes its resamples inside :func:`one_thread`.
+
+>>> before = torch.get_num_threads()
+>>> with one_thread():
+...     torch.get_num_threads()
+1
+>>> torch.get_num_threads() == before
+True
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+__all__ = ["one_thread"]
+
+
+def _numba_threads(n: int | None) -> int | None:
+    """Set this thread's numba thread count to ``n`` (None: leave it); return the old one."""
+    try:
+        import numba
+    except ImportError:  # pragma: no cover - numba is a dependency
+        return None
+    old = numba.get_num_threads()
+    if n is not None:
+        numba.set_num_threads(n)
+    return old
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Torch (process-wide) and numba (this thread) on one thread inside the block; both
+    thread counts are restored on the way out, an exception included."""
+    torch_before = torch.get_num_threads()
+    numba_before = _numba_threads(1)
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(torch_before)
+        _numba_threads(numba_before)
