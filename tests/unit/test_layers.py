@@ -1,6 +1,6 @@
 """The package's imports point down its layers, form no cycle and share no private names.
 
-Layers, bottom to top: errors/version/atomic < data < stats < checks < theory < models <
+Layers, bottom to top: errors/version/atomic/threads < data < stats < checks < theory < models <
 adapters < results < analyses < training < distributed < loading < sweeps < explorer < report <
 cli. A module may import its own layer and the layers below. Every import counts, those inside
 functions (lazy ones) included, for the layers and for cycles alike.
@@ -20,6 +20,7 @@ LAYERS = [
         "filesystem",
         "atomic",
         "progress",
+        "threads",
         "keywords",
         "protocols",
     ),
