@@ -59,6 +59,21 @@ def test_resample_equals_dense_reference_of_its_windows(tokens, vocab):
         assert got.metadata["bootstrap"] == "resample (exact pass two)"
 
 
+@pytest.mark.parametrize(("d_vocab", "sparse"), [(V, False), (60, True)])
+def test_resample_phi_from_sparse_parts_equals_the_dense_reference(d_vocab, sparse):
+    """A resample's Φ̄ formed from each block's column term and sparse rest (and, for a small
+    vocabulary whose rests are not sparse, densely) is the Φ̄ of its windows."""
+    tokens = markov_tokens(120, T + 1, d_vocab, seed=3)
+    blocks = block_stats(tokens, d_vocab=d_vocab, blocks=6, progress=False)
+    for seed in range(3):
+        weights = blocks.draw(torch.Generator().manual_seed(seed))
+        want = dense_corpus_stats(_windows(tokens, blocks, weights), d_vocab)
+        got = blocks.weighted(weights)
+        for name in MATRICES:
+            assert torch.allclose(getattr(got, name), want[name], atol=1e-12, rtol=0), name
+    assert all(isinstance(part, tuple) == sparse for part in blocks._phis.parts)
+
+
 def test_first_order_shortcut_is_measured_against_the_exact_resample(tokens):
     blocks = block_stats(tokens, d_vocab=V, blocks=6, progress=False)
     full = blocks.full()

@@ -108,6 +108,7 @@ class BlockStats:
         self.metadata = metadata
         self.tokenizer = tokenizer
         self._pairs = _PairUnion(counts)
+        self._phis: _PhiParts | None = None  # built by the first resample (``_stats``)
         self._full = self._stats(torch.ones(len(bounds), dtype=torch.long), G_bar, "full", False)
 
     @property
@@ -181,8 +182,13 @@ class BlockStats:
         chosen = [int(b) for b in torch.nonzero(w).flatten()]
         n = int((w * self.sizes).sum())
         share = [float(w[b] * self.sizes[b]) / n for b in chosen]  # window weight of each block
+        phi = None
+        if kind == "resample":  # the drawn blocks' Φ̄ summed from their sparse parts
+            if self._phis is None:
+                self._phis = _PhiParts([c.Phi_bar for c in self.counts])
+            phi = self._phis.weighted_sum(chosen, share)
         counts = _combine_counts([self.counts[b] for b in chosen], [int(w[b]) for b in chosen],
-                                 share, n, self._pairs.at(chosen))  # fmt: skip
+                                 share, n, self._pairs.at(chosen), phi)  # fmt: skip
         bigram = product = None
         if G_bar is None:  # Ḡ = B̄ᵀ(B̄Φ̄), B̄Φ̄ kept: it is the value term of the resample too
             bigram = CentredBigram(counts.pair_codes, counts.pair_counts, counts.unigram_counts,
@@ -259,10 +265,49 @@ class _PairUnion:
         return self.codes, [self.where[b] for b in blocks]
 
 
+class _PhiParts:
+    """Each block's Φ̄ as a column term and a sparse rest: ``Φ̄_b = 1ρ_bᵀ + R_b`` with
+    ``ρ_b[j] = min_i Φ̄_b[i, j]`` (``−μ_j`` wherever some target never follows key ``j`` in the
+    block, as is the rule), so ``R_b`` is zero outside the block's (target, key) pairs. A
+    weighting of the blocks is then one ``[k, k]`` write of ``Σ s_b ρ_b`` and a scatter of each
+    drawn block's few pairs, not a dense pass per block. The split is exact for any ``ρ_b``;
+    a block whose rest is not sparse (a small vocabulary) is added densely."""
+
+    DENSE_SHARE = 0.25  # a rest with more nonzeros than this share of k² is added as it is
+
+    def __init__(self, phis: list[Tensor]) -> None:
+        self.k = phis[0].shape[0]
+        self.rho, self.parts = [], []
+        for phi in phis:
+            rho = phi.amin(dim=0)
+            rest = (phi - rho).reshape(-1)
+            codes = torch.nonzero(rest).flatten()
+            sparse = codes.numel() <= self.DENSE_SHARE * rest.numel()
+            self.rho.append(rho)
+            self.parts.append((codes, rest[codes]) if sparse else phi)
+
+    def weighted_sum(self, blocks: list[int], share: list[float]) -> Tensor:
+        """``Σ_b share[b]·Φ̄_b`` over ``blocks``: a new ``[k, k]`` tensor."""
+        rho = self.rho[blocks[0]] * share[0]
+        for s, b in zip(share[1:], blocks[1:], strict=True):
+            rho.add_(self.rho[b], alpha=s)
+        out = rho.expand(self.k, self.k).contiguous()
+        flat = out.view(-1)
+        for s, b in zip(share, blocks, strict=True):
+            part = self.parts[b]
+            if isinstance(part, tuple):
+                flat.index_add_(0, part[0], part[1], alpha=s)
+            else:  # dense: its ρ_b was added above, so only the rest
+                out.add_(part - self.rho[b], alpha=s)
+        return out
+
+
 def _combine_counts(parts: list[ContextCounts], mult: list[int], share, n: int,
-                    union: tuple[Tensor, list[Tensor]] | None = None) -> ContextCounts:  # fmt: skip
+                    union: tuple[Tensor, list[Tensor]] | None = None,
+                    phi: Tensor | None = None) -> ContextCounts:  # fmt: skip
     """Pass-one counts of blocks taken ``mult`` times (exact: Φ̄ is linear in the sums);
-    ``union``: the union of every block's codes and these blocks' places in it (``_PairUnion``)."""
+    ``union``: the union of every block's codes and these blocks' places in it (``_PairUnion``);
+    ``phi``: their Φ̄ sum when the caller formed it (``_PhiParts``)."""
     if union is None:
         codes = torch.cat([c.pair_codes for c in parts])
         counts = torch.cat([c.pair_counts * m for c, m in zip(parts, mult, strict=True)])
@@ -276,9 +321,10 @@ def _combine_counts(parts: list[ContextCounts], mult: list[int], share, n: int,
         seen = summed > 0  # counts are positive: a code is seen iff a drawn block has it
         unique, summed = every[seen], summed[seen]
     unigram = sum(c.unigram_counts * m for c, m in zip(parts, mult, strict=True))
-    phi = parts[0].Phi_bar * share[0]  # the first block scaled, the others added in place
-    for s, c in zip(share[1:], parts[1:], strict=True):  # one pass per block, no temporaries
-        phi.add_(c.Phi_bar, alpha=s)
+    if phi is None:
+        phi = parts[0].Phi_bar * share[0]  # the first block scaled, the others added in place
+        for s, c in zip(share[1:], parts[1:], strict=True):  # one pass per block
+            phi.add_(c.Phi_bar, alpha=s)
     return ContextCounts(unique, summed, unigram, phi, n, parts[0].n_ctx)
 
 
