@@ -108,10 +108,22 @@ def scores(maps: list, stats) -> torch.Tensor:
     return out
 
 
+def _sample_blocks(size: int, rep: int):
+    sample = chain(transition(0), size, 100_000 + 1000 * size + rep)
+    return block_stats(sample, d_vocab=K, blocks=BLOCKS, progress=False)
+
+
+def calibrated_draws(maps: list, size: int, rep: int) -> torch.Tensor:
+    """``[R + B + F·S, models, 4]``: the scores of ``"calibrated"``'s resamples (the ``R``
+    draws and ``B`` leave-one-outs are those of the ``"bca"`` draws: the same seed)."""
+    blocks = _sample_blocks(size, rep)
+    boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=rep, method="calibrated"))
+    return torch.stack([scores(maps, stats) for stats in boot.resamples()])
+
+
 def repetition(maps: list, size: int, rep: int) -> dict:
     """One sample of ``size`` windows: its scores, exact and first-order resample scores."""
-    sample = chain(transition(0), size, 100_000 + 1000 * size + rep)
-    blocks = block_stats(sample, d_vocab=K, blocks=BLOCKS, progress=False)
+    blocks = _sample_blocks(size, rep)
     out = {"estimate": scores(maps, blocks.full())}
     for key, exact, method in (("exact", True, "bca"), ("first_order", False, "percentile")):
         boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=rep, method=method,
@@ -123,6 +135,7 @@ def repetition(maps: list, size: int, rep: int) -> dict:
             seconds += time.perf_counter()
         out[key] = torch.stack(draws)  # [R (+ B), models, 4]
         out[f"{key}_resample_s"] = (time.perf_counter() - start - seconds) / len(draws)
+    out["calibrated"] = calibrated_draws(maps, size, rep)
     return out
 
 
@@ -138,8 +151,11 @@ def run(reps: int, cache: Path) -> tuple[dict, dict]:
     done = torch.load(cache) if cache.exists() else {}
     for size in SIZES:
         for rep in range(reps):
-            if (size, rep) not in done:
-                done[(size, rep)] = repetition(maps, size, rep)
+            if (size, rep) not in done or "calibrated" not in done[(size, rep)]:
+                if (size, rep) not in done:
+                    done[(size, rep)] = repetition(maps, size, rep)
+                else:  # drawn before "calibrated" was: only its second level is new
+                    done[(size, rep)]["calibrated"] = calibrated_draws(maps, size, rep)
                 with atomic_path(cache) as tmp:
                     torch.save(done, tmp)
                 print(f"  {size} windows, repetition {rep + 1}/{reps}", flush=True)
@@ -147,13 +163,22 @@ def run(reps: int, cache: Path) -> tuple[dict, dict]:
 
 
 def _cell(truth: float, estimates, draws_list, jack_list, level: float, method: str,
-          blocks: int | None = BLOCKS) -> dict:  # fmt: skip
+          blocks: int | None = BLOCKS, seconds: list | None = None) -> dict:  # fmt: skip
     """One method's coverage, as the library builds it: expanded for ``blocks`` blocks
-    (``BootstrapSpec(expand=True)``, the default; ``None``: the unexpanded interval)."""
+    (``BootstrapSpec(expand=True)``, the default; ``None``: the unexpanded interval);
+    ``seconds``: the second level's scores ``[F, S]`` of each sample (``"calibrated"``)."""
     covered, widths, contains, zero = 0, [], 0, 0
-    for est, draws, jack in zip(estimates, draws_list, jack_list, strict=True):
-        found = interval(draws[:, None], level, method, torch.tensor([est]), jack[:, None],
-                         blocks=blocks)  # fmt: skip
+    seconds = seconds or [None] * len(estimates)
+    for est, draws, jack, second in zip(estimates, draws_list, jack_list, seconds, strict=True):
+        found = interval(
+            draws[:, None],
+            level,
+            method,
+            torch.tensor([est]),
+            jack[:, None],
+            blocks=blocks,
+            second=None if second is None else second[..., None],
+        )
         lo, hi, mid = (float(x[0]) for x in found)
         covered += lo <= truth <= hi
         widths.append(hi - lo)
@@ -178,8 +203,13 @@ def summarize(truth: torch.Tensor, done: dict, reps: int) -> dict:
                 cell = {"model": name, "weight": weight, "windows": size,
                         "truth": float(truth[m, w]), "mean_estimate": statistics.mean(est),
                         "levels": {}}  # fmt: skip
+                f, size2 = BootstrapSpec().calibration
+                second = [r["calibrated"][RESAMPLES + BLOCKS :, m, w].reshape(f, size2)
+                          for r in runs]  # fmt: skip
                 for level in LEVELS:
-                    per = {me: _cell(cell["truth"], est, exact, jack, level, me) for me in METHODS}
+                    per = {me: _cell(cell["truth"], est, exact, jack, level, me,
+                                     seconds=second if me == "calibrated" else None)
+                           for me in METHODS}  # fmt: skip
                     per[f"{DEFAULT_METHOD}_unexpanded"] = _cell(
                         cell["truth"], est, exact, jack, level, DEFAULT_METHOD, blocks=None
                     )

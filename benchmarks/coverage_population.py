@@ -52,12 +52,18 @@ POPULATION_CONFIGS = {
 }  # fmt: skip
 
 
-def _story_windows(cfg: dict):
-    from tl_leadterms import make_windows
+def _story_tokenizer(cfg: dict):
     from tl_leadterms.data import generate_stories, train_word_tokenizer
 
+    return train_word_tokenizer(generate_stories(cfg["stories"], seed=28), cfg["vocab"])
+
+
+def _story_windows(cfg: dict):
+    from tl_leadterms import make_windows
+    from tl_leadterms.data import generate_stories
+
     stories = generate_stories(cfg["stories"], seed=28)
-    tokenizer = train_word_tokenizer(stories, cfg["vocab"])
+    tokenizer = _story_tokenizer(cfg)
     return make_windows(stories, n_ctx=cfg["n_ctx"], tokenizer=tokenizer), len(tokenizer)
 
 
@@ -83,17 +89,108 @@ def _scores(maps: list, stats) -> torch.Tensor:
     return out
 
 
-def _trial(maps: list, windows, d_vocab: int, n_blocks: int, seed: int) -> dict:
-    blocks = block_stats(windows, d_vocab=d_vocab, blocks=n_blocks, progress=False)
-    boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=seed))
-    draws = torch.stack([_scores(maps, stats) for stats in boot.resamples()])
-    # the former draw, B blocks of B (the library draws B − 1: BlockStats.draw), for comparison
-    generator = torch.Generator().manual_seed(seed)
-    picks = [torch.randint(n_blocks, (n_blocks,), generator=generator) for _ in range(RESAMPLES)]
-    draws_b = torch.stack([_scores(maps, blocks.weighted(torch.bincount(p, minlength=n_blocks)))
-                           for p in picks])  # fmt: skip
-    return {"estimate": _scores(maps, blocks.full()), "draws": draws, "draws_b": draws_b,
-            "blocks": blocks}  # fmt: skip
+CUTS = ("windows", "documents")  # equal blocks; blocks cut where stories end (eos_id)
+KINDS = ("B", "V", "W", "P")  # the targets: B̄, B̄Φ̄ᵀ (as V scores it), Q̄, Δ
+
+
+def _targets(stats) -> list[torch.Tensor]:
+    return [t.double().flatten() for t in (stats.B_bar, stats.B_bar_Phi_bar.T, stats.Q_bar,
+                                             stats.Delta)]  # fmt: skip
+
+
+def _inflation(maps: list, kinds: list[str], full: list, jack: list, n_blocks: int):
+    """``[maps]``: the part of a resample's variance that the sample's own noise adds, written
+    from the jackknife: D_b = (B − 1)(T̂ − T̂₍₋b₎), and with the cosine's Hessian H at T̂,
+    the mean over block pairs b ≠ c of (D_bᵀ H D_c)², over B² (an estimate of tr(HΣHΣ), Σ the
+    covariance of T̂: the variance the cross term ⟨e, e*⟩ of the sample's noise e and a
+    resample's e* adds to the resamples' spread, which the sample's spread around the truth
+    does not have)."""
+    out = torch.empty(len(maps), dtype=torch.float64)
+    deviations = {}
+    for kind, t_hat in zip(KINDS, full, strict=True):
+        i = KINDS.index(kind)
+        D = torch.stack([(n_blocks - 1) * (t_hat - j[i]) for j in jack])  # [B, p]
+        deviations[kind] = (D, D @ D.T, t_hat)
+    off = ~torch.eye(n_blocks, dtype=torch.bool)
+    for m, (M, kind) in enumerate(zip(maps, kinds, strict=True)):
+        D, gram, t_hat = deviations[kind]
+        w = M.double().flatten()
+        w = w / w.norm()
+        norm = t_hat.norm()
+        u = t_hat / norm
+        c = float(w @ u)
+        a, b = D @ w, D @ u
+        h = -(torch.outer(a, b) + torch.outer(b, a) + c * (gram - 3 * torch.outer(b, b)))
+        h = h / norm**2
+        out[m] = (h[off] ** 2).mean() / n_blocks**2
+    return out
+
+
+def _target_scores(maps: list, kinds: list[str], targets: list) -> torch.Tensor:
+    """``[maps]``: each map's cosine with its target among ``targets`` (``_targets``' order)."""
+    out = torch.empty(len(maps), dtype=torch.float64)
+    for i, (M, kind) in enumerate(zip(maps, kinds, strict=True)):
+        M, target = M.double().flatten(), targets[KINDS.index(kind)]
+        out[i] = (M @ target) / (M.norm() * target.norm())
+    return out
+
+
+FIRST, SECOND = 10, 20  # the double bootstrap's draws: first-level samples, resamples of each
+
+
+def _second_level(maps: list, blocks, seed: int) -> dict:
+    """The bootstrap world's own bootstrap: ``FIRST`` resamples of the blocks (``B − 1`` of
+    ``B``), and of each, ``SECOND`` resamples of its drawn blocks (``B − 2`` of its ``B − 1``):
+    how much a resample's spread and bias differ from the spread and bias of a sample there."""
+    generator = torch.Generator().manual_seed(10_000 + seed)
+    firsts, seconds = [], []
+    n = blocks.n_blocks
+    for _ in range(FIRST):
+        w = blocks.draw(generator)
+        firsts.append(_scores(maps, blocks.weighted(w)))
+        drawn = torch.repeat_interleave(torch.arange(n), w)
+        level = []
+        for _ in range(SECOND):
+            pick = drawn[torch.randint(len(drawn), (len(drawn) - 1,), generator=generator)]
+            level.append(_scores(maps, blocks.weighted(torch.bincount(pick, minlength=n))))
+        seconds.append(torch.stack(level))
+    return {"first": torch.stack(firsts), "second": torch.stack(seconds)}
+
+
+def _trial(maps: list, windows, d_vocab: int, n_blocks: int, seed: int, eos: int,
+           population: list) -> dict:  # fmt: skip
+    """Per cut: the estimate, the resamples' scores, the noise of the targets (the sample's
+    ‖T̂ − T‖² against the truth's T, and its resamples' mean ‖T* − T̂‖²), the jackknife's
+    inflation estimate; ``blocks``: the cut at documents' BlockStats (for the printed check)."""
+    kinds = ["B"] + ["V", "W", "P"] * ((len(maps) - 1) // 3)
+    out = {}
+    for cut in CUTS:
+        blocks = block_stats(windows, d_vocab=d_vocab, blocks=n_blocks, progress=False,
+                             eos_id=eos if cut == "documents" else None)  # fmt: skip
+        full = _targets(blocks.full())
+        boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=seed))
+        draws, noise = [], torch.zeros(len(KINDS), dtype=torch.float64)
+        for stats in boot.resamples():
+            draws.append(_scores(maps, stats))
+            pairs = zip(_targets(stats), full, strict=True)
+            noise += torch.tensor([float(((t - f) ** 2).sum()) for t, f in pairs])
+        ones = torch.ones(n_blocks, dtype=torch.long)
+        jack = [_targets(blocks.weighted(ones - torch.eye(n_blocks, dtype=torch.long)[b]))
+                for b in range(n_blocks)]  # fmt: skip
+        out[cut] = {
+            "estimate": _scores(maps, blocks.full()), "draws": torch.stack(draws),
+            "noise_resamples": noise / RESAMPLES,
+            "noise_sample": torch.tensor([float(((f - t) ** 2).sum())
+                                          for f, t in zip(full, population, strict=True)]),
+            "inflation": _inflation(maps, kinds, full, jack, n_blocks),
+            "norm2": torch.tensor([float(f @ f) for f in full]),
+            "jack_scores": torch.stack([_target_scores(maps, kinds, j) for j in jack]),
+            "bounds": blocks.bounds,
+        }  # fmt: skip
+        if cut == "documents":
+            out["blocks"] = blocks
+            out[cut].update(_second_level(maps, blocks, seed))
+    return out
 
 
 def run_population(models: int, held_out: int, configs: list[str]) -> dict:
@@ -104,12 +201,14 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
     out, computed = {}, {}
     for name in configs:
         computed[name] = 0
-        cache = RESULTS / f"coverage_population_{name}_draws.pt"
+        cache = RESULTS / f"coverage_population_{name}_cuts_draws.pt"
         done = torch.load(cache) if cache.exists() else {}
         cfg = POPULATION_CONFIGS[name]
         windows, d_vocab = _story_windows(cfg)
         truth_n, n, h = cfg["truth_windows"], cfg["windows"], cfg["held_windows"]
         population = corpus_stats(windows[:truth_n], d_vocab=d_vocab, progress=False)
+        targets = _targets(population)
+        eos = _story_tokenizer(cfg).eos_token_id
         # disjoint samples after the truth's windows: each model's training sample, then its
         # held-out samples
         per_model = n + held_out * h
@@ -131,9 +230,10 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
             library = leading_cosines(model, population)
             library = torch.tensor([library[n] for n in _map_names(cfg["layers"])])
             assert torch.allclose(truth, library.double(), atol=1e-9), (truth, library)
-            trials = {"training": [_trial(maps, sample, d_vocab, cfg["blocks"], 1000 * m)]}
+            trials = {"training": [_trial(maps, sample, d_vocab, cfg["blocks"], 1000 * m, eos,
+                                          targets)]}  # fmt: skip
             trials["held_out"] = [
-                _trial(maps, part, d_vocab, cfg["held_blocks"], 1000 * m + 1 + j)
+                _trial(maps, part, d_vocab, cfg["held_blocks"], 1000 * m + 1 + j, eos, targets)
                 for j, part in enumerate(held)
             ]
             printed = {}
@@ -158,77 +258,144 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
     return out, computed
 
 
+def _deflated(draws: torch.Tensor, inflation: float) -> tuple[torch.Tensor, bool]:
+    """The draws' spread around their mean scaled by sqrt(1 − inflation / their variance)
+    (at least 1/2: an inflation estimate above the variance is noise), and whether it was."""
+    mean, var = draws.mean(), draws.var()
+    if not var > 0:
+        return draws, False
+    share = 1.0 - inflation / float(var)
+    return mean + max(share, 0.25) ** 0.5 * (draws - mean), share < 0.25
+
+
+def _covers(draws, level, estimate, truth, n_blocks) -> bool:
+    bounds = interval(
+        draws[:, None], level, DEFAULT_METHOD, torch.tensor([estimate]), blocks=n_blocks
+    )
+    lo, hi, _ = (float(x[0]) for x in bounds)
+    return lo <= truth <= hi
+
+
 def summarize_population(runs: dict, models: int, held_out: int) -> dict:
-    """Per configuration, case and weight (layers pooled): bias, corrected = 1, coverage."""
+    """Per configuration, case, cut and weight (layers pooled): bias, corrected = 1, coverage
+    (as printed; and with the resamples' spread deflated by the jackknife's inflation
+    estimate), the resamples' spread against the samples' spread, and per target the noise
+    of a resample against a sample's."""
     result = {}
     for name, per_model in runs.items():
         cfg = POPULATION_CONFIGS[name]
         names = _map_names(cfg["layers"])
-        cells = []
+        cells, noise = [], []
         for case in ("training", "held_out"):
             printed = all(all(r["printed"][case]["interval"]) for r in per_model)
             none = not any(any(r["printed"][case]["interval"]) for r in per_model)
-            for weight in ("W_O", "V", "W", "P"):
-                idx = [i for i, n in enumerate(names) if n.split(".")[0] == weight]
-                raw, corr, at_one, cover, width = [], [], [], {lv: [] for lv in LEVELS}, []
-                cover_b = {lv: [] for lv in LEVELS}
-                cover_plain = {lv: [] for lv in LEVELS}  # the same draws, not expanded
-                n_blocks = cfg["blocks" if case == "training" else "held_blocks"]
-                for r in per_model:
-                    for t in r["trials"][case]:
+            n_blocks = cfg["blocks" if case == "training" else "held_blocks"]
+            for cut in CUTS:
+                trials = [(r, t[cut]) for r in per_model for t in r["trials"][case]]
+                noise.append({"case": case, "cut": cut, **{
+                    kind: statistics.mean(float(t["noise_resamples"][i]) for _, t in trials)
+                    / statistics.mean(float(t["noise_sample"][i]) for _, t in trials)
+                    for i, kind in enumerate(KINDS)}})  # fmt: skip
+                for weight in ("W_O", "V", "W", "P"):
+                    idx = [i for i, n in enumerate(names) if n.split(".")[0] == weight]
+                    raw, corr, at_one, width, clamped = [], [], [], [], []
+                    cover = {lv: [] for lv in LEVELS}
+                    cover_deflated = {lv: [] for lv in LEVELS}
+                    cover_calibrated = {lv: [] for lv in LEVELS}
+                    sd_boot, sd_sample = [], []
+                    for r, t in trials:
                         for i in idx:
                             truth, est = float(r["truth"][i]), float(t["estimate"][i])
+                            draws = t["draws"][:, i]
+                            deflated, cut_short = _deflated(draws, float(t["inflation"][i]))
                             raw.append(est - truth)
+                            clamped.append(cut_short)
+                            sd_boot.append(float(draws.std()))
                             for level in LEVELS:
-                                lo, hi, mid = (float(x[0]) for x in interval(
-                                    t["draws"][:, i : i + 1], level, DEFAULT_METHOD,
-                                    torch.tensor([est]), blocks=n_blocks))  # fmt: skip
-                                cover[level].append(lo <= truth <= hi)
-                                lo_p, hi_p, _ = (float(x[0]) for x in interval(
-                                    t["draws"][:, i : i + 1], level, DEFAULT_METHOD,
-                                    torch.tensor([est])))  # fmt: skip
-                                cover_plain[level].append(lo_p <= truth <= hi_p)
-                                lo_b, hi_b, _ = (float(x[0]) for x in interval(
-                                    t["draws_b"][:, i : i + 1], level, DEFAULT_METHOD,
-                                    torch.tensor([est])))  # fmt: skip
-                                cover_b[level].append(lo_b <= truth <= hi_b)
-                                if level == LEVELS[0]:
-                                    corr.append(mid - truth)
-                                    at_one.append(mid >= 1.0 - 1e-12)
-                                    width.append(hi - lo)
-                cells.append({
-                    "case": case, "weight": weight, "trials": len(raw),
-                    "mean_truth": statistics.mean(float(r["truth"][i]) for r in per_model
-                                                  for i in idx),
-                    "raw_minus_truth": statistics.mean(raw),
-                    "corrected_minus_truth": statistics.mean(corr),
-                    "corrected_at_1": statistics.mean(at_one),
-                    "median_width_90": statistics.median(width),
-                    "interval_printed": printed, "no_interval_printed": none,
-                    "coverage": {str(lv): statistics.mean(cover[lv]) for lv in LEVELS},
-                    "coverage_without_expansion": {str(lv): statistics.mean(cover_plain[lv])
-                                                   for lv in LEVELS},
-                    # the former draw of B blocks of B, without the expansion either
-                    "coverage_drawing_B_blocks": {str(lv): statistics.mean(cover_b[lv])
-                                                  for lv in LEVELS},
-                    # over the samples (the layers of one sample are not independent trials)
-                    "samples": len(per_model) * len(per_model[0]["trials"][case]),
-                    "coverage_standard_error": {
-                        str(lv): math.sqrt(max(statistics.mean(cover[lv]), 1e-12)
-                                           * (1 - statistics.mean(cover[lv]))
-                                           / (len(per_model) * len(per_model[0]["trials"][case])))
-                        for lv in LEVELS},
-                })  # fmt: skip
+                                cover[level].append(_covers(draws, level, est, truth, n_blocks))
+                                cover_deflated[level].append(
+                                    _covers(deflated, level, est, truth, n_blocks)
+                                )
+                                if "second" in t:  # the library's "calibrated", its default F, S
+                                    f, size = BootstrapSpec().calibration
+                                    found = interval(
+                                        draws[:, None], level, "calibrated", torch.tensor([est]),
+                                        t["jack_scores"][:, i : i + 1], blocks=n_blocks,
+                                        second=t["second"][:f, :size, i : i + 1],
+                                    )  # fmt: skip
+                                    lo_c, hi_c, _ = (float(x[0]) for x in found)
+                                    cover_calibrated[level].append(lo_c <= truth <= hi_c)
+                            lo, hi, mid = (float(x[0]) for x in interval(
+                                draws[:, None], LEVELS[0], DEFAULT_METHOD, torch.tensor([est]),
+                                blocks=n_blocks))  # fmt: skip
+                            corr.append(mid - truth)
+                            at_one.append(mid >= 1.0 - 1e-12)
+                            width.append(hi - lo)
+                    for r in per_model:  # the spread of the estimate over a model's samples
+                        if len(r["trials"][case]) > 1:
+                            for i in idx:
+                                sd_sample.append(float(torch.tensor(
+                                    [float(t[cut]["estimate"][i]) for t in r["trials"][case]]
+                                ).std()))  # fmt: skip
+                    samples = len(trials)
+                    calibrated = None  # the documents cut has the second level
+                    if cover_calibrated[LEVELS[0]]:
+                        calibrated = {str(lv): statistics.mean(cover_calibrated[lv])
+                                      for lv in LEVELS}  # fmt: skip
+                    cells.append(
+                        {
+                            "case": case,
+                            "cut": cut,
+                            "weight": weight,
+                            "trials": len(raw),
+                            "samples": samples,
+                            "mean_truth": statistics.mean(
+                                float(r["truth"][i]) for r in per_model for i in idx
+                            ),
+                            "raw_minus_truth": statistics.mean(raw),
+                            "corrected_minus_truth": statistics.mean(corr),
+                            "corrected_at_1": statistics.mean(at_one),
+                            "median_width_90": statistics.median(width),
+                            "interval_printed": printed,
+                            "no_interval_printed": none,
+                            "coverage": {str(lv): statistics.mean(cover[lv]) for lv in LEVELS},
+                            "coverage_deflated": {
+                                str(lv): statistics.mean(cover_deflated[lv]) for lv in LEVELS
+                            },
+                            "deflation_clamped": statistics.mean(clamped),
+                            "coverage_calibrated": calibrated,
+                            "resample_sd_over_sample_sd": (
+                                statistics.mean(sd_boot) / statistics.mean(sd_sample)
+                                if sd_sample
+                                else None
+                            ),
+                            # over the samples (the layers of one sample are not independent)
+                            "coverage_standard_error": {
+                                str(lv): math.sqrt(
+                                    max(statistics.mean(cover[lv]), 1e-12)
+                                    * (1 - statistics.mean(cover[lv]))
+                                    / samples
+                                )
+                                for lv in LEVELS
+                            },
+                        }
+                    )
         result[name] = {
             "setup": {**cfg, "d_vocab": per_model[0].get("d_vocab", _story_windows(cfg)[1]),
-                      "models": models,
-                      "held_out_per_model": held_out, "resamples": RESAMPLES,
-                      "method": DEFAULT_METHOD, "expanded": True},
+                      "models": models, "held_out_per_model": held_out,
+                      "resamples": RESAMPLES, "method": DEFAULT_METHOD, "expanded": True,
+                      "cuts": list(CUTS)},
             "cells": cells,
+            # per target: a resample's mean ‖T* − T̂‖² over a sample's mean ‖T̂ − T‖²
+            "noise_ratio": noise,
             "printed": per_model[0]["printed"],
             "seconds_per_model": statistics.median(r["seconds"] for r in per_model),
         }  # fmt: skip
     return result
+
+
+def _pct(cell: dict | None, level: str) -> str:
+    return "-" if cell is None else f"{cell[level]:.0%}"
 
 
 def main_population(args) -> None:
@@ -250,19 +417,20 @@ def main_population(args) -> None:
     for name, s in summary.items():
         print(f"{name}: {s['setup']}")
         print(
-            "| case | weight | trials | raw − truth | corrected − truth | corrected = 1 "
-            "| interval printed | coverage 90% | coverage 95% | not expanded: 90% | 95% "
-            "| drawing B: 90% | 95% |"
+            "| case | cut | weight | trials | raw − truth | corrected − truth | interval "
+            "printed | coverage 90% | 95% | deflated 90% | 95% | calibrated 90% | 95% "
+            "| resample SD / sample SD |"
         )
         for c in s["cells"]:
             shown = "yes" if c["interval_printed"] else ("no" if c["no_interval_printed"]
                                                         else "mixed")  # fmt: skip
-            print(
-                f"| {c['case']} | {c['weight']} | {c['trials']} | {c['raw_minus_truth']:+.4f} "
-                f"| {c['corrected_minus_truth']:+.4f} | {c['corrected_at_1']:.0%} | {shown} "
-                f"| {c['coverage']['0.9']:.0%} | {c['coverage']['0.95']:.0%} "
-                f"| {c['coverage_without_expansion']['0.9']:.0%} "
-                f"| {c['coverage_without_expansion']['0.95']:.0%} "
-                f"| {c['coverage_drawing_B_blocks']['0.9']:.0%} "
-                f"| {c['coverage_drawing_B_blocks']['0.95']:.0%} |"
-            )
+            ratio = c["resample_sd_over_sample_sd"]
+            print(f"| {c['case']} | {c['cut']} | {c['weight']} | {c['trials']} "
+                  f"| {c['raw_minus_truth']:+.4f} | {c['corrected_minus_truth']:+.4f} | {shown} "
+                  f"| {c['coverage']['0.9']:.0%} | {c['coverage']['0.95']:.0%} "
+                  f"| {c['coverage_deflated']['0.9']:.0%} | {c['coverage_deflated']['0.95']:.0%} "
+                  f"| {_pct(c['coverage_calibrated'], '0.9')} "
+                  f"| {_pct(c['coverage_calibrated'], '0.95')} "
+                  f"| {'-' if ratio is None else f'{ratio:.2f}'} |")  # fmt: skip
+        for row in s["noise_ratio"]:
+            print("noise of a resample / of a sample:", row)

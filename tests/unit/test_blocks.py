@@ -180,3 +180,65 @@ def test_atlas_fills_interval_from_blocks(tokens):
     assert atlas.metadata["ci"]["level"] == 0.95
     plain = head_atlas(random_attn_only(V, T, seed=1), blocks.full(), null=None)
     assert all(math.isnan(r["lo"]) and math.isnan(r["corrected"]) for r in plain.rows)
+
+
+def _plain_document_cuts(windows, blocks, eos):
+    """The cuts written out: for each equal cut, the windows within half a block either way;
+    keep those that contain ``eos``; pick the one leaving the fewest tokens after its last
+    ``eos``, the nearest to the equal cut on a tie, and cut just after it."""
+    n, width = windows.shape
+    half = n // (2 * blocks)
+    edges = [0]
+    for i in range(1, blocks):
+        equal = round(i * n / blocks)
+        best = None
+        for cut in range(max(edges[-1] + 1, equal - half), min(n - (blocks - i), equal + half) + 1):
+            row = windows[cut - 1].tolist()
+            if eos in row:
+                last = width - 1 - row[::-1].index(eos)
+                key = (width - 1 - last, abs(cut - equal))
+                best = min(best, (key, cut)) if best else (key, cut)
+        edges.append(best[1] if best else equal)
+    edges.append(n)
+    return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
+
+
+def test_blocks_are_cut_where_documents_end():
+    g = torch.Generator().manual_seed(4)
+    windows = torch.randint(2, 12, (90, 7), generator=g)
+    ends = torch.randint(0, 90 * 7, (14,), generator=g)
+    windows.view(-1)[ends] = 1  # ends of documents at random places
+    blocks = block_stats(windows, d_vocab=12, blocks=6, eos_id=1, progress=False)
+    assert blocks.bounds == _plain_document_cuts(windows, 6, 1)
+    assert blocks.bounds != block_stats(windows, d_vocab=12, blocks=6, progress=False).bounds
+    assert blocks.metadata["block_cuts"] == "documents (eos_id 1)"
+    want = corpus_stats(windows, d_vocab=12, progress=False)  # any cut: the same whole
+    for name in MATRICES:
+        assert torch.allclose(getattr(blocks.full(), name), getattr(want, name), atol=1e-12), name
+
+
+def test_document_cuts_of_a_tokenizers_eos_and_equal_cuts_without_one():
+    from tl_leadterms.data import generate_stories, train_word_tokenizer
+
+    tokenizer = train_word_tokenizer(generate_stories(20, seed=0), 40)
+    eos, d_vocab = tokenizer.eos_token_id, len(tokenizer)
+    g = torch.Generator().manual_seed(5)
+    windows = torch.randint(eos + 1, d_vocab, (60, 7), generator=g)
+    windows[[13, 31, 47], 6] = eos  # documents end at the ends of three windows
+    cut = block_stats(windows, d_vocab=d_vocab, blocks=4, tokenizer=tokenizer, eos_id=eos,
+                      progress=False)  # fmt: skip
+    assert cut.bounds == [(0, 14), (14, 32), (32, 48), (48, 60)]
+    assert cut.metadata["block_cuts"] == f"documents (eos_id {eos})"
+    equal = block_stats(windows, d_vocab=d_vocab, blocks=4, tokenizer=tokenizer, progress=False)
+    assert equal.bounds == [(0, 15), (15, 30), (30, 45), (45, 60)]
+    assert equal.metadata["block_cuts"] == "windows"
+    no_end = block_stats(windows.clamp(min=eos + 1), d_vocab=d_vocab, blocks=4, eos_id=eos,
+                         progress=False)  # fmt: skip
+    assert no_end.bounds == equal.bounds  # no end of document within reach: equal cuts
+
+
+@pytest.mark.parametrize("bad", [12, -1, True])
+def test_an_eos_id_outside_the_vocabulary_is_refused(bad):
+    windows = torch.randint(0, 12, (30, 5), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(LeadTermsError, match=rf"eos_id={bad!r} is not a token id"):
+        block_stats(windows, d_vocab=12, blocks=3, eos_id=bad, progress=False)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from tl_leadterms import block_stats, corpus_stats, decompose, paper_model, train
+from tl_leadterms import LeadTermsError, block_stats, corpus_stats, decompose, paper_model, train
 from tl_leadterms.analyses.decompose.compute import leading_cosines
 from tl_leadterms.report.findings import findings
 from tl_leadterms.results.bootstrap import (
@@ -43,12 +43,14 @@ def test_every_method_keeps_the_rules(method):
     for i, (estimate, centre, spread) in enumerate(cases):
         draws = _draws(i, centre, spread)
         jack = _draws(10 + i, estimate, spread / 3, n=8)
-        found = interval(draws, 0.95, method, _f64([estimate]), jack)
+        second = _draws(20 + i, centre, spread, n=24).reshape(4, 6, 1)
+        found = interval(draws, 0.95, method, _f64([estimate]), jack, second=second)
         lo, hi, mid = (float(x[0]) for x in found)
         assert -1.0 <= lo <= mid <= hi <= 1.0, (method, estimate, lo, mid, hi)
         if method != "basic":  # the raw basic interval is clipped at 1: width 0 near 1
             assert hi > lo, (method, estimate, lo, hi)
-    nan = interval(torch.full((5, 1), math.nan), 0.9, method, _f64([0.5]))
+    nan = interval(torch.full((5, 1), math.nan), 0.9, method, _f64([0.5]),
+                   torch.full((3, 1), 0.5), second=torch.full((2, 2, 1), 0.5))  # fmt: skip
     assert all(math.isnan(float(x[0])) for x in nan)
 
 
@@ -76,6 +78,80 @@ def test_shifted_against_a_plain_reference():
         got = [float(x[0]) for x in interval(_draws(7, centre, spread), 0.9, "shifted",
                                              _f64([estimate]))]  # fmt: skip
         assert got == pytest.approx(want, abs=1e-12), estimate
+
+
+def test_calibrated_against_a_plain_reference():
+    """``"calibrated"``: the draws' spread about their mean scaled by sqrt(var₁/var₂) (the
+    second level's mean variance over the draws', within [1/4, 4]), moved so that the shifted
+    interval is centred on the jackknife's bias-corrected estimate; written out with numpy."""
+    from scipy import stats
+
+    for seed, (estimate, centre, spread, wider) in enumerate(
+        [(0.95, 0.94, 0.01, 1.8), (0.5, 0.45, 0.05, 0.7), (0.9, 0.88, 0.02, 9.0)]
+    ):
+        draws = _draws(seed, centre, spread)
+        jack = _draws(30 + seed, estimate - 0.002, spread / 4, n=10)
+        second = _draws(60 + seed, centre, spread * math.sqrt(wider), n=36).reshape(6, 6, 1)
+        d, j, s2 = draws[:, 0].numpy(), jack[:, 0].numpy(), second[:, :, 0].numpy()
+        bias = (len(j) - 1) * (j.mean() - estimate)
+        ratio = min(max(s2.var(axis=1, ddof=1).mean() / d.var(ddof=1), 0.25), 4.0)
+        moved = d.mean() + (d - d.mean()) / math.sqrt(ratio)
+        moved = moved - (np.quantile(moved, 0.5) - estimate - bias)
+        f = stats.t.ppf(0.95, 9) / stats.norm.ppf(0.95)
+        q_lo, q_mid, q_hi = np.quantile(moved, [0.05, 0.5, 0.95])
+        mid = 2 * estimate - q_mid
+        lo, hi = mid - f * (q_hi - q_mid), mid + f * (q_mid - q_lo)  # reflected, then widened
+        assert mid == pytest.approx(estimate - bias, abs=1e-12)
+        got = interval(draws, 0.9, "calibrated", _f64([estimate]), jack, blocks=10,
+                       second=second)  # fmt: skip
+        assert [float(x[0]) for x in got] == pytest.approx([lo, hi, mid], abs=1e-12)
+    with pytest.raises(LeadTermsError, match="needs the leave-one-block-out scores"):
+        interval(draws, 0.9, "calibrated", _f64([estimate]), jack)
+
+
+def test_calibrated_draws_a_second_level_from_each_first_draw():
+    """The weights of ``"calibrated"``: the R draws of ``"shifted"``, the B leave-one-outs,
+    then for each of the first F draws S draws of one block fewer from the blocks it drew."""
+    windows = torch.randint(0, 6, (40, 5), generator=torch.Generator().manual_seed(0))
+    blocks = block_stats(windows, d_vocab=6, blocks=5, progress=False)
+    spec = BootstrapSpec(12, seed=3, method="calibrated", calibration=(4, 3))
+    weights = Bootstrap(blocks, 0.9, spec).weights()
+    plain = Bootstrap(blocks, 0.9, BootstrapSpec(12, seed=3)).weights()
+    assert len(weights) == 12 + 5 + 4 * 3
+    assert all(torch.equal(a, b) for a, b in zip(weights[:12], plain, strict=True))
+    assert [w.tolist() for w in weights[12:17]] == [[0 if c == b else 1 for c in range(5)]
+                                                    for b in range(5)]  # fmt: skip
+    for f in range(4):
+        for w in weights[17 + 3 * f : 17 + 3 * (f + 1)]:
+            assert int(w.sum()) == int(weights[f].sum()) - 1 == 3
+            assert bool((w[weights[f] == 0] == 0).all())  # only blocks the first draw drew
+    with pytest.raises(LeadTermsError, match="resamples the first 13 of 12"):
+        BootstrapSpec.of(BootstrapSpec(12, method="calibrated", calibration=(13, 3)))
+
+
+def test_decompose_calibrated_rows_are_the_interval_of_plain_scores(one_numba_thread):
+    """``decompose(ci=, bootstrap=BootstrapSpec(method="calibrated"))``: each row's interval is
+    ``interval(..., "calibrated")`` of the scores computed plainly on every weighting."""
+    tokens = _chain(_transition(), 120, 1)
+    model = paper_model(d_vocab=K, n_ctx=T, n_layers=1, dtype=torch.float64)
+    train(model, tokens, lr=0.5, steps=6, progress=False)
+    blocks = block_stats(_chain(_transition(), 120, 2), d_vocab=K, blocks=6, progress=False)
+    spec = BootstrapSpec(10, seed=2, method="calibrated", calibration=(3, 4))
+    d = decompose(model, blocks, ci=0.9, bootstrap=spec, progress=False)
+    assert d.metadata["ci"]["method"] == "calibrated"
+    assert d.metadata["ci"]["calibration"] == [3, 4]
+    boot = Bootstrap(blocks, 0.9, BootstrapSpec.of(spec))
+    scores = torch.stack([torch.tensor(list(leading_cosines(model, blocks.weighted(w)).values()))
+                          for w in boot.weights()]).double()  # fmt: skip
+    estimate = torch.tensor(list(leading_cosines(model, blocks.full()).values())).double()
+    draws, jack, second = scores[:10], scores[10:16], scores[16:].reshape(3, 4, -1)
+    lo, hi, mid = interval(draws, 0.9, "calibrated", estimate, jack, blocks=6, second=second)
+    names = list(leading_cosines(model, blocks.full()))
+    for r in d.rows:
+        i = names.index(r["weight"] if r["weight"] == "W_O" else f"{r['weight']}.{r['layer']}")
+        assert (r["lo"], r["hi"], r["corrected"]) == pytest.approx(
+            (float(lo[i]), float(hi[i]), float(mid[i])), abs=1e-6
+        )  # decompose's float32 maps
 
 
 def test_expansion_against_student_t():

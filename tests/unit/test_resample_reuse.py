@@ -37,9 +37,9 @@ def plain_resample(blocks, seed, r):
 def test_later_readings_are_the_kept_pass_two_and_they_are_the_drawn_windows(blocks):
     boot = Bootstrap(blocks, 0.9, BootstrapSpec(resamples=4, seed=3))
     once = list(boot.resamples())
-    assert bs._RESAMPLES[blocks] == {(3, 4, False, True): None}  # asked once: nothing kept
+    assert bs._RESAMPLES[blocks] == {(3, 4, (), True): None}  # asked once: nothing kept
     first = list(boot.resamples())  # asked again: kept this time
-    assert [q is f.Q_bar for (q, _), f in zip(bs._RESAMPLES[blocks][(3, 4, False, True)],
+    assert [q is f.Q_bar for (q, _), f in zip(bs._RESAMPLES[blocks][(3, 4, (), True)],
                                                first, strict=True)] == [True] * 4  # fmt: skip
     other_method = Bootstrap(blocks, 0.8, BootstrapSpec(resamples=4, seed=3, method="percentile"))
     again = list(other_method.resamples())  # the same draws: read, not recomputed
@@ -74,7 +74,7 @@ def test_nothing_is_kept_when_cut_short_or_too_big(blocks, monkeypatch):
     first = list(boot.resamples())
     again = list(boot.resamples())
     third = list(boot.resamples())
-    assert bs._RESAMPLES[blocks] == {(1, 3, False, True): None}  # too big: recomputed each time
+    assert bs._RESAMPLES[blocks] == {(1, 3, (), True): None}  # too big: recomputed each time
     for r, (a, b, c) in enumerate(zip(first, again, third, strict=True)):
         assert a.Q_bar is not b.Q_bar and b.Q_bar is not c.Q_bar and torch.equal(a.Q_bar, c.Q_bar)
         plain = plain_resample(blocks, 1, r)

@@ -89,7 +89,7 @@ from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.threads import one_thread
 
 #: the interval methods (see the module docstring); the first is the default
-METHODS = ("shifted", "atanh", "log1m", "angle", "bca", "percentile", "basic")
+METHODS = ("shifted", "calibrated", "atanh", "log1m", "angle", "bca", "percentile", "basic")
 DEFAULT_METHOD = METHODS[0]
 #: the columns ``ci=`` adds to a row
 CI_COLUMNS = ("lo", "hi", "corrected", "ci_level")
@@ -119,13 +119,16 @@ class BootstrapSpec:
     :data:`METHODS` (default ``"shifted"``, see the module docstring); ``exact`` (default True):
     each resample's pass two with its own Ḡ, ``False`` for the first-order shortcut; ``expand``
     (default True): each side of the interval widened by ``t_{B−1}/z`` for ``B`` blocks (the
-    small-sample expansion of the module docstring; not for ``"bca"``)."""
+    small-sample expansion of the module docstring; not for ``"bca"``); ``calibration``
+    (``"calibrated"`` only): ``(F, S)``, the bootstrap's own bootstrap of ``S`` resamples of
+    each of the first ``F`` resamples (``F ≤ resamples``)."""
 
     resamples: int = 50
     seed: int = 0
     method: str = DEFAULT_METHOD
     exact: bool = True
     expand: bool = True
+    calibration: tuple[int, int] = (6, 12)
 
     @classmethod
     def of(cls, bootstrap: Any) -> "BootstrapSpec":
@@ -143,7 +146,19 @@ class BootstrapSpec:
         check_choice("bootstrap method", spec.method, METHODS)
         check_bool("bootstrap exact", spec.exact)
         check_bool("bootstrap expand", spec.expand)
+        first, _ = _pair("bootstrap calibration", spec.calibration)
+        if spec.method == "calibrated" and first > spec.resamples:
+            raise LeadTermsError(
+                f"bootstrap calibration {spec.calibration!r} resamples the first {first} of "
+                f"{spec.resamples} resamples; give at most {spec.resamples}, or more resamples."
+            )
         return spec
+
+
+def _pair(name: str, value: Any) -> tuple[int, int]:
+    if not (isinstance(value, tuple) and len(value) == 2):
+        raise LeadTermsError(f"{name} must be a pair (F, S) of counts >= 2, got {value!r}")
+    return check_count(name, value[0], minimum=2), check_count(name, value[1], minimum=2)
 
 
 # per BlockStats, per (BootstrapSpec, exact): what analyses computed from its resamples
@@ -168,17 +183,39 @@ class Bootstrap:
         """Whether the resamples' pass two is exact (asked for and the blocks have windows)."""
         return self.spec.exact and self.blocks.exact
 
+    @property
+    def _extras(self) -> tuple:
+        """What the method resamples beyond the ``R`` draws: the leave-one-block-out
+        weightings (``"bca"``, ``"calibrated"``) and the second level (``"calibrated"``)."""
+        if self.spec.method == "bca":
+            return ("leave-one-out",)
+        if self.spec.method == "calibrated":
+            return ("leave-one-out", self.spec.calibration)
+        return ()
+
     def weights(self) -> list[Tensor]:
         """The block multiplicities ``[B]`` of every resample, in order: the ``R`` seeded draws
-        (:meth:`~tl_leadterms.stats.blocks.BlockStats.draw`), then for ``"bca"`` the ``B``
-        leave-one-block-out weightings."""
+        (:meth:`~tl_leadterms.stats.blocks.BlockStats.draw`), then for ``"bca"`` and
+        ``"calibrated"`` the ``B`` leave-one-block-out weightings, then for ``"calibrated"``
+        the second level: for each of the first ``F`` draws, ``S`` draws of one block fewer
+        from the blocks it drew (with their multiplicities), as the first level draws
+        ``B − 1`` of ``B``."""
         generator = torch.Generator().manual_seed(self.spec.seed)
         out = [self.blocks.draw(generator) for _ in range(self.spec.resamples)]
-        if self.spec.method == "bca":
-            for b in range(self.blocks.n_blocks):
-                weights = torch.ones(self.blocks.n_blocks, dtype=torch.long)
+        n = self.blocks.n_blocks
+        if self._extras:
+            for b in range(n):
+                weights = torch.ones(n, dtype=torch.long)
                 weights[b] = 0
                 out.append(weights)
+        if self.spec.method == "calibrated":
+            first, second = self.spec.calibration
+            for w in out[:first]:
+                drawn = torch.repeat_interleave(torch.arange(n), w)
+                size = max(1, len(drawn) - 1)
+                for _ in range(second):
+                    picks = drawn[torch.randint(len(drawn), (size,), generator=generator)]
+                    out.append(torch.bincount(picks, minlength=n))
         return out
 
     def resamples(self) -> Iterator[CorpusStats]:
@@ -198,7 +235,7 @@ class Bootstrap:
         an analysis run once on its blocks, the usual case, would pay for nothing; and pass
         one's ``[k, k]`` tables are never kept, since keeping them costs about what summing
         them again does (``benchmarks/bench_null_boot.py``)."""
-        key = (self.spec.seed, self.spec.resamples, self.spec.method == "bca", self.exact)
+        key = (self.spec.seed, self.spec.resamples, self._extras, self.exact)
         kept = _RESAMPLES.setdefault(self.blocks, {})
         weights = self.weights()
         with one_thread():
@@ -229,17 +266,27 @@ class Bootstrap:
         per_blocks = _MEMOS.setdefault(self.blocks, {})
         return per_blocks.setdefault((self.spec, self.exact), {})
 
-    def split(self, draws: Tensor) -> tuple[Tensor, Tensor | None]:
-        """``(resample scores [R, n], leave-one-out scores [B, n] or None)`` of ``draws``."""
-        R = self.spec.resamples
-        return draws[:R], (draws[R:] if self.spec.method == "bca" else None)
+    def split(self, draws: Tensor) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``(resample scores [R, n], leave-one-out scores [B, n] or None, second-level
+        scores [F, S, n] or None)`` of ``draws`` (in the order of :meth:`weights`)."""
+        R, B = self.spec.resamples, self.blocks.n_blocks
+        jackknife = draws[R : R + B] if self._extras else None
+        second = None
+        if self.spec.method == "calibrated":
+            first, size = self.spec.calibration
+            second = draws[R + B :].reshape(first, size, *draws.shape[1:])
+        return draws[:R], jackknife, second
 
     def metadata(self) -> dict[str, Any]:
         pass_two = ("exact: each resample's own G_bar" if self.exact
                     else "block sums with the full-corpus G_bar (first order)")  # fmt: skip
-        return {"level": self.level, "resamples": self.spec.resamples, "seed": self.spec.seed,
-                "blocks": self.blocks.n_blocks, "method": self.spec.method,
-                "expanded": self.expanded_by, "pass_two": pass_two}  # fmt: skip
+        out = {"level": self.level, "resamples": self.spec.resamples, "seed": self.spec.seed,
+               "blocks": self.blocks.n_blocks, "method": self.spec.method,
+               "expanded": self.expanded_by, "pass_two": pass_two}  # fmt: skip
+        if self.spec.method == "calibrated":
+            out["calibration"] = list(self.spec.calibration)
+            out["block_cuts"] = self.blocks.metadata.get("block_cuts", "windows")
+        return out
 
     @property
     def expanded_by(self) -> int | None:
@@ -370,6 +417,28 @@ def _shifted(draws: Tensor, q: Tensor, estimate: Tensor,
     return lo, hi, torch.minimum(torch.maximum(mid, lo), hi)  # the estimate stays at the edge
 
 
+def _calibrated(draws: Tensor, estimate: Tensor, jackknife: Tensor | None,
+                second: Tensor | None) -> Tensor:  # fmt: skip
+    """The draws of ``"calibrated"``: their spread about their mean scaled by
+    ``sqrt(var₁/var₂)`` (``var₁`` the draws' variance, ``var₂`` the mean variance of the
+    second level's resamples about each first-level draw; the ratio kept within [1/4, 4]),
+    then moved so that their median is ``estimate + bias``, ``bias = (B − 1)(mean of the
+    leave-one-block-out scores − estimate)`` (the jackknife's), which puts the shifted
+    interval's ``corrected`` at ``estimate − bias``."""
+    if jackknife is None or second is None:
+        raise LeadTermsError(
+            "interval method 'calibrated' needs the leave-one-block-out scores (jackknife=) "
+            "and the second level's scores (second=, [F, S, n]) of Bootstrap.split"
+        )
+    blocks = jackknife.shape[0]
+    bias = (blocks - 1) * (jackknife.double().mean(0) - estimate)
+    var1, var2 = draws.var(0), second.double().var(1).mean(0)
+    ratio = torch.where(var1 > 0, var2 / var1.clamp(min=1e-300), torch.ones_like(var1))
+    mean = draws.mean(0)
+    out = mean + ratio.clamp(0.25, 4.0).rsqrt() * (draws - mean)
+    return out - (torch.quantile(out, 0.5, dim=0) - estimate - bias)
+
+
 def interval(
     draws: Tensor,
     level: float,
@@ -378,10 +447,12 @@ def interval(
     jackknife: Tensor | None = None,
     *,
     blocks: int | None = None,
+    second: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(lo, hi, corrected)`` per column of the resample scores ``draws`` ``[R, n]`` (NaN where
     a draw or the estimate is NaN); ``estimate`` ``[n]`` is the full-corpus score (all methods
-    but ``"percentile"``), ``jackknife`` ``[B, n]`` the leave-one-block-out scores (``"bca"``).
+    but ``"percentile"``), ``jackknife`` ``[B, n]`` the leave-one-block-out scores (``"bca"``,
+    ``"calibrated"``), ``second`` ``[F, S, n]`` the second level's scores (``"calibrated"``).
 
     ``blocks``: the number of blocks the resamples drew from; each side of the interval is then
     widened about ``corrected`` by :func:`expansion` (on the method's scale, before the interval
@@ -405,6 +476,10 @@ def interval(
         lo, hi, mid = _bca(draws, level, estimate, jackknife)
     elif method == "shifted":
         lo, hi, mid = _shifted(draws, q, estimate, factor)
+    elif method == "calibrated":
+        moved = _calibrated(draws, estimate, jackknife, second)
+        nan |= torch.isnan(moved).any(0)
+        lo, hi, mid = _shifted(moved, q, estimate, factor)
     else:
         z_hat = _to_scale(estimate, method)
         bounds = 2 * z_hat - torch.quantile(_to_scale(draws, method), q, dim=0)
@@ -420,9 +495,9 @@ def add_interval(rows: list[dict], draws: Tensor, boot: Bootstrap, key: str) -> 
     """Write ``lo``/``hi``/``corrected``/``ci_level`` into ``rows`` from ``draws`` (the scores
     of :meth:`Bootstrap.resamples`, ``[R (+ B), len(rows)]``) around each ``row[key]``."""
     estimate = torch.tensor([float(r[key]) for r in rows], dtype=torch.float64)
-    resampled, jackknife = boot.split(draws)
+    resampled, jackknife, second = boot.split(draws)
     lo, hi, mid = interval(resampled, boot.level, boot.spec.method, estimate, jackknife,
-                           blocks=boot.expanded_by)  # fmt: skip
+                           blocks=boot.expanded_by, second=second)  # fmt: skip
     for row, a, b, c in zip(rows, lo.tolist(), hi.tolist(), mid.tolist(), strict=True):
         row.update({"lo": a, "hi": b, "corrected": c, "ci_level": boot.level})
 

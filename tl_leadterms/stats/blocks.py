@@ -333,6 +333,59 @@ def _block_bounds(n: int, blocks: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(edges))
 
 
+#: a window with no end of document in it: never a clean place to cut after
+_NO_END = 1 << 30
+
+
+def _tails(source, eos_id: int) -> Tensor:
+    """``[n]``: per window, how many of its tokens follow its last ``eos_id`` (those tokens
+    begin the document that the next window continues); ``_NO_END`` for a window without one."""
+    out = []
+    for batch in source:
+        ends = torch.as_tensor(batch) == eos_id
+        width = ends.shape[1]
+        last = width - 1 - ends.flip(1).to(torch.int8).argmax(1)  # the last eos (if any)
+        out.append(torch.where(ends.any(1), width - 1 - last, _NO_END).cpu())
+    return torch.cat(out)
+
+
+def _document_bounds(tails: Tensor, blocks: int) -> list[tuple[int, int]]:
+    """Block bounds cut where documents end: each of the equal cuts is moved, within half a
+    block either way, to just after the window whose tail holds the fewest tokens of the next
+    document (0: the window ends with the end of a document, a clean cut), the nearest such
+    window on a tie; a cut with no end of document within reach stays where it was."""
+    n = tails.shape[0]
+    half = n // (2 * blocks)
+    edges = [0]
+    for i in range(1, blocks):
+        equal = round(i * n / blocks)
+        lo = max(edges[-1] + 1, equal - half)
+        hi = min(n - (blocks - i), equal + half)
+        cuts = torch.arange(lo, hi + 1)
+        tail = tails[cuts - 1]
+        if bool((tail < _NO_END).any()):
+            distance = (cuts - equal).abs()
+            score = tail * (2 * half + 2) + distance  # the tail first, then the distance
+            edges.append(int(cuts[int(score.argmin())]))
+        else:
+            edges.append(min(max(equal, lo), hi))
+    edges.append(n)
+    return list(itertools.pairwise(edges))
+
+
+def _eos(eos_id: Any, d_vocab: int) -> int | None:
+    """The end-of-document id the blocks are cut at (None: equal blocks), checked."""
+    if eos_id is None:
+        return None
+    if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 0 <= eos_id < d_vocab:
+        raise LeadTermsError(
+            f"eos_id={eos_id!r} is not a token id of this corpus (0 <= id < {d_vocab}); pass the "
+            "id that ends each document in the windows (e.g. tokenizer.eos_token_id), or None "
+            "for equal blocks."
+        )
+    return eos_id
+
+
 def _split(batch: Tensor, start: int, bounds: list[tuple[int, int]]):
     """``(block, rows)`` pieces of a batch whose first window is window ``start``."""
     stop = start + batch.shape[0]
@@ -375,6 +428,7 @@ def block_stats(
     q_targets: QTargets = "centred",
     last_target: LastTarget = "data",
     tokenizer: Any = None,
+    eos_id: int | None = None,
     progress: bool = True,
 ) -> BlockStats:
     """Corpus statistics kept per contiguous block of windows (see the module docstring).
@@ -386,6 +440,18 @@ def block_stats(
         blocks: the number ``B`` of contiguous blocks of windows (about equal sizes, at least
             2 and at most the number of windows). Blocks should be long enough that windows in
             different blocks are roughly independent (e.g. whole documents per block).
+        eos_id: the token that ends each document, as :func:`~tl_leadterms.make_windows`
+            writes it (e.g. ``tokenizer.eos_token_id``; default None: equal blocks). Each cut
+            between blocks is then moved, within half a block, to where a document ends (just
+            after the window whose last end of document leaves the fewest tokens of the next
+            one), so that as little of a document as the windows allow lies in two blocks. A
+            document split between neighbours makes them dependent, and the bootstrap then
+            underestimates the sampling noise: on the embedded stories (about 11 windows each)
+            in blocks of 10 windows, a resample's ‖B̄* − B̄‖² was 0.80 of a sample's ‖B̄ − B̄_true‖²
+            with equal blocks and 0.90 with cuts at document ends (``bench_coverage.py --part
+            population``). The default interval method is calibrated on equal blocks: with
+            document cuts its intervals are wider (``docs/guides/intervals.md``).
+            ``metadata["block_cuts"]`` records which cut was made.
     """
     if positive_int("blocks", blocks) < 2:
         raise LeadTermsError(f"blocks must be at least 2 for a bootstrap, got {blocks}")
@@ -403,7 +469,9 @@ def block_stats(
         raise LeadTermsError(
             f"blocks={blocks} is more than the corpus' {n} windows; use at most {n} blocks."
         )
-    bounds = _block_bounds(n, blocks)
+    eos = _eos(eos_id, source.d_vocab)
+    bounds = _block_bounds(n, blocks) if eos is None else _document_bounds(_tails(source, eos),
+                                                                          blocks)  # fmt: skip
 
     def context() -> ContextAccumulator:
         return ContextAccumulator(kept, backend=backend, last_target=last_target)
@@ -430,6 +498,7 @@ def block_stats(
         "dtype": str(dtype).removeprefix("torch."), "backend": firsts[0].backend,
         "q_targets": q_targets, "last_target": last_target, "blocks": blocks,
         "windows_fingerprint": digest.hexdigest(), **tokenizer_provenance(tokenizer),
+        "block_cuts": "windows" if eos is None else f"documents (eos_id {eos})",
     }  # fmt: skip
     return BlockStats(counts, [q for q, _ in results], [d for _, d in results], bounds, kept,
                       G_bar, metadata, tokenizer, windows)  # fmt: skip
