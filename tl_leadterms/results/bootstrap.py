@@ -32,6 +32,17 @@ the resamples' scores ``s*``):
   resample's noise lowers the score by about the amount the sample's noise lowered the truth,
   so the correction is additive on this scale; the boundary is met by moving the interval,
   not by clipping it to nothing;
+* ``"calibrated"``: ``"shifted"`` of the scores moved and rescaled, for samples whose own
+  noise is large: ``corrected`` is the jackknife's bias-corrected estimate (from the ``B``
+  leave-one-block-out scores), and the resamples' spread is scaled by ``sqrt(var₁/var₂)``,
+  their variance over the mean variance of a second level of resamples (``S`` resamples of
+  each of the first ``F``, one block fewer from the blocks it drew:
+  ``BootstrapSpec(calibration=(F, S))``, default (6, 12)), since the sample's noise at the
+  centre of the resamples widens their spread beyond the sample's own. ``B + F·S`` more
+  evaluations. On held-out samples as small as the training sample it put 7 of 8 cells of
+  the population benchmark within 3 points of nominal (``"shifted"``: 5); where the spread
+  is nearly right already (the demo's held-out sample, 16 times the training one) it
+  over-corrects (4 of 8, ``"shifted"``: 6);
 * ``"atanh"``, ``"log1m"``, ``"angle"``: the basic bootstrap on ``atanh(s)``, on ``log(1 − s)``
   and on the angle ``arccos s`` (mapped back; the angle is clipped at 0);
 * ``"bca"``: bias-corrected and accelerated percentiles (bias ``z0`` from the share of
