@@ -140,6 +140,7 @@ def test_decompose_calibrated_rows_are_the_interval_of_plain_scores(one_numba_th
     d = decompose(model, blocks, ci=0.9, bootstrap=spec, progress=False)
     assert d.metadata["ci"]["method"] == "calibrated"
     assert d.metadata["ci"]["calibration"] == [3, 4]
+    assert d.metadata["ci"]["block_cuts"] == "windows"  # equal blocks: no eos_id was given
     boot = Bootstrap(blocks, 0.9, BootstrapSpec.of(spec))
     scores = torch.stack([torch.tensor(list(leading_cosines(model, blocks.weighted(w)).values()))
                           for w in boot.weights()]).double()  # fmt: skip

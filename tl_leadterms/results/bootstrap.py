@@ -293,10 +293,10 @@ class Bootstrap:
                     else "block sums with the full-corpus G_bar (first order)")  # fmt: skip
         out = {"level": self.level, "resamples": self.spec.resamples, "seed": self.spec.seed,
                "blocks": self.blocks.n_blocks, "method": self.spec.method,
-               "expanded": self.expanded_by, "pass_two": pass_two}  # fmt: skip
+               "expanded": self.expanded_by, "pass_two": pass_two,
+               "block_cuts": self.blocks.metadata.get("block_cuts", "windows")}  # fmt: skip
         if self.spec.method == "calibrated":
             out["calibration"] = list(self.spec.calibration)
-            out["block_cuts"] = self.blocks.metadata.get("block_cuts", "windows")
         return out
 
     @property
