@@ -351,6 +351,14 @@ def test_block_statistics_give_sweep_intervals(series, tmp_path, capsys):
     assert main([*args, "--blocks", "4", "--only", "B_bar"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--blocks 4 cannot be combined with --only" in err and "\n" not in err
+    cut = tmp_path / "cut.safetensors"
+    assert main([*args[:3], str(cut), *args[4:], "--blocks", "4", "--eos-id", "0", "--quiet"]) == 0
+    assert BlockStats.load(cut).metadata["block_cuts"] == "documents (eos_id 0)"
+    assert main([*args, "--eos-id", "0"]) == 2  # no blocks to cut
+    assert "--eos-id 0 cuts blocks of windows" in capsys.readouterr().err
+    assert main([*args, "--blocks", "4", "--eos-id", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "--eos-id -1 is not a token id" in err and "no --eos-id" in err and "eos_id=" not in err
     sweep_args = ["sweep", str(series["dir"]), str(path), "--steps", "0", "2", "--ci", "0.9",
                   "--null", "5", "--out", str(table), "--quiet"]  # fmt: skip
     assert main(sweep_args) == 0

@@ -217,6 +217,7 @@ def _compute(windows, d_vocab: int, tokenizer, args: argparse.Namespace):
         vocab=args.keep,
         tokenizer=tokenizer,
         dtype=getattr(torch, args.dtype),
+        eos_id=args.eos_id,
         progress=not args.quiet,
     )
 
@@ -228,6 +229,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
     check_output(args.save_tokenizer, "--save-tokenizer", folder=True)
     if args.blocks is not None:
         _check_blocks(args)
+    elif args.eos_id is not None:
+        raise LeadTermsError(
+            f"--eos-id {args.eos_id} cuts blocks of windows where documents end; it needs "
+            "--blocks B (plain statistics have no blocks)"
+        )
     if getattr(args, "ray", None) is not None:
         return stats_on_ray(args)
     kind, data = read_inputs(args)
@@ -331,6 +337,13 @@ def add_parser(sub) -> None:
         metavar="B",
         help="keep the statistics of B contiguous blocks of windows (for sweep --ci bootstrap "
         "intervals; every command reads such a file, the others as the whole corpus)",
+    )
+    stats.add_argument(
+        "--eos-id",
+        type=int,
+        metavar="ID",
+        help="with --blocks: cut the blocks where documents end, ID being the token that ends "
+        "each document (e.g. the tokenizer's end-of-text id); default: equal blocks",
     )
     stats.add_argument("--text-column", default="text", help="text column of a dataset")
     stats.add_argument("--split", default="train", help="split of a dataset")

@@ -379,9 +379,9 @@ def _eos(eos_id: Any, d_vocab: int) -> int | None:
         return None
     if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 0 <= eos_id < d_vocab:
         raise LeadTermsError(
-            f"eos_id={eos_id!r} is not a token id of this corpus (0 <= id < {d_vocab}); pass the "
-            "id that ends each document in the windows (e.g. tokenizer.eos_token_id), or None "
-            "for equal blocks."
+            f"⟦eos_id=|--eos-id ⟧{eos_id!r} is not a token id of this corpus (0 <= id < "
+            f"{d_vocab}); pass the id that ends each document in the windows (e.g. the "
+            "tokenizer's eos_token_id), or ⟦None|no --eos-id⟧ for equal blocks."
         )
     return eos_id
 
