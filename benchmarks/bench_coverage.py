@@ -16,7 +16,9 @@ committed); rerunning skips them. Run it niced: ``nice python benchmarks/bench_c
 (``--reps 3`` for a quick look).
 
 ``--part population`` (issue 28): the two cases of where statistics come from, on the
-library's own generator; :mod:`benchmarks.coverage_population` says how.
+library's own generator; :mod:`benchmarks.coverage_population` says how. ``--part real``:
+the real-size model of ``bench_real_sizes.py`` against held-out samples
+(:mod:`benchmarks.coverage_real`).
 """
 
 import argparse
@@ -260,10 +262,12 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "coverage.json"))
     parser.add_argument(
         "--part",
-        choices=("chain", "population"),
+        choices=("chain", "population", "real"),
         default="chain",
-        help="chain: the Markov chain's methods; population: issue 28's cases",
+        help="chain: the Markov chain's methods; population: issue 28's cases; real: the "
+        "real-size model of bench_real_sizes (TransformerLens 3.x)",
     )
+    parser.add_argument("--samples", type=int, default=30, help="real: held-out samples")
     parser.add_argument("--models", type=int, default=6, help="population: models per size")
     parser.add_argument(
         "--held-out", type=int, default=10, help="population: held-out samples per model"
@@ -274,6 +278,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.part == "population":
         main_population(args)
+        return
+    if args.part == "real":
+        from benchmarks.coverage_real import main_real
+
+        main_real(args)
         return
     cache = RESULTS / "coverage_draws.pt"
     start = time.perf_counter()
