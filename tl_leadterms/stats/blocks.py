@@ -21,13 +21,9 @@ reading the corpus again:
   (``tests/unit/test_blocks.py``); the cost and the effect on intervals are measured in
   ``benchmarks/bench_coverage.py``.
 
-Saved with :meth:`BlockStats.save` as one ``.safetensors`` file: each block's tables under
-``block{b}/`` (``pair_codes``, ``pair_counts``, ``unigram_counts``, ``Phi_bar``, ``Q_bar``,
-``Delta`` and, from format version 2, its ``windows``), the full-corpus ``G_bar``, the kept
-ids, and a header with the block bounds, the metadata, the vocabulary hash and the SHA-256
-of every tensor and of the header, verified by :meth:`BlockStats.load` as
-:func:`~tl_leadterms.stats.io.read_stats` verifies plain files (format
-``tl_leadterms.stats.blocks.BlockStats``; each loader names the other for a file of the other kind).
+Saved with :meth:`BlockStats.save` as one ``.safetensors`` file, every tensor checksummed and
+verified by :meth:`BlockStats.load` (the layout: :mod:`tl_leadterms.stats.block_files`). Where
+the blocks are cut, equal or at the ends of documents: :mod:`tl_leadterms.stats.cuts`.
 
 Memory: every block keeps a ``[k, k]`` Φ̄ and Q̄, so ``2·B·k²`` numbers, and its windows (one
 integer per token); use a restricted vocabulary (``vocab=``) for large tokenizers.
@@ -47,9 +43,7 @@ torch.Size([6, 6])
 True
 """
 
-import itertools
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,29 +54,18 @@ from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator, ContextCounts
 from tl_leadterms.stats.algebra import CentredBigram
+from tl_leadterms.stats.block_files import read_block_stats, write_block_stats
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.cuts import check_eos, document_bounds, equal_bounds, window_tails
 from tl_leadterms.stats.definitions import LastTarget, QTargets, key_shift
 from tl_leadterms.stats.driver import composed_from_counts, tokenizer_provenance
-from tl_leadterms.stats.io import (
-    BLOCK_FORMAT,
-    check_header,
-    check_tables,
-    check_tokenizer,
-    corrupt_file,
-    read_file,
-    verify_checksums,
-    write_file,
-)
-from tl_leadterms.stats.provenance import WindowsDigest, ids_vocab_hash
+from tl_leadterms.stats.provenance import WindowsDigest
 from tl_leadterms.stats.tables import padded_square
 from tl_leadterms.stats.tokens import TokenSource, default_batch_size, token_counts
-from tl_leadterms.stats.vocab import KeptVocab, VocabSpec, resolve_vocab
+from tl_leadterms.stats.vocab import VocabSpec, resolve_vocab
 from tl_leadterms.version import __version__
 
 __all__ = ["BlockStats", "block_stats"]
-
-BLOCK_FORMAT_VERSION = 2  # 2: each block's windows (exact resamples); 1 still loads
-_TABLES = ("pair_codes", "pair_counts", "unigram_counts", "Phi_bar", "Q_bar", "Delta")
 
 
 class BlockStats:
@@ -239,13 +222,14 @@ class BlockStats:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the block statistics to one safetensors file, atomically (see the module)."""
-        _save_block_stats(self, path)
+        write_block_stats(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, tokenizer: Any = None,
              check_vocab: bool = True) -> "BlockStats":  # fmt: skip
-        """Load a file written by :meth:`save`, verified (see :func:`_load_block_stats`)."""
-        return _load_block_stats(path, tokenizer=tokenizer, check_vocab=check_vocab)
+        """Load a file written by :meth:`save`, verified (see
+        :func:`~tl_leadterms.stats.block_files.read_block_stats`)."""
+        return cls(**read_block_stats(path, tokenizer=tokenizer, check_vocab=check_vocab))
 
     def __repr__(self) -> str:
         return (f"BlockStats({self.n_blocks} blocks of {self.sizes.min()}-{self.sizes.max()} "
@@ -328,64 +312,6 @@ def _combine_counts(parts: list[ContextCounts], mult: list[int], share, n: int,
     return ContextCounts(unique, summed, unigram, phi, n, parts[0].n_ctx)
 
 
-def _block_bounds(n: int, blocks: int) -> list[tuple[int, int]]:
-    edges = [round(i * n / blocks) for i in range(blocks + 1)]
-    return list(itertools.pairwise(edges))
-
-
-#: a window with no end of document in it: never a clean place to cut after
-_NO_END = 1 << 30
-
-
-def _tails(source, eos_id: int) -> Tensor:
-    """``[n]``: per window, how many of its tokens follow its last ``eos_id`` (those tokens
-    begin the document that the next window continues); ``_NO_END`` for a window without one."""
-    out = []
-    for batch in source:
-        ends = torch.as_tensor(batch) == eos_id
-        width = ends.shape[1]
-        last = width - 1 - ends.flip(1).to(torch.int8).argmax(1)  # the last eos (if any)
-        out.append(torch.where(ends.any(1), width - 1 - last, _NO_END).cpu())
-    return torch.cat(out)
-
-
-def _document_bounds(tails: Tensor, blocks: int) -> list[tuple[int, int]]:
-    """Block bounds cut where documents end: each of the equal cuts is moved, within half a
-    block either way, to just after the window whose tail holds the fewest tokens of the next
-    document (0: the window ends with the end of a document, a clean cut), the nearest such
-    window on a tie; a cut with no end of document within reach stays where it was."""
-    n = tails.shape[0]
-    half = n // (2 * blocks)
-    edges = [0]
-    for i in range(1, blocks):
-        equal = round(i * n / blocks)
-        lo = max(edges[-1] + 1, equal - half)
-        hi = min(n - (blocks - i), equal + half)
-        cuts = torch.arange(lo, hi + 1)
-        tail = tails[cuts - 1]
-        if bool((tail < _NO_END).any()):
-            distance = (cuts - equal).abs()
-            score = tail * (2 * half + 2) + distance  # the tail first, then the distance
-            edges.append(int(cuts[int(score.argmin())]))
-        else:
-            edges.append(min(max(equal, lo), hi))
-    edges.append(n)
-    return list(itertools.pairwise(edges))
-
-
-def _eos(eos_id: Any, d_vocab: int) -> int | None:
-    """The end-of-document id the blocks are cut at (None: equal blocks), checked."""
-    if eos_id is None:
-        return None
-    if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 0 <= eos_id < d_vocab:
-        raise LeadTermsError(
-            f"⟦eos_id=|--eos-id ⟧{eos_id!r} is not a token id of this corpus (0 <= id < "
-            f"{d_vocab}); pass the id that ends each document in the windows (e.g. the "
-            "tokenizer's eos_token_id), or ⟦None|no --eos-id⟧ for equal blocks."
-        )
-    return eos_id
-
-
 def _split(batch: Tensor, start: int, bounds: list[tuple[int, int]]):
     """``(block, rows)`` pieces of a batch whose first window is window ``start``."""
     stop = start + batch.shape[0]
@@ -464,14 +390,17 @@ def block_stats(
         centre_vocab=centre_vocab,
         token_counts=lambda: token_counts(source, source.d_vocab),
     )
-    n = sum(batch.shape[0] for batch in source)
+    eos = check_eos(eos_id, source.d_vocab)
+    n, tails = 0, []  # the windows counted, and where documents end, in one pass
+    for batch in source:
+        n += batch.shape[0]
+        if eos is not None:
+            tails.append(window_tails(batch, eos))
     if n < blocks:
         raise LeadTermsError(
             f"blocks={blocks} is more than the corpus' {n} windows; use at most {n} blocks."
         )
-    eos = _eos(eos_id, source.d_vocab)
-    bounds = _block_bounds(n, blocks) if eos is None else _document_bounds(_tails(source, eos),
-                                                                          blocks)  # fmt: skip
+    bounds = equal_bounds(n, blocks) if eos is None else document_bounds(torch.cat(tails), blocks)
 
     def context() -> ContextAccumulator:
         return ContextAccumulator(kept, backend=backend, last_target=last_target)
@@ -502,125 +431,3 @@ def block_stats(
     }  # fmt: skip
     return BlockStats(counts, [q for q, _ in results], [d for _, d in results], bounds, kept,
                       G_bar, metadata, tokenizer, windows)  # fmt: skip
-
-
-def _save_block_stats(blocks: BlockStats, path: str | os.PathLike) -> None:
-    """Write ``blocks`` to ``path`` (a ``.safetensors`` file), atomically (see the module)."""
-    tensors: dict[str, Tensor] = {}
-    for b, (counts, q_bar, delta) in enumerate(
-        zip(blocks.counts, blocks.Q_bars, blocks.Deltas, strict=True)
-    ):
-        tables = [counts.pair_codes, counts.pair_counts, counts.unigram_counts, counts.Phi_bar,
-                  q_bar, delta]  # fmt: skip
-        tensors.update({f"block{b}/{name}": t for name, t in zip(_TABLES, tables, strict=True)})
-        if blocks.windows is not None:
-            tensors[f"block{b}/windows"] = blocks.windows[b].to(torch.int32)
-    tensors["G_bar"] = blocks.full().G_bar
-    vocab = blocks.vocab
-    if vocab.kept is not None:
-        tensors["kept"] = vocab.kept
-    tensors = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
-    meta = blocks.metadata
-    header = {
-        **meta,
-        "format": BLOCK_FORMAT,
-        "format_version": BLOCK_FORMAT_VERSION if blocks.windows is not None else 1,
-        "library_version": meta.get("library_version", __version__),
-        "d_vocab": vocab.d_vocab,
-        "n_ctx": blocks.counts[0].n_ctx,
-        "n_sequences": int(blocks.sizes.sum()),
-        "n_kept": vocab.k,
-        "centre_vocab": vocab.centre_vocab,
-        "dtype": str(tensors["G_bar"].dtype).removeprefix("torch."),
-        "vocab_hash": meta.get("tokenizer_vocab_hash") or ids_vocab_hash(vocab.d_vocab, vocab.kept),
-        "blocks": blocks.n_blocks,
-        "bounds": [[a, z] for a, z in blocks.bounds],
-    }
-    write_file(Path(path), tensors, header)
-
-
-def _bounds(path: Path, meta: dict[str, Any]) -> list[tuple[int, int]]:
-    """The block bounds of the header: contiguous non-empty ranges covering every window."""
-    bounds, count = meta.get("bounds"), meta.get("blocks")
-    pairs = bounds if isinstance(bounds, list) else []
-    ints = all(
-        isinstance(p, list) and len(p) == 2 and all(type(x) is int for x in p) for p in pairs
-    )
-    edges = [p[0] for p in pairs] + [pairs[-1][1]] if pairs and ints else []
-    if not (
-        type(count) is int
-        and count >= 2
-        and len(pairs) == count
-        and ints
-        and edges[0] == 0
-        and edges[-1] == meta["n_sequences"]
-        and all(p[0] < p[1] for p in pairs)
-        and all(a[1] == z[0] for a, z in itertools.pairwise(pairs))
-    ):
-        raise corrupt_file(
-            path, f"the metadata's blocks/bounds ({count!r}, {bounds!r}) are not at least 2 "
-            f"contiguous window ranges covering the {meta['n_sequences']} windows"
-        )  # fmt: skip
-    return [(a, z) for a, z in pairs]
-
-
-def _block_tables(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any], b: int,
-                  size: int) -> dict[str, Tensor]:  # fmt: skip
-    """Block ``b``'s tables, checked as a plain file's (the full Ḡ with block 0)."""
-    tables = {name: tensors.get(f"block{b}/{name}") for name in _TABLES}
-    missing = [f"block{b}/{name}" for name, t in tables.items() if t is None]
-    if missing:
-        raise corrupt_file(path, f"missing tensors {missing}")
-    extra = {"kept": tensors["kept"]} if "kept" in tensors else {}
-    if b == 0:
-        extra["G_bar"] = tensors["G_bar"]
-    check_tables(path, {**tables, **extra}, {**meta, "n_sequences": size})
-    return tables
-
-
-def _load_block_stats(
-    path: str | os.PathLike, *, tokenizer: Any = None, check_vocab: bool = True
-) -> BlockStats:
-    """Load block statistics written by :func:`_save_block_stats`: the header, the bounds, every
-    block's tables and the SHA-256 of every tensor are checked (a flipped bit is refused,
-    naming the tensor); ``tokenizer`` as in :func:`~tl_leadterms.stats.io.read_stats`."""
-    path = Path(path)
-    tensors, meta = read_file(path, None)
-    check_header(path, meta, BLOCK_FORMAT, (1, BLOCK_FORMAT_VERSION))
-    verify_checksums(path, tensors, meta)
-    bounds = _bounds(path, meta)
-    names = _TABLES + (("windows",) if meta["format_version"] >= 2 else ())
-    expected = {f"block{b}/{n}" for b in range(len(bounds)) for n in names} | {"G_bar", "kept"}
-    unknown = sorted(set(tensors) - expected)
-    if unknown or "G_bar" not in tensors:
-        raise corrupt_file(path, f"tensors {unknown or ['G_bar']} do not fit {len(bounds)} blocks")
-    tables = [_block_tables(path, tensors, meta, b, z - a) for b, (a, z) in enumerate(bounds)]
-    windows = None
-    if meta["format_version"] >= 2:
-        windows = [_block_windows(path, tensors, meta, b, z - a) for b, (a, z) in enumerate(bounds)]
-    if tokenizer is not None and check_vocab:
-        check_tokenizer(path, meta, tokenizer)
-    n_ctx = meta["n_ctx"]
-    counts = [
-        ContextCounts(t["pair_codes"], t["pair_counts"], t["unigram_counts"], t["Phi_bar"], z - a,
-                      n_ctx)
-        for t, (a, z) in zip(tables, bounds, strict=True)
-    ]  # fmt: skip
-    vocab = KeptVocab(meta["d_vocab"], tensors.get("kept"), meta["centre_vocab"])
-    dropped = ("format", "format_version", "checksums", "bounds")
-    metadata = {key: v for key, v in meta.items() if key not in dropped}
-    return BlockStats(counts, [t["Q_bar"] for t in tables], [t["Delta"] for t in tables], bounds,
-                      vocab, tensors["G_bar"], metadata, tokenizer, windows)  # fmt: skip
-
-
-def _block_windows(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any], b: int,
-                   size: int) -> Tensor:  # fmt: skip
-    """Block ``b``'s windows: ``[size, T + 1]`` integer ids in ``[0, d_vocab)``."""
-    w = tensors.get(f"block{b}/windows")
-    shape = (size, meta["n_ctx"] + 1)
-    if w is None or w.dtype not in (torch.int32, torch.int64) or tuple(w.shape) != shape:
-        found = None if w is None else (tuple(w.shape), str(w.dtype))
-        raise corrupt_file(path, f"block{b}/windows is {found}, not {shape} integer ids")
-    if w.numel() and (int(w.min()) < 0 or int(w.max()) >= meta["d_vocab"]):
-        raise corrupt_file(path, f"block{b}/windows has ids outside [0, {meta['d_vocab']})")
-    return w
