@@ -42,13 +42,8 @@ from benchmarks.coverage_population import POPULATION_CONFIGS, main_population  
 from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train  # noqa: E402
 from tl_leadterms.analyses.decompose.compute import leading_cosines  # noqa: E402
 from tl_leadterms.atomic import atomic_path, write_text  # noqa: E402
-from tl_leadterms.results.bootstrap import (  # noqa: E402
-    DEFAULT_METHOD,
-    METHODS,
-    Bootstrap,
-    BootstrapSpec,
-    interval,
-)
+from tl_leadterms.results.bootstrap import Bootstrap, BootstrapSpec  # noqa: E402
+from tl_leadterms.results.intervals import DEFAULT_METHOD, METHODS, interval  # noqa: E402
 
 K, T, BLOCKS, RESAMPLES = 8, 8, 10, 50
 SIZES = (200, 1000)

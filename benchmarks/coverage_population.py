@@ -30,7 +30,8 @@ import torch
 from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train
 from tl_leadterms.analyses.decompose.compute import leading_cosines
 from tl_leadterms.atomic import atomic_path, write_text
-from tl_leadterms.results.bootstrap import DEFAULT_METHOD, Bootstrap, BootstrapSpec, interval
+from tl_leadterms.results.bootstrap import Bootstrap, BootstrapSpec
+from tl_leadterms.results.intervals import DEFAULT_METHOD, interval
 
 __all__ = ["POPULATION_CONFIGS", "main_population"]
 

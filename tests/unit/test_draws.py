@@ -13,7 +13,7 @@ import torch
 from tests.reference import dense_corpus_stats
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import decompose, head_atlas, paper_model, train
-from tl_leadterms.results.bootstrap import interval
+from tl_leadterms.results.intervals import interval
 from tl_leadterms.results.null import permutations
 from tl_leadterms.stats.blocks import BlockStats, block_stats
 

@@ -11,13 +11,8 @@ import torch
 from tl_leadterms import LeadTermsError, block_stats, corpus_stats, decompose, paper_model, train
 from tl_leadterms.analyses.decompose.compute import leading_cosines
 from tl_leadterms.report.findings import findings
-from tl_leadterms.results.bootstrap import (
-    DEFAULT_METHOD,
-    METHODS,
-    Bootstrap,
-    BootstrapSpec,
-    interval,
-)
+from tl_leadterms.results.bootstrap import Bootstrap, BootstrapSpec
+from tl_leadterms.results.intervals import DEFAULT_METHOD, METHODS, interval
 
 K, T = 8, 8
 

@@ -4,7 +4,7 @@
   its text, HTML (:mod:`~tl_leadterms.results.table_html`) and pandas renderings;
 * :mod:`~tl_leadterms.results.null`: permutation nulls (:class:`NullSpec`);
 * :mod:`~tl_leadterms.results.bootstrap`: bootstrap intervals over corpus blocks
-  (:class:`BootstrapSpec`);
+  (:class:`BootstrapSpec`), from the formulas of :mod:`~tl_leadterms.results.intervals`;
 * :mod:`~tl_leadterms.results.population`: which question a score answers (exact for the
   model's training windows, or an estimate of the distribution-level score), ``population=``;
 * :mod:`~tl_leadterms.results.attribution`: exact Shapley attribution of a fit's R²;

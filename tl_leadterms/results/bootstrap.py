@@ -23,47 +23,9 @@ exact for that data and no interval is added: ``metadata["ci"]`` holds ``interva
 one-line reason (:mod:`tl_leadterms.results.population` decides which case it is, from the
 windows' fingerprints or ``population=``).
 
-Methods (``BootstrapSpec(method=...)``; ``ŝ`` the full-corpus score, ``q`` the quantiles of
-the resamples' scores ``s*``):
-
-* ``"shifted"`` (the default): the basic bootstrap on the raw scale, ``[2ŝ − q_hi, 2ŝ − q_lo]``
-  with ``corrected = 2ŝ − median(s*)``, translated back into ``[−1, 1]`` with its width kept
-  when it passes an end, ``corrected`` then staying at that end. Near a cosine of 1 a
-  resample's noise lowers the score by about the amount the sample's noise lowered the truth,
-  so the correction is additive on this scale; the boundary is met by moving the interval,
-  not by clipping it to nothing;
-* ``"calibrated"``: ``"shifted"`` of the scores moved and rescaled, for samples whose own
-  noise is large: ``corrected`` is the jackknife's bias-corrected estimate (from the ``B``
-  leave-one-block-out scores), and the resamples' spread is scaled by ``sqrt(var₁/var₂)``,
-  their variance over the mean variance of a second level of resamples (``S`` resamples of
-  each of the first ``F``, one block fewer from the blocks it drew:
-  ``BootstrapSpec(calibration=(F, S))``, default (6, 12)), since the sample's noise at the
-  centre of the resamples widens their spread beyond the sample's own. ``B + F·S`` more
-  evaluations. On held-out samples as small as the training sample it put 7 of 8 cells of
-  the population benchmark within 3 points of nominal (``"shifted"``: 5); where the spread
-  is nearly right already (the demo's held-out sample, 16 times the training one) it
-  over-corrects (4 of 8, ``"shifted"``: 6);
-* ``"atanh"``, ``"log1m"``, ``"angle"``: the basic bootstrap on ``atanh(s)``, on ``log(1 − s)``
-  and on the angle ``arccos s`` (mapped back; the angle is clipped at 0);
-* ``"bca"``: bias-corrected and accelerated percentiles (bias ``z0`` from the share of
-  resamples below ``ŝ``, acceleration from the ``B`` leave-one-block-out scores, which cost
-  ``B`` more evaluations); ``corrected`` is its median-unbiased point (level 0);
-* ``"percentile"``: the resamples' quantiles; ``corrected`` is their median;
-* ``"basic"``: the raw basic interval clipped to ``[−1, 1]`` (the former default: near 1 it
-  collapses to ``[1, 1]``; kept for comparison).
-
-Why ``"shifted"`` is the default, and how often each method covers the truth, is measured by
-the seeded simulation ``benchmarks/bench_coverage.py`` (``benchmarks/results/coverage.json``)
-and explained in ``docs/guides/intervals.md``: near 1 it covers a median 97% of the time at a
-nominal 90% where the unbounded scales, BCa and the percentiles cover a median 33-68%; away
-from 1 every method covers about the same, 77-93% (medians 84-85%; BCa 67-90%), somewhat
-short of nominal with 10 blocks. Each resample draws ``B − 1`` of the ``B`` blocks
-(:meth:`~tl_leadterms.stats.blocks.BlockStats.draw` says why), and each side of the interval is
-then widened about ``corrected`` by ``t_{B−1}/z`` (:func:`expansion`; 1.07 at 90% with 16
-blocks), the small-sample expansion of a spread estimated from ``B`` blocks (Hesterberg's
-"expanded" bootstrap interval; ``BootstrapSpec(expand=False)`` leaves it out, ``"bca"`` never
-has it). With 10-20 blocks it moved the demo-size coverage from 83-92% to 85-92% at a nominal
-90% (``docs/guides/intervals.md``).
+The interval of a column of resample scores, by each method (``BootstrapSpec(method=...)``,
+default ``"shifted"``, the small-sample expansion, and how often each covers the truth):
+:mod:`tl_leadterms.results.intervals`.
 
 The model side is computed once; each resample only rebuilds the theory side (its basis maps,
 Gram matrices and projections). How a resample's statistics are formed is documented in
@@ -71,16 +33,6 @@ Gram matrices and projections). How a resample's statistics are formed is docume
 ``BlockStats`` and set of draws: from the second analysis on the same blocks and draws (of other
 maps) their pass two is kept with the blocks (up to :data:`RESAMPLE_CACHE_BYTES`), and later
 analyses rebuild only pass one's sums (:meth:`Bootstrap.resamples`).
-
->>> draws = torch.linspace(0.0, 0.5, 101, dtype=torch.float64)[:, None]
->>> lo, hi, mid = interval(draws, 0.9, "percentile")
->>> round(float(lo[0]), 3), round(float(mid[0]), 3), round(float(hi[0]), 3)
-(0.025, 0.25, 0.475)
->>> estimate = torch.tensor([0.3], dtype=torch.float64)
->>> [round(float(x[0]), 3) for x in interval(draws, 0.9, "shifted", estimate)]
-[0.125, 0.575, 0.35]
->>> [round(float(x[0]), 3) for x in interval(draws + 0.5, 0.9, "shifted", estimate + 0.6)]
-[0.55, 1.0, 1.0]
 """
 
 import math
@@ -94,31 +46,25 @@ from torch import Tensor
 
 from tl_leadterms.checks import check_bool, check_choice, check_count, check_level
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.intervals import DEFAULT_METHOD, METHODS, interval
 from tl_leadterms.results.population import Reading, resolve_population
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.threads import one_thread
 
-#: the interval methods (see the module docstring); the first is the default
-METHODS = ("shifted", "calibrated", "atanh", "log1m", "angle", "bca", "percentile", "basic")
-DEFAULT_METHOD = METHODS[0]
 #: the columns ``ci=`` adds to a row
 CI_COLUMNS = ("lo", "hi", "corrected", "ci_level")
 #: what ``corrected`` (the point an interval is built around) estimates
 ESTIMATE = "the distribution-level score (bias-corrected estimate; column corrected)"
-_EDGE = 1.0 - 1e-15  # |s| is clamped to this before atanh or log(1 − s)
 
 __all__ = [
     "CI_COLUMNS",
-    "METHODS",
     "Bootstrap",
     "BootstrapSpec",
     "add_interval",
     "ci_cell",
     "ci_header",
     "ci_note",
-    "expansion",
-    "interval",
     "interval_metadata",
     "resolve_bootstrap",
 ]
@@ -130,9 +76,9 @@ class BootstrapSpec:
     :data:`METHODS` (default ``"shifted"``, see the module docstring); ``exact`` (default True):
     each resample's pass two with its own Ḡ, ``False`` for the first-order shortcut; ``expand``
     (default True): each side of the interval widened by ``t_{B−1}/z`` for ``B`` blocks (the
-    small-sample expansion of the module docstring; not for ``"bca"``); ``calibration``
-    (``"calibrated"`` only): ``(F, S)``, the bootstrap's own bootstrap of ``S`` resamples of
-    each of the first ``F`` resamples (``F ≤ resamples``)."""
+    small-sample expansion of :mod:`~tl_leadterms.results.intervals`; not for ``"bca"``);
+    ``calibration`` (``"calibrated"`` only): ``(F, S)``, the bootstrap's own bootstrap of ``S``
+    resamples of each of the first ``F`` resamples (``F ≤ resamples``)."""
 
     resamples: int = 50
     seed: int = 0
@@ -344,162 +290,6 @@ def interval_metadata(ci: Any, boot: "Bootstrap | None", reading: Reading) -> di
     if ci is None:
         return None
     return {"level": ci, "interval": None, "why": reading.why_no_interval()}
-
-
-def _to_scale(s: Tensor, method: str) -> Tensor:
-    s = s.clamp(-_EDGE, _EDGE)
-    if method == "atanh":
-        return torch.atanh(s)
-    if method == "log1m":
-        return torch.log1p(-s)
-    if method == "angle":
-        return torch.arccos(s)
-    return s  # "basic": the raw scale
-
-
-def _from_scale(z: Tensor, method: str) -> Tensor:
-    if method == "atanh":
-        return torch.tanh(z)
-    if method == "log1m":
-        return -torch.expm1(z.clamp(max=math.log(2.0)))
-    if method == "angle":
-        return torch.cos(z.clamp(0.0, math.pi))
-    return z.clamp(-1.0, 1.0)
-
-
-def _bca(draws: Tensor, level: float, estimate: Tensor, jackknife: Tensor | None):
-    """BCa ``(lo, hi, level-0 point)`` per column (acceleration 0 without leave-one-outs)."""
-    R = draws.shape[0]
-    below = (draws < estimate).sum(0).double() + 0.5 * (draws == estimate).sum(0).double()
-    z0 = torch.special.ndtri((below / R).clamp(0.5 / R, 1 - 0.5 / R))
-    a = torch.zeros_like(z0)
-    if jackknife is not None and jackknife.shape[0] > 1:
-        d = jackknife.double().mean(0) - jackknife.double()
-        spread = (d**2).sum(0)
-        a = torch.where(spread > 0, (d**3).sum(0) / (6 * spread.clamp(min=1e-300) ** 1.5), a)
-    ordered = draws.sort(0).values
-    tail = torch.tensor((1.0 - level) / 2, dtype=torch.float64)
-    out = []
-    for zq in (torch.special.ndtri(tail), 0.0, -torch.special.ndtri(tail)):
-        shifted = z0 + zq
-        alpha = torch.special.ndtr(z0 + shifted / (1 - a * shifted)).clamp(0.0, 1.0)
-        pos = alpha.nan_to_num(0.5) * (R - 1)  # each column its own quantile, interpolated
-        low = pos.floor().long().clamp(0, R - 1)
-        frac = pos - low
-        lower = ordered.gather(0, low[None])[0]
-        upper = ordered.gather(0, (low + 1).clamp(max=R - 1)[None])[0]
-        out.append(lower + frac * (upper - lower))
-    return out[0], out[2], out[1]
-
-
-def expansion(level: float, blocks: int) -> float:
-    """``t_{B−1}(1 − α/2) / z(1 − α/2)``: how much wider a ``level`` interval is when the spread
-    it is built from is estimated from ``B`` blocks (Student's ``t`` with ``B − 1`` degrees of
-    freedom against the normal): 1.11 at 90% and 1.15 at 95% for 10 blocks, 1.05 and 1.07 for
-    20, 1.02 and 1.03 for 50.
-
-    >>> round(expansion(0.9, 10), 3), round(expansion(0.95, 20), 3)
-    (1.114, 1.068)
-    """
-    from scipy import special  # a light import (scipy.stats is not)
-
-    if blocks < 2:
-        raise LeadTermsError(f"the expansion needs at least 2 blocks, got blocks={blocks}")
-    upper = 1.0 - (1.0 - level) / 2
-    return float(special.stdtrit(blocks - 1, upper) / special.ndtri(upper))
-
-
-def _widen(lo: Tensor, mid: Tensor, hi: Tensor, factor: float) -> tuple[Tensor, Tensor]:
-    """Each side's distance from ``mid`` scaled by ``factor`` (the interval's asymmetry kept)."""
-    if factor == 1.0:
-        return lo, hi
-    return mid - (mid - lo) * factor, mid + (hi - mid) * factor
-
-
-def _shifted(draws: Tensor, q: Tensor, estimate: Tensor,
-             factor: float = 1.0) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    """The raw-scale basic interval (widened by ``factor``) translated back into ``[−1, 1]``,
-    its width kept."""
-    bounds = torch.quantile(draws, q, dim=0)
-    lo, mid, hi = 2 * estimate - bounds[2], 2 * estimate - bounds[1], 2 * estimate - bounds[0]
-    lo, hi = _widen(lo, mid, hi, factor)
-    shift = (hi - 1.0).clamp(min=0.0) - (-1.0 - lo).clamp(min=0.0)  # only one end can be out
-    lo, hi = (lo - shift).clamp(min=-1.0), (hi - shift).clamp(max=1.0)
-    return lo, hi, torch.minimum(torch.maximum(mid, lo), hi)  # the estimate stays at the edge
-
-
-def _calibrated(draws: Tensor, estimate: Tensor, jackknife: Tensor | None,
-                second: Tensor | None) -> Tensor:  # fmt: skip
-    """The draws of ``"calibrated"``: their spread about their mean scaled by
-    ``sqrt(var₁/var₂)`` (``var₁`` the draws' variance, ``var₂`` the mean variance of the
-    second level's resamples about each first-level draw; the ratio kept within [1/4, 4]),
-    then moved so that their median is ``estimate + bias``, ``bias = (B − 1)(mean of the
-    leave-one-block-out scores − estimate)`` (the jackknife's), which puts the shifted
-    interval's ``corrected`` at ``estimate − bias``."""
-    if jackknife is None or second is None:
-        raise LeadTermsError(
-            "interval method 'calibrated' needs the leave-one-block-out scores (jackknife=) "
-            "and the second level's scores (second=, [F, S, n]) of Bootstrap.split"
-        )
-    blocks = jackknife.shape[0]
-    bias = (blocks - 1) * (jackknife.double().mean(0) - estimate)
-    var1, var2 = draws.var(0), second.double().var(1).mean(0)
-    ratio = torch.where(var1 > 0, var2 / var1.clamp(min=1e-300), torch.ones_like(var1))
-    mean = draws.mean(0)
-    out = mean + ratio.clamp(0.25, 4.0).rsqrt() * (draws - mean)
-    return out - (torch.quantile(out, 0.5, dim=0) - estimate - bias)
-
-
-def interval(
-    draws: Tensor,
-    level: float,
-    method: str = DEFAULT_METHOD,
-    estimate: Tensor | None = None,
-    jackknife: Tensor | None = None,
-    *,
-    blocks: int | None = None,
-    second: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """``(lo, hi, corrected)`` per column of the resample scores ``draws`` ``[R, n]`` (NaN where
-    a draw or the estimate is NaN); ``estimate`` ``[n]`` is the full-corpus score (all methods
-    but ``"percentile"``), ``jackknife`` ``[B, n]`` the leave-one-block-out scores (``"bca"``,
-    ``"calibrated"``), ``second`` ``[F, S, n]`` the second level's scores (``"calibrated"``).
-
-    ``blocks``: the number of blocks the resamples drew from; each side of the interval is then
-    widened about ``corrected`` by :func:`expansion` (on the method's scale, before the interval
-    is mapped back or translated into ``[−1, 1]``; ``"bca"`` is left as it is). ``None``: no
-    expansion.
-    """
-    draws = draws.double()
-    nan = torch.isnan(draws).any(0)
-    if method != "percentile":
-        if estimate is None:
-            raise LeadTermsError(f"interval method {method!r} needs the estimate")
-        estimate = estimate.double()
-        nan |= torch.isnan(estimate)
-    factor = 1.0 if blocks is None or method == "bca" else expansion(level, blocks)
-    tail = (1.0 - level) / 2
-    q = torch.tensor([tail, 0.5, 1.0 - tail], dtype=torch.float64)
-    if method == "percentile":
-        lo, mid, hi = torch.quantile(draws, q, dim=0)
-        lo, hi = _widen(lo, mid, hi, factor)
-    elif method == "bca":
-        lo, hi, mid = _bca(draws, level, estimate, jackknife)
-    elif method == "shifted":
-        lo, hi, mid = _shifted(draws, q, estimate, factor)
-    elif method == "calibrated":
-        moved = _calibrated(draws, estimate, jackknife, second)
-        nan |= torch.isnan(moved).any(0)
-        lo, hi, mid = _shifted(moved, q, estimate, factor)
-    else:
-        z_hat = _to_scale(estimate, method)
-        bounds = 2 * z_hat - torch.quantile(_to_scale(draws, method), q, dim=0)
-        bounds[0], bounds[2] = _widen(bounds[0], bounds[1], bounds[2], factor)
-        ends = _from_scale(bounds, method)  # decreasing in s for log1m and angle
-        lo, hi = torch.minimum(ends[0], ends[2]), torch.maximum(ends[0], ends[2])
-        mid = ends[1]
-    fill = torch.full_like(lo, math.nan)
-    return tuple(torch.where(nan, fill, x.clamp(-1.0, 1.0)) for x in (lo, hi, mid))
 
 
 def add_interval(rows: list[dict], draws: Tensor, boot: Bootstrap, key: str) -> None:
