@@ -13,11 +13,13 @@ the issue's (|V| 300, T 32, A and B of 200 windows in 20 blocks, one layer) and 
 quick preset: |V| 500, T 32, three layers trained on 64 windows; B of 1,024 windows in 16
 blocks, the held-out sample the demo reads). The library's own decision is checked in every
 configuration: ``decompose(..., ci=)`` prints an interval for B and none for A.
-Kept in ``benchmarks/results/coverage_population_<size>_draws.pt``; written into the
-``population`` key of ``coverage.json`` (the chain's cells are kept as they are; run one size
-at a time with ``--configs``, each run adds its own).
+Kept in ``benchmarks/results/coverage_population_<size>_shares_draws.pt`` (:data:`CACHE`);
+written into the ``population`` key of ``coverage.json`` (the chain's cells are kept as they
+are; run one size at a time with ``--configs``, each run adds its own), with the coverage of
+every configuration run so far split by the rows' ``noise_share`` (``by_noise_share``).
 """
 
+import itertools
 import json
 import math
 import os
@@ -31,7 +33,12 @@ from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train
 from tl_leadterms.analyses.decompose.compute import leading_cosines
 from tl_leadterms.atomic import atomic_path, write_text
 from tl_leadterms.results.bootstrap import Bootstrap, BootstrapSpec
-from tl_leadterms.results.intervals import DEFAULT_METHOD, interval
+from tl_leadterms.results.intervals import (
+    DEFAULT_METHOD,
+    WIDE_NOISE_SHARE,
+    interval,
+    noise_share,
+)
 
 __all__ = ["POPULATION_CONFIGS", "main_population"]
 
@@ -90,6 +97,8 @@ def _scores(maps: list, stats) -> torch.Tensor:
     return out
 
 
+#: the cache of each configuration's trials (``name``: its key in ``POPULATION_CONFIGS``)
+CACHE = "coverage_population_{name}_shares_draws.pt"
 CUTS = ("windows", "documents")  # equal blocks; blocks cut where stories end (eos_id)
 KINDS = ("B", "V", "W", "P")  # the targets: B̄, B̄Φ̄ᵀ (as V scores it), Q̄, Δ
 
@@ -171,15 +180,19 @@ def _trial(maps: list, windows, d_vocab: int, n_blocks: int, seed: int, eos: int
         full = _targets(blocks.full())
         boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=seed))
         draws, noise = [], torch.zeros(len(KINDS), dtype=torch.float64)
+        star_sq, cross = [], []
         for stats in boot.resamples():
             draws.append(_scores(maps, stats))
-            pairs = zip(_targets(stats), full, strict=True)
+            pairs = list(zip(_targets(stats), full, strict=True))
             noise += torch.tensor([float(((t - f) ** 2).sum()) for t, f in pairs])
+            star_sq.append(torch.tensor([float(t @ t) for t, _ in pairs]))
+            cross.append(torch.tensor([float(f @ t) for t, f in pairs]))
         ones = torch.ones(n_blocks, dtype=torch.long)
         jack = [_targets(blocks.weighted(ones - torch.eye(n_blocks, dtype=torch.long)[b]))
                 for b in range(n_blocks)]  # fmt: skip
         out[cut] = {
             "estimate": _scores(maps, blocks.full()), "draws": torch.stack(draws),
+            "star_sq": torch.stack(star_sq), "cross": torch.stack(cross),
             "noise_resamples": noise / RESAMPLES,
             "noise_sample": torch.tensor([float(((f - t) ** 2).sum())
                                           for f, t in zip(full, population, strict=True)]),
@@ -202,7 +215,7 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
     out, computed = {}, {}
     for name in configs:
         computed[name] = 0
-        cache = RESULTS / f"coverage_population_{name}_cuts_draws.pt"
+        cache = RESULTS / CACHE.format(name=name)
         done = torch.load(cache) if cache.exists() else {}
         cfg = POPULATION_CONFIGS[name]
         windows, d_vocab = _story_windows(cfg)
@@ -395,6 +408,55 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
     return result
 
 
+#: the bands of ``noise_share`` the coverage is split by (the library marks intervals from
+#: ``WIDE_NOISE_SHARE`` on)
+SHARE_BANDS = (0.0, 0.1, 0.25, WIDE_NOISE_SHARE, 1.0, math.inf)
+
+
+def _share(t: dict, i: int, kind: str) -> float:
+    """The library's ``noise_share`` of row ``i`` of one trial
+    (:func:`~tl_leadterms.results.intervals.noise_share` of its resamples' cosines, ‖T*‖² and
+    ⟨T̂, T*⟩, with ‖T̂‖² and the sample's cosine)."""
+    k = KINDS.index(kind)
+    share = noise_share(t["draws"][:, i : i + 1], t["star_sq"][:, k : k + 1],
+                        t["cross"][:, k : k + 1], t["norm2"][k : k + 1],
+                        t["estimate"][i : i + 1])  # fmt: skip
+    return float(share[0])
+
+
+def coverage_by_share(runs: dict) -> list[dict]:
+    """Coverage of the truth by the default method (equal blocks) on the held-out samples of
+    every configuration, split by each row's ``noise_share``: one row per sample and weight
+    (``W_O`` and layer 0's maps: the layers of one sample are nearly the same trial)."""
+    trials = []
+    for name, per_model in runs.items():
+        cfg = POPULATION_CONFIGS[name]
+        names = _map_names(cfg["layers"])
+        kinds = ["B"] + ["V", "W", "P"] * cfg["layers"]
+        for r in per_model:
+            for t in r["trials"]["held_out"]:
+                t = t["windows"]
+                for i, n in enumerate(names):
+                    if n.endswith(tuple(f".{layer}" for layer in range(1, cfg["layers"]))):
+                        continue
+                    truth, est = float(r["truth"][i]), float(t["estimate"][i])
+                    hits = [_covers(t["draws"][:, i], lv, est, truth, cfg["held_blocks"])
+                            for lv in LEVELS]  # fmt: skip
+                    trials.append((_share(t, i, kinds[i]), hits, f"{name} {n.split('.')[0]}"))
+    out = []
+    for lo, hi in itertools.pairwise(SHARE_BANDS):
+        band = [t for t in trials if lo <= t[0] < hi]
+        if not band:
+            continue
+        cover = {str(lv): statistics.mean(t[1][j] for t in band) for j, lv in enumerate(LEVELS)}
+        out.append({"share_from": lo, "share_below": hi, "rows": len(band), "coverage": cover,
+                    "coverage_standard_error": {
+                        lv: math.sqrt(max(c, 1e-12) * (1 - c) / len(band))
+                        for lv, c in cover.items()},
+                    "cells": sorted({t[2] for t in band})})  # fmt: skip
+    return out
+
+
 def _pct(cell: dict | None, level: str) -> str:
     return "-" if cell is None else f"{cell[level]:.0%}"
 
@@ -407,6 +469,13 @@ def main_population(args) -> None:
     result = json.loads(out.read_text()) if out.exists() else {}
     before = result.get("population", {})
     result["population"] = {**before, **summary}
+    everything = dict(runs)
+    for name in POPULATION_CONFIGS:  # the band table pools every configuration run so far
+        cache = RESULTS / CACHE.format(name=name)
+        if name not in everything and cache.exists():
+            done = torch.load(cache)
+            everything[name] = [done[key] for key in sorted(done) if key[0] == name]
+    result["population"]["by_noise_share"] = coverage_by_share(everything)
     for name in summary:
         if computed[name] == 0 and "run" in before.get(name, {}):  # summarized from the cache:
             result["population"][name]["run"] = before[name]["run"]  # the run that drew them
@@ -435,3 +504,8 @@ def main_population(args) -> None:
                   f"| {'-' if ratio is None else f'{ratio:.2f}'} |")  # fmt: skip
         for row in s["noise_ratio"]:
             print("noise of a resample / of a sample:", row)
+    print("| noise share | rows | coverage 90% | 95% | cells |")
+    for b in result["population"]["by_noise_share"]:
+        print(f"| {b['share_from']:g}-{b['share_below']:g} | {b['rows']} "
+              f"| {b['coverage']['0.9']:.1%} | {b['coverage']['0.95']:.1%} "
+              f"| {', '.join(b['cells'])} |")  # fmt: skip

@@ -7,6 +7,8 @@ repeated ``m`` times), and the cosine of each map with its target. The reuse of 
 analyses is checked by counting the resamples built.
 """
 
+import math
+
 import pytest
 import torch
 
@@ -101,6 +103,97 @@ def test_interval_is_built_from_recounted_resamples(setup, vocab):
         assert row["lo"] == pytest.approx(float(lo[i]), abs=1e-10)
         assert row["hi"] == pytest.approx(float(hi[i]), abs=1e-10)
         assert row["corrected"] == pytest.approx(float(mid[i]), abs=1e-10)
+
+
+def _resampled(tokens, blocks, kept=None):
+    """The dense statistics of each of the ``R`` resamples ``BootstrapSpec``'s default seed
+    draws (as in the interval test above)."""
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(R):
+        weights = torch.bincount(torch.randint(B, (B - 1,), generator=generator), minlength=B)
+        taken = zip(blocks.bounds, weights.tolist(), strict=True)
+        yield dense_corpus_stats(torch.cat([tokens[a:z] for (a, z), m in taken for _ in range(m)]),
+                                 V, kept=kept)  # fmt: skip
+
+
+def _off_plane(d, t_hat, m):
+    """``‖d_⊥‖²``: the part of ``d`` off the plane of ``t_hat`` and ``m`` (Gram–Schmidt)."""
+    d, t_hat, m = d.flatten(), t_hat.flatten(), m.flatten()
+    e1 = t_hat / t_hat.norm()
+    e2 = m - (m @ e1) * e1
+    e2 = e2 / e2.norm()
+    return float(((d - (d @ e1) * e1 - (d @ e2) * e2) ** 2).sum())
+
+
+def _check_shares(d, maps, target, tokens, blocks, kept=None):
+    """Every row's ``noise_share`` = mean over the resamples of ‖(T* − T̂)_⊥‖² over
+    ‖T̂‖²(1 − ŝ²), the targets recounted densely."""
+    full = dense_corpus_stats(tokens, V, kept=kept)
+    moved = torch.zeros(len(d.rows), dtype=torch.float64)
+    for stats in _resampled(tokens, blocks, kept):
+        for i, row in enumerate(d.rows):
+            t_hat = target(full, row)
+            moved[i] += _off_plane(target(stats, row) - t_hat, t_hat, maps(row)) / R
+    for i, row in enumerate(d.rows):
+        off = float((target(full, row) ** 2).sum()) * (1 - row["cosine"] ** 2)
+        assert row["noise_share"] == pytest.approx(float(moved[i]) / off, rel=1e-7)
+
+
+@pytest.mark.parametrize("vocab", [None, 9])
+def test_noise_share_is_the_noise_off_the_plane_of_map_and_target(setup, vocab):
+    """Every weight of the paper model (``P``: Δ on the model's offsets)."""
+    _, model = setup
+    tokens = markov_tokens(100, T + 1, V, seed=5)
+    blocks = block_stats(tokens, d_vocab=V, blocks=B, vocab=vocab, progress=False)
+    kept = None if vocab is None else blocks.vocab.kept.tolist()
+    d = decompose(model, blocks, per_head=True, ci=0.9, bootstrap=R, progress=False)
+
+    def maps(row):
+        if row["weight"] == "P":
+            return model.blocks[row["layer"]].attn.P.detach().double()
+        M = _maps(model, row["layer"], row["weight"])
+        return M if kept is None else M[kept][:, kept]
+
+    def target(stats, row):
+        return stats["Delta"][:T] if row["weight"] == "P" else _target(stats, row["weight"])
+
+    _check_shares(d, maps, target, tokens, blocks, kept)
+    assert {r["weight"] for r in d.rows} == {"W_O", "V", "W", "P"}
+    assert all(0 < r["noise_share"] < math.inf for r in d.rows)
+
+
+@pytest.mark.hooked
+def test_noise_share_of_shared_factor_maps(setup):
+    """The general path (maps of a model with embeddings, ``V·W_O`` led by ``Φ̄ᵀΣ_B̄``,
+    docs/math.md): the same definition."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    from tl_leadterms import to_paper
+    from tl_leadterms.adapters import factored
+
+    cfg = HookedTransformerConfig(d_model=8, d_head=4, n_heads=2, n_layers=1, n_ctx=T, d_vocab=V,
+                                  attn_only=True, normalization_type=None, act_fn=None, seed=2,
+                                  dtype=torch.float64)  # fmt: skip
+    model = HookedTransformer(cfg)
+    tokens = markov_tokens(100, T + 1, V, seed=5)
+    blocks = block_stats(tokens, d_vocab=V, blocks=B, progress=False)
+    d = decompose(model, blocks, weights=("W_O", "V", "W"), per_head=True, ci=0.9, bootstrap=R,
+                  population="distribution", progress=False)  # fmt: skip
+    pw = to_paper(model)
+
+    def maps(row):
+        if row["weight"] == "W_O":
+            return factored.materialise(pw.W_O).double()
+        heads = pw.V if row["weight"] == "V·W_O" else pw.W
+        return factored.materialise(heads[row["layer"]]).double()[row["head"]]
+
+    def target(stats, row):
+        if row["weight"] == "V·W_O":
+            return stats["Phi_bar"].T @ stats["Sigma_B"]
+        return _target(stats, row["weight"])
+
+    _check_shares(d, maps, target, tokens, blocks)
+    assert {r["weight"] for r in d.rows} == {"W_O", "V·W_O", "W"}
 
 
 def test_head_atlas_reuses_the_resamples_decompose_made(setup, monkeypatch):

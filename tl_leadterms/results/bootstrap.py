@@ -4,7 +4,7 @@
 :func:`~tl_leadterms.head_atlas`, :func:`~tl_leadterms.sweep`) take a
 :class:`~tl_leadterms.stats.blocks.BlockStats` from :func:`~tl_leadterms.stats.blocks.block_stats`
 in place of the statistics: the scores are those of the whole corpus (:meth:`BlockStats.full`),
-and ``ci=`` adds three columns from the same score over ``R`` bootstrap resamples of the blocks
+and ``ci=`` adds columns from the same score over ``R`` bootstrap resamples of the blocks
 (``bootstrap=R`` or a :class:`BootstrapSpec`, default ``R = 50``, seeded, each resample's pass
 two exact):
 
@@ -14,6 +14,10 @@ two exact):
   bias-corrected, always between ``lo`` and ``hi`` (a cosine computed from noisy statistics is
   biased towards 0, often by more than its spread: the raw score can then lie outside a correct
   interval, so tables print the interval beside ``corrected``, not beside the raw score).
+* ``noise_share`` (:func:`~tl_leadterms.results.intervals.noise_share`; ``decompose`` and
+  ``head_atlas``): the sample's noise against what the score measures. From
+  :data:`~tl_leadterms.results.intervals.WIDE_NOISE_SHARE` on the interval is wider than its
+  level (conservative), and tables mark it with :data:`WIDE_MARK` and a note (:func:`wide_note`).
 
 What the interval covers: the score of the model against the statistics of the whole
 distribution the windows were drawn from, for a model that did not learn these windows. That
@@ -46,13 +50,20 @@ from torch import Tensor
 
 from tl_leadterms.checks import check_bool, check_choice, check_count, check_level
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.intervals import DEFAULT_METHOD, METHODS, interval
+from tl_leadterms.results.intervals import (
+    DEFAULT_METHOD,
+    METHODS,
+    WIDE_COVERAGE,
+    WIDE_NOISE_SHARE,
+    interval,
+    noise_share,
+)
 from tl_leadterms.results.population import Reading, resolve_population
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.threads import one_thread
 
-#: the columns ``ci=`` adds to a row
+#: the columns ``ci=`` adds to a row of every analysis (``decompose`` adds ``noise_share`` too)
 CI_COLUMNS = ("lo", "hi", "corrected", "ci_level")
 #: what ``corrected`` (the point an interval is built around) estimates
 ESTIMATE = "the distribution-level score (bias-corrected estimate; column corrected)"
@@ -62,11 +73,13 @@ __all__ = [
     "Bootstrap",
     "BootstrapSpec",
     "add_interval",
+    "add_noise_share",
     "ci_cell",
     "ci_header",
     "ci_note",
     "interval_metadata",
     "resolve_bootstrap",
+    "wide_note",
 ]
 
 
@@ -303,6 +316,18 @@ def add_interval(rows: list[dict], draws: Tensor, boot: Bootstrap, key: str) -> 
         row.update({"lo": a, "hi": b, "corrected": c, "ci_level": boot.level})
 
 
+def add_noise_share(rows: list[dict], resampled: Any, boot: Bootstrap, key: str) -> None:
+    """Write ``noise_share`` into ``rows``: :func:`~tl_leadterms.results.intervals.noise_share`
+    of each ``row[key]`` from ``resampled`` (its ``draws``, ``star_sq`` and ``cross`` over
+    every resample of :meth:`Bootstrap.resamples`, ``[R (+ B), len(rows)]``, of which the
+    ``R`` draws are used, and ``target_sq``)."""
+    estimate = torch.tensor([float(r[key]) for r in rows], dtype=torch.float64)
+    parts = (boot.split(x)[0] for x in (resampled.draws, resampled.star_sq, resampled.cross))
+    shares = noise_share(*parts, resampled.target_sq, estimate)
+    for row, share in zip(rows, shares.tolist(), strict=True):
+        row["noise_share"] = share
+
+
 def ci_header(rows: list[dict]) -> str:
     """The column title of :func:`ci_cell`, e.g. ``distrib. est. [95% CI]``: the interval is
     of the distribution-level score, built around its estimate ``corrected``."""
@@ -330,6 +355,27 @@ def _num6(value: Any) -> str:
     return f"{value:9.6f}"
 
 
+#: the mark :func:`ci_cell` puts after an interval wider than its level (:func:`wide_note`)
+WIDE_MARK = "†"
+
+
+def _wide(row: dict) -> bool:
+    share = row.get("noise_share")
+    return isinstance(share, float) and share >= WIDE_NOISE_SHARE
+
+
 def ci_cell(row: dict) -> str:
-    """``corrected [lo, hi]`` of a row with an interval (32 characters)."""
-    return f"{_num6(row.get('corrected'))} [{_num6(row.get('lo'))}, {_num6(row.get('hi'))}]"
+    """``corrected [lo, hi]`` of a row with an interval, then :data:`WIDE_MARK` where the
+    interval is wider than its level says (``noise_share`` at least
+    :data:`~tl_leadterms.results.intervals.WIDE_NOISE_SHARE`), else a space (33 characters)."""
+    mark = WIDE_MARK if _wide(row) else " "
+    return f"{_num6(row.get('corrected'))} [{_num6(row.get('lo'))}, {_num6(row.get('hi'))}]{mark}"
+
+
+def wide_note(rows: list[dict]) -> str | None:
+    """The line under a table that explains :data:`WIDE_MARK`, when some row carries it."""
+    if not any(_wide(r) for r in rows):
+        return None
+    return (f"{WIDE_MARK} noise_share >= {WIDE_NOISE_SHARE:g}: the sample's noise is at least "
+            f"{WIDE_NOISE_SHARE:.0%} of what the score measures, and the interval is wider "
+            f"than its level ({WIDE_COVERAGE}); more windows narrow it")  # fmt: skip

@@ -41,7 +41,8 @@ __all__ = ["EXTRA_COLUMNS", "ResultTable"]
 #: what ``null=`` and ``ci=`` add to a score's row (as :func:`~tl_leadterms.decompose` names them);
 #: sweeps and the monitor carry these columns along with the score
 EXTRA_COLUMNS = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "corrected",
-                 "excess", "excess_share", "q", "specific", "common_share", "raw")  # fmt: skip
+                 "noise_share", "excess", "excess_share", "q", "specific", "common_share",
+                 "raw")  # fmt: skip
 
 
 def _is_nan(value: object) -> bool:

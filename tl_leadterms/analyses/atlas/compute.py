@@ -26,7 +26,7 @@ from tl_leadterms.analyses.attention.compute import attention_agreement
 from tl_leadterms.analyses.decompose.compute import decompose
 from tl_leadterms.checks import check_tokens
 from tl_leadterms.protocols import ReadableModel, TokenWindows
-from tl_leadterms.results.bootstrap import BootstrapSpec, ci_cell, ci_header
+from tl_leadterms.results.bootstrap import BootstrapSpec, ci_cell, ci_header, wide_note
 from tl_leadterms.results.null import NullSpec, add_qvalues
 from tl_leadterms.results.population import Population
 from tl_leadterms.results.table import ResultTable
@@ -36,7 +36,8 @@ from tl_leadterms.stats.corpus import CorpusStats
 __all__ = ["DETECTORS", "HeadAtlas", "head_atlas"]
 
 DETECTORS = ("previous_token", "duplicate_token", "induction")
-_COLUMNS = ("label", "layer", "head", "character", "cosine", "lo", "hi", "corrected", "z", "p",
+_COLUMNS = ("label", "layer", "head", "character", "cosine", "lo", "hi", "corrected",
+            "noise_share", "z", "p",
             "implied_s_lr", "value_character", "value_cosine", "js_divergence",
             "rank_correlation", *DETECTORS, "null_mean", "excess", "excess_share", "q",
             "specific", "common_share")  # fmt: skip
@@ -54,7 +55,7 @@ class HeadAtlas(ResultTable):
         ci = self.metadata.get("ci")
         why = ci.get("why") if ci else None  # asked for, none: the scores are exact
         ci = None if why else ci
-        band = f"{ci_header([{'ci_level': ci['level']}]):<32} " if ci else ""
+        band = f"{ci_header([{'ci_level': ci['level']}]):<33} " if ci else ""
         null = self.metadata.get("null")
         null = f"{null['permutations']} permutations, seed {null['seed']}" if null else None
         lines = [f"HeadAtlas ({len(self.rows)} heads; null: {null})",
@@ -68,7 +69,8 @@ class HeadAtlas(ResultTable):
                 f"{r['previous_token']:5.2f} "
                 f"{r['duplicate_token']:5.2f} {r['induction']:5.2f}"
             )
-        return "\n".join(lines + ([f"({why})"] if why else []))
+        wide = wide_note(self.rows) if ci else None
+        return "\n".join(lines + ([f"({why})"] if why else []) + ([wide] if wide else []))
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.atlas.figure.plot_atlas` of this atlas (its keywords)."""
@@ -160,7 +162,8 @@ def head_atlas(
             "label": r["label"], "layer": r["layer"], "head": r["head"],
             "character": r["character"], "cosine": r["cosine"],
             "lo": r.get("lo", nan), "hi": r.get("hi", nan), "corrected": r.get("corrected", nan),
-            "z": r.get("z", nan), "p": r.get("p", nan), "implied_s_lr": r["implied_s_lr"],
+            "noise_share": r.get("noise_share", nan), "z": r.get("z", nan), "p": r.get("p", nan),
+            "implied_s_lr": r["implied_s_lr"],
             "null_mean": r.get("null_mean", nan), "excess": r.get("excess", nan),
             "excess_share": r.get("excess_share", nan), "specific": r.get("specific", nan),
             "common_share": r.get("common_share", nan),

@@ -20,6 +20,7 @@ from tl_leadterms.protocols import ReadableModel
 from tl_leadterms.results.bootstrap import (
     BootstrapSpec,
     add_interval,
+    add_noise_share,
     interval_metadata,
     resolve_bootstrap,
 )
@@ -158,8 +159,11 @@ def decompose(
             (``BootstrapSpec.method``; its default is the one
             :mod:`tl_leadterms.results.bootstrap` documents and argues for), and the
             estimate of the distribution-level cosine it is built around (bias-corrected,
-            always within ``lo``..``hi``); none for the model's own training windows
-            (``population``). Needs
+            always within ``lo``..``hi``), and ``noise_share``, the sample's noise against
+            what the cosine measures (the interval is wider than its level from
+            :data:`~tl_leadterms.results.intervals.WIDE_NOISE_SHARE` on, and the table marks
+            it; :func:`~tl_leadterms.results.intervals.noise_share`); none for the model's
+            own training windows (``population``). Needs
             ``stats`` from :func:`~tl_leadterms.stats.blocks.block_stats` (a
             ``BlockStats``: its full-corpus statistics are the ones scored); see
             :mod:`tl_leadterms.results.bootstrap`.
@@ -245,7 +249,9 @@ def decompose(
             row.update(cosine=math.nan, implied_s_lr=math.nan, character="degenerate",
                        reason=voided[row["weight"]])  # fmt: skip
     if boot is not None:
-        add_interval(rows, bootstrap_cosines(scored, boot, projections), boot, "cosine")
+        resampled = bootstrap_cosines(scored, boot, projections)
+        add_interval(rows, resampled.draws, boot, "cosine")
+        add_noise_share(rows, resampled, boot, "cosine")
     if spec is not None and spec.reference is not None:
         _add_reference(rows, spec.reference_model(model), stats, layers, per_head, weights)
     metadata = _metadata(pw, stats, schedule, per_head, spec)

@@ -17,6 +17,13 @@ model side is therefore prepared once per map and shared:
 * other maps (factored ones, the shared-factor :class:`~tl_leadterms.adapters.sandwich.Sandwich`
   maps of models with embeddings, ``P``) keep the general path of :mod:`.fit`.
 
+Beside its cosines a resample records where each row's target ``T*`` lies against the sample's
+own ``T̂``: ``‖T*‖²`` and ``⟨T̂, T*⟩`` (:class:`Resampled`). For a stacked target ``⟨T̂, T*⟩`` is
+one more row of the same product (the full-corpus target met like a map), for the sparse bigram
+it comes through the same sparse formula, elsewhere from the two dense maps. With the cosines
+they give how far the target moved off the plane of the map and ``T̂``, the row's
+``noise_share`` (:func:`~tl_leadterms.results.intervals.noise_share`).
+
 A resample's cosines are kept per :class:`~tl_leadterms.stats.blocks.BlockStats` and
 :class:`~tl_leadterms.results.bootstrap.BootstrapSpec`
 (:meth:`~tl_leadterms.results.bootstrap.Bootstrap.memo`), keyed by the target and a digest of
@@ -35,6 +42,7 @@ import torch
 from torch import Tensor
 from transformer_lens import FactoredMatrix
 
+from tl_leadterms.adapters import factored
 from tl_leadterms.adapters.sandwich import Sandwich
 from tl_leadterms.analyses.decompose.fit import (
     BasisCache,
@@ -46,7 +54,7 @@ from tl_leadterms.results.bootstrap import Bootstrap
 from tl_leadterms.stats.tables import kernels, resolve_backend
 from tl_leadterms.theory import Term
 
-__all__ = ["Scored", "bootstrap_cosines", "null_cosines"]
+__all__ = ["Resampled", "Scored", "bootstrap_cosines", "null_cosines"]
 
 
 @dataclass
@@ -59,7 +67,6 @@ class Scored:
     norms: Tensor
     _flat: Tensor | None = field(default=None, repr=False)
     _flat_t: Tensor | None = field(default=None, repr=False)
-    _row_sums: Tensor | None = field(default=None, repr=False)
     _digest: str | None = field(default=None, repr=False)
 
     @property
@@ -77,13 +84,6 @@ class Scored:
             h, k = self.M.shape[0], self.M.shape[-1]
             self._flat_t = self._flat.view(h, k, k).transpose(1, 2).reshape(h, -1)
         return self._flat_t
-
-    def row_sums(self) -> Tensor:
-        """``[h, k]``: ``M_h·1`` in float64 (for the sparse bigram inner product)."""
-        if self._row_sums is None:
-            h, k = self.M.shape[0], self.M.shape[-1]
-            self._row_sums = self.flat().view(h, k, k).sum(-1)
-        return self._row_sums
 
     def digest(self) -> str:
         """A digest of the map's values, shape and dtype (the bootstrap memo's key)."""
@@ -181,75 +181,131 @@ def permuted_inner(flat: Tensor, T: Tensor, perms: Tensor) -> Tensor:
 # -- the bootstrap --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Resampled:
+    """The bootstrap's draws of every scored map, one column per row (the order of
+    :meth:`~tl_leadterms.results.bootstrap.Bootstrap.resamples` down the first axis)."""
+
+    #: ``[R (+ extras), rows]``: each row's leading-term cosine on each resample
+    draws: Tensor
+    #: ``[R (+ extras), rows]``: ``‖T*‖²`` of each row's target on each resample (``P``'s on
+    #: the offsets compared)
+    star_sq: Tensor
+    #: ``[R (+ extras), rows]``: ``⟨T̂, T*⟩``, ``T̂`` the full-corpus target
+    cross: Tensor
+    #: ``[rows]``: ``‖T̂‖²`` of each row's target (as the cosine compares it)
+    target_sq: Tensor
+
+
 def bootstrap_cosines(scored: list[Scored], boot: Bootstrap,
-                      projections: Projections) -> Tensor:  # fmt: skip
-    """``[R (+ B), rows]`` leading-term cosines of every scored map on each resample of
-    ``boot`` (its order: :meth:`~tl_leadterms.results.bootstrap.Bootstrap.resamples`).
+                      projections: Projections) -> Resampled:  # fmt: skip
+    """The leading-term cosines of every scored map on each resample of ``boot``, and where
+    each map's target lies on it (:class:`Resampled`; ``projections`` holds the full-corpus
+    statistics' cache).
 
     Resamples already scored for the same map and target (the memo of ``boot``) are read, not
     recomputed; a resample is built only when some map still needs it.
     """
     memo = boot.memo()
+    full = projections.cache
     keys = [(s.term.target.formula, s.digest()) for s in scored]
     todo = [i for i, key in enumerate(keys) if key not in memo]
     if todo:
-        columns: dict[int, list[Tensor]] = {i: [] for i in todo}
+        columns: dict[int, list[tuple[Tensor, Tensor, Tensor]]] = {i: [] for i in todo}
         stacks: dict = {}  # the dense maps of one target, stacked once for every resample
         for resampled in boot.resamples():
             cache = BasisCache(resampled)
             proj = projections.with_cache(cache)
             pending = [scored[i] for i in todo]
-            for i, cos in _resample_cosines(pending, cache, proj, stacks).items():
-                columns[todo[i]].append(cos)
+            for i, parts in _resample_cosines(pending, cache, full, proj, stacks).items():
+                columns[todo[i]].append(parts)
         for i in todo:
-            memo[keys[i]] = torch.stack(columns[i])
-    return torch.cat([memo[key] for key in keys], dim=1)
+            memo[keys[i]] = tuple(torch.stack(parts) for parts in zip(*columns[i], strict=True))
+    draws, star_sq, cross = (torch.cat([memo[key][j] for key in keys], dim=1) for j in range(3))
+    target_sq = torch.cat([torch.full((s.norms.shape[0],), _target_sq(s, full),
+                                      dtype=torch.float64) for s in scored])  # fmt: skip
+    return Resampled(draws, star_sq, cross, target_sq)
 
 
-def _resample_cosines(scored: list[Scored], cache: BasisCache, proj: Projections,
-                      stacks: dict) -> dict:  # fmt: skip
-    """``{index: [h] cosines}`` of the scored maps on one resample's statistics."""
-    out: dict[int, Tensor] = {}
+def _target_sq(s: Scored, full: BasisCache) -> float:
+    """``‖T̂‖²`` of a scored map's target, on the part the cosine compares."""
+    if s.term.vector:
+        return float((_vector_target(s, full) ** 2).sum())
+    return full.sq_norm(s.term.target)
+
+
+def _vector_target(s: Scored, cache: BasisCache) -> Tensor:
+    """A vector term's target (``P``'s ``Δ``) on the offsets its map has, in float64."""
+    return cache.map(s.term.target).double()[: s.M.shape[-1]]
+
+
+def _resample_cosines(scored: list[Scored], cache: BasisCache, full: BasisCache,
+                      proj: Projections, stacks: dict) -> dict:  # fmt: skip
+    """``{index: ([h] cosines, [h] ‖T*‖², [h] ⟨T̂, T*⟩)}`` of the scored maps on one resample's
+    statistics (``cache``; ``full``: the full corpus')."""
+    out: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
     by_target: dict[str, list[int]] = {}
+    placed: dict[tuple, tuple[float, float]] = {}  # a general-path target's, once per resample
     for i, s in enumerate(scored):
         if s.dense:
             by_target.setdefault(s.term.target.formula, []).append(i)
-        else:
-            out[i] = lead_cosines(s.M, s.term, cache, s.norms, proj)
+            continue
+        cos = lead_cosines(s.M, s.term, cache, s.norms, proj)
+        key = (s.term.target.formula, s.M.shape[-1] if s.term.vector else None)
+        if key not in placed:
+            placed[key] = _placed(s, cache, full)
+        out[i] = (cos, *(torch.full_like(cos, x, dtype=torch.float64) for x in placed[key]))
     for formula, members in by_target.items():
         component = scored[members[0]].term.target
         if formula == "B̄":
-            inner, t2 = _bigram_inner([scored[i] for i in members], cache, stacks)
+            inner, t2 = _bigram_inner([scored[i] for i in members], cache, full, stacks)
         else:
             target, transposed = _target(cache.map(component))
-            flat = _stacked(stacks, [scored[i] for i in members], formula, transposed)
+            flat = _stacked(stacks, [scored[i] for i in members], formula, transposed, full)
             inner, t2 = flat @ target, float(target @ target)
+        cross = float(inner[-1])  # the last row is the full-corpus target: ⟨T̂, T*⟩
         start = 0
         for i in members:
             h = scored[i].norms.shape[0]
-            out[i] = _cosines(inner[start : start + h].cpu(), scored[i].norms, t2)
+            cos = _cosines(inner[start : start + h].cpu(), scored[i].norms, t2)
+            out[i] = (cos, torch.full_like(cos, t2), torch.full_like(cos, cross))
             start += h
     return out
 
 
-def _stacked(stacks: dict, members: list[Scored], formula: str, transposed: bool) -> Tensor:
-    """``[n, k·k]``: the float64 rows of every member's maps (stacked once per target)."""
+def _placed(s: Scored, cache: BasisCache, full: BasisCache) -> tuple[float, float]:
+    """``(‖T*‖², ⟨T̂, T*⟩)`` of a general-path map's target from the two caches' maps."""
+    if s.term.vector:
+        star, hat = _vector_target(s, cache), _vector_target(s, full)
+        return float((star * star).sum()), float((hat * star).sum())
+    star = cache.map(s.term.target)
+    return cache.sq_norm(s.term.target), float(factored.inner_maps(full.map(s.term.target), star))
+
+
+def _stacked(stacks: dict, members: list[Scored], formula: str, transposed: bool,
+             full: BasisCache) -> Tensor:  # fmt: skip
+    """``[n + 1, k·k]``: the float64 rows of every member's maps, then the full-corpus target
+    in the same layout (stacked once per target)."""
     key = (formula, transposed)
     if key not in stacks:
-        stacks[key] = torch.cat([s.flat(transposed) for s in members])
+        hat = full.map(members[0].term.target)
+        hat = (hat.T if transposed else hat).to(torch.float64).contiguous().reshape(1, -1)
+        stacks[key] = torch.cat([*(s.flat(transposed) for s in members), hat.to(members[0].flat())])
     return stacks[key]
 
 
-def _bigram_inner(members: list[Scored], cache: BasisCache, stacks: dict) -> tuple[Tensor, float]:
-    """``⟨M_h, B̄⟩`` of every member and ``‖B̄‖²`` from the sparse counts (module docstring)."""
+def _bigram_inner(members: list[Scored], cache: BasisCache, full: BasisCache,
+                  stacks: dict) -> tuple[Tensor, float]:  # fmt: skip
+    """``⟨M_h, B̄⟩`` of every member, then ``⟨B̄_full, B̄⟩``, and ``‖B̄‖²`` from the sparse
+    counts (module docstring)."""
     bigram = cache.stats.bigram
-    flat = _stacked(stacks, members, "B̄", False)
+    flat = _stacked(stacks, members, "B̄", False, full)
     k = bigram.k
     values = bigram.values.to(torch.float64)
     shift = bigram.u * bigram.alpha.to(torch.float64)  # [k]: u·α_i, subtracted from row i
     codes = (bigram.rows * k + bigram.cols).to(flat.device)
     if ("B̄ rows",) not in stacks:
-        stacks[("B̄ rows",)] = torch.cat([s.row_sums() for s in members])  # [n, k]
+        stacks[("B̄ rows",)] = flat.view(flat.shape[0], k, k).sum(-1)  # [n + 1, k]
     row_sums = stacks[("B̄ rows",)]
     inner = flat.index_select(1, codes) @ values - row_sums @ shift
     centred = values - shift[bigram.rows]

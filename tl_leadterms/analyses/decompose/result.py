@@ -11,7 +11,7 @@ from tl_leadterms.adapters import factored
 from tl_leadterms.adapters.convert import weights_for_stats
 from tl_leadterms.analyses.decompose.fit import BasisCache
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note
+from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note, wide_note
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.theory import term
 
@@ -68,7 +68,10 @@ class Decomposition(ResultTable):
     and ``q`` (Benjamini–Hochberg over the rows) (and ``reference``); with ``ci=``: ``lo``,
     ``hi``, ``corrected`` (the estimate of the distribution-level cosine the interval is
     built around, bias-corrected, always between ``lo`` and ``hi``; the table prints the
-    interval beside it) and ``ci_level`` (:mod:`tl_leadterms.results.bootstrap`), none of them
+    interval beside it), ``ci_level`` (:mod:`tl_leadterms.results.bootstrap`) and
+    ``noise_share`` (:func:`~tl_leadterms.results.intervals.noise_share`: from
+    :data:`~tl_leadterms.results.intervals.WIDE_NOISE_SHARE` on the interval is wider than its
+    level, and the table marks it ``†`` with a note under it), none of them
     when the statistics are the model's training windows (the cosines are exact; the line under
     the title says so, ``metadata["ci"]["why"]``). Token-token rows carry ``specific`` and
     ``common_share`` (the ``common`` column of the repr; see
@@ -126,7 +129,7 @@ class Decomposition(ResultTable):
             *([note] if note else []),
             f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} "
             + (f"{'excess':>8} " if self._has("excess") else "")
-            + (f"{ci_header(self.rows):<32} " if self._has("lo") else "")
+            + (f"{ci_header(self.rows):<33} " if self._has("lo") else "")
             + (f"{'z':>7} {'p':>6} {'q':>6} " if self._has("p") else "")
             + (f"{'common':>6} " if self._has("common_share") else "")
             + f"{'sη impl.':>8} {'explained':>9} {'bigram':>7} {'interch.':>8} {'context':>7}  "
@@ -146,7 +149,8 @@ class Decomposition(ResultTable):
                 f"{_fmt(fam.get('bigram'), 7)} {_fmt(fam.get('interchangeability'))} "
                 f"{_fmt(fam.get('context'), 7)}  {r['character']}"
             )
-        return "\n".join(lines)
+        wide = wide_note(self.rows)
+        return "\n".join(lines + ([wide] if wide else []))
 
     def _has(self, column: str) -> bool:
         return any(column in r for r in self.rows)
