@@ -33,12 +33,8 @@ from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train
 from tl_leadterms.analyses.decompose.compute import leading_cosines
 from tl_leadterms.atomic import atomic_path, write_text
 from tl_leadterms.results.bootstrap import Bootstrap, BootstrapSpec
-from tl_leadterms.results.intervals import (
-    DEFAULT_METHOD,
-    WIDE_NOISE_SHARE,
-    interval,
-    noise_share,
-)
+from tl_leadterms.results.intervals import DEFAULT_METHOD, interval, noise_share
+from tl_leadterms.results.marks import WIDE_NOISE_SHARE
 
 __all__ = ["POPULATION_CONFIGS", "main_population"]
 

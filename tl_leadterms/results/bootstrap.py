@@ -16,8 +16,8 @@ two exact):
   interval, so tables print the interval beside ``corrected``, not beside the raw score).
 * ``noise_share`` (:func:`~tl_leadterms.results.intervals.noise_share`; ``decompose`` and
   ``head_atlas``): the sample's noise against what the score measures. From
-  :data:`~tl_leadterms.results.intervals.WIDE_NOISE_SHARE` on the interval is wider than its
-  level (conservative), and tables mark it with :data:`WIDE_MARK` and a note (:func:`wide_note`).
+  :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on the interval is wider than its
+  level (conservative), and tables mark it (:mod:`tl_leadterms.results.marks`).
 
 What the interval covers: the score of the model against the statistics of the whole
 distribution the windows were drawn from, for a model that did not learn these windows. That
@@ -50,14 +50,8 @@ from torch import Tensor
 
 from tl_leadterms.checks import check_bool, check_choice, check_count, check_level
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.intervals import (
-    DEFAULT_METHOD,
-    METHODS,
-    WIDE_COVERAGE,
-    WIDE_NOISE_SHARE,
-    interval,
-    noise_share,
-)
+from tl_leadterms.results.intervals import DEFAULT_METHOD, METHODS, interval, noise_share
+from tl_leadterms.results.marks import WIDE_MARK, is_wide
 from tl_leadterms.results.population import Reading, resolve_population
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
@@ -79,7 +73,6 @@ __all__ = [
     "ci_note",
     "interval_metadata",
     "resolve_bootstrap",
-    "wide_note",
 ]
 
 
@@ -355,27 +348,9 @@ def _num6(value: Any) -> str:
     return f"{value:9.6f}"
 
 
-#: the mark :func:`ci_cell` puts after an interval wider than its level (:func:`wide_note`)
-WIDE_MARK = "†"
-
-
-def _wide(row: dict) -> bool:
-    share = row.get("noise_share")
-    return isinstance(share, float) and share >= WIDE_NOISE_SHARE
-
-
 def ci_cell(row: dict) -> str:
-    """``corrected [lo, hi]`` of a row with an interval, then :data:`WIDE_MARK` where the
-    interval is wider than its level says (``noise_share`` at least
-    :data:`~tl_leadterms.results.intervals.WIDE_NOISE_SHARE`), else a space (33 characters)."""
-    mark = WIDE_MARK if _wide(row) else " "
+    """``corrected [lo, hi]`` of a row with an interval, then
+    :data:`~tl_leadterms.results.marks.WIDE_MARK` where the interval is wider than its level
+    says (:func:`~tl_leadterms.results.marks.is_wide`), else a space (33 characters)."""
+    mark = WIDE_MARK if is_wide(row) else " "
     return f"{_num6(row.get('corrected'))} [{_num6(row.get('lo'))}, {_num6(row.get('hi'))}]{mark}"
-
-
-def wide_note(rows: list[dict]) -> str | None:
-    """The line under a table that explains :data:`WIDE_MARK`, when some row carries it."""
-    if not any(_wide(r) for r in rows):
-        return None
-    return (f"{WIDE_MARK} noise_share >= {WIDE_NOISE_SHARE:g}: the sample's noise is at least "
-            f"{WIDE_NOISE_SHARE:.0%} of what the score measures, and the interval is wider "
-            f"than its level ({WIDE_COVERAGE}); more windows narrow it")  # fmt: skip

@@ -67,8 +67,6 @@ from tl_leadterms.errors import LeadTermsError
 __all__ = [
     "DEFAULT_METHOD",
     "METHODS",
-    "WIDE_COVERAGE",
-    "WIDE_NOISE_SHARE",
     "expansion",
     "interval",
     "noise_share",
@@ -78,14 +76,6 @@ __all__ = [
 METHODS = ("shifted", "calibrated", "atanh", "log1m", "angle", "bca", "percentile", "basic")
 DEFAULT_METHOD = METHODS[0]
 _EDGE = 1.0 - 1e-15  # |s| is clamped to this before atanh or log(1 − s)
-
-#: the ``noise_share`` from which a printed interval is marked as wider than its level: in the
-#: population benchmark (``benchmarks/results/coverage.json``, ``population`` →
-#: ``by_noise_share``) rows at or above it covered the truth more often than nominal, rows
-#: below it about as often as nominal (:func:`noise_share`)
-WIDE_NOISE_SHARE = 0.5
-#: what those rows' intervals did there, as the tables' note quotes it
-WIDE_COVERAGE = "in the population benchmark 99% of such 90% and 95% intervals held the truth"
 
 
 def noise_share(draws: Tensor, star_sq: Tensor, cross: Tensor, target_sq: Tensor,
@@ -109,7 +99,8 @@ def noise_share(draws: Tensor, star_sq: Tensor, cross: Tensor, target_sq: Tensor
     noise is as large as the part it is added to: much of the distance from 1 is the sample's
     own noise, the resamples (centred on the noisy ``T̂``) spread wider than the samples do, and
     the interval is wider than its level says (conservative); a larger sample of windows is the
-    remedy. From :data:`WIDE_NOISE_SHARE` on, tables mark the interval.
+    remedy. From :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on, tables mark the
+    interval (:mod:`tl_leadterms.results.marks`).
 
     >>> one = torch.ones(1, 1, dtype=torch.float64)
     >>> # T̂ = (1, 0, 0), M ∝ (0.8, 0.6, 0): T* = (1, 0, 0.3) moves 0.3 off their plane

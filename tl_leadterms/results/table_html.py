@@ -38,6 +38,7 @@ import re
 from typing import Any
 
 from tl_leadterms.results.figures import colour_scale, decimals, text_colour
+from tl_leadterms.results.marks import WIDE_COVERAGE, WIDE_MARK, WIDE_NOISE_SHARE, is_wide
 
 __all__ = ["MAX_ROWS", "cell_colours", "significant", "table_html"]
 
@@ -176,12 +177,16 @@ def _bar(table: Any, row: dict[str, Any], domain: tuple[float, float], fmt) -> s
     low, high = (_num(row.get(c)) for c in table.INTERVAL)
     if low is not None and high is not None:
         a, b = x(low), x(high)
-        parts.append(f'<path class="tl-ci" d="M{a} 7H{b}M{a} 3V11M{b} 3V11" stroke="#222" '
-                     'stroke-width="1.2" fill="none"/>')  # fmt: skip
+        wide = is_wide(row)  # wider than its level: a dashed whisker (tl_leadterms.results.marks)
+        dash = ' stroke-dasharray="2 1.5"' if wide else ""
+        parts.append(f'<path class="tl-ci{" tl-wide" if wide else ""}" '
+                     f'd="M{a} 7H{b}M{a} 3V11M{b} 3V11" stroke="#222" stroke-width="1.2"{dash} '
+                     'fill="none"/>')  # fmt: skip
     svg = (f'<svg width="{_BAR_WIDTH}" height="14" '
            f'style="vertical-align:middle;min-width:{_BAR_WIDTH}px">'
            f"{''.join(parts)}</svg>")  # fmt: skip
-    return f"{svg} {html.escape(fmt(row.get(table.SCORE)))}"
+    mark = WIDE_MARK if low is not None and is_wide(row) else ""
+    return f"{svg} {html.escape(fmt(row.get(table.SCORE)))}{mark}"
 
 
 def _styled(frame: Any, styles: Any = None, classes: Any = None, titles: Any = None):
@@ -330,6 +335,11 @@ def _legend(table: Any) -> str:
         bits.append(f"bar: {html.escape(table.SCORE)}")
     if set(table.INTERVAL) <= have:
         bits.append("whisker: interval " + "–".join(table.INTERVAL))
+        if any(is_wide(r) for r in table.rows):
+            bits.append(
+                f"dashed whisker and {WIDE_MARK}: noise_share ≥ {WIDE_NOISE_SHARE:g}, the "
+                f"interval is wider than its level ({html.escape(WIDE_COVERAGE)})"
+            )
     if set(table.NULL) <= have:
         bits.append("grey band: null mean ± 2 sd")
     sig = [c for c in table.SIGNIFICANCE if c in have]

@@ -26,7 +26,8 @@ from tl_leadterms.analyses.attention.compute import attention_agreement
 from tl_leadterms.analyses.decompose.compute import decompose
 from tl_leadterms.checks import check_tokens
 from tl_leadterms.protocols import ReadableModel, TokenWindows
-from tl_leadterms.results.bootstrap import BootstrapSpec, ci_cell, ci_header, wide_note
+from tl_leadterms.results.bootstrap import BootstrapSpec, ci_cell, ci_header
+from tl_leadterms.results.marks import wide_note
 from tl_leadterms.results.null import NullSpec, add_qvalues
 from tl_leadterms.results.population import Population
 from tl_leadterms.results.table import ResultTable

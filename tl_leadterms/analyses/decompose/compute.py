@@ -161,7 +161,7 @@ def decompose(
             estimate of the distribution-level cosine it is built around (bias-corrected,
             always within ``lo``..``hi``), and ``noise_share``, the sample's noise against
             what the cosine measures (the interval is wider than its level from
-            :data:`~tl_leadterms.results.intervals.WIDE_NOISE_SHARE` on, and the table marks
+            :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on, and the table marks
             it; :func:`~tl_leadterms.results.intervals.noise_share`); none for the model's
             own training windows (``population``). Needs
             ``stats`` from :func:`~tl_leadterms.stats.blocks.block_stats` (a

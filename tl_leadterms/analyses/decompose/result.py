@@ -11,7 +11,8 @@ from tl_leadterms.adapters import factored
 from tl_leadterms.adapters.convert import weights_for_stats
 from tl_leadterms.analyses.decompose.fit import BasisCache
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note, wide_note
+from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note
+from tl_leadterms.results.marks import wide_note
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.theory import term
 
@@ -70,7 +71,7 @@ class Decomposition(ResultTable):
     built around, bias-corrected, always between ``lo`` and ``hi``; the table prints the
     interval beside it), ``ci_level`` (:mod:`tl_leadterms.results.bootstrap`) and
     ``noise_share`` (:func:`~tl_leadterms.results.intervals.noise_share`: from
-    :data:`~tl_leadterms.results.intervals.WIDE_NOISE_SHARE` on the interval is wider than its
+    :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on the interval is wider than its
     level, and the table marks it ``†`` with a note under it), none of them
     when the statistics are the model's training windows (the cosines are exact; the line under
     the title says so, ``metadata["ci"]["why"]``). Token-token rows carry ``specific`` and
