@@ -341,12 +341,16 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
                             corr.append(mid - truth)
                             at_one.append(mid >= 1.0 - 1e-12)
                             width.append(hi - lo)
+                    sd_cv = []  # how much the resamples' own spread varies over the samples
                     for r in per_model:  # the spread of the estimate over a model's samples
                         if len(r["trials"][case]) > 1:
                             for i in idx:
                                 sd_sample.append(float(torch.tensor(
                                     [float(t[cut]["estimate"][i]) for t in r["trials"][case]]
                                 ).std()))  # fmt: skip
+                                sds = torch.tensor([float(t[cut]["draws"][:, i].std())
+                                                    for t in r["trials"][case]])  # fmt: skip
+                                sd_cv.append(float(sds.std() / sds.mean()))
                     samples = len(trials)
                     calibrated = None  # the documents cut has the second level
                     if cover_calibrated[LEVELS[0]]:
@@ -379,6 +383,10 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
                                 if sd_sample
                                 else None
                             ),
+                            # the coefficient of variation of a sample's resample SD over
+                            # a model's samples (mean over models and layers): near
+                            # sqrt(1/(2(B−1)) + 1/(2R)) for a score whose block noise is Gaussian
+                            "resample_sd_cv": statistics.mean(sd_cv) if sd_cv else None,
                             # over the samples (the layers of one sample are not independent)
                             "coverage_standard_error": {
                                 str(lv): math.sqrt(
