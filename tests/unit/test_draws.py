@@ -74,23 +74,35 @@ def test_null_columns_are_the_relabelled_cosines(setup, vocab):
         assert row["p"] == (1 + int((draws >= row["score"]).sum())) / (R + 1)
 
 
-@pytest.mark.parametrize("vocab", [None, 9])
-def test_interval_is_built_from_recounted_resamples(setup, vocab):
-    _, model = setup
-    # held-out windows: intervals are for statistics other than the model's training data
+def _held_out(model, vocab):
+    """``(tokens, blocks, kept ids, decompose with ci=0.9)`` of held-out windows (intervals are
+    for statistics other than the model's training data)."""
     tokens = markov_tokens(100, T + 1, V, seed=5)
     blocks = block_stats(tokens, d_vocab=V, blocks=B, vocab=vocab, progress=False)
     kept = None if vocab is None else blocks.vocab.kept.tolist()
-    d = decompose(model, blocks, per_head=True, ci=0.9, bootstrap=R, progress=False)
-    rows = _rows(d)
-    generator = torch.Generator().manual_seed(0)  # BootstrapSpec's default seed
-    draws = []
-    for _ in range(R):  # B − 1 blocks drawn with replacement (the n − 1 bootstrap), each
-        # window of block b taken w[b] times
+    return tokens, blocks, kept, decompose(model, blocks, per_head=True, ci=0.9, bootstrap=R,
+                                           progress=False)  # fmt: skip
+
+
+def _resampled(tokens, blocks, kept=None):
+    """The dense statistics of each of the ``R`` resamples ``BootstrapSpec``'s default seed
+    (0) draws: ``B − 1`` blocks drawn with replacement (the n − 1 bootstrap), each window of
+    block b taken w[b] times, recounted from scratch."""
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(R):
         weights = torch.bincount(torch.randint(B, (B - 1,), generator=generator), minlength=B)
         taken = zip(blocks.bounds, weights.tolist(), strict=True)
-        windows = torch.cat([tokens[a:z] for (a, z), m in taken for _ in range(m)])
-        stats = dense_corpus_stats(windows, V, kept=kept)
+        yield dense_corpus_stats(torch.cat([tokens[a:z] for (a, z), m in taken for _ in range(m)]),
+                                 V, kept=kept)  # fmt: skip
+
+
+@pytest.mark.parametrize("vocab", [None, 9])
+def test_interval_is_built_from_recounted_resamples(setup, vocab):
+    _, model = setup
+    tokens, blocks, kept, d = _held_out(model, vocab)
+    rows = _rows(d)
+    draws = []
+    for stats in _resampled(tokens, blocks, kept):
         draws.append([])
         for row in rows:
             M = _maps(model, row["layer"], row["weight"])
@@ -103,17 +115,6 @@ def test_interval_is_built_from_recounted_resamples(setup, vocab):
         assert row["lo"] == pytest.approx(float(lo[i]), abs=1e-10)
         assert row["hi"] == pytest.approx(float(hi[i]), abs=1e-10)
         assert row["corrected"] == pytest.approx(float(mid[i]), abs=1e-10)
-
-
-def _resampled(tokens, blocks, kept=None):
-    """The dense statistics of each of the ``R`` resamples ``BootstrapSpec``'s default seed
-    draws (as in the interval test above)."""
-    generator = torch.Generator().manual_seed(0)
-    for _ in range(R):
-        weights = torch.bincount(torch.randint(B, (B - 1,), generator=generator), minlength=B)
-        taken = zip(blocks.bounds, weights.tolist(), strict=True)
-        yield dense_corpus_stats(torch.cat([tokens[a:z] for (a, z), m in taken for _ in range(m)]),
-                                 V, kept=kept)  # fmt: skip
 
 
 def _off_plane(d, t_hat, m):
@@ -143,10 +144,7 @@ def _check_shares(d, maps, target, tokens, blocks, kept=None):
 def test_noise_share_is_the_noise_off_the_plane_of_map_and_target(setup, vocab):
     """Every weight of the paper model (``P``: Δ on the model's offsets)."""
     _, model = setup
-    tokens = markov_tokens(100, T + 1, V, seed=5)
-    blocks = block_stats(tokens, d_vocab=V, blocks=B, vocab=vocab, progress=False)
-    kept = None if vocab is None else blocks.vocab.kept.tolist()
-    d = decompose(model, blocks, per_head=True, ci=0.9, bootstrap=R, progress=False)
+    tokens, blocks, kept, d = _held_out(model, vocab)
 
     def maps(row):
         if row["weight"] == "P":
