@@ -16,10 +16,10 @@ configuration: ``decompose(..., ci=)`` prints an interval for B and none for A.
 Kept in ``benchmarks/results/coverage_population_<size>_shares_draws.pt`` (:data:`CACHE`);
 written into the ``population`` key of ``coverage.json`` (the chain's cells are kept as they
 are; run one size at a time with ``--configs``, each run adds its own), with the coverage of
-every configuration run so far split by the rows' ``noise_share`` (``by_noise_share``).
+the issue's and the demo's sizes split by the rows' ``noise_share`` (``by_noise_share``,
+:mod:`benchmarks.coverage_shares`).
 """
 
-import itertools
 import json
 import math
 import os
@@ -33,8 +33,7 @@ from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train
 from tl_leadterms.analyses.decompose.compute import leading_cosines
 from tl_leadterms.atomic import atomic_path, write_text
 from tl_leadterms.results.bootstrap import Bootstrap, BootstrapSpec
-from tl_leadterms.results.intervals import DEFAULT_METHOD, interval, noise_share
-from tl_leadterms.results.marks import WIDE_NOISE_SHARE
+from tl_leadterms.results.intervals import DEFAULT_METHOD, interval
 
 __all__ = ["POPULATION_CONFIGS", "main_population"]
 
@@ -57,8 +56,6 @@ POPULATION_CONFIGS = {
 #: the demo's models and samples again, each held-out sample cut into 64 blocks of 16 windows
 #: instead of 16 of 64 (paired with ``demo``: the same models, samples and truth)
 POPULATION_CONFIGS["demo64"] = {**POPULATION_CONFIGS["demo"], "held_blocks": 64}
-#: the configurations the coverage by ``noise_share`` pools
-BAND_CONFIGS = ("issue", "demo")
 
 
 def _story_tokenizer(cfg: dict):
@@ -417,55 +414,6 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
     return result
 
 
-#: the bands of ``noise_share`` the coverage is split by (the library marks intervals from
-#: ``WIDE_NOISE_SHARE`` on)
-SHARE_BANDS = (0.0, 0.1, 0.25, WIDE_NOISE_SHARE, 1.0, math.inf)
-
-
-def _share(t: dict, i: int, kind: str) -> float:
-    """The library's ``noise_share`` of row ``i`` of one trial
-    (:func:`~tl_leadterms.results.intervals.noise_share` of its resamples' cosines, ‖T*‖² and
-    ⟨T̂, T*⟩, with ‖T̂‖² and the sample's cosine)."""
-    k = KINDS.index(kind)
-    share = noise_share(t["draws"][:, i : i + 1], t["star_sq"][:, k : k + 1],
-                        t["cross"][:, k : k + 1], t["norm2"][k : k + 1],
-                        t["estimate"][i : i + 1])  # fmt: skip
-    return float(share[0])
-
-
-def coverage_by_share(runs: dict) -> list[dict]:
-    """Coverage of the truth by the default method (equal blocks) on the held-out samples of
-    every configuration, split by each row's ``noise_share``: one row per sample and weight
-    (``W_O`` and layer 0's maps: the layers of one sample are nearly the same trial)."""
-    trials = []
-    for name, per_model in runs.items():
-        cfg = POPULATION_CONFIGS[name]
-        names = _map_names(cfg["layers"])
-        kinds = ["B"] + ["V", "W", "P"] * cfg["layers"]
-        for r in per_model:
-            for t in r["trials"]["held_out"]:
-                t = t["windows"]
-                for i, n in enumerate(names):
-                    if n.endswith(tuple(f".{layer}" for layer in range(1, cfg["layers"]))):
-                        continue
-                    truth, est = float(r["truth"][i]), float(t["estimate"][i])
-                    hits = [_covers(t["draws"][:, i], lv, est, truth, cfg["held_blocks"])
-                            for lv in LEVELS]  # fmt: skip
-                    trials.append((_share(t, i, kinds[i]), hits, f"{name} {n.split('.')[0]}"))
-    out = []
-    for lo, hi in itertools.pairwise(SHARE_BANDS):
-        band = [t for t in trials if lo <= t[0] < hi]
-        if not band:
-            continue
-        cover = {str(lv): statistics.mean(t[1][j] for t in band) for j, lv in enumerate(LEVELS)}
-        out.append({"share_from": lo, "share_below": hi, "rows": len(band), "coverage": cover,
-                    "coverage_standard_error": {
-                        lv: math.sqrt(max(c, 1e-12) * (1 - c) / len(band))
-                        for lv, c in cover.items()},
-                    "cells": sorted({t[2] for t in band})})  # fmt: skip
-    return out
-
-
 def _pct(cell: dict | None, level: str) -> str:
     return "-" if cell is None else f"{cell[level]:.0%}"
 
@@ -478,13 +426,10 @@ def main_population(args) -> None:
     result = json.loads(out.read_text()) if out.exists() else {}
     before = result.get("population", {})
     result["population"] = {**before, **summary}
-    everything = {name: run for name, run in runs.items() if name in BAND_CONFIGS}
-    for name in BAND_CONFIGS:  # the band table pools these configurations, from their caches
-        cache = RESULTS / CACHE.format(name=name)
-        if name not in everything and cache.exists():
-            done = torch.load(cache)
-            everything[name] = [done[key] for key in sorted(done) if key[0] == name]
-    result["population"]["by_noise_share"] = coverage_by_share(everything)
+    # a module of its own that reads this one's trials: imported here, where both are loaded
+    from benchmarks.coverage_shares import coverage_by_share, print_bands
+
+    result["population"]["by_noise_share"] = coverage_by_share(runs)
     for name in summary:
         if computed[name] == 0 and "run" in before.get(name, {}):  # summarized from the cache:
             result["population"][name]["run"] = before[name]["run"]  # the run that drew them
@@ -513,8 +458,4 @@ def main_population(args) -> None:
                   f"| {'-' if ratio is None else f'{ratio:.2f}'} |")  # fmt: skip
         for row in s["noise_ratio"]:
             print("noise of a resample / of a sample:", row)
-    print("| noise share | rows | coverage 90% | 95% | cells |")
-    for b in result["population"]["by_noise_share"]:
-        print(f"| {b['share_from']:g}-{b['share_below']:g} | {b['rows']} "
-              f"| {b['coverage']['0.9']:.1%} | {b['coverage']['0.95']:.1%} "
-              f"| {', '.join(b['cells'])} |")  # fmt: skip
+    print_bands(result["population"]["by_noise_share"])
