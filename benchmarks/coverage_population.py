@@ -56,6 +56,10 @@ POPULATION_CONFIGS = {
 #: the demo's models and samples again, each held-out sample cut into 64 blocks of 16 windows
 #: instead of 16 of 64 (paired with ``demo``: the same models, samples and truth)
 POPULATION_CONFIGS["demo64"] = {**POPULATION_CONFIGS["demo"], "held_blocks": 64}
+#: the demo's size again with twice the models (16, 8 held-out samples each: 128 samples), from
+#: twice the stories (a tokenizer and models of their own): the demo-size cells at a smaller
+#: standard error
+POPULATION_CONFIGS["demo16"] = {**POPULATION_CONFIGS["demo"], "stories": 20000}
 
 
 def _story_tokenizer(cfg: dict):

@@ -101,16 +101,26 @@ def test_interval_is_built_from_recounted_resamples(setup, vocab):
     _, model = setup
     tokens, blocks, kept, d = _held_out(model, vocab)
     rows = _rows(d)
-    draws = []
+    full = dense_corpus_stats(tokens, V, kept=kept)
+    t_hat = [_target(full, row["weight"]) for row in rows]
+    draws, star_sq, cross = [], [], []  # per resample: s*, ‖T*‖² and ⟨T̂, T*⟩ of every row
     for stats in _resampled(tokens, blocks, kept):
         draws.append([])
-        for row in rows:
+        star_sq.append([])
+        cross.append([])
+        for row, target in zip(rows, t_hat, strict=True):
             M = _maps(model, row["layer"], row["weight"])
             M = M if kept is None else M[kept][:, kept]
-            draws[-1].append(_cos(M, _target(stats, row["weight"])))
-    draws = torch.tensor(draws, dtype=torch.float64)
+            t_star = _target(stats, row["weight"])
+            draws[-1].append(_cos(M, t_star))
+            star_sq[-1].append(float((t_star**2).sum()))
+            cross[-1].append(float((target * t_star).sum()))
+    draws, star_sq, cross = (torch.tensor(x, dtype=torch.float64) for x in (draws, star_sq, cross))
+    target_sq = torch.tensor([float((t**2).sum()) for t in t_hat], dtype=torch.float64)
     estimate = torch.tensor([r["cosine"] for r in rows], dtype=torch.float64)
-    lo, hi, mid = interval(draws, 0.9, "shifted", estimate, blocks=B)  # expanded for B blocks
+    assert d.metadata["ci"]["method"] == "inverted"  # the default, given each row's geometry
+    lo, hi, mid = interval(draws, 0.9, "inverted", estimate, blocks=B,  # expanded for B blocks
+                           geometry=(star_sq, cross, target_sq))  # fmt: skip
     for i, row in enumerate(rows):
         assert row["lo"] == pytest.approx(float(lo[i]), abs=1e-10)
         assert row["hi"] == pytest.approx(float(hi[i]), abs=1e-10)

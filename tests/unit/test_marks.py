@@ -1,4 +1,4 @@
-"""Intervals wider than their level are marked the same way in every table
+"""Intervals of samples about as noisy as their scores are marked the same way in every table
 (:mod:`tl_leadterms.results.marks`): a text table puts ``†`` after the interval and a note under
 it, the HTML table dashes the whisker and says why in its legend; unmarked rows carry neither."""
 

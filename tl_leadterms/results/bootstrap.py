@@ -16,8 +16,8 @@ two exact):
   interval, so tables print the interval beside ``corrected``, not beside the raw score).
 * ``noise_share`` (:func:`~tl_leadterms.results.intervals.noise_share`; ``decompose`` and
   ``head_atlas``): the sample's noise against what the score measures. From
-  :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on the interval is wider than its
-  level (conservative), and tables mark it (:mod:`tl_leadterms.results.marks`).
+  :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on much of the distance from 1 may be
+  noise and the interval is wide; tables mark it (:mod:`tl_leadterms.results.marks`).
 
 What the interval covers: the score of the model against the statistics of the whole
 distribution the windows were drawn from, for a model that did not learn these windows. That
@@ -28,7 +28,9 @@ one-line reason (:mod:`tl_leadterms.results.population` decides which case it is
 windows' fingerprints or ``population=``).
 
 The interval of a column of resample scores, by each method (``BootstrapSpec(method=...)``,
-default ``"shifted"``, the small-sample expansion, and how often each covers the truth):
+default ``"inverted"``: for decompose's cosines it inverts the distribution of the sample's
+angle, reading where each resample put the row's target; other scores get ``"shifted"``), the
+small-sample expansion, and how often each covers the truth:
 :mod:`tl_leadterms.results.intervals`.
 
 The model side is computed once; each resample only rebuilds the theory side (its basis maps,
@@ -79,7 +81,7 @@ __all__ = [
 @dataclass(frozen=True)
 class BootstrapSpec:
     """``resamples`` bootstrap resamples of the blocks, drawn from ``seed``; ``method`` one of
-    :data:`METHODS` (default ``"shifted"``, see the module docstring); ``exact`` (default True):
+    :data:`METHODS` (default ``"inverted"``, see the module docstring); ``exact`` (default True):
     each resample's pass two with its own Ḡ, ``False`` for the first-order shortcut; ``expand``
     (default True): each side of the interval widened by ``t_{B−1}/z`` for ``B`` blocks (the
     small-sample expansion of :mod:`~tl_leadterms.results.intervals`; not for ``"bca"``);
@@ -287,24 +289,40 @@ def resolve_bootstrap(
     return stats, None, reading
 
 
-def interval_metadata(ci: Any, boot: "Bootstrap | None", reading: Reading) -> dict | None:
+def interval_metadata(ci: Any, boot: "Bootstrap | None", reading: Reading,
+                      cosines: bool = False) -> dict | None:  # fmt: skip
     """``metadata["ci"]`` of a result: the bootstrap's settings and what its estimate is, or,
     for exact scores asked for an interval, ``{"level", "interval": None, "why"}``; None when
-    no interval was asked for."""
+    no interval was asked for. ``cosines``: the scores are cosines with resampled targets
+    (:func:`add_interval` had their geometry); else ``"inverted"`` is reported as the
+    ``"shifted"`` it falls back to."""
     if boot is not None:
-        return {**boot.metadata(), "estimate": ESTIMATE, "population": reading.population}
+        out = {**boot.metadata(), "estimate": ESTIMATE, "population": reading.population}
+        if out["method"] == "inverted" and not cosines:
+            out["method"] = "shifted"
+        return out
     if ci is None:
         return None
     return {"level": ci, "interval": None, "why": reading.why_no_interval()}
 
 
-def add_interval(rows: list[dict], draws: Tensor, boot: Bootstrap, key: str) -> None:
+def add_interval(rows: list[dict], draws: Tensor, boot: Bootstrap, key: str,
+                 resampled: Any = None) -> None:  # fmt: skip
     """Write ``lo``/``hi``/``corrected``/``ci_level`` into ``rows`` from ``draws`` (the scores
-    of :meth:`Bootstrap.resamples`, ``[R (+ B), len(rows)]``) around each ``row[key]``."""
+    of :meth:`Bootstrap.resamples`, ``[R (+ B), len(rows)]``) around each ``row[key]``.
+
+    ``resampled``: where each row's score is a cosine with a resampled target, where that
+    target lay on each resample (its ``star_sq``, ``cross`` and ``target_sq``, as
+    :func:`add_noise_share` reads them): the geometry ``"inverted"`` needs; without it that
+    method is ``"shifted"`` (:func:`~tl_leadterms.results.intervals.interval`)."""
     estimate = torch.tensor([float(r[key]) for r in rows], dtype=torch.float64)
-    resampled, jackknife, second = boot.split(draws)
-    lo, hi, mid = interval(resampled, boot.level, boot.spec.method, estimate, jackknife,
-                           blocks=boot.expanded_by, second=second)  # fmt: skip
+    scores, jackknife, second = boot.split(draws)
+    geometry = None
+    if resampled is not None:
+        geometry = (boot.split(resampled.star_sq)[0], boot.split(resampled.cross)[0],
+                    resampled.target_sq)  # fmt: skip
+    lo, hi, mid = interval(scores, boot.level, boot.spec.method, estimate, jackknife,
+                           blocks=boot.expanded_by, second=second, geometry=geometry)  # fmt: skip
     for row, a, b, c in zip(rows, lo.tolist(), hi.tolist(), mid.tolist(), strict=True):
         row.update({"lo": a, "hi": b, "corrected": c, "ci_level": boot.level})
 
@@ -350,7 +368,8 @@ def _num6(value: Any) -> str:
 
 def ci_cell(row: dict) -> str:
     """``corrected [lo, hi]`` of a row with an interval, then
-    :data:`~tl_leadterms.results.marks.WIDE_MARK` where the interval is wider than its level
-    says (:func:`~tl_leadterms.results.marks.is_wide`), else a space (33 characters)."""
+    :data:`~tl_leadterms.results.marks.WIDE_MARK` where the sample is about as noisy as what
+    the score measures (:func:`~tl_leadterms.results.marks.is_wide`), else a space (33
+    characters)."""
     mark = WIDE_MARK if is_wide(row) else " "
     return f"{_num6(row.get('corrected'))} [{_num6(row.get('lo'))}, {_num6(row.get('hi'))}]{mark}"

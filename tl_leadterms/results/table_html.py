@@ -177,7 +177,7 @@ def _bar(table: Any, row: dict[str, Any], domain: tuple[float, float], fmt) -> s
     low, high = (_num(row.get(c)) for c in table.INTERVAL)
     if low is not None and high is not None:
         a, b = x(low), x(high)
-        wide = is_wide(row)  # wider than its level: a dashed whisker (tl_leadterms.results.marks)
+        wide = is_wide(row)  # a noisy sample's interval: dashed (tl_leadterms.results.marks)
         dash = ' stroke-dasharray="2 1.5"' if wide else ""
         parts.append(f'<path class="tl-ci{" tl-wide" if wide else ""}" '
                      f'd="M{a} 7H{b}M{a} 3V11M{b} 3V11" stroke="#222" stroke-width="1.2"{dash} '
@@ -338,7 +338,8 @@ def _legend(table: Any) -> str:
         if any(is_wide(r) for r in table.rows):
             bits.append(
                 f"dashed whisker and {WIDE_MARK}: noise_share ≥ {WIDE_NOISE_SHARE:g}, the "
-                f"interval is wider than its level ({html.escape(WIDE_COVERAGE)})"
+                f"sample's noise is at least half of what the score measures and the interval "
+                f"is wide ({html.escape(WIDE_COVERAGE)})"
             )
     if set(table.NULL) <= have:
         bits.append("grey band: null mean ± 2 sd")

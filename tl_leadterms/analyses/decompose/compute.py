@@ -160,9 +160,10 @@ def decompose(
             :mod:`tl_leadterms.results.bootstrap` documents and argues for), and the
             estimate of the distribution-level cosine it is built around (bias-corrected,
             always within ``lo``..``hi``), and ``noise_share``, the sample's noise against
-            what the cosine measures (the interval is wider than its level from
-            :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on, and the table marks
-            it; :func:`~tl_leadterms.results.intervals.noise_share`); none for the model's
+            what the cosine measures (the table marks the interval from
+            :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on, where much of the
+            distance from 1 may be noise; :func:`~tl_leadterms.results.intervals.noise_share`);
+            none for the model's
             own training windows (``population``). Needs
             ``stats`` from :func:`~tl_leadterms.stats.blocks.block_stats` (a
             ``BlockStats``: its full-corpus statistics are the ones scored); see
@@ -250,7 +251,7 @@ def decompose(
                        reason=voided[row["weight"]])  # fmt: skip
     if boot is not None:
         resampled = bootstrap_cosines(scored, boot, projections)
-        add_interval(rows, resampled.draws, boot, "cosine")
+        add_interval(rows, resampled.draws, boot, "cosine", resampled)
         add_noise_share(rows, resampled, boot, "cosine")
     if spec is not None and spec.reference is not None:
         _add_reference(rows, spec.reference_model(model), stats, layers, per_head, weights)
@@ -259,7 +260,7 @@ def decompose(
     if spec is not None:
         metadata["null"]["tests"] = reading.null_tests()
     if ci is not None:
-        metadata["ci"] = interval_metadata(ci, boot, reading)
+        metadata["ci"] = interval_metadata(ci, boot, reading, cosines=True)
     return Decomposition(rows, metadata=metadata)
 
 
