@@ -118,6 +118,30 @@ def calibrated_draws(maps: list, size: int, rep: int) -> torch.Tensor:
     return torch.stack([scores(maps, stats) for stats in boot.resamples()])
 
 
+def _flat_targets(stats) -> list[torch.Tensor]:
+    return [t.double().flatten() for t in (stats.B_bar, stats.B_bar_Phi_bar.T, stats.Q_bar,
+                                             stats.Delta)]  # fmt: skip
+
+
+def geometry_draws(size: int, rep: int) -> dict:
+    """Per pass two (``exact``, ``first_order``): ``(‖T*‖² [R, 4], ⟨T̂, T*⟩ [R, 4], ‖T̂‖² [4])``
+    of the ``R`` resamples of :func:`repetition` (the same seed and draws) for each leading
+    term (``B̄``, ``Φ̄ᵀB̄ᵀ``, ``Q̄``, ``Δ``): what the default method (``"inverted"``) reads."""
+    blocks = _sample_blocks(size, rep)
+    full = _flat_targets(blocks.full())
+    out = {}
+    for key, exact in (("exact", True), ("first_order", False)):
+        boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=rep, exact=exact,
+                                                    method="shifted"))  # fmt: skip
+        star, cross = [], []
+        for stats in boot.resamples():
+            t = _flat_targets(stats)
+            star.append(torch.stack([a @ a for a in t]))
+            cross.append(torch.stack([a @ f for a, f in zip(t, full, strict=True)]))
+        out[key] = (torch.stack(star), torch.stack(cross), torch.stack([f @ f for f in full]))
+    return out
+
+
 def repetition(maps: list, size: int, rep: int) -> dict:
     """One sample of ``size`` windows: its scores, exact and first-order resample scores."""
     blocks = _sample_blocks(size, rep)
@@ -133,6 +157,7 @@ def repetition(maps: list, size: int, rep: int) -> dict:
         out[key] = torch.stack(draws)  # [R (+ B), models, 4]
         out[f"{key}_resample_s"] = (time.perf_counter() - start - seconds) / len(draws)
     out["calibrated"] = calibrated_draws(maps, size, rep)
+    out["geometry"] = geometry_draws(size, rep)
     return out
 
 
@@ -148,11 +173,11 @@ def run(reps: int, cache: Path) -> tuple[dict, dict]:
     done = torch.load(cache) if cache.exists() else {}
     for size in SIZES:
         for rep in range(reps):
-            if (size, rep) not in done or "calibrated" not in done[(size, rep)]:
+            if (size, rep) not in done or "geometry" not in done[(size, rep)]:
                 if (size, rep) not in done:
                     done[(size, rep)] = repetition(maps, size, rep)
-                else:  # drawn before "calibrated" was: only its second level is new
-                    done[(size, rep)]["calibrated"] = calibrated_draws(maps, size, rep)
+                else:  # drawn before the resamples' geometry was recorded: only it is new
+                    done[(size, rep)]["geometry"] = geometry_draws(size, rep)
                 with atomic_path(cache) as tmp:
                     torch.save(done, tmp)
                 print(f"  {size} windows, repetition {rep + 1}/{reps}", flush=True)
@@ -160,13 +185,17 @@ def run(reps: int, cache: Path) -> tuple[dict, dict]:
 
 
 def _cell(truth: float, estimates, draws_list, jack_list, level: float, method: str,
-          blocks: int | None = BLOCKS, seconds: list | None = None) -> dict:  # fmt: skip
+          blocks: int | None = BLOCKS, seconds: list | None = None,
+          geometry: list | None = None) -> dict:  # fmt: skip
     """One method's coverage, as the library builds it: expanded for ``blocks`` blocks
     (``BootstrapSpec(expand=True)``, the default; ``None``: the unexpanded interval);
-    ``seconds``: the second level's scores ``[F, S]`` of each sample (``"calibrated"``)."""
+    ``seconds``: the second level's scores ``[F, S]`` of each sample (``"calibrated"``);
+    ``geometry``: each sample's resamples' ``(‖T*‖², ⟨T̂, T*⟩, ‖T̂‖²)`` (``"inverted"``)."""
     covered, widths, contains, zero = 0, [], 0, 0
     seconds = seconds or [None] * len(estimates)
-    for est, draws, jack, second in zip(estimates, draws_list, jack_list, seconds, strict=True):
+    geometry = geometry or [None] * len(estimates)
+    for est, draws, jack, second, geo in zip(estimates, draws_list, jack_list, seconds,
+                                             geometry, strict=True):  # fmt: skip
         found = interval(
             draws[:, None],
             level,
@@ -175,6 +204,7 @@ def _cell(truth: float, estimates, draws_list, jack_list, level: float, method: 
             jack[:, None],
             blocks=blocks,
             second=None if second is None else second[..., None],
+            geometry=geo,
         )
         lo, hi, mid = (float(x[0]) for x in found)
         covered += lo <= truth <= hi
@@ -203,28 +233,52 @@ def summarize(truth: torch.Tensor, done: dict, reps: int) -> dict:
                 f, size2 = BootstrapSpec().calibration
                 second = [r["calibrated"][RESAMPLES + BLOCKS :, m, w].reshape(f, size2)
                           for r in runs]  # fmt: skip
+                geo = {key: [_column(r["geometry"][key], w) for r in runs]
+                       for key in ("exact", "first_order")}  # fmt: skip
                 for level in LEVELS:
                     per = {me: _cell(cell["truth"], est, exact, jack, level, me,
-                                     seconds=second if me == "calibrated" else None)
+                                     seconds=second if me == "calibrated" else None,
+                                     geometry=geo["exact"])
                            for me in METHODS}  # fmt: skip
                     per[f"{DEFAULT_METHOD}_unexpanded"] = _cell(
-                        cell["truth"], est, exact, jack, level, DEFAULT_METHOD, blocks=None
+                        cell["truth"],
+                        est,
+                        exact,
+                        jack,
+                        level,
+                        DEFAULT_METHOD,
+                        blocks=None,
+                        geometry=geo["exact"],
                     )
                     per[f"{DEFAULT_METHOD}_first_order"] = _cell(
-                        cell["truth"], est, first, jack, level, DEFAULT_METHOD
+                        cell["truth"],
+                        est,
+                        first,
+                        jack,
+                        level,
+                        DEFAULT_METHOD,
+                        geometry=geo["first_order"],
                     )
-                    per["exact_vs_first_order"] = _shift(est, exact, first, level)
+                    per["exact_vs_first_order"] = _shift(est, exact, first, level, geo)
                     cell["levels"][str(level)] = per
                 cells.append(cell)
     return {"cells": cells, "worst": _worst(cells)}
 
 
-def _shift(est, exact, first, level) -> dict:
+def _column(geometry: tuple, w: int) -> tuple:
+    """One leading term's ``(‖T*‖² [R, 1], ⟨T̂, T*⟩ [R, 1], ‖T̂‖² [1])`` of a geometry."""
+    star, cross, norm2 = geometry
+    return star[:, w : w + 1], cross[:, w : w + 1], norm2[w : w + 1]
+
+
+def _shift(est, exact, first, level, geometry: dict) -> dict:
     """How far the first-order shortcut moves the default interval's ends, in widths."""
     moved = []
-    for e, a, b in zip(est, exact, first, strict=True):
-        x = [interval(d[:, None], level, DEFAULT_METHOD, torch.tensor([e]), blocks=BLOCKS)
-             for d in (a, b)]  # fmt: skip
+    pairs = zip(est, exact, first, geometry["exact"], geometry["first_order"], strict=True)
+    for e, a, b, geo_a, geo_b in pairs:
+        x = [interval(d[:, None], level, DEFAULT_METHOD, torch.tensor([e]), blocks=BLOCKS,
+                      geometry=g)
+             for d, g in ((a, geo_a), (b, geo_b))]  # fmt: skip
         width = float(x[0][1][0] - x[0][0][0])
         if width > 0:
             moved.append(max(abs(float(x[0][i][0] - x[1][i][0])) for i in (0, 1)) / width)
@@ -298,7 +352,7 @@ def main() -> None:
                        "models": MODELS, "truth": truth.tolist(), "default": DEFAULT_METHOD,
                        "seconds": time.perf_counter() - start}  # fmt: skip
     before = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
-    result.update({k: before[k] for k in ("population",) if k in before})
+    result.update({k: before[k] for k in ("population", "real") if k in before})
     write_text(args.out, json.dumps(result, indent=1, default=list) + "\n")
     for key, w in result["worst"].items():
         print(

@@ -8,7 +8,8 @@ Case "training": the statistics are A itself (the library prints no interval the
 of the exact score against the truth, and how often the interval it no longer prints would have
 covered the truth, are recorded). Case "held_out": statistics of other samples B (several per
 model, disjoint): the printed interval's coverage of the truth at 90% and 95%, by the default
-method, with its binomial standard error over the samples. Two sizes (``POPULATION_CONFIGS``):
+method (``"inverted"``, from each resample's ‖T*‖² and ⟨T̂, T*⟩) and by ``"shifted"``, with its
+binomial standard error over the samples. Two sizes (``POPULATION_CONFIGS``):
 the issue's (|V| 300, T 32, A and B of 200 windows in 20 blocks, one layer) and the demo's (its
 quick preset: |V| 500, T 32, three layers trained on 64 windows; B of 1,024 windows in 16
 blocks, the held-out sample the demo reads). The library's own decision is checked in every
@@ -110,34 +111,6 @@ def _targets(stats) -> list[torch.Tensor]:
                                              stats.Delta)]  # fmt: skip
 
 
-def _inflation(maps: list, kinds: list[str], full: list, jack: list, n_blocks: int):
-    """``[maps]``: the part of a resample's variance that the sample's own noise adds, written
-    from the jackknife: D_b = (B − 1)(T̂ − T̂₍₋b₎), and with the cosine's Hessian H at T̂,
-    the mean over block pairs b ≠ c of (D_bᵀ H D_c)², over B² (an estimate of tr(HΣHΣ), Σ the
-    covariance of T̂: the variance the cross term ⟨e, e*⟩ of the sample's noise e and a
-    resample's e* adds to the resamples' spread, which the sample's spread around the truth
-    does not have)."""
-    out = torch.empty(len(maps), dtype=torch.float64)
-    deviations = {}
-    for kind, t_hat in zip(KINDS, full, strict=True):
-        i = KINDS.index(kind)
-        D = torch.stack([(n_blocks - 1) * (t_hat - j[i]) for j in jack])  # [B, p]
-        deviations[kind] = (D, D @ D.T, t_hat)
-    off = ~torch.eye(n_blocks, dtype=torch.bool)
-    for m, (M, kind) in enumerate(zip(maps, kinds, strict=True)):
-        D, gram, t_hat = deviations[kind]
-        w = M.double().flatten()
-        w = w / w.norm()
-        norm = t_hat.norm()
-        u = t_hat / norm
-        c = float(w @ u)
-        a, b = D @ w, D @ u
-        h = -(torch.outer(a, b) + torch.outer(b, a) + c * (gram - 3 * torch.outer(b, b)))
-        h = h / norm**2
-        out[m] = (h[off] ** 2).mean() / n_blocks**2
-    return out
-
-
 def _target_scores(maps: list, kinds: list[str], targets: list) -> torch.Tensor:
     """``[maps]``: each map's cosine with its target among ``targets`` (``_targets``' order)."""
     out = torch.empty(len(maps), dtype=torch.float64)
@@ -172,9 +145,10 @@ def _second_level(maps: list, blocks, seed: int) -> dict:
 def _trial(maps: list, windows, d_vocab: int, n_blocks: int, seed: int, eos: int,
            population: list) -> dict:  # fmt: skip
     """Per cut: the estimate, the resamples' scores, the noise of the targets (the sample's
-    ‖T̂ − T‖² against the truth's T, and its resamples' mean ‖T* − T̂‖²), the jackknife's
-    inflation estimate; ``blocks``: the cut at documents' BlockStats (for the printed check)."""
-    kinds = ["B"] + ["V", "W", "P"] * ((len(maps) - 1) // 3)
+    ‖T̂ − T‖² against the truth's T, and its resamples' mean ‖T* − T̂‖²), the resamples'
+    ‖T*‖² and ⟨T̂, T*⟩ (what the default interval and ``noise_share`` read); ``blocks``: the
+    cut at documents' BlockStats (for the printed check)."""
+    kinds = _kinds((len(maps) - 1) // 3)
     out = {}
     for cut in CUTS:
         blocks = block_stats(windows, d_vocab=d_vocab, blocks=n_blocks, progress=False,
@@ -198,7 +172,6 @@ def _trial(maps: list, windows, d_vocab: int, n_blocks: int, seed: int, eos: int
             "noise_resamples": noise / RESAMPLES,
             "noise_sample": torch.tensor([float(((f - t) ** 2).sum())
                                           for f, t in zip(full, population, strict=True)]),
-            "inflation": _inflation(maps, kinds, full, jack, n_blocks),
             "norm2": torch.tensor([float(f @ f) for f in full]),
             "jack_scores": torch.stack([_target_scores(maps, kinds, j) for j in jack]),
             "bounds": blocks.bounds,
@@ -274,29 +247,35 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
     return out, computed
 
 
-def _deflated(draws: torch.Tensor, inflation: float) -> tuple[torch.Tensor, bool]:
-    """The draws' spread around their mean scaled by sqrt(1 − inflation / their variance)
-    (at least 1/2: an inflation estimate above the variance is noise), and whether it was."""
-    mean, var = draws.mean(), draws.var()
-    if not var > 0:
-        return draws, False
-    share = 1.0 - inflation / float(var)
-    return mean + max(share, 0.25) ** 0.5 * (draws - mean), share < 0.25
-
-
-def _covers(draws, level, estimate, truth, n_blocks) -> bool:
-    bounds = interval(
-        draws[:, None], level, DEFAULT_METHOD, torch.tensor([estimate]), blocks=n_blocks
-    )
+def _covers(draws, level, estimate, truth, n_blocks, geometry=None, method=DEFAULT_METHOD):
+    """Whether one row's interval (``draws`` ``[R]``; ``geometry`` its ``(‖T*‖² [R, 1],
+    ⟨T̂, T*⟩ [R, 1], ‖T̂‖² [1])``, which the default method reads) holds ``truth``."""
+    bounds = interval(draws[:, None], level, method, torch.tensor([estimate]), blocks=n_blocks,
+                      geometry=geometry)  # fmt: skip
     lo, hi, _ = (float(x[0]) for x in bounds)
     return lo <= truth <= hi
 
 
+def _kinds(layers: int) -> list[str]:
+    """The target of each map of :func:`_map_names` (a key of :data:`KINDS`)."""
+    return ["B"] + ["V", "W", "P"] * layers
+
+
+def _bounds(t: dict, layers: int, level: float, n_blocks: int,
+            method: str = DEFAULT_METHOD) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """``(lo, hi, corrected)`` ``[maps]`` of one trial's intervals by ``method``, each map's
+    resamples' geometry taken from its target's (``star_sq``, ``cross``, ``norm2``)."""
+    k = [KINDS.index(kind) for kind in _kinds(layers)]
+    geometry = (t["star_sq"][:, k], t["cross"][:, k], t["norm2"][k])
+    return interval(t["draws"], level, method, t["estimate"], blocks=n_blocks,
+                    geometry=geometry)  # fmt: skip
+
+
 def summarize_population(runs: dict, models: int, held_out: int) -> dict:
     """Per configuration, case, cut and weight (layers pooled): bias, corrected = 1, coverage
-    (as printed; and with the resamples' spread deflated by the jackknife's inflation
-    estimate), the resamples' spread against the samples' spread, and per target the noise
-    of a resample against a sample's."""
+    (as printed, by the default method; by ``"shifted"``, the former default; by
+    ``"calibrated"`` where the trial has the second level), the resamples' spread against the
+    samples' spread, and per target the noise of a resample against a sample's."""
     result = {}
     for name, per_model in runs.items():
         cfg = POPULATION_CONFIGS[name]
@@ -312,26 +291,27 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
                     kind: statistics.mean(float(t["noise_resamples"][i]) for _, t in trials)
                     / statistics.mean(float(t["noise_sample"][i]) for _, t in trials)
                     for i, kind in enumerate(KINDS)}})  # fmt: skip
+                bounds = [{(lv, m): _bounds(t, cfg["layers"], lv, n_blocks, m)
+                           for lv in LEVELS for m in (DEFAULT_METHOD, "shifted")}
+                          for _, t in trials]  # fmt: skip
                 for weight in ("W_O", "V", "W", "P"):
                     idx = [i for i, n in enumerate(names) if n.split(".")[0] == weight]
-                    raw, corr, at_one, width, clamped = [], [], [], [], []
+                    raw, corr, at_one, width = [], [], [], []
                     cover = {lv: [] for lv in LEVELS}
-                    cover_deflated = {lv: [] for lv in LEVELS}
+                    cover_shifted = {lv: [] for lv in LEVELS}
                     cover_calibrated = {lv: [] for lv in LEVELS}
                     sd_boot, sd_sample = [], []
-                    for r, t in trials:
+                    for (r, t), bound in zip(trials, bounds, strict=True):
                         for i in idx:
                             truth, est = float(r["truth"][i]), float(t["estimate"][i])
                             draws = t["draws"][:, i]
-                            deflated, cut_short = _deflated(draws, float(t["inflation"][i]))
                             raw.append(est - truth)
-                            clamped.append(cut_short)
                             sd_boot.append(float(draws.std()))
                             for level in LEVELS:
-                                cover[level].append(_covers(draws, level, est, truth, n_blocks))
-                                cover_deflated[level].append(
-                                    _covers(deflated, level, est, truth, n_blocks)
-                                )
+                                for out, method in ((cover, DEFAULT_METHOD),
+                                                    (cover_shifted, "shifted")):  # fmt: skip
+                                    lo, hi, _ = bound[level, method]
+                                    out[level].append(bool(lo[i] <= truth <= hi[i]))
                                 if "second" in t:  # the library's "calibrated", its default F, S
                                     f, size = BootstrapSpec().calibration
                                     found = interval(
@@ -341,9 +321,7 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
                                     )  # fmt: skip
                                     lo_c, hi_c, _ = (float(x[0]) for x in found)
                                     cover_calibrated[level].append(lo_c <= truth <= hi_c)
-                            lo, hi, mid = (float(x[0]) for x in interval(
-                                draws[:, None], LEVELS[0], DEFAULT_METHOD, torch.tensor([est]),
-                                blocks=n_blocks))  # fmt: skip
+                            lo, hi, mid = (float(x[i]) for x in bound[LEVELS[0], DEFAULT_METHOD])
                             corr.append(mid - truth)
                             at_one.append(mid >= 1.0 - 1e-12)
                             width.append(hi - lo)
@@ -379,10 +357,9 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
                             "interval_printed": printed,
                             "no_interval_printed": none,
                             "coverage": {str(lv): statistics.mean(cover[lv]) for lv in LEVELS},
-                            "coverage_deflated": {
-                                str(lv): statistics.mean(cover_deflated[lv]) for lv in LEVELS
+                            "coverage_shifted": {
+                                str(lv): statistics.mean(cover_shifted[lv]) for lv in LEVELS
                             },
-                            "deflation_clamped": statistics.mean(clamped),
                             "coverage_calibrated": calibrated,
                             "resample_sd_over_sample_sd": (
                                 statistics.mean(sd_boot) / statistics.mean(sd_sample)
@@ -446,7 +423,7 @@ def main_population(args) -> None:
         print(f"{name}: {s['setup']}")
         print(
             "| case | cut | weight | trials | raw − truth | corrected − truth | interval "
-            "printed | coverage 90% | 95% | deflated 90% | 95% | calibrated 90% | 95% "
+            "printed | coverage 90% | 95% | shifted 90% | 95% | calibrated 90% | 95% "
             "| resample SD / sample SD |"
         )
         for c in s["cells"]:
@@ -456,7 +433,7 @@ def main_population(args) -> None:
             print(f"| {c['case']} | {c['cut']} | {c['weight']} | {c['trials']} "
                   f"| {c['raw_minus_truth']:+.4f} | {c['corrected_minus_truth']:+.4f} | {shown} "
                   f"| {c['coverage']['0.9']:.0%} | {c['coverage']['0.95']:.0%} "
-                  f"| {c['coverage_deflated']['0.9']:.0%} | {c['coverage_deflated']['0.95']:.0%} "
+                  f"| {c['coverage_shifted']['0.9']:.0%} | {c['coverage_shifted']['0.95']:.0%} "
                   f"| {_pct(c['coverage_calibrated'], '0.9')} "
                   f"| {_pct(c['coverage_calibrated'], '0.95')} "
                   f"| {'-' if ratio is None else f'{ratio:.2f}'} |")  # fmt: skip

@@ -3,7 +3,8 @@
 :func:`coverage_by_share` pools the held-out trials of the issue's and the demo's sizes
 (:data:`BAND_CONFIGS`; a size not run this time is read from its cache) and reports, per band
 of the library's :func:`~tl_leadterms.results.intervals.noise_share`, how often the default
-interval on equal blocks held the truth: the measurement behind the mark of
+interval (and ``"shifted"``, the former default) on equal blocks held the truth: the
+measurement behind the mark of
 :mod:`tl_leadterms.results.marks`. Written into ``coverage.json`` → ``population`` →
 ``by_noise_share`` by :func:`~benchmarks.coverage_population.main_population`.
 """
@@ -23,7 +24,7 @@ from benchmarks.coverage_population import (
     _covers,
     _map_names,
 )
-from tl_leadterms.results.intervals import noise_share
+from tl_leadterms.results.intervals import DEFAULT_METHOD, noise_share
 from tl_leadterms.results.marks import WIDE_NOISE_SHARE
 
 __all__ = ["BAND_CONFIGS", "SHARE_BANDS", "coverage_by_share", "print_bands"]
@@ -74,8 +75,12 @@ def coverage_by_share(runs: dict) -> list[dict]:
                     if n.endswith(tuple(f".{layer}" for layer in range(1, cfg["layers"]))):
                         continue
                     truth, est = float(r["truth"][i]), float(t["estimate"][i])
-                    hits = [_covers(t["draws"][:, i], lv, est, truth, cfg["held_blocks"])
-                            for lv in LEVELS]  # fmt: skip
+                    k = KINDS.index(kinds[i])
+                    geometry = (t["star_sq"][:, k : k + 1], t["cross"][:, k : k + 1],
+                                t["norm2"][k : k + 1])  # fmt: skip
+                    hits = [_covers(t["draws"][:, i], lv, est, truth, cfg["held_blocks"],
+                                    geometry, method)
+                            for method in (DEFAULT_METHOD, "shifted") for lv in LEVELS]  # fmt: skip
                     trials.append((_share(t, i, kinds[i]), hits, f"{name} {n.split('.')[0]}"))
     out = []
     for lo, hi in itertools.pairwise(SHARE_BANDS):
@@ -83,18 +88,22 @@ def coverage_by_share(runs: dict) -> list[dict]:
         if not band:
             continue
         cover = {str(lv): statistics.mean(t[1][j] for t in band) for j, lv in enumerate(LEVELS)}
+        shifted = {str(lv): statistics.mean(t[1][len(LEVELS) + j] for t in band)
+                   for j, lv in enumerate(LEVELS)}  # fmt: skip
         out.append({"share_from": lo, "share_below": hi, "rows": len(band), "coverage": cover,
                     "coverage_standard_error": {
                         lv: math.sqrt(max(c, 1e-12) * (1 - c) / len(band))
                         for lv, c in cover.items()},
+                    "coverage_shifted": shifted,
                     "cells": sorted({t[2] for t in band})})  # fmt: skip
     return out
 
 
 def print_bands(bands: list[dict]) -> None:
     """The band table as markdown rows."""
-    print("| noise share | rows | coverage 90% | 95% | cells |")
+    print("| noise share | rows | coverage 90% | 95% | shifted 90% | 95% | cells |")
     for b in bands:
         print(f"| {b['share_from']:g}-{b['share_below']:g} | {b['rows']} "
               f"| {b['coverage']['0.9']:.1%} | {b['coverage']['0.95']:.1%} "
+              f"| {b['coverage_shifted']['0.9']:.1%} | {b['coverage_shifted']['0.95']:.1%} "
               f"| {', '.join(b['cells'])} |")  # fmt: skip
