@@ -38,7 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.coverage_population import POPULATION_CONFIGS, main_population  # noqa: E402
+from benchmarks.coverage_population import POPULATION_CONFIGS, _targets, main_population  # noqa: E402
 from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train  # noqa: E402
 from tl_leadterms.analyses.decompose.compute import leading_cosines  # noqa: E402
 from tl_leadterms.atomic import atomic_path, write_text  # noqa: E402
@@ -118,24 +118,19 @@ def calibrated_draws(maps: list, size: int, rep: int) -> torch.Tensor:
     return torch.stack([scores(maps, stats) for stats in boot.resamples()])
 
 
-def _flat_targets(stats) -> list[torch.Tensor]:
-    return [t.double().flatten() for t in (stats.B_bar, stats.B_bar_Phi_bar.T, stats.Q_bar,
-                                             stats.Delta)]  # fmt: skip
-
-
 def geometry_draws(size: int, rep: int) -> dict:
     """Per pass two (``exact``, ``first_order``): ``(‖T*‖² [R, 4], ⟨T̂, T*⟩ [R, 4], ‖T̂‖² [4])``
     of the ``R`` resamples of :func:`repetition` (the same seed and draws) for each leading
     term (``B̄``, ``Φ̄ᵀB̄ᵀ``, ``Q̄``, ``Δ``): what the default method (``"inverted"``) reads."""
     blocks = _sample_blocks(size, rep)
-    full = _flat_targets(blocks.full())
+    full = _targets(blocks.full())
     out = {}
     for key, exact in (("exact", True), ("first_order", False)):
         boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=rep, exact=exact,
                                                     method="shifted"))  # fmt: skip
         star, cross = [], []
         for stats in boot.resamples():
-            t = _flat_targets(stats)
+            t = _targets(stats)
             star.append(torch.stack([a @ a for a in t]))
             cross.append(torch.stack([a @ f for a, f in zip(t, full, strict=True)]))
         out[key] = (torch.stack(star), torch.stack(cross), torch.stack([f @ f for f in full]))

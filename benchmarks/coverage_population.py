@@ -92,7 +92,7 @@ def _map_names(layers: int) -> list[str]:
 def _scores(maps: list, stats) -> torch.Tensor:
     """``[maps]``: the cosine of each map with its leading term, written out plainly."""
     targets = {"B": stats.B_bar, "V": stats.B_bar_Phi_bar.T, "W": stats.Q_bar, "P": stats.Delta}
-    kinds = ["B"] + ["V", "W", "P"] * ((len(maps) - 1) // 3)
+    kinds = _kinds((len(maps) - 1) // 3)
     out = torch.empty(len(maps), dtype=torch.float64)
     for i, (M, kind) in enumerate(zip(maps, kinds, strict=True)):
         M, target = M.double().flatten(), targets[kind].double().flatten()
@@ -247,28 +247,23 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
     return out, computed
 
 
-def _covers(draws, level, estimate, truth, n_blocks, geometry=None, method=DEFAULT_METHOD):
-    """Whether one row's interval (``draws`` ``[R]``; ``geometry`` its ``(‖T*‖² [R, 1],
-    ⟨T̂, T*⟩ [R, 1], ‖T̂‖² [1])``, which the default method reads) holds ``truth``."""
-    bounds = interval(draws[:, None], level, method, torch.tensor([estimate]), blocks=n_blocks,
-                      geometry=geometry)  # fmt: skip
-    lo, hi, _ = (float(x[0]) for x in bounds)
-    return lo <= truth <= hi
-
-
 def _kinds(layers: int) -> list[str]:
     """The target of each map of :func:`_map_names` (a key of :data:`KINDS`)."""
     return ["B"] + ["V", "W", "P"] * layers
 
 
+def _geometry(t: dict, layers: int) -> tuple[torch.Tensor, ...]:
+    """``(‖T*‖² [R, maps], ⟨T̂, T*⟩ [R, maps], ‖T̂‖² [maps])`` of one trial: each map's
+    resamples' geometry, taken from its target's (``star_sq``, ``cross``, ``norm2``)."""
+    k = [KINDS.index(kind) for kind in _kinds(layers)]
+    return t["star_sq"][:, k], t["cross"][:, k], t["norm2"][k]
+
+
 def _bounds(t: dict, layers: int, level: float, n_blocks: int,
             method: str = DEFAULT_METHOD) -> tuple[torch.Tensor, ...]:  # fmt: skip
-    """``(lo, hi, corrected)`` ``[maps]`` of one trial's intervals by ``method``, each map's
-    resamples' geometry taken from its target's (``star_sq``, ``cross``, ``norm2``)."""
-    k = [KINDS.index(kind) for kind in _kinds(layers)]
-    geometry = (t["star_sq"][:, k], t["cross"][:, k], t["norm2"][k])
+    """``(lo, hi, corrected)`` ``[maps]`` of one trial's intervals by ``method``."""
     return interval(t["draws"], level, method, t["estimate"], blocks=n_blocks,
-                    geometry=geometry)  # fmt: skip
+                    geometry=_geometry(t, layers))  # fmt: skip
 
 
 def summarize_population(runs: dict, models: int, held_out: int) -> dict:

@@ -17,11 +17,11 @@ import torch
 
 from benchmarks.coverage_population import (
     CACHE,
-    KINDS,
     LEVELS,
     POPULATION_CONFIGS,
     RESULTS,
-    _covers,
+    _bounds,
+    _geometry,
     _map_names,
 )
 from tl_leadterms.results.intervals import DEFAULT_METHOD, noise_share
@@ -34,17 +34,6 @@ BAND_CONFIGS = ("issue", "demo")
 #: the bands of ``noise_share`` the coverage is split by (the library marks intervals from
 #: ``WIDE_NOISE_SHARE`` on)
 SHARE_BANDS = (0.0, 0.1, 0.25, WIDE_NOISE_SHARE, 1.0, math.inf)
-
-
-def _share(t: dict, i: int, kind: str) -> float:
-    """The library's ``noise_share`` of row ``i`` of one trial
-    (:func:`~tl_leadterms.results.intervals.noise_share` of its resamples' cosines, ‖T*‖² and
-    ⟨T̂, T*⟩, with ‖T̂‖² and the sample's cosine)."""
-    k = KINDS.index(kind)
-    share = noise_share(t["draws"][:, i : i + 1], t["star_sq"][:, k : k + 1],
-                        t["cross"][:, k : k + 1], t["norm2"][k : k + 1],
-                        t["estimate"][i : i + 1])  # fmt: skip
-    return float(share[0])
 
 
 def _pooled(runs: dict) -> dict:
@@ -63,25 +52,23 @@ def coverage_by_share(runs: dict) -> list[dict]:
     :data:`BAND_CONFIGS` (``runs``, else their caches), split by each row's ``noise_share``:
     one row per sample and weight (``W_O`` and layer 0's maps: the layers of one sample are
     nearly the same trial)."""
+    methods = (DEFAULT_METHOD, "shifted")
     trials = []
     for name, per_model in _pooled(runs).items():
         cfg = POPULATION_CONFIGS[name]
-        names = _map_names(cfg["layers"])
-        kinds = ["B"] + ["V", "W", "P"] * cfg["layers"]
+        names, layers = _map_names(cfg["layers"]), cfg["layers"]
+        first = [i for i, n in enumerate(names) if not n.endswith(
+            tuple(f".{layer}" for layer in range(1, layers)))]  # fmt: skip
         for r in per_model:
             for t in r["trials"]["held_out"]:
                 t = t["windows"]
-                for i, n in enumerate(names):
-                    if n.endswith(tuple(f".{layer}" for layer in range(1, cfg["layers"]))):
-                        continue
-                    truth, est = float(r["truth"][i]), float(t["estimate"][i])
-                    k = KINDS.index(kinds[i])
-                    geometry = (t["star_sq"][:, k : k + 1], t["cross"][:, k : k + 1],
-                                t["norm2"][k : k + 1])  # fmt: skip
-                    hits = [_covers(t["draws"][:, i], lv, est, truth, cfg["held_blocks"],
-                                    geometry, method)
-                            for method in (DEFAULT_METHOD, "shifted") for lv in LEVELS]  # fmt: skip
-                    trials.append((_share(t, i, kinds[i]), hits, f"{name} {n.split('.')[0]}"))
+                shares = noise_share(t["draws"], *_geometry(t, layers), t["estimate"])
+                bounds = [_bounds(t, layers, lv, cfg["held_blocks"], m)
+                          for m in methods for lv in LEVELS]  # fmt: skip
+                for i in first:
+                    truth = float(r["truth"][i])
+                    hits = [bool(lo[i] <= truth <= hi[i]) for lo, hi, _ in bounds]
+                    trials.append((float(shares[i]), hits, f"{name} {names[i].split('.')[0]}"))
     out = []
     for lo, hi in itertools.pairwise(SHARE_BANDS):
         band = [t for t in trials if lo <= t[0] < hi]

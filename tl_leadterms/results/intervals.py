@@ -60,10 +60,11 @@ BCa and the percentiles a median 33-68%; away from 1 every method covers about t
 points of nominal in 21 of the 32 cells at 90% (``"shifted"``: 10). Each resample draws
 ``B − 1`` of the ``B`` blocks (:meth:`~tl_leadterms.stats.blocks.BlockStats.draw` says why),
 and each side of the interval is then widened about ``corrected`` by ``t_{B−1}/z``
-(:func:`expansion`; 1.07 at 90% with 16 blocks), the small-sample expansion of a spread estimated from ``B`` blocks (Hesterberg's
-"expanded" bootstrap interval; ``BootstrapSpec(expand=False)`` leaves it out, ``"bca"`` never
-has it). With 10-20 blocks it moved the demo-size coverage from 83-92% to 85-92% at a nominal
-90% (``docs/guides/intervals.md``).
+(:func:`expansion`; 1.07 at 90% with 16 blocks), the small-sample expansion of a spread
+estimated from ``B`` blocks (Hesterberg's "expanded" bootstrap interval;
+``BootstrapSpec(expand=False)`` leaves it out, ``"bca"`` never has it). With 10-20 blocks it
+moved the demo-size coverage from 83-92% to 85-92% at a nominal 90%
+(``docs/guides/intervals.md``).
 
 >>> draws = torch.linspace(0.0, 0.5, 101, dtype=torch.float64)[:, None]
 >>> lo, hi, mid = interval(draws, 0.9, "percentile")
