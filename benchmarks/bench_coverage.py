@@ -306,12 +306,20 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "coverage.json"))
     parser.add_argument(
         "--part",
-        choices=("chain", "population", "real"),
+        choices=("chain", "population", "shared", "real"),
         default="chain",
-        help="chain: the Markov chain's methods; population: issue 28's cases; real: the "
-        "real-size model of bench_real_sizes (TransformerLens 3.x)",
+        help="chain: the Markov chain's methods; population: issue 28's cases; shared: the "
+        "demo size's held-out samples, each scored against 16 models; real: the real-size "
+        "model of bench_real_sizes (TransformerLens 3.x)",
     )
-    parser.add_argument("--samples", type=int, default=30, help="real: held-out samples")
+    parser.add_argument(
+        "--samples", type=int, default=30,
+        help="real: held-out samples; shared: samples per seed (0: summarize the caches)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--seed", type=int, default=None,
+        help="shared: run only this sample seed's samples (one process per seed; no summary)",
+    )  # fmt: skip
     parser.add_argument("--models", type=int, default=6, help="population: models per size")
     parser.add_argument(
         "--held-out", type=int, default=10, help="population: held-out samples per model"
@@ -322,6 +330,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.part == "population":
         main_population(args)
+        return
+    if args.part == "shared":
+        from benchmarks.coverage_shared import main_shared
+
+        main_shared(args)
         return
     if args.part == "real":
         from benchmarks.coverage_real import main_real

@@ -1,0 +1,233 @@
+"""The demo size's coverage at a small standard error (``--part shared``, issue 28).
+
+:mod:`benchmarks.coverage_population` gives each model its own 8 held-out samples, so its
+demo-size cells rest on 64 or 128 samples, and its truth (32,000 windows of the same stories)
+carries noise of its own: a truth built from ten times the windows of other stories moves the
+cosines of ``P`` by 0.3 of a sample's spread (rms over demo16's 16 models), more than that
+truth's split halves said.  Here every held-out sample is scored against ALL the models at once
+(one sample's blocks and resamples serve every model: the intervals of a sample differ between
+models only through the map), so a run of a few hundred samples costs what 16 models × 8
+samples cost there:
+
+* the models: demo16's 16 (the demo's quick preset: |V| 500, T 32, three layers trained on 64
+  windows with η = 2 for 8 steps), trained on the windows ``coverage_population`` trains them on;
+* the truth: each model's cosine with the statistics of 30,000 stories of another seed
+  (:func:`_truth`: about 327,000 windows), tokenized by the
+  same tokenizer;
+* the samples: consecutive 1,024-window pieces of the stories of further seeds
+  (:data:`SAMPLE_SEEDS`), 16 equal blocks each, the library's 50 resamples, the interval of the
+  default method (``"inverted"``) and of ``"shifted"`` at 90% and 95%.
+
+The standard error of a cell is taken over samples (each sample's share of covered models and
+layers), since the models share the samples.  Kept in
+``benchmarks/results/coverage_shared_<seed>.pt`` (resumable; one file per sample seed, so two
+processes can each run one) and written into the ``shared`` key of ``coverage.json``.
+"""
+
+import json
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.coverage_population import (
+    KINDS,
+    POPULATION_CONFIGS,
+    RESAMPLES,
+    RESULTS,
+    _kinds,
+    _map_names,
+    _paper_maps,
+    _story_tokenizer,
+    _story_windows,
+    _targets,
+)
+from tl_leadterms import block_stats, corpus_stats, make_windows, paper_model, train
+from tl_leadterms.atomic import atomic_path, write_text
+from tl_leadterms.data import generate_stories
+from tl_leadterms.results.bootstrap import Bootstrap, BootstrapSpec
+from tl_leadterms.results.intervals import DEFAULT_METHOD, interval
+
+__all__ = ["main_shared"]
+
+TRUTH_SEED, TRUTH_STORIES = 29, 30_000  # the samples' stories are seed 28
+CONFIG = "demo16"  # the models' configuration in POPULATION_CONFIGS
+MODELS = 16
+SAMPLE_SEEDS = (30, 31)  # one cache per seed
+LEVELS = (0.9, 0.95)
+CACHE = "coverage_shared_{seed}.pt"
+
+
+def _windows(cfg: dict, seed: int, stories: int) -> torch.Tensor:
+    return make_windows(generate_stories(stories, seed=seed), n_ctx=cfg["n_ctx"],
+                        tokenizer=_story_tokenizer(cfg))  # fmt: skip
+
+
+def _truth(cfg: dict, d_vocab: int):
+    """The statistics of every window of :data:`TRUTH_STORIES` stories of :data:`TRUTH_SEED`."""
+    windows = _windows(cfg, TRUTH_SEED, TRUTH_STORIES)
+    return corpus_stats(windows, d_vocab=d_vocab, progress=False), windows.shape[0]
+
+
+def _models(cfg: dict) -> tuple[list, int]:
+    """demo16's models' maps (each model's list, :func:`_map_names` order) and ``d_vocab``."""
+    windows, d_vocab = _story_windows(cfg)
+    per_model = cfg["windows"] + 8 * cfg["held_windows"]  # coverage_population's layout
+    out = []
+    for m in range(MODELS):
+        first = cfg["truth_windows"] + m * per_model
+        model = paper_model(d_vocab=d_vocab, n_ctx=cfg["n_ctx"], n_layers=cfg["layers"],
+                            dtype=torch.float64)  # fmt: skip
+        train(model, windows[first : first + cfg["windows"]], lr=cfg["lr"], steps=cfg["steps"],
+              progress=False)  # fmt: skip
+        out.append(_paper_maps(model, cfg["layers"]))
+    return out, d_vocab
+
+
+class _Scorer:
+    """Every model's maps of one target kind stacked and normalized: the cosines of all maps
+    with a set of targets in one matrix product per kind."""
+
+    def __init__(self, maps: list, layers: int):
+        kinds = _kinds(layers)
+        self.shape = (len(maps), len(kinds))
+        self.rows = {}
+        for kind in KINDS:
+            cols = [i for i, k in enumerate(kinds) if k == kind]
+            stack = torch.stack([m[i].double().flatten() for m in maps for i in cols])
+            self.rows[kind] = (cols, stack / stack.norm(dim=1, keepdim=True))
+
+    def __call__(self, targets: list) -> torch.Tensor:
+        """``[models, maps]`` cosines with ``targets`` (:func:`_targets`' order)."""
+        out = torch.empty(self.shape, dtype=torch.float64)
+        for kind, (cols, rows) in self.rows.items():
+            t = targets[KINDS.index(kind)]
+            out[:, cols] = (rows @ (t / t.norm())).view(self.shape[0], len(cols))
+        return out
+
+
+def run_shared(seed: int, samples: int) -> list:
+    """``samples`` held-out samples of the stories of ``seed`` (resumable)."""
+    cfg = POPULATION_CONFIGS[CONFIG]
+    cache = RESULTS / CACHE.format(seed=seed)
+    done = torch.load(cache) if cache.exists() else {"samples": []}
+    start = time.perf_counter()
+    maps, d_vocab = _models(cfg)
+    scorer = _Scorer(maps, cfg["layers"])
+    if "truth" not in done:
+        population, done["truth_windows"] = _truth(cfg, d_vocab)
+        done["truth"] = scorer(_targets(population))
+    h = cfg["held_windows"]
+    stories = math.ceil(samples * h / 10.0) + 200  # about 10.9 windows a story
+    windows = _windows(cfg, seed, stories)
+    if windows.shape[0] < samples * h:
+        raise SystemExit(f"seed {seed}: {windows.shape[0]} windows, need {samples * h}")
+    print(f"seed {seed}: ready in {time.perf_counter() - start:.0f} s", flush=True)
+    for j in range(len(done["samples"]), samples):
+        t0 = time.perf_counter()
+        blocks = block_stats(windows[j * h : (j + 1) * h], d_vocab=d_vocab,
+                             blocks=cfg["held_blocks"], progress=False)  # fmt: skip
+        full = _targets(blocks.full())
+        boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=100_000 * seed + j))
+        draws, star_sq, cross = [], [], []
+        for stats in boot.resamples():
+            targets = _targets(stats)
+            draws.append(scorer(targets))
+            star_sq.append(torch.tensor([float(t @ t) for t in targets]))
+            cross.append(torch.tensor([float(f @ t) for t, f in zip(targets, full, strict=True)]))
+        done["samples"].append({
+            "estimate": scorer(full), "draws": torch.stack(draws),
+            "star_sq": torch.stack(star_sq), "cross": torch.stack(cross),
+            "norm2": torch.tensor([float(f @ f) for f in full]),
+            "seconds": time.perf_counter() - t0,
+        })  # fmt: skip
+        if (j + 1) % 10 == 0 or j + 1 == samples:
+            with atomic_path(cache) as tmp:
+                torch.save(done, tmp)
+            print(f"  seed {seed}: sample {j + 1}/{samples} "
+                  f"({done['samples'][-1]['seconds']:.1f} s)", flush=True)  # fmt: skip
+    return done
+
+
+def summarize_shared(runs: list) -> dict:
+    """Coverage per weight (layers pooled) by method and level, its standard error over the
+    samples, and the z-scores of the estimate and the default's ``corrected`` against the
+    truth, in units of the expanded resample spread."""
+    cfg = POPULATION_CONFIGS[CONFIG]
+    layers, n_blocks = cfg["layers"], cfg["held_blocks"]
+    names, kinds = _map_names(layers), _kinds(layers)
+    k = [KINDS.index(kind) for kind in kinds]
+    truth = runs[0]["truth"]
+    for r in runs[1:]:
+        assert torch.equal(r["truth"], truth)
+    samples = [s for r in runs for s in r["samples"]]
+    covered = {(m, lv): [] for m in (DEFAULT_METHOD, "shifted") for lv in LEVELS}
+    z_raw, z_corrected = [], []
+    scale = math.sqrt(n_blocks / (n_blocks - 1))
+    for s in samples:
+        for model in range(truth.shape[0]):
+            geometry = (s["star_sq"][:, k], s["cross"][:, k], s["norm2"][k])
+            draws, estimate = s["draws"][:, model], s["estimate"][model]
+            for method, level in covered:
+                lo, hi, mid = interval(draws, level, method, estimate, blocks=n_blocks,
+                                       geometry=geometry)  # fmt: skip
+                covered[method, level].append((lo <= truth[model]) & (truth[model] <= hi))
+                if (method, level) == (DEFAULT_METHOD, LEVELS[0]):
+                    sd = draws.std(0) * scale
+                    z_raw.append((estimate - truth[model]) / sd)
+                    z_corrected.append((mid - truth[model]) / sd)
+    n_models = truth.shape[0]
+    cells = []
+    for weight in ("W_O", "V", "W", "P"):
+        idx = [i for i, n in enumerate(names) if n.split(".")[0] == weight]
+        cell = {"weight": weight, "samples": len(samples), "models": n_models,
+                "mean_truth": float(truth[:, idx].mean())}  # fmt: skip
+        for (method, level), hits in covered.items():
+            per = torch.stack(hits).view(len(samples), n_models, -1)[:, :, idx].double()
+            share = per.mean(dim=(1, 2))  # each sample's share of covered models and layers
+            key = "coverage" if method == DEFAULT_METHOD else f"coverage_{method}"
+            cell.setdefault(key, {})[str(level)] = float(share.mean())
+            cell.setdefault(f"{key}_standard_error", {})[str(level)] = float(
+                share.std() / math.sqrt(len(samples)))  # fmt: skip
+        for label, z in (("z_raw", z_raw), ("z_corrected", z_corrected)):
+            zz = torch.stack(z)[:, idx].flatten()
+            cell[label] = {"mean": float(zz.mean()), "sd": float(zz.std())}
+        cells.append(cell)
+    return {
+        "setup": {"models_from": CONFIG, "models": n_models, "truth_seed": TRUTH_SEED,
+                  "truth_stories": TRUTH_STORIES, "truth_windows": runs[0]["truth_windows"],
+                  "sample_seeds": [r["seed"] for r in runs], "held_windows": cfg["held_windows"],
+                  "held_blocks": n_blocks, "resamples": RESAMPLES, "method": DEFAULT_METHOD},
+        "cells": cells,
+        "seconds_per_sample": statistics.median(s["seconds"] for s in samples),
+    }  # fmt: skip
+
+
+def main_shared(args) -> None:
+    seeds = [args.seed] if args.seed is not None else list(SAMPLE_SEEDS)
+    runs = []
+    for seed in seeds:
+        if args.samples > 0:
+            run = run_shared(seed, args.samples)
+        else:
+            run = torch.load(RESULTS / CACHE.format(seed=seed))
+        runs.append({**run, "seed": seed})
+    if args.seed is not None:  # one process of several: the summary waits for all seeds
+        return
+    summary = summarize_shared(runs)
+    summary["run"] = {"load_average": os.getloadavg()}
+    out = Path(args.out)
+    result = json.loads(out.read_text()) if out.exists() else {}
+    result["shared"] = summary
+    write_text(out, json.dumps(result, indent=1) + "\n")
+    print(json.dumps(summary["setup"]))
+    print("| weight | samples | coverage 90% | 95% | shifted 90% | 95% | z raw | z corrected |")
+    for c in summary["cells"]:
+        cov, sh, se = c["coverage"], c["coverage_shifted"], c["coverage_standard_error"]
+        print(f"| {c['weight']} | {c['samples']} | {cov['0.9']:.1%} ± {se['0.9']:.1%} "
+              f"| {cov['0.95']:.1%} ± {se['0.95']:.1%} | {sh['0.9']:.1%} | {sh['0.95']:.1%} "
+              f"| {c['z_raw']['mean']:+.2f} (sd {c['z_raw']['sd']:.2f}) "
+              f"| {c['z_corrected']['mean']:+.2f} (sd {c['z_corrected']['sd']:.2f}) |")  # fmt: skip
