@@ -18,7 +18,9 @@ committed); rerunning skips them. Run it niced: ``nice python benchmarks/bench_c
 ``--part population`` (issue 28): the two cases of where statistics come from, on the
 library's own generator; :mod:`benchmarks.coverage_population` says how. ``--part real``:
 the real-size model of ``bench_real_sizes.py`` against held-out samples
-(:mod:`benchmarks.coverage_real`).
+(:mod:`benchmarks.coverage_real`). ``--part shared``: the demo size's held-out samples at a
+small standard error (:mod:`benchmarks.coverage_shared`). ``--part normal``: the interval's
+quantile and expansion on an exactly normal score (:mod:`benchmarks.coverage_normal`).
 """
 
 import argparse
@@ -306,11 +308,12 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "coverage.json"))
     parser.add_argument(
         "--part",
-        choices=("chain", "population", "shared", "real"),
+        choices=("chain", "population", "shared", "real", "normal"),
         default="chain",
         help="chain: the Markov chain's methods; population: issue 28's cases; shared: the "
         "demo size's held-out samples, each scored against 16 models; real: the real-size "
-        "model of bench_real_sizes (TransformerLens 3.x)",
+        "model of bench_real_sizes (TransformerLens 3.x); normal: the interval's rules on an "
+        "exactly normal score",
     )
     parser.add_argument(
         "--samples", type=int, default=30,
@@ -336,6 +339,11 @@ def main() -> None:
 
         main_shared(args)
         return
+    if args.part == "normal":
+        from benchmarks.coverage_normal import main_normal
+
+        main_normal(args)
+        return
     if args.part == "real":
         from benchmarks.coverage_real import main_real
 
@@ -360,7 +368,7 @@ def main() -> None:
                        "models": MODELS, "truth": truth.tolist(), "default": DEFAULT_METHOD,
                        "seconds": time.perf_counter() - start}  # fmt: skip
     before = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
-    result.update({k: before[k] for k in ("population", "real") if k in before})
+    result.update({k: v for k, v in before.items() if k not in result})  # the other parts
     write_text(args.out, json.dumps(result, indent=1, default=list) + "\n")
     for key, w in result["worst"].items():
         print(

@@ -167,18 +167,23 @@ def summarize_shared(runs: list) -> dict:
     covered = {(m, lv): [] for m in (DEFAULT_METHOD, "shifted") for lv in LEVELS}
     z_raw, z_corrected = [], []
     scale = math.sqrt(n_blocks / (n_blocks - 1))
+    n_models, n_maps = truth.shape
+    flat_truth = truth.flatten()  # [models·maps]: every model's maps side by side
     for s in samples:
-        for model in range(truth.shape[0]):
-            geometry = (s["star_sq"][:, k], s["cross"][:, k], s["norm2"][k])
-            draws, estimate = s["draws"][:, model], s["estimate"][model]
-            for method, level in covered:
-                lo, hi, mid = interval(draws, level, method, estimate, blocks=n_blocks,
-                                       geometry=geometry)  # fmt: skip
-                covered[method, level].append((lo <= truth[model]) & (truth[model] <= hi))
-                if (method, level) == (DEFAULT_METHOD, LEVELS[0]):
-                    sd = draws.std(0) * scale
-                    z_raw.append((estimate - truth[model]) / sd)
-                    z_corrected.append((mid - truth[model]) / sd)
+        # the models differ only in the map: one call per sample, the geometry repeated
+        geometry = (s["star_sq"][:, k].repeat(1, n_models), s["cross"][:, k].repeat(1, n_models),
+                    s["norm2"][k].repeat(n_models))  # fmt: skip
+        draws, estimate = s["draws"].flatten(1), s["estimate"].flatten()
+        for method, level in covered:
+            lo, hi, mid = interval(draws, level, method, estimate, blocks=n_blocks,
+                                   geometry=geometry)  # fmt: skip
+            covered[method, level].append(
+                ((lo <= flat_truth) & (flat_truth <= hi)).view(n_models, n_maps)
+            )
+            if (method, level) == (DEFAULT_METHOD, LEVELS[0]):
+                sd = draws.std(0) * scale
+                z_raw.append(((estimate - flat_truth) / sd).view(n_models, n_maps))
+                z_corrected.append(((mid - flat_truth) / sd).view(n_models, n_maps))
     n_models = truth.shape[0]
     cells = []
     for weight in ("W_O", "V", "W", "P"):
@@ -186,14 +191,14 @@ def summarize_shared(runs: list) -> dict:
         cell = {"weight": weight, "samples": len(samples), "models": n_models,
                 "mean_truth": float(truth[:, idx].mean())}  # fmt: skip
         for (method, level), hits in covered.items():
-            per = torch.stack(hits).view(len(samples), n_models, -1)[:, :, idx].double()
+            per = torch.stack(hits)[:, :, idx].double()  # [samples, models, maps]
             share = per.mean(dim=(1, 2))  # each sample's share of covered models and layers
             key = "coverage" if method == DEFAULT_METHOD else f"coverage_{method}"
             cell.setdefault(key, {})[str(level)] = float(share.mean())
             cell.setdefault(f"{key}_standard_error", {})[str(level)] = float(
                 share.std() / math.sqrt(len(samples)))  # fmt: skip
         for label, z in (("z_raw", z_raw), ("z_corrected", z_corrected)):
-            zz = torch.stack(z)[:, idx].flatten()
+            zz = torch.stack(z)[:, :, idx].flatten()
             cell[label] = {"mean": float(zz.mean()), "sd": float(zz.std())}
         cells.append(cell)
     return {

@@ -374,3 +374,28 @@ def gd_train(
     if return_losses:
         return params, losses
     return params
+
+
+# -- bootstrap intervals ------------------------------------------------------------------------
+
+
+def resample_quantile(values, q):
+    """The quantile ``q`` of resample scores: Hyndman and Fan's type 8 ("median_unbiased" in
+    numpy), along the last axis."""
+    import numpy as np
+
+    return np.quantile(np.asarray(values), q, axis=-1, method="median_unbiased")
+
+
+def expansion_factor(level: float, blocks: int, resamples: int | None = None) -> float:
+    """``t_ν(1 − α/2) / z(1 − α/2)`` with ``1/ν = 1/(B − 1) + p(1 − p)/(R·z²·φ(z)²)``,
+    ``p = (1 − level)/2`` (the second term left out without ``resamples``)."""
+    from scipy import stats
+
+    upper = 1 - (1 - level) / 2
+    z = stats.norm.ppf(upper)
+    inverse = 1 / (blocks - 1)
+    if resamples is not None:
+        p = 1 - upper
+        inverse += p * (1 - p) / (resamples * z**2 * stats.norm.pdf(z) ** 2)
+    return float(stats.t.ppf(upper, 1 / inverse) / z)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.factories import random_attn_only
-from tests.reference import dense_corpus_stats
+from tests.reference import dense_corpus_stats, expansion_factor, resample_quantile
 from tests.unit.test_reference import markov_tokens
 from tl_leadterms import (
     LeadTermsError,
@@ -124,12 +124,11 @@ def test_weights_are_checked(tokens):
 
 def _reference_interval(values, estimate, level, blocks):
     """The default: the raw basic interval, each side widened about its centre by
-    ``t_{B−1}/z`` for ``blocks`` blocks, translated into [-1, 1] with its width kept."""
-    from scipy import stats
-
-    q_lo, q_mid, q_hi = np.quantile(values, [(1 - level) / 2, 0.5, (1 + level) / 2])
+    ``t_ν/z`` for ``blocks`` blocks and ``len(values)`` resamples, translated into [-1, 1]
+    with its width kept."""
+    q_lo, q_mid, q_hi = resample_quantile(values, [(1 - level) / 2, 0.5, (1 + level) / 2])
     lo, mid, hi = 2 * estimate - q_hi, 2 * estimate - q_mid, 2 * estimate - q_lo
-    f = stats.t.ppf((1 + level) / 2, blocks - 1) / stats.norm.ppf((1 + level) / 2)
+    f = expansion_factor(level, blocks, len(values))
     lo, hi = mid - (mid - lo) * f, mid + (hi - mid) * f
     shift = max(hi - 1, 0) - max(-1 - lo, 0)
     return lo - shift, hi - shift, min(max(mid, lo - shift), hi - shift)
@@ -154,8 +153,6 @@ def test_decompose_interval_is_the_default_bootstrap_of_plain_decompositions(tok
 
 @pytest.mark.hooked
 def test_covariance_interval_matches_plain_scores(tokens):
-    from scipy import stats
-
     blocks = block_stats(tokens, d_vocab=V, blocks=6, vocab=8, progress=False)
     model = random_attn_only(V, T, seed=2)
     spec = BootstrapSpec(resamples=5, seed=1, method="percentile")
@@ -166,8 +163,8 @@ def test_covariance_interval_matches_plain_scores(tokens):
                                    progress=False).rows for _ in range(5)]  # fmt: skip
     for i, row in enumerate(sim.rows):
         values = [rows[i]["value"] for rows in plain]
-        lo, hi, mid = np.quantile(values, [0.05, 0.95, 0.5])  # percentile: the median inside
-        f = stats.t.ppf(0.95, 5) / stats.norm.ppf(0.95)  # expanded for 6 blocks, about mid
+        lo, hi, mid = resample_quantile(values, [0.05, 0.95, 0.5])  # percentile: median inside
+        f = expansion_factor(0.9, 6, 5)  # expanded for 6 blocks and 5 resamples, about mid
         want = (max(mid - (mid - lo) * f, -1.0), min(mid + (hi - mid) * f, 1.0), mid)
         assert (row["lo"], row["hi"], row["corrected"]) == pytest.approx(want, abs=1e-9)
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from tl_leadterms.results.intervals import expansion, interval
+from tests.reference import expansion_factor, resample_quantile
+from tl_leadterms.results.intervals import _quantile, interval
 
 
 def _sample(seed: int, dim: int, cosine: float, noise: float, resamples: int):
@@ -54,10 +55,10 @@ def _reference(M, t_hat, t_star, level, factor, points=400_001):
     u, e2 = e @ x_hat / math.sqrt(L), (e**2).sum(1)
     grid = np.linspace(0.0, 4 * (L + e2.max()), points)
     d = grid[:, None] + 2 * np.sqrt(grid)[:, None] * u + e2
-    mid = np.quantile(d, 0.5, axis=1)[:, None]
+    mid = resample_quantile(d, 0.5)[:, None]
     d = mid + factor * (d - mid)
     tail = (1 - level) / 2
-    low, high = np.quantile(d, tail, axis=1), np.quantile(d, 1 - tail, axis=1)
+    low, high = resample_quantile(d, tail), resample_quantile(d, 1 - tail)
     inside = grid[(low <= L) & (high >= L)]
     step = grid[1]
     return 1 / math.sqrt(1 + inside.max()), 1 / math.sqrt(1 + inside.min()), step
@@ -71,7 +72,7 @@ CASES = [(0, 0.98, 0.15), (1, 0.9, 0.3), (2, 0.995, 0.05), (3, 0.6, 0.5)]
 def test_inverted_against_a_plain_reference(seed, cosine, noise, level):
     M, t_hat, t_star = _sample(seed, 40, cosine, noise, 50)
     lo, hi, mid = _library(M, t_hat, t_star, level, blocks=16)
-    want_lo, want_hi, step = _reference(M, t_hat, t_star, level, expansion(level, 16))
+    want_lo, want_hi, step = _reference(M, t_hat, t_star, level, expansion_factor(level, 16, 50))
     assert lo == pytest.approx(want_lo, abs=step) and hi == pytest.approx(want_hi, abs=step)
     assert lo <= mid <= hi
     # the cosine of −M: the same interval, mirrored
@@ -119,8 +120,10 @@ def test_inverted_covers_where_the_noise_is_as_large_as_the_angle():
         assert covered[1] >= level + 0.025, (level, covered)
 
 
-def test_reference_quantiles_match_torch():
-    """The reference's numpy quantiles interpolate as torch's do (both linear)."""
-    x = np.random.default_rng(0).standard_normal(50)
-    for q in (0.05, 0.5, 0.975):
-        assert np.quantile(x, q) == pytest.approx(float(torch.quantile(torch.tensor(x), q)))
+def test_reference_quantiles_match_the_library():
+    """The reference's numpy quantiles ("median_unbiased", type 8) are the library's."""
+    x = np.random.default_rng(0).standard_normal((50, 3))
+    q = torch.tensor([0.0, 0.025, 0.05, 0.5, 0.975, 1.0], dtype=torch.float64)
+    want = resample_quantile(x.T, q.numpy())  # [len(q), 3]
+    got = _quantile(torch.tensor(x), q)
+    assert got.numpy() == pytest.approx(want, abs=1e-12)

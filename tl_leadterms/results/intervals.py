@@ -58,23 +58,27 @@ nominal 90% where ``"shifted"`` covers 97% (wider than its level) and the unboun
 BCa and the percentiles a median 33-68%; away from 1 every method covers about the same,
 77-95% (medians 84-86%; BCa 67-90%), somewhat short of nominal with 10 blocks; within 5
 points of nominal in 21 of the 32 cells at 90% (``"shifted"``: 10). Each resample draws
-``B − 1`` of the ``B`` blocks (:meth:`~tl_leadterms.stats.blocks.BlockStats.draw` says why),
-and each side of the interval is then widened about ``corrected`` by ``t_{B−1}/z``
-(:func:`expansion`; 1.07 at 90% with 16 blocks), the small-sample expansion of a spread
-estimated from ``B`` blocks (Hesterberg's "expanded" bootstrap interval;
-``BootstrapSpec(expand=False)`` leaves it out, ``"bca"`` never has it). With 10-20 blocks it
-moved the demo-size coverage from 83-92% to 85-92% at a nominal 90%
-(``docs/guides/intervals.md``).
+``B − 1`` of the ``B`` blocks (:meth:`~tl_leadterms.stats.blocks.BlockStats.draw` says why).
+Quantiles of the resamples are Hyndman and Fan's type 8 (median-unbiased; :func:`_positions`
+says why not :func:`torch.quantile`'s linear rule, which reads the tails of 50 resamples
+6-9% too close to the median), and each side of the interval is then widened about
+``corrected`` by ``t_ν/z`` (:func:`expansion`; 1.10 at 90% for 16 blocks and 50 resamples),
+the small-sample expansion of a spread estimated from ``B`` blocks and read off ``R``
+resamples (Hesterberg's "expanded" bootstrap interval, its degrees of freedom those of the
+blocks and of the resamples' quantiles together; ``BootstrapSpec(expand=False)`` leaves it
+out, ``"bca"`` never has it). For a normal score, 10-50 blocks and 50-1000 resamples, the two
+put a basic interval at its level (90.1% and 95.4% for 16 blocks and 50 resamples, against
+87.0% and 91.9% with the linear rule and the blocks' ``t_{B−1}`` alone).
 
 >>> draws = torch.linspace(0.0, 0.5, 101, dtype=torch.float64)[:, None]
 >>> lo, hi, mid = interval(draws, 0.9, "percentile")
 >>> round(float(lo[0]), 3), round(float(mid[0]), 3), round(float(hi[0]), 3)
-(0.025, 0.25, 0.475)
+(0.022, 0.25, 0.478)
 >>> estimate = torch.tensor([0.3], dtype=torch.float64)
 >>> [round(float(x[0]), 3) for x in interval(draws, 0.9, "shifted", estimate)]
-[0.125, 0.575, 0.35]
+[0.122, 0.578, 0.35]
 >>> [round(float(x[0]), 3) for x in interval(draws + 0.5, 0.9, "shifted", estimate + 0.6)]
-[0.55, 1.0, 1.0]
+[0.544, 1.0, 1.0]
 """
 
 import math
@@ -192,21 +196,67 @@ def _bca(draws: Tensor, level: float, estimate: Tensor, jackknife: Tensor | None
     return out[0], out[2], out[1]
 
 
-def expansion(level: float, blocks: int) -> float:
-    """``t_{B−1}(1 − α/2) / z(1 − α/2)``: how much wider a ``level`` interval is when the spread
-    it is built from is estimated from ``B`` blocks (Student's ``t`` with ``B − 1`` degrees of
-    freedom against the normal): 1.11 at 90% and 1.15 at 95% for 10 blocks, 1.05 and 1.07 for
-    20, 1.02 and 1.03 for 50.
+def expansion(level: float, blocks: int, resamples: int | None = None) -> float:
+    """``t_ν(1 − α/2) / z(1 − α/2)``: how much wider a ``level`` interval is when the spread
+    it is built from is estimated from ``B`` blocks and read off ``R`` resamples' quantiles.
+
+    The blocks give the spread ``B − 1`` degrees of freedom (Student's ``t`` against the
+    normal). Reading it off the ``(1 ∓ level)/2`` quantiles of ``R`` resamples adds noise of its
+    own: a normal quantile ``z`` read from ``R`` draws has variance ``p(1 − p)/(R·φ(z)²)``
+    (``p = (1 − level)/2``), so half the distance between the two quantiles varies as a spread
+    of ``ν_R = R·z²·φ(z)²/(p(1 − p))`` degrees of freedom would (30 at 90% and 27 at 95% for
+    ``R = 50``). The two add as variances do, ``1/ν = 1/(B − 1) + 1/ν_R`` (Satterthwaite);
+    ``resamples=None`` leaves the second out (``ν = B − 1``). 1.11 at 90% and 1.15 at 95% for
+    10 blocks and many resamples, 1.10 and 1.14 for 16 blocks and 50 resamples, 1.02 and 1.03
+    for 50 blocks and many resamples.
 
     >>> round(expansion(0.9, 10), 3), round(expansion(0.95, 20), 3)
     (1.114, 1.068)
+    >>> round(expansion(0.9, 16, 50), 3), round(expansion(0.95, 16, 50), 3)
+    (1.102, 1.143)
     """
     from scipy import special  # a light import (scipy.stats is not)
 
     if blocks < 2:
         raise LeadTermsError(f"the expansion needs at least 2 blocks, got blocks={blocks}")
+    if resamples is not None and resamples < 2:
+        raise LeadTermsError(f"the expansion needs at least 2 resamples, got resamples={resamples}")
     upper = 1.0 - (1.0 - level) / 2
-    return float(special.stdtrit(blocks - 1, upper) / special.ndtri(upper))
+    z = float(special.ndtri(upper))
+    inverse_df = 1.0 / (blocks - 1)
+    if resamples is not None:
+        p, density = 1.0 - upper, math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+        inverse_df += p * (1.0 - p) / (resamples * z * z * density * density)
+    return float(special.stdtrit(1.0 / inverse_df, upper) / z)
+
+
+def _positions(p: Tensor, R: int) -> Tensor:
+    """0-based positions in ``R`` sorted draws of the quantiles ``p``: Hyndman and Fan's
+    type 8, ``(R + 1/3)·p + 1/3`` counted from 1, whose quantiles are median-unbiased for any
+    continuous distribution. The linear rule of :func:`torch.quantile` (type 7, ``(R − 1)·p``)
+    reads the tails of few resamples too close to the median: for 50 normal draws its 5% and
+    2.5% quantiles lie 6% and 9% inside the true ones on average, and a 90% basic interval built
+    on them holds the truth 87% of the time after the ``t`` expansion (89% with type 8)."""
+    return ((R + 1.0 / 3.0) * p - 2.0 / 3.0).clamp(0.0, R - 1.0)
+
+
+def _at(ordered: Tensor, p: Tensor) -> Tensor:
+    """``[n]``: the ``p[j]`` quantile of column ``j`` of the sorted ``ordered`` ``[R, n]``
+    (type 8, linear between order statistics; :func:`_positions`)."""
+    R = ordered.shape[0]
+    pos = _positions(p, R)
+    low = pos.floor().long().clamp(0, R - 1)
+    frac = pos - low
+    lower = ordered.gather(0, low[None])[0]
+    upper = ordered.gather(0, (low + 1).clamp(max=R - 1)[None])[0]
+    return lower + frac * (upper - lower)
+
+
+def _quantile(d: Tensor, q: Tensor) -> Tensor:
+    """``[len(q), n]``: the quantiles ``q`` (the same for every column) of each column of ``d``
+    ``[R, n]``, as :func:`torch.quantile` gives them but of type 8 (:func:`_positions`)."""
+    ordered = d.sort(0).values
+    return torch.stack([_at(ordered, p.expand(d.shape[1])) for p in q])
 
 
 def _widen(lo: Tensor, mid: Tensor, hi: Tensor, factor: float) -> tuple[Tensor, Tensor]:
@@ -220,7 +270,7 @@ def _shifted(draws: Tensor, q: Tensor, estimate: Tensor,
              factor: float = 1.0) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """The raw-scale basic interval (widened by ``factor``) translated back into ``[−1, 1]``,
     its width kept."""
-    bounds = torch.quantile(draws, q, dim=0)
+    bounds = _quantile(draws, q)
     lo, mid, hi = 2 * estimate - bounds[2], 2 * estimate - bounds[1], 2 * estimate - bounds[0]
     lo, hi = _widen(lo, mid, hi, factor)
     shift = (hi - 1.0).clamp(min=0.0) - (-1.0 - lo).clamp(min=0.0)  # only one end can be out
@@ -252,23 +302,13 @@ def _tangent_frame(draws: Tensor, estimate: Tensor,
 
 
 def _quantiles(d: Tensor, q: Tensor, factor: float) -> Tensor:
-    """``[n]``: the ``q[j]`` quantile (linear, as :func:`torch.quantile`) of column ``j`` of
-    ``d`` ``[R, n]``, its spread about its median widened by ``factor``."""
+    """``[n]``: the ``q[j]`` quantile (type 8, :func:`_positions`) of column ``j`` of ``d``
+    ``[R, n]``, its spread about its median widened by ``factor``."""
     ordered = d.sort(0).values
-    R = d.shape[0]
-
-    def at(p: Tensor) -> Tensor:
-        pos = p * (R - 1)
-        low = pos.floor().long().clamp(0, R - 1)
-        frac = pos - low
-        lower = ordered.gather(0, low[None])[0]
-        upper = ordered.gather(0, (low + 1).clamp(max=R - 1)[None])[0]
-        return lower + frac * (upper - lower)
-
-    value = at(q)
+    value = _at(ordered, q)
     if factor == 1.0:
         return value
-    mid = at(torch.full_like(q, 0.5))
+    mid = _at(ordered, torch.full_like(q, 0.5))
     return mid + factor * (value - mid)  # a widening about the median keeps the order
 
 
@@ -336,7 +376,7 @@ def _calibrated(draws: Tensor, estimate: Tensor, jackknife: Tensor | None,
     ratio = torch.where(var1 > 0, var2 / var1.clamp(min=1e-300), torch.ones_like(var1))
     mean = draws.mean(0)
     out = mean + ratio.clamp(0.25, 4.0).rsqrt() * (draws - mean)
-    return out - (torch.quantile(out, 0.5, dim=0) - estimate - bias)
+    return out - (_quantile(out, torch.tensor([0.5], dtype=torch.float64))[0] - estimate - bias)
 
 
 def interval(
@@ -370,11 +410,12 @@ def interval(
             raise LeadTermsError(f"interval method {method!r} needs the estimate")
         estimate = estimate.double()
         nan |= torch.isnan(estimate)
-    factor = 1.0 if blocks is None or method == "bca" else expansion(level, blocks)
+    factor = (1.0 if blocks is None or method == "bca"
+              else expansion(level, blocks, draws.shape[0]))  # fmt: skip
     tail = (1.0 - level) / 2
     q = torch.tensor([tail, 0.5, 1.0 - tail], dtype=torch.float64)
     if method == "percentile":
-        lo, mid, hi = torch.quantile(draws, q, dim=0)
+        lo, mid, hi = _quantile(draws, q)
         lo, hi = _widen(lo, mid, hi, factor)
     elif method == "bca":
         lo, hi, mid = _bca(draws, level, estimate, jackknife)
@@ -392,7 +433,7 @@ def interval(
         lo, hi, mid = _shifted(moved, q, estimate, factor)
     else:
         z_hat = _to_scale(estimate, method)
-        bounds = 2 * z_hat - torch.quantile(_to_scale(draws, method), q, dim=0)
+        bounds = 2 * z_hat - _quantile(_to_scale(draws, method), q)
         bounds[0], bounds[2] = _widen(bounds[0], bounds[1], bounds[2], factor)
         ends = _from_scale(bounds, method)  # decreasing in s for log1m and angle
         lo, hi = torch.minimum(ends[0], ends[2]), torch.maximum(ends[0], ends[2])
