@@ -184,7 +184,6 @@ def summarize_shared(runs: list) -> dict:
                 sd = draws.std(0) * scale
                 z_raw.append(((estimate - flat_truth) / sd).view(n_models, n_maps))
                 z_corrected.append(((mid - flat_truth) / sd).view(n_models, n_maps))
-    n_models = truth.shape[0]
     cells = []
     for weight in ("W_O", "V", "W", "P"):
         idx = [i for i, n in enumerate(names) if n.split(".")[0] == weight]

@@ -189,12 +189,8 @@ def _bca(draws: Tensor, level: float, estimate: Tensor, jackknife: Tensor | None
     for zq in (torch.special.ndtri(tail), 0.0, -torch.special.ndtri(tail)):
         shifted = z0 + zq
         alpha = torch.special.ndtr(z0 + shifted / (1 - a * shifted)).clamp(0.0, 1.0)
-        pos = alpha.nan_to_num(0.5) * (R - 1)  # each column its own quantile, interpolated
-        low = pos.floor().long().clamp(0, R - 1)
-        frac = pos - low
-        lower = ordered.gather(0, low[None])[0]
-        upper = ordered.gather(0, (low + 1).clamp(max=R - 1)[None])[0]
-        out.append(lower + frac * (upper - lower))
+        # each column its own quantile, linear (type 7) as BCa's percentiles are defined
+        out.append(_interpolate(ordered, alpha.nan_to_num(0.5) * (R - 1)))
     return out[0], out[2], out[1]
 
 
@@ -247,8 +243,13 @@ def _positions(p: Tensor, R: int) -> Tensor:
 def _at(ordered: Tensor, p: Tensor) -> Tensor:
     """``[n]``: the ``p[j]`` quantile of column ``j`` of the sorted ``ordered`` ``[R, n]``
     (type 8, linear between order statistics; :func:`_positions`)."""
+    return _interpolate(ordered, _positions(p, ordered.shape[0]))
+
+
+def _interpolate(ordered: Tensor, pos: Tensor) -> Tensor:
+    """``[n]``: column ``j`` of the sorted ``ordered`` ``[R, n]`` read at the 0-based position
+    ``pos[j]``, linear between its neighbouring order statistics."""
     R = ordered.shape[0]
-    pos = _positions(p, R)
     low = pos.floor().long().clamp(0, R - 1)
     frac = pos - low
     lower = ordered.gather(0, low[None])[0]
