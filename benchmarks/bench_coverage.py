@@ -21,6 +21,8 @@ the real-size model of ``bench_real_sizes.py`` against held-out samples
 (:mod:`benchmarks.coverage_real`). ``--part shared``: the demo size's held-out samples at a
 small standard error (:mod:`benchmarks.coverage_shared`). ``--part normal``: the interval's
 quantile and expansion on an exactly normal score (:mod:`benchmarks.coverage_normal`).
+``--part direction``: which direction the default interval reads a resample's noise along
+(:mod:`benchmarks.coverage_direction`).
 """
 
 import argparse
@@ -308,20 +310,26 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "coverage.json"))
     parser.add_argument(
         "--part",
-        choices=("chain", "population", "shared", "real", "normal"),
+        choices=("chain", "population", "shared", "real", "normal", "direction"),
         default="chain",
-        help="chain: the Markov chain's methods; population: issue 28's cases; shared: the "
-        "demo size's held-out samples, each scored against 16 models; real: the real-size "
-        "model of bench_real_sizes (TransformerLens 3.x); normal: the interval's rules on an "
-        "exactly normal score",
+        help="chain: the Markov chain's methods; population: issue 28's cases; shared: "
+        "held-out samples at the demo's or the issue's size (--size), each scored against "
+        "every model; real: the real-size model of bench_real_sizes (TransformerLens 3.x); "
+        "normal: the interval's rules on an exactly normal score; direction: which direction "
+        "'inverted' reads a resample's noise along (issue size)",
     )
     parser.add_argument(
         "--samples", type=int, default=30,
-        help="real: held-out samples; shared: samples per seed (0: summarize the caches)",
+        help="real, direction: held-out samples; shared: samples per seed (0: summarize the "
+        "caches)",
     )  # fmt: skip
     parser.add_argument(
         "--seed", type=int, default=None,
         help="shared: run only this sample seed's samples (one process per seed; no summary)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--size", choices=("demo", "issue"), default="demo",
+        help="shared: the demo's size (16 models) or the issue's (12 models)",
     )  # fmt: skip
     parser.add_argument("--models", type=int, default=6, help="population: models per size")
     parser.add_argument(
@@ -338,6 +346,11 @@ def main() -> None:
         from benchmarks.coverage_shared import main_shared
 
         main_shared(args)
+        return
+    if args.part == "direction":
+        from benchmarks.coverage_direction import main_direction
+
+        main_direction(args)
         return
     if args.part == "normal":
         from benchmarks.coverage_normal import main_normal
