@@ -26,6 +26,7 @@ quantile and expansion on an exactly normal score (:mod:`benchmarks.coverage_nor
 """
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -42,7 +43,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.coverage_population import POPULATION_CONFIGS, _targets, main_population  # noqa: E402
+from benchmarks.coverage_population import POPULATION_CONFIGS, _targets  # noqa: E402
 from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train  # noqa: E402
 from tl_leadterms.analyses.decompose.compute import leading_cosines  # noqa: E402
 from tl_leadterms.atomic import atomic_path, write_text  # noqa: E402
@@ -339,28 +340,9 @@ def main() -> None:
         "--configs", nargs="+", default=list(POPULATION_CONFIGS), choices=list(POPULATION_CONFIGS)
     )
     args = parser.parse_args()
-    if args.part == "population":
-        main_population(args)
-        return
-    if args.part == "shared":
-        from benchmarks.coverage_shared import main_shared
-
-        main_shared(args)
-        return
-    if args.part == "direction":
-        from benchmarks.coverage_direction import main_direction
-
-        main_direction(args)
-        return
-    if args.part == "normal":
-        from benchmarks.coverage_normal import main_normal
-
-        main_normal(args)
-        return
-    if args.part == "real":
-        from benchmarks.coverage_real import main_real
-
-        main_real(args)
+    if args.part != "chain":  # each other part is benchmarks/coverage_<part>.py's main_<part>
+        module = importlib.import_module(f"benchmarks.coverage_{args.part}")
+        getattr(module, f"main_{args.part}")(args)
         return
     cache = RESULTS / "coverage_draws.pt"
     start = time.perf_counter()

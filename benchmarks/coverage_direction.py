@@ -51,8 +51,9 @@ def _frame(m: torch.Tensor, full: torch.Tensor, stars: torch.Tensor, truth: torc
     frame where every target has a unit component along ``m``."""
     if float(m @ full) < 0:
         m = -m
-    x_hat = full / (m @ full) - m  # x̂_⊥
-    e = stars / (stars @ m)[:, None] - full / (m @ full)  # each resample's move, off m already
+    x = full / (m @ full)  # the sample's target with a unit component along m
+    x_hat = x - m  # x̂_⊥
+    e = stars / (stars @ m)[:, None] - x  # each resample's move, off m already
     a = truth / (m @ truth) - m
     L = float(x_hat @ x_hat)
     u = (e @ x_hat) / math.sqrt(L)
@@ -81,67 +82,44 @@ def _covered(L: torch.Tensor, u: torch.Tensor, e2: torch.Tensor, truth: torch.Te
     return (lo <= truth) & (truth <= hi)
 
 
-def main_direction(args) -> None:
-    size = SIZES[SIZE]
-    cfg = POPULATION_CONFIGS[size["config"]]
-    start = time.perf_counter()
-    maps, d_vocab = _models(size)
-    population, truth_windows = _truth(cfg, d_vocab)
-    truth_targets = _targets(population)
-    kinds = _kinds(cfg["layers"])
-    h, n_blocks, samples = cfg["held_windows"], cfg["held_blocks"], args.samples
-    windows = _windows(cfg, SEED, math.ceil(samples * h / 10.0) + 200)
-    hits = {(v, lv): [] for v in VARIANTS for lv in LEVELS}
-    for j in range(samples):
-        blocks = block_stats(windows[j * h : (j + 1) * h], d_vocab=d_vocab, blocks=n_blocks,
-                             progress=False)  # fmt: skip
-        full = _targets(blocks.full())
-        spec = BootstrapSpec(RESAMPLES, seed=1_000_000 * SEED + j)
-        stars = [torch.stack(t) for t in zip(*(_targets(st) for st in
-                                                Bootstrap(blocks, 0.9, spec).resamples()),
-                                               strict=True)]  # fmt: skip
-        Ls, us, e2s, truths = [], {v: [] for v in VARIANTS}, [], []
-        draws, star_sq, cross, norm2, estimates = [], [], [], [], []
-        for model_maps in maps:
-            for i, kind in enumerate(kinds):
-                k = KINDS.index(kind)
-                m = model_maps[i].double().flatten()
-                m = m / m.norm()
-                L, u, e2, s_truth = _frame(m, full[k], stars[k], truth_targets[k])
-                Ls.append(L)
-                e2s.append(e2)
-                truths.append(s_truth)
-                for v in VARIANTS:
-                    us[v].append(u[v])
-                if j == 0:  # the library's frame, from the rows' geometry
-                    draws.append(stars[k] @ m / stars[k].norm(dim=1))
-                    star_sq.append((stars[k] ** 2).sum(1))
-                    cross.append(stars[k] @ full[k])
-                    norm2.append(float(full[k] @ full[k]))
-                    estimates.append(float(m @ full[k] / full[k].norm()))
-        L, e2 = torch.tensor(Ls, dtype=torch.float64), torch.stack(e2s, 1)
-        truth = torch.tensor(truths, dtype=torch.float64)
-        if j == 0:
-            frame = intervals._tangent_frame(
-                torch.stack(draws, 1), torch.tensor(estimates, dtype=torch.float64),
-                (torch.stack(star_sq, 1), torch.stack(cross, 1),
-                 torch.tensor(norm2, dtype=torch.float64)),
-            )  # fmt: skip
-            u_lib = torch.stack(us["library"], 1)
-            assert torch.allclose(frame[0], L, rtol=1e-6), "L differs from the library's frame"
-            assert torch.allclose(frame[1], u_lib, rtol=1e-4, atol=1e-6), "u differs"
-            assert torch.allclose(frame[2], e2, rtol=1e-4, atol=1e-9), "e2 differs"
-        for v in VARIANTS:
-            u = torch.stack(us[v], 1)
-            for level in LEVELS:
-                hits[v, level].append(_covered(L, u, e2, truth, level, n_blocks))
-        if (j + 1) % 50 == 0 or j + 1 == samples:
-            print(f"  sample {j + 1}/{samples} ({time.perf_counter() - start:.0f} s)", flush=True)
-    weights = {"W_O": "B", "V": "V", "W": "W", "P": "P"}
-    columns = [kinds[i] for _ in maps for i in range(len(kinds))]
+def _columns(maps: list, kinds: list[str]):
+    """Every model's maps as ``(unit map, index of its target in KINDS)``, the columns' order."""
+    for model_maps in maps:
+        for i, kind in enumerate(kinds):
+            m = model_maps[i].double().flatten()
+            yield m / m.norm(), KINDS.index(kind)
+
+
+def _sample(columns: list, full: list, stars: list, truth_targets: list) -> tuple:
+    """``(L [n], {variant: u [R, n]}, e2 [R, n], truth cosines [n])`` of one sample."""
+    frames = [_frame(m, full[k], stars[k], truth_targets[k]) for m, k in columns]
+    L = torch.tensor([f[0] for f in frames], dtype=torch.float64)
+    us = {v: torch.stack([f[1][v] for f in frames], 1) for v in VARIANTS}
+    e2 = torch.stack([f[2] for f in frames], 1)
+    return L, us, e2, torch.tensor([f[3] for f in frames], dtype=torch.float64)
+
+
+def _check_library_frame(columns: list, full: list, stars: list, L, u, e2) -> None:
+    """That the dense frame is the library's, read from the rows' geometry (cosines,
+    ``‖T*‖²``, ``⟨T̂, T*⟩``, ``‖T̂‖²``) by :func:`~tl_leadterms.results.intervals._tangent_frame`."""
+    draws = torch.stack([stars[k] @ m / stars[k].norm(dim=1) for m, k in columns], 1)
+    estimate = torch.tensor([float(m @ full[k] / full[k].norm()) for m, k in columns],
+                            dtype=torch.float64)  # fmt: skip
+    geometry = (torch.stack([(stars[k] ** 2).sum(1) for _, k in columns], 1),
+                torch.stack([stars[k] @ full[k] for _, k in columns], 1),
+                torch.tensor([float(full[k] @ full[k]) for _, k in columns],
+                             dtype=torch.float64))  # fmt: skip
+    frame = intervals._tangent_frame(draws, estimate, geometry)
+    assert torch.allclose(frame[0], L, rtol=1e-6), "L differs from the library's frame"
+    assert torch.allclose(frame[1], u, rtol=1e-4, atol=1e-6), "u differs"
+    assert torch.allclose(frame[2], e2, rtol=1e-4, atol=1e-9), "e2 differs"
+
+
+def _cells(hits: dict, columns: list, samples: int) -> list[dict]:
+    """Coverage per weight and variant, its standard error over the samples."""
     cells = []
-    for weight, kind in weights.items():
-        idx = [c for c, x in enumerate(columns) if x == kind]
+    for weight, kind in {"W_O": "B", "V": "V", "W": "W", "P": "P"}.items():
+        idx = [c for c, (_, k) in enumerate(columns) if KINDS[k] == kind]
         cell = {"weight": weight}
         for (v, level), h_list in hits.items():
             share = torch.stack(h_list)[:, idx].double().mean(1)  # per sample
@@ -149,6 +127,34 @@ def main_direction(args) -> None:
             cell.setdefault(f"{v}_standard_error", {})[str(level)] = float(
                 share.std() / math.sqrt(samples))  # fmt: skip
         cells.append(cell)
+    return cells
+
+
+def main_direction(args) -> None:
+    size = SIZES[SIZE]
+    cfg = POPULATION_CONFIGS[size["config"]]
+    start = time.perf_counter()
+    maps, d_vocab = _models(size)
+    population, truth_windows = _truth(cfg, d_vocab)
+    truth_targets = _targets(population)
+    columns = list(_columns(maps, _kinds(cfg["layers"])))
+    h, n_blocks, samples = cfg["held_windows"], cfg["held_blocks"], args.samples
+    windows = _windows(cfg, SEED, math.ceil(samples * h / 10.0) + 200)
+    hits = {(v, lv): [] for v in VARIANTS for lv in LEVELS}
+    for j in range(samples):
+        blocks = block_stats(windows[j * h : (j + 1) * h], d_vocab=d_vocab, blocks=n_blocks,
+                             progress=False)  # fmt: skip
+        full = _targets(blocks.full())
+        resamples = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=1_000_000 * SEED + j))
+        stars = [torch.stack(t) for t in zip(*map(_targets, resamples.resamples()), strict=True)]
+        L, us, e2, truth = _sample(columns, full, stars, truth_targets)
+        if j == 0:
+            _check_library_frame(columns, full, stars, L, us["library"], e2)
+        for (v, level), out in hits.items():
+            out.append(_covered(L, us[v], e2, truth, level, n_blocks))
+        if (j + 1) % 50 == 0 or j + 1 == samples:
+            print(f"  sample {j + 1}/{samples} ({time.perf_counter() - start:.0f} s)", flush=True)
+    cells = _cells(hits, columns, samples)
     summary = {"setup": {"size": SIZE, "models": len(maps), "samples": samples, "seed": SEED,
                          "held_windows": h, "held_blocks": n_blocks, "resamples": RESAMPLES,
                          "truth_windows": truth_windows},

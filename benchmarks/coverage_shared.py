@@ -51,6 +51,7 @@ from benchmarks.coverage_population import (
     _story_windows,
     _targets,
 )
+from benchmarks.coverage_shares import SHARE_BANDS
 from tl_leadterms import block_stats, corpus_stats, make_windows, paper_model, train
 from tl_leadterms.atomic import atomic_path, write_text
 from tl_leadterms.data import generate_stories
@@ -228,8 +229,6 @@ def _by_share(shares: torch.Tensor, covered: dict) -> list[dict]:
     """Coverage by band of ``noise_share`` (:data:`~benchmarks.coverage_shares.SHARE_BANDS`),
     every model, map and sample a row; its standard error over the samples (a row's share of
     a sample's covered rows in the band, weighted by their number)."""
-    from benchmarks.coverage_shares import SHARE_BANDS
-
     out = []
     for lo, hi in itertools.pairwise(SHARE_BANDS):
         band = (shares >= lo) & (shares < hi)  # [samples, models, maps]
