@@ -13,7 +13,7 @@ head's data parsed up front (``JSON.parse`` of all the head blocks), what eager 
     python benchmarks/bench_explorer.py --precision [--k 5000] [--layers 30]
 
 ``--precision`` measures the explorer's own pure matrix products, the per-head blocks of the
-pair tables (``explorer.data._blocks``, ``explore(gemm_dtype=...)``), in float32 against
+pair tables (``explorer.data._blocks``, ``pair_tables(gemm_dtype=...)``), in float32 against
 float64 on the same model, same run: CPU seconds of all layers' ``W`` and value blocks in
 each dtype, the largest difference relative to each block's largest entry (the documented
 tolerance is 1e-6, docs/guides/pythia-protocol.md#precision) and whether every head's top
@@ -159,7 +159,7 @@ def main() -> None:
     tokens = windows[0, :32]
     load_before = os.getloadavg()[0]
     start, cpu = time.perf_counter(), time.process_time()
-    explorer = explore(model, stats, tokens=tokens, null=args.null or None,
+    explorer = explore(model, stats, text=tokens, null=args.null or None,
                        title="benchmark explorer")  # fmt: skip
     build_s, build_cpu_s = time.perf_counter() - start, time.process_time() - cpu
     load_after = os.getloadavg()[0]

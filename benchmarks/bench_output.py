@@ -70,7 +70,7 @@ def naive_kl(model, stats, tokens, s_lr: float, n_layers: int) -> float:
 @torch.no_grad()
 def naive_log_probs(stats, tokens, s_lr: float, n_layers: int) -> torch.Tensor:
     """The leading-term model's log-probabilities, dense, one [k, k] W and V per layer."""
-    schedule = Schedule.of(s_lr=s_lr)
+    schedule = Schedule(s_lr=s_lr)
     c = {w: schedule.coefficient(w) for w in ("W_O", "V", "W", "P")}
     k, d_vocab = stats.k, stats.d_vocab
     index = stats.vocab.index_map()
@@ -94,7 +94,7 @@ def naive_log_probs(stats, tokens, s_lr: float, n_layers: int) -> torch.Tensor:
 
 def theory_side(stats, tokens, depth: int) -> dict:
     """The leading-term model alone (no model forward): shared maps + gathers vs dense."""
-    schedule = Schedule.of(s_lr=1.0)
+    schedule = Schedule(s_lr=1.0)
     c = [schedule.coefficient(w) for w in ("W_O", "V", "W")]
     index = stats.vocab.index_map()
 

@@ -195,7 +195,7 @@ def main() -> None:
     print(f"{'W_O':10s} {table.loss('W_O'):8.4f} {paper['W_O']:8.3f}")
     results["table3"] = table.to_dict()
 
-    decomposition = decompose(model, stats, lr=lr, steps=steps, per_head=True)
+    decomposition = decompose(model, stats, schedule=(lr, steps), per_head=True)
     print(f"\n{decomposition}")
     print(f"({decomposition.metadata['population']['answers']})")
     results["population"] = decomposition.metadata["population"]

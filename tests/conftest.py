@@ -1,6 +1,6 @@
 """Test-wide settings: offline hub, repository root importable (for tests.reference)."""
 
-import inspect
+import functools
 import os
 import sys
 from pathlib import Path
@@ -18,12 +18,26 @@ if str(ROOT) not in sys.path:
 
 
 def unchecked(fn):
-    """``fn`` without the test-only jaxtyping/beartype wrapper.
+    """``fn`` called without the test-only jaxtyping/beartype checks.
 
     The test run type-checks every tl_leadterms function; users run without it. Tests of the
-    library's own error messages for wrongly typed input call the function as users do.
+    library's own error messages for wrongly typed input call the function as users do: with
+    every check of the call switched off (the library's own wrappers, such as the shorthand
+    keywords', still run).
     """
-    return inspect.unwrap(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        from jaxtyping import config
+
+        before = config.jaxtyping_disable
+        config.update("jaxtyping_disable", True)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            config.update("jaxtyping_disable", before)
+
+    return call
 
 
 def _has_hooked_transformer() -> bool:

@@ -2,10 +2,12 @@
 
 The top level holds what a notebook user imports: the analyses, the corpus statistics, model
 loading, sweeps, the explorer, the report, the paper model and the theorem. Result classes
-and option specs live with their analysis (``tl_leadterms.analyses.decompose.Decomposition``,
-``tl_leadterms.results.NullSpec``, ...). Importing the package is instant: each public name is
-imported from its subpackage on first use (torch and TransformerLens load only when a name that
-needs them is touched), and ``from tl_leadterms import decompose`` works as usual.
+live with their analysis (``tl_leadterms.analyses.decompose.Decomposition``, ...); how a
+training run (:class:`Schedule`) and how sure a number should be (:class:`Uncertainty`, with
+its :class:`NullSpec` and :class:`BootstrapSpec`) are given is the same for every analysis.
+Importing the package is instant: each public name is imported from its subpackage on first use
+(torch and TransformerLens load only when a name that needs them is touched), and
+``from tl_leadterms import decompose`` works as usual.
 
 >>> from tl_leadterms import corpus_stats, leading_terms, make_windows
 """
@@ -40,6 +42,11 @@ _HOMES = {
     "LeadingTermMonitor": "tl_leadterms.sweeps",
     "explore": "tl_leadterms.explorer",
     "report": "tl_leadterms.report",
+    # how a run and how sure a number is are given
+    "Schedule": "tl_leadterms.theory",
+    "Uncertainty": "tl_leadterms.results.uncertainty",
+    "NullSpec": "tl_leadterms.results.null",
+    "BootstrapSpec": "tl_leadterms.results.bootstrap",
     # the theorem
     "leading_terms": "tl_leadterms.theory",
     "coefficients": "tl_leadterms.theory",
@@ -47,9 +54,13 @@ _HOMES = {
 }
 
 __all__ = [
+    "BootstrapSpec",
     "CorpusStats",
     "LeadTermsError",
     "LeadingTermMonitor",
+    "NullSpec",
+    "Schedule",
+    "Uncertainty",
     "__version__",
     "ablate",
     "attention_agreement",
@@ -100,9 +111,12 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
     from tl_leadterms.loading import load_model
     from tl_leadterms.models import paper_model
     from tl_leadterms.report import report
+    from tl_leadterms.results.bootstrap import BootstrapSpec
+    from tl_leadterms.results.null import NullSpec
+    from tl_leadterms.results.uncertainty import Uncertainty
     from tl_leadterms.stats import CorpusStats, corpus_stats, make_windows
     from tl_leadterms.stats.blocks import block_stats
     from tl_leadterms.sweeps import LeadingTermMonitor, sweep
-    from tl_leadterms.theory import coefficients, leading_terms, step_bound
+    from tl_leadterms.theory import Schedule, coefficients, leading_terms, step_bound
     from tl_leadterms.training import train
     from tl_leadterms.version import __version__

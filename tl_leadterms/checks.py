@@ -128,6 +128,18 @@ def check_level(name: str, value: Any) -> float | None:
     return float(value)
 
 
+def check_spec(name: str, value: Any, spec: type, count: str) -> Any:
+    """``value`` if it is a ``spec`` (a dataclass that checks itself), else an int count as
+    ``spec(**{count: value})``."""
+    if isinstance(value, spec):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise LeadTermsError(
+            f"{name} must be a number of {count} (an int >= 2) or a {spec.__name__}, got {value!r}"
+        )
+    return spec(**{count: int(value)})
+
+
 def check_bool(name: str, value: Any) -> bool:
     """``value`` if it is True or False (numpy booleans included)."""
     if not isinstance(value, (bool, np.bool_)):

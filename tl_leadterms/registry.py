@@ -33,14 +33,16 @@ __all__ = ["ANALYSES", "NAMES", "Analysis", "MonitorContext", "analysis", "monit
 
 @dataclass(frozen=True)
 class MonitorContext:
-    """What the training monitor knows when it scores a model: the step, the run's learning
-    rate (None if unknown), held-out windows (for analyses that need them) and the keywords the
-    user gave this analysis."""
+    """What the training monitor knows when it scores a model: the step, the run so far (a
+    ``Schedule`` of the learning rate and this step; an empty one when the rate is unknown),
+    held-out windows (for analyses that need them), the keywords the user gave this analysis
+    and how sure its numbers should be (an ``Uncertainty``)."""
 
     step: int
-    lr: float | None
+    schedule: Any
     tokens: Any
     options: dict[str, Any]
+    uncertainty: Any = None
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,11 @@ class Analysis:
         return getattr(self.package(), self.result)
 
     def accepts(self) -> set[str]:
-        """The keywords the function takes besides the model and the statistics."""
-        return set(inspect.signature(inspect.unwrap(self.load())).parameters) - {"model", "stats"}
+        """The keywords the function takes besides the model and the statistics (the plain
+        shorthands of :func:`~tl_leadterms.results.uncertainty.shorthands` included)."""
+        fn = self.load()
+        names = set(inspect.signature(inspect.unwrap(fn)).parameters)
+        return (names | set(getattr(fn, "shorthands", ()))) - {"model", "stats"}
 
     def sweep_rows(self, model: Any, stats: Any, **options: Any) -> list[dict[str, Any]]:
         """The rows a sweep records for one checkpoint (``sweep=True`` analyses only)."""

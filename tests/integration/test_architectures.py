@@ -119,7 +119,7 @@ def test_analyses_run(built, stats, tokens, family):
         want = want + model.W_pos[0].detach()
     if not model.cfg.post_embedding_ln:  # BLOOM normalises the embedding first
         assert torch.allclose(maps.resid_pre[0], want, atol=1e-5)
-    agree = attention_agreement(model, stats, tokens[:2, :8], lr=0.1, steps=10, progress=False)
+    agree = attention_agreement(model, stats, tokens[:2, :8], schedule=(0.1, 10), progress=False)
     assert len(agree.rows) == N_LAYERS * N_HEADS
     assert all(0.0 <= r["js_divergence"] <= 0.7 for r in agree.rows)
 

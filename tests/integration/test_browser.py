@@ -41,7 +41,7 @@ def page(tmp_path_factory):
     stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
     model = paper_model(d_vocab=len(tokenizer), n_ctx=24, n_layers=2, tokenizer=tokenizer)
     history = train(model, windows, lr=1.0, steps=4, track=stats, progress=False)
-    decomposition = decompose(model, stats, lr=1.0, steps=4, per_head=True)
+    decomposition = decompose(model, stats, schedule=(1.0, 4), per_head=True)
     if "lo" not in decomposition.rows[0]:  # the CI and null columns, written here by hand
         for row in decomposition.rows:
             row.update(score=row["cosine"], lo=row["cosine"] - 0.01, hi=row["cosine"] + 0.01,
@@ -49,7 +49,7 @@ def page(tmp_path_factory):
     path = tmp_path_factory.mktemp("report") / "report.html"
     report(path, stats=stats, model=model, tokenizer=tokenizer, history=history,
            decomposition=decomposition, text="the little girl saw a red ball",
-           words=["red", "he"], lr=1.0, steps=4, title="browser <test> & report",
+           words=["red", "he"], schedule=(1.0, 4), title="browser <test> & report",
            atlas_html='<div class="head-atlas"><table><tr><td>L0H0</td></tr></table></div>',
            )  # fmt: skip
     return path

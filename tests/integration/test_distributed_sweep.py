@@ -137,19 +137,22 @@ def test_an_interrupted_ray_sweep_resumes(cluster, series, tmp_path, monkeypatch
 
 def test_ray_sweep_refuses_what_it_cannot_run(cluster, series):
     from tl_leadterms.loading.checkpoint import load_model
+    from tl_leadterms.sweeps import RayExecutor
     from tl_leadterms.sweeps.run import sweep
 
     folder, stats = series
     held = [("step0", load_model(folder / "step0"))]
     with pytest.raises(LeadTermsError, match=r"\['step0'\] are models held by this process"):
         sweep(held, stats, analyses="decompose", executor="ray", progress=False)
+    gpu = RayExecutor(resources={"num_gpus": 1})
     with pytest.raises(LeadTermsError, match="asks for 1 GPU but the Ray cluster has 0"):
-        sweep(folder, stats, analyses="decompose", executor="ray", resources={"num_gpus": 1},
-              progress=False)  # fmt: skip
-    with pytest.raises(LeadTermsError, match="pass executor='ray'"):
+        sweep(folder, stats, analyses="decompose", executor=gpu, progress=False)
+    with pytest.raises(LeadTermsError, match=r"pass executor=RayExecutor\(address='auto'\)"):
         sweep(folder, stats, analyses="decompose", address="auto", progress=False)
-    with pytest.raises(LeadTermsError, match="executor must be one of"):
+    with pytest.raises(LeadTermsError, match="executor must be 'local', 'ray' or a RayExecutor"):
         sweep(folder, stats, analyses="decompose", executor="dask", progress=False)
+    with pytest.raises(LeadTermsError, match="resources must map names"):
+        RayExecutor(resources={"num_gpus": -1})
 
 
 def test_cli_sweep_on_ray(cluster, series, tmp_path):

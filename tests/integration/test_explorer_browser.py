@@ -35,7 +35,7 @@ def saved(tmp_path_factory):
     stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
     model = paper_model(d_vocab=len(tokenizer), n_ctx=16, n_layers=2, tokenizer=tokenizer)
     train(model, windows, lr=1.0, steps=4, progress=False)
-    explorer = explore(model, stats, text=TEXT, lr=1.0, steps=4, words=["he"], null=9,
+    explorer = explore(model, stats, text=TEXT, schedule=(1.0, 4), words=["he"], null=9,
                        title="explorer <test> & page")  # fmt: skip
     path = explorer.save(tmp_path_factory.mktemp("explorer") / "explorer.html")
     return path, explorer, stats

@@ -59,8 +59,8 @@ windows = make_windows(stories, n_ctx=16, tokenizer=tokenizer)[:64]
 stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
 model = paper_model(d_vocab=len(tokenizer), n_ctx=16, n_layers=2, tokenizer=tokenizer)
 history = train(model, windows, lr=1.0, steps=4, progress=False)""",
-    "d = decompose(model, stats, lr=1.0, steps=4, per_head=True, null=9, progress=False)\nd",
-    "attention_agreement(model, stats, windows[:8, :16], lr=1.0, steps=4, progress=False)",
+    "d = decompose(model, stats, schedule=(1.0, 4), per_head=True, null=9, progress=False)\nd",
+    "attention_agreement(model, stats, windows[:8, :16], schedule=(1.0, 4), progress=False)",
     """\
 buffer = io.BytesIO()
 d.plot().savefig(buffer, format="png")

@@ -49,7 +49,7 @@ def test_prediction_equals_plain_formula(corpus, kept):
     stats = corpus_stats(tokens, d_vocab=V, vocab=kept, progress=False)
     ref = dense_corpus_stats(tokens, V, kept=kept)
     c = (3 * math.comb(6, 4) + 2 * math.comb(6, 3)) * 2.0**4
-    got = predict_attention(stats, tokens[:5, :T], lr=2.0, steps=6)
+    got = predict_attention(stats, tokens[:5, :T], schedule=(2.0, 6))
     assert torch.allclose(got, _plain_prediction(ref, tokens[:5, :T], c, kept), atol=1e-12)
     same = predict_attention(stats, tokens[:5, :T], scale=c)
     assert torch.equal(got, same)
@@ -60,14 +60,14 @@ def test_trained_paper_model_agrees_and_random_does_not(corpus):
     model = paper_model(d_vocab=V, n_ctx=T, n_layers=2, dtype=torch.float64)
     train(model, tokens, lr=0.5, steps=8, progress=False)  # early: W = c·Q̄ to ~1e-4
     inputs = tokens[:60, :T]
-    agreement = attention_agreement(model, stats, inputs, lr=0.5, steps=8, progress=False)
+    agreement = attention_agreement(model, stats, inputs, schedule=(0.5, 8), progress=False)
     for layer in range(2):
         row = agreement.row(layer, 0)
         assert row["rank_correlation"] > 0.95
         assert row["js_divergence"] < 1e-6
     # the layer-0 pattern is exactly the prediction up to the leading-term error
     _, cache = model.run_with_cache(inputs)
-    predicted = predict_attention(stats, inputs, lr=0.5, steps=8)
+    predicted = predict_attention(stats, inputs, schedule=(0.5, 8))
     # early on both are close to uniform; compare the departures from uniform attention
     uniform = torch.tril(torch.ones(T, T, dtype=torch.float64)) / torch.arange(1, T + 1)[:, None]
     departure = cache["pattern", 0][:, 0] - uniform
@@ -165,14 +165,16 @@ def test_fit_scale_widens_past_the_first_grid():
 
 def test_bad_input(corpus):
     tokens, stats = corpus
-    with pytest.raises(LeadTermsError, match="lr and steps"):
+    with pytest.raises(LeadTermsError, match=r"schedule=Schedule\(lr=\.\.\., steps=\.\.\.\)"):
         predict_attention(stats, tokens[:2, :T])
     with pytest.raises(LeadTermsError, match=r"\[0, 20\)"):
         predict_attention(stats, torch.full((1, 4), 25), scale=1.0)
     with pytest.raises(LeadTermsError, match="positions"):
         predict_attention(stats, tokens[:1], scale=1.0)  # T + 1 > n_ctx
     with pytest.raises(LeadTermsError, match="not both"):
-        predict_attention(stats, tokens[:1, :T], lr=1.0, steps=2, scale=1.0)
+        predict_attention(stats, tokens[:1, :T], schedule=(1.0, 2), scale=1.0)
+    with pytest.raises(LeadTermsError, match="not both"):  # the plain keywords of old calls too
+        predict_attention(stats, tokens[:1, :T], schedule=(1.0, 2), scale=1.0)
     with pytest.raises(LeadTermsError, match="CorpusStats"):
         unchecked(predict_attention)("stats", tokens[:1, :T], scale=1.0)
     with pytest.raises(LeadTermsError, match="d_vocab=25"):

@@ -86,7 +86,7 @@ def test_tracked_cosines_at_small_s_lr(trained):
 def test_decompose_matches_hand_computation(corpus, trained):
     _tokens, stats, _ref = corpus
     model, _ = trained
-    d = decompose(model, stats, lr=0.5, steps=8, per_head=True)
+    d = decompose(model, stats, schedule=(0.5, 8), per_head=True)
     lt = leading_terms(stats, lr=0.5, steps=8, n_layers=L)
     assert d.row("W_O")["cosine"] == pytest.approx(_cos(model.unembed.W_U, lt.W_O), abs=1e-10)
     for layer in range(L):

@@ -280,7 +280,7 @@ def test_summarize_excess_and_share():
 
 
 def test_attention_agreement_null_has_excess_and_q(trained, stats, tokens):
-    agree = attention_agreement(trained, stats, tokens[:4, :T], lr=2.0, steps=6, null=5)
+    agree = attention_agreement(trained, stats, tokens[:4, :T], schedule=(2.0, 6), null=5)
     for r in agree.rows:
         assert r["excess"] == pytest.approx(r["rank_correlation"] - r["null_mean"])
         assert r["q"] >= r["p"]

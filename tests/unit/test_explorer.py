@@ -98,16 +98,12 @@ def test_page_is_offline_and_escaped(built, tmp_path):
 
 def test_bad_input(built):
     _, model, stats, _ = built
-    with pytest.raises(LeadTermsError, match="got both text= and tokens=; pass one of them"):
-        explore(model, stats, text=TEXT, tokens=[1, 2, 3])
-    with pytest.raises(LeadTermsError, match=r"explore needs a text .*pass text='.*or tokens="):
+    with pytest.raises(LeadTermsError, match=r"explore needs a text .*or text=\[token ids\]"):
         explore(model, stats)
-    with pytest.raises(LeadTermsError, match="integer token ids"):
-        explore(model, stats, tokens=[1.5, 2.0])
+    with pytest.raises(LeadTermsError, match="token ids must be integers"):
+        explore(model, stats, text=[1.5, 2.0])
     with pytest.raises(LeadTermsError, match="pair_tokens must be"):
         explore(model, stats, text=TEXT, pair_tokens=0)
-    with pytest.raises(LeadTermsError, match=r"gemm_dtype must be None, torch\.float64"):
-        explore(model, stats, text=TEXT, gemm_dtype=torch.float16)
 
 
 @pytest.mark.parametrize("progress", [True, False])
@@ -162,8 +158,16 @@ def test_pairs_of_a_model_with_embeddings_read_its_parameters(gemm_dtype):
     tokens = markov_tokens(80, T + 1, V, seed=7)
     stats = corpus_stats(tokens, d_vocab=V, vocab=15, progress=False)  # restricted
     model = random_attn_only(V, T, seed=4)
-    explorer = explore(model, stats, tokens=tokens[0, :T], null=None, pair_tokens=8, n=4,
-                       gemm_dtype=gemm_dtype)  # fmt: skip
+    if gemm_dtype == torch.float64:  # the explorer's own tables (float64, its only dtype)
+        explorer = explore(model, stats, text=tokens[0, :T], null=None, pair_tokens=8, n=4)
+        tables = {label: head["pairs"] for label, head in explorer.data["heads"].items()}
+    else:  # the precision benchmark's float32 products, through the function it times
+        from tl_leadterms.adapters.convert import weights_for_stats
+        from tl_leadterms.explorer.data import pair_tables
+
+        labels = lambda ids: [str(int(i)) for i in ids]  # noqa: E731
+        tables = pair_tables(weights_for_stats(model, stats), stats, labels, pair_tokens=8, k=4,
+                             gemm_dtype=gemm_dtype)["heads"]  # fmt: skip
     positions = stats.unigram.double().topk(8).indices.sort().values
     ids = stats.kept[positions]
     W_E, W_U = model.W_E.detach().double()[ids], model.W_U.detach().double()[:, ids]
@@ -174,7 +178,7 @@ def test_pairs_of_a_model_with_embeddings_read_its_parameters(gemm_dtype):
             W_V, W_O = attn.W_V[h].detach().double(), attn.W_O[h].detach().double()
             maps = {"W": W_E @ W_Q @ W_K.T @ W_E.T / model.cfg.d_head**0.5,
                     "V": W_E @ W_V @ W_O @ W_U}  # fmt: skip
-            got = explorer.data["heads"][f"L{layer}H{h}"]["pairs"]
+            got = tables[f"L{layer}H{h}"]
             for name, M in maps.items():
                 top = M.flatten().topk(4)
                 want = [

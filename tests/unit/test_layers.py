@@ -190,3 +190,39 @@ def test_one_definition_of_the_theorem_vocabulary():
             if isinstance(node, ast.Attribute) and node.attr == "comb":
                 wrong.append(f"{module}:{node.lineno} computes a binomial coefficient")
     assert not wrong, "\n".join(wrong)
+
+
+def _reaches_into_an_analysis(package: Path = PACKAGE) -> list[str]:
+    """Imports of ``<pkg>.analyses.<name>.<module>`` from outside that analysis's package."""
+    wrong = []
+    for module, path in _modules(package).items():
+        for target, _, line in _imports(path, module):
+            parts = target.split(".")
+            if (
+                len(parts) > 3
+                and parts[1] == "analyses"
+                and not module.startswith(".".join(parts[:3]))
+            ):
+                wrong.append(f"{module}:{line} imports {target}")
+    return wrong
+
+
+def test_analyses_are_used_through_their_package_names():
+    """Every analysis package is used from outside only through its public names
+    (``from tl_leadterms.analyses.decompose import decompose``), never its modules."""
+    wrong = _reaches_into_an_analysis()
+    assert not wrong, "imports reaching into an analysis's modules:\n" + "\n".join(wrong)
+
+
+def test_a_planted_reach_into_an_analysis_is_found(tmp_path):
+    package = tmp_path / "planted"
+    for folder in ("", "analyses", "analyses/decompose", "report"):
+        (package / folder).mkdir(exist_ok=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "analyses/decompose/fit.py").write_text("X = 1\n")
+    (package / "report/tables.py").write_text("from planted.analyses.decompose.fit import X\n")
+    assert _reaches_into_an_analysis(package) == [
+        "planted.report.tables:1 imports planted.analyses.decompose.fit"
+    ]
+    (package / "report/tables.py").write_text("from planted.analyses.decompose import X\n")
+    assert _reaches_into_an_analysis(package) == []

@@ -61,7 +61,7 @@ def test_leading_model_is_eq12(n_layers):
     stats = corpus_stats(tokens, d_vocab=D, progress=False)
     ref = dense_corpus_stats(tokens, D)
     lr, s = 0.7, 5
-    model = leading_model(stats, lr=lr, steps=s, n_layers=n_layers, dtype=torch.float64)
+    model = leading_model(stats, schedule=(lr, s), n_layers=n_layers, dtype=torch.float64)
     x = tokens[:4, :-1]
     expected = paper_forward(x, _eq12_params(ref, lr, s, n_layers), D)
     torch.testing.assert_close(model(x), expected, rtol=1e-9, atol=1e-10)
@@ -79,7 +79,7 @@ def test_leading_model_matches_gradient_descent_at_small_s_lr():
     params = gd_train(tokens, D, n_layers, lr, s)
     x = tokens[:, :-1]
     trained = paper_forward(x, params, D)
-    lead = leading_model(stats, lr=lr, steps=s, n_layers=n_layers, dtype=torch.float64)(x)
+    lead = leading_model(stats, schedule=(lr, s), n_layers=n_layers, dtype=torch.float64)(x)
     x_ = s * lr
     # the theorem bounds ‖W_O − sηB̄‖ by 3s²η² and ‖V − c_V Φ̄ᵀB̄ᵀ‖ by 12s³η³: a one-hot row's
     # logits move by at most the first plus the value path's share of the second
@@ -101,7 +101,7 @@ def test_output_agreement_against_a_plain_computation():
         for name, p in model.paper_parameters().items():
             w, _, layer = name.partition(".")
             p.copy_((params[w] if not layer else params[w][int(layer)]).reshape(p.shape))
-    out = output_agreement(model, stats, held, lr=lr, steps=s, dtype=torch.float64)
+    out = output_agreement(model, stats, held, schedule=(lr, s), dtype=torch.float64)
     model_lp = torch.log_softmax(paper_forward(held, params, D), -1)
     lead_lp = torch.log_softmax(paper_forward(held, _eq12_params(ref, lr, s, n_layers), D), -1)
     bigram_lp = torch.log_softmax(lr * s * ref["B_bar"][held], -1)
@@ -169,7 +169,7 @@ def test_null_and_interval():
     model = paper_model(d_vocab=D, n_ctx=T, n_layers=1)
     train(model, tokens[:48], lr=0.5, steps=8, progress=False)
     spec = BootstrapSpec(resamples=10, method="percentile")
-    out = output_agreement(model, blocks, tokens[48:, :-1], lr=0.5, steps=8, null=20, ci=0.9,
+    out = output_agreement(model, blocks, tokens[48:, :-1], schedule=(0.5, 8), null=20, ci=0.9,
                            bootstrap=spec)  # fmt: skip
     row = out.row()
     assert row["p"] == pytest.approx(1 / 21) and row["null_mean"] < row["explained"]

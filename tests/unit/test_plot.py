@@ -76,15 +76,15 @@ def test_attention_with_lr_steps_matches_predict_attention(setup):
 
     tokenizer, windows, stats, model, _ = setup
     text = "the <b> & the dog"
-    view = plot_attention(model, stats, text, layers=[1], lr=1.0, steps=3)
+    view = plot_attention(model, stats, text, layers=[1], schedule=(1.0, 3))
     ids = tokenizer.encode(text, add_special_tokens=False)
     assert view.data["tokens"] == ids and view.data["layers"] == [1]
-    expected = predict_attention(stats, torch.tensor([ids]), lr=1.0, steps=3)[0]
+    expected = predict_attention(stats, torch.tensor([ids]), schedule=(1.0, 3))[0]
     assert torch.allclose(view.data["predicted"][1], expected)
     (_, _, props), = calls(view.html())  # fmt: skip
     assert props["tokens"][1:3] == ["\u00a0&lt;b&gt;", "\u00a0&amp;"]  # with their spaces
     # too long a sequence is cut to the statistics' n_ctx
-    long = plot_attention(model, stats, windows[:2].flatten(), layers=0, lr=1.0, steps=3)
+    long = plot_attention(model, stats, windows[:2].flatten(), layers=0, schedule=(1.0, 3))
     assert len(long.data["tokens"]) == N_CTX
 
 
@@ -107,7 +107,7 @@ def test_token_strings_are_escaped(setup):
 
 def test_two_views_in_one_page_have_distinct_ids(setup, tmp_path):
     _, windows, stats, model, history = setup
-    attention = plot_attention(model, stats, windows[1, :-1], lr=1.0, steps=3)
+    attention = plot_attention(model, stats, windows[1, :-1], schedule=(1.0, 3))
     words = plot_associations(stats, "the", text="the dog saw the cat")
     combined = View([attention, "<p>between</p>", words, attention, plot_history(history)],
                     title="report <b> & co")  # fmt: skip
@@ -317,16 +317,16 @@ def test_attention_views_of_chosen_heads_with_agreement(setup):
 
     _, windows, stats, model, _ = setup
     tokens = windows[0, :-1]
-    view = plot_attention(model, stats, tokens, heads=["L1H0"], lr=1.0, steps=3)
+    view = plot_attention(model, stats, tokens, heads=["L1H0"], schedule=(1.0, 3))
     (_, _, props), = calls(view.html())  # fmt: skip
     assert props["attentionHeadNames"] == ["L1H0", "L1 predicted"]
     assert view.data["layers"] == [1] and view.data["heads"] == ["L1H0"]
-    expected = attention_agreement(model, stats, tokens[None], layers=[1], lr=1.0, steps=3,
+    expected = attention_agreement(model, stats, tokens[None], layers=[1], schedule=(1.0, 3),
                                    progress=False).rows[0]  # fmt: skip
     page = view.html()
     assert f"rank correlation {expected['rank_correlation']:.3f}" in page
     assert f"JS divergence {expected['js_divergence']:.3g}" in page
-    both = plot_attention(model, stats, tokens, heads=2, lr=1.0, steps=3)
+    both = plot_attention(model, stats, tokens, heads=2, schedule=(1.0, 3))
     assert sorted(both.data["heads"]) == ["L0H0", "L1H0"] and len(calls(both.html())) == 2
     rows = [{"label": f"L{i}H0", "rank_correlation": r} for i, r in enumerate([0.2, float("nan"),
             0.9, 0.5])]  # fmt: skip

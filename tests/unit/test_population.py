@@ -148,10 +148,10 @@ def test_every_analysis_with_ci_reads_the_same_way(trained):
     cov_b = covariance_similarity(model, on_b, ci=0.9, bootstrap=4, progress=False)
     assert all("lo" in r for r in cov_b.rows if r["head"] is None)
     inputs = trained["B"][:4, :-1]
-    out = output_agreement(model, on_a, inputs, lr=0.5, steps=6, ci=0.9, bootstrap=4,
+    out = output_agreement(model, on_a, inputs, schedule=(0.5, 6), ci=0.9, bootstrap=4,
                            progress=False)  # fmt: skip
     assert "lo" not in out.rows[0] and "no corpus-sampling interval" in repr(out)
-    out_b = output_agreement(model, on_b, inputs, lr=0.5, steps=6, ci=0.9, bootstrap=4,
+    out_b = output_agreement(model, on_b, inputs, schedule=(0.5, 6), ci=0.9, bootstrap=4,
                              progress=False)  # fmt: skip
     assert out_b.rows[0]["lo"] <= out_b.rows[0]["hi"]
     atlas = head_atlas(model, on_a, null=5)

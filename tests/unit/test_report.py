@@ -215,7 +215,7 @@ def test_report_of_a_deep_model_stays_small(tmp_path):
 def test_findings_null_ci_and_atlas(trained, tmp_path):
     from tl_leadterms import decompose
 
-    d = decompose(trained["model"], trained["stats"], lr=1.0, steps=3, per_head=True)
+    d = decompose(trained["model"], trained["stats"], schedule=(1.0, 3), per_head=True)
     # the columns of the null and CI helpers, written here by hand
     for i, row in enumerate(d.rows):
         row.update(score=row["cosine"], lo=row["cosine"] - 0.01, hi=row["cosine"] + 0.03,
@@ -319,7 +319,7 @@ def test_attention_of_a_later_checkpoint(trained, tmp_path):
     windows = make_windows(generate_stories(200, seed=3), n_ctx=16, tokenizer=tokenizer)[:96]
     train(later, windows, lr=1.0, steps=40, progress=False)  # steps 4..43 of the same run
     text = "the little girl saw a red ball"
-    page = report(tmp_path / "r.html", **trained, text=text, lr=1.0, steps=3,
+    page = report(tmp_path / "r.html", **trained, text=text, schedule=(1.0, 3),
                   attention_model=later, attention_step=43, progress=False).read_text()  # fmt: skip
     assert "The weights at step 3 (s·η = 3)" in page
     assert 'data-step="43"' in page and "step 43 (s·η = 43)" in page

@@ -3,7 +3,16 @@ CSV)."""
 
 import argparse
 
-from tl_leadterms.cli.inputs import add_common, add_run, check_output, open_model, read_stats
+from tl_leadterms.cli.inputs import (
+    add_common,
+    add_run,
+    add_uncertainty,
+    check_output,
+    open_model,
+    read_scored_stats,
+    run_of,
+    uncertainty_of,
+)
 from tl_leadterms.cli.output import emit_text, output_format, to_json
 
 __all__ = ["add_parser", "cmd_decompose"]
@@ -11,22 +20,24 @@ __all__ = ["add_parser", "cmd_decompose"]
 
 def cmd_decompose(args: argparse.Namespace) -> int:
     from tl_leadterms.adapters.view import model_view
-    from tl_leadterms.analyses.decompose.compute import decompose
+    from tl_leadterms.analyses.decompose import decompose
     from tl_leadterms.checks import check_vocab
+    from tl_leadterms.sweeps.analyses import full_stats
 
     check_output(args.output, "-o")
-    stats = read_stats(args.stats)  # first: the cheaper file to find missing
+    uncertainty = uncertainty_of(args)
+    stats = read_scored_stats(args.stats, args.ci)  # first: the cheaper file to find missing
     model = open_model(args.checkpoint, args.device)
     view = model_view(model, caller="tl-leadterms decompose")
     check_vocab(
-        stats,
+        full_stats(stats),
         d_vocab=view.d_vocab,
         tokenizer=view.tokenizer,
         what=f"checkpoint {args.checkpoint!r}",
     )
-    d = decompose(
-        model, stats, lr=args.lr, steps=args.steps, layers=args.layers, per_head=not args.per_layer
-    )
+    d = decompose(model, stats, schedule=run_of(args), layers=args.layers,
+                  per_head=not args.per_layer, uncertainty=uncertainty,
+                  progress=not args.quiet)  # fmt: skip
     fmt = output_format(args.format, args.output)
     if fmt == "json":
         emit_text(to_json(d.to_dict()), args.output)
@@ -60,5 +71,6 @@ def add_parser(sub) -> None:
     dec.add_argument("-o", "--output", help="file to write (default: stdout)")
     dec.add_argument("--per-layer", action="store_true", help="one row per layer, not per head")
     add_run(dec)
+    add_uncertainty(dec)
     add_common(dec)
     dec.set_defaults(func=cmd_decompose)

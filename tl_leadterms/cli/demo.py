@@ -154,6 +154,7 @@ def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> d
     import math
 
     from tl_leadterms import (
+        Schedule,
         block_stats,
         corpus_stats,
         decompose,
@@ -197,15 +198,15 @@ def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> d
         f"\nAgainst its own {windows.shape[0]} training windows (exact: the statistics are the "
         "data it was trained on):"
     )
-    decomposition = decompose(
-        early_model, stats, lr=lr, steps=steps, per_head=True, null=99, ci=0.95, progress=False
-    )
+    run = Schedule(lr=lr, steps=steps)
+    decomposition = decompose(early_model, stats, schedule=run, per_head=True, null=99, ci=0.95,
+                              progress=False)  # fmt: skip
     print(decomposition)
     held = None
     if held_out.shape[0] >= HELD_OUT_BLOCKS:
         blocks = block_stats(held_out, d_vocab=len(tokenizer), blocks=HELD_OUT_BLOCKS,
                              tokenizer=tokenizer, progress=False)  # fmt: skip
-        held = decompose(early_model, blocks, lr=lr, steps=steps, ci=0.95, progress=False)
+        held = decompose(early_model, blocks, schedule=run, ci=0.95, progress=False)
         print(
             f"\nAgainst {held_out.shape[0]} held-out windows of the same corpus (an estimate of "
             f"the distribution-level cosine, with its 95% bootstrap interval over "
@@ -213,7 +214,7 @@ def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> d
             "truth 95-96% of the time over 900 held-out samples, docs/guides/intervals.md):"
         )
         print(held)
-    atlas = head_atlas(early_model, stats, windows[:8, :n_ctx], null=49, lr=lr, steps=steps)
+    atlas = head_atlas(early_model, stats, windows[:8, :n_ctx], null=49, schedule=run)
     print(f"\n{atlas}")
     print(f"  ({time.perf_counter() - start:.1f} s)")
     later = model if total > steps else None
@@ -228,15 +229,16 @@ def _print_agreement(trained: dict, tokenizer, lr: float, steps: int) -> None:
     import torch
 
     from tl_leadterms import attention_agreement, predict_attention
-    from tl_leadterms.analyses.attention.views import tv_from_uniform
+    from tl_leadterms.analyses.attention import tv_from_uniform
 
     later = trained["later"]
     model = trained["model"] if later is None else later
     stats, text = trained["stats"], trained["text"]
     ids = torch.tensor([tokenizer.encode(text, add_special_tokens=False)[: stats.n_ctx]])
     _, cache = model.run_with_cache(ids)
-    run = {"lr": lr, "steps": steps} if later is None else {}  # later: c fitted per head
-    rows = attention_agreement(model, stats, ids, cache=cache, progress=False, **run).rows
+    run = (lr, steps) if later is None else None  # later: c fitted per head
+    rows = attention_agreement(model, stats, ids, cache=cache, progress=False,
+                               schedule=run).rows  # fmt: skip
     how = f"s·η = {lr * steps:g}" if later is None else "scale c fitted per head"
     step = steps if later is None else trained["later_step"]
     print(f"\nAttention at step {step} on {text!r} against the leading-term prediction ({how}):")
@@ -269,8 +271,7 @@ def _demo_report(args, stats, tokenizer, stories: list[str], trained: dict) -> N
         head_atlas=trained.get("atlas"),
         words=DEMO_WORDS,
         title="tl_leadterms demo: the embedded stories corpus",
-        lr=args.train_lr if trained else None,
-        steps=args.train_steps if trained else None,
+        schedule=(args.train_lr, args.train_steps) if trained else None,
         associations=DEMO_SCORING,
         attention_model=trained.get("later"),
         attention_step=trained.get("later_step"),

@@ -19,6 +19,7 @@ __all__ = [
     "TOKEN_SUFFIXES",
     "add_common",
     "add_run",
+    "add_uncertainty",
     "check_device",
     "check_output",
     "first_line",
@@ -26,8 +27,11 @@ __all__ = [
     "looks_like_path",
     "open_model",
     "positive_int_arg",
+    "read_scored_stats",
     "read_stats",
+    "run_of",
     "tokenizer_from_spec",
+    "uncertainty_of",
 ]
 
 #: token-array files (``[n, T + 1]`` integer ids) that ``stats`` maps instead of reading
@@ -71,11 +75,69 @@ def add_common(p: argparse.ArgumentParser, *, device: bool = True) -> None:
         )
 
 
+def add_uncertainty(p: argparse.ArgumentParser) -> None:
+    """How sure the numbers are (one :class:`~tl_leadterms.results.uncertainty.Uncertainty`):
+    ``--null R``, ``--ci LEVEL`` with ``--bootstrap R``, and ``--seed``."""
+    p.add_argument(
+        "--null",
+        type=positive_int_arg,
+        metavar="R",
+        help="a permutation null of R draws per score: the effect (excess = score - null mean) "
+        "first, then the evidence z, p, q (Benjamini-Hochberg)",
+    )
+    p.add_argument(
+        "--ci",
+        type=float,
+        metavar="LEVEL",
+        help="a bootstrap interval over the blocks of a block statistics file (stats --blocks "
+        "B): columns lo, hi and corrected, the estimate of the distribution-level score the "
+        "interval is built around (none where the statistics are a model's own training "
+        "windows; docs/guides/intervals.md)",
+    )
+    p.add_argument(
+        "--bootstrap", type=positive_int_arg, metavar="R", help="resamples of --ci (default 50)"
+    )
+    p.add_argument("--seed", type=int, help="seed of the permutations and resamples (default 0)")
+
+
+def uncertainty_of(args: argparse.Namespace) -> Any:
+    """The :class:`~tl_leadterms.results.uncertainty.Uncertainty` of ``add_uncertainty``'s
+    flags."""
+    from tl_leadterms.results.uncertainty import Uncertainty
+
+    if args.ci is None and args.bootstrap is not None:
+        raise LeadTermsError(f"--bootstrap {args.bootstrap} is for --ci; add --ci LEVEL")
+    boot = {} if args.bootstrap is None else {"bootstrap": args.bootstrap}
+    return Uncertainty(null=args.null, ci=args.ci, seed=args.seed, **boot)
+
+
+def read_scored_stats(path: str, ci: float | None) -> Any:
+    """The statistics a command scores: with ``--ci`` the blocks of a block file, else the
+    whole corpus (a block file's ``.full()``)."""
+    if ci is None:
+        return read_stats(path)
+    from tl_leadterms.stats.blocks import BlockStats
+
+    if not is_block_file(path):
+        raise LeadTermsError(
+            f"--ci {ci} needs statistics kept per block of windows, which {path} does not hold; "
+            "write them with tl-leadterms stats ... --blocks B (e.g. 20), or drop --ci"
+        )
+    return BlockStats.load(path)
+
+
 def add_run(p: argparse.ArgumentParser) -> None:
     """The training run's ``--lr`` and ``--steps`` (if known) and ``--layers``."""
     p.add_argument("--lr", type=float, help="the training run's learning rate, if known")
     p.add_argument("--steps", type=int, help="the training run's step count, if known")
     p.add_argument("--layers", type=int, nargs="+", help="layers to analyse (default: all)")
+
+
+def run_of(args: argparse.Namespace) -> Any:
+    """The :class:`~tl_leadterms.theory.Schedule` of ``add_run``'s ``--lr`` and ``--steps``."""
+    from tl_leadterms.theory import Schedule
+
+    return Schedule(lr=args.lr, steps=args.steps)
 
 
 def check_output(path: str | None, flag: str, *, folder: bool = False) -> None:

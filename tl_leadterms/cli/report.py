@@ -8,6 +8,7 @@ from tl_leadterms.cli.inputs import (
     check_output,
     open_model,
     read_stats,
+    run_of,
     tokenizer_from_spec,
 )
 from tl_leadterms.cli.output import human_size
@@ -48,8 +49,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         words=args.words or None,
         sweep_table=sweep_table,
         title=args.title,
-        lr=args.lr,
-        steps=args.steps,
+        schedule=run_of(args),
         progress=not args.quiet,
     )
     print(f"wrote {path} ({human_size(path.stat().st_size)})")

@@ -7,11 +7,11 @@ from typing import Any
 
 from tl_leadterms.cli.inputs import (
     add_common,
+    add_uncertainty,
     check_output,
-    is_block_file,
     looks_like_path,
-    positive_int_arg,
-    read_stats,
+    read_scored_stats,
+    uncertainty_of,
 )
 from tl_leadterms.cli.output import emit_text, to_json
 from tl_leadterms.errors import LeadTermsError
@@ -27,7 +27,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise LeadTermsError(f"--out {args.out!r} must end in .csv or .json")
     check_output(args.out, "--out")
     check_output(args.results, "--results")
-    stats = _sweep_stats(args)
+    uncertainty = uncertainty_of(args)
+    stats = read_scored_stats(args.stats, args.ci)
     names = args.checkpoints
     if len(names) == 1 and not Path(names[0]).exists():
         if looks_like_path(names[0]) or args.steps is None:
@@ -41,12 +42,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if missing:
             raise LeadTermsError(f"no checkpoint folder at {missing}; pass existing folders")
         checkpoints = names[0] if len(names) == 1 else names
-    on_ray: dict[str, Any] = {}
+    executor: Any = "local"
     if getattr(args, "ray", None) is not None:
         from tl_leadterms.distributed import parse_target
+        from tl_leadterms.sweeps import RayExecutor
 
         address, num_cpus = parse_target(args.ray)
-        on_ray = {"executor": "ray", "address": address, "num_cpus": num_cpus}
+        executor = RayExecutor(address=address, num_cpus=num_cpus)
     table = sweep(
         checkpoints,
         stats,
@@ -55,13 +57,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         results=args.results,
         layers=args.layers,
         per_head=args.per_head,
-        null=args.null,
-        ci=args.ci,
-        **({} if args.bootstrap is None else {"bootstrap": args.bootstrap}),
-        seed=args.seed,
+        uncertainty=uncertainty,
         device=args.device,
         progress=not args.quiet,
-        **on_ray,
+        executor=executor,
         **({} if args.centre is None else {"centre": args.centre}),
     )
     if args.out:  # on disk first: a closed stdout pipe cannot lose it
@@ -73,23 +72,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.out:
         print(f"wrote {args.out}")
     return 0
-
-
-def _sweep_stats(args: argparse.Namespace):
-    """The statistics of ``sweep``: with ``--ci`` the blocks of a block file, else the whole
-    corpus (a block file's ``.full()``)."""
-    from tl_leadterms.stats.blocks import BlockStats
-
-    if args.ci is None:
-        if args.bootstrap is not None:
-            raise LeadTermsError(f"--bootstrap {args.bootstrap} is for --ci; add --ci LEVEL")
-        return read_stats(args.stats)
-    if not is_block_file(args.stats):
-        raise LeadTermsError(
-            f"--ci {args.ci} needs statistics kept per block of windows, which {args.stats} does "
-            "not hold; write them with tl-leadterms stats ... --blocks B (e.g. 20), or drop --ci"
-        )
-    return BlockStats.load(args.stats)
 
 
 def add_parser(sub) -> None:
@@ -125,34 +107,12 @@ def add_parser(sub) -> None:
     sw.add_argument("--layers", type=int, nargs="+", help="layers to analyse (default: all)")
     sw.add_argument("--per-head", action="store_true", help="scores per head as well")
     sw.add_argument(
-        "--null",
-        type=positive_int_arg,
-        metavar="R",
-        help="a permutation null of R draws per score: columns excess (score - null mean, "
-        "shown first), null_mean, null_sd, z, p, q (Benjamini-Hochberg)",
-    )
-    sw.add_argument(
         "--centre",
         choices=["features", "tokens"],
         help="covariance: 'tokens' double-centres both covariances (the token-specific "
         "score; the paper's is then the raw column); default features",
     )
-    sw.add_argument(
-        "--ci",
-        type=float,
-        metavar="LEVEL",
-        help="a bootstrap interval over the blocks of a block statistics file (stats --blocks "
-        "B): columns lo, hi and corrected, the estimate of the distribution-level score the "
-        "interval is built around (exact resamples; none where the statistics are a model's "
-        "own training windows; docs/guides/intervals.md)",
-    )
-    sw.add_argument(
-        "--bootstrap",
-        type=positive_int_arg,
-        metavar="R",
-        help="bootstrap resamples of --ci (default 50)",
-    )
-    sw.add_argument("--seed", type=int, help="seed of the null's permutations (default 0)")
+    add_uncertainty(sw)
     sw.add_argument(
         "--ray",
         nargs="?",

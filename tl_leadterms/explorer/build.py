@@ -19,14 +19,14 @@ import torch
 
 from tl_leadterms.adapters.convert import weights_for_stats
 from tl_leadterms.adapters.support import check_supported
-from tl_leadterms.analyses.atlas.figure import CHARACTER_COLOURS, character_key
-from tl_leadterms.analyses.attention.compute import attention_scale
-from tl_leadterms.analyses.decompose.compute import decompose
+from tl_leadterms.adapters.view import tokenizer_for
+from tl_leadterms.analyses.atlas import CHARACTER_COLOURS, character_key
+from tl_leadterms.analyses.attention import attention_scale
+from tl_leadterms.analyses.decompose import decompose
 from tl_leadterms.atomic import write_bytes
 from tl_leadterms.checks import check_bool, check_stats, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.explorer.data import (
-    GEMM_DTYPES,
     GRID_SCORES,
     attention_data,
     head_summaries,
@@ -36,9 +36,11 @@ from tl_leadterms.explorer.data import (
 from tl_leadterms.explorer.page import page
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.html import circuitsvis_library
+from tl_leadterms.results.null import NullSpec
 from tl_leadterms.results.tokens import encode_text, token_texts
+from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.corpus import CorpusStats
-from tl_leadterms.theory import term
+from tl_leadterms.theory import Schedule, ScheduleLike, term
 
 __all__ = ["Explorer", "explore"]
 
@@ -124,78 +126,73 @@ def _labeller(tokenizer: Any):
     return lambda ids: [tokenizer.decode([int(i)]) for i in ids]
 
 
+@shorthands
 def explore(
     model: ReadableModel,
     stats: CorpusStats,
     *,
-    text: str | None = None,
-    tokens: TokenWindows | None = None,
+    text: str | TokenWindows | None = None,
     tokenizer: Any = None,
     words: list[str] | None = None,
-    null: int | None = 19,
-    lr: float | None = None,
-    steps: int | None = None,
-    s_lr: float | None = None,
+    schedule: ScheduleLike = None,
+    null: int | NullSpec | None = 19,
+    uncertainty: Uncertainty | None = None,
     pair_tokens: int = 300,
     n: int = 8,
     title: str = "tl_leadterms explorer",
     progress: bool = True,
-    gemm_dtype: Any = None,
 ) -> Explorer:
     """Build the explorer of every head of ``model`` (see the module docstring).
 
     Args:
         model: a HookedTransformer (any model :func:`~tl_leadterms.decompose` reads).
         stats: corpus statistics over its vocabulary.
-        text: the text whose attention the panels show (needs a tokenizer), cut to the
-            statistics' and the model's ``n_ctx``; or pass ``tokens`` (token ids) instead.
-        tokens: the token ids to show instead of ``text``.
-        tokenizer: encodes ``text`` and labels tokens (default: the model's, then the stats').
+        text: the text whose attention the panels show (needs a tokenizer), or its token ids;
+            cut to the statistics' and the model's ``n_ctx``.
+        tokenizer: encodes ``text`` and labels tokens (default: the one rule of
+            :func:`~tl_leadterms.adapters.view.tokenizer_for`: the model's, then the stats').
         words: extra words for the word box (the text's tokens are always there).
-        null: permutations of the null for each head's ``z``/``p`` (None: no null).
-        lr, steps, s_lr: the training run, if known (the prediction's scale; else fitted).
+        schedule: the training run, if known (the prediction's scale; else fitted): a
+            :class:`~tl_leadterms.theory.Schedule`, an ``(lr, steps)`` pair or the run's
+            ``TrainHistory``.
+        null: permutations of the null for each head's ``z``/``p`` (None: no null), shorthand
+            for ``uncertainty.null``.
+        uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` of the
+            decomposition the panels show.
         pair_tokens: token pairs are ranked among this many most frequent kept tokens.
         n: entries per pair table and association list.
         title: the page's title.
         progress: progress bars over the decomposition, the attention and the pair tables
             (shown only where a step is slow).
-        gemm_dtype: the dtype of the pair tables' per-head block products of a model with
-            embeddings (``L·A_h·B_h·R``), the explorer's own pure matrix products:
-            ``torch.float64`` (default, also for ``None``) or ``torch.float32``. On the
-            real-size benchmark model (30 layers × 9 heads, 300 and 1,000 pair tokens)
-            float32 moved the values by at most 7.5e-7 of each block's largest entry, below
-            the library's tolerance of 1e-6 but with little room, left every head's top 8
-            pairs unchanged, and saved only 7-22% of that stage's CPU time
-            (``benchmarks/results/explorer_precision.json``), so float64 stays the default.
-            The decomposition and everything else stay in the statistics' dtype.
+
+    The pair tables' per-head block products run in float64
+    (:func:`~tl_leadterms.explorer.data.pair_tables` takes ``gemm_dtype=torch.float32``: on the
+    real-size benchmark model it saved only 7-22% of that stage,
+    ``benchmarks/results/explorer_precision.json``).
 
     Returns:
         An :class:`Explorer`.
     """
     stats = check_stats(stats)
-    check_supported(model, caller="explore")
+    view = check_supported(model, caller="explore")
     positive_int("pair_tokens", pair_tokens)
     positive_int("n", n)
     check_bool("progress", progress)
-    gemm_dtype = torch.float64 if gemm_dtype is None else gemm_dtype
-    if gemm_dtype not in GEMM_DTYPES:
-        raise LeadTermsError(
-            f"gemm_dtype must be None, torch.float64 or torch.float32, got {gemm_dtype!r}"
-        )
-    tokenizer = next((t for t in (tokenizer, getattr(model, "tokenizer", None), stats.tokenizer)
-                      if t is not None), None)  # fmt: skip
-    check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=getattr(model, "tokenizer", None))
-    ids = _text_ids(text, tokens, tokenizer)[: min(stats.n_ctx, model.cfg.n_ctx)]
+    tokenizer = tokenizer_for(tokenizer, model, stats)
+    check_vocab(stats, d_vocab=view.d_vocab, tokenizer=view.tokenizer)
+    ids = _text_ids(text, tokenizer)[: min(stats.n_ctx, model.cfg.n_ctx)]
     labels = _labeller(tokenizer)
-    run = {"lr": lr, "steps": steps, "s_lr": s_lr}
+    schedule = Schedule.of(schedule)
+    sure = Uncertainty.of(uncertainty)
+    if sure.null is None:  # null= (default 19) unless uncertainty holds one
+        sure = Uncertainty.of(sure, null=null)
     pw = weights_for_stats(model, stats)  # converted once, for decompose and the pair tables
-    d = decompose(pw, stats, weights=["W", "V"], null=null, per_head=True, progress=progress,
-                  **run)  # fmt: skip
-    fixed = attention_scale(lr, steps, s_lr, None)
-    attn = attention_data(model, stats, ids, fixed, progress=progress, **run)
+    d = decompose(pw, stats, weights=["W", "V"], per_head=True, progress=progress,
+                  schedule=schedule, uncertainty=sure)  # fmt: skip
+    fixed = attention_scale(schedule)
+    attn = attention_data(model, stats, ids, fixed, progress=progress, schedule=schedule)
     heads = head_summaries(d, attn["agreement"], attn["detectors"])
-    pairs = pair_tables(pw, stats, labels, pair_tokens=pair_tokens, k=n, progress=progress,
-                        gemm_dtype=gemm_dtype)  # fmt: skip
+    pairs = pair_tables(pw, stats, labels, pair_tokens=pair_tokens, k=n, progress=progress)
     word_ids = [encode_text(w, tokenizer, "word")[0] for w in words or []]
     for label, head in heads.items():
         head["attention"] = attn["heads"].get(label)
@@ -225,34 +222,24 @@ def _cell(head: dict[str, Any]) -> dict[str, Any]:
     return {"label": head["label"], "scores": scores, "faint": p is not None and p > 0.05}
 
 
-def _text_ids(text: Any, tokens: Any, tokenizer: Any) -> list[int]:
-    """The token ids of the text the panels show, from exactly one of ``text=`` / ``tokens=``."""
-    if text is None and tokens is None:
+def _text_ids(text: Any, tokenizer: Any) -> list[int]:
+    """The token ids of the text the panels show (``text=``: a string or its token ids)."""
+    if text is None:
         raise LeadTermsError(
             "explore needs a text for its attention panels and shaded word box: pass "
-            "text='the little girl saw a red ball' (with a tokenizer) or tokens=[token ids]"
+            "text='the little girl saw a red ball' (with a tokenizer) or text=[token ids]"
         )
-    if text is not None and tokens is not None:
-        raise LeadTermsError(
-            "explore got both text= and tokens=; pass one of them (text='...' or tokens=[ids])"
-        )
-    if text is not None:
-        if not isinstance(text, str):
-            raise LeadTermsError(
-                f"text must be a str, got {type(text).__name__}; pass token ids as tokens="
-            )
+    if isinstance(text, str):
         ids = encode_text(text, tokenizer, "text")
     else:
-        import torch
-
         try:
-            t = torch.as_tensor(tokens)
+            t = torch.as_tensor(text)
         except (TypeError, ValueError, RuntimeError) as err:
             raise LeadTermsError(
-                f"tokens must be a list or tensor of token ids, got {type(tokens).__name__}"
+                f"text must be a string or a list or tensor of token ids, got {type(text).__name__}"
             ) from err
         if t.is_floating_point() or t.dtype == torch.bool:
-            raise LeadTermsError(f"tokens must be integer token ids, got dtype {t.dtype}")
+            raise LeadTermsError(f"text's token ids must be integers, got dtype {t.dtype}")
         ids = t.flatten().tolist()
     if len(ids) < 2:
         raise LeadTermsError(f"the text has {len(ids)} tokens; give at least 2")

@@ -21,16 +21,14 @@ from transformer_lens import FactoredMatrix
 from transformer_lens.utilities import get_act_name
 
 from tl_leadterms.adapters import factored
-from tl_leadterms.analyses.atlas.compute import DETECTORS, detector_scores
-from tl_leadterms.analyses.attention.compute import attention_agreement, predicted_scores
-from tl_leadterms.analyses.decompose.fit import BasisCache
+from tl_leadterms.analyses.atlas import DETECTORS, detector_scores
+from tl_leadterms.analyses.attention import attention_agreement, predicted_scores
+from tl_leadterms.analyses.decompose import leading_map
 from tl_leadterms.explorer.associations import ASSOCIATIONS
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.results.labels import head_label
-from tl_leadterms.theory import term
 
 __all__ = [
-    "GEMM_DTYPES",
     "GRID_SCORES",
     "attention_data",
     "head_summaries",
@@ -91,7 +89,7 @@ def head_summaries(decomposition: Any, agreement: Any, detectors: dict | None) -
 
 @torch.no_grad()
 def attention_data(model: Any, stats: Any, ids: list[int], fixed: float | None, *,
-                   progress: bool = False, **run) -> dict:  # fmt: skip
+                   progress: bool = False, schedule: Any = None) -> dict:  # fmt: skip
     """The model's attention on ``ids`` per head (lower triangle, per mille) and what the
     prediction needs: the raw scores ``X Q̄ Xᵀ + DM(Δ)`` (lower triangle) and each head's scale
     ``c`` (the training run's, else fitted to this text); the page applies ``S(Mask(c·s))``."""
@@ -100,7 +98,8 @@ def attention_data(model: Any, stats: Any, ids: list[int], fixed: float | None, 
     names = {get_act_name("pattern", layer) for layer in layers}
     device = next(model.parameters()).device
     _, cache = model.run_with_cache(batch.to(device), names_filter=lambda n: n in names)
-    agreement = attention_agreement(model, stats, batch, cache=cache, progress=progress, **run)
+    agreement = attention_agreement(model, stats, batch, cache=cache, progress=progress,
+                                    schedule=schedule)  # fmt: skip
     scores = predicted_scores(stats, batch)[0].to(torch.float64).cpu()
     scale = {r["label"].split("/")[0]: r["scale"] for r in agreement.rows}
     heads = {}
@@ -127,10 +126,6 @@ def _candidates(stats: Any, n: int) -> tuple[Tensor, Tensor]:
     positions = counts.topk(min(n, counts.numel())).indices.sort().values
     ids = positions if stats.kept is None else stats.kept.cpu()[positions]
     return positions, ids
-
-
-#: the dtypes the pair tables' products may run in (``explore(gemm_dtype=...)``)
-GEMM_DTYPES = (torch.float64, torch.float32)
 
 
 def _blocks(
@@ -184,9 +179,8 @@ def pair_tables(
     id_list = ids.tolist()
     names = labels(id_list)
     name = dict(zip(id_list, names, strict=True))
-    cache = BasisCache.of(stats)
-    q_bar = cache.map(term("W").target)[positions][:, positions].to(torch.float64).cpu()
-    value = cache.map(term(pw.value_weight).target)[positions][:, positions]
+    q_bar = leading_map(stats, "W")[positions][:, positions].to(torch.float64).cpu()
+    value = leading_map(stats, pw.value_weight)[positions][:, positions]
     theory = {"W": _top(q_bar, id_list, name, k),
               "V": _top(value.to(torch.float64).cpu(), id_list, name, k)}  # fmt: skip
     heads = {}

@@ -18,7 +18,7 @@ from tl_leadterms.checks import check_stats, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel, paper_model
 from tl_leadterms.stats.corpus import CorpusStats
-from tl_leadterms.theory import Schedule, term
+from tl_leadterms.theory import Schedule, ScheduleLike, run_shorthands, term
 
 __all__ = ["leading_model", "leading_weights"]
 
@@ -53,13 +53,12 @@ def leading_weights(
     return out
 
 
+@run_shorthands
 @torch.no_grad()
 def leading_model(
     stats: CorpusStats,
     *,
-    lr: float | None = None,
-    steps: int | None = None,
-    s_lr: float | None = None,
+    schedule: ScheduleLike = None,
     n_layers: int = 1,
     n_ctx: int | None = None,
     device: str | torch.device | None = None,
@@ -71,8 +70,9 @@ def leading_model(
         stats: corpus statistics (:func:`tl_leadterms.corpus_stats`). With a vocabulary
             restriction the model's vocabulary is the ``k`` kept tokens (index ``i`` is token id
             ``stats.kept[i]``); feed it kept indices.
-        lr, steps, s_lr: the training run: ``lr`` and ``steps`` for the exact coefficients,
-            or only ``s_lr = s·η`` for their gradient-flow limits.
+        schedule: the training run (a :class:`~tl_leadterms.theory.Schedule` or an
+            ``(lr, steps)`` pair): ``lr`` and ``steps`` for the exact coefficients, or only
+            ``s_lr = s·η`` for their gradient-flow limits.
         n_layers: ``L``; every layer gets the same ``V``, ``W`` and ``P``.
         n_ctx: the model's context length ``T`` (default the statistics' ``T``); ``P`` is
             zero at offsets the statistics do not cover.
@@ -86,14 +86,14 @@ def leading_model(
         >>> from tl_leadterms import corpus_stats
         >>> from tl_leadterms.models import leading_model
         >>> stats = corpus_stats(torch.randint(0, 10, (16, 7)), d_vocab=10, progress=False)
-        >>> model = leading_model(stats, lr=0.1, steps=4, n_layers=2)
+        >>> model = leading_model(stats, schedule=(0.1, 4), n_layers=2)
         >>> torch.allclose(model.W_O_paper, 0.4 * stats.B_bar.float())
         True
         >>> model(torch.tensor([[1, 2, 3]])).shape
         torch.Size([1, 3, 10])
     """
     stats = check_stats(stats)
-    schedule = Schedule.of(lr, steps, s_lr)
+    schedule = Schedule.of(schedule)
     n_layers = positive_int("n_layers", n_layers)
     n_ctx = stats.n_ctx if n_ctx is None else positive_int("n_ctx", n_ctx)
     tokenizer = stats.tokenizer if stats.kept is None else None

@@ -22,7 +22,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from tl_leadterms.adapters.view import model_view
+from tl_leadterms.adapters.view import tokenizer_for
 from tl_leadterms.atomic import write_text
 from tl_leadterms.checks import check_bool, check_stats, check_steps
 from tl_leadterms.errors import LeadTermsError, check_choice
@@ -33,7 +33,7 @@ from tl_leadterms.report.findings import findings
 from tl_leadterms.report.markup import page
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.neighbours import SCORINGS
-from tl_leadterms.theory import Schedule
+from tl_leadterms.theory import Schedule, ScheduleLike, run_shorthands
 from tl_leadterms.version import __version__
 
 __all__ = ["report", "statistics_needed"]
@@ -54,7 +54,7 @@ def statistics_needed(*, model: bool, words: bool) -> tuple[str, ...] | None:
     return ("Phi_bar",) if words else ("B_bar",)
 
 
-def _check_args(path, stats, text, title, lr, steps) -> Path:
+def _check_args(path, stats, text, title) -> Path:
     if not isinstance(path, (str, os.PathLike)):
         raise LeadTermsError(f"path must be a file path such as 'report.html', got {path!r}")
     path = Path(path)
@@ -64,10 +64,10 @@ def _check_args(path, stats, text, title, lr, steps) -> Path:
     for name, value in (("text", text), ("title", title)):
         if value is not None and not isinstance(value, str):
             raise LeadTermsError(f"{name} must be a string or None, got {value!r}")
-    Schedule.of(lr, steps)
     return path
 
 
+@run_shorthands
 def report(
     path: str | os.PathLike,
     stats: CorpusStats,
@@ -80,8 +80,7 @@ def report(
     sweep_table: Any = None,
     words: Any = None,
     title: str | None = None,
-    lr: float | None = None,
-    steps: int | None = None,
+    schedule: ScheduleLike = None,
     association_stats: Any = None,
     heads: int | list[str] | None = None,
     atlas_html: str | None = None,
@@ -102,8 +101,8 @@ def report(
         model: a HookedTransformer: its config and weight processing go in the provenance, it
             is decomposed when ``decomposition`` is not given, and its attention is shown on
             ``text``.
-        tokenizer: reads ``words`` and ``text``; defaults to ``stats.tokenizer``, then
-            ``model.tokenizer``.
+        tokenizer: reads ``words`` and ``text``; default: the one rule of
+            :func:`~tl_leadterms.adapters.view.tokenizer_for` (the model's, then the stats').
         text: a sample text for the attention views (actual heads next to the prediction).
         history: a :class:`~tl_leadterms.training.TrainHistory` (loss and cosine curves).
         decomposition: a :class:`~tl_leadterms.analyses.decompose.Decomposition` to show
@@ -113,7 +112,9 @@ def report(
             neighbours): a list of words, or a dict ``{"bigram": ["red"], ...}`` whose kind
             shades ``text`` by that association (a list shades by context).
         title: the page title.
-        lr, steps: the training run, for ``decompose`` and the predicted attention.
+        schedule: the training run, for ``decompose`` and the predicted attention (a
+            :class:`~tl_leadterms.theory.Schedule`, an ``(lr, steps)`` pair or the run's
+            ``TrainHistory``).
         association_stats: statistics for the association lists only (default ``stats``),
             e.g. of a larger corpus than the model's training windows.
         heads: which heads get an attention view: labels such as ``["L3H1", "L0H2"]``, or a
@@ -159,7 +160,9 @@ def report(
         >>> out.read_text().count('class="decompose-row"')  # W_O, V, W, P
         4
     """
-    path = _check_args(path, stats, text, title, lr, steps)
+    path = _check_args(path, stats, text, title)
+    schedule = Schedule.of(schedule)
+    lr, steps = schedule.lr, schedule.steps
     assoc = stats if association_stats is None else association_stats
     if not isinstance(assoc, type(stats)):
         raise LeadTermsError(
@@ -170,10 +173,7 @@ def report(
     check_bool("exclude_special", exclude_special)
     if attention_step is not None:
         check_steps(attention_step, "attention_step")
-    if tokenizer is None:
-        tokenizer = stats.tokenizer or (
-            model_view(model, caller="report").tokenizer if model is not None else None
-        )
+    tokenizer = tokenizer_for(tokenizer, model, stats)
     title = title or "tl_leadterms report"
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     atlas_body = sections.atlas(atlas_html, head_atlas)  # checks the argument before any work
@@ -191,14 +191,13 @@ def report(
         library[0] = library[0] or "CircuitsVis=" in html_text
         return html_text
 
-    explorer = _explorer(explorer, model, stats, text, tokenizer, lr, steps, progress)
+    explorer = _explorer(explorer, model, stats, text, tokenizer, schedule, progress)
     bar = progress_bar(total=6, desc="report", disable=not progress)
     if decomposition is None and model is not None:
-        from tl_leadterms.analyses.decompose.compute import decompose
+        from tl_leadterms.analyses.decompose import decompose
 
-        decomposition = decompose(
-            model, stats, lr=lr, steps=steps, per_head=True, progress=progress
-        )
+        decomposition = decompose(model, stats, schedule=schedule, per_head=True,
+                                  progress=progress)  # fmt: skip
     bar.update()
     # the attention views run first: their circuitsvis bundle must precede later views
     attention_body, agreement = sections.attention(
@@ -244,7 +243,7 @@ def report(
     return path
 
 
-def _explorer(explorer: Any, model: Any, stats: Any, text: Any, tokenizer: Any, lr, steps,
+def _explorer(explorer: Any, model: Any, stats: Any, text: Any, tokenizer: Any, schedule,
               progress: bool):  # fmt: skip
     """``explorer=``: None, an Explorer as it is, or True: one built of ``model`` on ``text``."""
     from tl_leadterms.explorer.build import Explorer, explore
@@ -255,7 +254,7 @@ def _explorer(explorer: Any, model: Any, stats: Any, text: Any, tokenizer: Any, 
         raise LeadTermsError(f"explorer must be an Explorer, True or None, got {explorer!r}")
     if model is None or text is None:
         raise LeadTermsError("explorer=True builds the explorer of model= on text=: pass both")
-    return explore(model, stats, text=text, tokenizer=tokenizer, lr=lr, steps=steps,
+    return explore(model, stats, text=text, tokenizer=tokenizer, schedule=schedule,
                    progress=progress)  # fmt: skip
 
 

@@ -4,7 +4,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tl_leadterms.adapters.view import model_view
-from tl_leadterms.analyses.attention.views import tv_from_uniform
+from tl_leadterms.analyses.attention import tv_from_uniform
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.report.markup import esc, kv_table, note, num
 from tl_leadterms.report.tables import decompose_table, heatmaps
@@ -283,8 +283,8 @@ def atlas(atlas_html: str | None, head_atlas: Any) -> str:
     :class:`~tl_leadterms.analyses.atlas.HeadAtlas` drawn by
     :func:`tl_leadterms.analyses.atlas.figure.atlas_html`, or any object with an ``.html()``
     method."""
-    from tl_leadterms.analyses.atlas.compute import HeadAtlas
-    from tl_leadterms.analyses.atlas.figure import atlas_html as draw_atlas
+    from tl_leadterms.analyses.atlas import HeadAtlas
+    from tl_leadterms.analyses.atlas import atlas_html as draw_atlas
 
     if atlas_html is None and isinstance(head_atlas, HeadAtlas):
         atlas_html = draw_atlas(head_atlas)

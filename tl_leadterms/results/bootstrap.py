@@ -50,11 +50,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tl_leadterms.checks import check_bool, check_choice, check_count, check_level
+from tl_leadterms.checks import check_bool, check_choice, check_count, check_spec
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.intervals import DEFAULT_METHOD, METHODS, interval, noise_share
 from tl_leadterms.results.marks import WIDE_MARK, is_wide
-from tl_leadterms.results.population import Reading, resolve_population
+from tl_leadterms.results.population import Reading
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.threads import one_thread
@@ -74,7 +74,6 @@ __all__ = [
     "ci_header",
     "ci_note",
     "interval_metadata",
-    "resolve_bootstrap",
 ]
 
 
@@ -96,29 +95,23 @@ class BootstrapSpec:
     expand: bool = True
     calibration: tuple[int, int] = (6, 12)
 
+    def __post_init__(self) -> None:
+        check_count("bootstrap resamples", self.resamples, minimum=2)
+        check_count("bootstrap seed", self.seed, minimum=0)
+        check_choice("bootstrap method", self.method, METHODS)
+        check_bool("bootstrap exact", self.exact)
+        check_bool("bootstrap expand", self.expand)
+        first, _ = _pair("bootstrap calibration", self.calibration)
+        if self.method == "calibrated" and first > self.resamples:
+            raise LeadTermsError(
+                f"bootstrap calibration {self.calibration!r} resamples the first {first} of "
+                f"{self.resamples} resamples; give at most {self.resamples}, or more resamples."
+            )
+
     @classmethod
     def of(cls, bootstrap: Any) -> "BootstrapSpec":
-        if isinstance(bootstrap, BootstrapSpec):
-            spec = bootstrap
-        elif isinstance(bootstrap, bool) or not isinstance(bootstrap, int):
-            raise LeadTermsError(
-                f"bootstrap must be a number of resamples (int >= 2) or a BootstrapSpec, got "
-                f"{bootstrap!r}"
-            )
-        else:
-            spec = cls(resamples=bootstrap)
-        check_count("bootstrap resamples", spec.resamples, minimum=2)
-        check_count("bootstrap seed", spec.seed, minimum=0)
-        check_choice("bootstrap method", spec.method, METHODS)
-        check_bool("bootstrap exact", spec.exact)
-        check_bool("bootstrap expand", spec.expand)
-        first, _ = _pair("bootstrap calibration", spec.calibration)
-        if spec.method == "calibrated" and first > spec.resamples:
-            raise LeadTermsError(
-                f"bootstrap calibration {spec.calibration!r} resamples the first {first} of "
-                f"{spec.resamples} resamples; give at most {spec.resamples}, or more resamples."
-            )
-        return spec
+        """An int ``R`` (resamples) or a :class:`BootstrapSpec`, checked."""
+        return check_spec("bootstrap", bootstrap, cls, "resamples")
 
 
 def _pair(name: str, value: Any) -> tuple[int, int]:
@@ -260,34 +253,6 @@ class Bootstrap:
         if not self.spec.expand or self.spec.method == "bca" or self.blocks.n_blocks < 2:
             return None
         return self.blocks.n_blocks
-
-
-def resolve_bootstrap(
-    stats: Any, ci: Any, bootstrap: Any, *, model: Any = None, population: Any = None
-) -> tuple[Any, "Bootstrap | None", Reading]:
-    """``(statistics to score, Bootstrap or None, Reading)`` from ``stats``, ``ci``,
-    ``bootstrap`` and which question the scores answer (``model`` and ``population``, see
-    :mod:`tl_leadterms.results.population`).
-
-    ``stats`` may be a :class:`BlockStats` (its full-corpus statistics are scored); ``ci`` needs
-    one. Statistics that are the model's training windows get no Bootstrap: their scores are
-    exact (``interval_metadata`` says why).
-    """
-    level = check_level("ci", ci)
-    spec = BootstrapSpec.of(bootstrap)
-    reading = resolve_population(model, stats, population)
-    if isinstance(stats, BlockStats):
-        full = stats.full()
-        if level is None or reading.exact:
-            return full, None, reading
-        return full, Bootstrap(stats, level, spec), reading
-    if level is not None and not reading.exact:
-        raise LeadTermsError(
-            f"ci={ci} needs statistics kept per block of windows: pass "
-            "stats=tl_leadterms.block_stats(tokens, d_vocab, blocks=20) instead of a "
-            f"{type(stats).__name__} (corpus_stats keeps no blocks to resample)."
-        )
-    return stats, None, reading
 
 
 def interval_metadata(ci: Any, boot: "Bootstrap | None", reading: Reading,

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tl_leadterms.checks import check_count
+from tl_leadterms.checks import check_count, check_spec
 from tl_leadterms.errors import LeadTermsError
 
 __all__ = [
@@ -73,27 +73,18 @@ class NullSpec:
     seed: int = 0
     reference: Any = None
 
+    def __post_init__(self) -> None:
+        check_count("null permutations", self.permutations, minimum=2)
+        check_count("null seed", self.seed, minimum=0)
+        if isinstance(self.reference, str) and self.reference != "random":
+            raise LeadTermsError(
+                f"NullSpec.reference must be None, a model or 'random', got {self.reference!r}"
+            )
+
     @classmethod
     def of(cls, null: Any) -> "NullSpec | None":
         """``None``, an int ``R`` (permutations) or a :class:`NullSpec`, checked."""
-        if null is None:
-            return None
-        if isinstance(null, NullSpec):
-            spec = null
-        elif isinstance(null, bool) or not isinstance(null, int):
-            raise LeadTermsError(
-                f"null must be None, a number of permutations (int >= 2) or a NullSpec, "
-                f"got {null!r}"
-            )
-        else:
-            spec = cls(permutations=null)
-        check_count("null permutations", spec.permutations, minimum=2)
-        check_count("null seed", spec.seed, minimum=0)
-        if isinstance(spec.reference, str) and spec.reference != "random":
-            raise LeadTermsError(
-                f"NullSpec.reference must be None, a model or 'random', got {spec.reference!r}"
-            )
-        return spec
+        return None if null is None else check_spec("null", null, cls, "permutations")
 
     def reference_model(self, model: Any) -> Any:
         """The reference model to score (None when none was asked for)."""

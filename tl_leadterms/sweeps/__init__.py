@@ -10,7 +10,15 @@
 
 from tl_leadterms.sweeps.figure import plot_sweep, plot_sweep_null
 from tl_leadterms.sweeps.monitor import LeadingTermMonitor
+from tl_leadterms.sweeps.on_ray import RayExecutor
 from tl_leadterms.sweeps.run import sweep
 from tl_leadterms.sweeps.table import SweepTable
 
-__all__ = ["LeadingTermMonitor", "SweepTable", "plot_sweep", "plot_sweep_null", "sweep"]
+__all__ = [
+    "LeadingTermMonitor",
+    "RayExecutor",
+    "SweepTable",
+    "plot_sweep",
+    "plot_sweep_null",
+    "sweep",
+]

@@ -8,7 +8,7 @@ own, null and interval columns included (:data:`~.sweep_table.EXTRA_COLUMNS`). T
 results file is written with hold these options (permutations, seeds, level, resamples) and a
 content hash of the statistics, so a resume with other options is refused.
 
->>> options = null_options(None, 20, None, 50, seed=3)
+>>> options = uncertainty_options(None, Uncertainty(null=20, seed=3))
 >>> options["null"]
 NullSpec(permutations=20, seed=3, reference=None)
 >>> setting_value(options["null"])
@@ -21,16 +21,17 @@ from typing import Any, NamedTuple
 
 import torch
 
-from tl_leadterms.checks import check_count, check_level
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.registry import analysis, sweepable
 from tl_leadterms.results.bootstrap import BootstrapSpec
 from tl_leadterms.results.null import NullSpec
 from tl_leadterms.results.table import EXTRA_COLUMNS
+from tl_leadterms.results.uncertainty import Uncertainty
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.sweeps.fingerprint import checkpoint_fingerprint
 from tl_leadterms.sweeps.results import jsonable
+from tl_leadterms.theory import Schedule
 
 __all__ = [
     "DEFAULT",
@@ -39,10 +40,10 @@ __all__ = [
     "analyse",
     "choose_analyses",
     "full_stats",
-    "null_options",
     "setting_value",
     "settings",
     "stats_fingerprint",
+    "uncertainty_options",
 ]
 
 #: the analyses a sweep runs by name (the registry's, :mod:`tl_leadterms.registry`)
@@ -109,6 +110,13 @@ def choose_analyses(
     named = [a[1] if isinstance(a, tuple) else a for a in analyses]
     named = [n for n in named if isinstance(n, str)]
     unused = [k for k in extra if not any(k in analysis(n).accepts() for n in named)]
+    ray = [k for k in unused if k in ("address", "num_cpus", "resources")]
+    if ray:
+        raise LeadTermsError(
+            f"{', '.join(ray)}= choose the Ray cluster: pass executor=RayExecutor("
+            + ", ".join(f"{k}={extra[k]!r}" for k in ray)
+            + ")"
+        )
     if unused:
         raise LeadTermsError(
             f"keyword(s) {unused} are not taken by any of the analyses {named}; check the "
@@ -129,41 +137,17 @@ def full_stats(stats: object) -> CorpusStats:
     )
 
 
-def _seeded(value: Any, spec_type: type, seed: int | None, name: str) -> Any:
-    """An int count with ``seed`` as its spec; a spec given with ``seed`` is refused."""
-    if seed is None or value is None:
-        return value
-    if isinstance(value, spec_type):
+def uncertainty_options(stats: object, uncertainty: Uncertainty) -> dict[str, Any]:
+    """The named analyses' keywords of ``uncertainty`` as a results file records them
+    (``null``, ``ci``, ``bootstrap``, ``population``; empty when none is asked for, so a plain
+    sweep's settings stay as they were); ``ci`` needs a ``BlockStats``."""
+    if uncertainty.ci is not None and not isinstance(stats, BlockStats):
         raise LeadTermsError(
-            f"{name} is a {spec_type.__name__} with its own seed and seed={seed} was given too; "
-            f"pass one of them"
-        )
-    if isinstance(value, int) and not isinstance(value, bool):
-        field = "permutations" if spec_type is NullSpec else "resamples"
-        return spec_type(**{field: value, "seed": seed})
-    return value  # left to the spec's own check
-
-
-def null_options(
-    stats: object, null: object, ci: object, bootstrap: object, seed: object = None
-) -> dict[str, Any]:
-    """The ``null``/``ci``/``bootstrap`` keywords for the named analyses, checked (empty when
-    neither is asked for, so a plain sweep's settings stay as they were)."""
-    if seed is not None:
-        seed = check_count("seed", seed, minimum=0)
-    spec = NullSpec.of(_seeded(null, NullSpec, seed, "null"))
-    level = check_level("ci", ci)
-    options: dict[str, Any] = {} if spec is None else {"null": spec}
-    if level is None:
-        return options
-    if not isinstance(stats, BlockStats):
-        raise LeadTermsError(
-            f"ci={ci} needs statistics kept per block of windows: pass "
+            f"ci={uncertainty.ci} needs statistics kept per block of windows: pass "
             "stats=tl_leadterms.block_stats(tokens, d_vocab, blocks=20) instead of a "
             f"{type(stats).__name__} (it keeps no blocks to resample), or drop ci"
         )
-    boot = BootstrapSpec.of(_seeded(bootstrap, BootstrapSpec, seed, "bootstrap"))
-    return {**options, "ci": level, "bootstrap": boot}
+    return uncertainty.settings()
 
 
 def _check_rows(rows: Any, analysis: str, label: str) -> list[dict[str, Any]]:
@@ -238,6 +222,8 @@ def setting_value(value: Any) -> Any:
     if isinstance(value, BootstrapSpec):
         return {"resamples": value.resamples, "seed": value.seed, "method": value.method,
                 "exact": value.exact}  # fmt: skip
+    if isinstance(value, Schedule):
+        return value.to_dict()
     return value
 
 

@@ -148,15 +148,10 @@ def check_loader_kwargs(loader_kwargs: object) -> dict[str, Any]:
     return loader_kwargs
 
 
-def check_executor(executor: str, todo: list[Checkpoint], *ray_only: object) -> None:
-    """Refuse Ray options without ``executor="ray"``, and models held here with it."""
-    if executor == "local" and any(x is not None for x in ray_only):
-        raise LeadTermsError(
-            "resources=, address= and num_cpus= choose the Ray cluster; pass executor='ray' "
-            "with them, or drop them for a sweep in this process"
-        )
+def check_executor(cluster: Any, todo: list[Checkpoint]) -> None:
+    """Refuse models held here with a Ray executor (``cluster``; None: this process)."""
     held = [c.label for c in todo if not c.owned]
-    if executor == "ray" and held:
+    if cluster is not None and held:
         raise LeadTermsError(
             f"checkpoints {held} are models held by this process, but a Ray worker loads its "
             "own model: pass checkpoint folders, a series folder or a hub name with "

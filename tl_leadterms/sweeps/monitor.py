@@ -38,8 +38,10 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.loading.checkpoint import load_model, quiet_transformers
 from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.registry import MonitorContext, analysis, monitored
+from tl_leadterms.results.null import NullSpec
+from tl_leadterms.results.uncertainty import Uncertainty
 from tl_leadterms.stats.corpus import CorpusStats
-from tl_leadterms.theory import step_bound
+from tl_leadterms.theory import Schedule, step_bound
 from tl_leadterms.training import TrainHistory
 
 __all__ = ["ANALYSES", "LeadingTermMonitor"]
@@ -60,6 +62,11 @@ class LeadingTermMonitor:
             step bound beside each flag.
         min_cosine, min_explained: the thresholds of the regime.
         covariance_kwargs: extra keywords for :func:`~tl_leadterms.covariance_similarity`.
+        null: permutations of a null for every scored analysis (shorthand for
+            ``uncertainty.null``): ``"cosines"`` then also records ``excess_{weight}``, each
+            cosine's excess over its null; ``"output"`` and ``"covariance"`` compute theirs.
+        uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` the
+            scored analyses are given.
 
     Example:
         >>> import torch
@@ -86,6 +93,8 @@ class LeadingTermMonitor:
         min_cosine: float = 0.9,
         min_explained: float = 0.9,
         covariance_kwargs: dict | None = None,
+        null: int | NullSpec | None = None,
+        uncertainty: Uncertainty | None = None,
     ) -> None:
         self.stats = check_stats(stats)
         self.every = positive_int("every", every)
@@ -102,6 +111,7 @@ class LeadingTermMonitor:
         self.lr = None if lr is None else check_lr(lr)
         self.min_cosine, self.min_explained = float(min_cosine), float(min_explained)
         self.covariance_kwargs = dict(covariance_kwargs or {})
+        self.uncertainty = Uncertainty.of(uncertainty, null=null)
         self.history = TrainHistory(settings={"every": self.every, "analyses": list(analyses),
                                               "lr": self.lr})  # fmt: skip
         self.flags: list[dict[str, Any]] = []
@@ -146,7 +156,14 @@ class LeadingTermMonitor:
         for name, registered in monitored().items():  # in the registry's order
             if name in self.analyses:
                 options = self.covariance_kwargs if name == "covariance" else {}
-                context = MonitorContext(step=step, lr=self.lr, tokens=self.tokens, options=options)
+                run = Schedule(lr=self.lr, steps=None if self.lr is None else step)
+                context = MonitorContext(
+                    step=step,
+                    schedule=run,
+                    tokens=self.tokens,
+                    options=options,
+                    uncertainty=self.uncertainty,
+                )
                 out.update(analysis(registered).monitor_scores(lens, self.stats, context))
         return out
 

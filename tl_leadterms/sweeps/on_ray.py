@@ -13,6 +13,7 @@ Ray is imported only when :func:`run_on_ray` runs.
 """
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
@@ -20,9 +21,45 @@ from tl_leadterms.distributed.cluster import ray_session
 from tl_leadterms.distributed.tasks import one_line, use_task_cpus
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["call_task", "run_on_ray", "task_options"]
+__all__ = ["RayExecutor", "call_task", "run_on_ray", "task_options"]
 
 _CLUSTER_NAMES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+
+
+@dataclass(frozen=True)
+class RayExecutor:
+    """Where a sweep's Ray tasks run: ``sweep(..., executor=RayExecutor(...))``
+    (``executor="ray"`` is ``RayExecutor()``).
+
+    Args:
+        address: the cluster: None (a local Ray with ``num_cpus`` CPUs), ``"auto"`` or
+            ``"host:port"`` (a running one); a Ray already initialised here is used as it is.
+        num_cpus: the CPUs of a local Ray (None: all).
+        resources: what each task reserves (default ``{"num_gpus": 1}`` when the sweep's
+            ``device`` is CUDA, else ``{"num_cpus": 1}``; custom names go under Ray's
+            ``resources=``).
+    """
+
+    address: str | None = None
+    num_cpus: int | None = None
+    resources: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        task_options(self.resources)  # refuses a malformed request now, not in a task
+
+    @classmethod
+    def of(cls, executor: Any) -> "RayExecutor | None":
+        """None for ``"local"``, a RayExecutor for ``"ray"`` or one given; else refused."""
+        if executor == "local":
+            return None
+        if executor == "ray":
+            return cls()
+        if isinstance(executor, RayExecutor):
+            return executor
+        raise LeadTermsError(
+            f"executor must be 'local', 'ray' or a RayExecutor(address=..., num_cpus=..., "
+            f"resources=...), got {executor!r}"
+        )
 
 
 def task_options(resources: dict[str, Any] | None, device: str = "cpu") -> dict[str, Any]:
@@ -58,8 +95,9 @@ def _check_feasible(ray: Any, options: dict[str, Any]) -> None:
         if have.get(name, 0) < amount:
             raise LeadTermsError(
                 f"each sweep task asks for {amount} {name} but the Ray cluster has "
-                f"{have.get(name, 0)}; pass resources={{'num_cpus': 1}} with device='cpu', or "
-                "connect to a cluster that has them (address='auto' or 'host:port')"
+                f"{have.get(name, 0)}; pass RayExecutor(resources={{'num_cpus': 1}}) with "
+                "device='cpu', or connect to a cluster that has them "
+                "(RayExecutor(address='auto') or 'host:port')"
             )
 
 
@@ -90,9 +128,7 @@ def run_on_ray(
     shared: Sequence[Any],
     on_result: Callable[[Any], None],
     *,
-    resources: dict[str, Any] | None = None,
-    address: str | None = None,
-    num_cpus: int | None = None,
+    cluster: RayExecutor | None = None,
     device: str = "cpu",
     max_retries: int = 3,
 ) -> None:
@@ -102,13 +138,15 @@ def run_on_ray(
     the tasks finish. If a task fails or the driver is interrupted (``KeyboardInterrupt``, an
     error in ``on_result``), the tasks not yet finished are cancelled and the error propagates;
     values already handed to ``on_result`` stay handed. A worker that dies is rerun up to
-    ``max_retries`` times (``fn`` must be safe to run again). ``address`` and ``num_cpus`` choose
-    the cluster as in :func:`~tl_leadterms.distributed.cluster.ray_session`.
+    ``max_retries`` times (``fn`` must be safe to run again). ``cluster`` (default
+    ``RayExecutor()``) chooses the cluster as in
+    :func:`~tl_leadterms.distributed.cluster.ray_session` and what each task reserves.
     """
-    options = task_options(resources, device)
+    cluster = cluster or RayExecutor()
+    options = task_options(cluster.resources, device)
     if not items:
         return
-    with ray_session(address, num_cpus) as ray:
+    with ray_session(cluster.address, cluster.num_cpus) as ray:
         _check_feasible(ray, options)
         remote = ray.remote(call_task).options(
             max_retries=max_retries, retry_exceptions=False, **options

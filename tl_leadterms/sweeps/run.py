@@ -16,12 +16,11 @@ from typing import Any
 
 import torch
 
-from tl_leadterms.checks import Layers
-from tl_leadterms.errors import LeadTermsError, check_choice
+from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import PathLike
-from tl_leadterms.results.bootstrap import BootstrapSpec
 from tl_leadterms.results.null import NullSpec
+from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.sweeps.analyses import (
@@ -30,8 +29,8 @@ from tl_leadterms.sweeps.analyses import (
     analyse,
     choose_analyses,
     full_stats,
-    null_options,
     settings,
+    uncertainty_options,
 )
 from tl_leadterms.sweeps.inputs import (
     check_executor,
@@ -40,12 +39,11 @@ from tl_leadterms.sweeps.inputs import (
     find_checkpoints,
     results_path,
 )
+from tl_leadterms.sweeps.on_ray import RayExecutor, run_on_ray
 from tl_leadterms.sweeps.results import ResultsFile
 from tl_leadterms.sweeps.table import SweepTable
 
-__all__ = ["EXECUTORS", "NAMES", "SweepTable", "run_checkpoint", "sweep"]
-
-EXECUTORS = ("local", "ray")
+__all__ = ["NAMES", "RayExecutor", "SweepTable", "run_checkpoint", "sweep"]
 
 
 def run_checkpoint(
@@ -89,6 +87,7 @@ def run_checkpoint(
     }
 
 
+@shorthands
 def sweep(
     checkpoints: PathLike | Iterable[Any],
     stats: CorpusStats | BlockStats,
@@ -96,19 +95,13 @@ def sweep(
     analyses: str | Sequence[str | Callable[..., Any] | tuple[Any, ...]] = DEFAULT,
     checkpoint_steps: Sequence[int] | None = None,
     results: PathLike | None = None,
-    layers: Layers = None,
-    per_head: bool = False,
     null: int | NullSpec | None = None,
     ci: float | None = None,
-    bootstrap: int | BootstrapSpec = 50,
-    seed: int | None = None,
+    uncertainty: Uncertainty | None = None,
     device: torch.device | str | None = None,
     progress: bool = True,
     loader_kwargs: dict[str, Any] | None = None,
-    executor: str = "local",
-    resources: dict[str, Any] | None = None,
-    address: str | None = None,
-    num_cpus: int | None = None,
+    executor: str | RayExecutor = "local",
     **analysis_kwargs: Any,
 ) -> SweepTable:
     """Run ``analyses`` on every checkpoint and collect one tidy table.
@@ -124,48 +117,44 @@ def sweep(
             statistics are scored, and callables get those).
         analyses: names ``"decompose"`` (rows ``cos_{weight}`` and ``explained_{weight}``) and
             ``"covariance"``
-            (:func:`~tl_leadterms.analyses.covariance.compute.covariance_similarity`'s
-            ``attention``, ``value_post``, ``value_attn``), ``"output"``
-            (:func:`~tl_leadterms.output_agreement` on held-out ``tokens=``, its scalars fitted
-            unless ``lr``/``steps``/``s_lr`` are given: rows ``output_kl``,
+            (:func:`~tl_leadterms.covariance_similarity`'s ``attention``, ``value_post``,
+            ``value_attn``), ``"output"`` (:func:`~tl_leadterms.output_agreement` on held-out
+            ``tokens=``, its scalars fitted unless a ``schedule`` is given: rows ``output_kl``,
             ``output_explained``, ``output_top1``, ``output_c_O``…, ``bigram_kl``…), callables
             ``f(model, stats)`` returning dicts with ``layer``, ``head``, ``score``, ``value``, or
             ``(label, name_or_callable, kwargs)`` tuples (e.g. the covariance score under two
             settings side by side).
         checkpoint_steps: with a hub name, the ``checkpoint_value`` of each checkpoint; with
-            local checkpoints, keep only these steps. (``steps=``, like ``lr=`` and ``s_lr=``,
-            is the leading terms' training step count, passed to the analyses.)
+            local checkpoints, keep only these steps. (A ``schedule``, the leading terms'
+            training run, is one of the analyses' keywords.)
         results: a ``.jsonl`` path: each finished checkpoint is appended as one line; a rerun
             skips the checkpoints already there (same settings required, ``null``/``ci``
             included) and loads their rows.
-        layers, per_head: passed to the named analyses.
-        null: ``R`` permutations (or a :class:`~tl_leadterms.results.null.NullSpec`) for the
-            named analyses, as :func:`~tl_leadterms.decompose` takes it: rows gain
-            ``null_mean``, ``null_sd``, ``z``, ``p`` (``decompose``: on its ``cos_*`` rows).
-        ci, bootstrap: a confidence level and the bootstrap resamples (default 50, or a
-            ``BootstrapSpec``), as :func:`~tl_leadterms.decompose` takes them: rows gain
+        null: the named analyses' permutation null, as :func:`~tl_leadterms.decompose` takes it
+            (shorthand for ``uncertainty.null``): rows gain ``null_mean``, ``null_sd``,
+            ``excess``, ``z``, ``p`` (``decompose``: on its ``cos_*`` rows).
+        ci: a confidence level (shorthand for ``uncertainty.ci``): rows gain
             ``lo``/``hi``/``corrected``; ``stats`` must be a ``BlockStats``.
-        seed: the seed of the permutations and resamples when ``null``/``bootstrap`` are
-            counts (default: the specs' own, 0); every checkpoint uses the same draws, so a
-            resumed or distributed sweep gives the same columns.
+        uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` of the
+            named analyses; its ``seed`` seeds the permutations and resamples given as counts,
+            and every checkpoint uses the same draws, so a resumed or distributed sweep gives
+            the same columns.
         device: where models are loaded and covariance products run (default: the CPU).
         progress: a tqdm bar over the checkpoints.
         loader_kwargs: extra keywords for :func:`~tl_leadterms.loading.checkpoint.load_model`
             (``fold_ln``, ``dtype``, ...), for folders and hub names alike.
-        executor: ``"local"`` (this process, one checkpoint after the other) or ``"ray"``: one
-            Ray task per checkpoint (see :func:`tl_leadterms.sweeps.on_ray.run_on_ray`),
-            each loading its model in the worker; every record is appended to ``results`` as it
-            arrives, so an interrupted Ray sweep resumes like a local one. Checkpoints must be
-            folders or hub names (a worker cannot load a model held by this process).
-        resources, address, num_cpus: with ``executor="ray"``: what each task reserves
-            (default ``{"num_gpus": 1}`` when ``device`` is CUDA, else ``{"num_cpus": 1}``), and
-            the cluster (``None``: a local Ray with ``num_cpus`` CPUs; ``"auto"`` or
-            ``"host:port"``: a running one; a Ray already initialised here is used as it is).
+        executor: ``"local"`` (this process, one checkpoint after the other), ``"ray"`` or a
+            :class:`~tl_leadterms.sweeps.on_ray.RayExecutor` (its cluster and what each task
+            reserves): one Ray task per checkpoint, each loading its model in the worker;
+            every record is appended to ``results`` as it arrives, so an interrupted Ray sweep
+            resumes like a local one. Checkpoints must be folders or hub names (a worker cannot
+            load a model held by this process).
         **analysis_kwargs: keywords for the named analyses (each gets those it accepts, e.g.
+            ``layers=[0, 1]``, ``per_head=True``, ``schedule=Schedule(lr=..., steps=...)`` or
             ``normalize="both", value_map="write"`` for covariance). ``theory=path`` keeps the
-            covariance theory terms in a file: computed once (with ``executor="ray"`` here,
-            before the tasks start, when ``device`` is usable here) and read by every
-            checkpoint and task.
+            covariance theory terms in a file: computed once (with a Ray executor here, before
+            the tasks start, when ``device`` is usable here) and read by every checkpoint and
+            task.
 
     Returns:
         A :class:`SweepTable`, one row per (checkpoint, layer, head, analysis, score).
@@ -174,21 +163,18 @@ def sweep(
     _check_not_checkpoint_list(analysis_kwargs.get("steps"))
     device = "cpu" if device is None else device
     loader_kwargs = check_loader_kwargs(loader_kwargs)
-    if not isinstance(per_head, bool):
-        raise LeadTermsError(f"per_head must be True or False, got {per_head!r}")
-    check_choice("executor", executor, EXECUTORS)
-    common = {"layers": layers, "per_head": per_head, "device": device, "progress": False}
-    common.update(null_options(stats, null, ci, bootstrap, seed))
+    cluster = RayExecutor.of(executor)
+    common = {"layers": None, "per_head": False, "device": device, "progress": False}
+    common.update(uncertainty_options(stats, Uncertainty.of(uncertainty, null=null, ci=ci)))
     chosen = choose_analyses(analyses, common, analysis_kwargs)
     todo = find_checkpoints(checkpoints, checkpoint_steps, device, loader_kwargs)
-    check_executor(executor, todo, resources, address, num_cpus)
-    if executor == "ray":
+    check_executor(cluster, todo)
+    if cluster is not None:
         _theory_once(chosen, stats, device)
     kept = settings(chosen, stats)
     path = results_path(results)
-    ray_at = {"resources": resources, "address": address, "num_cpus": num_cpus, "device": device}
     with ResultsFile(path, kept) as stored:
-        found, status = _run(todo, stats, chosen, stored, executor, ray_at, progress)
+        found, status = _run(todo, stats, chosen, stored, cluster, device, progress)
         torn = stored.torn
     metadata = {
         "results": None if path is None else str(path),
@@ -205,7 +191,7 @@ def _theory_once(chosen: list, stats: CorpusStats | BlockStats, device: Any) -> 
     (only ``covariance_similarity`` takes ``theory``)."""
     wanted = [a for a in chosen if a.named and a.kwargs.get("theory") is not None]
     if wanted:
-        from tl_leadterms.analyses.covariance.theory_file import prepare_theory
+        from tl_leadterms.analyses.covariance import prepare_theory
 
         for a in wanted:
             prepare_theory(full_stats(stats), a.kwargs, device)
@@ -221,7 +207,7 @@ def _check_not_checkpoint_list(steps: Any) -> None:
         )
 
 
-def _run(todo, stats, chosen, stored: ResultsFile, executor: str, ray_at: dict, progress: bool):
+def _run(todo, stats, chosen, stored: ResultsFile, cluster, device, progress: bool):
     """Reuse the stored records of unchanged checkpoints, compute the others; the records by
     label and each checkpoint's status (loaded, computed, recomputed)."""
     found: dict[str, dict] = {}
@@ -244,11 +230,9 @@ def _run(todo, stats, chosen, stored: ResultsFile, executor: str, ray_at: dict, 
             status[label] = "recomputed" if label in stored.changed else "computed"
             bar.update(1)
 
-        if executor == "ray":
-            from tl_leadterms.sweeps.on_ray import run_on_ray
-
+        if cluster is not None:
             shared = (stats, chosen, stored.settings)  # put into the object store once
-            run_on_ray(run_checkpoint, missing, shared, finished, **ray_at)
+            run_on_ray(run_checkpoint, missing, shared, finished, cluster=cluster, device=device)
         else:
             for ckpt in missing:
                 finished(run_checkpoint(ckpt, stats, chosen, stored.settings, stored.path,

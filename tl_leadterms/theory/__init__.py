@@ -11,10 +11,13 @@ or a family.
 from tl_leadterms.theory.leading import (
     LeadingTerms,
     Schedule,
+    ScheduleLike,
     coefficients,
     error_bounds,
     leading_terms,
+    run_shorthands,
     step_bound,
+    with_shorthands,
 )
 from tl_leadterms.theory.table import (
     FAMILIES,
@@ -39,11 +42,14 @@ __all__ = [
     "Kind",
     "LeadingTerms",
     "Schedule",
+    "ScheduleLike",
     "Term",
     "Weight",
     "coefficients",
     "error_bounds",
     "leading_terms",
+    "run_shorthands",
     "step_bound",
     "term",
+    "with_shorthands",
 ]

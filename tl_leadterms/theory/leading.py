@@ -5,10 +5,13 @@ the product ``s_lr``); :func:`leading_terms` builds the predicted weights from t
 :mod:`tl_leadterms.theory.table`.
 """
 
+import functools
+import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from jaxtyping import Float
 from torch import Tensor
@@ -18,13 +21,21 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory.table import TERMS, term
 
+#: the plain keywords of a training run that ``schedule=`` replaces (:func:`run_shorthands`)
+RUN_KEYWORDS = ("lr", "steps", "s_lr")
+F = TypeVar("F", bound=Callable[..., Any])
+
 __all__ = [
+    "RUN_KEYWORDS",
     "LeadingTerms",
     "Schedule",
+    "ScheduleLike",
     "coefficients",
     "error_bounds",
     "leading_terms",
+    "run_shorthands",
     "step_bound",
+    "with_shorthands",
 ]
 
 
@@ -32,25 +43,27 @@ __all__ = [
 class Schedule:
     """A training run as the theory sees it: ``lr`` and ``steps``, or only ``s·η``.
 
-    Build it with :meth:`of`, which applies the one rule of :mod:`tl_leadterms.checks`. With
-    ``lr`` and ``steps`` the coefficients are exact; with only ``s_lr`` they are the
-    gradient-flow limits; with only ``lr`` nothing is scaled but implied step counts are solved
-    with the exact coefficient.
+    Every analysis takes one as ``schedule=``: ``Schedule(lr=1.0, steps=4)``, the pair
+    ``(1.0, 4)``, or a :class:`~tl_leadterms.training.TrainHistory` (the run
+    :func:`~tl_leadterms.train` made). With ``lr`` and ``steps`` the coefficients are exact
+    (``s_lr`` is their product); with only ``s_lr`` they are the gradient-flow limits; with only
+    ``lr`` nothing is scaled but implied step counts are solved with the exact coefficient.
+    Checked when built (the one rule of :mod:`tl_leadterms.checks`).
 
-    >>> Schedule.of(lr=0.5, steps=4).s_lr, Schedule.of(s_lr=2.0).coefficient("W_O")
+    >>> Schedule(lr=0.5, steps=4).s_lr, Schedule(s_lr=2.0).coefficient("W_O")
     (2.0, 2.0)
+    >>> Schedule.of((0.5, 4)) == Schedule(0.5, 4), Schedule.of(None).known
+    (True, False)
     """
 
     lr: float | None = None
     steps: int | None = None
     s_lr: float | None = None
 
-    @classmethod
-    def of(cls, lr: Any = None, steps: Any = None, s_lr: Any = None) -> "Schedule":
-        """Validate a training run (any of the three may be None) and build it."""
-        lr = None if lr is None else check_lr(lr)
-        steps = None if steps is None else check_steps(steps)
-        s_lr = None if s_lr is None else check_s_lr(s_lr)
+    def __post_init__(self) -> None:
+        lr = None if self.lr is None else check_lr(self.lr)
+        steps = None if self.steps is None else check_steps(self.steps)
+        s_lr = None if self.s_lr is None else check_s_lr(self.s_lr)
         if steps is not None and lr is None:
             raise LeadTermsError(
                 f"steps={steps} needs lr (the coefficients depend on both); or pass s_lr= (s·η) "
@@ -62,7 +75,30 @@ class Schedule:
                     f"s_lr={s_lr} disagrees with lr·steps = {lr * steps}; pass one or the other"
                 )
             s_lr = lr * steps
-        return cls(lr, steps, s_lr)
+        for name, value in (("lr", lr), ("steps", steps), ("s_lr", s_lr)):
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def of(cls, schedule: Any = None) -> "Schedule":
+        """A :class:`Schedule` from what ``schedule=`` takes: None (the run is unknown), a
+        Schedule, an ``(lr, steps)`` pair, or a training record with a ``schedule``."""
+        if schedule is None:
+            return cls()
+        if isinstance(schedule, Schedule):
+            return schedule
+        if isinstance(getattr(schedule, "schedule", None), Schedule):
+            return schedule.schedule
+        if isinstance(schedule, tuple) and len(schedule) == 2:
+            return cls(*schedule)
+        raise LeadTermsError(
+            f"schedule must be None, a Schedule(lr=..., steps=...) (or s_lr=...), an (lr, steps) "
+            f"pair or the TrainHistory of the run, got {schedule!r}"
+        )
+
+    @property
+    def known(self) -> bool:
+        """Whether anything of the run is known."""
+        return self.lr is not None or self.s_lr is not None
 
     @property
     def exact(self) -> bool:
@@ -78,6 +114,46 @@ class Schedule:
 
     def to_dict(self) -> dict[str, float | int | None]:
         return {"lr": self.lr, "steps": self.steps, "s_lr": self.s_lr}
+
+
+def run_shorthands(fn: F) -> F:
+    """Let ``fn`` (which takes ``schedule=``) also take the plain keywords of earlier releases,
+    ``lr=``, ``steps=`` and ``s_lr=``, which build its ``Schedule(lr, steps, s_lr)``; giving
+    both forms is refused. The wrapped function lists them in ``shorthands``."""
+    if "schedule" not in inspect.signature(fn).parameters:
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        run = {k: kwargs.pop(k) for k in RUN_KEYWORDS if k in kwargs}
+        if run:
+            if kwargs.get("schedule") is not None:
+                raise LeadTermsError(
+                    f"give the training run once: schedule= or {', '.join(run)}=, not both"
+                )
+            kwargs["schedule"] = Schedule(**run)
+        return fn(*args, **kwargs)
+
+    return with_shorthands(call, fn, RUN_KEYWORDS)
+
+
+def with_shorthands(call: Any, fn: Any, names: tuple[str, ...]) -> Any:
+    """``call`` (a wrapper of ``fn`` that takes the plain keywords ``names`` besides ``fn``'s
+    own) with ``shorthands`` listing every such keyword and ``fn``'s signature plus
+    ``**shorthands``, so that tools which bind arguments to the signature accept them too."""
+    known = tuple(getattr(fn, "shorthands", ()))
+    call.shorthands = (*known, *names)
+    signature = inspect.signature(fn)
+    params = list(signature.parameters.values())
+    if all(p.kind != p.VAR_KEYWORD for p in params):
+        params.append(inspect.Parameter("shorthands", inspect.Parameter.VAR_KEYWORD))
+    call.__signature__ = signature.replace(parameters=params)
+    return call
+
+
+#: what ``schedule=`` takes: a :class:`Schedule`, an ``(lr, steps)`` pair, a training record
+#: with a ``schedule`` (a :class:`~tl_leadterms.training.TrainHistory`) or None (unknown)
+ScheduleLike = Any
 
 
 def coefficients(*, lr: float, steps: int) -> dict[str, float]:

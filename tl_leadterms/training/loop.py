@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tl_leadterms.analyses.decompose.compute import leading_cosines
+from tl_leadterms.analyses.decompose import leading_cosines
 from tl_leadterms.checks import (
     check_bool,
     check_lr,
@@ -34,7 +34,7 @@ from tl_leadterms.results.population import record_training
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.provenance import windows_fingerprint
-from tl_leadterms.theory import WEIGHTS
+from tl_leadterms.theory import WEIGHTS, Schedule
 
 __all__ = ["TrainHistory", "train"]
 
@@ -87,6 +87,13 @@ class TrainHistory(ResultTable):
     def metadata(self) -> dict[str, Any]:
         """The run's settings (lr, steps, batch size, number of sequences, seed)."""
         return self.settings
+
+    @property
+    def schedule(self) -> Schedule:
+        """The run as the theory sees it (``lr`` and ``steps`` where they were recorded): pass
+        the history itself as ``schedule=`` of an analysis."""
+        lr, steps = self.settings.get("lr"), self.settings.get("steps")
+        return Schedule(lr=lr, steps=None if lr is None else steps)
 
     def record(
         self,

@@ -18,7 +18,21 @@ Example:
     ('hooked', 2, 1.0, 'blocks.1.attn.hook_pattern')
 """
 
-from tl_leadterms.adapters.view.base import HOOK_KINDS, PLACEHOLDER_TOKENIZER, ModelView
+from tl_leadterms.adapters.view.base import (
+    HOOK_KINDS,
+    PLACEHOLDER_TOKENIZER,
+    ModelView,
+    own_tokenizer,
+    tokenizer_for,
+)
 from tl_leadterms.adapters.view.select import is_bridge, model_view
 
-__all__ = ["HOOK_KINDS", "PLACEHOLDER_TOKENIZER", "ModelView", "is_bridge", "model_view"]
+__all__ = [
+    "HOOK_KINDS",
+    "PLACEHOLDER_TOKENIZER",
+    "ModelView",
+    "is_bridge",
+    "model_view",
+    "own_tokenizer",
+    "tokenizer_for",
+]

@@ -11,7 +11,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-__all__ = ["HOOK_KINDS", "PLACEHOLDER_TOKENIZER", "ModelView"]
+__all__ = ["HOOK_KINDS", "PLACEHOLDER_TOKENIZER", "ModelView", "own_tokenizer", "tokenizer_for"]
 
 # name_or_path of the stand-in tokenizer load_model gives a bridge of a folder without one
 # (TransformerBridge.boot_transformers needs a tokenizer); a view reports no tokenizer for it
@@ -26,6 +26,25 @@ HOOK_KINDS = {
 }
 _READING = ("W_Q", "W_K", "W_V", "W_O")
 _BIASES = ("b_Q", "b_K", "b_V")
+
+
+def own_tokenizer(model: Any) -> Any:
+    """``model``'s own tokenizer: None without one, or for load_model's stand-in."""
+    tokenizer = getattr(model, "tokenizer", None)
+    return None if getattr(tokenizer, "name_or_path", None) == PLACEHOLDER_TOKENIZER else tokenizer
+
+
+def tokenizer_for(given: Any, model: Any, stats: Any) -> Any:
+    """The one rule for which tokenizer encodes text and labels tokens, in every analysis,
+    view, report and monitor: the one ``given``; else the model's own (:func:`own_tokenizer`:
+    the one that makes its inputs); else the one the statistics were computed with; else None
+    (tokens are labelled by id). A model's own tokenizer is also what its statistics are
+    checked against (:func:`~tl_leadterms.checks.check_vocab`), so any two of them that are
+    both present read the same vocabulary."""
+    for tokenizer in (given, own_tokenizer(model), getattr(stats, "tokenizer", None)):
+        if tokenizer is not None:
+            return tokenizer
+    return None
 
 
 class ModelView:
@@ -84,10 +103,7 @@ class ModelView:
     @property
     def tokenizer(self) -> Any:
         """The model's tokenizer (None without one, or for load_model's stand-in)."""
-        tokenizer = getattr(self.model, "tokenizer", None)
-        if getattr(tokenizer, "name_or_path", None) == PLACEHOLDER_TOKENIZER:
-            return None
-        return tokenizer
+        return own_tokenizer(self.model)
 
     # -- weights (implemented per kind) ------------------------------------------------------
     def score_divisor(self, layer: int) -> float:

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from tl_leadterms.adapters.convert import weights_for_stats
 from tl_leadterms.adapters.support import check_supported
-from tl_leadterms.analyses.decompose.fit import BasisCache
+from tl_leadterms.analyses.decompose import leading_map
 from tl_leadterms.checks import Layers, check_bool, check_layers, check_windows, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
@@ -104,7 +104,7 @@ def _parameter(model: PaperModel, weight: str, layer: int | None) -> torch.Tenso
 
 def _embedded_target(stats: CorpusStats, t: Term, like: torch.Tensor) -> torch.Tensor:
     """The leading term as a full-vocabulary tensor shaped like the parameter (0 off ``kept``)."""
-    T = BasisCache.of(stats).map(t.target).to(like.device, like.dtype)
+    T = leading_map(stats, t.weight).to(like.device, like.dtype)
     if t.vector:
         out = torch.zeros_like(like)
         n = min(like.shape[0], T.shape[0])

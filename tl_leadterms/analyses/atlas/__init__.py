@@ -4,7 +4,21 @@ Its computation and result (:class:`HeadAtlas`, :mod:`.compute`) and its figure,
 (:func:`plot_atlas`, :mod:`.figure`).
 """
 
-from tl_leadterms.analyses.atlas.compute import HeadAtlas, head_atlas
-from tl_leadterms.analyses.atlas.figure import atlas_html, plot_atlas
+from tl_leadterms.analyses.atlas.compute import DETECTORS, HeadAtlas, detector_scores, head_atlas
+from tl_leadterms.analyses.atlas.figure import (
+    CHARACTER_COLOURS,
+    atlas_html,
+    character_key,
+    plot_atlas,
+)
 
-__all__ = ["HeadAtlas", "atlas_html", "head_atlas", "plot_atlas"]
+__all__ = [
+    "CHARACTER_COLOURS",
+    "DETECTORS",
+    "HeadAtlas",
+    "atlas_html",
+    "character_key",
+    "detector_scores",
+    "head_atlas",
+    "plot_atlas",
+]

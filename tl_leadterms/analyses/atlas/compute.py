@@ -22,19 +22,20 @@ import torch
 from transformer_lens import head_detector
 
 from tl_leadterms.adapters.support import check_supported
-from tl_leadterms.analyses.attention.compute import attention_agreement
-from tl_leadterms.analyses.decompose.compute import decompose
+from tl_leadterms.analyses.attention import attention_agreement
+from tl_leadterms.analyses.decompose import decompose
 from tl_leadterms.checks import check_tokens
 from tl_leadterms.protocols import ReadableModel, TokenWindows
-from tl_leadterms.results.bootstrap import BootstrapSpec, ci_cell, ci_header
+from tl_leadterms.results.bootstrap import ci_cell, ci_header
 from tl_leadterms.results.marks import wide_note
 from tl_leadterms.results.null import NullSpec, add_qvalues
-from tl_leadterms.results.population import Population
 from tl_leadterms.results.table import ResultTable
+from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.theory import Schedule, ScheduleLike
 
-__all__ = ["DETECTORS", "HeadAtlas", "head_atlas"]
+__all__ = ["DETECTORS", "HeadAtlas", "detector_scores", "head_atlas"]
 
 DETECTORS = ("previous_token", "duplicate_token", "induction")
 _COLUMNS = ("label", "layer", "head", "character", "cosine", "lo", "hi", "corrected",
@@ -103,19 +104,17 @@ def detector_scores(model: Any, tokens: torch.Tensor) -> dict[str, torch.Tensor]
     return {name: v / tokens.shape[0] for name, v in out.items()}
 
 
+@shorthands
 @torch.no_grad()
 def head_atlas(
     model: ReadableModel,
     stats: CorpusStats | BlockStats,
     tokens: TokenWindows | None = None,
     *,
+    schedule: ScheduleLike = None,
     null: int | NullSpec | None = 99,
-    lr: float | None = None,
-    steps: int | None = None,
-    s_lr: float | None = None,
     ci: float | None = None,
-    bootstrap: int | BootstrapSpec = 50,
-    population: Population = None,
+    uncertainty: Uncertainty | None = None,
 ) -> HeadAtlas:
     """Every head of ``model`` in one table (see the module docstring for the columns).
 
@@ -124,32 +123,38 @@ def head_atlas(
         stats: corpus statistics over its vocabulary, or a ``BlockStats`` from
             :func:`~tl_leadterms.stats.blocks.block_stats`: then ``lo``/``hi`` hold the
             bootstrap interval of the distribution-level cosine of ``W`` with ``Q̄`` and
-            ``corrected`` its bias-corrected estimate (level ``ci``, default 0.95; ``bootstrap``
-            resamples, default 50; see :mod:`tl_leadterms.results.bootstrap`), NaN when the
-            statistics are the model's training windows (exact scores: ``population``).
+            ``corrected`` its bias-corrected estimate (level ``ci``, default 0.95; see
+            :mod:`tl_leadterms.results.bootstrap`), NaN when the statistics are the model's
+            training windows (exact scores: ``population``).
         tokens: optional ``[batch, pos]`` token ids (``1 < pos < n_ctx``, at most the
             statistics' ``n_ctx``): adds attention agreement and the detector scores.
-        null: permutations of the null for ``z``/``p`` (``None``: no null, NaN columns).
-        lr, steps, s_lr: the training run, if known (sharpens the implied ``s·η``).
-        ci, bootstrap: the interval's level and resamples (a ``BlockStats`` only).
-        population: which question the scores answer (``"training"``, ``"distribution"`` or
-            None: from the windows' fingerprints; see :func:`~tl_leadterms.decompose`).
+        schedule: the training run, if known (sharpens the implied ``s·η``; a
+            :class:`~tl_leadterms.theory.Schedule`, an ``(lr, steps)`` pair or a
+            ``TrainHistory``).
+        null: permutations of the null (default 99; ``None``: no null, NaN columns), shorthand
+            for ``uncertainty.null``.
+        ci: the interval's level (a ``BlockStats`` only), shorthand for ``uncertainty.ci``.
+        uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty`
+            (bootstrap resamples and method, ``population``; see
+            :func:`~tl_leadterms.decompose`).
 
     ``lo``/``hi``/``corrected`` are NaN without a ``BlockStats``.
     """
-    if isinstance(stats, BlockStats) and ci is None:
-        ci = 0.95
-    d = decompose(model, stats, lr=lr, steps=steps, s_lr=s_lr, weights=["W", "V"], null=null,
-                  per_head=True, progress=False,
-                  ci=ci, bootstrap=bootstrap, population=population)  # fmt: skip
+    sure = Uncertainty.of(uncertainty, ci=ci)
+    if sure.null is None:  # null= (default 99) unless uncertainty holds one
+        sure = Uncertainty.of(sure, null=null)
+    if isinstance(stats, BlockStats) and sure.ci is None:
+        sure = Uncertainty.of(sure, ci=0.95)
+    schedule = Schedule.of(schedule)
+    d = decompose(model, stats, schedule=schedule, weights=["W", "V"], per_head=True,
+                  progress=False, uncertainty=sure)  # fmt: skip
     stats = stats.full() if isinstance(stats, BlockStats) else stats  # the one d scored
     value = {(r["layer"], r["head"]): r for r in d.rows if r["weight"] != "W"}
     agreement, detectors = {}, None
     if tokens is not None:
         tokens = check_tokens(tokens, check_supported(model, caller="head_atlas").d_vocab,
                               min_len=2)  # fmt: skip
-        agree = attention_agreement(model, stats, tokens, lr=lr, steps=steps, s_lr=s_lr,
-                                    progress=False)  # fmt: skip
+        agree = attention_agreement(model, stats, tokens, schedule=schedule, progress=False)
         agreement = {(r["layer"], r["head"]): r for r in agree.rows}
         detectors = detector_scores(model, tokens)
     rows = []
@@ -175,7 +180,7 @@ def head_atlas(
         for name in DETECTORS:
             row[name] = nan if detectors is None else float(detectors[name][key])
         rows.append(row)
-    if null is not None:
+    if sure.null is not None:
         add_qvalues(rows)  # over the heads of this table
     metadata = {**d.metadata, "tokens": None if tokens is None else list(tokens.shape)}
     return HeadAtlas(rows, metadata)

@@ -36,8 +36,9 @@ from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.labels import head_label
 from tl_leadterms.results.null import NullSpec, add_qvalues, permutations, summarize
 from tl_leadterms.results.table import ResultTable
+from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.corpus import CorpusStats
-from tl_leadterms.theory import Schedule
+from tl_leadterms.theory import Schedule, ScheduleLike, run_shorthands
 
 # patterns by hook name: TransformerLens' ActivationCache, or a plain dict of them
 Cache = ActivationCache | Mapping[str, Tensor]
@@ -47,6 +48,7 @@ __all__ = [
     "attention_agreement",
     "attention_scale",
     "predict_attention",
+    "predicted_scores",
     "scaled_softmax",
 ]
 
@@ -84,13 +86,12 @@ def predicted_scores(
     return scores.masked_fill(offset < 0, -math.inf)
 
 
+@run_shorthands
 def predict_attention(
     stats: CorpusStats,
     tokens: TokenWindows,
     *,
-    lr: float | None = None,
-    steps: int | None = None,
-    s_lr: float | None = None,
+    schedule: ScheduleLike = None,
     scale: float | None = None,
 ) -> Float[Tensor, "batch query key"]:
     """The attention pattern the leading terms predict for ``tokens``, in every layer.
@@ -98,11 +99,12 @@ def predict_attention(
     Args:
         stats: corpus statistics (Q̄ and Δ).
         tokens: ``[batch, pos]`` (or ``[pos]``) input token ids, ``pos ≤ stats.n_ctx``.
-        lr, steps: the training run; the scale is ``c = (3C(s,4) + 2C(s,3))·η⁴`` (``steps=0``
-            gives uniform attention, the model at initialisation).
-        s_lr: only the product ``s·η``: the scale is its gradient-flow limit ``(s·η)⁴/8``.
+        schedule: the training run (a :class:`~tl_leadterms.theory.Schedule`, an
+            ``(lr, steps)`` pair or a ``TrainHistory``): with ``lr`` and ``steps`` the scale is
+            ``c = (3C(s,4) + 2C(s,3))·η⁴`` (``steps=0`` gives uniform attention, the model at
+            initialisation); with only ``s_lr = s·η`` its gradient-flow limit ``(s·η)⁴/8``.
         scale: the scale ``c`` directly (e.g. one fitted by :func:`attention_agreement`).
-            Give exactly one of (``lr``, ``steps``), ``s_lr`` and ``scale``.
+            Give exactly one of ``schedule`` and ``scale``.
 
     Returns:
         ``[batch, query, key]`` rows summing to 1, zero above the diagonal.
@@ -112,16 +114,16 @@ def predict_attention(
         >>> from tl_leadterms import corpus_stats, predict_attention
         >>> tokens = torch.randint(0, 10, (32, 9), generator=torch.Generator().manual_seed(0))
         >>> stats = corpus_stats(tokens, d_vocab=10, progress=False)
-        >>> A = predict_attention(stats, tokens[:2, :8], lr=1.0, steps=10)
+        >>> A = predict_attention(stats, tokens[:2, :8], schedule=(1.0, 10))
         >>> A.shape, bool(torch.allclose(A.sum(-1), torch.ones(2, 8, dtype=A.dtype)))
         (torch.Size([2, 8, 8]), True)
     """
     tokens = _check_stats_tokens(stats, tokens)
-    c = attention_scale(lr, steps, s_lr, scale)
+    c = attention_scale(schedule, scale)
     if c is None:
         raise LeadTermsError(
-            "the prediction needs its scale: lr and steps (c = (3C(s,4) + 2C(s,3))·lr⁴), s_lr "
-            "(c = (s·η)⁴/8), or scale="
+            "the prediction needs its scale: schedule=Schedule(lr=..., steps=...) (c = "
+            "(3C(s,4) + 2C(s,3))·lr⁴), Schedule(s_lr=...) (c = (s·η)⁴/8), or scale="
         )
     return scaled_softmax(c, predicted_scores(stats, tokens))
 
@@ -134,19 +136,18 @@ def scaled_softmax(scale: float, scores: Tensor) -> Tensor:
     )
 
 
-def attention_scale(lr: Any, steps: Any, s_lr: Any, scale: Any) -> float | None:
+def attention_scale(schedule: ScheduleLike, scale: Any = None) -> float | None:
     """The scale ``c`` of the attention statistic from a training run or ``scale``; None when
     neither is given (the scale is then fitted). ``lr`` alone is refused."""
+    schedule = Schedule.of(schedule)
     if scale is not None:
-        if lr is not None or steps is not None or s_lr is not None:
-            raise LeadTermsError(
-                "give either scale= or the training run (lr, steps, s_lr), not both"
-            )
+        if schedule.known:
+            raise LeadTermsError("give either scale= or the training run (schedule=), not both")
         return positive_number("scale", scale)
-    schedule = Schedule.of(lr, steps, s_lr)
-    if lr is not None and steps is None:
+    if schedule.lr is not None and schedule.steps is None:
         raise LeadTermsError(
-            f"lr={lr} alone does not fix the scale: pass steps too, or s_lr (s·η), or scale="
+            f"lr={schedule.lr} alone does not fix the scale: give steps too, or s_lr (s·η), "
+            "or scale="
         )
     return schedule.coefficient("W")
 
@@ -225,24 +226,24 @@ def _patterns(
     return out
 
 
+@shorthands
 @torch.no_grad()
 def attention_agreement(
     model: ReadableModel,
     stats: CorpusStats,
     tokens: TokenWindows,
     *,
-    lr: float | None = None,
-    steps: int | None = None,
-    s_lr: float | None = None,
+    schedule: ScheduleLike = None,
     layers: Layers = None,
     cache: Cache | None = None,
-    progress: bool = True,
     null: int | NullSpec | None = None,
+    uncertainty: Uncertainty | None = None,
+    progress: bool = True,
 ) -> AttentionAgreement:
     """Compare every head's attention pattern on ``tokens`` with the leading-term prediction.
 
     Each layer and head is compared with :func:`predict_attention` on the same tokens. With
-    the training run (``lr`` and ``steps``, or ``s_lr``) the prediction's scale is the
+    the training run (``schedule``: ``lr`` and ``steps``, or ``s_lr``) the prediction's scale is the
     theory's ``c``; without it the scale is fitted per head (a model with embeddings has its
     own score scale).
 
@@ -251,28 +252,33 @@ def attention_agreement(
             statistics' vocabulary.
         stats: corpus statistics.
         tokens: ``[batch, pos]`` input token ids (``pos ≤ stats.n_ctx``).
-        lr, steps, s_lr: the training run, if known (the paper model).
+        schedule: the training run, if known (a :class:`~tl_leadterms.theory.Schedule`, an
+            ``(lr, steps)`` pair or the run's ``TrainHistory``).
         layers: which layers (default all).
         cache: an ``ActivationCache`` (TransformerLens' ``run_with_cache``), or a dict by hook
             name, of the model on ``tokens`` holding ``hook_pattern`` of these layers; the
             model is run only without one.
+        null: the permutation null of ``rank_correlation``, ``R`` or a
+            :class:`~tl_leadterms.results.null.NullSpec` (shorthand for ``uncertainty.null``):
+            ``null_mean``, ``null_sd``, the effect size ``excess``, ``excess_share``, the
+            evidence ``z``, ``p`` and the Benjamini–Hochberg ``q`` over the heads
+            (:mod:`tl_leadterms.results.null`). Each draw relabels the statistics' kept tokens
+            (rows and columns of Q̄ together), gathers the predicted scores again and ranks them
+            once for every head; the model's patterns and their ranks are reused.
+            (``NullSpec.reference`` is not used here.)
+        uncertainty: an :class:`~tl_leadterms.results.uncertainty.Uncertainty` holding the
+            null; this analysis has no bootstrap interval (``ci`` is refused).
         progress: show a tqdm bar over layers.
-        null: ``R`` or a :class:`~tl_leadterms.results.null.NullSpec`: the permutation null
-            of ``rank_correlation`` (columns ``score`` = the rank correlation, ``null_mean``,
-            ``null_sd``, ``z``, ``p``, the effect size ``excess``, ``excess_share`` and the
-            Benjamini–Hochberg ``q`` over the heads; see :mod:`tl_leadterms.results.null`).
-            Each draw relabels the statistics' kept tokens (rows and columns of Q̄ together),
-            gathers the predicted scores again and ranks them once for every head; the
-            model's patterns and their ranks are reused. (``NullSpec.reference`` is not used here.)
     """
     view = check_supported(model, caller="attention_agreement")
     tokens = _check_stats_tokens(stats, tokens)
     check_vocab(stats, d_vocab=view.d_vocab, tokenizer=view.tokenizer)
     check_bool("progress", progress)
-    fixed = attention_scale(lr, steps, s_lr, None)
+    schedule = Schedule.of(schedule)
+    fixed = attention_scale(schedule)
     chosen = check_layers(layers, view.n_layers)
+    spec = _null_only(Uncertainty.of(uncertainty, null=null))
     patterns = _patterns(view, tokens, chosen, cache)
-    spec = NullSpec.of(null)
     scores = predicted_scores(stats, tokens).to(torch.float64).cpu()
     ranks = score_ranks(scores)  # the same for every layer
     rows, scored_layers = [], []
@@ -285,7 +291,7 @@ def attention_agreement(
         for head, scored in enumerate(heads):
             rows.append({"layer": layer, "head": head, "label": head_label(layer, head)} | scored)
     metadata = {"n_sequences": tokens.shape[0], "n_positions": tokens.shape[1],
-                "fitted": fixed is None, **Schedule.of(lr, steps, s_lr).to_dict()}  # fmt: skip
+                "fitted": fixed is None, **schedule.to_dict()}  # fmt: skip
     if spec is not None:
         draws = _null_rank_correlations(stats, tokens, scored_layers, spec)
         for row, column in zip(rows, draws.T, strict=True):
@@ -293,6 +299,16 @@ def attention_agreement(
         add_qvalues(rows)
         metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
     return AttentionAgreement(rows, metadata)
+
+
+def _null_only(uncertainty: Uncertainty) -> NullSpec | None:
+    """The null of an :class:`Uncertainty` for an analysis that has no interval."""
+    if uncertainty.ci is not None:
+        raise LeadTermsError(
+            f"attention_agreement has no bootstrap interval (ci={uncertainty.ci}): its rank "
+            "correlations are of the given text, not of corpus statistics; drop ci="
+        )
+    return uncertainty.null
 
 
 def _null_rank_correlations(stats, tokens, layers: list[LayerScores], spec: NullSpec) -> Tensor:

@@ -9,13 +9,14 @@ import torch
 from torch import Tensor
 
 from tl_leadterms.adapters.support import check_supported
+from tl_leadterms.adapters.view import tokenizer_for
 from tl_leadterms.checks import Layers, check_layers, check_stats, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.html import View
 from tl_leadterms.results.labels import head_label, parse_head_label
 from tl_leadterms.results.tokens import encode_text, token_labels
 from tl_leadterms.stats.corpus import CorpusStats
-from tl_leadterms.theory import Schedule
+from tl_leadterms.theory import Schedule, ScheduleLike, run_shorthands
 
 __all__ = ["extreme_heads", "from_uniform", "plot_attention", "tv_from_uniform"]
 
@@ -45,10 +46,7 @@ def _rounded(x: Tensor) -> list:
     return torch.round(x.detach().to(torch.float64).cpu(), decimals=5).tolist()
 
 
-def _pick_tokenizer(*candidates: Any) -> Any:
-    return next((t for t in candidates if t is not None), None)
-
-
+@run_shorthands
 @torch.no_grad()
 def plot_attention(
     model: Any,
@@ -58,24 +56,22 @@ def plot_attention(
     layers: Layers = None,
     heads: int | Sequence[str] | None = None,
     tokenizer: Any = None,
-    lr: float | None = None,
-    steps: int | None = None,
-    s_lr: float | None = None,
+    schedule: ScheduleLike = None,
 ) -> View:
     """Attention heads on one sequence, next to the leading-term prediction and their agreement.
 
     The model runs once (hooks on ``hook_pattern``); the same patterns serve
     :func:`~tl_leadterms.attention_agreement` (rank correlation and JS divergence of every head
     with the prediction, printed beside each view) and the scale fit. The prediction is
-    :func:`~tl_leadterms.predict_attention` scaled by the training run when given (``lr`` and
-    ``steps``, or ``s_lr``), else by the scale ``c`` fitted to this sequence (the median over
+    :func:`~tl_leadterms.predict_attention` scaled by the training run when given
+    (``schedule``), else by the scale ``c`` fitted to this sequence (the median over
     the layer's heads).
 
     Args:
         model: a HookedTransformer over the statistics' vocabulary.
         stats: corpus statistics (Q̄ and Δ).
         tokens: one sequence of token ids (``[pos]`` or ``[1, pos]``), or a string when a
-            tokenizer is available (``tokenizer``, ``model.tokenizer`` or ``stats.tokenizer``);
+            tokenizer is available (:func:`~tl_leadterms.adapters.view.tokenizer_for`);
             cut to ``stats.n_ctx`` (and the model's ``n_ctx``) positions.
         layers: which layers (default all).
         heads: ``None``: per layer one circuitsvis ``attention_heads`` view of all its heads
@@ -84,7 +80,8 @@ def plot_attention(
             and the ``n // 2`` that agree least, by rank correlation): one view per head, the
             head next to its layer's prediction.
         tokenizer: to encode a string and label the tokens (html-escaped, with their spaces).
-        lr, steps, s_lr: the training run of the paper model, if known.
+        schedule: the training run of the paper model, if known (a
+            :class:`~tl_leadterms.theory.Schedule` or an ``(lr, steps)`` pair).
 
     Returns:
         A :class:`View`; ``view.data`` holds ``tokens``, ``labels``, ``layers``, ``heads`` (the
@@ -100,10 +97,10 @@ def plot_attention(
 
     stats = check_stats(stats)
     view = check_supported(model, caller="plot_attention")
-    tokenizer = _pick_tokenizer(tokenizer, view.tokenizer, stats.tokenizer)
+    tokenizer = tokenizer_for(tokenizer, model, stats)
     check_vocab(stats, d_vocab=view.d_vocab, tokenizer=view.tokenizer)
-    schedule = Schedule.of(lr, steps, s_lr)
-    fixed = attention_scale(lr, steps, s_lr, None)
+    schedule = Schedule.of(schedule)
+    fixed = attention_scale(schedule)
     ids = _token_list(tokens, tokenizer)[: min(stats.n_ctx, view.n_ctx)]
     bad = [i for i in ids if not 0 <= i < stats.d_vocab]
     if bad:
@@ -115,8 +112,8 @@ def plot_attention(
     batch = torch.tensor([ids])
     patterns = view.patterns(batch, chosen)
     cache = {view.hook_name("pattern", layer): p for layer, p in patterns.items()}
-    agreement = attention_agreement(model, stats, batch, layers=chosen, cache=cache, lr=lr,
-                                    steps=steps, s_lr=s_lr, progress=False).rows  # fmt: skip
+    agreement = attention_agreement(model, stats, batch, layers=chosen, cache=cache,
+                                    schedule=schedule, progress=False).rows  # fmt: skip
     scale = {
         layer: fixed
         if fixed is not None

@@ -11,6 +11,7 @@ from typing import Any
 from tl_leadterms.analyses.covariance.compute import covariance_similarity
 from tl_leadterms.analyses.covariance.figure import plot_covariance, plot_token_maps
 from tl_leadterms.analyses.covariance.result import CovarianceSimilarity
+from tl_leadterms.analyses.covariance.theory_file import prepare_theory, theory_path
 from tl_leadterms.analyses.covariance.token_maps import TokenMaps, token_maps
 from tl_leadterms.registry import MonitorContext
 
@@ -21,7 +22,9 @@ __all__ = [
     "monitor_scores",
     "plot_covariance",
     "plot_token_maps",
+    "prepare_theory",
     "sweep_rows",
+    "theory_path",
     "token_maps",
 ]
 
@@ -34,7 +37,9 @@ def sweep_rows(model: Any, stats: Any, **options: Any) -> list[dict[str, Any]]:
 def monitor_scores(model: Any, stats: Any, context: MonitorContext) -> dict[str, float]:
     """The monitor's ``cov_{score}``: each layer-level score's minimum over the layers."""
     out: dict[str, float] = {}
-    for r in covariance_similarity(model, stats, **context.options).rows:
+    rows = covariance_similarity(model, stats, uncertainty=context.uncertainty,
+                                 **context.options).rows  # fmt: skip
+    for r in rows:
         if r["head"] is None:
             key = f"cov_{r['score']}"
             out[key] = min(out.get(key, math.inf), r["value"])

@@ -56,14 +56,9 @@ from tl_leadterms.checks import (
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import PathLike, ReadableModel
-from tl_leadterms.results.bootstrap import (
-    BootstrapSpec,
-    add_interval,
-    interval_metadata,
-    resolve_bootstrap,
-)
+from tl_leadterms.results.bootstrap import add_interval
 from tl_leadterms.results.null import NullSpec, add_qvalues, permutations, summarize
-from tl_leadterms.results.population import Population
+from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.version import __version__
@@ -133,6 +128,7 @@ def _finite(name: str, t: Tensor) -> Tensor:
 
 
 @torch.no_grad()
+@shorthands
 def covariance_similarity(
     model: ReadableModel,
     stats: CorpusStats | BlockStats,
@@ -149,11 +145,10 @@ def covariance_similarity(
     protocol: ProtocolName = "theorem",
     null: int | NullSpec | None = None,
     ci: float | None = None,
-    bootstrap: int | BootstrapSpec = 50,
+    uncertainty: Uncertainty | None = None,
     centre: Literal["features", "tokens"] = "features",
     theory: PathLike | None = None,
     gemm_dtype: torch.dtype | None = None,
-    population: Population = None,
 ) -> "CovarianceSimilarity":
     """The paper's covariance similarity of a model's token maps with the leading terms.
 
@@ -222,27 +217,21 @@ def covariance_similarity(
         progress: show tqdm bars.
         protocol: ``"theorem"`` (attention map vs ``Q̄``) or ``"paper-code"`` (vs ``Q̄ᵀ``, on
             statistics with ``last_target="paper-code"``); recorded in ``metadata``.
-        null: ``R`` or a :class:`~tl_leadterms.results.null.NullSpec`: add the permutation
-            null of every score (``null_mean``, ``null_sd``, ``z``, ``p``, the effect size
-            ``excess``, ``excess_share`` and the Benjamini–Hochberg ``q`` over the rows; each draw
-            is one more pass over the theory with the model's token rows re-indexed, the token
-            maps are reused) and, with a reference model, a ``reference`` column.
-        ci, bootstrap: a confidence level and ``R`` (default 50) or a ``BootstrapSpec``: add
-            ``lo``/``hi`` and ``corrected``, the bootstrap interval of each score over
-            resamples of corpus blocks and the estimate of the distribution-level score it is
-            built around (bias-corrected; none for the model's training windows), by the
-            method ``bootstrap`` names (its default is the one
-            :mod:`tl_leadterms.results.bootstrap` documents and argues for);
-            ``stats`` must then be a ``BlockStats`` from
-            :func:`~tl_leadterms.stats.blocks.block_stats` (see
-            :mod:`tl_leadterms.results.bootstrap`). The model's factors are built once;
-            each resample costs one pass over its two theory matrices (``O(n³)`` for their
-            norms, cached per resample only).
-        population: which question the scores answer: ``"training"`` (the statistics are the
-            model's training windows: exact, ``ci=`` adds no interval and says why),
-            ``"distribution"`` (another sample of the corpus: the interval is of the
-            distribution-level score) or None (default: from the windows' fingerprints,
-            :mod:`tl_leadterms.results.population`).
+        null: the permutation null of every score, ``R`` or a
+            :class:`~tl_leadterms.results.null.NullSpec` (shorthand for ``uncertainty.null``):
+            ``null_mean``, ``null_sd``, the effect size ``excess``, ``excess_share``, the
+            evidence ``z``, ``p`` and the Benjamini–Hochberg ``q`` over the rows (each draw is
+            one more pass over the theory with the model's token rows re-indexed, the token maps
+            are reused) and, with a reference model, a ``reference`` column.
+        ci: a confidence level (shorthand for ``uncertainty.ci``): ``lo``/``hi`` and
+            ``corrected``, the bootstrap interval of each score over resamples of corpus blocks
+            and the estimate of the distribution-level score it is built around
+            (bias-corrected; none for the model's training windows); ``stats`` must then be a
+            ``BlockStats`` from :func:`~tl_leadterms.stats.blocks.block_stats`
+            (:mod:`tl_leadterms.results.bootstrap`). The model's factors are built once; each
+            resample costs one pass over its two theory matrices.
+        uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` (null,
+            interval, its bootstrap and the ``population`` the scores answer for).
         centre: ``"features"`` (the paper: each covariance's rows centred over features
             only) or ``"tokens"``: both covariances double-centred, ``H·C·H`` with
             ``H = I − 11ᵀ/n``, so what every token shares is removed before the cosine and
@@ -285,8 +274,8 @@ def covariance_similarity(
         >>> round(sim.value("value_post", 0), 6)
         1.0
     """
-    stats, boot, reading = resolve_bootstrap(stats, ci, bootstrap, model=model,
-                                             population=population)  # fmt: skip
+    sure = Uncertainty.of(uncertainty, null=null, ci=ci).resolve(stats, model)
+    stats, boot, spec = sure.stats, sure.boot, sure.null
     view = check_supported(model, caller="covariance_similarity")
     _check(view, stats, normalize, value_map, dtype)
     _check_protocol(protocol, stats)
@@ -305,7 +294,6 @@ def covariance_similarity(
     theory = (Theory.of(stats, protocol, device, dtype, gemm_dtype) if theory is None else
               theory_for(stats, theory, protocol=protocol, device=device, dtype=dtype,
                          gemm_dtype=gemm_dtype))  # fmt: skip
-    spec = NullSpec.of(null)
     perms = None if spec is None else permutations(ids.numel(), spec.permutations, spec.seed)
     rows: list[dict[str, Any]] = []
     for layer in progress_bar(layers, desc="covariance similarity", disable=not progress):
@@ -325,17 +313,12 @@ def covariance_similarity(
             r["reference"] = by_key.get((r["layer"], r["head"], r["score"]), math.nan)
     if spec is not None:
         add_qvalues(rows)  # Benjamini–Hochberg over this model's rows
-        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed,
-                            "tests": reading.null_tests()}  # fmt: skip
     if boot is not None:
         factors = [_factors(view, maps, layer, theory, normalize, value_map, per_head)
                    for layer in layers]  # fmt: skip
         draws = bootstrap_scores(factors, boot, protocol, device, dtype, centre, gemm_dtype)
         add_interval(rows, draws, boot, "value")
-    metadata["population"] = reading.metadata()
-    if ci is not None:
-        metadata["ci"] = interval_metadata(ci, boot, reading)
-    return CovarianceSimilarity(rows, metadata)
+    return CovarianceSimilarity(rows, metadata | sure.metadata())
 
 
 def _factors(view, maps, layer, theory, normalize, value_map, per_head):

@@ -8,7 +8,7 @@ Its computation (:mod:`.compute`, the fit onto the basis in :mod:`.fit`, the com
 
 from typing import Any
 
-from tl_leadterms.analyses.decompose.compute import decompose, leading_cosines
+from tl_leadterms.analyses.decompose.compute import decompose, leading_cosines, leading_map
 from tl_leadterms.analyses.decompose.figure import plot_scores
 from tl_leadterms.analyses.decompose.result import Decomposition, PairDifference
 from tl_leadterms.registry import MonitorContext
@@ -19,6 +19,7 @@ __all__ = [
     "PairDifference",
     "decompose",
     "leading_cosines",
+    "leading_map",
     "monitor_scores",
     "plot_scores",
     "sweep_rows",
@@ -38,5 +39,13 @@ def sweep_rows(model: Any, stats: Any, **options: Any) -> list[dict[str, Any]]:
 
 
 def monitor_scores(model: Any, stats: Any, context: MonitorContext) -> dict[str, float]:
-    """The monitor's ``cos_{weight}``: each weight's cosine with its own leading term."""
-    return {f"cos_{k}": v for k, v in leading_cosines(model, stats).items()}
+    """The monitor's ``cos_{weight}``: each weight's cosine with its own leading term (keys as
+    :func:`leading_cosines`); with a null in ``context.uncertainty`` also ``excess_{weight}``,
+    each cosine's excess over its permutation null."""
+    out = {f"cos_{k}": v for k, v in leading_cosines(model, stats).items()}
+    if context.uncertainty is not None and context.uncertainty.null is not None:
+        rows = decompose(model, stats, uncertainty=context.uncertainty, progress=False).rows
+        for r in rows:
+            key = r["weight"] if r["layer"] is None else f"{r['weight']}.{r['layer']}"
+            out[f"excess_{key}"] = r.get("excess", float("nan"))
+    return out

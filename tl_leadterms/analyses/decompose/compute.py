@@ -17,22 +17,16 @@ from tl_leadterms.checks import Layers, check_bool, check_layers
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import ReadableModel
-from tl_leadterms.results.bootstrap import (
-    BootstrapSpec,
-    add_interval,
-    add_noise_share,
-    interval_metadata,
-    resolve_bootstrap,
-)
+from tl_leadterms.results.bootstrap import add_interval, add_noise_share
 from tl_leadterms.results.labels import head_label
 from tl_leadterms.results.null import NullSpec, add_qvalues, permutations, summarize
-from tl_leadterms.results.population import Population
+from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.degenerate import degenerate_reason
-from tl_leadterms.theory import WEIGHTS, Schedule, Term, Weight, term
+from tl_leadterms.theory import WEIGHTS, Schedule, ScheduleLike, Term, Weight, term
 
-__all__ = ["IMPLIED_MIN_COSINE", "decompose", "leading_cosines", "model_weights"]
+__all__ = ["IMPLIED_MIN_COSINE", "decompose", "leading_cosines", "leading_map", "model_weights"]
 
 #: the implied s·η is reported only when the cosine with the leading term is at least this
 IMPLIED_MIN_COSINE = 0.2
@@ -105,22 +99,20 @@ def _maps(
     return M[None] if M.dim() == 2 else M
 
 
+@shorthands
 @torch.no_grad()
 def decompose(
     model: ReadableModel | PaperWeights,
     stats: CorpusStats | BlockStats,
     *,
-    lr: float | None = None,
-    steps: int | None = None,
-    s_lr: float | None = None,
+    schedule: ScheduleLike = None,
     layers: Layers = None,
     per_head: bool = False,
     weights: Weight | Sequence[Weight] | None = None,
-    progress: bool = True,
     null: int | NullSpec | None = None,
     ci: float | None = None,
-    bootstrap: int | BootstrapSpec = 50,
-    population: Population = None,
+    uncertainty: Uncertainty | None = None,
+    progress: bool = True,
 ) -> Decomposition:
     """Decompose each weight of ``model`` into bigram, interchangeability and context parts.
 
@@ -135,9 +127,10 @@ def decompose(
             :class:`~tl_leadterms.adapters.PaperWeights`.
         stats: corpus statistics over the model's vocabulary (restricted ones compare the kept
             tokens only).
-        lr, steps, s_lr: the training run, if known (the rule of :mod:`tl_leadterms.checks`):
-            ``lr`` sharpens the implied ``s·η`` (solved from the exact coefficient instead of
-            its ``η → 0`` limit); ``lr·steps`` (or ``s_lr``) is shown beside it as expected.
+        schedule: the training run, if known (a :class:`~tl_leadterms.theory.Schedule`, an
+            ``(lr, steps)`` pair or the run's ``TrainHistory``): ``lr`` sharpens the implied
+            ``s·η`` (solved from the exact coefficient instead of its ``η → 0`` limit);
+            ``lr·steps`` (or ``s_lr``) is shown beside it as expected.
         layers: which layers (default all).
         per_head: score each head on its own: one row per head instead of one per layer with
             the heads combined (``W``, ``P`` averaged, ``V`` summed over heads; the default).
@@ -145,38 +138,25 @@ def decompose(
             :func:`model_weights`); names from :data:`tl_leadterms.theory.WEIGHTS`. ``"V"`` and
             ``"V·W_O"`` both select the value path; asking for ``P`` of a model without learned
             positions is an error that says why.
+        null: the permutation null of each row's cosine, ``R`` (an int) or a
+            :class:`~tl_leadterms.results.null.NullSpec` (shorthand for
+            ``uncertainty.null``): columns ``null_mean``, ``null_sd``, the effect size
+            ``excess`` = ``cosine − null_mean`` and ``excess_share``, the evidence ``z``, ``p``
+            and ``q`` (Benjamini–Hochberg over the rows; :mod:`tl_leadterms.results.null`) and,
+            with ``NullSpec(reference=...)``, a ``reference`` column (the reference model's
+            cosine). ``P`` is indexed by offset, not token: its null columns are NaN.
+        ci: a confidence level, e.g. ``0.95`` (shorthand for ``uncertainty.ci``): the bootstrap
+            interval ``lo``/``hi`` of each row's distribution-level cosine over resamples of
+            corpus blocks, the estimate ``corrected`` it is built around (bias-corrected,
+            within ``lo``..``hi``) and ``noise_share``, the sample's noise against what the
+            cosine measures (tables mark the interval from
+            :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on). Needs ``stats`` from
+            :func:`~tl_leadterms.stats.blocks.block_stats`; none for the model's own training
+            windows (``metadata["ci"]`` says why).
+        uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` (the
+            null, the interval, its ``bootstrap`` resamples and method, and ``population``:
+            which question the scores answer, recorded in ``metadata["population"]``).
         progress: a progress bar over (weight, layer).
-        null: ``R`` (an int) or a :class:`~tl_leadterms.results.null.NullSpec`: add the
-            permutation null of each row's cosine (columns ``score`` = the cosine,
-            ``null_mean``, ``null_sd``, ``z``, ``p``, the effect size ``excess`` =
-            ``score − null_mean`` and ``excess_share``, and ``q``, the Benjamini–Hochberg
-            q-value over the rows; see :mod:`tl_leadterms.results.null`)
-            and, with ``NullSpec(reference=...)``, a ``reference`` column (the reference
-            model's cosine). ``P`` is indexed by offset, not token: its null columns are NaN.
-        ci: a confidence level (e.g. ``0.95``): add ``lo``/``hi``, ``corrected`` and
-            ``ci_level``: the bootstrap interval of each row's cosine over resamples of corpus
-            blocks (exact resamples) by the method ``bootstrap`` names
-            (``BootstrapSpec.method``; its default is the one
-            :mod:`tl_leadterms.results.bootstrap` documents and argues for), and the
-            estimate of the distribution-level cosine it is built around (bias-corrected,
-            always within ``lo``..``hi``), and ``noise_share``, the sample's noise against
-            what the cosine measures (the table marks the interval from
-            :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on, where much of the
-            distance from 1 may be noise; :func:`~tl_leadterms.results.intervals.noise_share`);
-            none for the model's
-            own training windows (``population``). Needs
-            ``stats`` from :func:`~tl_leadterms.stats.blocks.block_stats` (a
-            ``BlockStats``: its full-corpus statistics are the ones scored); see
-            :mod:`tl_leadterms.results.bootstrap`.
-        bootstrap: ``R`` (default 50) or a
-            :class:`~tl_leadterms.results.bootstrap.BootstrapSpec` (resamples, seed, method,
-            exact).
-        population: which question the scores answer: ``"training"`` (the statistics are the
-            model's training windows: each cosine is exact for them, and ``ci=`` adds no
-            interval, ``metadata["ci"]`` says why), ``"distribution"`` (they are another sample
-            of the corpus: the interval is of the distribution-level cosine) or None (default:
-            decided from the windows' fingerprints, :mod:`tl_leadterms.results.population`;
-            ``metadata["population"]`` records the reading).
 
     Every token-token row also has ``specific``, the cosine of the two maps double-centred
     over tokens (rows and columns: a vector every token shares removed), and ``common_share``,
@@ -203,24 +183,23 @@ def decompose(
         >>> tokens = torch.randint(0, 12, (64, 9), generator=torch.Generator().manual_seed(0))
         >>> stats = corpus_stats(tokens, d_vocab=12, progress=False)
         >>> model = paper_model(d_vocab=12, n_ctx=8, n_layers=1)
-        >>> _ = train(model, tokens, lr=1.0, steps=4, progress=False)
-        >>> d = decompose(model, stats, lr=1.0, steps=4, per_head=True)
+        >>> history = train(model, tokens, lr=1.0, steps=4, progress=False)
+        >>> d = decompose(model, stats, schedule=history, per_head=True)
         >>> row = d.row("W_O")
         >>> row["cosine"] > 0.999, round(row["implied_s_lr"], 1)  # lr·steps = 4
         (True, 4.0)
     """
-    stats, boot, reading = resolve_bootstrap(stats, ci, bootstrap, model=model,
-                                             population=population)  # fmt: skip
+    sure = Uncertainty.of(uncertainty, null=null, ci=ci).resolve(stats, model)
+    stats, boot, spec = sure.stats, sure.boot, sure.null
     pw = weights_for_stats(model, stats)
     chosen = check_layers(layers, pw.n_layers)
     per_head = check_bool("per_head", per_head)
-    schedule = Schedule.of(lr, steps, s_lr)
+    schedule = Schedule.of(schedule)
     check_bool("progress", progress)
     cache = BasisCache.of(stats)
     kept = None if stats.kept is None else stats.kept.to(pw.W_O.A.device if hasattr(pw.W_O, "A")
                                                          else pw.W_O.device)  # fmt: skip
     projections = Projections(cache, kept)
-    spec = NullSpec.of(null)
     perms = None if spec is None else permutations(stats.k, spec.permutations, spec.seed)
     jobs = [(w, layer) for w in _select_weights(weights, pw)
             for layer in ([None] if w == "W_O" else chosen)]  # fmt: skip
@@ -255,16 +234,13 @@ def decompose(
         add_noise_share(rows, resampled, boot, "cosine")
     if spec is not None and spec.reference is not None:
         _add_reference(rows, spec.reference_model(model), stats, layers, per_head, weights)
-    metadata = _metadata(pw, stats, schedule, per_head, spec)
-    metadata["population"] = reading.metadata()
+    metadata = _metadata(pw, stats, schedule, per_head) | sure.metadata(cosines=True)
     if spec is not None:
-        metadata["null"]["tests"] = reading.null_tests()
-    if ci is not None:
-        metadata["ci"] = interval_metadata(ci, boot, reading, cosines=True)
+        metadata["null"]["reference"] = _reference_name(spec)
     return Decomposition(rows, metadata=metadata)
 
 
-def _metadata(pw, stats, schedule: Schedule, per_head: bool, spec) -> dict[str, Any]:
+def _metadata(pw, stats, schedule: Schedule, per_head: bool) -> dict[str, Any]:
     """What a Decomposition was computed from: model, statistics, run and null settings."""
     metadata = {
         "model": pw.metadata,
@@ -276,13 +252,13 @@ def _metadata(pw, stats, schedule: Schedule, per_head: bool, spec) -> dict[str, 
         "per_head": per_head,
         "P_offsets_compared": min(pw.n_ctx, stats.n_ctx) if pw.has_P else 0,
     }
-    if spec is not None:
-        reference = spec.reference
-        if reference is not None and not isinstance(reference, str):
-            reference = "model"
-        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed,
-                            "reference": reference}  # fmt: skip
     return metadata
+
+
+def _reference_name(spec: NullSpec) -> str | None:
+    """How ``metadata["null"]`` names the reference model: ``"random"``, ``"model"`` or None."""
+    reference = spec.reference
+    return "model" if reference is not None and not isinstance(reference, str) else reference
 
 
 def _common(M, t: Term, cache: BasisCache, projections, fits):
@@ -341,6 +317,13 @@ def _row(t: Term, layer: int | None, head: int | None, fit: MapFit, schedule: Sc
         "shared": fit.shared,
         "family_shares": fit.family_shares,
     }
+
+
+def leading_map(stats: CorpusStats, weight: str) -> torch.Tensor:
+    """The leading term of ``weight`` (``"W"`` → ``Q̄``, ``"V·W_O"`` → ``Φ̄ᵀΣ_B̄``, ...) over
+    the statistics' kept tokens, built once per statistics and shared with every
+    decomposition of them."""
+    return BasisCache.of(stats).map(term(weight).target)
 
 
 @torch.no_grad()

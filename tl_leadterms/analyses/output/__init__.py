@@ -44,10 +44,8 @@ def sweep_rows(model: Any, stats: Any, **options: Any) -> list[dict[str, Any]]:
 def monitor_scores(model: Any, stats: Any, context: MonitorContext) -> dict[str, float]:
     """The monitor's ``output_kl`` and ``output_explained`` on its held-out windows (exact
     coefficients from the learning rate and step when the rate is known, else fitted)."""
-    run = (
-        {"lr": context.lr, "steps": context.step}
-        if context.lr is not None and context.step > 0
-        else {}
-    )
-    result = output_agreement(model, stats, context.tokens, fit=not run, **run)
+    known = context.schedule.exact and context.step > 0
+    result = output_agreement(model, stats, context.tokens, fit=not known,
+                              schedule=context.schedule if known else None,
+                              uncertainty=context.uncertainty)  # fmt: skip
     return {"output_kl": result.kl, "output_explained": result.explained}

@@ -29,17 +29,12 @@ from tl_leadterms.analyses.output.result import OutputAgreement
 from tl_leadterms.checks import check_bool, check_tokens, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.protocols import ReadableModel, TokenWindows
-from tl_leadterms.results.bootstrap import (
-    BootstrapSpec,
-    add_interval,
-    interval_metadata,
-    resolve_bootstrap,
-)
+from tl_leadterms.results.bootstrap import add_interval
 from tl_leadterms.results.null import NullSpec, permutations, summarize
-from tl_leadterms.results.population import Population
+from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
-from tl_leadterms.theory import Schedule
+from tl_leadterms.theory import Schedule, ScheduleLike
 
 __all__ = ["model_log_probs", "output_agreement"]
 
@@ -90,8 +85,9 @@ def _coefficients(schedule: Schedule, fit: bool) -> tuple[float, float, float] |
     if schedule.s_lr is None:
         if not fit:
             raise LeadTermsError(
-                "output_agreement needs the training run (lr= and steps=, or s_lr=) to scale "
-                "the leading terms; for a model whose s·η is unknown pass fit=True"
+                "output_agreement needs the training run to scale the leading terms: "
+                "schedule=Schedule(lr=..., steps=...) or Schedule(s_lr=...); for a model whose "
+                "s·η is unknown pass fit=True"
             )
         return None
     return tuple(schedule.coefficient(w) for w in ("W_O", "V", "W"))
@@ -106,24 +102,22 @@ def _row(name: str, model_lp, pred_lp, kl_unigram: float | None, c) -> dict[str,
             "kl_per_position": kl.mean(0).tolist()}  # fmt: skip
 
 
+@shorthands
 @torch.no_grad()
 def output_agreement(
     model: ReadableModel,
     stats: CorpusStats | BlockStats,
     tokens: TokenWindows,
     *,
-    lr: float | None = None,
-    steps: int | None = None,
-    s_lr: float | None = None,
+    schedule: ScheduleLike = None,
     fit: bool = False,
     calibration: float = 0.5,
     n_layers: int | None = None,
     null: int | NullSpec | None = None,
     ci: float | None = None,
-    bootstrap: int | BootstrapSpec = 50,
+    uncertainty: Uncertainty | None = None,
     dtype: torch.dtype = torch.float32,
     progress: bool = True,
-    population: Population = None,
 ) -> OutputAgreement:
     """Compare ``model``'s next-token distributions with its leading-term model's.
 
@@ -136,24 +130,24 @@ def output_agreement(
             ``ci=``).
         tokens: held-out input windows ``[n, T]`` (``T`` at most the model's ``n_ctx``); every
             position is scored.
-        lr, steps, s_lr: the training run that scales the leading terms (``Schedule`` rule).
+        schedule: the training run that scales the leading terms (a
+            :class:`~tl_leadterms.theory.Schedule`, an ``(lr, steps)`` pair or the run's
+            ``TrainHistory``).
         fit: fit ``c_O``, ``c_V``, ``c_W`` (shared by all layers) on the first ``calibration``
             share of the windows and score the rest (see
             :mod:`tl_leadterms.analyses.output.fit`); the bigram baseline's ``c_O`` is fitted too.
         calibration: share of the windows used to fit (``fit=True`` only).
         n_layers: depth of the leading-term model (default: the model's).
-        null: ``R`` or a :class:`~tl_leadterms.results.NullSpec`: the permutation null of the
-            leading row's ``explained`` (the theory's tokens relabelled, coefficients kept)
+        null: the permutation null of the leading row's ``explained`` (the theory's tokens
+            relabelled, coefficients kept), ``R`` or a
+            :class:`~tl_leadterms.results.null.NullSpec` (shorthand for ``uncertainty.null``)
             and, with ``NullSpec(reference=...)``, the reference model's ``explained``.
-        ci: a level: a bootstrap interval of the distribution-level ``explained`` over corpus
-            blocks, none for statistics of the model's training windows (needs
-            ``BlockStats``; each resample rebuilds the three predictors, coefficients kept).
-        bootstrap: resamples (int) or a ``BootstrapSpec``.
-        population: which question the scores answer: ``"training"`` (the statistics are the
-            model's training windows: exact, ``ci=`` adds no interval and says why),
-            ``"distribution"`` (another sample of the corpus: the interval is of the
-            distribution-level score) or None (default: from the windows' fingerprints,
-            :mod:`tl_leadterms.results.population`).
+        ci: a level (shorthand for ``uncertainty.ci``): a bootstrap interval of the
+            distribution-level ``explained`` over corpus blocks, none for statistics of the
+            model's training windows (needs ``BlockStats``; each resample rebuilds the three
+            predictors, coefficients kept).
+        uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` (null,
+            interval, its bootstrap and the ``population`` the scores answer for).
         dtype: precision of the comparison (float32; the model runs in its own, its logits are
             cast).
         progress: a progress bar over the null draws and bootstrap resamples.
@@ -163,17 +157,18 @@ def output_agreement(
 
     Example:
         >>> import torch
-        >>> from tl_leadterms import corpus_stats, output_agreement
+        >>> from tl_leadterms import Schedule, corpus_stats, output_agreement
         >>> from tl_leadterms.models import leading_model
         >>> tokens = torch.randint(0, 12, (64, 9), generator=torch.Generator().manual_seed(0))
         >>> stats = corpus_stats(tokens, d_vocab=12, progress=False)
-        >>> model = leading_model(stats, s_lr=2.0)
-        >>> out = output_agreement(model, stats, tokens[:8, :-1], s_lr=2.0)
+        >>> run = Schedule(s_lr=2.0)
+        >>> model = leading_model(stats, schedule=run)
+        >>> out = output_agreement(model, stats, tokens[:8, :-1], schedule=run)
         >>> out.kl < 1e-6, round(out.explained, 4)
         (True, 1.0)
     """
-    stats, boot, reading = resolve_bootstrap(stats, ci, bootstrap, model=model,
-                                             population=population)  # fmt: skip
+    sure = Uncertainty.of(uncertainty, null=null, ci=ci).resolve(stats, model)
+    stats, boot, spec = sure.stats, sure.boot, sure.null
     if not callable(model) or getattr(model, "cfg", None) is None:
         raise LeadTermsError(
             f"output_agreement runs the model, got a {type(model).__name__}: pass the model "
@@ -184,7 +179,7 @@ def output_agreement(
     tokens = check_tokens(tokens, model.cfg.d_vocab, max_len=model.cfg.n_ctx,
                           max_len_hint=f" the model's n_ctx={model.cfg.n_ctx}")  # fmt: skip
     n_layers = model.cfg.n_layers if n_layers is None else positive_int("n_layers", n_layers)
-    schedule = Schedule.of(lr, steps, s_lr)
+    schedule = Schedule.of(schedule)
     known = _coefficients(schedule, fit)
     n_cal = _split(tokens.shape[0], fit, calibration)
     device = next(iter(model.parameters())).device
@@ -219,7 +214,6 @@ def output_agreement(
         _row("bigram", model_lp, leading(pred, x, c_bigram), kl_uni, c_bigram),
         uni_row,
     ]
-    spec = NullSpec.of(null)
     if spec is not None:
         perms = permutations(stats.k, spec.permutations, spec.seed)
         draws = [1.0 - mean_kl(model_lp, leading(pred.permuted(p), x, c_lead)).item() / kl_uni
@@ -232,9 +226,7 @@ def output_agreement(
                 stats,
                 tokens[n_cal:],
                 n_layers=n_layers,
-                lr=lr,
-                steps=steps,
-                s_lr=s_lr,
+                schedule=schedule,
                 fit=False,
                 dtype=dtype,
             )
@@ -249,13 +241,7 @@ def output_agreement(
         "stats_n_ctx": stats.n_ctx, **schedule.to_dict(), "fitted": fitted,
         "unigram_kl": kl_uni,
     }  # fmt: skip
-    if spec is not None:
-        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed,
-                            "tests": reading.null_tests()}  # fmt: skip
-    metadata["population"] = reading.metadata()
-    if ci is not None:
-        metadata["ci"] = interval_metadata(ci, boot, reading)
-    return OutputAgreement(rows, metadata)
+    return OutputAgreement(rows, metadata | sure.metadata())
 
 
 def _bootstrap(boot, model_lp, x, c, leading, dtype, progress) -> torch.Tensor:

@@ -1,0 +1,208 @@
+"""How sure a number is: one option object, :class:`Uncertainty`, for every analysis.
+
+Three questions about any score, asked with one object:
+
+* ``null``: would the score be this large if the theory's tokens meant nothing? The
+  permutation null (:mod:`tl_leadterms.results.null`, :class:`NullSpec`) adds ``null_mean``,
+  the effect ``excess`` and the evidence ``z``, ``p``, ``q``.
+* ``ci`` and ``bootstrap``: how far would the score move under another sample of the corpus?
+  A bootstrap interval over corpus blocks (:mod:`tl_leadterms.results.bootstrap`,
+  :class:`BootstrapSpec`) adds ``lo``, ``hi`` and ``corrected``; the statistics must then be a
+  ``BlockStats``.
+* ``population``: is the score exact for the model's training windows (no interval), or an
+  estimate of the distribution-level score (:mod:`tl_leadterms.results.population`)?
+
+Every analysis (:func:`~tl_leadterms.decompose`, :func:`~tl_leadterms.covariance_similarity`,
+:func:`~tl_leadterms.output_agreement`, :func:`~tl_leadterms.attention_agreement`,
+:func:`~tl_leadterms.head_atlas`), :func:`~tl_leadterms.sweep`, the training monitor, the
+explorer and the command line take it as ``uncertainty=``. The two plain forms people write
+most, ``null=99`` and ``ci=0.95``, are shorthands for its fields on every one of them; the
+same field given twice, differently, is refused.
+
+>>> u = Uncertainty(null=99, ci=0.9, seed=3)
+>>> u.null, u.bootstrap.seed
+(NullSpec(permutations=99, seed=3, reference=None), 3)
+>>> Uncertainty.of(u, ci=0.9) == u, Uncertainty.of(None, null=20).null.permutations
+(True, 20)
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from tl_leadterms.checks import check_count, check_level
+from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.bootstrap import Bootstrap, BootstrapSpec, interval_metadata
+from tl_leadterms.results.null import NullSpec
+from tl_leadterms.results.population import POPULATIONS, Reading, resolve_population
+from tl_leadterms.stats.blocks import BlockStats
+from tl_leadterms.theory import run_shorthands, with_shorthands
+
+__all__ = ["Resolved", "Uncertainty", "shorthands"]
+
+#: the plain keywords of an :class:`Uncertainty` field that ``uncertainty=`` replaces
+SURE_KEYWORDS = ("bootstrap", "population", "seed")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """How sure the numbers of one call should be made (see the module docstring).
+
+    Args:
+        null: permutations of the null (an int ``R``, or a :class:`NullSpec` with its seed and
+            an optional reference model); None: no null.
+        ci: a confidence level in (0, 1) for bootstrap intervals (needs a ``BlockStats``);
+            None: no interval.
+        bootstrap: resamples (an int ``R``, default 50) or a :class:`BootstrapSpec` (seed,
+            method, exactness).
+        population: ``"training"``, ``"distribution"`` or None (decided from the windows'
+            fingerprints).
+        seed: the seed of a ``null`` and a ``bootstrap`` given as counts (default: their own,
+            0); a spec given with its own seed and ``seed=`` too is refused.
+    """
+
+    null: NullSpec | int | None = None
+    ci: float | None = None
+    bootstrap: BootstrapSpec | int = field(default_factory=BootstrapSpec)
+    population: str | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        seed = None if self.seed is None else check_count("seed", self.seed, minimum=0)
+        null = NullSpec.of(_seeded(self.null, NullSpec, seed, "null"))
+        boot = BootstrapSpec.of(_seeded(self.bootstrap, BootstrapSpec, seed, "bootstrap"))
+        if self.population is not None and self.population not in POPULATIONS:
+            resolve_population(None, None, self.population)  # its refusal names the choices
+        for name, value in (("seed", seed), ("null", null), ("bootstrap", boot),
+                            ("ci", check_level("ci", self.ci))):  # fmt: skip
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def of(cls, uncertainty: Any = None, **shorthands: Any) -> "Uncertainty":
+        """``uncertainty`` (None or an :class:`Uncertainty`) with the ``shorthands`` given
+        as plain keywords (``null=``, ``ci=``, ``bootstrap=``, ``population=``; None: not
+        given) filled in; a field given both ways, differently, is refused."""
+        if uncertainty is None:
+            uncertainty = cls()
+        elif not isinstance(uncertainty, Uncertainty):
+            raise LeadTermsError(
+                f"uncertainty must be None or an Uncertainty, got {uncertainty!r}; e.g. "
+                "uncertainty=Uncertainty(null=99, ci=0.95) (or the shorthands null=99, ci=0.95)"
+            )
+        given = {k: v for k, v in shorthands.items() if v is not None}
+        unknown = set(given) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise LeadTermsError(f"Uncertainty has no field(s) {sorted(unknown)}")
+        merged = dataclasses.replace(uncertainty, **given)
+        for name in given:
+            before, after = getattr(uncertainty, name), getattr(merged, name)
+            if before not in (None, getattr(cls(), name)) and before != after:
+                raise LeadTermsError(
+                    f"{name} is given twice: {name}={given[name]!r} and uncertainty.{name}="
+                    f"{before!r}; give it once"
+                )
+        return merged
+
+    def resolve(self, stats: Any, model: Any = None) -> "Resolved":
+        """What one call of an analysis computes: the statistics to score (a ``BlockStats``'s
+        whole-corpus ones), the null, the bootstrap (None for exact scores) and the reading."""
+        reading = resolve_population(model, stats, self.population)
+        if isinstance(stats, BlockStats):
+            boot = None
+            if self.ci is not None and not reading.exact:
+                boot = Bootstrap(stats, self.ci, self.bootstrap)
+            return Resolved(self, stats.full(), boot, reading)
+        if self.ci is not None and not reading.exact:
+            raise LeadTermsError(
+                f"ci={self.ci} needs statistics kept per block of windows: pass "
+                "stats=tl_leadterms.block_stats(tokens, d_vocab, blocks=20) instead of a "
+                f"{type(stats).__name__} (corpus_stats keeps no blocks to resample)."
+            )
+        return Resolved(self, stats, None, reading)
+
+    def settings(self) -> dict[str, Any]:
+        """The fields a results file records (:func:`~tl_leadterms.sweep`'s resume check)."""
+        out: dict[str, Any] = {}
+        if self.null is not None:
+            out["null"] = self.null
+        if self.ci is not None:
+            out.update(ci=self.ci, bootstrap=self.bootstrap)
+        if self.population is not None:
+            out["population"] = self.population
+        return out
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """An :class:`Uncertainty` applied to one call: what to score and how.
+
+    Attributes:
+        spec: the :class:`Uncertainty`.
+        stats: the statistics to score (a ``BlockStats``'s whole-corpus ones).
+        boot: the :class:`~tl_leadterms.results.bootstrap.Bootstrap` of an interval, or None
+            (none asked for, or exact scores).
+        reading: which question the scores answer.
+    """
+
+    spec: Uncertainty
+    stats: Any
+    boot: Bootstrap | None
+    reading: Reading
+
+    @property
+    def null(self) -> NullSpec | None:
+        return self.spec.null
+
+    def metadata(self, *, cosines: bool = False, tests: bool = True) -> dict[str, Any]:
+        """``population``, and ``null`` and ``ci`` where asked for, as a result records them
+        (``tests``: the null's record says what it tests; ``cosines``: see
+        :func:`~tl_leadterms.results.bootstrap.interval_metadata`)."""
+        out: dict[str, Any] = {"population": self.reading.metadata()}
+        spec = self.spec.null
+        if spec is not None:
+            out["null"] = {"permutations": spec.permutations, "seed": spec.seed}
+            if tests:
+                out["null"]["tests"] = self.reading.null_tests()
+        if self.spec.ci is not None:
+            out["ci"] = interval_metadata(self.spec.ci, self.boot, self.reading, cosines=cosines)
+        return out
+
+
+def _seeded(value: Any, spec_type: type, seed: int | None, name: str) -> Any:
+    """A count given with ``seed`` as a spec of that seed; a spec with ``seed`` is refused."""
+    if seed is None or value is None or isinstance(value, bool):
+        return value
+    if value == spec_type():  # the default spec: seeded like a count
+        return dataclasses.replace(value, seed=seed)
+    if isinstance(value, spec_type):
+        if value.seed != seed:
+            raise LeadTermsError(
+                f"{name} is a {spec_type.__name__} with its own seed and seed={seed} was given "
+                "too; pass one of them"
+            )
+        return value
+    if isinstance(value, int):
+        field_name = "permutations" if spec_type is NullSpec else "resamples"
+        return spec_type(**{field_name: value, "seed": seed})
+    return value  # left to the spec's own check
+
+
+def shorthands(fn: F) -> F:
+    """Let ``fn`` (which takes ``uncertainty=`` and maybe ``schedule=``) also take the plain
+    keywords of earlier releases: ``bootstrap=``, ``population=`` and ``seed=`` fill in its
+    ``uncertainty`` (:meth:`Uncertainty.of`), and ``lr=``, ``steps=``, ``s_lr=`` build its
+    ``schedule`` (:func:`~tl_leadterms.theory.run_shorthands`). The wrapped function lists them
+    in ``shorthands``; its signature is ``fn``'s."""
+    run = run_shorthands(fn)
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        sure = {k: kwargs.pop(k) for k in SURE_KEYWORDS if k in kwargs}
+        if sure:
+            kwargs["uncertainty"] = Uncertainty.of(kwargs.get("uncertainty"), **sure)
+        return run(*args, **kwargs)
+
+    return with_shorthands(call, run, SURE_KEYWORDS)
