@@ -170,7 +170,7 @@ def _check_rows(rows: Any, analysis: str, label: str) -> list[dict[str, Any]]:
 
 def analyse(model, stats: Any, chosen: list[Analysis], label: str) -> list[dict[str, Any]]:
     """The rows of every analysis on one model (``stats``: a CorpusStats or a BlockStats)."""
-    from tl_leadterms.adapters.view import model_view
+    from tl_leadterms.adapters.view import model_view, own_tokenizer
     from tl_leadterms.checks import check_vocab
 
     full = full_stats(stats)
@@ -178,7 +178,7 @@ def analyse(model, stats: Any, chosen: list[Analysis], label: str) -> list[dict[
         view = model_view(model, caller="sweep")
         d_vocab, tokenizer = view.d_vocab, view.tokenizer
     except LeadTermsError:  # a custom analysis may take any model; it checks its own input
-        d_vocab, tokenizer = None, getattr(model, "tokenizer", None)
+        d_vocab, tokenizer = None, own_tokenizer(model)
     check_vocab(
         full,
         d_vocab=d_vocab,
