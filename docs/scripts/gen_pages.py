@@ -4,7 +4,9 @@
   docstring by mkdocstrings with its call signature;
 * ``reference/<package>.md``: one page per subpackage of :data:`PACKAGES` with every name of
   its ``__all__`` (the result classes and specs that the top level does not re-export:
-  ``Decomposition``, ``NullSpec``, ``SweepTable``, ``TrainHistory`` ...), and
+  ``Decomposition``, ``NullSpec``, ``SweepTable``, ``TrainHistory`` ...), except the names
+  that have a page of their own, which it links to: every object is rendered once (twice
+  would give one identifier two URLs, and ``--strict`` fails on that); and
   ``reference/index.md`` linking all of them;
 * ``notebook.md``: ``examples/quickstart.ipynb`` with its outputs (text, images, HTML results),
   read from an executed copy: ``$TL_LEADTERMS_EXECUTED_NOTEBOOK``, else
@@ -61,7 +63,10 @@ def _source(module: str) -> Path:
 def _defined_in(module: str, name: str, depth: int = 0) -> str:
     """The module whose source defines ``name`` (following re-exports)."""
     tree = ast.parse(_source(module).read_text(encoding="utf-8"))
-    for node in tree.body:
+    # the module's own statements and those of its ``if TYPE_CHECKING:`` blocks (a package
+    # that imports its names lazily states where they come from there)
+    body = [n for node in tree.body for n in (node.body if isinstance(node, ast.If) else [node])]
+    for node in body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
             return module
         if isinstance(node, ast.ImportFrom) and any(a.name == name for a in node.names):
@@ -118,6 +123,21 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _shadowed(package: str, members: list[str]) -> dict[str, str]:
+    """The members of ``package`` that share a submodule's name, each with what to render.
+
+    To mkdocstrings such a name is the submodule (``covariance.token_maps`` the module, not the
+    function it defines; ``adapters.factored`` is a module), and a package page shows no
+    submodule: each gets a block of its own.
+    """
+    out = {}
+    for m in members:
+        if _source(f"{package}.{m}").exists():
+            defined = _defined_in(package, m)
+            out[m] = f"{defined}.{m}" if defined != package else f"{package}.{m}"
+    return out
+
+
 def reference_pages() -> None:
     names, homes = _public_names()
     homes = {"LeadTermsError": "tl_leadterms.errors", **homes}
@@ -136,17 +156,31 @@ def reference_pages() -> None:
                        "      show_root_full_path: false\n")  # fmt: skip
             rows.append((name, _summary(module, name)))
         mkdocs_gen_files.set_edit_path(f"reference/{name}.md", "scripts/gen_pages.py")
+    # where each top-level name's object is defined: it is rendered there, on its own page, and
+    # nowhere else (one object rendered on two pages gets two URLs for one identifier)
+    own_page = {(_defined_in(homes.get(n, "tl_leadterms"), n), n) for n in names if n in homes}
     packages = []
+    targets: dict[str, dict[str, str]] = {}  # package -> member -> its identifier on the page
     for package in PACKAGES:
         members = _module_all(package)
         if not _source(package).exists() or not members:
             continue
+        elsewhere = {m for m in members if (_defined_in(package, m), m) in own_page}
+        shadowed = _shadowed(package, [m for m in members if m not in elsewhere])
+        here = [m for m in members if m not in elsewhere and m not in shadowed]
+        targets[package] = {m: shadowed.get(m, f"{package}.{m}") for m in [*here, *shadowed]}
         with mkdocs_gen_files.open(f"reference/{package}.md", "w") as page:
             page.write(f"::: {package}\n    options:\n      show_root_heading: true\n"
                        "      show_root_full_path: true\n      show_submodules: false\n"
-                       f"      members: {json.dumps(members)}\n")  # fmt: skip
+                       f"      members: {json.dumps(here)}\n")  # fmt: skip
+            for target in shadowed.values():
+                page.write(f"\n::: {target}\n    options:\n      show_root_heading: true\n"
+                           "      show_root_full_path: true\n      heading_level: 2\n")  # fmt: skip
+            if elsewhere:
+                links = ", ".join(f"[`{m}`]({m}.md)" for m in members if m in elsewhere)
+                page.write(f"\nAlso exported by `{package}`, each on a page of its own: {links}.\n")
         mkdocs_gen_files.set_edit_path(f"reference/{package}.md", "scripts/gen_pages.py")
-        packages.append((package, members, _summary(package)))
+        packages.append((package, members, elsewhere, _summary(package)))
     with mkdocs_gen_files.open("reference/index.md", "w") as index:
         index.write("# API reference\n\nGenerated from the docstrings: every name of "
                     "`tl_leadterms` on a page of its own, then each subpackage with all its "
@@ -157,8 +191,9 @@ def reference_pages() -> None:
             index.write(f"| [`{name}`]({name}.md) | {_cell(summary)} |\n")
         index.write("\n## Subpackages\n\n| package | its names | what it is |\n"
                     "| --- | --- | --- |\n")  # fmt: skip
-        for package, members, summary in packages:
-            listed = ", ".join(f"`{m}`" for m in members)
+        for package, members, elsewhere, summary in packages:
+            listed = ", ".join(f"[`{m}`]({m}.md)" if m in elsewhere else
+                               f"[`{m}`][{targets[package][m]}]" for m in members)  # fmt: skip
             index.write(f"| [`{package}`]({package}.md) | {listed} | {_cell(summary)} |\n")
 
 
