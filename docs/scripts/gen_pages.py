@@ -25,6 +25,7 @@ import base64
 import html
 import json
 import os
+import re
 from pathlib import Path
 
 import mkdocs_gen_files
@@ -53,6 +54,47 @@ PACKAGES = [
     "tl_leadterms.models",
     "tl_leadterms.adapters",
 ]
+
+#: the guides that show each top-level name at work (page, optional anchor), linked from the top
+#: of its page; every analysis has one (tests/integration/test_docs.py checks)
+GUIDES = {
+    "decompose": ["decompose.md", "meaningful-scores.md"],
+    "attention_agreement": ["pythia-protocol.md#the-scores-on-one-model", "real-models.md"],
+    "predict_attention": ["pythia-protocol.md#the-scores-on-one-model"],
+    "covariance_similarity": ["pythia-protocol.md#the-scores-on-one-model", "effect-sizes.md"],
+    "output_agreement": ["next-token.md"],
+    "head_atlas": ["meaningful-scores.md#the-head-atlas", "explorer.md"],
+    "ablate": ["decompose.md#the-causal-test", "reproduce-paper.md#table-3-the-causal-test"],
+    "explore": ["explorer.md#the-explorer"],
+    "corpus_stats": ["corpus-statistics.md", "performance.md"],
+    "CorpusStats": ["corpus-statistics.md"],
+    "make_windows": ["corpus-statistics.md"],
+    "block_stats": ["intervals.md"],
+    "to_paper": ["real-models.md", "transformerlens.md"],
+    "load_model": ["real-models.md"],
+    "paper_model": ["decompose.md#train-the-papers-model-and-read-its-weights"],
+    "train": ["decompose.md#train-the-papers-model-and-read-its-weights", "reproduce-paper.md"],
+    "sweep": ["pythia-protocol.md#sweeps-over-checkpoints"],
+    "LeadingTermMonitor": ["next-token.md#a-monitor-for-any-training-run"],
+    "report": ["report.md"],
+    "leading_terms": ["decompose.md#one-table-for-the-theorem-one-rule-per-argument"],
+    "coefficients": ["decompose.md#one-table-for-the-theorem-one-rule-per-argument"],
+    "step_bound": ["decompose.md#one-table-for-the-theorem-one-rule-per-argument"],
+    "LeadTermsError": ["reliability.md", "conventions.md"],
+}
+
+
+def _guide_title(target: str) -> str:
+    """The title of a guide (its first heading), and of the section a fragment names."""
+    page, _, anchor = target.partition("#")
+    lines = (ROOT / "docs" / "guides" / page).read_text(encoding="utf-8").splitlines()
+    title = next(line[2:].strip() for line in lines if line.startswith("# "))
+    if not anchor:
+        return title
+    # the heading whose slug (Markdown's toc: lower case, word characters, hyphens) is anchor
+    headings = [line.lstrip("#").strip() for line in lines if line.startswith("##")]
+    slug = {re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", h.lower()).strip()): h for h in headings}
+    return f"{title} › {slug[anchor].replace('`', '')}"  # KeyError: no such section
 
 
 def _source(module: str) -> Path:
@@ -152,6 +194,9 @@ def reference_pages() -> None:
             module = _defined_in(homes.get(name, "tl_leadterms"), name)
             # the root heading is the page's title and carries the call signature
             page.write(f"`from tl_leadterms import {name}`\n\n")
+            if name in GUIDES:
+                links = "; ".join(f"[{_guide_title(g)}](../guides/{g})" for g in GUIDES[name])
+                page.write(f"**Guide:** {links}.\n\n")
             page.write(f"::: {module}.{name}\n    options:\n      show_root_heading: true\n"
                        "      show_root_full_path: false\n")  # fmt: skip
             rows.append((name, _summary(module, name)))
