@@ -8,6 +8,7 @@
   that have a page of their own, which it links to: every object is rendered once (twice
   would give one identifier two URLs, and ``--strict`` fails on that); and
   ``reference/index.md`` linking all of them;
+  A name whose docstring says "see the module docstring" gets that docstring below it.
 * ``notebook.md``: ``examples/quickstart.ipynb`` with its outputs (text, images, HTML results),
   read from an executed copy: ``$TL_LEADTERMS_EXECUTED_NOTEBOOK``, else
   :data:`EXECUTED` (``build/notebooks/quickstart.ipynb``, which the notebook test writes) when
@@ -161,6 +162,15 @@ def _summary(module: str, name: str | None = None) -> str:
     return ""
 
 
+def _cites_module(module: str, name: str) -> bool:
+    """Whether the docstring of ``name`` sends its reader to its module's docstring."""
+    tree = ast.parse(_source(module).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            return "module docstring" in (ast.get_docstring(node) or "")
+    return False
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -199,6 +209,11 @@ def reference_pages() -> None:
                 page.write(f"**Guide:** {links}.\n\n")
             page.write(f"::: {module}.{name}\n    options:\n      show_root_heading: true\n"
                        "      show_root_full_path: false\n")  # fmt: skip
+            # "see the module docstring": on the page, unless the module has a page of its own
+            if _cites_module(module, name) and module not in PACKAGES:
+                page.write(f"\n::: {module}\n    options:\n      show_root_heading: true\n"
+                           "      show_root_full_path: true\n      members: false\n"
+                           "      heading_level: 2\n")  # fmt: skip
             rows.append((name, _summary(module, name)))
         mkdocs_gen_files.set_edit_path(f"reference/{name}.md", "scripts/gen_pages.py")
     # where each top-level name's object is defined: it is rendered there, on its own page, and

@@ -12,6 +12,8 @@ read as the site's Markdown.
   (``corpus_stats``, ``CorpusStats.top``, ``tl_leadterms.theory``), resolved in the scope of
   the documented object as Python would. A role shows its name as Sphinx does (``~`` keeps
   the last part only); a name that resolves to nothing rendered on the site stays inline code.
+* "the module docstring" links to the module's docstring (rendered on the object's page by
+  ``gen_pages.py``).
 * A citation ``docs/math.md#<section>`` becomes a link to that section of the site's maths page
   (API pages live in ``reference/``, one level below it).
 """
@@ -28,6 +30,7 @@ _ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc|obj|const):`(~?)([^`]
 _MATH = re.compile(r"(?<!\]\()(?<![\w/\[])docs/math\.md#([\w-]+)")
 #: inline code (one or two backticks, as RST writes it) not already a link's text
 _CODE = re.compile(r"(?<![`\[])(``?)([A-Za-z_][\w.]*)\1(?!`)")
+_MODULE_DOC = re.compile(r"\b(?:the )?module docstring\b")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 #: the Google sections whose entries are names (``name (type): text``)
 _NAMED_SECTIONS = re.compile(
@@ -81,11 +84,10 @@ def split_combined(text: str) -> str:
     return "\n".join(out)
 
 
-def _link(identifier: str, title: str) -> str:
-    """An optional autorefs link: a link where ``identifier`` is rendered, else plain code."""
-    return (
-        f'<autoref identifier="{html.escape(identifier)}" optional><code>{title}</code></autoref>'
-    )
+def _link(identifier: str, title: str, code: bool = True) -> str:
+    """An optional autorefs link: a link where ``identifier`` is rendered, else its title."""
+    title = f"<code>{title}</code>" if code else title
+    return f'<autoref identifier="{html.escape(identifier)}" optional>{title}</autoref>'
 
 
 def _lookup(obj: griffe.Object | griffe.Alias, path: str) -> griffe.Object | griffe.Alias | None:
@@ -175,6 +177,9 @@ def markdown(text: str, obj: griffe.Object | griffe.Alias | None = None) -> str:
     """
     text = split_combined(_HEADING.sub(r"\1Examples:", text))
     text = link_names(text, obj)
+    if obj is not None and obj.module is not obj:
+        module = obj.module.path
+        text = _MODULE_DOC.sub(lambda m: _link(module, m.group(0), code=False), text)
     return _MATH.sub(lambda m: f"[docs/math.md#{m.group(1)}](../math.md#{m.group(1)})", text)
 
 
