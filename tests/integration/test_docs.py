@@ -231,6 +231,15 @@ def test_references_are_links(site):
     for page in (site / "reference").glob("*.html"):
         text = _text(_article(page))
         assert not re.search(r":(func|class|mod|meth|attr|data):`", text), page.name
+    # the guides' mentions of the API: a name, a call, a class of a subpackage, a member
+    guide = _article(site / "guides" / "decompose.html")
+    assert '<a class="autorefs autorefs-internal"' in guide
+    assert 'href="../reference/decompose.html#' in guide
+    conventions = _article(site / "guides" / "conventions.html")
+    for target in ("train.html#", "tl_leadterms.results.html#tl_leadterms.results.NullSpec"):
+        assert f'href="../reference/{target}' in conventions, target
+    corpus = _article(site / "guides" / "corpus-statistics.html")
+    assert 'href="../reference/CorpusStats.html#tl_leadterms.stats.corpus.CorpusStats.' in corpus
 
 
 def test_every_analysis_page_has_a_guide_and_an_example(site):
