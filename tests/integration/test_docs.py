@@ -142,8 +142,12 @@ def site(tmp_path_factory) -> Path:
 
 
 def test_the_site_builds_with_warnings_as_errors(site):
+    """...and works offline: no page loads a script, a stylesheet or a font from the network."""
     assert (site / "index.html").exists() and (site / "math.html").exists()
     assert (site / "reference" / "decompose.html").exists()
+    remote = re.compile(r'<(?:script|link|img|iframe)\b[^>]*(?:src|href)="(?:https?:)?//', re.I)
+    for page in site.rglob("*.html"):
+        assert not remote.search(page.read_text(encoding="utf-8")), page
 
 
 def _formulas(markdown: str) -> tuple[list[str], list[str]]:
