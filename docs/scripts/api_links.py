@@ -84,8 +84,8 @@ def api_names() -> dict[str, str]:
 def link_code(line: str, names: dict[str, str]) -> str:
     """``line`` with its inline code that names an API object as a cross-reference.
 
-    >>> link_code("`decompose(m, s)` and [`decompose`](x.md), `lr`", {"decompose": "p.decompose"})
-    '[`decompose(m, s)`][p.decompose] and [`decompose`](x.md), `lr`'
+    >>> link_code("`decompose(m, s)`, [`decompose`](math.md), `lr`", {"decompose": "p.decompose"})
+    '[`decompose(m, s)`][p.decompose], [`decompose`](math.md), `lr`'
     """
 
     def replace(match: re.Match) -> str:

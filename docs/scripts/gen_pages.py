@@ -56,39 +56,51 @@ PACKAGES = [
     "tl_leadterms.adapters",
 ]
 
-#: the guides that show each top-level name at work (page, optional anchor), linked from the top
-#: of its page; every analysis has one (tests/integration/test_docs.py checks)
+#: the guides that show each top-level name at work (path from docs/, optional anchor), linked
+#: from the top of its page; every analysis has one (tests/integration/test_docs.py checks)
 GUIDES = {
-    "decompose": ["decompose.md", "meaningful-scores.md"],
-    "attention_agreement": ["pythia-protocol.md#the-scores-on-one-model", "real-models.md"],
-    "predict_attention": ["pythia-protocol.md#the-scores-on-one-model"],
-    "covariance_similarity": ["pythia-protocol.md#the-scores-on-one-model", "effect-sizes.md"],
-    "output_agreement": ["next-token.md"],
-    "head_atlas": ["meaningful-scores.md#the-head-atlas", "explorer.md"],
-    "ablate": ["decompose.md#the-causal-test", "reproduce-paper.md#table-3-the-causal-test"],
-    "explore": ["explorer.md#the-explorer"],
-    "corpus_stats": ["corpus-statistics.md", "performance.md"],
-    "CorpusStats": ["corpus-statistics.md"],
-    "make_windows": ["corpus-statistics.md"],
-    "block_stats": ["intervals.md"],
-    "to_paper": ["real-models.md", "transformerlens.md"],
-    "load_model": ["real-models.md"],
-    "paper_model": ["decompose.md#train-the-papers-model-and-read-its-weights"],
-    "train": ["decompose.md#train-the-papers-model-and-read-its-weights", "reproduce-paper.md"],
-    "sweep": ["pythia-protocol.md#sweeps-over-checkpoints"],
-    "LeadingTermMonitor": ["next-token.md#a-monitor-for-any-training-run"],
-    "report": ["report.md"],
-    "leading_terms": ["decompose.md#one-table-for-the-theorem-one-rule-per-argument"],
-    "coefficients": ["decompose.md#one-table-for-the-theorem-one-rule-per-argument"],
-    "step_bound": ["decompose.md#one-table-for-the-theorem-one-rule-per-argument"],
-    "LeadTermsError": ["reliability.md", "conventions.md"],
+    "decompose": ["guides/decompose.md", "guides/meaningful-scores.md"],
+    "attention_agreement": [
+        "guides/pythia-protocol.md#the-scores-on-one-model",
+        "guides/real-models.md",
+    ],
+    "predict_attention": ["guides/pythia-protocol.md#the-scores-on-one-model"],
+    "covariance_similarity": [
+        "guides/pythia-protocol.md#the-scores-on-one-model",
+        "guides/effect-sizes.md",
+    ],
+    "output_agreement": ["guides/next-token.md"],
+    "head_atlas": ["guides/meaningful-scores.md#the-head-atlas", "guides/explorer.md"],
+    "ablate": [
+        "guides/decompose.md#the-causal-test",
+        "guides/reproduce-paper.md#table-3-the-causal-test",
+    ],
+    "explore": ["guides/explorer.md#the-explorer"],
+    "corpus_stats": ["guides/corpus-statistics.md", "guides/performance.md"],
+    "CorpusStats": ["guides/corpus-statistics.md"],
+    "make_windows": ["guides/corpus-statistics.md"],
+    "block_stats": ["guides/intervals.md"],
+    "to_paper": ["guides/real-models.md", "guides/transformerlens.md"],
+    "load_model": ["guides/real-models.md"],
+    "paper_model": ["guides/decompose.md#train-the-papers-model-and-read-its-weights"],
+    "train": [
+        "guides/decompose.md#train-the-papers-model-and-read-its-weights",
+        "guides/reproduce-paper.md",
+    ],
+    "sweep": ["guides/pythia-protocol.md#sweeps-over-checkpoints"],
+    "LeadingTermMonitor": ["guides/next-token.md#a-monitor-for-any-training-run"],
+    "report": ["guides/report.md"],
+    "leading_terms": ["guides/decompose.md#one-table-for-the-theorem-one-rule-per-argument"],
+    "coefficients": ["guides/decompose.md#one-table-for-the-theorem-one-rule-per-argument"],
+    "step_bound": ["guides/decompose.md#one-table-for-the-theorem-one-rule-per-argument"],
+    "LeadTermsError": ["guides/reliability.md", "guides/conventions.md"],
 }
 
 
 def _guide_title(target: str) -> str:
     """The title of a guide (its first heading), and of the section a fragment names."""
     page, _, anchor = target.partition("#")
-    lines = (ROOT / "docs" / "guides" / page).read_text(encoding="utf-8").splitlines()
+    lines = (ROOT / "docs" / page).read_text(encoding="utf-8").splitlines()
     title = next(line[2:].strip() for line in lines if line.startswith("# "))
     if not anchor:
         return title
@@ -205,7 +217,7 @@ def reference_pages() -> None:
             # the root heading is the page's title and carries the call signature
             page.write(f"`from tl_leadterms import {name}`\n\n")
             if name in GUIDES:
-                links = "; ".join(f"[{_guide_title(g)}](../guides/{g})" for g in GUIDES[name])
+                links = "; ".join(f"[{_guide_title(g)}](../{g})" for g in GUIDES[name])
                 page.write(f"**Guide:** {links}.\n\n")
             page.write(f"::: {module}.{name}\n    options:\n      show_root_heading: true\n"
                        "      show_root_full_path: false\n")  # fmt: skip
