@@ -50,13 +50,14 @@ test-all: $(STAMP) $(STAMP39)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 	HF_HUB_OFFLINE=1 $(PY39) -m pytest -q -m "hooked or models"
 
-# the documentation site (docs/, mkdocs.yml) into site/; offline, no web font or CDN
-MKDOCS := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(PY) -m mkdocs build -q
+# the documentation site (docs/, mkdocs.yml) into site/; offline, no web font or CDN. Never -q:
+# it hides the warnings, and --strict then fails with no word of why
+MKDOCS := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(PY) -m mkdocs build
 docs: $(STAMP)
 	$(MKDOCS)
 	@echo "open site/index.html"
 
-# broken links, anchors and API references fail the build
+# every warning (a broken link, anchor or API reference, a formula that does not convert) fails
 docs-strict: $(STAMP)
 	$(MKDOCS) --strict
 

@@ -4,8 +4,11 @@
   docstring by mkdocstrings with its call signature;
 * ``reference/<package>.md``: one page per subpackage of :data:`PACKAGES` with every name of
   its ``__all__`` (the result classes and specs that the top level does not re-export:
-  ``Decomposition``, ``NullSpec``, ``SweepTable``, ``TrainHistory`` ...), and
+  ``Decomposition``, ``NullSpec``, ``SweepTable``, ``TrainHistory`` ...), except the names
+  that have a page of their own, which it links to: every object is rendered once (twice
+  would give one identifier two URLs, and ``--strict`` fails on that); and
   ``reference/index.md`` linking all of them;
+  A name whose docstring says "see the module docstring" gets that docstring below it.
 * ``notebook.md``: ``examples/quickstart.ipynb`` with its outputs (text, images, HTML results),
   read from an executed copy: ``$TL_LEADTERMS_EXECUTED_NOTEBOOK``, else
   :data:`EXECUTED` (``build/notebooks/quickstart.ipynb``, which the notebook test writes) when
@@ -23,6 +26,7 @@ import base64
 import html
 import json
 import os
+import re
 from pathlib import Path
 
 import mkdocs_gen_files
@@ -52,6 +56,59 @@ PACKAGES = [
     "tl_leadterms.adapters",
 ]
 
+#: the guides that show each top-level name at work (path from docs/, optional anchor), linked
+#: from the top of its page; every analysis has one (tests/integration/test_docs.py checks)
+GUIDES = {
+    "decompose": ["guides/decompose.md", "guides/meaningful-scores.md"],
+    "attention_agreement": [
+        "guides/pythia-protocol.md#the-scores-on-one-model",
+        "guides/real-models.md",
+    ],
+    "predict_attention": ["guides/pythia-protocol.md#the-scores-on-one-model"],
+    "covariance_similarity": [
+        "guides/pythia-protocol.md#the-scores-on-one-model",
+        "guides/effect-sizes.md",
+    ],
+    "output_agreement": ["guides/next-token.md"],
+    "head_atlas": ["guides/meaningful-scores.md#the-head-atlas", "guides/explorer.md"],
+    "ablate": [
+        "guides/decompose.md#the-causal-test",
+        "guides/reproduce-paper.md#table-3-the-causal-test",
+    ],
+    "explore": ["guides/explorer.md#the-explorer"],
+    "corpus_stats": ["guides/corpus-statistics.md", "guides/performance.md"],
+    "CorpusStats": ["guides/corpus-statistics.md"],
+    "make_windows": ["guides/corpus-statistics.md"],
+    "block_stats": ["guides/intervals.md"],
+    "to_paper": ["guides/real-models.md", "guides/transformerlens.md"],
+    "load_model": ["guides/real-models.md"],
+    "paper_model": ["guides/decompose.md#train-the-papers-model-and-read-its-weights"],
+    "train": [
+        "guides/decompose.md#train-the-papers-model-and-read-its-weights",
+        "guides/reproduce-paper.md",
+    ],
+    "sweep": ["guides/pythia-protocol.md#sweeps-over-checkpoints"],
+    "LeadingTermMonitor": ["guides/next-token.md#a-monitor-for-any-training-run"],
+    "report": ["guides/report.md"],
+    "leading_terms": ["guides/decompose.md#one-table-for-the-theorem-one-rule-per-argument"],
+    "coefficients": ["guides/decompose.md#one-table-for-the-theorem-one-rule-per-argument"],
+    "step_bound": ["guides/decompose.md#one-table-for-the-theorem-one-rule-per-argument"],
+    "LeadTermsError": ["guides/reliability.md", "guides/conventions.md"],
+}
+
+
+def _guide_title(target: str) -> str:
+    """The title of a guide (its first heading), and of the section a fragment names."""
+    page, _, anchor = target.partition("#")
+    lines = (ROOT / "docs" / page).read_text(encoding="utf-8").splitlines()
+    title = next(line[2:].strip() for line in lines if line.startswith("# "))
+    if not anchor:
+        return title
+    # the heading whose slug (Markdown's toc: lower case, word characters, hyphens) is anchor
+    headings = [line.lstrip("#").strip() for line in lines if line.startswith("##")]
+    slug = {re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", h.lower()).strip()): h for h in headings}
+    return f"{title} › {slug[anchor].replace('`', '')}"  # KeyError: no such section
+
 
 def _source(module: str) -> Path:
     path = ROOT.joinpath(*module.split("."))
@@ -61,7 +118,10 @@ def _source(module: str) -> Path:
 def _defined_in(module: str, name: str, depth: int = 0) -> str:
     """The module whose source defines ``name`` (following re-exports)."""
     tree = ast.parse(_source(module).read_text(encoding="utf-8"))
-    for node in tree.body:
+    # the module's own statements and those of its ``if TYPE_CHECKING:`` blocks (a package
+    # that imports its names lazily states where they come from there)
+    body = [n for node in tree.body for n in (node.body if isinstance(node, ast.If) else [node])]
+    for node in body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
             return module
         if isinstance(node, ast.ImportFrom) and any(a.name == name for a in node.names):
@@ -114,8 +174,32 @@ def _summary(module: str, name: str | None = None) -> str:
     return ""
 
 
+def _cites_module(module: str, name: str) -> bool:
+    """Whether the docstring of ``name`` sends its reader to its module's docstring."""
+    tree = ast.parse(_source(module).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            return "module docstring" in (ast.get_docstring(node) or "")
+    return False
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def _shadowed(package: str, members: list[str]) -> dict[str, str]:
+    """The members of ``package`` that share a submodule's name, each with what to render.
+
+    To mkdocstrings such a name is the submodule (``covariance.token_maps`` the module, not the
+    function it defines; ``adapters.factored`` is a module), and a package page shows no
+    submodule: each gets a block of its own.
+    """
+    out = {}
+    for m in members:
+        if _source(f"{package}.{m}").exists():
+            defined = _defined_in(package, m)
+            out[m] = f"{defined}.{m}" if defined != package else f"{package}.{m}"
+    return out
 
 
 def reference_pages() -> None:
@@ -132,21 +216,43 @@ def reference_pages() -> None:
             module = _defined_in(homes.get(name, "tl_leadterms"), name)
             # the root heading is the page's title and carries the call signature
             page.write(f"`from tl_leadterms import {name}`\n\n")
+            if name in GUIDES:
+                links = "; ".join(f"[{_guide_title(g)}](../{g})" for g in GUIDES[name])
+                page.write(f"**Guide:** {links}.\n\n")
             page.write(f"::: {module}.{name}\n    options:\n      show_root_heading: true\n"
                        "      show_root_full_path: false\n")  # fmt: skip
+            # "see the module docstring": on the page, unless the module has a page of its own
+            if _cites_module(module, name) and module not in PACKAGES:
+                page.write(f"\n::: {module}\n    options:\n      show_root_heading: true\n"
+                           "      show_root_full_path: true\n      members: false\n"
+                           "      heading_level: 2\n")  # fmt: skip
             rows.append((name, _summary(module, name)))
         mkdocs_gen_files.set_edit_path(f"reference/{name}.md", "scripts/gen_pages.py")
+    # where each top-level name's object is defined: it is rendered there, on its own page, and
+    # nowhere else (one object rendered on two pages gets two URLs for one identifier)
+    own_page = {(_defined_in(homes.get(n, "tl_leadterms"), n), n) for n in names if n in homes}
     packages = []
+    targets: dict[str, dict[str, str]] = {}  # package -> member -> its identifier on the page
     for package in PACKAGES:
         members = _module_all(package)
         if not _source(package).exists() or not members:
             continue
+        elsewhere = {m for m in members if (_defined_in(package, m), m) in own_page}
+        shadowed = _shadowed(package, [m for m in members if m not in elsewhere])
+        here = [m for m in members if m not in elsewhere and m not in shadowed]
+        targets[package] = {m: shadowed.get(m, f"{package}.{m}") for m in [*here, *shadowed]}
         with mkdocs_gen_files.open(f"reference/{package}.md", "w") as page:
             page.write(f"::: {package}\n    options:\n      show_root_heading: true\n"
                        "      show_root_full_path: true\n      show_submodules: false\n"
-                       f"      members: {json.dumps(members)}\n")  # fmt: skip
+                       f"      members: {json.dumps(here)}\n")  # fmt: skip
+            for target in shadowed.values():
+                page.write(f"\n::: {target}\n    options:\n      show_root_heading: true\n"
+                           "      show_root_full_path: true\n      heading_level: 2\n")  # fmt: skip
+            if elsewhere:
+                links = ", ".join(f"[`{m}`]({m}.md)" for m in members if m in elsewhere)
+                page.write(f"\nAlso exported by `{package}`, each on a page of its own: {links}.\n")
         mkdocs_gen_files.set_edit_path(f"reference/{package}.md", "scripts/gen_pages.py")
-        packages.append((package, members, _summary(package)))
+        packages.append((package, members, elsewhere, _summary(package)))
     with mkdocs_gen_files.open("reference/index.md", "w") as index:
         index.write("# API reference\n\nGenerated from the docstrings: every name of "
                     "`tl_leadterms` on a page of its own, then each subpackage with all its "
@@ -157,8 +263,9 @@ def reference_pages() -> None:
             index.write(f"| [`{name}`]({name}.md) | {_cell(summary)} |\n")
         index.write("\n## Subpackages\n\n| package | its names | what it is |\n"
                     "| --- | --- | --- |\n")  # fmt: skip
-        for package, members, summary in packages:
-            listed = ", ".join(f"`{m}`" for m in members)
+        for package, members, elsewhere, summary in packages:
+            listed = ", ".join(f"[`{m}`]({m}.md)" if m in elsewhere else
+                               f"[`{m}`][{targets[package][m]}]" for m in members)  # fmt: skip
             index.write(f"| [`{package}`]({package}.md) | {listed} | {_cell(summary)} |\n")
 
 

@@ -159,9 +159,10 @@ class ResultTable:
         A column of integers stays integer where some rows lack it (``layer`` of a whole-model
         row, ``head`` of a layer-level one): pandas' nullable ``Int64``, not floats with NaN.
 
-        >>> t = ResultTable([{"layer": 0, "head": None}, {"layer": 1, "head": 2}])
-        >>> [str(d) for d in t.to_pandas().dtypes]
-        ['int64', 'Int64']
+        Example:
+            >>> t = ResultTable([{"layer": 0, "head": None}, {"layer": 1, "head": 2}])
+            >>> [str(d) for d in t.to_pandas().dtypes]
+            ['int64', 'Int64']
         """
         import pandas as pd
 

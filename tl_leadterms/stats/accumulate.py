@@ -58,8 +58,8 @@ class ContextCounts:
 class ContextAccumulator(PassBase):
     """Pass one: bigram pair counts, unigram counts and the context map Φ̄.
 
-    Φ̄[i, j] = (1/NT) Σ_n Σ_t (1/t) Σ_{m<=t} [y_t = i][x_m = j] − μ_j, with
-    μ_j = (u/NT) Σ_n Σ_m [x_m = j] Σ_{t>=m} 1/t.
+    ``Φ̄[i, j] = (1/NT) Σ_n Σ_t (1/t) Σ_{m<=t} [y_t = i][x_m = j] − μ_j``, with
+    ``μ_j = (u/NT) Σ_n Σ_m [x_m = j] Σ_{t>=m} 1/t``.
 
     ``last_target="paper-code"`` counts every window with its last target replaced by token 0
     (the paper's ``pythia.py``; see :mod:`.definitions`).
