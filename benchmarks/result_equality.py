@@ -103,15 +103,15 @@ def family_results(folder: Path) -> dict[str, Any]:
 
 def sweep_results(folder: Path) -> dict[str, Any]:
     from tl_leadterms import corpus_stats, sweep
-    from tl_leadterms.loading.series import train_neox_series
+    from tl_leadterms.loading.series import load_windows, train_neox_series
 
-    V, T = 64, 16
-    tokens = _markov(64, T + 1, V, seed=6)
-    stats = corpus_stats(tokens, d_vocab=V, progress=False)
-    series = train_neox_series(folder / "series", tokens, d_vocab=V, n_ctx=T, n_layers=2,
-                               d_model=32, n_heads=2, steps=4, checkpoints=[0, 4], batch_size=8,
-                               lr=3e-3, progress=False)  # fmt: skip
-    table = sweep(series, stats, analyses=["decompose", "covariance"], null=5, progress=False)
+    out = folder / "series"
+    train_neox_series(out, n_stories=60, vocab_size=120, n_ctx=16, d_model=16, n_layers=2,
+                      n_heads=2, steps=4, checkpoints=[0, 4], batch_size=8, lr=3e-3,
+                      progress=False)  # fmt: skip
+    d_vocab = json.loads((out / "series.json").read_text())["d_vocab"]
+    stats = corpus_stats(load_windows(out), d_vocab=d_vocab, progress=False)
+    table = sweep(out, stats, analyses=["decompose", "covariance"], null=5, progress=False)
     return {"sweep": table}
 
 
