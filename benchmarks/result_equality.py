@@ -20,13 +20,20 @@ package takes, so the same script runs on a tree before and after a change of AP
 
 ``--compare`` prints every path whose value differs (numbers equal to 1e-12 relative count as
 equal, NaN equals NaN; dictionary order never counts) and exits 1 when there is any.
+
+``--report OLD.html NEW.html`` compares two reports (e.g. ``tl-leadterms demo``'s, written by
+two trees): it cuts each page's sections into their pieces (tables, paragraphs, figures, views,
+headings, findings), with the random element ids of the circuitsvis views, the dates and the
+images' bytes normalised, and prints the pieces found in one page only, whatever their order.
 """
 
 import argparse
 import json
 import math
+import re
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -159,12 +166,34 @@ def differences(old: Any, new: Any, path: str = "") -> list[str]:
     return []
 
 
+def report_pieces(page: str) -> list[str]:
+    """The pieces of a report's sections (see the module docstring), normalised."""
+    volatile = {r"tl-leadterms-cv-[0-9a-f]+": "CV", r"data:image/png;base64,[^\"]+": "PNG",
+                r"\d{4}-\d\d-\d\d \d\d:\d\d UTC": "DATE"}  # fmt: skip
+    for pattern, same in volatile.items():
+        page = re.sub(pattern, same, page)
+    bodies = re.findall(r'<section id="[^"]+"><h2>[^<]*</h2>\n(.*?)\n</section>', page, re.S)
+    piece = (
+        r"(<table.*?</table>|<p[ >].*?</p>|<figure.*?</figure>|<pre.*?</pre>"
+        r"|<h3>.*?</h3>|<li>.*?</li>)"
+    )
+    return [p for body in bodies for p in re.findall(piece, body, re.S)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", help="the JSON file to write")
     parser.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"))
     parser.add_argument("--parts", nargs="+", default=["paper", "families", "sweep"])
+    parser.add_argument("--report", nargs=2, metavar=("OLD", "NEW"))
     args = parser.parse_args()
+    if args.report:
+        old, new = (Counter(report_pieces(Path(p).read_text())) for p in args.report)
+        for name, only in (("old", old - new), ("new", new - old)):
+            for piece, count in only.items():
+                print(f"only in the {name} ({count}×): {piece[:240]}")
+        print(f"{sum(old.values())} pieces in the old page, {sum(new.values())} in the new")
+        return 0
     if args.compare:
         old, new = (json.loads(Path(p).read_text()) for p in args.compare)
         found = differences(old, new)

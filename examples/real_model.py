@@ -81,8 +81,7 @@ def main() -> None:
     print("\n".join(repr(agree).splitlines()[:6]) + "\n  ...")
     page = step(
         "report",
-        lambda: report(out / "report.html", stats=stats, model=model, tokenizer=tok,
-                       text=stories[0][:300], decomposition=d, progress=False),
+        lambda: report(out / "report.html", d, agree, stats=stats, model=model, progress=False),
     )  # fmt: skip
     print(f"wrote {page} ({page.stat().st_size / 2**20:.1f} MB)")
 

@@ -41,7 +41,7 @@ _HOMES = {
     "sweep": "tl_leadterms.sweeps",
     "LeadingTermMonitor": "tl_leadterms.sweeps",
     "explore": "tl_leadterms.explorer",
-    "report": "tl_leadterms.report",
+    "report": "tl_leadterms.reports",
     # how a run and how sure a number is are given
     "Schedule": "tl_leadterms.theory",
     "Uncertainty": "tl_leadterms.results.uncertainty",
@@ -110,7 +110,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
     from tl_leadterms.explorer import explore
     from tl_leadterms.loading import load_model
     from tl_leadterms.models import paper_model
-    from tl_leadterms.report import report
+    from tl_leadterms.reports import report
     from tl_leadterms.results.bootstrap import BootstrapSpec
     from tl_leadterms.results.null import NullSpec
     from tl_leadterms.results.uncertainty import Uncertainty

@@ -9,7 +9,9 @@ imports nothing heavy: a sub-package is imported when its function or a hook is 
 A sub-package whose line says ``sweep=True`` exports ``sweep_rows(model, stats, **options)``
 (the tidy rows of one checkpoint); one with ``monitor=`` exports ``monitor_scores(model, stats,
 context)`` (a flat ``{name: value}`` of one training step, ``context`` a
-:class:`MonitorContext`).
+:class:`MonitorContext`); one with ``report=`` exports ``report_section(result)`` (its
+result's :class:`~tl_leadterms.results.sections.Section` of a report, with the findings it
+writes about it, whose id is the ``report`` name).
 
 >>> analysis("decompose").result_class().__name__
 'Decomposition'
@@ -60,7 +62,8 @@ class Analysis:
         monitor: the name the training monitor knows it by (the sub-package exports
             ``monitor_scores``); None: not monitored.
         needs_tokens: it reads held-out windows (``tokens=``) besides the statistics.
-        report: the id of the report section that shows its result; None: none.
+        report: the id of the report section its package renders from its result
+            (``report_section``); None: none.
     """
 
     name: str
@@ -103,6 +106,12 @@ class Analysis:
             raise LeadTermsError(f"the {self.name!r} analysis is not watched by the monitor")
         return self.package().monitor_scores(model, stats, context)
 
+    def report_section(self, result: Any) -> Any:
+        """``result``'s section of a report (analyses with a ``report`` name only)."""
+        if self.report is None:
+            raise LeadTermsError(f"the {self.name!r} analysis has no report section")
+        return self.package().report_section(result)
+
 
 #: every analysis, one line each, in the order tables and menus list them
 ANALYSES = (
@@ -113,13 +122,14 @@ ANALYSES = (
              "attention_agreement", "AttentionAgreement", report="attention"),
     Analysis("output", "next-token agreement of the leading-term model with the model's own",
              "output_agreement", "OutputAgreement", sweep=True, monitor="output",
-             needs_tokens=True),
+             needs_tokens=True, report="output"),
     Analysis("covariance", "the paper's covariance protocol (its Pythia experiment)",
-             "covariance_similarity", "CovarianceSimilarity", sweep=True, monitor="covariance"),
+             "covariance_similarity", "CovarianceSimilarity", sweep=True, monitor="covariance",
+             report="covariance"),
     Analysis("atlas", "one row per attention head: what the theory and TransformerLens say of "
              "it", "head_atlas", "HeadAtlas", report="atlas"),
     Analysis("ablation", "remove a weight's projection onto its leading term (Table 3)",
-             "ablate", "AblationTable"),
+             "ablate", "AblationTable", report="ablation"),
 )  # fmt: skip
 _BY_NAME = {a.name: a for a in ANALYSES}
 #: their names, in the same order

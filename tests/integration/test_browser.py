@@ -30,9 +30,11 @@ FLAGS = [
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    from tl_leadterms import corpus_stats, decompose, paper_model, train
+    from tl_leadterms import corpus_stats, decompose, head_atlas, paper_model, train
+    from tl_leadterms.analyses.attention import plot_attention
     from tl_leadterms.data import generate_stories, train_word_tokenizer
-    from tl_leadterms.report import report
+    from tl_leadterms.explorer import associations
+    from tl_leadterms.reports import report
     from tl_leadterms.stats import make_windows
 
     stories = generate_stories(200, seed=3)
@@ -47,11 +49,16 @@ def page(tmp_path_factory):
             row.update(score=row["cosine"], lo=row["cosine"] - 0.01, hi=row["cosine"] + 0.01,
                        null_mean=0.1, null_sd=0.05, z=17.0, p=0.001)  # fmt: skip
     path = tmp_path_factory.mktemp("report") / "report.html"
-    report(path, stats=stats, model=model, tokenizer=tokenizer, history=history,
-           decomposition=decomposition, text="the little girl saw a red ball",
-           words=["red", "he"], schedule=(1.0, 4), title="browser <test> & report",
-           atlas_html='<div class="head-atlas"><table><tr><td>L0H0</td></tr></table></div>',
-           )  # fmt: skip
+    text = "the little girl saw a red ball"
+    results = [
+        decomposition,
+        head_atlas(model, stats, null=5, schedule=history),
+        plot_attention(model, stats, text, tokenizer=tokenizer, schedule=history),
+        associations(stats, ["red", "he"], text=text, tokenizer=tokenizer),
+        history,
+    ]
+    report(path, *results, stats=stats, model=model, title="browser <test> & report",
+           progress=False)  # fmt: skip
     return path
 
 

@@ -94,7 +94,8 @@ def test_demo_prints_association_lists_and_saves(tmp_path, capsys):
     words = re.findall(r'class="view association" data-word="([^"]+)"', page)
     assert {"red", "fish", "he"} <= set(words)
     assert "L2H0" in page and "predicted" in page and 'class="sample-text"' in page
-    assert page.count("data:image/png;base64,") == 2  # history; scores with CI and null bands
+    # the history; each decomposition's scores with their null band (training) or CI (held out)
+    assert page.count("data:image/png;base64,") == 3
     assert '<section id="findings">' in page and '<table class="heatmap"' in page
     assert not re.search(r"(?:src|href)=[\"']?https?://", page)
     # the decomposition at step 4, the attention views at step 96: visibly non-uniform
@@ -289,7 +290,9 @@ def test_report_from_the_command_line(series, tmp_path, capsys):
     assert 'data-word="the"' in page and "L1H1" in page and "&lt;b&gt;tiny&lt;/b&gt;" in page
     # a word outside this small tokenizer gets a note, not the [UNK] token's neighbours
     assert "&#x27;red&#x27; is not in the tokenizer&#x27;s vocabulary" in page
-    assert main(["report", str(series["stats"]), "-o", str(out), "--quiet"]) == 0  # stats only
+    out.unlink()  # statistics alone: nothing to show, one line, no page
+    assert main(["report", str(series["stats"]), "-o", str(out), "--quiet"]) == 2
+    assert "nothing to report: pass --model" in capsys.readouterr().err and not out.exists()
 
 
 def test_errors_exit_2_with_a_message(tmp_path, capsys):
@@ -407,4 +410,5 @@ def test_block_files_read_as_the_whole_corpus(series, tmp_path, capsys):
     assert list(plain["label"]) == list(blocks["label"])
     np.testing.assert_allclose(blocks["cosine"], plain["cosine"], rtol=0, atol=1e-9)
     out = tmp_path / "r.html"
-    assert main(["report", str(path), "-o", str(out), "--quiet"]) == 0 and out.is_file()
+    assert main(["report", str(path), "--model", ckpt, "-o", str(out), "--quiet"]) == 0
+    assert out.is_file()

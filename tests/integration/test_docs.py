@@ -250,7 +250,7 @@ def test_references_are_links(site):
     assert '<a class="autorefs autorefs-internal"' in guide
     assert 'href="../reference/decompose.html#' in guide
     conventions = _article(site / "guides" / "conventions.html")
-    for target in ("train.html#", "tl_leadterms.results.html#tl_leadterms.results.NullSpec"):
+    for target in ("train.html#", "NullSpec.html#tl_leadterms.results.null.NullSpec"):
         assert f'href="../reference/{target}' in conventions, target
     corpus = _article(site / "guides" / "corpus-statistics.html")
     assert 'href="../reference/CorpusStats.html#tl_leadterms.stats.corpus.CorpusStats.' in corpus

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tl_leadterms.loading.series import load_windows, train_neox_series
-from tl_leadterms.report import report
+from tl_leadterms.reports import report
 from tl_leadterms.stats import corpus_stats
 from tl_leadterms.sweeps.run import sweep
 
@@ -62,7 +62,7 @@ def test_table_report_and_figure_say_so(table, stats, tmp_path):
     lines = block.splitlines()
     assert lines[2].strip().startswith("L0") and lines[3].strip().startswith("excess")
     assert any(line.strip().startswith("common share") for line in lines[:12])
-    page = report(tmp_path / "r.html", stats=stats, sweep_table=table,
+    page = report(tmp_path / "r.html", table, stats=stats,
                   progress=False).read_text(encoding="utf-8")  # fmt: skip
     findings = re.search(r'<ul class="findings">(.*?)</ul>', page, re.S).group(1)
     sentence = re.search(r"Sweep paper value_post: the share of the raw score carried by "

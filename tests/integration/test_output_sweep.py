@@ -10,7 +10,7 @@ import torch
 from tl_leadterms import corpus_stats, output_agreement, sweep
 from tl_leadterms.loading.checkpoint import load_model
 from tl_leadterms.loading.series import load_series, load_windows, train_neox_series
-from tl_leadterms.report.findings import HOLD_EXPLAINED, findings
+from tl_leadterms.results.findings import HOLD_EXPLAINED
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_sweep_output_columns_plot_and_finding(series, stats_and_held, tmp_path)
 
     figure = plot_sweep(table, "output_explained", path=tmp_path / "explained.png")
     assert (tmp_path / "explained.png").stat().st_size > 0 and figure.axes
-    text = findings(sweep_table=table)
+    text = " ".join(table.report_section().findings)
     assert "unigram → model KL gap" in text and f"{HOLD_EXPLAINED:.0%}" in text
 
 

@@ -298,7 +298,7 @@ def test_decompose_null_has_excess_q_and_repr_leads_with_excess(trained, stats):
 
 
 def test_findings_say_when_the_null_is_too_small_for_any_q():
-    from tl_leadterms.report.findings import _null_and_ci
+    from tl_leadterms.results.findings import null_and_ci
 
     def rows(p_values):
         return [
@@ -306,8 +306,8 @@ def test_findings_say_when_the_null_is_too_small_for_any_q():
             for i, p in enumerate(p_values)
         ]
 
-    small = " ".join(_null_and_ci(rows([0.1, 0.1, 0.3])))  # R = 9: p is at least 0.1
+    small = " ".join(null_and_ci(rows([0.1, 0.1, 0.3])))  # R = 9: p is at least 0.1
     assert "0 stand out" in small and "the smallest p here is 0.1" in small
     assert "R ≥ 19" in small
-    enough = " ".join(_null_and_ci(rows([0.01, 0.01, 0.3])))  # R = 99
+    enough = " ".join(null_and_ci(rows([0.01, 0.01, 0.3])))  # R = 99
     assert "2 stand out" in enough and "smallest p" not in enough

@@ -130,18 +130,18 @@ def test_progress_is_passed_down(built, monkeypatch, progress):
 
 def test_report_embeds_the_explorer(built, tmp_path):
     from tl_leadterms import decompose
-    from tl_leadterms.report import report
+    from tl_leadterms.reports import report
 
     explorer, model, stats, _ = built
     d = decompose(model, stats, per_head=True)
-    out = report(tmp_path / "r.html", stats=stats, decomposition=d, explorer=explorer,
+    out = report(tmp_path / "r.html", explorer, d, stats=stats,
                  progress=False).read_text(encoding="utf-8")  # fmt: skip
-    section = out[out.index('id="decompose"') :]
+    section = out[out.index('<section id="explorer">') :]
     frame = section.index('<iframe class="tl-explorer" id="tl-explorer-')
-    assert frame < section.index('<table class="heatmap"')  # above the static heatmaps
+    assert frame < section.index('<table class="heatmap"')  # the order given: above the heatmaps
     assert "tl-summary" in section[frame : frame + 2_000_000]
-    with pytest.raises(LeadTermsError, match="explorer=True builds the explorer of model="):
-        report(tmp_path / "r2.html", stats=stats, decomposition=d, explorer=True, progress=False)
+    with pytest.raises(LeadTermsError, match="report takes results that render a section"):
+        report(tmp_path / "r2.html", d, "explorer", progress=False)
 
 
 @pytest.mark.hooked

@@ -11,7 +11,6 @@ import torch
 from tests.reference import expansion_factor, resample_quantile
 from tl_leadterms import LeadTermsError, block_stats, corpus_stats, decompose, paper_model, train
 from tl_leadterms.analyses.decompose.compute import leading_cosines
-from tl_leadterms.report.findings import findings
 from tl_leadterms.results.bootstrap import Bootstrap, BootstrapSpec
 from tl_leadterms.results.intervals import DEFAULT_METHOD, METHODS, interval
 
@@ -324,7 +323,9 @@ def test_markov_paper_model_every_row_holds_its_estimate(one_numba_thread):
         f"{d.rows[0]['corrected']:9.6f} [{d.rows[0]['lo']:9.6f}, {d.rows[0]['hi']:9.6f}]" in shown
     )
     widths = sorted(r["hi"] - r["lo"] for r in d.rows)
-    text = findings(d)  # the report's sentence: a real median width, 2 significant digits
+    text = " ".join(
+        d.report_section().findings
+    )  # the report's sentence: a real median width, 2 significant digits
     assert f"over {len(widths)} scores: median width {widths[len(widths) // 2]:.2g}" in text
     assert float(f"{widths[len(widths) // 2]:.2g}") > 0
 

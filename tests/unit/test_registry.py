@@ -89,3 +89,19 @@ def test_no_other_module_keeps_a_list_of_analysis_names(tmp_path):
         if lines:
             wrong[where] = lines
     assert not wrong, f"lists of analysis names outside tl_leadterms/registry.py: {wrong}"
+
+
+def test_the_report_holds_no_list_of_sections():
+    """``report()`` composes the sections its results render: its module names no section
+    (no literal id or title of one), so a new analysis needs no change there."""
+    from tl_leadterms import registry
+
+    named = {a.report for a in registry.ANALYSES} | {"history", "sweep", "explorer"}
+    for path in (PACKAGE / "reports").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+        assert not named & literals, f"{path.name} names sections {sorted(named & literals)}"
+    compose = (PACKAGE / "reports" / "compose.py").read_text(encoding="utf-8")
+    body = ast.parse(compose)
+    report = next(n for n in body.body if isinstance(n, ast.FunctionDef) and n.name == "report")
+    assert report.end_lineno - report.lineno + 1 <= 60 + len(ast.get_docstring(report).split("\n"))

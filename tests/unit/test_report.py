@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import unchecked
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.report import report
+from tl_leadterms.reports import report
 from tl_leadterms.sweeps.table import SweepTable
 
 N_LAYERS = 2
@@ -37,16 +37,20 @@ def _external(page: str) -> list[str]:
     return found
 
 
+def _results(trained, text="the little girl saw a red ball", words=("red", "he")):
+    from tl_leadterms import decompose
+    from tl_leadterms.analyses.attention import plot_attention
+    from tl_leadterms.explorer import associations
+
+    model, stats, history = trained["model"], trained["stats"], trained["history"]
+    return [decompose(model, stats, schedule=history, per_head=True),
+            plot_attention(model, stats, text, schedule=history),
+            associations(stats, list(words), text=text), history]  # fmt: skip
+
+
 def test_full_report_is_self_contained(trained, tmp_path):
-    path = report(
-        tmp_path / "sub" / "report.html",
-        **trained,
-        text="the little girl saw a red ball",
-        words=["red", "he"],
-        lr=1.0,
-        steps=3,
-        progress=False,
-    )
+    path = report(tmp_path / "sub" / "report.html", *_results(trained), stats=trained["stats"],
+                  model=trained["model"], progress=False)  # fmt: skip
     assert path == tmp_path / "sub" / "report.html"
     page = path.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
@@ -61,9 +65,13 @@ def test_full_report_is_self_contained(trained, tmp_path):
     # attention views: actual heads next to the prediction, one circuitsvis bundle for all
     assert "L0H0" in page and "L1H0" in page and "predicted" in page
     assert page.count("CircuitsVis=") == 1 and page.count("CircuitsVis.render(") == N_LAYERS
-    # the findings on top, then heatmaps (V, W, P × cosine, explained, character)
-    assert page.index('id="findings"') < page.index('id="provenance"')
-    assert page.count('<table class="heatmap"') == 3 * 3
+    # the findings on top, then the sections in the order the results were given
+    order = [
+        page.index(f'<section id="{s}">')
+        for s in ("findings", "provenance", "decompose", "attention", "associations", "history")
+    ]
+    assert order == sorted(order)
+    assert page.count('<table class="heatmap"') == 3 * 3  # V, W, P × cosine, explained, character
     assert '<details class="decompose-details" open>' in page  # 2 layers: the table is open
     assert "Training history: every weight keeps cosine ≥ 0.9" in page
     assert page.count("data:image/png;base64,") == 1  # the training history
@@ -73,34 +81,50 @@ def test_full_report_is_self_contained(trained, tmp_path):
     assert len(list(tmp_path.joinpath("sub").iterdir())) == 1  # no temporary file left
 
 
+def test_the_report_computes_nothing_it_is_given(trained, tmp_path, monkeypatch):
+    """Composing a page runs no analysis and converts no model: each result renders itself."""
+    import importlib
+
+    compute = importlib.import_module("tl_leadterms.analyses.decompose.compute")
+    convert = importlib.import_module("tl_leadterms.adapters.convert")
+
+    results = _results(trained)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the report computed what it was given")
+
+    monkeypatch.setattr(compute, "weights_for_stats", refuse)  # what every decompose does first
+    monkeypatch.setattr(convert, "to_paper", refuse)
+    page = report(tmp_path / "r.html", *results, stats=trained["stats"], model=trained["model"],
+                  progress=False).read_text()  # fmt: skip
+    assert page.count('class="decompose-row"') == 7
+
+
 def test_user_strings_are_escaped(trained, tmp_path):
-    page = report(
-        tmp_path / "r.html",
-        stats=trained["stats"],
-        model=trained["model"],
-        title=EVIL,
-        text=f"the red ball {EVIL}",
-        words=["red", EVIL],
-        progress=False,
-    ).read_text()
+    results = _results(trained, text=f"the red ball {EVIL}", words=("red", EVIL))
+    page = report(tmp_path / "r.html", *results, stats=trained["stats"], title=EVIL,
+                  progress=False).read_text()  # fmt: skip
     assert EVIL not in page and 'alert("x")' not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
     assert f"<title>{EVIL}" not in page
 
 
-def test_missing_parts_become_notes(trained, tmp_path):
-    page = report(tmp_path / "r.html", stats=trained["stats"], progress=False).read_text()
+def test_only_what_is_given_gets_a_section(trained, tmp_path):
+    from tl_leadterms.explorer import associations
+
+    lists = associations(trained["stats"], ["red"])
+    page = report(tmp_path / "r.html", lists, progress=False).read_text()
+    sections = re.findall(r'<section id="([^"]+)">', page)
+    assert sections == ["findings", "provenance", "associations"]
     assert "decompose-row" not in page and "CircuitsVis" not in page and "data:image" not in page
-    assert "No model or decomposition given" in page and "No words given" in page
-    assert "No text given" in page and "No training history" in page
-    page = report(
-        tmp_path / "r.html", stats=trained["stats"], text="a red ball", progress=False
-    ).read_text()
-    assert "Attention views need a model" in page
+    assert "No statistics given: pass stats=" in page and "No model given" in page
+    with pytest.raises(LeadTermsError, match="report needs at least one result"):
+        report(tmp_path / "e.html", stats=trained["stats"], progress=False)
 
 
 def test_given_decomposition_and_sweep_table(trained, tmp_path):
     from tl_leadterms import decompose
+    from tl_leadterms.explorer import associations
 
     d = decompose(trained["model"], trained["stats"], per_head=False)
     records = [
@@ -118,14 +142,9 @@ def test_given_decomposition_and_sweep_table(trained, tmp_path):
         for row in record["rows"]:
             row.update(analysis="decompose", head=None)
     table = SweepTable.from_records(records, metadata={})
-    page = report(
-        tmp_path / "r.html",
-        stats=trained["stats"],
-        decomposition=d,
-        sweep_table=table,
-        words={"bigram": ["red"], "context": ["fish"]},
-        progress=False,
-    ).read_text()
+    lists = associations(trained["stats"], {"bigram": ["red"], "context": ["fish"]})
+    page = report(tmp_path / "r.html", d, table, lists, stats=trained["stats"],
+                  progress=False).read_text()  # fmt: skip
     labels = re.findall(r'class="decompose-row"[^>]*data-label="([^"]+)"', page)
     assert labels == ["W_O", "L0", "L1", "L0", "L1", "L0", "L1"]  # per layer, heads combined
     assert page.count("data:image/png;base64,") == 2  # one heatmap per score
@@ -136,28 +155,31 @@ def test_given_decomposition_and_sweep_table(trained, tmp_path):
 
 
 def test_bad_arguments(trained, tmp_path):
+    from tl_leadterms.explorer import associations
+
     stats = trained["stats"]
+    lists = associations(stats, ["red"])
     with pytest.raises(LeadTermsError, match="is a folder"):
-        report(tmp_path, stats=stats, progress=False)
+        report(tmp_path, lists, progress=False)
     with pytest.raises(LeadTermsError, match="stats must be a CorpusStats"):
-        unchecked(report)(tmp_path / "r.html", stats={}, progress=False)
+        unchecked(report)(tmp_path / "r.html", lists, stats={}, progress=False)
     with pytest.raises(LeadTermsError, match="words must"):
-        report(tmp_path / "r.html", stats=stats, words=3, progress=False)
+        associations(stats, 3)
     with pytest.raises(LeadTermsError, match="words must map kinds"):
-        report(tmp_path / "r.html", stats=stats, words={"nonsense": ["red"]}, progress=False)
+        associations(stats, {"nonsense": ["red"]})
     with pytest.raises(LeadTermsError, match="title must be a string"):
-        unchecked(report)(tmp_path / "r.html", stats=stats, title=3, progress=False)
-    with pytest.raises(LeadTermsError, match="lr must be a finite number > 0"):
-        unchecked(report)(tmp_path / "r.html", stats=stats, lr=-1.0, progress=False)
+        unchecked(report)(tmp_path / "r.html", lists, title=3, progress=False)
+    with pytest.raises(LeadTermsError, match="report takes results that render a section"):
+        report(tmp_path / "r.html", lists, {"rows": []}, progress=False)
     with pytest.raises(LeadTermsError, match="path must be a file path"):
-        unchecked(report)(None, stats=stats, progress=False)
+        unchecked(report)(None, lists, progress=False)
     assert not (tmp_path / "r.html").exists()
 
 
 def test_docstring_example():
     import importlib
 
-    module = importlib.import_module("tl_leadterms.report")  # the attribute is the function
+    module = importlib.import_module("tl_leadterms.reports.compose")
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
 
 
@@ -166,10 +188,10 @@ def test_report_of_a_deep_model_stays_small(tmp_path):
     """12 layers × 4 heads: heatmaps, the per-head rows inside a collapsed <details>, and a
     handful of attention views (the best and worst agreeing heads)."""
     from tests.factories import random_attn_only
-    from tl_leadterms import corpus_stats
+    from tl_leadterms import corpus_stats, decompose
+    from tl_leadterms.analyses.attention import ATTENTION_VIEWS, plot_attention
+    from tl_leadterms.analyses.decompose.report import COSINE_FLOOR, EXPLAINED_FLOOR
     from tl_leadterms.data import generate_stories, train_word_tokenizer
-    from tl_leadterms.report.sections import ATTENTION_VIEWS
-    from tl_leadterms.report.tables import COSINE_FLOOR, EXPLAINED_FLOOR
     from tl_leadterms.stats import make_windows
 
     stories = generate_stories(60, seed=2)
@@ -177,7 +199,8 @@ def test_report_of_a_deep_model_stays_small(tmp_path):
     windows = make_windows(stories, n_ctx=12, tokenizer=tokenizer)[:64]
     stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
     model = random_attn_only(len(tokenizer), 12, seed=1, n_layers=12, n_heads=4)
-    path = report(tmp_path / "deep.html", stats=stats, model=model, text=None, progress=False)
+    d = decompose(model, stats, per_head=True)
+    path = report(tmp_path / "deep.html", d, stats=stats, model=model, progress=False)
     page = path.read_text(encoding="utf-8")
     size = path.stat().st_size
     print(f"12x4 report without attention views: {size / 1e3:.0f} kB")
@@ -201,8 +224,8 @@ def test_report_of_a_deep_model_stays_small(tmp_path):
         if float(cosine) < COSINE_FLOOR:
             assert implied == "–"
     # with a text: ATTENTION_VIEWS heads, one view each, and the agreement beside each
-    path = report(tmp_path / "deep_text.html", stats=stats, model=model, progress=False,
-                  text="the little girl saw a red ball")  # fmt: skip
+    views = plot_attention(model, stats, "the little girl saw a red ball", heads=ATTENTION_VIEWS)
+    path = report(tmp_path / "deep_text.html", d, views, stats=stats, progress=False)
     page = path.read_text(encoding="utf-8")
     print(f"12x4 report with attention views: {path.stat().st_size / 1e3:.0f} kB")
     heads = re.findall(r'<p class="agreement" data-head="(L\d+H\d+)">', page)
@@ -213,7 +236,7 @@ def test_report_of_a_deep_model_stays_small(tmp_path):
 
 
 def test_findings_null_ci_and_atlas(trained, tmp_path):
-    from tl_leadterms import decompose
+    from tl_leadterms import decompose, head_atlas
 
     d = decompose(trained["model"], trained["stats"], schedule=(1.0, 3), per_head=True)
     # the columns of the null and CI helpers, written here by hand
@@ -222,17 +245,13 @@ def test_findings_null_ci_and_atlas(trained, tmp_path):
                    null_mean=0.1, null_sd=0.05, z=9.0, p=0.5 if i == 2 else 0.001)  # fmt: skip
     label = f"{d.rows[2]['weight']} {d.rows[2]['label']}"
 
-    class Atlas:
-        def html(self):
-            return '<div class="head-atlas"><span>L0H0</span></div>'
-
-    page = report(tmp_path / "r.html", stats=trained["stats"], decomposition=d,
-                  head_atlas=Atlas(), progress=False).read_text()  # fmt: skip
+    atlas = head_atlas(trained["model"], trained["stats"], null=5)
+    page = report(tmp_path / "r.html", d, atlas, stats=trained["stats"],
+                  progress=False).read_text()  # fmt: skip
     findings = re.search(r'<ul class="findings">(.*?)</ul>', page, re.S).group(1)
     assert f"1 of {len(d.rows)} scores are indistinguishable from the null (p ≥ 0.05): " in findings
     assert label in findings
     assert f"over {len(d.rows)} scores: median width 0.04" in findings
-    assert "The head atlas is below" in findings
     assert '<div class="view atlas"><div class="head-atlas">' in page
     for column in ("null_mean", "null_sd", "z", "p", "lo", "hi"):
         assert f"<th>{column}</th>" in page
@@ -241,16 +260,9 @@ def test_findings_null_ci_and_atlas(trained, tmp_path):
     row = re.search(rf'<tr class="decompose-row" id="decompose-{d.rows[2]["weight"]}-'
                     rf'{d.rows[2]["label"]}".*?</tr>', page).group(0)  # fmt: skip
     assert re.findall(r"<td[^>]*>(.*?)</td>", row)[4] == "–"
-    bare = report(tmp_path / "b.html", stats=trained["stats"], decomposition=d,
-                  atlas_html=EVIL, progress=False).read_text()  # fmt: skip
-    assert EVIL in bare  # atlas_html is trusted HTML, placed as given
     plain = decompose(trained["model"], trained["stats"], per_head=True)
-    page = report(tmp_path / "p.html", stats=trained["stats"], decomposition=plain,
-                  progress=False).read_text()  # fmt: skip
+    page = report(tmp_path / "p.html", plain, progress=False).read_text()
     assert "No null baseline in these rows" in page and "No confidence intervals" in page
-    assert "No head atlas given" in page
-    with pytest.raises(LeadTermsError, match=r"\.html\(\)"):
-        report(tmp_path / "x.html", stats=trained["stats"], head_atlas=3, progress=False)
 
 
 def _first_neighbours(page: str) -> list[str]:
@@ -267,9 +279,11 @@ def test_association_lists_name_their_scoring(trained, tmp_path):
     import torch
 
     stats, tokenizer = trained["stats"], trained["tokenizer"]
+    from tl_leadterms.explorer import associations
+
     words = {"interchangeability": ["he"]}
-    cosine = report(tmp_path / "c.html", stats=stats, words=words, progress=False).read_text()
-    raw = report(tmp_path / "r.html", stats=stats, words=words, associations="raw",
+    cosine = report(tmp_path / "c.html", associations(stats, words), progress=False).read_text()
+    raw = report(tmp_path / "r.html", associations(stats, words, scoring="raw"),
                  progress=False).read_text()  # fmt: skip
     assert 'class="association-scoring" data-scoring="cosine"' in cosine
     assert "<strong>cosine</strong> scoring: each entry divided by the norms" in cosine
@@ -292,8 +306,7 @@ def test_association_lists_name_their_scoring(trained, tmp_path):
     raw_ref = best(sigma[he])
     assert _first_neighbours(raw)[1] == raw_ref
     with pytest.raises(LeadTermsError, match="associations must be one of"):
-        report(tmp_path / "x.html", stats=stats, words=words, associations="tfidf",
-               progress=False)  # fmt: skip
+        associations(stats, words, scoring="tfidf")
 
 
 def _tv_reference(pattern) -> float:
@@ -318,11 +331,15 @@ def test_attention_of_a_later_checkpoint(trained, tmp_path):
     later = copy.deepcopy(trained["model"])
     windows = make_windows(generate_stories(200, seed=3), n_ctx=16, tokenizer=tokenizer)[:96]
     train(later, windows, lr=1.0, steps=40, progress=False)  # steps 4..43 of the same run
+    from tl_leadterms import decompose
+    from tl_leadterms.analyses.attention import plot_attention
+
     text = "the little girl saw a red ball"
-    page = report(tmp_path / "r.html", **trained, text=text, schedule=(1.0, 3),
-                  attention_model=later, attention_step=43, progress=False).read_text()  # fmt: skip
+    d = decompose(trained["model"], stats, schedule=(1.0, 3), per_head=True)
+    views = plot_attention(later, stats, text, step=43)  # past the regime: the scale fitted
+    page = report(tmp_path / "r.html", d, views, progress=False).read_text()
     assert "The weights at step 3 (s·η = 3)" in page
-    assert 'data-step="43"' in page and "step 43 (s·η = 43)" in page
+    assert 'data-step="43"' in page and "<strong>step 43</strong>" in page
     assert "scale c fitted to this checkpoint" in page
     rows = re.findall(r'class="attention-row" data-head="(L\dH0)" data-tv-actual="([^"]+)"', page)
     ids = torch.tensor([tokenizer.encode(text, add_special_tokens=False)])
@@ -332,5 +349,5 @@ def test_attention_of_a_later_checkpoint(trained, tmp_path):
         assert float(tv) == pytest.approx(_tv_reference(cache["pattern", layer][0, 0]), abs=1e-5)
     assert [label for label, _ in rows] == ["L0H0", "L1H0"]
     assert "Attention on the sample text at step 43" in page
-    with pytest.raises(LeadTermsError, match="attention_step"):
-        report(tmp_path / "x.html", stats=stats, attention_step=-1, progress=False)
+    with pytest.raises(LeadTermsError, match="step must be an integer"):
+        plot_attention(later, stats, text, step=-1)

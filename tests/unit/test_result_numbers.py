@@ -270,3 +270,24 @@ def test_plot_functions_refuse_other_results(results):
 
 def test_token_maps_is_a_token_maps(results):
     assert isinstance(results["TokenMaps"], TokenMaps)
+
+
+def test_every_result_renders_its_own_report_section(results):
+    """Every result a report takes renders its own section (its package's ``report_section``),
+    with escaped findings; the registry's ``report=`` name is the section's id."""
+    from tl_leadterms import registry
+    from tl_leadterms.results.sections import Section
+
+    ids = {}
+    for name, result in results.items():
+        if name == "TokenMaps":  # an input of the covariance protocol, not a result to show
+            continue
+        section = result.report_section()
+        assert isinstance(section, Section) and section.body, name
+        assert all("<script" not in f for f in section.findings), name
+        ids[name] = section.id
+    for spec in registry.ANALYSES:
+        assert spec.report is not None, f"{spec.name} renders no report section"
+        assert ids[spec.result] == spec.report
+        assert spec.report_section(results[spec.result]).id == spec.report
+    assert ids["TrainHistory"] == "history" and ids["SweepTable"] == "sweep"

@@ -10,7 +10,6 @@ its extra keywords to the analyses by name, so one name meaning two things is a 
 
 import inspect
 import re
-import types
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -56,9 +55,14 @@ SHARED = {
         POSITIONAL,
         REQUIRED,
         "the model to read (a ReadableModel)",
-        (("report", None, "a report of statistics alone needs no model", KEYWORD),),
+        (("report", None, "read for its provenance only: the results hold the scores", KEYWORD),),
     ),
-    "stats": Shared(POSITIONAL, REQUIRED, "the corpus statistics"),
+    "stats": Shared(
+        POSITIONAL,
+        REQUIRED,
+        "the corpus statistics",
+        (("report", None, "read for its provenance only: the results hold the scores", KEYWORD),),
+    ),
     "tokens": Shared(
         POSITIONAL,
         REQUIRED,
@@ -201,8 +205,6 @@ def _public_functions() -> dict[str, Any]:
              for name, home in PACKAGE_FUNCTIONS.items()}  # fmt: skip
     for name in tl_leadterms.__all__:
         value = getattr(tl_leadterms, name)
-        if isinstance(value, types.ModuleType):  # the report subpackage, callable as report()
-            value = getattr(value, name)
         if inspect.isfunction(value):
             found[name] = value
     found["distributed.corpus_stats"] = ray_corpus_stats

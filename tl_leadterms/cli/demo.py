@@ -253,30 +253,29 @@ def _print_agreement(trained: dict, tokenizer, lr: float, steps: int) -> None:
 
 
 def _demo_report(args, stats, tokenizer, stories: list[str], trained: dict) -> None:
-    """report.html: the decompose table, association lists, attention views, history figure."""
-    from tl_leadterms.report import report
+    """report.html: the decompositions, the head atlas, the attention views, the association
+    lists and the training history, each computed once above or here."""
+    from tl_leadterms.analyses.attention import plot_attention
+    from tl_leadterms.explorer import associations
+    from tl_leadterms.reports import report
 
     start = time.perf_counter()
     text = trained.get("text")
-    path = report(
-        Path(args.out) / "report.html",
-        stats=trained.get("stats", stats),
-        association_stats=stats,
-        model=trained.get("model"),
-        tokenizer=tokenizer,
-        text=text,
-        history=trained.get("history"),
-        decomposition=trained.get("decomposition"),
-        held_out=trained.get("held_out"),
-        head_atlas=trained.get("atlas"),
-        words=DEMO_WORDS,
-        title="tl_leadterms demo: the embedded stories corpus",
-        schedule=(args.train_lr, args.train_steps) if trained else None,
-        associations=DEMO_SCORING,
-        attention_model=trained.get("later"),
-        attention_step=trained.get("later_step"),
-        progress=not args.quiet,
-    )
+    results = [
+        trained[k] for k in ("decomposition", "held_out", "atlas") if trained.get(k) is not None
+    ]
+    if trained:  # the attention of the later checkpoint (scale fitted), else the early one's
+        later = trained["later"]
+        run = None if later else (args.train_lr, args.train_steps)
+        results.append(plot_attention(later or trained["model"], trained["stats"], text,
+                                      tokenizer=tokenizer, schedule=run,
+                                      step=trained["later_step"] if later else None))  # fmt: skip
+    results.append(associations(stats, DEMO_WORDS, text=text, tokenizer=tokenizer,
+                                scoring=DEMO_SCORING))  # fmt: skip
+    results += [trained["history"]] if trained else []
+    path = report(Path(args.out) / "report.html", *results, stats=trained.get("stats", stats),
+                  model=trained.get("model"), progress=not args.quiet,
+                  title="tl_leadterms demo: the embedded stories corpus")  # fmt: skip
     size = human_size(path.stat().st_size)
     print(f"\nWrote {path} ({size}, {time.perf_counter() - start:.1f} s): open it in a browser")
 

@@ -19,7 +19,7 @@ __all__ = ["add_parser", "cmd_report"]
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tl_leadterms.report import report, statistics_needed
+    from tl_leadterms.reports import report, statistics_needed
 
     check_output(args.output, "-o")
     text = args.text
@@ -39,21 +39,43 @@ def cmd_report(args: argparse.Namespace) -> int:
         tokenizer = model_view(model, caller="tl-leadterms report").tokenizer
     needed = statistics_needed(model=model is not None, words=bool(args.words))
     stats = read_stats(args.stats, tokenizer, want=needed)  # only the tables it shows
-    sweep_table = _read_sweep(args.sweep_results) if args.sweep_results else None
-    path = report(
-        args.output,
-        stats=stats,
-        model=model,
-        tokenizer=tokenizer,
-        text=text,
-        words=args.words or None,
-        sweep_table=sweep_table,
-        title=args.title,
-        schedule=run_of(args),
-        progress=not args.quiet,
-    )
+    results = _results(args, stats, model, tokenizer, text)
+    if not results:
+        raise LeadTermsError(
+            "nothing to report: pass --model (its decomposition, and with --text its attention), "
+            "--words (association lists) or --sweep-results"
+        )
+    path = report(args.output, *results, stats=stats, model=model, title=args.title,
+                  progress=not args.quiet)  # fmt: skip
     print(f"wrote {path} ({human_size(path.stat().st_size)})")
     return 0
+
+
+def _results(args: argparse.Namespace, stats, model, tokenizer, text) -> list:
+    """What the report shows, computed once each: the model's decomposition and its attention
+    on the text, the words' association lists, the sweep table."""
+    from tl_leadterms.adapters.view import model_view
+    from tl_leadterms.analyses.attention import ATTENTION_VIEWS, plot_attention
+    from tl_leadterms.analyses.decompose import decompose
+    from tl_leadterms.explorer import associations
+
+    results: list = []
+    run = run_of(args)
+    if model is not None:
+        results.append(decompose(model, stats, schedule=run, per_head=True,
+                                 progress=not args.quiet))  # fmt: skip
+        view = model_view(model, caller="tl-leadterms report")
+        many = view.n_layers * view.n_heads > ATTENTION_VIEWS
+        if text is not None:
+            results.append(plot_attention(model, stats, text, tokenizer=tokenizer, schedule=run,
+                                          heads=ATTENTION_VIEWS if many else None))  # fmt: skip
+    elif text is not None:
+        raise LeadTermsError("--text shows the attention of a model: add --model")
+    if args.words:
+        results.append(associations(stats, args.words, text=text, tokenizer=tokenizer))
+    if args.sweep_results:
+        results.append(_read_sweep(args.sweep_results))
+    return results
 
 
 def _read_sweep(path: str):

@@ -5,7 +5,7 @@
 beside a text shaded by them.
 """
 
-from tl_leadterms.explorer.associations import plot_associations
+from tl_leadterms.explorer.associations import Associations, associations, plot_associations
 from tl_leadterms.explorer.build import Explorer, explore
 
-__all__ = ["Explorer", "explore", "plot_associations"]
+__all__ = ["Associations", "Explorer", "associations", "explore", "plot_associations"]

@@ -1,4 +1,6 @@
-"""``plot_associations``: a word's association lists beside the text shaded by them."""
+"""``plot_associations``: a word's association lists beside the text shaded by them;
+:func:`associations`: several words' at once, as one result that renders in a notebook and in a
+report."""
 
 import html
 from typing import Any, Literal
@@ -9,12 +11,13 @@ from torch import Tensor
 from tl_leadterms.checks import check_stats, positive_int
 from tl_leadterms.errors import LeadTermsError, check_choice
 from tl_leadterms.results.html import View
+from tl_leadterms.results.sections import Section, esc, note
 from tl_leadterms.results.tokens import encode_text, shaded_tokens, token_label, token_labels
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.neighbours import SCORINGS, scored_row
 from tl_leadterms.stats.scoring import DEFAULT_EXCLUDE, DEFAULT_SCORING
 
-__all__ = ["ASSOCIATIONS", "plot_associations"]
+__all__ = ["ASSOCIATIONS", "Associations", "associations", "plot_associations"]
 
 # the three statistics of the paper's Figure 5, by the names the user passes
 ASSOCIATIONS = {"bigram": "B_bar", "interchangeability": "Sigma_B", "context": "Phi_bar"}
@@ -160,3 +163,140 @@ def plot_associations(
         parts.append(shaded_tokens(labels, values, scale=scale))
         data.update(kind=kind, text_tokens=ids, labels=labels, values=values, scale=scale)
     return View(parts, title=f"Associations of {html.unescape(name)}", data=data)
+
+
+#: what each association scoring means, for the caption above the lists
+SCORING_MEANINGS = {
+    "raw": "the statistic's own values, as the paper prints them (its Figure 5); on real "
+    "corpora the most frequent tokens top every list",
+    "cosine": "each entry divided by the norms of its row and of its column (for Σ_B̄ the "
+    "cosine of the two tokens' B̄ columns), so a neighbour ranks by how much of its own mass "
+    "it shares with the word rather than by how frequent it is; the values rank the list and "
+    "are not bounded by 1 except for Σ_B̄ (for B̄ and Φ̄ they scale with 1/‖M‖)",
+    "ppmi": "positive pointwise mutual information of the statistic's positive part read as "
+    "co-occurrence weights, max(0, log(M_ij·S / (r_i·c_j))): frequency-corrected",
+}
+
+
+def word_pairs(words: object) -> list[tuple[str, Any]]:
+    """``words`` (a word, a list, or a dict kind -> words) as ``(kind, word)`` pairs; a list
+    is read as context."""
+    if isinstance(words, str):
+        words = [words]
+    if isinstance(words, dict):
+        if any(k not in ASSOCIATIONS for k in words) or not all(
+            isinstance(v, (list, tuple)) for v in words.values()
+        ):
+            raise LeadTermsError(
+                f"words must map kinds {tuple(ASSOCIATIONS)} to lists of words, got {words!r}; "
+                "e.g. words={'bigram': ['red'], 'context': ['fish']}"
+            )
+        pairs = [(kind, w) for kind, ws in words.items() for w in ws]
+    elif isinstance(words, (list, tuple)):
+        pairs = [("context", w) for w in words]
+    else:
+        raise LeadTermsError(
+            f"words must be None, a word, a list of words or a dict kind -> words, got {words!r}"
+        )
+    if not all(isinstance(w, (str, int)) and not isinstance(w, bool) for _, w in pairs):
+        raise LeadTermsError(f"words must be strings or token ids, got {words!r}")
+    return pairs
+
+
+def scoring_caption(scoring: str, excluded: list[str]) -> str:
+    """The sentence above the association lists: which scoring ranks them, what it means, and
+    which tokens are left out.
+
+    >>> scoring_caption("raw", [])[:60]
+    '<p class="association-scoring" data-scoring="raw">Neighbours'
+    """
+    check_choice("associations", scoring, SCORINGS)
+    left_out = (
+        f" Special tokens ({', '.join(excluded)}) are left out of the lists." if excluded else ""
+    )
+    return (
+        f'<p class="association-scoring" data-scoring="{esc(scoring)}">Neighbours ranked by '
+        f"<strong>{esc(scoring)}</strong> scoring: {esc(SCORING_MEANINGS[scoring])}. The text "
+        f"is shaded by the same scoring.{esc(left_out)} (Scorings: "
+        f"{esc(', '.join(SCORINGS))}; pass associations(..., scoring=...) to change it; "
+        "formulas in tl_leadterms.stats.neighbours.)</p>"
+    )
+
+
+class Associations:
+    """Several words' association lists beside a text shaded by them (:func:`associations`):
+    renders in a notebook, and as the association section of a report.
+
+    Attributes:
+        views: ``(kind, word, View or None, error or None)`` per word, in order.
+        caption: the HTML sentence naming the scoring.
+    """
+
+    def __init__(self, views: list[tuple[str, Any, Any, str | None]], caption: str) -> None:
+        self.views, self.caption = views, caption
+
+    def _repr_html_(self) -> str:
+        parts = [self.caption]
+        for kind, word, view, error in self.views:
+            if view is None:
+                parts.append(note(f"{word!r}: {error}"))
+            else:
+                attrs = f'data-word="{esc(word)}" data-kind="{esc(kind)}"'
+                inner = view.fragment(library=False)
+                parts.append(f'<div class="view association" {attrs}>{inner}</div>')
+        return "\n".join(parts)
+
+    def report_section(self) -> Section:
+        return Section("associations", "Association lists", self._repr_html_())
+
+
+def associations(
+    stats: CorpusStats,
+    words: object,
+    *,
+    text: str | None = None,
+    tokenizer: Any = None,
+    scoring: str = DEFAULT_SCORING,
+    exclude_special: bool = True,
+) -> Associations:
+    """Each word's neighbours under ``scoring`` (:func:`plot_associations` per word), and
+    ``text`` shaded by its association with the word; a caption names the scoring.
+
+    Args:
+        stats: corpus statistics.
+        words: a word, a list of words (context associations), or a dict kind -> words
+            (``{"bigram": ["red"], "context": ["fish"]}``); a word that never occurred gets a
+            note instead of its lists.
+        text: a text shaded by each word's association (needs a tokenizer).
+        tokenizer: encodes words and text; default ``stats.tokenizer``.
+        scoring: ``"cosine"`` (default, as :meth:`CorpusStats.top`), ``"ppmi"`` or ``"raw"``.
+        exclude_special: leave the tokenizer's special tokens out of the lists.
+
+    Example:
+        >>> import torch
+        >>> from tl_leadterms import corpus_stats
+        >>> stats = corpus_stats(torch.randint(0, 12, (16, 9)), d_vocab=12, progress=False)
+        >>> [w for _, w, *_ in associations(stats, [3, 5]).views]
+        [3, 5]
+    """
+    stats = check_stats(stats)
+    tokenizer = tokenizer if tokenizer is not None else stats.tokenizer
+    pairs = word_pairs(words)
+    check_choice("associations", scoring, SCORINGS)
+    exclude, excluded = _special_tokens(tokenizer) if exclude_special else ([], [])
+    views = []
+    for kind, word in pairs:
+        try:  # a word that never occurred gets a note, not a list of empty tables
+            stats.check_occurred(stats.vocab.position(stats.token_id_of(word, tokenizer)), word)
+            view = plot_associations(stats, word, tokenizer, kind=kind, text=text,
+                                     scoring=scoring, exclude=exclude or None)  # fmt: skip
+            views.append((kind, word, view, None))
+        except LeadTermsError as err:
+            views.append((kind, word, None, str(err)))
+    return Associations(views, scoring_caption(scoring, excluded))
+
+
+def _special_tokens(tokenizer: Any) -> tuple[list[int], list[str]]:
+    ids = [int(i) for i in getattr(tokenizer, "all_special_ids", None) or []]
+    names = [str(t) for t in getattr(tokenizer, "all_special_tokens", None) or []]
+    return ids, names if len(names) == len(ids) else [str(i) for i in ids]

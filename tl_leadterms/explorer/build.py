@@ -37,6 +37,7 @@ from tl_leadterms.explorer.page import page
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.html import circuitsvis_library
 from tl_leadterms.results.null import NullSpec
+from tl_leadterms.results.sections import Section
 from tl_leadterms.results.tokens import encode_text, token_texts
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.corpus import CorpusStats
@@ -104,6 +105,10 @@ class Explorer:
 
     def _repr_html_(self) -> str:
         return self.iframe()
+
+    def report_section(self) -> Section:
+        """The explorer embedded in a report (:meth:`iframe`)."""
+        return Section("explorer", "Explorer", self.iframe())
 
     def __repr__(self) -> str:
         s = self.data["summary"]

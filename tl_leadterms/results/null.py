@@ -50,6 +50,7 @@ from tl_leadterms.errors import LeadTermsError
 
 __all__ = [
     "NULL_COLUMNS",
+    "P_LEVEL",
     "Q_LEVEL",
     "NullSpec",
     "add_qvalues",
@@ -62,6 +63,8 @@ __all__ = [
 NULL_COLUMNS = ("score", "null_mean", "null_sd", "z", "p", "excess", "excess_share")
 #: the false-discovery rate at which a row "stands out" (``q`` at or below it)
 Q_LEVEL = 0.05
+#: a null p-value at or above this is "indistinguishable from the null"
+P_LEVEL = 0.05
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,17 @@ class ResultTable:
 
         return table_html(self)
 
+    def report_section(self) -> Any:
+        """This result's :class:`~tl_leadterms.results.sections.Section` of a report, rendered
+        by its own package's ``report_section`` (an analysis's, as its line in
+        :mod:`tl_leadterms.registry` declares; a training history's; a sweep table's)."""
+        import importlib
+
+        package = importlib.import_module(type(self).__module__.rpartition(".")[0])
+        if not callable(getattr(package, "report_section", None)):
+            raise LeadTermsError(f"{type(self).__name__} has no report section")
+        return package.report_section(self)
+
     def plot(self, **kwargs: Any) -> Any:
         """This result's figure: each result class draws its own (this base has none)."""
         raise LeadTermsError(

@@ -8,7 +8,7 @@
 * :mod:`~tl_leadterms.sweeps.figure`: the sweep heatmaps.
 """
 
-from tl_leadterms.sweeps.figure import plot_sweep, plot_sweep_null
+from tl_leadterms.sweeps.figure import plot_sweep, plot_sweep_null, report_section
 from tl_leadterms.sweeps.monitor import LeadingTermMonitor
 from tl_leadterms.sweeps.on_ray import RayExecutor
 from tl_leadterms.sweeps.run import sweep
@@ -20,5 +20,6 @@ __all__ = [
     "SweepTable",
     "plot_sweep",
     "plot_sweep_null",
+    "report_section",
     "sweep",
 ]

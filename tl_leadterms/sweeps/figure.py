@@ -10,8 +10,17 @@ from tl_leadterms.results.figures import (
     new_figure,
     save_figure,
 )
+from tl_leadterms.results.findings import (
+    HOLD_COSINE,
+    common,
+    explained_text,
+    first_below,
+    row_excess,
+)
+from tl_leadterms.results.null import Q_LEVEL
+from tl_leadterms.results.sections import Section, esc, figure_block
 
-__all__ = ["plot_sweep", "plot_sweep_null"]
+__all__ = ["plot_sweep", "plot_sweep_null", "report_section"]
 
 
 def plot_sweep(table: object, score: object, *, analysis: object = None, path: object = None):
@@ -122,3 +131,69 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
     axes[-1].set_xlabel("checkpoint")
     save_figure(fig, path)
     return fig
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _layer_rows(table, analysis: str, score: str) -> list[dict]:
+    return [r for r in table.rows if r["analysis"] == analysis and r["score"] == score
+            and r["head"] is None]  # fmt: skip
+
+
+def _effects(table) -> list[str]:
+    """Per score with a null or a common share: its range, excess over the null and common
+    share."""
+    out = []
+    for analysis, score in table.scores():
+        rows = [r for r in _layer_rows(table, analysis, score) if _finite(r.get("value"))]
+        if not any(_finite(r.get("null_mean")) or _finite(r.get("common_share")) for r in rows):
+            continue
+        values = sorted(r["value"] for r in rows)
+        text = f"Sweep {analysis} {score}: score {values[0]:.3f} to {values[-1]:.3f}"
+        excess = [row_excess(r) for r in rows if _finite(r.get("null_mean"))]
+        if excess:
+            text += f"; excess over the null mean {min(excess):.3g} to {max(excess):.3g}"
+            q = [r["q"] for r in rows if _finite(r.get("q"))]
+            if q:
+                text += f", {sum(v <= Q_LEVEL for v in q)} of {len(q)} rows with q ≤ {Q_LEVEL}"
+        out.append(esc(text + "."))
+        out += common(rows, f"Sweep {analysis} {score}")
+    return out
+
+
+def _holds(table) -> list[str]:
+    """Per cosine score, where it first falls below ``HOLD_COSINE``; where the leading-term
+    model's explained share first falls below ``HOLD_EXPLAINED``."""
+    out = []
+    for analysis, score in table.scores():
+        grid = table.pivot(score, analysis=analysis)
+        if grid.empty or not (score.startswith("cos") or score == "output_explained"):
+            continue
+        cols = [str(c) for c in grid.columns]
+        if score == "output_explained":
+            out.append(esc(explained_text("Sweep", cols, [float(v) for v in grid.iloc[0]])))
+            continue
+        hits = ((layer, first_below(cols, [float(v) for v in values]))
+                for layer, values in grid.iterrows())  # fmt: skip
+        broken = [f"layer {layer} at {h[0]} ({h[1]:.3f})" for layer, h in hits if h is not None]
+        text = (f"Sweep {score}: below {HOLD_COSINE} from " + "; ".join(broken) if broken
+                else f"Sweep {score}: ≥ {HOLD_COSINE} at every checkpoint and layer")  # fmt: skip
+        out.append(esc(text + "."))
+    return out
+
+
+def report_section(table) -> Section:
+    """The report section of a sweep table: the table, one heatmap per score (and, with a
+    null, its raw score, null band and excess), and what the scores say across checkpoints."""
+    parts = [f'<pre class="sweep">{esc(repr(table))}</pre>']
+    for analysis, score in table.scores():
+        parts.append(figure_block(lambda a=analysis, s=score: plot_sweep(table, s, analysis=a),
+                                  f"sweep {analysis}: {score}"))  # fmt: skip
+        if any(r.get("null_mean") is not None for r in _layer_rows(table, analysis, score)):
+            parts.append(figure_block(
+                lambda a=analysis, s=score: plot_sweep_null(table, s, analysis=a),
+                f"sweep {analysis}: {score} — raw score, null band and excess"))  # fmt: skip
+    findings = tuple(_effects(table) + _holds(table))
+    return Section("sweep", "Checkpoint sweep", "\n".join(parts), findings)

@@ -1,11 +1,14 @@
 """Training curves: the cosine of each weight with its leading term, and the loss, per step."""
 
 import math
+from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.figures import COSINE_GAP_FLOOR, new_figure, save_figure
+from tl_leadterms.results.figures import COSINE_GAP_FLOOR, check_result, new_figure, save_figure
+from tl_leadterms.results.findings import HOLD_COSINE, explained_text, first_below
+from tl_leadterms.results.sections import Section, esc, figure_block
 
-__all__ = ["plot_history"]
+__all__ = ["plot_history", "report_section"]
 
 
 def plot_history(history: object, path: object = None):
@@ -24,13 +27,7 @@ def plot_history(history: object, path: object = None):
         An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
         notebook; ``.savefig`` as any matplotlib figure).
     """
-    from tl_leadterms.training import TrainHistory
-
-    if not isinstance(history, TrainHistory):
-        raise LeadTermsError(
-            f"history must be the TrainHistory returned by tl_leadterms.train, got "
-            f"{type(history).__name__}"
-        )
+    check_result(history, "TrainHistory", "train")
     if not history.steps:
         raise LeadTermsError("the history is empty; train for at least one step first")
     fig, (top, bottom) = new_figure(8.0, 6.0, rows=2)
@@ -60,3 +57,26 @@ def plot_history(history: object, path: object = None):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     save_figure(fig, path)
     return fig
+
+
+def report_section(history: Any) -> Section:
+    """The report section of a training history: its figure, and where the theory stops
+    holding (the first step a weight's cosine falls below ``HOLD_COSINE``, or the leading-term
+    model's explained share of the KL gap below ``HOLD_EXPLAINED``)."""
+    said = []
+    if history.cosines:
+        broken = {n: hit for n, v in history.cosines.items()
+                  if (hit := first_below(history.steps, v)) is not None}  # fmt: skip
+        if broken:
+            where = "; ".join(f"{n} at step {s} (cosine {v:.3f})" for n, (s, v) in broken.items())
+            said.append(f"Training history: the theory stops holding (cosine < {HOLD_COSINE}) "
+                        f"for {where}.")  # fmt: skip
+        else:
+            said.append(f"Training history: every weight keeps cosine ≥ {HOLD_COSINE} with its "
+                        f"leading term through step {history.steps[-1]}.")  # fmt: skip
+    if history.scores.get("output_explained"):
+        said.append(explained_text("Training history", history.steps,
+                                   history.scores["output_explained"]))  # fmt: skip
+    body = figure_block(lambda: plot_history(history),
+                        "Training history: loss and 1 − cosine (log scale)")  # fmt: skip
+    return Section("history", "Training history", body, tuple(esc(s) for s in said))

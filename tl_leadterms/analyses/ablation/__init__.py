@@ -6,5 +6,11 @@ Its computation and result (:class:`AblationTable`, :mod:`.compute`) and its fig
 
 from tl_leadterms.analyses.ablation.compute import AblationTable, ablate, evaluate_loss
 from tl_leadterms.analyses.ablation.figure import plot_ablation
+from tl_leadterms.results.sections import Section
 
-__all__ = ["AblationTable", "ablate", "evaluate_loss", "plot_ablation"]
+__all__ = ["AblationTable", "ablate", "evaluate_loss", "plot_ablation", "report_section"]
+
+
+def report_section(result: AblationTable) -> Section:
+    """The report section of an ablation table: its table."""
+    return Section("ablation", "Ablation of the leading terms", result._repr_html_())

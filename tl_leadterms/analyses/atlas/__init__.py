@@ -11,6 +11,7 @@ from tl_leadterms.analyses.atlas.figure import (
     character_key,
     plot_atlas,
 )
+from tl_leadterms.results.sections import Section
 
 __all__ = [
     "CHARACTER_COLOURS",
@@ -21,4 +22,10 @@ __all__ = [
     "detector_scores",
     "head_atlas",
     "plot_atlas",
+    "report_section",
 ]
+
+
+def report_section(result: HeadAtlas) -> Section:
+    """The report section of a head atlas: its grid."""
+    return Section("atlas", "Head atlas", f'<div class="view atlas">{atlas_html(result)}</div>')

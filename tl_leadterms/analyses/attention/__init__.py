@@ -13,15 +13,31 @@ from tl_leadterms.analyses.attention.compute import (
     predicted_scores,
 )
 from tl_leadterms.analyses.attention.figure import plot_agreement
-from tl_leadterms.analyses.attention.views import plot_attention, tv_from_uniform
+from tl_leadterms.analyses.attention.views import (
+    ATTENTION_VIEWS,
+    AttentionView,
+    agreement_section,
+    plot_attention,
+    tv_from_uniform,
+)
 
 __all__ = [
+    "ATTENTION_VIEWS",
     "AttentionAgreement",
+    "AttentionView",
     "attention_agreement",
     "attention_scale",
     "plot_agreement",
     "plot_attention",
     "predict_attention",
     "predicted_scores",
+    "report_section",
     "tv_from_uniform",
 ]
+
+
+def report_section(result: "AttentionAgreement | AttentionView"):
+    """The report section of an agreement table or of :func:`plot_attention`'s views."""
+    if isinstance(result, AttentionView):
+        return result.report_section()
+    return agreement_section(result)

@@ -1,6 +1,7 @@
 """circuitsvis views: a model's attention next to the predicted one, and a token's neighbours."""
 
 import html
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -10,15 +11,31 @@ from torch import Tensor
 
 from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.adapters.view import tokenizer_for
-from tl_leadterms.checks import Layers, check_layers, check_stats, check_vocab, positive_int
+from tl_leadterms.checks import (
+    Layers,
+    check_layers,
+    check_stats,
+    check_steps,
+    check_vocab,
+    positive_int,
+)
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.html import View
 from tl_leadterms.results.labels import head_label, parse_head_label
+from tl_leadterms.results.sections import Section, esc, num, step_text
 from tl_leadterms.results.tokens import encode_text, token_labels
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule, ScheduleLike, run_shorthands
 
-__all__ = ["extreme_heads", "from_uniform", "plot_attention", "tv_from_uniform"]
+__all__ = [
+    "ATTENTION_VIEWS",
+    "AttentionView",
+    "agreement_section",
+    "extreme_heads",
+    "from_uniform",
+    "plot_attention",
+    "tv_from_uniform",
+]
 
 
 def _token_list(tokens: object, tokenizer: Any) -> list[int]:
@@ -57,7 +74,8 @@ def plot_attention(
     heads: int | Sequence[str] | None = None,
     tokenizer: Any = None,
     schedule: ScheduleLike = None,
-) -> View:
+    step: int | None = None,
+) -> "AttentionView":
     """Attention heads on one sequence, next to the leading-term prediction and their agreement.
 
     The model runs once (hooks on ``hook_pattern``); the same patterns serve
@@ -82,12 +100,16 @@ def plot_attention(
         tokenizer: to encode a string and label the tokens (html-escaped, with their spaces).
         schedule: the training run of the paper model, if known (a
             :class:`~tl_leadterms.theory.Schedule` or an ``(lr, steps)`` pair).
+        step: the training step of ``model``, for the captions of its report section (default:
+            the schedule's ``steps``); give it for a checkpoint past the theorem's regime shown
+            with a fitted scale.
 
     Returns:
-        A :class:`View`; ``view.data`` holds ``tokens``, ``labels``, ``layers``, ``heads`` (the
-        labels shown, or None), ``scale`` (per layer), ``fitted``, ``agreement`` (rows of
-        :func:`~tl_leadterms.attention_agreement`), ``actual`` and ``predicted`` (per layer,
-        ``[heads, q, k]`` and ``[q, k]``).
+        An :class:`AttentionView`; ``view.data`` holds ``tokens``, ``labels``, ``layers``,
+        ``heads`` (the labels shown, or None), ``scale`` (per layer), ``fitted``, ``agreement``
+        (rows of :func:`~tl_leadterms.attention_agreement`), ``actual`` and ``predicted`` (per
+        layer, ``[heads, q, k]`` and ``[q, k]``), and what its report section says: ``text``,
+        ``chosen`` (``"agreement"`` when ``heads`` was a number), ``lr``, ``steps``, ``step``.
     """
     from tl_leadterms.analyses.attention.compute import (
         attention_agreement,
@@ -130,7 +152,10 @@ def plot_attention(
     labels = token_labels(ids, tokenizer)
     data = {"tokens": ids, "labels": labels, "layers": chosen, "heads": wanted,
             "fitted": fixed is None, "scale": scale, "agreement": agreement, "actual": {},
-            "predicted": {}}  # fmt: skip
+            "predicted": {}, "text": tokens if isinstance(tokens, str) else None,
+            "chosen": "agreement" if isinstance(heads, int) else "given",
+            "lr": schedule.lr, "steps": schedule.steps,
+            "step": schedule.steps if step is None else check_steps(step, "step")}  # fmt: skip
     scored = {r["label"]: r for r in agreement}
     parts: list[Any] = []
     for layer in chosen:
@@ -144,7 +169,104 @@ def plot_attention(
         for label in (h for h in wanted if h.startswith(f"L{layer}H")):
             head = int(label.split("H")[1])
             parts += _head_view(label, actual[head], predicted, labels, note, scored[label])
-    return View(parts, title="Attention: model heads and leading-term prediction", data=data)
+    return AttentionView(parts, title="Attention: model heads and leading-term prediction",
+                         data=data)  # fmt: skip
+
+
+#: a model with more heads than this shows this many attention views (best and worst agreeing)
+ATTENTION_VIEWS = 4
+
+
+class AttentionView(View):
+    """The views :func:`plot_attention` draws, with their report section: each shown head's
+    distance from uniform attention beside its agreement with the prediction, and the views."""
+
+    def summary(self) -> list[dict]:
+        """The agreement rows of the heads shown, each with ``tv_actual``, ``tv_predicted``
+        (:func:`tv_from_uniform`) and ``step``."""
+        data, rows = self.data, []
+        for r in data["agreement"]:
+            if data["heads"] is not None and r["label"] not in data["heads"]:
+                continue
+            rows.append(r | {"tv_actual": tv_from_uniform(data["actual"][r["layer"]][r["head"]]),
+                             "tv_predicted": tv_from_uniform(data["predicted"][r["layer"]]),
+                             "step": data["step"]})  # fmt: skip
+        return rows
+
+    def report_section(self) -> Section:
+        data, rows = self.data, self.summary()
+        shown = data["heads"]
+        which = "every head" if shown is None else f"heads {', '.join(shown)}" + (
+            " (the best and worst agreeing with the prediction)"
+            if data["chosen"] == "agreement" else "")  # fmt: skip
+        step = data["step"]
+        if data["fitted"] and step is not None:
+            when = (
+                f"The attention of a later checkpoint of the same run, <strong>step {step}"
+                "</strong>. By this step the attention weights have grown enough for the patterns "
+                "to be visibly non-uniform, and the theory's own scale c(s·η) no longer applies: "
+                "the prediction is the leading-term scores under the scale c fitted to this "
+                "checkpoint (per layer, the median of its heads' fitted c)."
+            )
+        else:
+            when = f"The attention of the model at {esc(step_text(data['lr'], step))}."
+        text = data["text"] if data["text"] is not None else " ".join(data["labels"])
+        body = (
+            f'<p class="attention-step" data-step="{esc("" if step is None else step)}">{when}'
+            f'</p><p>Text: <q class="sample-text">{esc(text)}</q> (first '
+            f"{len(data['tokens'])} tokens; {esc(which)})</p><p>Distance from uniform attention: "
+            "the largest total variation ½ Σ_k |p − 1/(q+1)| over the query rows; beside it each "
+            f"head's agreement with the prediction.</p>{_summary_table(rows)}"
+            f'<div class="view attention">{self.fragment(library=False)}</div>'
+        )
+        return Section("attention", "Attention on a sample text", body, _findings(rows))
+
+
+def _summary_table(rows: list[dict]) -> str:
+    head = ("head", "step", "TV from uniform: head", "TV from uniform: predicted",
+            "rank correlation", "JS divergence", "scale c")  # fmt: skip
+    body = "".join(
+        f'<tr class="attention-row" data-head="{esc(r["label"])}" '
+        f'data-tv-actual="{r["tv_actual"]:.6g}" data-tv-predicted="{r["tv_predicted"]:.6g}" '
+        f'data-rank-correlation="{r["rank_correlation"]:.6g}"><td>{esc(r["label"])}</td>'
+        f"<td>{esc(r['step'] if r['step'] is not None else '–')}</td>"
+        + "".join(f'<td class="num">{num(r[c], 3)}</td>' for c in ("tv_actual", "tv_predicted"))
+        + f'<td class="num">{num(r["rank_correlation"], 3)}</td>'
+        f'<td class="num">{r["js_divergence"]:.3g}</td><td class="num">{r["scale"]:.4g}</td></tr>'
+        for r in rows
+    )
+    titles = "".join(f"<th>{esc(h)}</th>" for h in head)
+    return f'<table class="attention-summary"><tr>{titles}</tr>{body}</table>'
+
+
+def _findings(agreement: list[dict]) -> tuple[str, ...]:
+    """The best and least agreeing heads and, with ``tv_actual``, how far from uniform."""
+    rows = sorted((r for r in agreement if math.isfinite(r["rank_correlation"])),
+                  key=lambda r: r["rank_correlation"])  # fmt: skip
+    if not rows:
+        return ()
+    best, worst = rows[-1], rows[0]
+    step = rows[0].get("step")
+    text = (
+        f"Attention on the sample text{f' at step {step}' if step is not None else ''}: best "
+        f"agreement with the prediction {best['label']} (rank correlation "
+        f"{best['rank_correlation']:.3f}, JS {best['js_divergence']:.3g}), least {worst['label']} "
+        f"(rank correlation {worst['rank_correlation']:.3f}, JS {worst['js_divergence']:.3g})."
+    )
+    if all("tv_actual" in r for r in rows):
+        far = max(rows, key=lambda r: r["tv_actual"])
+        text += (
+            f" Largest distance from uniform attention (total variation): {far['tv_actual']:.3f} "
+            f"({far['label']}), predicted {max(r['tv_predicted'] for r in rows):.3f}"
+            + (" — the patterns are close to uniform." if far["tv_actual"] < 0.05 else ".")
+        )
+    return (esc(text),)
+
+
+def agreement_section(table: Any) -> Section:
+    """The report section of an :class:`~tl_leadterms.attention_agreement` table."""
+    return Section("attention", "Attention agreement", table._repr_html_(),
+                   _findings(table.rows))  # fmt: skip
 
 
 def _check_heads(heads: object, layers: list[int], n_heads: int) -> int | list[str] | None:

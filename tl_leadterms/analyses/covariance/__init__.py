@@ -14,6 +14,8 @@ from tl_leadterms.analyses.covariance.result import CovarianceSimilarity
 from tl_leadterms.analyses.covariance.theory_file import prepare_theory, theory_path
 from tl_leadterms.analyses.covariance.token_maps import TokenMaps, token_maps
 from tl_leadterms.registry import MonitorContext
+from tl_leadterms.results.findings import common
+from tl_leadterms.results.sections import Section
 
 __all__ = [
     "CovarianceSimilarity",
@@ -23,6 +25,7 @@ __all__ = [
     "plot_covariance",
     "plot_token_maps",
     "prepare_theory",
+    "report_section",
     "sweep_rows",
     "theory_path",
     "token_maps",
@@ -44,3 +47,10 @@ def monitor_scores(model: Any, stats: Any, context: MonitorContext) -> dict[str,
             key = f"cov_{r['score']}"
             out[key] = min(out.get(key, math.inf), r["value"])
     return out
+
+
+def report_section(result: CovarianceSimilarity) -> Section:
+    """The report section of the covariance protocol: its table, and how much of its scores is
+    common to all tokens."""
+    said = common(result.rows, "Covariance protocol")
+    return Section("covariance", "Covariance protocol", result._repr_html_(), tuple(said))

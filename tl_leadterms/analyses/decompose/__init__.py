@@ -2,14 +2,16 @@
 context).
 
 Its computation (:mod:`.compute`, the fit onto the basis in :mod:`.fit`, the common component in
-:mod:`.common`), its result (:class:`Decomposition`, :mod:`.result`) and its figure
-(:func:`plot_scores`, :mod:`.figure`).
+:mod:`.common`), its result (:class:`Decomposition`, :mod:`.result`), its figure
+(:func:`plot_scores`, :mod:`.figure`) and its report section with its findings
+(:func:`report_section`, :mod:`.report`).
 """
 
 from typing import Any
 
 from tl_leadterms.analyses.decompose.compute import decompose, leading_cosines, leading_map
 from tl_leadterms.analyses.decompose.figure import plot_scores
+from tl_leadterms.analyses.decompose.report import report_section
 from tl_leadterms.analyses.decompose.result import Decomposition, PairDifference
 from tl_leadterms.registry import MonitorContext
 from tl_leadterms.results.table import EXTRA_COLUMNS
@@ -22,6 +24,7 @@ __all__ = [
     "leading_map",
     "monitor_scores",
     "plot_scores",
+    "report_section",
     "sweep_rows",
 ]
 

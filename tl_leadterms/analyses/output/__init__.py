@@ -12,9 +12,22 @@ from tl_leadterms.analyses.output.figure import plot_output
 from tl_leadterms.analyses.output.result import OutputAgreement
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.registry import MonitorContext
+from tl_leadterms.results.sections import Section
 from tl_leadterms.results.table import EXTRA_COLUMNS
 
-__all__ = ["OutputAgreement", "monitor_scores", "output_agreement", "plot_output", "sweep_rows"]
+__all__ = [
+    "OutputAgreement",
+    "monitor_scores",
+    "output_agreement",
+    "plot_output",
+    "report_section",
+    "sweep_rows",
+]
+
+
+def report_section(result: OutputAgreement) -> Section:
+    """The report section of an output agreement: its table."""
+    return Section("output", "Next-token agreement", result._repr_html_())
 
 
 def sweep_rows(model: Any, stats: Any, **options: Any) -> list[dict[str, Any]]:
@@ -25,7 +38,7 @@ def sweep_rows(model: Any, stats: Any, **options: Any) -> list[dict[str, Any]]:
             "the 'output' analysis needs held-out windows: sweep(..., analyses=[..., 'output'], "
             "tokens=windows[:, :-1])"
         )
-    run = any(options.get(k) is not None for k in ("lr", "steps", "s_lr"))
+    run = any(options.get(k) is not None for k in ("schedule", "lr", "steps", "s_lr"))
     options.setdefault("fit", not run)
     result = output_agreement(model, stats, **options)
     where = {"layer": None, "head": None}

@@ -1,10 +1,10 @@
-"""The page around the sections: escaping, small tables, numbers and the one stylesheet."""
+"""The page around the sections: the one stylesheet, the table of contents, the sections, and
+the circuitsvis bundle once, before the first section that draws with it."""
 
-import html
-import json
-import math
+from tl_leadterms.results.html import circuitsvis_library
+from tl_leadterms.results.sections import Section, esc
 
-__all__ = ["CSS", "esc", "kv_table", "note", "num", "page"]
+__all__ = ["CSS", "page"]
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222;
@@ -35,43 +35,9 @@ table.heatmap caption { font-weight: bold; text-align: left; }
 """
 
 
-def esc(value: object) -> str:
-    """``str(value)`` escaped for HTML text and attributes."""
-    return html.escape(str(value), quote=True)
-
-
-def note(text: str) -> str:
-    """A grey, italic remark (escaped)."""
-    return f'<p class="note">{esc(text)}</p>'
-
-
-def _short(value: object, limit: int = 300) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def kv_table(items: list[tuple[str, object]], css: str) -> str:
-    """A two-column table of ``(key, value)`` pairs, values shortened to 300 characters."""
-    rows = "".join(
-        f"<tr><th>{esc(key)}</th><td>{esc(_short(value))}</td></tr>" for key, value in items
-    )
-    return f'<table class="{css}">{rows}</table>'
-
-
-def num(value: object, digits: int = 4) -> str:
-    """A number with ``digits`` decimals (scientific when large); "–" for None and NaN.
-
-    >>> num(0.123456), num(float("nan")), num(12345.0)
-    ('0.1235', '–', '1.234e+04')
-    """
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:.{digits}f}" if abs(value) < 1e4 else f"{value:.3e}"
-
-
-def page(title: str, date: str, version: str, sections: list[tuple[str, str, str]]) -> str:
+def page(title: str, date: str, version: str, sections: list[Section]) -> str:
     """The whole document: head, table of contents and one ``<section>`` per entry."""
-    toc = "".join(f'<li><a href="#{sid}">{esc(head)}</a></li>' for sid, head, _ in sections)
+    toc = "".join(f'<li><a href="#{s.id}">{esc(s.title)}</a></li>' for s in sections)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -79,7 +45,11 @@ def page(title: str, date: str, version: str, sections: list[tuple[str, str, str
         f'<h1 class="title">{esc(title)}</h1>',
         f"<p>Generated {esc(date)} by tl_leadterms {esc(version)}.</p><ul>{toc}</ul>",
     ]
-    for sid, head, body in sections:
-        parts.append(f'<section id="{sid}"><h2>{esc(head)}</h2>\n{body}\n</section>')
+    library = True
+    for s in sections:
+        if library and "CircuitsVis.render(" in s.body:
+            parts.append(circuitsvis_library())
+            library = False
+        parts.append(f'<section id="{s.id}"><h2>{esc(s.title)}</h2>\n{s.body}\n</section>')
     parts.append("</body></html>")
     return "\n".join(parts)

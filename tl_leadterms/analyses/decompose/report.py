@@ -1,4 +1,5 @@
-"""The decomposition as heatmaps (layer × head) and as the full table, one click away.
+"""The report section of a decomposition: its heatmaps (layer × head), its full table one
+click away, the scores figure with their bands, and its findings in sentences.
 
 Two documented thresholds keep the page from implying what the numbers do not show:
 
@@ -15,18 +16,20 @@ the Benjamini–Hochberg ``q``), confidence-interval (``lo``, ``hi``) and common
 
 import math
 
-from tl_leadterms.report.markup import esc, num
+from tl_leadterms.results.findings import common, names, null_and_ci
+from tl_leadterms.results.null import P_LEVEL
+from tl_leadterms.results.sections import Section, esc, figure_block, num, step_text
 from tl_leadterms.results.tokens import diverging_colour
 from tl_leadterms.theory import FAMILIES
 
 __all__ = [
     "COSINE_FLOOR",
     "EXPLAINED_FLOOR",
-    "P_LEVEL",
     "SMALL_LAYERS",
     "character_code",
     "decompose_table",
     "heatmaps",
+    "report_section",
     "shown_character",
     "shown_implied",
 ]
@@ -35,8 +38,6 @@ __all__ = [
 EXPLAINED_FLOOR = 0.05
 #: below this cosine no implied s·η is shown
 COSINE_FLOOR = 0.2
-#: a null p-value at or above this is "indistinguishable from the null"
-P_LEVEL = 0.05
 #: up to this many layers the full table is shown open; beyond, collapsed under the heatmaps
 SMALL_LAYERS = 4
 _CHARACTER_COLOURS = {"B": "#f4a582", "I": "#92c5de", "C": "#b8e186", "P": "#d8b365",
@@ -193,3 +194,74 @@ def heatmaps(d) -> str:
     if legend:
         out.append(f'<p class="legend">{legend} (hover a cell for its numbers)</p>')
     return "\n".join(out)
+
+
+def _characters(rows: list[dict]) -> list[str]:
+    out = []
+    for weight in dict.fromkeys(r["weight"] for r in rows):
+        mine = [r for r in rows if r["weight"] == weight]
+        groups: dict[str, list[str]] = {}
+        for r in mine:
+            groups.setdefault(shown_character(r), []).append(r["label"])
+        named = [f"{c} in {names(ls)}" for c, ls in groups.items() if c != "–"]
+        cosines = [r["cosine"] for r in mine if math.isfinite(r["cosine"])]
+        span = (
+            f"cosine with its leading term {min(cosines):.3f} to {max(cosines):.3f}"
+            if cosines
+            else "no finite cosine"
+        )
+        count = f"{len(mine)} row" + ("s" if len(mine) > 1 else "")
+        text = f"<b>{esc(weight)}</b> ({count}): {esc(span)}; " + (
+            esc("; ".join(named)) if named else "no character"
+        )
+        unexplained = groups.get("–", [])
+        if unexplained:
+            text += esc(
+                f"; {len(unexplained)} explain less than R² {EXPLAINED_FLOOR} (no character): "
+                f"{names(unexplained)}"
+            )
+        out.append(text)
+    return out
+
+
+def _reading(metadata: dict) -> str:
+    """One caption: which question the scores answer (exact for the training windows, or an
+    estimate of the distribution-level score) and why there is an interval or none."""
+    from tl_leadterms.results.bootstrap import ci_note
+
+    answers = (metadata.get("population") or {}).get("answers")
+    text = ci_note(metadata) or (f"({answers})" if answers else None)
+    return f'<p class="decompose-reading">{esc(text[1:-1])}.</p>' if text else ""
+
+
+def _figure(d) -> str:
+    """The scores with their interval and null bands, when the rows have them."""
+    from tl_leadterms.analyses.decompose.figure import plot_scores
+
+    if not any("lo" in r or "null_mean" in r for r in d.rows):
+        return ""
+    return figure_block(lambda: plot_scores(d), "Scores with their CI band and null band")
+
+
+def report_section(d) -> Section:
+    """The report section of a :class:`~tl_leadterms.analyses.decompose.Decomposition`: its
+    step, which question it answers, the heatmaps, the full table and the scores figure; its
+    findings are each weight's character and range, the null and the interval, and how much of
+    the score is common to all tokens. Against held-out windows (statistics of another sample
+    than the model's training windows, with an interval) it is titled so, and its findings say
+    so."""
+    meta = d.metadata
+    lr, steps = meta.get("lr"), meta.get("steps")
+    when = (f'<p class="decompose-step">The weights at {esc(step_text(lr, steps))}.</p>'
+            if steps is not None else "")  # fmt: skip
+    body = when + _reading(meta) + heatmaps(d) + "\n" + decompose_table(d) + _figure(d)
+    held_out = (meta.get("population") or {}).get("population") == "distribution" and bool(
+        (meta.get("ci") or {}).get("blocks")
+    )
+    if held_out:
+        prefix = esc("Against held-out windows of the same corpus: ")
+        said = [prefix + s for s in null_and_ci(d.rows, meta) if not s.startswith("No null")]
+        return Section("decompose", "Against held-out windows of the same corpus", body,
+                       tuple(said))  # fmt: skip
+    said = _characters(d.rows) + null_and_ci(d.rows, meta) + common(d.rows, "Common to all tokens")
+    return Section("decompose", "Decomposition into corpus statistics", body, tuple(said))
