@@ -53,6 +53,20 @@ __all__ = ["ANALYSES", "LeadingTermMonitor"]
 ANALYSES = tuple(monitored())
 
 
+@contextlib.contextmanager
+def _rng_kept():
+    """Every global random state (Python's, numpy's, torch's on the CPU and each GPU) as it was
+    before: scoring (a model built from a Hugging Face one, a forward pass) draws nothing from
+    the run's streams; the analyses' own draws use seeded generators."""
+    python, numpy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(range(torch.cuda.device_count())):
+        try:
+            yield
+        finally:
+            random.setstate(python)
+            np.random.set_state(numpy)
+
+
 class LeadingTermMonitor:
     """Scores a model every ``every`` steps and flags the first step outside the regime.
 
@@ -70,6 +84,14 @@ class LeadingTermMonitor:
             cosine's excess over its null; ``"output"`` and ``"covariance"`` compute theirs.
         uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` the
             scored analyses are given.
+
+    It watches without touching: it scores the model in eval mode (train mode is put back)
+    and leaves Python's, numpy's and torch's random states as it found them, so a seeded run
+    is bit-for-bit the same with and without it. One monitor watches one run: a step at or
+    before the last one recorded is refused in one line (make a new monitor per run). A
+    weight holding NaN or inf stops the run, whichever analyses are chosen, with one
+    LeadTermsError naming the weight and the step (``LeadingTermMonitor at step 4: the weight
+    ... holds NaN or inf values: ...``). See docs/guides/reliability.md.
 
     Example:
         >>> import torch
@@ -228,20 +250,6 @@ class LeadingTermMonitor:
         if n_layers:
             self.history.settings["n_layers"] = int(n_layers)
         return self
-
-
-@contextlib.contextmanager
-def _rng_kept():
-    """Every global random state (Python's, numpy's, torch's on the CPU and each GPU) as it was
-    before: scoring (a model built from a Hugging Face one, a forward pass) draws nothing from
-    the run's streams; the analyses' own draws use seeded generators."""
-    python, numpy = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(range(torch.cuda.device_count())):
-        try:
-            yield
-        finally:
-            random.setstate(python)
-            np.random.set_state(numpy)
 
 
 def _as_lens(hf_model: Any) -> Any:
