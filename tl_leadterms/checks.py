@@ -39,6 +39,7 @@ from torch import Tensor
 
 from tl_leadterms.errors import LeadTermsError, check_choice, positive_int, positive_number
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.tokens import id_range
 
 __all__ = [
     "Layers",
@@ -58,8 +59,6 @@ __all__ = [
     "positive_number",
 ]
 
-
-_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
 
 #: what every ``layers=`` argument accepts (see the module docstring)
 Layers = int | np.integer | Sequence[int | np.integer] | np.ndarray | Tensor | None
@@ -279,9 +278,7 @@ def check_tokens(
             f"sequences have {length} positions but at most {max_len} fit{max_len_hint}; cut them "
             f"to {max_len}"
         )
-    # torch has no min/max for uint16-64: numpy's, in their own dtype (no int64 wrap-around)
-    values = tokens.numpy(force=True) if tokens.dtype in _UNSIGNED else tokens
-    low, high = int(values.min()), int(values.max())
+    low, high = id_range(tokens)
     if low < 0 or high >= d_vocab:
         raise LeadTermsError(
             f"{name}: token ids must lie in [0, {d_vocab}) (d_vocab); found "

@@ -14,8 +14,7 @@ def unembed_centred(W_U: Tensor) -> bool:
 
 
 def paper_model_weights(model: PaperModel) -> PaperWeights:
-    """The paper model's ``W_O``, ``V``, ``W``, ``P`` parameters, one head per layer (finite:
-    :func:`~tl_leadterms.adapters.support.check_supported` checked them)."""
+    """The paper model's ``W_O``, ``V``, ``W``, ``P`` parameters, one head per layer."""
     cfg = model.cfg
     blocks = model.blocks
     metadata = {

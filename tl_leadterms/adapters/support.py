@@ -42,10 +42,9 @@ def check_supported(model: Any, *, caller: str) -> ModelView:
 
 
 def check_finite(weights: Any) -> None:
-    """The one refusal of NaN or inf weights, for every analysis and the monitor: a
-    LeadTermsError naming the first such weight of ``weights`` (a dict of named tensors, a
-    view, or a model: under its TransformerLens names where a view reads it, else under its
-    parameters' names; output_agreement runs any model)."""
+    """The one refusal of NaN or inf weights (every analysis, the monitor), naming the first of
+    ``weights``: named tensors (a dict), or a model's under their TransformerLens names where a
+    view reads it, else its parameters' (output_agreement runs any model)."""
     if isinstance(weights, dict):
         named = weights.items()
     else:

@@ -85,13 +85,10 @@ class LeadingTermMonitor:
         uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` the
             scored analyses are given.
 
-    It watches without touching: it scores the model in eval mode (train mode is put back)
-    and leaves Python's, numpy's and torch's random states as it found them, so a seeded run
-    is bit-for-bit the same with and without it. One monitor watches one run: a step at or
-    before the last one recorded is refused in one line (make a new monitor per run). A
-    weight holding NaN or inf stops the run, whichever analyses are chosen, with one
-    LeadTermsError naming the weight and the step (``LeadingTermMonitor at step 4: the weight
-    ... holds NaN or inf values: ...``). See docs/guides/reliability.md.
+    It scores in eval mode and leaves every random state as it found them: a seeded run is
+    bit-for-bit the same without it. One monitor watches one run (a step at or before the last
+    recorded one is refused). A NaN or inf weight stops the run, whatever the analyses, with
+    one line naming the step and the weight (docs/guides/reliability.md).
 
     Example:
         >>> import torch

@@ -221,8 +221,7 @@ def _patterns(
                 f"{tuple(tokens.shape)}: pass the cache of a run on these tokens"
             )
         out[layer] = pattern.detach()
-    # ranked in its own dtype (numpy's sort: bfloat16, which numpy lacks, as the same float32
-    # values), fitted in float64
+    # ranked in its own dtype by numpy (bfloat16, which it lacks, as float32), fitted in float64
     return {k: p.cpu().float() if p.dtype == torch.bfloat16 else p.cpu() for k, p in out.items()}
 
 

@@ -349,8 +349,8 @@ def _resolve_device(model: Any, device: object) -> torch.device:
 
 
 def _layer_inputs(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, value_map):
-    """``E_pre``, ``W_Q``, ``W_K`` (one per query head) and the two value maps of a layer, the
-    maps checked finite (the weights were, by ``check_supported``)."""
+    """``E_pre``, ``W_Q``, ``W_K`` (one per query head) and the two value maps of a layer,
+    the maps checked finite (``check_supported`` checked the weights)."""
     device, dtype = theory.device, theory.dtype
     W_Q = view.weight(layer, "W_Q").to(device, dtype)
     kv_group = torch.tensor(view.kv_group, device=view.device)
