@@ -37,6 +37,29 @@ def random_attn_only(
     return model
 
 
+def train_with_trainer(hf_model, tokens, folder, callbacks=(), **args):
+    """Train ``hf_model`` on the windows ``tokens`` with a seeded ``transformers.Trainer`` on the
+    CPU (batches of 8, lr 1e-2, nothing saved; ``args`` override); returns the Trainer."""
+    import transformers
+
+    class Windows(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(tokens)
+
+        def __getitem__(self, i):
+            return {"input_ids": tokens[i], "labels": tokens[i]}
+
+    settings = dict(output_dir=str(folder), max_steps=2, per_device_train_batch_size=8,
+                    report_to=[], use_cpu=True, save_strategy="no", logging_steps=1,
+                    learning_rate=1e-2, disable_tqdm=True, seed=0)  # fmt: skip
+    trainer = transformers.Trainer(
+        model=hf_model, args=transformers.TrainingArguments(**{**settings, **args}),
+        train_dataset=Windows(), callbacks=list(callbacks),
+    )  # fmt: skip
+    trainer.train()
+    return trainer
+
+
 def save_format2(stats, path) -> None:
     """Write ``stats`` in the layout of format version 2, as the release before the packed
     format wrote it: every dense table (Φ̄, Ḡ, Q̄, Δ) under its own name, checksums of each."""

@@ -16,8 +16,8 @@ One rule per kind of argument, the same everywhere:
   and, when both record one, its vocabulary hash must equal the tokenizer's.
 * counts (permutations, bootstrap resamples, blocks, seeds): an integer ``>= minimum``.
 * ``ci``: ``None`` or a confidence level strictly between 0 and 1 (e.g. 0.95).
-* ``tokens``: a 2-D integer tensor (or something ``torch.as_tensor`` turns into one) of ids in
-  ``[0, d_vocab)``.
+* ``tokens``: a 2-D integer tensor (or something ``torch.as_tensor`` turns into one; unsigned
+  ones too, checked in their own dtype) of ids in ``[0, d_vocab)``, returned as int64.
 
 Every failure is a :class:`~tl_leadterms.errors.LeadTermsError` that names the value and says
 what to pass instead.
@@ -39,6 +39,7 @@ from torch import Tensor
 
 from tl_leadterms.errors import LeadTermsError, check_choice, positive_int, positive_number
 from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.tokens import id_range
 
 __all__ = [
     "Layers",
@@ -241,21 +242,22 @@ def check_tokens(
     max_len: int | None = None,
     layout: str = "[batch, pos]",
     max_len_hint: str = "",
+    name: str = "tokens",
 ) -> Tensor:
     """``tokens`` as a ``[batch, pos]`` int64 tensor of ids in ``[0, d_vocab)``.
 
     A 1-D input becomes one sequence. ``min_len``/``max_len`` bound ``pos``; ``max_len_hint``
-    says where the upper bound comes from.
+    says where the upper bound comes from; ``name`` is the argument's name in the messages.
     """
     if not isinstance(tokens, Tensor):
         try:
             tokens = torch.as_tensor(np.asarray(tokens))
         except (TypeError, ValueError, RuntimeError) as err:
             raise LeadTermsError(
-                f"tokens must be a {layout} tensor of token ids, got {type(tokens).__name__}"
+                f"{name} must be a {layout} tensor of token ids, got {type(tokens).__name__}"
             ) from err
-    if tokens.dim() == 1:
-        tokens = tokens[None]
+    shape = tuple(tokens.shape)
+    tokens = tokens[None] if tokens.dim() == 1 else tokens
     if (
         tokens.dim() != 2
         or tokens.is_floating_point()
@@ -263,13 +265,12 @@ def check_tokens(
         or (tokens.dtype == torch.bool)
     ):
         raise LeadTermsError(
-            f"tokens must be a {layout} integer tensor, got shape {tuple(tokens.shape)} and dtype "
-            f"{tokens.dtype}"
+            f"{name} must be a {layout} integer tensor, got shape {shape} and dtype {tokens.dtype}"
         )
     n, length = tokens.shape
     if n < 1 or length < min_len:
         raise LeadTermsError(
-            f"tokens has shape {tuple(tokens.shape)}: need at least one sequence of {min_len} or "
+            f"{name} has shape {tuple(tokens.shape)}: need at least one sequence of {min_len} or "
             f"more tokens ({layout})"
         )
     if max_len is not None and length > max_len:
@@ -277,10 +278,11 @@ def check_tokens(
             f"sequences have {length} positions but at most {max_len} fit{max_len_hint}; cut them "
             f"to {max_len}"
         )
-    low, high = int(tokens.min()), int(tokens.max())
+    low, high = id_range(tokens)
     if low < 0 or high >= d_vocab:
         raise LeadTermsError(
-            f"token ids must lie in [0, {d_vocab}) (d_vocab); found {low if low < 0 else high}"
+            f"{name}: token ids must lie in [0, {d_vocab}) (d_vocab); found "
+            f"{low if low < 0 else high}"
         )
     return tokens.long()
 

@@ -248,7 +248,7 @@ def test_rejects_nan_weights():
     paper = paper_model(d_vocab=5, n_ctx=4, n_layers=1)
     with torch.no_grad():
         paper.blocks[0].attn.P[2] = float("inf")
-    with pytest.raises(LeadTermsError, match=r"P\.0 holds NaN or inf"):
+    with pytest.raises(LeadTermsError, match=r"the weight blocks\.0\.attn\.P holds NaN or inf"):
         to_paper(paper)
 
 

@@ -305,7 +305,7 @@ def test_bad_input(neox, stats, kept_stats, tokens):
     broken = paper_model(d_vocab=V, n_ctx=T, n_layers=1)
     with torch.no_grad():
         broken.blocks[0].attn.W_Q[0, 2, 3] = float("nan")
-    with pytest.raises(LeadTermsError, match="W_Q of layer 0 holds NaN"):
+    with pytest.raises(LeadTermsError, match=r"the weight blocks\.0\.attn\.W_Q holds NaN"):
         call(broken, stats, progress=False)
 
 

@@ -100,7 +100,7 @@ def test_bad_input(built):
     _, model, stats, _ = built
     with pytest.raises(LeadTermsError, match=r"explore needs a text .*or text=\[token ids\]"):
         explore(model, stats)
-    with pytest.raises(LeadTermsError, match="token ids must be integers"):
+    with pytest.raises(LeadTermsError, match=r"text must be a \[pos\] integer .*torch\.float64"):
         explore(model, stats, text=[1.5, 2.0])
     with pytest.raises(LeadTermsError, match="pair_tokens must be"):
         explore(model, stats, text=TEXT, pair_tokens=0)

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from tests.factories import train_with_trainer
 from tl_leadterms import corpus_stats, paper_model, step_bound, train
 from tl_leadterms.analyses.decompose import leading_cosines
 from tl_leadterms.errors import LeadTermsError
@@ -57,31 +58,85 @@ def test_plain_loop_scores_only_every_steps():
 
 
 def test_trainer_callback_with_a_real_trainer(tmp_path):
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from tl_leadterms.loading.tiny import tiny_neox_model
 
     tokens = _tokens(16)
     stats = corpus_stats(tokens, d_vocab=D, progress=False)
     hf = tiny_neox_model(d_vocab=D, n_layers=1, d_model=16, n_heads=2, n_ctx=16,
                          attn_implementation="eager")  # fmt: skip
-
-    class Windows(torch.utils.data.Dataset):
-        def __len__(self):
-            return len(tokens)
-
-        def __getitem__(self, i):
-            return {"input_ids": tokens[i], "labels": tokens[i]}
-
     monitor = LeadingTermMonitor(stats, every=2)
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=8, report_to=[],
-        use_cpu=True, save_strategy="no", logging_steps=1, learning_rate=1e-2,
-        disable_tqdm=True,
-    )  # fmt: skip
-    trainer = transformers.Trainer(model=hf, args=args, train_dataset=Windows(),
-                                   callbacks=[monitor.trainer_callback()])  # fmt: skip
-    trainer.train()
+    trainer = train_with_trainer(hf, tokens, tmp_path, [monitor.trainer_callback()])
     assert monitor.history.steps == [2] and "V·W_O.0" in monitor.history.cosines
     logged = [e for e in trainer.state.log_history if "cos_W_O" in e]
     assert len(logged) == 1 and logged[0]["step"] == 2
     assert math.isfinite(monitor.history.loss[0])
+
+
+def _gpt2_with_dropout():
+    from tl_leadterms.loading.tiny import tiny_model
+
+    hf = tiny_model("gpt2", d_vocab=D, n_layers=1, d_model=16, n_heads=2, n_ctx=16,
+                    attn_implementation="eager")  # fmt: skip
+    assert hf.config.resid_pdrop == hf.config.attn_pdrop == 0.1  # GPT-2's dropout
+    return hf
+
+
+def test_each_score_carries_the_loss_the_trainer_logged_at_its_step(tmp_path):
+    pytest.importorskip("transformers")
+    tokens = _tokens(16)
+    monitor = LeadingTermMonitor(corpus_stats(tokens, d_vocab=D, progress=False), every=2)
+    trainer = train_with_trainer(_gpt2_with_dropout(), tokens, tmp_path,
+                                 [monitor.trainer_callback()], max_steps=4)  # fmt: skip
+    logged = {e["step"]: e["loss"] for e in trainer.state.log_history if "loss" in e}
+    assert monitor.history.steps == [2, 4]
+    assert monitor.history.loss == [logged[2], logged[4]]
+
+
+def test_the_monitor_leaves_a_trainer_run_bit_for_bit_unchanged(tmp_path):
+    pytest.importorskip("transformers")
+    tokens = _tokens(16)
+    stats = corpus_stats(tokens, d_vocab=D, progress=False)
+    monitor = LeadingTermMonitor(stats, every=1, analyses=["cosines", "output"],
+                                 tokens=tokens[:4, :-1])  # fmt: skip
+    plain, watched = _gpt2_with_dropout(), _gpt2_with_dropout()
+    train_with_trainer(plain, tokens, tmp_path, max_steps=3)
+    train_with_trainer(watched, tokens, tmp_path, [monitor.trainer_callback()], max_steps=3)
+    assert monitor.history.steps == [1, 2, 3]
+    after, changed = plain.state_dict(), watched.state_dict()
+    assert all(torch.equal(after[name], changed[name]) for name in after)
+    assert not torch.equal(
+        after["transformer.wte.weight"], _gpt2_with_dropout().transformer.wte.weight
+    )
+
+
+def test_a_monitor_watches_one_run():
+    tokens = _tokens()
+    monitor = LeadingTermMonitor(corpus_stats(tokens, d_vocab=D, progress=False), every=2)
+    model = paper_model(d_vocab=D, n_ctx=T, n_layers=1)
+    train(model, tokens, lr=0.5, steps=6, progress=False, callback=monitor.train_callback)
+    with pytest.raises(LeadTermsError) as err:
+        train(model, tokens, lr=0.5, steps=6, progress=False, callback=monitor.train_callback)
+    assert str(err.value) == (
+        "this LeadingTermMonitor has recorded step 6, so step 1 is another run: give each run "
+        "a new LeadingTermMonitor"
+    )
+    assert monitor.history.steps == [2, 4, 6]
+
+
+@pytest.mark.parametrize("analysis", ["cosines", "output", "covariance"])
+def test_every_monitor_stops_the_run_at_a_nan_weight_naming_it_and_the_step(analysis):
+    tokens = _tokens()
+    stats = corpus_stats(tokens, d_vocab=D, progress=False)
+    monitor = LeadingTermMonitor(stats, every=2, lr=0.5, analyses=analysis, tokens=tokens[:4, :-1])
+    model = paper_model(d_vocab=D, n_ctx=T, n_layers=1)
+    monitor(model, 2, 1.0)
+    with torch.no_grad():
+        model.blocks[0].attn.W_V[0, int(tokens[0, 0]), 3] = math.nan
+    with pytest.raises(LeadTermsError) as err:
+        monitor(model, 4, 1.0)
+    assert str(err.value) == (
+        "LeadingTermMonitor at step 4: the weight blocks.0.attn.W_V holds NaN or inf values: no "
+        "analysis reads such a model (load a healthy checkpoint or fix training)"
+    )
+    assert monitor.history.steps == [2]

@@ -34,10 +34,10 @@ from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters.extended import extended_embedding
 from tl_leadterms.adapters.folding import FoldedWeights
-from tl_leadterms.adapters.paper_weights import check_finite, paper_model_weights, unembed_centred
+from tl_leadterms.adapters.paper_weights import paper_model_weights, unembed_centred
 from tl_leadterms.adapters.rotary import check_token_weights, rotary_profile
 from tl_leadterms.adapters.sandwich import Sandwich
-from tl_leadterms.adapters.support import check_supported
+from tl_leadterms.adapters.support import check_finite, check_supported
 from tl_leadterms.adapters.view import ModelView, model_view
 from tl_leadterms.adapters.weights import LayerMaps, PaperWeights
 from tl_leadterms.checks import check_stats, check_vocab
@@ -187,17 +187,6 @@ def _positional(maps: _Maps) -> tuple[LayerMaps | None, str | None, str | None]:
     return None, error, None
 
 
-def _check_weights(view: ModelView, folded: FoldedWeights) -> None:
-    used = {"W_E": view.W_E(), "W_U": view.W_U()}
-    if view.positional_type == "standard":
-        used["W_pos"] = view.W_pos()
-    for layer in range(view.n_layers):
-        used.update(folded.parameters_used(layer))
-    if folded.scale_ln:
-        used["ln_final.w"] = view.norm_gain(None)
-    check_finite(used)
-
-
 def _ln_metadata(norm: str | None, fold_ln: bool, folded: FoldedWeights) -> dict[str, Any]:
     if norm in ("LNPre", "RMSPre"):
         handling = "already folded by TransformerLens"
@@ -255,7 +244,6 @@ def _weights_metadata(view: ModelView, fold_ln: bool, folded: FoldedWeights, W_U
 
 def _embedded_weights(view: ModelView, fold_ln: bool, pi: Any, input_map: str) -> PaperWeights:
     folded = FoldedWeights(view, fold_ln)
-    _check_weights(view, folded)
     extended = None
     if input_map == "extended":
         extended = extended_embedding(view)

@@ -86,10 +86,3 @@ class FoldedWeights:
     def unembed(self) -> Float[Tensor, "d_model d_vocab"]:
         gain = self.view.norm_gain(None) if self.scale_ln else None
         return self._fold(self.view.W_U(), gain)
-
-    def parameters_used(self, layer: int) -> dict[str, Tensor]:
-        """The parameters of one layer that the maps read (for the NaN/inf check)."""
-        used = {f"blocks.{layer}.attn.{n}": self.raw(layer, n) for n in (*READING, "W_O")}
-        if self.scale_ln:
-            used[f"blocks.{layer}.ln1.w"] = self.view.norm_gain(layer)
-        return used

@@ -1,23 +1,11 @@
 """The paper model's parameters as :class:`PaperWeights` (no products: the maps ARE parameters)."""
 
-import torch
 from torch import Tensor
 
 from tl_leadterms.adapters.weights import LayerMaps, PaperWeights
-from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
 
-__all__ = ["check_finite", "paper_model_weights", "unembed_centred"]
-
-
-def check_finite(named: dict[str, Tensor]) -> None:
-    """A LeadTermsError naming the first weight that holds NaN or inf."""
-    for name, tensor in named.items():
-        if not bool(torch.isfinite(tensor).all()):
-            raise LeadTermsError(
-                f"the weight {name} holds NaN or inf values; the model cannot be decomposed "
-                "(load a healthy checkpoint or fix training)"
-            )
+__all__ = ["paper_model_weights", "unembed_centred"]
 
 
 def unembed_centred(W_U: Tensor) -> bool:
@@ -28,8 +16,6 @@ def unembed_centred(W_U: Tensor) -> bool:
 def paper_model_weights(model: PaperModel) -> PaperWeights:
     """The paper model's ``W_O``, ``V``, ``W``, ``P`` parameters, one head per layer."""
     cfg = model.cfg
-    params = {name: p for name, p in model.paper_parameters().items()}
-    check_finite(params)
     blocks = model.blocks
     metadata = {
         "model_name": cfg.model_name,

@@ -9,9 +9,12 @@ keys, rotary tables and hook names are read where the bridge keeps them).
 
 from typing import Any
 
-from tl_leadterms.adapters.view import ModelView, model_view
+import torch
 
-__all__ = ["check_supported"]
+from tl_leadterms.adapters.view import ModelView, model_view
+from tl_leadterms.errors import LeadTermsError
+
+__all__ = ["check_finite", "check_supported"]
 
 
 def check_supported(model: Any, *, caller: str) -> ModelView:
@@ -22,7 +25,7 @@ def check_supported(model: Any, *, caller: str) -> ModelView:
     compatibility mode of an architecture whose attention scale and rotary tables the view
     reads. Refused, each naming the fix: any other class, a non-positive ``attn_scale`` while
     ``use_attn_scale`` is on, a bridge outside compatibility mode or of an unreadable
-    architecture.
+    architecture; and any model with a weight that holds NaN or inf (:func:`check_finite`).
 
     Example:
         >>> from tl_leadterms.models.paper import paper_model
@@ -33,4 +36,25 @@ def check_supported(model: Any, *, caller: str) -> ModelView:
         ...
         tl_leadterms.errors.LeadTermsError: to_paper reads a TransformerLens ...
     """
-    return model_view(model, caller=caller)
+    view = model_view(model, caller=caller)
+    check_finite(view)
+    return view
+
+
+def check_finite(weights: Any) -> None:
+    """The one refusal of NaN or inf weights (every analysis, the monitor), naming the first of
+    ``weights``: named tensors (a dict), or a model's under their TransformerLens names where a
+    view reads it, else its parameters' (output_agreement runs any model)."""
+    if isinstance(weights, dict):
+        named = weights.items()
+    else:
+        try:
+            named = model_view(weights, caller="check_finite").named_weights()
+        except LeadTermsError:
+            named = getattr(weights, "named_parameters", list)()
+    for name, tensor in named:
+        if tensor is not None and not bool(torch.isfinite(tensor).all()):
+            raise LeadTermsError(
+                f"the weight {name} holds NaN or inf values: no analysis reads such a model "
+                "(load a healthy checkpoint or fix training)"
+            )

@@ -15,8 +15,6 @@ draws them, loading each head's data when it is clicked.
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from tl_leadterms.adapters.convert import weights_for_stats
 from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.adapters.view import tokenizer_for
@@ -24,7 +22,7 @@ from tl_leadterms.analyses.atlas import CHARACTER_COLOURS, character_key
 from tl_leadterms.analyses.attention import attention_scale
 from tl_leadterms.analyses.decompose import decompose
 from tl_leadterms.atomic import write_bytes
-from tl_leadterms.checks import check_bool, check_stats, check_vocab, positive_int
+from tl_leadterms.checks import check_bool, check_stats, check_tokens, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.explorer.data import (
     GRID_SCORES,
@@ -185,7 +183,7 @@ def explore(
     check_bool("progress", progress)
     tokenizer = tokenizer_for(tokenizer, model, stats)
     check_vocab(stats, d_vocab=view.d_vocab, tokenizer=view.tokenizer)
-    ids = _text_ids(text, tokenizer)[: min(stats.n_ctx, model.cfg.n_ctx)]
+    ids = _text_ids(text, tokenizer, view.d_vocab)[: min(stats.n_ctx, model.cfg.n_ctx)]
     labels = _labeller(tokenizer)
     schedule = Schedule.of(schedule)
     sure = Uncertainty.of(uncertainty)
@@ -227,25 +225,12 @@ def _cell(head: dict[str, Any]) -> dict[str, Any]:
     return {"label": head["label"], "scores": scores, "faint": p is not None and p > 0.05}
 
 
-def _text_ids(text: Any, tokenizer: Any) -> list[int]:
+def _text_ids(text: Any, tokenizer: Any, d_vocab: int) -> list[int]:
     """The token ids of the text the panels show (``text=``: a string or its token ids)."""
     if text is None:
         raise LeadTermsError(
             "explore needs a text for its attention panels and shaded word box: pass "
             "text='the little girl saw a red ball' (with a tokenizer) or text=[token ids]"
         )
-    if isinstance(text, str):
-        ids = encode_text(text, tokenizer, "text")
-    else:
-        try:
-            t = torch.as_tensor(text)
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise LeadTermsError(
-                f"text must be a string or a list or tensor of token ids, got {type(text).__name__}"
-            ) from err
-        if t.is_floating_point() or t.dtype == torch.bool:
-            raise LeadTermsError(f"text's token ids must be integers, got dtype {t.dtype}")
-        ids = t.flatten().tolist()
-    if len(ids) < 2:
-        raise LeadTermsError(f"the text has {len(ids)} tokens; give at least 2")
-    return [int(i) for i in ids]
+    ids = encode_text(text, tokenizer, "text") if isinstance(text, str) else text
+    return check_tokens(ids, d_vocab, min_len=2, layout="[pos]", name="text").flatten().tolist()

@@ -21,7 +21,7 @@ import torch
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["TokenSource", "check_batch", "token_counts"]
+__all__ = ["TokenSource", "check_batch", "id_range", "token_counts"]
 
 _DEFAULT_PAIRS_PER_BATCH = 1 << 21
 
@@ -46,7 +46,6 @@ def check_batch(
                 f"{where}: got a ragged numpy array (dtype=object); all windows must have the "
                 "same length T + 1. Use tl_leadterms.make_windows to cut documents into windows."
             )
-        _check_unsigned_range(batch, d_vocab, where)
         batch = torch.from_numpy(np.ascontiguousarray(batch))
     elif isinstance(batch, (list, tuple)):
         if len(batch) == 0:
@@ -92,33 +91,24 @@ def check_batch(
             f"{where}: windows have length {batch.shape[1]} but earlier windows had length "
             f"{n_ctx + 1}; all windows must have the same length T + 1."
         )
-    if batch.dtype in (torch.uint16, torch.uint32, torch.uint64):
-        _check_unsigned_range(batch.numpy(force=True), d_vocab, where)
-    batch = batch.long()
     if batch.numel():
-        lo, hi = int(batch.min()), int(batch.max())
+        lo, hi = id_range(batch)
         if lo < 0 or hi >= d_vocab:
             bad = lo if lo < 0 else hi
-            row, col = (batch == bad).nonzero()[0].tolist()
+            row, col = np.argwhere(batch.numpy(force=True) == bad)[0].tolist()
             raise LeadTermsError(
                 f"{where}: token id {bad} at [{row}, {col}] is outside [0, d_vocab={d_vocab}). "
                 "Pass the tokenizer's full vocabulary size as d_vocab, or remap the ids."
             )
-    return batch
+    return batch.long()
 
 
-def _check_unsigned_range(array: np.ndarray, d_vocab: int, where: str) -> None:
-    """Ids of an unsigned array checked in its own dtype, before a cast to int64 could wrap
-    one above 2**63 - 1 into a negative number (the error names the value as given)."""
-    if array.dtype.kind != "u" or not array.size or array.ndim != 2:
-        return
-    hi = array.max()
-    if int(hi) >= d_vocab:
-        row, col = np.argwhere(array == hi)[0].tolist()
-        raise LeadTermsError(
-            f"{where}: token id {int(hi)} at [{row}, {col}] is outside [0, d_vocab={d_vocab}). "
-            "Pass the tokenizer's full vocabulary size as d_vocab, or remap the ids."
-        )
+def id_range(ids: torch.Tensor) -> tuple[int, int]:
+    """The smallest and largest of integer ``ids``, exactly: uint16-64 (torch has no min/max
+    for them) in their own dtype, before an int64 cast could wrap one above 2**63 - 1."""
+    unsigned = ids.dtype in (torch.uint16, torch.uint32, torch.uint64)
+    values = ids.numpy(force=True) if unsigned else ids
+    return int(values.min()), int(values.max())
 
 
 def _is_dataset(obj: Any) -> bool:

@@ -24,13 +24,16 @@ the theorem's step bound ``η⁻¹·min(1/(12L), 5/(8√T))`` beside it (:func:`
 when ``lr`` is known. :attr:`seconds` is the time spent scoring, :attr:`calls` how often.
 """
 
+import contextlib
 import math
+import random
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from tl_leadterms.checks import check_choice, check_lr, check_stats, positive_int
@@ -50,6 +53,20 @@ __all__ = ["ANALYSES", "LeadingTermMonitor"]
 ANALYSES = tuple(monitored())
 
 
+@contextlib.contextmanager
+def _rng_kept():
+    """Every global random state (Python's, numpy's, torch's on the CPU and each GPU) as it was
+    before: scoring (a model built from a Hugging Face one, a forward pass) draws nothing from
+    the run's streams; the analyses' own draws use seeded generators."""
+    python, numpy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(range(torch.cuda.device_count())):
+        try:
+            yield
+        finally:
+            random.setstate(python)
+            np.random.set_state(numpy)
+
+
 class LeadingTermMonitor:
     """Scores a model every ``every`` steps and flags the first step outside the regime.
 
@@ -67,6 +84,11 @@ class LeadingTermMonitor:
             cosine's excess over its null; ``"output"`` and ``"covariance"`` compute theirs.
         uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` the
             scored analyses are given.
+
+    It scores in eval mode and leaves every random state as it found them: a seeded run is
+    bit-for-bit the same without it. One monitor watches one run (a step at or before the last
+    recorded one is refused). A NaN or inf weight stops the run, whatever the analyses, with
+    one line naming the step and the weight (docs/guides/reliability.md).
 
     Example:
         >>> import torch
@@ -121,6 +143,11 @@ class LeadingTermMonitor:
     def __call__(self, model: Any, step: int, loss: float | None = None) -> dict | None:
         """Score ``model`` after ``step`` updates (None when ``step`` is not a multiple of
         ``every``); returns the scores recorded."""
+        if self.history.steps and step <= self.history.steps[-1]:
+            raise LeadTermsError(
+                f"this LeadingTermMonitor has recorded step {self.history.steps[-1]}, so step "
+                f"{step} is another run: give each run a new LeadingTermMonitor"
+            )
         if step % self.every:
             return None
         start = time.perf_counter()
@@ -128,7 +155,10 @@ class LeadingTermMonitor:
             self.watch(model)
         was_training = getattr(model, "training", False)
         try:
-            scores = self.score(model, step)
+            with _rng_kept():
+                scores = self.score(model.eval() if was_training else model, step)
+        except LeadTermsError as err:
+            raise LeadTermsError(f"LeadingTermMonitor at step {step}: {err}") from err
         finally:
             if was_training:
                 model.train()

@@ -206,11 +206,9 @@ def _patterns(
     view: ModelView, tokens: Tensor, layers: list[int], cache: Cache | None
 ) -> dict[int, Tensor]:
     """``hook_pattern`` of each layer: from ``cache`` when it has them, else one model run."""
-    if cache is None:
-        return {layer: p.cpu() for layer, p in view.patterns(tokens, layers).items()}
-    names = {layer: view.hook_name("pattern", layer) for layer in layers}
-    out = {}
-    for layer, name in names.items():
+    out = view.patterns(tokens, layers) if cache is None else {}
+    for layer in layers if cache is not None else ():
+        name = view.hook_name("pattern", layer)
         if name not in cache:
             raise LeadTermsError(
                 f"cache has no {name!r}; run the model with run_with_cache on these tokens (or "
@@ -222,8 +220,9 @@ def _patterns(
                 f"cache[{name!r}] has shape {tuple(pattern.shape)}, not that of tokens "
                 f"{tuple(tokens.shape)}: pass the cache of a run on these tokens"
             )
-        out[layer] = pattern.detach().cpu()  # ranked in its own dtype, fitted in float64
-    return out
+        out[layer] = pattern.detach()
+    # ranked in its own dtype by numpy (bfloat16, which it lacks, as float32), fitted in float64
+    return {k: p.cpu().float() if p.dtype == torch.bfloat16 else p.cpu() for k, p in out.items()}
 
 
 @shorthands

@@ -350,11 +350,11 @@ def _resolve_device(model: Any, device: object) -> torch.device:
 
 def _layer_inputs(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, value_map):
     """``E_pre``, ``W_Q``, ``W_K`` (one per query head) and the two value maps of a layer,
-    checked finite."""
+    the maps checked finite (``check_supported`` checked the weights)."""
     device, dtype = theory.device, theory.dtype
-    W_Q = _finite(f"W_Q of layer {layer}", view.weight(layer, "W_Q").to(device, dtype))
-    W_K = view.weight(layer, "W_K")[torch.tensor(view.kv_group, device=view.device)]
-    W_K = _finite(f"W_K of layer {layer}", W_K.to(device, dtype))
+    W_Q = view.weight(layer, "W_Q").to(device, dtype)
+    kv_group = torch.tensor(view.kv_group, device=view.device)
+    W_K = view.weight(layer, "W_K")[kv_group].to(device, dtype)
 
     def get(name: str) -> Tensor:
         return _finite(

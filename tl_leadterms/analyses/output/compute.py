@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from tl_leadterms.adapters.support import check_finite
 from tl_leadterms.adapters.view import own_tokenizer
 from tl_leadterms.analyses.output.fit import fit_bigram, fit_leading, mean_kl, scores
 from tl_leadterms.analyses.output.predictors import LeadingPredictor, unigram_log_probs, with_bucket
@@ -175,6 +176,7 @@ def output_agreement(
             f"output_agreement runs the model, got a {type(model).__name__}: pass the model "
             "itself (the paper model or a TransformerLens model), not its PaperWeights"
         )
+    check_finite(model)
     check_vocab(stats, d_vocab=model.cfg.d_vocab, tokenizer=own_tokenizer(model))
     fit, progress = check_bool("fit", fit), check_bool("progress", progress)
     tokens = check_tokens(tokens, model.cfg.d_vocab, max_len=model.cfg.n_ctx,
