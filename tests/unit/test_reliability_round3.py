@@ -1,0 +1,148 @@
+"""Issue 44 (reliability, round 3): Ray records trusted only when ours, bounded connections to
+Ray, token strings escaped on a terminal, bounded memory, results locked by file identity,
+hostile model files, clean exits on signals. Each test plants the case of the issue."""
+
+import json
+import os
+import pwd
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tl_leadterms import LeadTermsError
+from tl_leadterms.cli import main
+from tl_leadterms.distributed import reaper
+from tl_leadterms.distributed.cluster import probe_address
+
+NOBODY = pwd.getpwnam("nobody").pw_uid
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's files needs root")
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    return line
+
+
+# -- 1. Ray records: trusted only when ours, each process identified before a signal ----------
+def _identity(pid: int) -> list:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return [pid, int(text[text.rindex(")") + 2 :].split()[19]), os.readlink(f"/proc/{pid}/exe")]
+
+
+@pytest.fixture()
+def records(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "records"
+    monkeypatch.setattr(reaper, "RECORDS", folder)
+    return folder
+
+
+@pytest.fixture()
+def sleeper():
+    """An unrelated process of this user's that no clean-up may touch."""
+    proc = subprocess.Popen(["sleep", "300"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _plant(records: Path, *processes: list, owner: int | None = None) -> Path:
+    records.mkdir(mode=0o700, exist_ok=True)
+    file = records / "99999999.json"  # a driver that is gone
+    file.write_text(json.dumps({"driver": [99999999, 1, "/bin/x"], "processes": processes}))
+    if owner is not None:
+        os.chown(file, owner, -1)
+    return file
+
+
+def test_a_record_of_our_own_driver_stops_its_processes(records, sleeper):
+    file = _plant(records, _identity(sleeper.pid))
+    assert reaper.reap() == [sleeper.pid]
+    assert sleeper.wait(timeout=30) == -9 and not file.exists()
+
+
+@as_root
+def test_a_record_planted_by_another_user_is_ignored(records, sleeper):
+    _plant(records, _identity(sleeper.pid), owner=NOBODY)
+    assert reaper.reap() == []
+    assert sleeper.poll() is None
+
+
+def test_a_record_naming_a_process_of_another_program_leaves_it_running(records, sleeper):
+    pid, start, _ = _identity(sleeper.pid)
+    _plant(records, [pid, start, "/usr/bin/raylet"], [pid, start])  # another program; no command
+    assert reaper.reap() == []
+    assert sleeper.poll() is None
+
+
+@as_root
+def test_a_process_of_another_user_is_never_signalled(records):
+    other = subprocess.Popen(["sleep", "300"], user=NOBODY)
+    try:
+        _plant(records, _identity(other.pid))
+        assert reaper.reap() == []
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+@as_root
+def test_a_records_folder_that_is_not_private_is_refused(records, sleeper):
+    _plant(records, _identity(sleeper.pid))
+    records.chmod(0o777)
+    os.chown(records, NOBODY, -1)
+    with pytest.raises(LeadTermsError) as err:
+        reaper.reap()
+    assert str(err.value) == (
+        f"{records} (owner uid {NOBODY}, mode 777) is not a folder of yours with mode 700, so "
+        "its records of local Ray processes cannot be trusted; remove it, or set TMPDIR to a "
+        "folder of your own"
+    )
+    assert sleeper.poll() is None
+
+
+def test_the_records_folder_is_created_private(records):
+    reaper.record_started()
+    info = records.stat()
+    assert info.st_mode & 0o777 == 0o700 and info.st_uid == os.getuid()
+    record = json.loads((records / f"{os.getpid()}.json").read_text())
+    assert record["driver"] == _identity(os.getpid())
+    reaper.forget()
+
+
+# -- 3. a Ray address where no Ray answers: one line, within a bounded time --------------------
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+FIX = ("start one with `ray start --head` and pass the address it prints, or use a local Ray "
+       "(--ray local)")  # fmt: skip
+
+
+def test_ray_at_a_closed_port_is_one_line(tmp_path, capsys):
+    pytest.importorskip("ray")
+    (tmp_path / "a.txt").write_text("the cat sat on the mat . " * 20)
+    address = f"127.0.0.1:{_closed_port()}"
+    argv = ["stats", str(tmp_path / "a.txt"), "-o", str(tmp_path / "s.safetensors"), "--quiet"]
+    assert main([*argv, "--ray", address]) == 2
+    assert _error_line(capsys) == (
+        f"tl-leadterms stats: error: cannot connect to a Ray cluster at address='{address}' "
+        f"(ConnectionRefusedError: [Errno 111] Connection refused); {FIX}"
+    )
+
+
+def test_a_silent_port_and_an_unknown_host_are_refused():
+    with socket.socket() as silent:  # accepts connections (the backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(LeadTermsError, match=r"TimeoutError: timed out\); start one"):
+            probe_address(address, timeout=1.0)
+    with pytest.raises(LeadTermsError, match=r"address='no-such-host\.invalid:6379' \(gaierror"):
+        probe_address("no-such-host.invalid:6379", timeout=5.0)
