@@ -7,8 +7,10 @@ import os
 import pwd
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tl_leadterms import LeadTermsError
@@ -16,6 +18,7 @@ from tl_leadterms.cli import main
 from tl_leadterms.distributed import reaper
 from tl_leadterms.distributed.cluster import probe_address
 
+ROOT = Path(__file__).resolve().parents[2]
 NOBODY = pwd.getpwnam("nobody").pw_uid
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's files needs root")
 
@@ -146,3 +149,22 @@ def test_a_silent_port_and_an_unknown_host_are_refused():
             probe_address(address, timeout=1.0)
     with pytest.raises(LeadTermsError, match=r"address='no-such-host\.invalid:6379' \(gaierror"):
         probe_address("no-such-host.invalid:6379", timeout=5.0)
+
+
+# -- 9. Ctrl-C once the command is done (Python shutting down): one line, status 130 ----------
+def test_ctrl_c_while_the_command_exits_is_one_line_and_130(tmp_path):
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.random.default_rng(0).integers(0, 20, (10, 6)))
+    stats = tmp_path / "s.safetensors"
+    assert main(["stats", str(ids), "-o", str(stats), "--d-vocab", "20", "--quiet"]) == 0
+    code = (
+        "import atexit, os, signal, sys, time\n"
+        "from tl_leadterms.cli import main\n"  # Ctrl-C in an exit function, as after 'Done in'
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(5)))\n"
+        f"sys.argv = ['tl-leadterms', 'top', {str(stats)!r}, '3', '-n', '2']\n"
+        "sys.exit(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)  # fmt: skip
+    assert done.stdout.startswith("3: ")  # the command's own output, complete
+    assert (done.returncode, done.stderr) == (130, "tl-leadterms top: interrupted\n")
