@@ -265,7 +265,9 @@ def check_tokens(
             f"sequences have {length} positions but at most {max_len} fit{max_len_hint}; cut them "
             f"to {max_len}"
         )
-    low, high = int(tokens.min()), int(tokens.max())
+    unsigned = tokens.dtype in (torch.uint16, torch.uint32, torch.uint64)  # no torch min/max
+    values = tokens.numpy(force=True) if unsigned else tokens
+    low, high = int(values.min()), int(values.max())
     if low < 0 or high >= d_vocab:
         raise LeadTermsError(
             f"token ids must lie in [0, {d_vocab}) (d_vocab); found {low if low < 0 else high}"

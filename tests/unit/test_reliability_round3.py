@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from tl_leadterms import LeadTermsError
 from tl_leadterms.cli import main
@@ -168,3 +169,31 @@ def test_ctrl_c_while_the_command_exits_is_one_line_and_130(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)  # fmt: skip
     assert done.stdout.startswith("3: ")  # the command's own output, complete
     assert (done.returncode, done.stderr) == (130, "tl-leadterms top: interrupted\n")
+
+
+# -- 10. a uint64 token id above 2**63 - 1 is named as given, never as its int64 wrap-around --
+BIG = 2**63 + 5
+
+
+def test_a_uint64_id_in_a_token_file_is_named_as_given(tmp_path, capsys):
+    np.save(tmp_path / "ids.npy", np.array([[1, 2, 3, BIG]] * 3, dtype=np.uint64))
+    argv = ["stats", str(tmp_path / "ids.npy"), "-o", str(tmp_path / "s.safetensors")]
+    assert main([*argv, "--d-vocab", "12", "--quiet"]) == 2
+    assert _error_line(capsys) == (
+        f"tl-leadterms stats: error: batch 0: token id {BIG} at [0, 3] is outside [0, "
+        "d_vocab=12). Pass the tokenizer's full vocabulary size as d_vocab, or remap the ids."
+    )
+
+
+def test_a_uint64_id_is_named_as_given_by_every_check():
+    from tl_leadterms import make_windows
+    from tl_leadterms.checks import check_tokens
+
+    ids = np.array([[1, 2, BIG]], dtype=np.uint64)
+    for tokens in (ids, torch.from_numpy(ids)):
+        with pytest.raises(
+            LeadTermsError, match=f"must lie in \\[0, 12\\) \\(d_vocab\\); found {BIG}"
+        ):
+            check_tokens(tokens, 12)
+    with pytest.raises(LeadTermsError, match=f"document 0 holds token id {BIG}, above any"):
+        make_windows([ids[0]], n_ctx=2)

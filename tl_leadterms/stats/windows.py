@@ -58,6 +58,11 @@ def _document_ids(doc: Any, index: int) -> np.ndarray:
         )
     if ids.size and not np.issubdtype(ids.dtype, np.integer):
         raise LeadTermsError(f"document {index} has dtype {ids.dtype}; token ids must be integers.")
+    if ids.dtype == np.uint64 and ids.size and ids.max() > np.iinfo(np.int64).max:
+        raise LeadTermsError(
+            f"document {index} holds token id {int(ids.max())}, above any vocabulary (2**63 - 1 "
+            "at most); remap the ids."
+        )
     return ids.astype(np.int64, copy=False)
 
 
