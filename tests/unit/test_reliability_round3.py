@@ -18,6 +18,7 @@ from tl_leadterms import LeadTermsError
 from tl_leadterms.cli import main
 from tl_leadterms.distributed import reaper
 from tl_leadterms.distributed.cluster import probe_address
+from tl_leadterms.stats.fileformat import read_header
 
 ROOT = Path(__file__).resolve().parents[2]
 NOBODY = pwd.getpwnam("nobody").pw_uid
@@ -197,3 +198,26 @@ def test_a_uint64_id_is_named_as_given_by_every_check():
             check_tokens(tokens, 12)
     with pytest.raises(LeadTermsError, match=f"document 0 holds token id {BIG}, above any"):
         make_windows([ids[0]], n_ctx=2)
+
+
+# -- 11. top, when the saved tokenizer folder was overwritten by another run --------------------
+def test_top_says_the_tokenizer_folder_holds_another_tokenizer(tmp_path, capsys):
+    def stats(name: str, text: str) -> Path:
+        (tmp_path / f"{name}.txt").write_text(text)
+        out = tmp_path / f"{name}.safetensors"
+        argv = ["stats", str(tmp_path / f"{name}.txt"), "-o", str(out), "--n-ctx", "4"]
+        assert main([*argv, "--save-tokenizer", str(tmp_path / "tok"), "--quiet"]) == 0
+        return out
+
+    first = stats("a", "the cat sat on the mat . the dog ran .")
+    second = stats("b", "a bird flew over a tree . a fish swam .")  # the same tokenizer folder
+    was, now = (read_header(p)["tokenizer_vocab_hash"][:12] for p in (first, second))
+    capsys.readouterr()
+    assert main(["top", str(first), "cat"]) == 2
+    assert _error_line(capsys) == (
+        f"tl-leadterms top: error: token 'cat' is a string but {first} was counted with a "
+        f"tokenizer of hash {was} and {tmp_path / 'tok'} now holds another (hash {now}): "
+        "overwritten since, by another run perhaps; pass --tokenizer FOLDER (the tokenizer the "
+        "statistics were counted with, or compute them again with --save-tokenizer) to look it "
+        "up, or give its token id"
+    )
