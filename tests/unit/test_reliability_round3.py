@@ -221,3 +221,36 @@ def test_top_says_the_tokenizer_folder_holds_another_tokenizer(tmp_path, capsys)
         "statistics were counted with, or compute them again with --save-tokenizer) to look it "
         "up, or give its token id"
     )
+
+
+# -- 2. token strings on a terminal: control characters escaped, long tokens cut ----------------
+HOSTILE = ["a", "\x1b]0;TITLE\x07", "\x1b[2J\x1b[H", "\x1b]52;c;aGk=\x07", "x" * 200_000]
+
+
+def test_top_prints_hostile_tokens_escaped_and_cut(tmp_path, capsys):
+    from tests.factories import word_tokenizer_folder
+
+    tok = word_tokenizer_folder(tmp_path / "tok", HOSTILE)
+    rows = [[0, 1]] * 4 + [[0, 2]] * 3 + [[0, 3]] * 2 + [[0, 4]]  # 'a' before each, 4..1 times
+    np.save(tmp_path / "ids.npy", np.array(rows))
+    stats = tmp_path / "s.safetensors"
+    assert main(["stats", str(tmp_path / "ids.npy"), "-o", str(stats), "--d-vocab", "5"]) == 0
+    capsys.readouterr()
+    argv = ["top", str(stats), "a", "--tokenizer", str(tok), "--scoring", "raw", "-n", "4"]
+    assert main([*argv, "--exclude", "none"]) == 0
+    assert capsys.readouterr().out == (
+        r"a: \x1b]0;TITLE\x07 (0.2), \x1b[2J\x1b[H (0.1), \x1b]52;c;aGk=\x07 (0), "
+        + "x" * 100
+        + "…(200,000 chars) (-0.1)\n"
+    )
+
+
+def test_association_lists_show_tokens_escaped_and_cut():
+    from tl_leadterms.stats.corpus import Neighbour
+
+    shown = repr([Neighbour(HOSTILE[1], 1, 0.5), Neighbour(HOSTILE[4], 4, 0.25)])
+    assert shown == (
+        r"[Neighbour(token='\x1b]0;TITLE\x07', token_id=1, score=0.5), Neighbour(token='"
+        + "x" * 100
+        + "'…(200,000 chars), token_id=4, score=0.25)]"
+    )

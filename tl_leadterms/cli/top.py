@@ -135,7 +135,9 @@ def _excluded(spec: str | list[str], tokenizer: Any) -> list[int] | str:
 def _line(items, tokenizer) -> str:
     if isinstance(items, str):
         return items
-    label = (lambda t: tokenizer.decode([t])) if tokenizer is not None else str
+    from tl_leadterms.jsontext import terminal_text
+
+    label = (lambda t: terminal_text(tokenizer.decode([t]))) if tokenizer is not None else str
     return ", ".join(f"{label(t)} ({s:.3g})" for t, s in items)
 
 
