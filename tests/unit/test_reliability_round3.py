@@ -254,3 +254,70 @@ def test_association_lists_show_tokens_escaped_and_cut():
         + "x" * 100
         + "'…(200,000 chars), token_id=4, score=0.25)]"
     )
+
+
+# -- 6. the results file: locked by identity, special files and huge or binary lines refused ----
+def test_a_hard_link_to_a_results_file_shares_its_lock(tmp_path):
+    from tl_leadterms.sweeps.results import ResultsFile
+
+    real, hard = tmp_path / "real.jsonl", tmp_path / "hard.jsonl"
+    real.touch()
+    os.link(real, hard)
+    with ResultsFile(real, {"analyses": "a"}), pytest.raises(LeadTermsError) as err:
+        ResultsFile(hard, {"analyses": "b"}).__enter__()
+    assert str(err.value) == (
+        f"another sweep (pid {os.getpid()}) is writing {str(hard)!r}; wait for it to finish, or "
+        "pass another results path to run side by side"
+    )
+
+
+@pytest.mark.parametrize("kind", ["FIFO (named pipe)", "character device", "socket", "folder"])
+def test_a_special_file_as_results_is_refused_naming_it(tmp_path, kind):
+    from tl_leadterms.sweeps.inputs import results_path
+
+    path = tmp_path / "r.jsonl"
+    if kind == "FIFO (named pipe)":
+        os.mkfifo(path)
+    elif kind == "character device":
+        path = Path("/dev/zero")  # read for ever: a MemoryError before
+    elif kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+    else:
+        path.mkdir()
+    with pytest.raises(LeadTermsError) as err:
+        results_path(path)
+    assert err.value.cli_message == (
+        f"--results {str(path)!r} is a {kind}, not a results file; pass the path of a regular "
+        "file, e.g. 'sweep.jsonl' (a new one is created)"
+    )
+
+
+def test_a_huge_line_or_a_binary_file_as_results_is_refused_and_kept(tmp_path):
+    from tl_leadterms.sweeps.results import MAX_LINE, ResultsFile
+
+    huge, binary = tmp_path / "huge.jsonl", tmp_path / "binary.jsonl"
+    huge.write_bytes(b"x" * (MAX_LINE + 10))  # one line, no newline: a 'torn' line before
+    binary.write_bytes(bytes(range(256)) * 4)
+    for path, why in ((huge, "line 1 is longer than 64 MiB"),
+                      (binary, "line 1 holds NUL bytes: a binary file")):  # fmt: skip
+        before = path.read_bytes()
+        with pytest.raises(LeadTermsError) as err, ResultsFile(path, {}):
+            pass
+        assert str(err.value) == (
+            f"{str(path)!r} is not a results file of tl_leadterms.sweep ({why}); pass a new "
+            "path for --results, the file is left as it is"
+        )
+        assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["binary.jsonl", "huge.jsonl"]
+
+
+def test_sweep_refuses_a_fifo_as_results_before_any_work(tmp_path, capsys):
+    fifo = tmp_path / "r.jsonl"
+    os.mkfifo(fifo)
+    assert main(["sweep", str(tmp_path / "series"), str(tmp_path / "s.safetensors"),
+                 "--results", str(fifo)]) == 2  # fmt: skip
+    assert _error_line(capsys) == (
+        f"tl-leadterms sweep: error: --results {str(fifo)!r} is a FIFO (named pipe), not a "
+        "results file; pass the path of a regular file, e.g. 'sweep.jsonl' (a new one is created)"
+    )
