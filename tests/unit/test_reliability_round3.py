@@ -5,6 +5,7 @@ hostile model files, clean exits on signals. Each test plants the case of the is
 import json
 import os
 import pwd
+import shutil
 import socket
 import subprocess
 import sys
@@ -321,3 +322,75 @@ def test_sweep_refuses_a_fifo_as_results_before_any_work(tmp_path, capsys):
         f"tl-leadterms sweep: error: --results {str(fifo)!r} is a FIFO (named pipe), not a "
         "results file; pass the path of a regular file, e.g. 'sweep.jsonl' (a new one is created)"
     )
+
+
+# -- 7. load_model on hostile config and tokenizer files, FIFOs, and the load report --------------
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory) -> Path:
+    from tl_leadterms.loading.tiny import save_tiny_model
+
+    return save_tiny_model("gpt_neox", tmp_path_factory.mktemp("tiny") / "m", d_vocab=20,
+                           d_model=16, n_heads=2, n_layers=1, n_ctx=16)  # fmt: skip
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # json.loads: RecursionError
+FIX = "save the model again with save_pretrained"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "why"),
+    [
+        ("config.json", DEEP, ": JSON nested deeper than 32 levels; no writer of this library "
+         "produces that, the file is corrupt or hostile"),
+        ("config.json", "[1]", " holds a JSON list, not an object"),
+        ("tokenizer.json", "{nope", ": not valid JSON (Expecting property name enclosed in "
+         "double quotes: line 1 column 2 (char 1))"),
+        ("tokenizer_config.json", "[1, 2]", " holds a JSON list, not an object"),
+    ],
+)  # fmt: skip
+def test_hostile_model_files_are_one_error_naming_the_file(tiny_folder, tmp_path, name, text, why):
+    from tl_leadterms.loading import load_model
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_folder, folder)
+    (folder / name).write_text(text)
+    with pytest.raises(LeadTermsError) as err:
+        load_model(folder, device="cpu")
+    assert str(err.value) == f"{str(folder / name)!r}{why}; {FIX}"
+
+
+def test_a_fifo_shard_is_refused_instead_of_blocking(tiny_folder, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from tl_leadterms.loading import load_model
+
+    folder = tmp_path / "sharded"
+    AutoModelForCausalLM.from_pretrained(tiny_folder).save_pretrained(folder, max_shard_size="5KB")
+    shard = sorted(folder.glob("model-00001-of-*.safetensors"))[0]
+    shard.unlink()
+    os.mkfifo(shard)  # transformers opened it and waited for a writer for ever
+    with pytest.raises(LeadTermsError) as err:
+        load_model(folder, device="cpu")
+    assert str(err.value) == (
+        f"{str(shard)!r} is a FIFO (named pipe), not a file: reading it would block; {FIX} (a "
+        "checkpoint holds regular files)"
+    )
+
+
+def test_the_cli_prints_its_refusal_without_transformers_load_report(tiny_folder, tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_folder, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 2}))
+    np.save(tmp_path / "ids.npy", np.random.default_rng(0).integers(0, 20, (10, 6)))
+    stats = tmp_path / "s.safetensors"
+    assert main(["stats", str(tmp_path / "ids.npy"), "-o", str(stats), "--d-vocab", "20"]) == 0
+    done = subprocess.run([sys.executable, "-m", "tl_leadterms.cli", "decompose", str(folder),
+                           str(stats)], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)  # fmt: skip
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()  # before: transformers' 17-line LOAD REPORT first
+    assert line.startswith(
+        f"tl-leadterms decompose: error: the weights in {str(folder)!r} do not match its "
+        "config.json: missing or mis-sized ['gpt_neox.layers.1."
+    ) and line.endswith(f"; {FIX}")
