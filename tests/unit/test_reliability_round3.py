@@ -6,6 +6,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -394,3 +395,29 @@ def test_the_cli_prints_its_refusal_without_transformers_load_report(tiny_folder
         f"tl-leadterms decompose: error: the weights in {str(folder)!r} do not match its "
         "config.json: missing or mis-sized ['gpt_neox.layers.1."
     ) and line.endswith(f"; {FIX}")
+
+
+# -- 8. SIGTERM while the monitor copies a Hugging Face model: no copy left in TMPDIR ----------
+MONITOR_COPY = """
+import os, signal, sys
+from transformers import AutoModelForCausalLM
+from tl_leadterms.sweeps.monitor import _as_lens
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+save = model.save_pretrained
+def save_then_terminated(folder, **kwargs):  # SIGTERM once the copy is on disk
+    save(folder, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+model.save_pretrained = save_then_terminated
+_as_lens(model)
+print("survived")
+"""
+
+
+def test_sigterm_while_the_monitor_copies_a_model_leaves_no_copy(tiny_folder, tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)}
+    done = subprocess.run([sys.executable, "-c", MONITOR_COPY, str(tiny_folder)],
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == -signal.SIGTERM and "survived" not in done.stdout, done.stderr
+    assert sorted(p.name for p in scratch.iterdir()) == []  # before: tmpXXXXXXXX/ with the model
