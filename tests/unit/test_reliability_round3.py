@@ -335,7 +335,7 @@ def tiny_folder(tmp_path_factory) -> Path:
 
 
 DEEP = "[" * 100_000 + "]" * 100_000  # json.loads: RecursionError
-FIX = "save the model again with save_pretrained"
+RESAVE = "save the model again with save_pretrained"
 
 
 @pytest.mark.parametrize(
@@ -357,7 +357,7 @@ def test_hostile_model_files_are_one_error_naming_the_file(tiny_folder, tmp_path
     (folder / name).write_text(text)
     with pytest.raises(LeadTermsError) as err:
         load_model(folder, device="cpu")
-    assert str(err.value) == f"{str(folder / name)!r}{why}; {FIX}"
+    assert str(err.value) == f"{str(folder / name)!r}{why}; {RESAVE}"
 
 
 def test_a_fifo_shard_is_refused_instead_of_blocking(tiny_folder, tmp_path):
@@ -373,7 +373,7 @@ def test_a_fifo_shard_is_refused_instead_of_blocking(tiny_folder, tmp_path):
     with pytest.raises(LeadTermsError) as err:
         load_model(folder, device="cpu")
     assert str(err.value) == (
-        f"{str(shard)!r} is a FIFO (named pipe), not a file: reading it would block; {FIX} (a "
+        f"{str(shard)!r} is a FIFO (named pipe), not a file: reading it would block; {RESAVE} (a "
         "checkpoint holds regular files)"
     )
 
@@ -394,7 +394,7 @@ def test_the_cli_prints_its_refusal_without_transformers_load_report(tiny_folder
     assert line.startswith(
         f"tl-leadterms decompose: error: the weights in {str(folder)!r} do not match its "
         "config.json: missing or mis-sized ['gpt_neox.layers.1."
-    ) and line.endswith(f"; {FIX}")
+    ) and line.endswith(f"; {RESAVE}")
 
 
 # -- 8. SIGTERM while the monitor copies a Hugging Face model: no copy left in TMPDIR ----------
@@ -421,3 +421,49 @@ def test_sigterm_while_the_monitor_copies_a_model_leaves_no_copy(tiny_folder, tm
                           capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert done.returncode == -signal.SIGTERM and "survived" not in done.stdout, done.stderr
     assert sorted(p.name for p in scratch.iterdir()) == []  # before: tmpXXXXXXXX/ with the model
+
+
+# -- 5. text read and tokenized in bounded pieces, whatever its line structure -----------------
+def _words(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    vocab = ["".join(rng.choice(list("abcdefghij"), size=rng.integers(2, 9))) for _ in range(2000)]
+    return [vocab[i] for i in rng.zipf(1.3, n) % len(vocab)]
+
+
+def test_a_one_line_file_gives_the_statistics_of_the_same_text_with_line_breaks(tmp_path):
+    from tl_leadterms import CorpusStats
+
+    words = _words(400_000)  # about 2 MiB: eight pieces of 256 Ki characters
+    (tmp_path / "one.txt").write_text(" ".join(words))
+    (tmp_path / "lines.txt").write_text("\n".join(" ".join(words[i : i + 12])
+                                                  for i in range(0, len(words), 12)))  # fmt: skip
+    got = {}
+    for name in ("one", "lines"):
+        out = tmp_path / f"{name}.safetensors"
+        argv = ["stats", str(tmp_path / f"{name}.txt"), "-o", str(out), "--n-ctx", "16"]
+        assert main([*argv, "--only", "B_bar", "Phi_bar", "--quiet"]) == 0
+        got[name] = CorpusStats.load(out)
+    assert got["one"].n_sequences == got["lines"].n_sequences > 10_000
+    for name in ("pair_codes", "pair_counts", "unigram_counts", "Phi_bar"):
+        assert torch.equal(getattr(got["one"], name), getattr(got["lines"], name)), name
+
+
+PEAK = """
+import resource, sys
+from tl_leadterms import make_windows
+from tl_leadterms.data import train_word_tokenizer
+text = open(sys.argv[1]).read()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+windows = make_windows([text], n_ctx=32, tokenizer=train_word_tokenizer([text], 2000))
+print(windows.shape[0], (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10)
+"""
+
+
+def test_a_one_line_text_costs_memory_of_a_piece_not_of_the_file(tmp_path):
+    (tmp_path / "one.txt").write_text(" ".join(_words(1_600_000)))  # 8 MiB, no line break
+    done = subprocess.run([sys.executable, "-c", PEAK, str(tmp_path / "one.txt")],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    windows, grown_mib = map(int, done.stdout.split())
+    assert windows == 1_600_000 // 33
+    assert grown_mib < 300, grown_mib  # before: about 3 GiB (the tokenizer's per-character state)

@@ -37,10 +37,9 @@ def _documents_as_ids(documents: Any, tokenizer: Any, text_column: str) -> Itera
     if isinstance(first, str):
         if tokenizer is None:
             raise LeadTermsError("documents are texts: pass tokenizer= to turn them into ids.")
-        from tl_leadterms.data.tokenizers import tokenize_documents
+        from tl_leadterms.data.tokenizers import document_ids
 
-        texts = [first, *docs]
-        return tokenize_documents(texts, tokenizer)  # separators are added below
+        return document_ids(itertools.chain([first], docs), tokenizer)  # a batch at a time
     return itertools.chain([first], docs)
 
 
