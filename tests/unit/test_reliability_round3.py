@@ -5,6 +5,8 @@ hostile model files, clean exits on signals. Each test plants the case of the is
 import json
 import os
 import pwd
+import re
+import resource
 import shutil
 import signal
 import socket
@@ -467,3 +469,46 @@ def test_a_one_line_text_costs_memory_of_a_piece_not_of_the_file(tmp_path):
     windows, grown_mib = map(int, done.stdout.split())
     assert windows == 1_600_000 // 33
     assert grown_mib < 300, grown_mib  # before: about 3 GiB (the tokenizer's per-character state)
+
+
+# -- 4. memory plans: block tables counted, a local Ray under a low `ulimit -v` refused ----------
+def _limited_stats(tmp_path: Path, *extra: str, gib: float) -> str:
+    """``tl-leadterms stats`` under an address-space limit (ulimit -v): its one error line."""
+    np.save(tmp_path / "ids.npy", np.random.default_rng(0).integers(0, 3000, (2000, 17)))
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (int(gib * 2**30), int(gib * 2**30)))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tl_leadterms.cli", "stats", str(tmp_path / "ids.npy"), "-o",
+         str(tmp_path / "s.safetensors"), "--d-vocab", "3000", "--quiet", *extra],
+        capture_output=True, text=True, timeout=300, preexec_fn=limit,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    (line,) = done.stderr.splitlines()
+    return line
+
+
+def test_block_tables_are_in_the_plan_under_an_address_space_limit(tmp_path):
+    line = _limited_stats(tmp_path, "--keep", "3000", "--blocks", "50", gib=3)
+    assert re.fullmatch(
+        r"tl-leadterms stats: error: the statistics need about 7\.0 GiB at peak \(results, "
+        r"k=3000, 50 blocks, float64\) but only \d\.\d GiB is allowed by the address-space limit "
+        r"\(ulimit -v\); fewer blocks \(--blocks / blocks=, e\.g\. 12\); or keep fewer tokens "
+        r"\(--keep / vocab=, e\.g\. 1000\); or --dtype float32 \(dtype=torch\.float32\); or a "
+        r"machine with more memory",
+        line,
+    ), line  # before: the plan passed, then an allocator traceback
+
+
+def test_a_local_ray_under_a_low_address_space_limit_is_refused_before_it_starts(tmp_path):
+    pytest.importorskip("ray")
+    line = _limited_stats(tmp_path, "--ray", "local:2", gib=2)  # below any local Ray's needs
+    assert re.fullmatch(
+        r"tl-leadterms stats: error: a local Ray cannot start under the address-space limit of "
+        r"2\.0 GiB \(ulimit -v\), which its processes inherit: they map about \d+\.\d GiB \(an "
+        r"object store of 30% of the free memory, and the processes\); raise the limit \(ulimit "
+        r"-v unlimited\), or compute in this process \(no --ray\)",
+        line,
+    ), line  # before: Ray's start-up traceback after its node timed out

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tl_leadterms.distributed.memory import check_local_ray
 from tl_leadterms.distributed.reaper import forget, reap, record_started
 from tl_leadterms.errors import LeadTermsError, positive_int
 from tl_leadterms.signals import restore_handler
@@ -115,6 +116,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         positive_int("num_cpus", num_cpus)
     quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
     if address is None:
+        check_local_ray()  # under a low `ulimit -v`, before Ray's node times out starting
         reap()  # agents left by a local cluster whose driver was killed
     elif address != "auto":
         probe_address(address)

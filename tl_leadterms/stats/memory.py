@@ -18,6 +18,11 @@ With ``D = k²·bytes(dtype)`` and ``A = k²·bytes(accumulate_dtype)``, the sta
 Only B̄ and Φ̄ (``want=("B_bar", "Phi_bar")``) stop after pass one: ``A (+D)``. Add the memory of
 the process itself (Python, torch: a few hundred MB), which the plan does not count.
 
+Block statistics (:func:`plan_block_memory`, ``stats --blocks B``) keep every table per block:
+pass one ``B·A``; pass two each block's Φ̄ and a float64 Q̄ table (``B·(A + D)``) beside the whole
+corpus' Φ̄ and Ḡ (``2D``) and the blocks' windows (4 bytes a token); the result each block's Φ̄
+and Q̄ and the whole corpus' statistics (``2B·D + 4D``).
+
 Example:
 
 >>> import torch
@@ -49,6 +54,8 @@ __all__ = [
     "check_memory",
     "column_blocks",
     "format_bytes",
+    "memory_limits",
+    "plan_block_memory",
     "plan_memory",
 ]
 
@@ -87,6 +94,7 @@ class MemoryPlan:
         dtype, accumulate_dtype: result and accumulation dtypes.
         statistics: the statistics asked for (B̄ and Φ̄ always come with pass one).
         stages: stage name -> estimated bytes at its peak (only the stages that run).
+        blocks: the number of blocks of block statistics (None: plain statistics).
     """
 
     k: int
@@ -94,6 +102,7 @@ class MemoryPlan:
     accumulate_dtype: torch.dtype
     statistics: tuple[str, ...]
     stages: dict[str, int]
+    blocks: int | None = None
 
     @property
     def peak(self) -> int:
@@ -107,9 +116,10 @@ class MemoryPlan:
     def __str__(self) -> str:
         dt = str(self.dtype).removeprefix("torch.")
         acc = str(self.accumulate_dtype).removeprefix("torch.")
+        blocks = f"{self.blocks} blocks, " if self.blocks else ""
         return (
             f"memory plan: about {format_bytes(self.peak)} at peak ({self.peak_stage}; k={self.k}, "
-            f"{dt} summed in {acc}, {', '.join(self.statistics)})"
+            f"{blocks}{dt} summed in {acc}, {', '.join(self.statistics)})"
         )
 
 
@@ -151,6 +161,24 @@ def plan_memory(
         if offload:  # Φ̄ read back beside Ḡ and Q̄
             stages["results"] = 3 * d + 16 * distinct
     return MemoryPlan(k, dtype, acc, tuple(want), stages)
+
+
+def plan_block_memory(
+    k: int, blocks: int, *, dtype: torch.dtype = torch.float64, n_positions: int = 0
+) -> MemoryPlan:
+    """Estimate the memory of :func:`~tl_leadterms.stats.blocks.block_stats` with ``blocks``
+    blocks over ``k`` kept tokens and ``n_positions`` tokens of windows (the module docstring).
+
+    >>> print(plan_block_memory(3000, 50))  # doctest: +ELLIPSIS
+    memory plan: about 7.0 GiB at peak (results; k=3000, 50 blocks, float64 summed in float64, ...
+    """
+    d, a = k * k * dtype.itemsize, k * k * 8
+    stages = {
+        "pass one": blocks * a + WORKSPACE,
+        "pass two": blocks * (a + d) + 2 * d + 4 * n_positions + WORKSPACE,
+        "results": 2 * blocks * d + 4 * d + 4 * n_positions,
+    }
+    return MemoryPlan(k, dtype, torch.float64, ALL_STATISTICS, stages, blocks)
 
 
 def _meminfo() -> int | None:
@@ -224,7 +252,7 @@ def _rlimit_room() -> dict[str, int]:
     return rooms
 
 
-def _memory_limits() -> dict[str, int]:
+def memory_limits() -> dict[str, int]:
     """Every known bound on what this process may still allocate, in bytes, by name: the
     machine's ``MemAvailable`` (or psutil's), the cgroup limit, and the process's own
     address-space and data limits. :func:`available_memory` is the smallest."""
@@ -247,9 +275,9 @@ def _memory_limits() -> dict[str, int]:
 
 
 def available_memory() -> int | None:
-    """Bytes this process may still allocate: the smallest of :func:`_memory_limits` (None
+    """Bytes this process may still allocate: the smallest of :func:`memory_limits` (None
     where none is known)."""
-    limits = _memory_limits()
+    limits = memory_limits()
     return min(limits.values()) if limits else None
 
 
@@ -263,25 +291,28 @@ def check_memory(plan: MemoryPlan, available: int | None = None) -> None:
     if available is None or plan.peak <= available:
         return
     # name the bound that binds (the process's own mappings move a little between readings)
-    limits = _memory_limits()
+    limits = memory_limits()
     near = [n for n, room in limits.items() if abs(room - available) < 64 << 20]
     binding = min(near, key=lambda n: abs(limits[n] - available)) if near else None
     where = "available on this machine"
     if binding not in (None, "free memory of this machine"):
         where = f"allowed by the {binding}"
-    fixes = []
+    fixes = [f"fewer blocks (--blocks / blocks=, e.g. {max(2, plan.blocks // 4)})"] if (
+        plan.blocks) else []  # fmt: skip
     if plan.k > 1000:
         fixes.append(f"keep fewer tokens (--keep / vocab=, e.g. {max(1000, plan.k // 3)})")
     if plan.dtype == torch.float64:
         fixes.append("--dtype float32 (dtype=torch.float32)")
     elif plan.accumulate_dtype == torch.float64:
         fixes.append("--accumulate-dtype float32 (accumulate_dtype=torch.float32, less exact)")
-    if any(s in plan.statistics for s in ("G_bar", "Q_bar", "Delta")):
+    if not plan.blocks and any(s in plan.statistics for s in ("G_bar", "Q_bar", "Delta")):
         fixes.append('only B̄ and Φ̄ (--only B_bar Phi_bar / want=("B_bar", "Phi_bar"))')
-    fixes.append("a machine with more memory (check_memory=False / --no-memory-check to try)")
+    fixes.append("a machine with more memory" + ("" if plan.blocks else
+                 " (check_memory=False / --no-memory-check to try)"))  # fmt: skip
     raise LeadTermsError(
         f"the statistics need about {format_bytes(plan.peak)} at peak ({plan.peak_stage}, "
-        f"k={plan.k}, {str(plan.dtype).removeprefix('torch.')}) but only "
+        f"k={plan.k}, {f'{plan.blocks} blocks, ' if plan.blocks else ''}"
+        f"{str(plan.dtype).removeprefix('torch.')}) but only "
         f"{format_bytes(available)} is {where}; " + "; or ".join(fixes)
     )
 
