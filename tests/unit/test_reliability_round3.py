@@ -176,6 +176,15 @@ def test_ctrl_c_while_the_command_exits_is_one_line_and_130(tmp_path):
     assert (done.returncode, done.stderr) == (130, "tl-leadterms top: interrupted\n")
 
 
+def test_the_probe_lets_a_real_ray_head_through():
+    ray = pytest.importorskip("ray")
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        probe_address(ray.get_runtime_context().gcs_address)  # answers as an HTTP/2 server
+    finally:
+        ray.shutdown()
+
+
 # -- 10. a uint64 token id above 2**63 - 1 is named as given, never as its int64 wrap-around --
 BIG = 2**63 + 5
 
@@ -304,7 +313,7 @@ def test_a_huge_line_or_a_binary_file_as_results_is_refused_and_kept(tmp_path):
     huge.write_bytes(b"x" * (MAX_LINE + 10))  # one line, no newline: a 'torn' line before
     binary.write_bytes(bytes(range(256)) * 4)
     for path, why in ((huge, "line 1 is longer than 64 MiB"),
-                      (binary, "line 1 holds NUL bytes: a binary file")):  # fmt: skip
+                      (binary, "line 1 is not text: a binary file")):  # fmt: skip
         before = path.read_bytes()
         with pytest.raises(LeadTermsError) as err, ResultsFile(path, {}):
             pass

@@ -5,7 +5,6 @@ Ray is imported here, lazily: importing :mod:`tl_leadterms` (or this package) ne
 
 import logging
 import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,7 +17,7 @@ from tl_leadterms.signals import restore_handler
 __all__ = ["CONNECT_TIMEOUT", "import_ray", "parse_target", "probe_address", "ray_session"]
 
 CONNECT_TIMEOUT = 10.0
-"""Seconds each step of :func:`probe_address` (look-up, connection, first answer) may take."""
+"""Seconds a connection to a Ray address, and its first answer, may take."""
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(9)  # HTTP/2's, + empty SETTINGS
 
 
@@ -62,9 +61,10 @@ def _unreachable(address: str, why: object) -> LeadTermsError:
 
 
 def probe_address(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
-    """Refuse, within about ``3 × timeout`` seconds, a ``host:port`` where no Ray answers: a
-    host that does not resolve, a closed port, or one that accepts but never answers as the
-    gRPC (HTTP/2) server Ray's head is; ``ray.init`` would retry them for ever.
+    """Refuse, within about ``timeout`` seconds a step (the host's look-up is the resolver's),
+    a ``host:port`` where no Ray answers: a host that does not resolve, a closed port, or one
+    that accepts but never answers as the gRPC (HTTP/2) server Ray's head is; ``ray.init``
+    would retry them for ever.
 
     >>> probe_address("no-such-host.invalid:6379")
     Traceback (most recent call last):
@@ -74,24 +74,8 @@ def probe_address(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not port.isdigit():
         raise _unreachable(address, "not HOST:PORT, e.g. 10.0.0.1:6379")
-    found: list = []
-
-    def look_up() -> None:  # getaddrinfo takes no timeout: a thread that may be left behind
-        try:
-            found.append(socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM))
-        except OSError as err:
-            found.append(err)
-
-    thread = threading.Thread(target=look_up, daemon=True)
-    thread.start()
-    thread.join(timeout)
     try:
-        if not found or isinstance(found[0], OSError):
-            raise found[0] if found else TimeoutError(f"no look-up of {host} in {timeout:g} s")
-        family, kind, proto, _, where = found[0][0]
-        with socket.socket(family, kind, proto) as conn:
-            conn.settimeout(timeout)
-            conn.connect(where)
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as conn:
             conn.sendall(_PREFACE)
             answer = conn.recv(9)  # an HTTP/2 server's first frame is its SETTINGS (type 4)
     except OSError as err:

@@ -7,13 +7,11 @@ init and keep running (seen with Ray 2.60). So when a local cluster has started,
 records the processes it started in a small file; the next :func:`reap` (every local
 ``ray_session`` calls it) stops the recorded processes of every driver that is gone.
 
-A record is trusted only when it is ours: it lies in :data:`RECORDS`, a folder of the current
-user's own with mode 0700 (created so; any other folder there is refused, naming it), and the
-record file is a regular file owned by the current user. Each process is identified by its pid,
-start time and executable, all read from ``/proc``; before any signal the three are read again and
-the process's owner checked, so a reused pid, a process of another program and a process of
-another user are never signalled. Linux only (``/proc``); elsewhere recording and reaping do
-nothing.
+A record is trusted only when it is ours: a regular file of the current user's in
+:data:`RECORDS`, a folder of the user's own with mode 0700 (created so; any other is refused).
+Each process is recorded by pid, start time and executable (from ``/proc``), read again with its
+owner before any signal: a reused pid, another program's or another user's process is never
+signalled. Linux only (``/proc``); elsewhere recording and reaping do nothing.
 """
 
 import contextlib
@@ -49,26 +47,18 @@ def _identity(pid: int) -> list | None:
     return None if fields[0] == "Z" or owner != _UID else [pid, int(fields[19]), exe]
 
 
-def _children() -> dict[int, list[int]]:
-    found: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(text[text.rindex(")") + 2 :].split()[1])
-        found.setdefault(parent, []).append(int(entry.name))
-    return found
-
-
 def _descendants(pid: int) -> list[int]:
-    children, out, todo = _children(), [], [pid]
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            text = (entry / "stat").read_text()
+            parent = int(text[text.rindex(")") + 2 :].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    out, todo = [], [pid]
     while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
+        found = children.get(todo.pop(), [])
+        out += found
+        todo += found
     return out
 
 
@@ -104,36 +94,23 @@ def forget() -> None:
         (RECORDS / f"{os.getpid()}.json").unlink()
 
 
-def _record(file: Path) -> dict | None:
-    """The record in ``file`` if it is a regular file of this user's (None otherwise)."""
-    try:
-        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with open(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != _UID:
-            return None
-        with contextlib.suppress(ValueError):
-            return json.loads(f.read(1 << 20))
-    return None
-
-
 def reap() -> list[int]:
     """Stop the recorded processes of drivers that are gone; the pids signalled."""
     if not Path("/proc/self/stat").exists():
         return []
     stopped = []
     for file in _folder().glob("*.json"):
-        record = _record(file)
         try:
-            driver, processes = record["driver"], record["processes"]
-            if _identity(driver[0]) == driver:
+            info = file.lstat()  # a regular file of this user's (the folder is private too)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != _UID:
+                continue
+            record = json.loads(file.read_text())
+            if _identity(record["driver"][0]) == record["driver"]:
                 continue  # its driver still runs
-            gone = [p for p in processes if _identity(p[0]) == p]  # same start, executable
-        except (TypeError, KeyError, IndexError):
-            continue  # not a record of this library's: leave it
-        for pid, *_ in gone:
+            left = [p for p in record["processes"] if _identity(p[0]) == p]  # start, executable
+        except (OSError, ValueError, TypeError, KeyError, IndexError):
+            continue  # being written, or not a record of this library's: leave it
+        for pid, *_ in left:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
                 stopped.append(pid)

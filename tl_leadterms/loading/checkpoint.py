@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.errors import LeadTermsError, first_line
 from tl_leadterms.filesystem import file_kind
 from tl_leadterms.jsontext import parse_json
 from tl_leadterms.loading.bridge import (
@@ -151,9 +151,8 @@ def _hf_model(folder: Path, dtype: torch.dtype):
                 folder, dtype=dtype, attn_implementation="eager", output_loading_info=True
             )
     except Exception as err:  # OSError, safetensors, size mismatches come in many types
-        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
         raise LeadTermsError(
-            f"cannot read the weights in {str(folder)!r} ({type(err).__name__}: {first}); "
+            f"cannot read the weights in {str(folder)!r} ({first_line(err)}); "
             "the weight file is missing or truncated, or config.json's sizes do not match it: "
             "save the model again with save_pretrained"
         ) from err
@@ -238,10 +237,9 @@ def _tokenizer(folder: Path):
         with quiet_transformers():
             return AutoTokenizer.from_pretrained(folder)
     except Exception as err:  # tokenizer files that transformers cannot read, of many kinds
-        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
         raise LeadTermsError(
-            f"cannot load the tokenizer saved in {str(folder)!r} ({type(err).__name__}: "
-            f"{first}); save it again with save_pretrained, or remove its files"
+            f"cannot load the tokenizer saved in {str(folder)!r} ({first_line(err)}); save it "
+            "again with save_pretrained, or remove its files"
         ) from err
 
 
@@ -326,11 +324,9 @@ def _load_hub(
         model.tl_leadterms_loading = processing_record(processing, model)
         return model
     except Exception as err:  # network, hub and name errors come in many types
-        lines = str(err).strip().splitlines()
         loader = "TransformerBridge.boot_transformers" if bridge else "from_pretrained"
         raise LeadTermsError(
-            f"cannot load model {name!r} with {loader} "
-            f"({type(err).__name__}: {lines[0][:200] if lines else ''}); offline "
+            f"cannot load model {name!r} with {loader} ({first_line(err)}); offline "
             "(HF_HUB_OFFLINE=1) only cached models load: pass a local checkpoint folder instead"
         ) from err
 

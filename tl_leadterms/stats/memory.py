@@ -35,6 +35,7 @@ Example:
 (6.3, 'pass two')
 """
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass
@@ -181,13 +182,12 @@ def plan_block_memory(
     return MemoryPlan(k, dtype, torch.float64, ALL_STATISTICS, stages, blocks)
 
 
-def _meminfo() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+def _proc_bytes(file: str, field: str) -> int | None:
+    """A ``field: N kB`` line of a ``/proc`` file, in bytes (None where there is none)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path(file).read_text().splitlines():
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
     return None
 
 
@@ -223,16 +223,6 @@ def _cgroup_room() -> int | None:
     return min(rooms) if rooms else None
 
 
-def _status_bytes(field: str) -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def _rlimit_room() -> dict[str, int]:
     """Room under this process's own limits: address space (``ulimit -v``, RLIMIT_AS, as batch
     schedulers set it) and data (RLIMIT_DATA), each minus what the process already maps."""
@@ -246,7 +236,7 @@ def _rlimit_room() -> dict[str, int]:
         ("data-segment limit (ulimit -d)", resource.RLIMIT_DATA, "VmData"),
     ):
         soft = resource.getrlimit(limit)[0]
-        now = _status_bytes(used)
+        now = _proc_bytes("/proc/self/status", used)
         if soft != resource.RLIM_INFINITY and now is not None:
             rooms[name] = max(0, soft - now)
     return rooms
@@ -257,7 +247,7 @@ def memory_limits() -> dict[str, int]:
     machine's ``MemAvailable`` (or psutil's), the cgroup limit, and the process's own
     address-space and data limits. :func:`available_memory` is the smallest."""
     found = {}
-    free = _meminfo()
+    free = _proc_bytes("/proc/meminfo", "MemAvailable")
     if free is None:
         try:
             import psutil
@@ -319,10 +309,4 @@ def check_memory(plan: MemoryPlan, available: int | None = None) -> None:
 
 def rss_bytes() -> int | None:
     """Resident memory of this process now (Linux ``/proc/self/status``), for benchmarks."""
-    try:
-        for line in Path(f"/proc/{os.getpid()}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return _proc_bytes("/proc/self/status", "VmRSS")

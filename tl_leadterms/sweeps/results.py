@@ -115,7 +115,6 @@ def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict],
     is cut off the file (in place: the file keeps its identity) and kept in ``<name>.torn``."""
     if not path.exists():
         return {}, []
-    check_results_path(path)
     done: dict[str, dict] = {}
     torn: tuple[int, int, str] | None = None  # (line number, offset, line)
     raw = b"\n"
@@ -123,14 +122,9 @@ def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict],
         for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
             if len(raw) > MAX_LINE:
                 raise _not_results(path, f"line {number} is longer than {MAX_LINE >> 20} MiB")
-            if b"\0" in raw:
-                raise _not_results(path, f"line {number} holds NUL bytes: a binary file")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise _not_results(
-                    path, f"line {number} is not UTF-8 text: a binary file"
-                ) from None
+            line = raw.decode("utf-8", "replace")  # records are ASCII (json.dumps)
+            if "\0" in line or "\ufffd" in line:
+                raise _not_results(path, f"line {number} is not text: a binary file")
             if not line.strip():
                 continue
             if torn:
@@ -250,14 +244,11 @@ class ResultsFile:
         self._lock_fd = fd
 
     def _unlock(self) -> None:
-        if self._lock_fd is None:
-            return
-        import fcntl
+        if self._lock_fd is not None:
+            import fcntl
 
-        fd, self._lock_fd = self._lock_fd, None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
+            fd, self._lock_fd = self._lock_fd, None
+            fcntl.flock(fd, fcntl.LOCK_UN)  # a forked child may hold the descriptor too
             os.close(fd)
 
     def done(self, label: str, fingerprint: str | None) -> bool:
