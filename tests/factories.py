@@ -90,3 +90,17 @@ def save_format2(stats, path) -> None:
         "statistics": ["B_bar", *floats],
     }
     write_file(Path(path), tensors, header)
+
+
+def word_tokenizer_folder(folder, tokens: list[str]):
+    """A saved word-level tokenizer (``tokenizer.json``) whose vocabulary is ``tokens``, in
+    order (ids 0, 1, ...), whatever characters they hold."""
+    from pathlib import Path
+
+    from tokenizers import Tokenizer, models
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {token: i for i, token in enumerate(tokens)}
+    Tokenizer(models.WordLevel(vocab, unk_token=tokens[0])).save(str(folder / "tokenizer.json"))
+    return folder

@@ -58,3 +58,13 @@ def check_choice(name: str, value: Any, options: Sequence[str]) -> str:
             f"{name} must be one of {', '.join(map(repr, options))}; got {value!r}"
         )
     return value
+
+
+def first_line(err: BaseException) -> str:
+    """The error's type and first line (at most 200 characters), for one-line messages.
+
+    >>> first_line(ValueError("bad value\\nmore detail"))
+    'ValueError: bad value'
+    """
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0][:200] if lines else ''}"

@@ -7,7 +7,9 @@ into one :class:`LeadTermsError` naming the file, so every reader fails in one l
 traceback. JSON may also hold lone surrogates (``"\\ud800"``), which no UTF-8 stream, pandas
 or Arrow column can hold: they come back escaped as the text ``\\ud800`` (:func:`printable`),
 and every writer of text (the command line's streams, :func:`tl_leadterms.atomic.write_text`)
-escapes any that reach it the same way instead of failing.
+escapes any that reach it the same way instead of failing. A token string printed to a terminal
+goes through :func:`terminal_text` (control characters escaped, long text cut); HTML pages
+escape theirs with ``html.escape`` (:mod:`tl_leadterms.results.tokens`).
 
 Example:
     >>> parse_json('{"a": [1, 2]}', where="f.json")
@@ -23,7 +25,8 @@ from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["MAX_DEPTH", "TORN", "check_depth", "parse_json", "printable"]
+__all__ = ["MAX_DEPTH", "SHOWN_CHARS", "TORN", "check_depth", "parse_json", "printable",
+           "terminal_text"]  # fmt: skip
 
 MAX_DEPTH = 32
 """No file this library writes nests JSON deeper than this."""
@@ -39,6 +42,34 @@ def printable(text: str) -> str:
     ('ok', 'bad\\\\udcff')
     """
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+SHOWN_CHARS = 100
+"""Characters of a token string a terminal is shown; a longer one is cut, with its length."""
+
+
+def terminal_text(text: str, limit: int = SHOWN_CHARS, *, quoted: bool = False) -> str:
+    r"""``text`` (a token string, say) as a terminal may show it: every character that is not
+    printable but a space (C0 and C1 controls such as ESC and BEL, line breaks, format
+    characters, lone surrogates) escaped as Python writes it, so a token cannot move the
+    cursor, set the title or write the clipboard; text over ``limit`` characters cut, with its
+    length. A backslash is shown as it is; ``quoted=True`` gives the text in quotes as ``repr``
+    writes it (the same characters escaped), for the ``repr`` of a result.
+
+    >>> print(terminal_text("\x1b]0;TITLE\x07"), terminal_text(" the\n"))
+    \x1b]0;TITLE\x07  the\n
+    >>> print(terminal_text("x" * 200_000, limit=8))
+    xxxxxxxx…(200,000 chars)
+    """
+    shown = (
+        repr(text[:limit])
+        if quoted
+        else "".join(
+            c if c.isprintable() or c == " " else c.encode("unicode_escape").decode()
+            for c in text[:limit]
+        )
+    )
+    return shown + f"…({len(text):,} chars)" if len(text) > limit else shown
 
 
 def _too_deep(where: str) -> LeadTermsError:

@@ -126,7 +126,7 @@ def test_bad_folders(tmp_path, folder):
     with pytest.raises(LeadTermsError, match=r"model_type='t5'.*cannot convert.*GPT2LMHeadModel"):
         load_model(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(LeadTermsError, match="not readable JSON"):
+    with pytest.raises(LeadTermsError, match="not valid JSON"):
         load_model(tmp_path)
     with pytest.raises(LeadTermsError, match="fold_ln must be True or False"):
         unchecked(load_model)(folder, fold_ln=1)

@@ -244,7 +244,7 @@ def test_ray_stops_on_sigterm_and_a_killed_drivers_agents_are_reaped(tmp_path):
     proc.kill()
     proc.wait(timeout=60)
     time.sleep(3)
-    left = [p for p, _ in json.loads(record.read_text())["processes"] if _running(p)]
+    left = [p for p, *_ in json.loads(record.read_text())["processes"] if _running(p)]
     stopped = reaper.reap()
     assert left and set(left) <= set(stopped)
     time.sleep(1)

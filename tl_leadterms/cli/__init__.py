@@ -22,6 +22,8 @@ Every subcommand has ``--help``. Exit codes: 0 success, 2 bad arguments or input
 
 import argparse
 import contextlib
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -78,10 +80,31 @@ def _printable_streams() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+def _interrupt_ends_the_process(command: str) -> None:
+    """From now on Ctrl-C (while Python shuts down: atexit functions, threads joined) prints
+    the one line and ends the process with status 130, instead of a traceback under status 0."""
+
+    def stop(signum: int, frame: object) -> None:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os.write(2, f"tl-leadterms {command}: interrupted\n".encode())
+        os._exit(EXIT_INTERRUPTED)
+
+    signal.signal(signal.SIGINT, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``tl-leadterms`` with ``argv`` (default: the command line); the exit code."""
     args = build_parser().parse_args(argv)
     _printable_streams()
+    try:
+        return _run(args)
+    finally:
+        if argv is None:  # this process's own command line, not a call from Python
+            _interrupt_ends_the_process(args.command)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does
             return args.func(args)

@@ -49,6 +49,14 @@ def open_token_array(path: Path) -> Any:
     return data
 
 
+def _wide(dtype: Any) -> Any:
+    """int64, or uint64 for uint64 ids: widened there, an id above 2**63 - 1 would wrap to a
+    negative one (the statistics' check names the id as given)."""
+    import numpy as np
+
+    return np.uint64 if dtype == np.uint64 else np.int64
+
+
 def _read_rows(array: Any, start: int, n: int) -> Any:
     """Rows ``start .. start + n`` of a mapped ``.npy`` array as int64, through a map of those
     rows alone that is closed at once: the pages of the whole file read over a pass would
@@ -58,7 +66,7 @@ def _read_rows(array: Any, start: int, n: int) -> Any:
     part = np.memmap(array.filename, dtype=array.dtype, mode="r", shape=(n, array.shape[1]),
                      offset=array.offset + start * array.strides[0])  # fmt: skip
     try:
-        return np.array(part, dtype=np.int64)
+        return np.array(part, dtype=_wide(array.dtype))
     finally:
         del part
 
@@ -96,7 +104,7 @@ class ArrayWindows:
                     continue
                 chunk = array[start : start + n]
                 if isinstance(chunk, np.ndarray):
-                    yield torch.from_numpy(np.array(chunk, dtype=np.int64))  # a copy: one batch
+                    yield torch.from_numpy(np.array(chunk, dtype=_wide(chunk.dtype)))  # one batch
                 else:
                     yield chunk.to(torch.int64)
 

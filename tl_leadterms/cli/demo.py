@@ -12,6 +12,7 @@ from pathlib import Path
 from tl_leadterms.cli.inputs import positive_int_arg
 from tl_leadterms.cli.output import human_size
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.jsontext import terminal_text
 
 DEMO_WORDS = {
     "bigram": ["red", "shiny", "fluffy"],
@@ -62,7 +63,7 @@ def _print_associations(stats, tokenizer, words: dict[str, list[str]], k: int = 
             except LeadTermsError as err:
                 print(f"  {word:>8s}: ({err})")
                 continue
-            listed = ", ".join(str(n.token) for n in neighbours)
+            listed = ", ".join(terminal_text(str(n.token)) for n in neighbours)
             print(f"  {word:>8s} -> {listed}")
 
 

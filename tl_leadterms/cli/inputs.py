@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.errors import LeadTermsError, first_line
 from tl_leadterms.filesystem import is_special
 
 __all__ = [
@@ -170,16 +170,6 @@ def check_output(path: str | None, flag: str, *, folder: bool = False) -> None:
             f"{flag} {path!r}: folder {str(parent)!r} is not writable ({err.strerror}); "
             "choose another path"
         ) from None
-
-
-def first_line(err: BaseException) -> str:
-    """The error's type and first line (at most 200 characters), for one-line messages.
-
-    >>> first_line(ValueError("bad value\\nmore detail"))
-    'ValueError: bad value'
-    """
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0][:200] if lines else ''}"
 
 
 def looks_like_path(name: str) -> bool:

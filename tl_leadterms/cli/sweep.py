@@ -21,12 +21,15 @@ __all__ = ["add_parser", "cmd_sweep"]
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from tl_leadterms.sweeps.results import check_results_path
     from tl_leadterms.sweeps.run import sweep
 
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".json"):
         raise LeadTermsError(f"--out {args.out!r} must end in .csv or .json")
     check_output(args.out, "--out")
     check_output(args.results, "--results")
+    if args.results:
+        check_results_path(args.results)  # a FIFO or device: refused before any work
     uncertainty = uncertainty_of(args)
     stats = read_scored_stats(args.stats, args.ci)
     names = args.checkpoints

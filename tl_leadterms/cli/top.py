@@ -36,26 +36,35 @@ def _candidates(path: Path, meta: dict[str, Any]) -> list[Path]:
         value = meta.get(key)
         if isinstance(value, str) and value:
             out += [here / value, Path(value)]
-    return [*out, here / f"{path.stem}.tokenizer", here / "tokenizer"]
+    return list(dict.fromkeys(p.resolve() for p in [*out, here / f"{path.stem}.tokenizer",
+                                                    here / "tokenizer"]))  # fmt: skip
 
 
-def recorded_tokenizer(path: Path, meta: dict[str, Any]) -> Any:
+def recorded_tokenizer(path: Path, meta: dict[str, Any]) -> tuple[Any, str]:
     """The tokenizer the statistics were counted with, from a saved folder whose vocabulary hash
-    is the file's (None when there is none)."""
+    is the file's; or None and why there is none."""
     from tl_leadterms.stats.filetop import FileTokenizer
 
     wanted = meta.get("tokenizer_vocab_hash")
     if not wanted:
-        return None
+        return None, "the statistics file records no tokenizer"
+    others = []
     for folder in _candidates(path, meta):
         if folder.is_dir() and (folder / "tokenizer.json").is_file():
             try:
                 tokenizer = FileTokenizer(folder)
             except Exception:
+                others.append(f"{folder} holds an unreadable tokenizer")
                 continue
             if tokenizer.vocab_hash() == wanted:
-                return tokenizer
-    return None
+                return tokenizer, ""
+            others.append(f"{folder} now holds another (hash {tokenizer.vocab_hash()[:12]})")
+    if others:
+        held = "; ".join(others)
+        return None, f"{path} was counted with a tokenizer of hash {wanted[:12]} and {held}: " + (
+            "overwritten since, by another run perhaps"
+        )
+    return None, "the statistics file records no saved tokenizer folder that is still there"
 
 
 def _given_tokenizer(spec: str) -> Any:
@@ -98,13 +107,13 @@ def _check_vocab(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
         )
 
 
-def _token_id(word: str, tokenizer: Any) -> int:
+def _token_id(word: str, tokenizer: Any, missing: str = "") -> int:
     if tokenizer is None:
         if not word.isdigit():
             raise LeadTermsError(
-                f"token {word!r} is a string but the statistics file records no saved tokenizer "
-                "folder; ⟦pass tokenizer=|pass --tokenizer FOLDER (or compute the statistics "
-                "with --save-tokenizer)⟧ to look it up, or give its token id"
+                f"token {word!r} is a string but {missing}; pass --tokenizer FOLDER (the "
+                "tokenizer the statistics were counted with, or compute them again with "
+                "--save-tokenizer) to look it up, or give its token id"
             )
         return int(word)
     from tl_leadterms.stats.scoring import single_token_id  # not needed for --help
@@ -126,7 +135,9 @@ def _excluded(spec: str | list[str], tokenizer: Any) -> list[int] | str:
 def _line(items, tokenizer) -> str:
     if isinstance(items, str):
         return items
-    label = (lambda t: tokenizer.decode([t])) if tokenizer is not None else str
+    from tl_leadterms.jsontext import terminal_text
+
+    label = (lambda t: terminal_text(tokenizer.decode([t]))) if tokenizer is not None else str
     return ", ".join(f"{label(t)} ({s:.3g})" for t, s in items)
 
 
@@ -137,15 +148,15 @@ def cmd_top(args: argparse.Namespace) -> int:
     path = Path(args.stats)
     meta = ff.read_header(path)
     if args.tokenizer:
-        tokenizer = _given_tokenizer(args.tokenizer)
+        tokenizer, missing = _given_tokenizer(args.tokenizer), ""
     else:
-        tokenizer = recorded_tokenizer(path, meta)
+        tokenizer, missing = recorded_tokenizer(path, meta)
     if tokenizer is not None and not args.allow_vocab_mismatch and meta.get("format") == ff.FORMAT:
         _check_vocab(path, meta, tokenizer)
     exclude = _excluded(args.exclude, tokenizer)
     lines = None
     if meta.get("format") == ff.FORMAT:
-        lines = _from_file(path, meta, key, args, tokenizer, exclude)
+        lines = _from_file(path, meta, key, args, tokenizer, exclude, missing)
     if lines is None:
         lines = _from_stats(args, key, tokenizer, exclude)
     for word, line in zip(args.tokens, lines, strict=True):
@@ -153,7 +164,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     return 0
 
 
-def _from_file(path: Path, meta, key: str, args, tokenizer: Any, exclude) -> list[str] | None:
+def _from_file(path: Path, meta, key: str, args, tokenizer, exclude, missing) -> list[str] | None:
     """The lists read with the standard library, or None where :meth:`CorpusStats.top` must
     answer."""
     from tl_leadterms.stats.filetop import StatsFile
@@ -163,7 +174,8 @@ def _from_file(path: Path, meta, key: str, args, tokenizer: Any, exclude) -> lis
         exclude = list(getattr(tokenizer, "all_special_ids", None) or [])
     lines = []
     for word in args.tokens:
-        found = stats.top(key, _token_id(word, tokenizer), args.k, args.scoring, exclude, word)
+        token = _token_id(word, tokenizer, missing)
+        found = stats.top(key, token, args.k, args.scoring, exclude, word)
         if found is None:
             return None
         lines.append(_line(found, tokenizer))

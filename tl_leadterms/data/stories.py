@@ -18,6 +18,7 @@ A story is one line (no newline); :func:`write_corpus` separates stories by a bl
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import re
@@ -51,6 +52,7 @@ from tl_leadterms.data.story_text import (
     phrase_parts,
     words_of,
 )
+from tl_leadterms.data.tokenizers import PIECE
 from tl_leadterms.errors import LeadTermsError
 
 __all__ = ["PLANTED", "SETTINGS", "generate_stories", "read_corpus", "write_corpus"]
@@ -386,6 +388,19 @@ def write_corpus(
 
 
 def read_corpus(path: str | os.PathLike[str]) -> list[str]:
-    """Read a corpus written by :func:`write_corpus`: the non-empty blank-line-separated stories."""
-    text = Path(path).read_text(encoding="utf-8")
-    return [s.strip() for s in text.split("\n\n") if s.strip()]
+    """Read a corpus written by :func:`write_corpus`: the non-empty blank-line-separated stories.
+
+    The file is read a line at a time, a long line in pieces of :data:`~.tokenizers.PIECE`
+    characters (a piece never ends inside a character), so that a file with no line break
+    costs no more than one with them: its text, once.
+    """
+    docs, parts, whole_line = [], [], True
+    with open(path, encoding="utf-8") as f:
+        for piece in itertools.chain(iter(lambda: f.readline(PIECE), ""), [None]):
+            if piece is None or (piece == "\n" and whole_line):  # a blank line or the end
+                docs.append("".join(parts).strip())
+                parts = []
+            else:
+                parts.append(piece)
+                whole_line = piece.endswith("\n")
+    return [d for d in docs if d]

@@ -15,14 +15,22 @@ are masked by the attention mask, so sharing the id is harmless). The wrapper is
 is (without the flag it would reload the tokenizer by ``name_or_path``, which an in-memory
 tokenizer does not have). :func:`tokenize_documents` never adds BOS. Both save and load
 offline with ``save_pretrained`` / ``PreTrainedTokenizerFast.from_pretrained``.
+
+Texts are trained on and encoded :data:`PIECE` characters at a time: a longer document (a file
+with no blank line, or no line break at all) is cut by :func:`text_pieces` at the start of a
+word, so memory follows a piece, not the document (the ``tokenizers`` library keeps a few
+hundred bytes per character of a text it encodes).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import groupby
 from typing import Any
 
@@ -32,6 +40,9 @@ from transformers import PreTrainedTokenizerFast
 from tl_leadterms.errors import LeadTermsError
 
 __all__ = [
+    "PIECE",
+    "document_ids",
+    "text_pieces",
     "tokenize_documents",
     "train_bpe_tokenizer",
     "train_word_tokenizer",
@@ -40,6 +51,9 @@ __all__ = [
 ]
 
 UNK, EOS = "[UNK]", "[EOS]"
+PIECE = 1 << 18
+"""Characters of text trained on or encoded at a time (see :func:`text_pieces`)."""
+_CUT = re.compile(r".+[ \t\n\r\f\v](?=[^ \t\n\r\f\v])", re.S)  # up to the last word start
 _WORD_PATTERN = r"\p{L}+|[^\p{L}\s]"  # a run of letters, or one other non-space character
 _NOT_WHITE_SPACE = "\x1c\x1d\x1e\x1f"  # str.isspace() but not Unicode White_Space
 
@@ -78,6 +92,48 @@ def _check_texts(texts: Any, what: str) -> list[str]:
         if not isinstance(t, str):
             raise LeadTermsError(f"{what}: text {i} is a {type(t).__name__}, not a str: {t!r}.")
     return out
+
+
+def text_pieces(text: str, size: int = PIECE) -> Iterator[str]:
+    """``text`` in pieces of at most ``size`` characters, each cut just before the last
+    whitespace character of the piece that a non-whitespace one follows (where a word starts,
+    with the space before it); a piece with no such place, one word longer than ``size``, is
+    cut at ``size`` characters. Whitespace is ASCII's; a cut is between characters, never
+    inside one. Where the pre-tokenizer splits before whitespace, as the word-level one and
+    GPT-2's byte-level BPE do (a word keeps the one space before it), the pieces encode to the
+    ids of the whole text; a word longer than ``size`` is split in two.
+
+    >>> list(text_pieces("the cat  sat", 6)), list(text_pieces("abcdefgh", 3))
+    (['the', ' cat ', ' sat'], ['abc', 'def', 'gh'])
+    """
+    start = 0
+    while len(text) - start > size:
+        found = _CUT.match(text, start, start + size + 2)
+        end = found.end() - 1 if found else start + size
+        yield text[start:end]
+        start = end
+    yield text[start:]
+
+
+def document_ids(texts: Iterable[str], tokenizer: Any) -> Iterator[Sequence[int]]:
+    """Each text's token ids (no added tokens), encoded about :data:`PIECE` characters at a
+    time: short texts together in one batch (a list each), a long one a piece at a time (an
+    ``array('q')``, 8 bytes a token)."""
+    backend, batch, size = _backend(tokenizer), [], 0
+    for n, text in enumerate(itertools.chain(texts, [None])):  # None: the end
+        if text is not None and not isinstance(text, str):
+            raise LeadTermsError(f"text {n} is a {type(text).__name__}, not a str: {text!r:.80}.")
+        if batch and (text is None or size + len(text) > PIECE):
+            yield from (e.ids for e in backend.encode_batch(batch, add_special_tokens=False))
+            batch, size = [], 0
+        if text is not None and len(text) > PIECE:
+            ids = array("q")
+            for piece in text_pieces(text):
+                ids.extend(backend.encode(piece, add_special_tokens=False).ids)
+            yield ids
+        elif text is not None:
+            batch.append(text)
+            size += len(text)
 
 
 def _check_specials(special_tokens: Any, vocab_size: Any) -> list[str]:
@@ -153,7 +209,7 @@ def train_word_tokenizer(
     trainer = trainers.WordLevelTrainer(
         vocab_size=vocab_size, min_frequency=1, special_tokens=specials, show_progress=False
     )
-    tok.train_from_iterator(docs, trainer=trainer, length=len(docs))
+    tok.train_from_iterator((p for d in docs for p in text_pieces(d)), trainer=trainer)
     return _wrap(tok, "tl_leadterms-word-level")
 
 
@@ -195,7 +251,7 @@ def train_bpe_tokenizer(
         initial_alphabet=alphabet,
         show_progress=False,
     )
-    tok.train_from_iterator(docs, trainer=trainer, length=len(docs))
+    tok.train_from_iterator((p for d in docs for p in text_pieces(d)), trainer=trainer)
     return _wrap(tok, "tl_leadterms-byte-bpe")
 
 
@@ -234,14 +290,11 @@ def tokenize_documents(
     Returns:
         One list of ids per document.
     """
-    docs = _check_texts(texts, "tokenize_documents")
-    backend = _backend(tokenizer)
-    encodings = backend.encode_batch(docs, add_special_tokens=False)
-    ids = [enc.ids for enc in encodings]
+    ids = [list(d) for d in document_ids(_check_texts(texts, "tokenize_documents"), tokenizer)]
     if add_eos:
         eos = getattr(tokenizer, "eos_token_id", None)
         if eos is None:
-            eos = backend.token_to_id(EOS)
+            eos = _backend(tokenizer).token_to_id(EOS)
         if eos is None:
             raise LeadTermsError(
                 f"add_eos=True but the tokenizer has no eos token (nor {EOS!r}); "

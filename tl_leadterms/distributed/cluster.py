@@ -4,15 +4,21 @@ Ray is imported here, lazily: importing :mod:`tl_leadterms` (or this package) ne
 """
 
 import logging
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tl_leadterms.distributed.memory import check_local_ray
 from tl_leadterms.distributed.reaper import forget, reap, record_started
 from tl_leadterms.errors import LeadTermsError, positive_int
 from tl_leadterms.signals import restore_handler
 
-__all__ = ["import_ray", "parse_target", "ray_session"]
+__all__ = ["CONNECT_TIMEOUT", "import_ray", "parse_target", "probe_address", "ray_session"]
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds a connection to a Ray address, and its first answer, may take."""
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(9)  # HTTP/2's, + empty SETTINGS
 
 
 def import_ray() -> Any:
@@ -46,6 +52,38 @@ def parse_target(text: str | None) -> tuple[str | None, int | None]:
     return text, None
 
 
+def _unreachable(address: str, why: object) -> LeadTermsError:
+    return LeadTermsError(
+        f"cannot connect to a Ray cluster at address={address!r} ({why}); start one with `ray "
+        "start --head` and pass the address it prints, or use a local Ray "
+        "(⟦address=None|--ray local⟧)"
+    )
+
+
+def probe_address(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Refuse, within about ``timeout`` seconds a step (the host's look-up is the resolver's),
+    a ``host:port`` where no Ray answers: a host that does not resolve, a closed port, or one
+    that accepts but never answers as the gRPC (HTTP/2) server Ray's head is; ``ray.init``
+    would retry them for ever.
+
+    >>> probe_address("no-such-host.invalid:6379")
+    Traceback (most recent call last):
+    ...
+    tl_leadterms.errors.LeadTermsError: cannot connect to a Ray cluster at address='no-such-...
+    """
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not port.isdigit():
+        raise _unreachable(address, "not HOST:PORT, e.g. 10.0.0.1:6379")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as conn:
+            conn.sendall(_PREFACE)
+            answer = conn.recv(9)  # an HTTP/2 server's first frame is its SETTINGS (type 4)
+    except OSError as err:
+        raise _unreachable(address, f"{type(err).__name__}: {err}") from None
+    if answer[3:4] != b"\x04":
+        raise _unreachable(address, "the port answers, but not as a Ray head")
+
+
 @contextmanager
 def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[Any]:
     """Yield the ``ray`` module connected to a cluster; stop only a Ray started here.
@@ -61,7 +99,11 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     if num_cpus is not None:
         positive_int("num_cpus", num_cpus)
     quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
-    reap()  # agents left by a local cluster whose driver was killed
+    if address is None:
+        check_local_ray()  # under a low `ulimit -v`, before Ray's node times out starting
+        reap()  # agents left by a local cluster whose driver was killed
+    elif address != "auto":
+        probe_address(address)
     try:
         # ray.init replaces the driver's SIGTERM handler (with a sys.exit from native code,
         # which aborts the process): keep ours, which shuts Ray down like Ctrl-C does
@@ -73,10 +115,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
             else:
                 ray.init(address=address, **quiet)
     except ConnectionError as err:
-        raise LeadTermsError(
-            f"cannot connect to a Ray cluster at address={address!r} ({err}); start one with "
-            "`ray start --head`, pass its address, or address=None for a local Ray."
-        ) from None
+        raise _unreachable(address, err) from None
     try:
         yield ray
     finally:

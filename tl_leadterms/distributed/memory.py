@@ -16,6 +16,11 @@ tasks at once than its memory holds, and a task larger than every node is refuse
 work starts. The driver's estimate is checked against the memory of the machine it runs on.
 Shared-memory copies of shipped tables in the workers' object stores are not counted.
 
+A local Ray's processes inherit the driver's address-space limit (``ulimit -v``): its raylet
+maps the object store, 30% of the free memory by Ray's default, and its processes about
+:data:`RAY_PROCESSES` more, so :func:`check_local_ray` refuses to start one under a lower limit
+(Ray would time out starting its node).
+
 Example:
 
 >>> import torch
@@ -39,9 +44,14 @@ from tl_leadterms.stats.memory import (
     MemoryPlan,
     column_blocks,
     format_bytes,
+    memory_limits,
 )
 
-__all__ = ["RayMemoryPlan", "check_task_fits", "plan_ray_memory"]
+__all__ = ["RAY_PROCESSES", "RayMemoryPlan", "check_local_ray", "check_task_fits",
+           "plan_ray_memory"]  # fmt: skip
+
+RAY_PROCESSES = 1 << 30
+"""Address space a local Ray's processes map besides the object store (Ray 2.60: 0.4-2 GiB)."""
 
 
 @dataclass(frozen=True)
@@ -110,3 +120,21 @@ def check_task_fits(plan: RayMemoryPlan, node_memory: Sequence[int | float]) -> 
         f"tokens (vocab=, --keep, e.g. {max(1000, plan.driver.k // 2)}), compute only B̄ and "
         'Φ̄ (want=("B_bar", "Phi_bar")), or add nodes with more memory.'
     )
+
+
+def check_local_ray() -> None:
+    """Refuse to start a local Ray under an address-space limit its processes cannot start
+    under (the module docstring), in one line, before any of them starts."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    need = int(0.3 * memory_limits().get("free memory of this machine", 0)) + RAY_PROCESSES
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raise LeadTermsError(
+            f"a local Ray cannot start under the address-space limit of {format_bytes(soft)} "
+            f"(ulimit -v), which its processes inherit: they map about {format_bytes(need)} (an "
+            "object store of 30% of the free memory, and the processes); raise the limit (ulimit "
+            "-v unlimited), or compute in this process (⟦tl_leadterms.corpus_stats|no --ray⟧)"
+        )

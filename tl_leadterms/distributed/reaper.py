@@ -4,57 +4,77 @@ A driver that ends normally, on an error, on Ctrl-C or on SIGTERM shuts its loca
 (:func:`~tl_leadterms.distributed.cluster.ray_session`). SIGKILL cannot be caught: Ray's raylet
 and workers then die with the driver, but its dashboard and runtime-env agents are re-parented to
 init and keep running (seen with Ray 2.60). So when a local cluster has started, the driver
-records the processes it started (pid and start time, read from ``/proc``) in a small file; the
-next :func:`reap` (every ``ray_session`` calls it) stops the recorded processes of every driver
-that is gone, checking each start time so that a reused pid is never signalled. Linux only
-(``/proc``); elsewhere recording and reaping do nothing.
+records the processes it started in a small file; the next :func:`reap` (every local
+``ray_session`` calls it) stops the recorded processes of every driver that is gone.
+
+A record is trusted only when it is ours: a regular file of the current user's in
+:data:`RECORDS`, a folder of the user's own with mode 0700 (created so; any other is refused).
+Each process is recorded by pid, start time and executable (from ``/proc``), read again with its
+owner before any signal: a reused pid, another program's or another user's process is never
+signalled. Linux only (``/proc``); elsewhere recording and reaping do nothing.
 """
 
 import contextlib
 import json
 import os
 import signal
+import stat
 import tempfile
 from pathlib import Path
 
 from tl_leadterms.atomic import write_text
+from tl_leadterms.errors import LeadTermsError
 
 __all__ = ["RECORDS", "forget", "reap", "record_started"]
 
-RECORDS = Path(tempfile.gettempdir()) / "tl_leadterms-ray"
-"""Where the records live: one ``{driver pid}.json`` per running driver with a local Ray."""
+_UID = os.getuid() if hasattr(os, "getuid") else None
+RECORDS = Path(tempfile.gettempdir()) / f"tl_leadterms-ray-{_UID}"
+"""Where the records live: one ``{driver pid}.json`` per running driver with a local Ray, in a
+folder private to the user (``$TMPDIR/tl_leadterms-ray-<uid>``, mode 0700)."""
 
 
-def _start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of ``/proc/pid/stat``)."""
+def _identity(pid: int) -> list | None:
+    """``[pid, start time in clock ticks since boot, executable]`` of a live process of this
+    user (None: gone, a zombie, another user's or unreadable)."""
+    proc = Path(f"/proc/{pid}")
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        text = (proc / "stat").read_text()
+        exe = os.readlink(proc / "exe")
+        owner = proc.stat().st_uid
     except OSError:
         return None
-    return int(text[text.rindex(")") + 2 :].split()[19])
-
-
-def _children() -> dict[int, list[int]]:
-    found: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(text[text.rindex(")") + 2 :].split()[1])
-        found.setdefault(parent, []).append(int(entry.name))
-    return found
+    fields = text[text.rindex(")") + 2 :].split()
+    return None if fields[0] == "Z" or owner != _UID else [pid, int(fields[19]), exe]
 
 
 def _descendants(pid: int) -> list[int]:
-    children, out, todo = _children(), [], [pid]
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            text = (entry / "stat").read_text()
+            parent = int(text[text.rindex(")") + 2 :].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    out, todo = [], [pid]
     while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
+        found = children.get(todo.pop(), [])
+        out += found
+        todo += found
     return out
+
+
+def _folder() -> Path:
+    """:data:`RECORDS`, created with mode 0700; a folder there that is not the user's own with
+    that mode (planted by another user, say) is refused."""
+    with contextlib.suppress(FileExistsError):
+        RECORDS.mkdir(mode=0o700)
+    info = RECORDS.lstat()
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == _UID and info.st_mode & 0o777 == 0o700:
+        return RECORDS
+    raise LeadTermsError(
+        f"{RECORDS} (owner uid {info.st_uid}, mode {info.st_mode & 0o777:o}) is not a folder of "
+        f"yours with mode 700, so its records of local Ray processes cannot be trusted; remove "
+        "it, or set TMPDIR to a folder of your own"
+    )
 
 
 def record_started() -> Path | None:
@@ -63,9 +83,9 @@ def record_started() -> Path | None:
     if not Path("/proc/self/stat").exists():
         return None
     me = os.getpid()
-    processes = [[pid, t] for pid in _descendants(me) if (t := _start_time(pid)) is not None]
-    record = {"driver": [me, _start_time(me)], "processes": processes}
-    return write_text(RECORDS / f"{me}.json", json.dumps(record), parents=True)
+    processes = [found for pid in _descendants(me) if (found := _identity(pid))]
+    record = {"driver": _identity(me), "processes": processes}
+    return write_text(_folder() / f"{me}.json", json.dumps(record))
 
 
 def forget() -> None:
@@ -74,35 +94,26 @@ def forget() -> None:
         (RECORDS / f"{os.getpid()}.json").unlink()
 
 
-def _same(pid: int, start: int | None) -> bool:
-    """The recorded process still runs (a zombie, dead but not yet reaped, does not count)."""
-    if start is None or _start_time(pid) != start:
-        return False
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rindex(")") + 2] != "Z"
-
-
 def reap() -> list[int]:
     """Stop the recorded processes of drivers that are gone; the pids signalled."""
-    if not RECORDS.is_dir():
+    if not Path("/proc/self/stat").exists():
         return []
     stopped = []
-    for file in RECORDS.glob("*.json"):
+    for file in _folder().glob("*.json"):
         try:
+            info = file.lstat()  # a regular file of this user's (the folder is private too)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != _UID:
+                continue
             record = json.loads(file.read_text())
-            driver, processes = record["driver"], record["processes"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # being written, or not ours: leave it
-        if _same(*driver):
-            continue  # its driver still runs
-        for pid, start in processes:
-            if _same(pid, start):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-                    stopped.append(pid)
+            if _identity(record["driver"][0]) == record["driver"]:
+                continue  # its driver still runs
+            left = [p for p in record["processes"] if _identity(p[0]) == p]  # start, executable
+        except (OSError, ValueError, TypeError, KeyError, IndexError):
+            continue  # being written, or not a record of this library's: leave it
+        for pid, *_ in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                stopped.append(pid)
         with contextlib.suppress(OSError):
             file.unlink()
     return stopped

@@ -67,14 +67,17 @@ def processing_record(processing: dict[str, bool], model) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def quiet_transformers():
-    """Silence Hugging Face's per-file progress bars (saving, loading) and restore them after."""
+    """Silence Hugging Face's per-file progress bars (saving, loading) and its log (the load
+    report printed before a refusal of ours), and restore them after."""
     from transformers.utils import logging as hf_logging
 
-    enabled = hf_logging.is_progress_bar_enabled()
+    enabled, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     try:
         yield
     finally:
+        hf_logging.set_verbosity(level)
         if enabled:
             hf_logging.enable_progress_bar()
 

@@ -10,6 +10,7 @@ a step of a local checkpoint series (``checkpoint=``), or an official Transforme
 import json
 import os
 import shutil
+import stat
 import tempfile
 import warnings
 from pathlib import Path
@@ -17,7 +18,8 @@ from typing import Any
 
 import torch
 
-from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.errors import LeadTermsError, first_line
+from tl_leadterms.filesystem import file_kind
 from tl_leadterms.jsontext import parse_json
 from tl_leadterms.loading.bridge import (
     boot_bridge,
@@ -86,19 +88,48 @@ def load_series(out_dir: str | os.PathLike) -> list[tuple[str, int | None, Path]
     return sorted(found, key=lambda x: (x[1] is None, x[1] if x[1] is not None else 0, x[0]))
 
 
+def _check_files(folder: Path) -> None:
+    """Refuse a checkpoint folder holding a FIFO, device or socket: reading one (a weight shard,
+    a config) would block or never end."""
+    for entry in folder.iterdir():
+        try:
+            mode = entry.stat().st_mode
+        except OSError:
+            continue  # a dangling link: the loader names what is missing
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise LeadTermsError(
+                f"{str(entry)!r} is a {file_kind(entry)}, not a file: reading it would block; "
+                "save the model again with save_pretrained (a checkpoint holds regular files)"
+            )
+
+
+def _json_object(file: Path) -> dict[str, Any]:
+    """A JSON object file of a checkpoint, or one error naming it (not JSON, nested too deep,
+    not an object)."""
+    try:
+        value = parse_json(file.read_bytes(), where=repr(str(file)))
+    except (OSError, LeadTermsError) as err:
+        raise LeadTermsError(f"{err}; save the model again with save_pretrained") from None
+    if not isinstance(value, dict):
+        raise LeadTermsError(
+            f"{str(file)!r} holds a JSON {type(value).__name__}, not an object; save the model "
+            "again with save_pretrained"
+        )
+    return value
+
+
 def _read_config(folder: Path) -> tuple[dict[str, Any], str]:
     """config.json and its architecture, refused unless TransformerLens converts it."""
+    _check_files(folder)
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise LeadTermsError(
             f"{str(folder)!r} has no config.json: it is not a saved checkpoint; pass a folder "
             "written by save_pretrained, or a series folder with checkpoint=step"
         )
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError) as err:
-        raise LeadTermsError(f"{str(config_file)!r} is not readable JSON: {err}") from err
-    architectures = config.get("architectures") or []
+    config = _json_object(config_file)
+    architectures = config.get("architectures")
+    architectures = architectures if isinstance(architectures, list) else []
     supported = [a for a in architectures if a in ARCHITECTURES]
     if not supported:
         raise LeadTermsError(
@@ -120,9 +151,8 @@ def _hf_model(folder: Path, dtype: torch.dtype):
                 folder, dtype=dtype, attn_implementation="eager", output_loading_info=True
             )
     except Exception as err:  # OSError, safetensors, size mismatches come in many types
-        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
         raise LeadTermsError(
-            f"cannot read the weights in {str(folder)!r} ({type(err).__name__}: {first}); "
+            f"cannot read the weights in {str(folder)!r} ({first_line(err)}); "
             "the weight file is missing or truncated, or config.json's sizes do not match it: "
             "save the model again with save_pretrained"
         ) from err
@@ -196,11 +226,21 @@ def _config(folder: Path, architecture: str, hf_model, fold_ln: bool, device: st
 
 def _tokenizer(folder: Path):
     """The folder's own tokenizer, as saved (None when it has none)."""
-    if not any((folder / f).is_file() for f in _TOKENIZER_FILES):
+    files = [folder / f for f in _TOKENIZER_FILES if (folder / f).is_file()]
+    if not files:
         return None
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(folder)
+    for file in files:
+        _json_object(file)
+    try:
+        with quiet_transformers():
+            return AutoTokenizer.from_pretrained(folder)
+    except Exception as err:  # tokenizer files that transformers cannot read, of many kinds
+        raise LeadTermsError(
+            f"cannot load the tokenizer saved in {str(folder)!r} ({first_line(err)}); save it "
+            "again with save_pretrained, or remove its files"
+        ) from err
 
 
 def _check_flags(**flags: Any) -> None:
@@ -216,10 +256,11 @@ def _load_folder(folder: Path, device: str, dtype: torch.dtype, processing: dict
     _, architecture = _read_config(folder)
     hf_model = _hf_model(folder, dtype)
     cfg = _config(folder, architecture, hf_model, processing["fold_ln"], device, dtype)
+    tokenizer = _tokenizer(folder)
     try:
         state_dict = loading.get_pretrained_state_dict(str(folder), cfg, hf_model, dtype=dtype)
         with quiet_transformers():
-            model = HookedTransformer(cfg, _tokenizer(folder), move_to_device=False)
+            model = HookedTransformer(cfg, tokenizer, move_to_device=False)
         model.load_and_process_state_dict(state_dict, **processing)
     except (RuntimeError, ValueError, KeyError, AssertionError) as err:
         raise LeadTermsError(
@@ -283,11 +324,9 @@ def _load_hub(
         model.tl_leadterms_loading = processing_record(processing, model)
         return model
     except Exception as err:  # network, hub and name errors come in many types
-        lines = str(err).strip().splitlines()
         loader = "TransformerBridge.boot_transformers" if bridge else "from_pretrained"
         raise LeadTermsError(
-            f"cannot load model {name!r} with {loader} "
-            f"({type(err).__name__}: {lines[0][:200] if lines else ''}); offline "
+            f"cannot load model {name!r} with {loader} ({first_line(err)}); offline "
             "(HF_HUB_OFFLINE=1) only cached models load: pass a local checkpoint folder instead"
         ) from err
 

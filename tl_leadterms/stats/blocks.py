@@ -26,7 +26,9 @@ verified by :meth:`BlockStats.load` (the layout: :mod:`tl_leadterms.stats.block_
 the blocks are cut, equal or at the ends of documents: :mod:`tl_leadterms.stats.cuts`.
 
 Memory: every block keeps a ``[k, k]`` Φ̄ and Q̄, so ``2·B·k²`` numbers, and its windows (one
-integer per token); use a restricted vocabulary (``vocab=``) for large tokenizers.
+integer per token); use a restricted vocabulary (``vocab=``) for large tokenizers. The plan
+(:func:`~tl_leadterms.stats.memory.plan_block_memory`) is checked against the memory this
+process may still allocate (free memory, cgroup and ``ulimit -v``) before any table exists.
 
 >>> import torch
 >>> windows = torch.randint(0, 6, (40, 5), generator=torch.Generator().manual_seed(0))
@@ -59,6 +61,7 @@ from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.cuts import check_eos, document_bounds, equal_bounds, window_tails
 from tl_leadterms.stats.definitions import LastTarget, QTargets, key_shift
 from tl_leadterms.stats.driver import composed_from_counts, tokenizer_provenance
+from tl_leadterms.stats.memory import check_memory, plan_block_memory
 from tl_leadterms.stats.provenance import WindowsDigest
 from tl_leadterms.stats.tables import padded_square
 from tl_leadterms.stats.tokens import TokenSource, default_batch_size, token_counts
@@ -391,15 +394,16 @@ def block_stats(
         token_counts=lambda: token_counts(source, source.d_vocab),
     )
     eos = check_eos(eos_id, source.d_vocab)
-    n, tails = 0, []  # the windows counted, and where documents end, in one pass
+    n, size, tails = 0, 0, []  # the windows and tokens counted, where documents end
     for batch in source:
-        n += batch.shape[0]
+        n, size = n + batch.shape[0], size + batch.numel()
         if eos is not None:
             tails.append(window_tails(batch, eos))
     if n < blocks:
         raise LeadTermsError(
             f"blocks={blocks} is more than the corpus' {n} windows; use at most {n} blocks."
         )
+    check_memory(plan_block_memory(kept.k, blocks, dtype=dtype, n_positions=size))
     bounds = equal_bounds(n, blocks) if eos is None else document_bounds(torch.cat(tails), blocks)
 
     def context() -> ContextAccumulator:

@@ -10,6 +10,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tl_leadterms.errors import LeadTermsError, check_choice
+from tl_leadterms.jsontext import terminal_text
 from tl_leadterms.protocols import PathLike
 from tl_leadterms.stats import algebra, neighbours
 from tl_leadterms.stats.scoring import single_token_id
@@ -46,6 +47,12 @@ class Neighbour(NamedTuple):
     token: str | int
     token_id: int
     score: float
+
+    def __repr__(self) -> str:  # the token as a terminal may show it (escaped, cut)
+        token = (
+            terminal_text(self.token, quoted=True) if isinstance(self.token, str) else self.token
+        )
+        return f"Neighbour(token={token}, token_id={self.token_id}, score={self.score!r})"
 
 
 STATS_DTYPES = (torch.float64, torch.float32)

@@ -37,10 +37,9 @@ def _documents_as_ids(documents: Any, tokenizer: Any, text_column: str) -> Itera
     if isinstance(first, str):
         if tokenizer is None:
             raise LeadTermsError("documents are texts: pass tokenizer= to turn them into ids.")
-        from tl_leadterms.data.tokenizers import tokenize_documents
+        from tl_leadterms.data.tokenizers import document_ids
 
-        texts = [first, *docs]
-        return tokenize_documents(texts, tokenizer)  # separators are added below
+        return document_ids(itertools.chain([first], docs), tokenizer)  # a batch at a time
     return itertools.chain([first], docs)
 
 
@@ -58,6 +57,11 @@ def _document_ids(doc: Any, index: int) -> np.ndarray:
         )
     if ids.size and not np.issubdtype(ids.dtype, np.integer):
         raise LeadTermsError(f"document {index} has dtype {ids.dtype}; token ids must be integers.")
+    if ids.dtype == np.uint64 and ids.size and ids.max() > np.iinfo(np.int64).max:
+        raise LeadTermsError(
+            f"document {index} holds token id {int(ids.max())}, above any vocabulary (2**63 - 1 "
+            "at most); remap the ids."
+        )
     return ids.astype(np.int64, copy=False)
 
 

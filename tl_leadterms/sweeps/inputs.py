@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.loading.checkpoint import checkpoint_step, load_model, load_series
 from tl_leadterms.sweeps.fingerprint import checkpoint_fingerprint
+from tl_leadterms.sweeps.results import check_results_path
 
 __all__ = [
     "Checkpoint",
@@ -164,10 +165,7 @@ def results_path(results: object) -> Path | None:
     if results is None:
         return None
     path = Path(results)
-    if path.is_dir():
-        raise LeadTermsError(
-            f"results={str(path)!r} is a folder; pass a file path like 'sweep.jsonl'"
-        )
+    check_results_path(path)  # a FIFO, device or folder, before any open that could block
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.open("a").close()

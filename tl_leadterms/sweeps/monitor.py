@@ -27,6 +27,7 @@ when ``lr`` is known. :attr:`seconds` is the time spent scoring, :attr:`calls` h
 import contextlib
 import math
 import random
+import signal
 import tempfile
 import time
 from collections.abc import Sequence
@@ -43,6 +44,7 @@ from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.registry import MonitorContext, analysis, monitored
 from tl_leadterms.results.null import NullSpec
 from tl_leadterms.results.uncertainty import Uncertainty
+from tl_leadterms.signals import Terminated, terminate_as_interrupt
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule, step_bound
 from tl_leadterms.training import TrainHistory
@@ -250,7 +252,17 @@ class LeadingTermMonitor:
 
 
 def _as_lens(hf_model: Any) -> Any:
-    """A Hugging Face model as the TransformerLens model :func:`load_model` reads from disk."""
-    with tempfile.TemporaryDirectory() as folder, quiet_transformers():
-        hf_model.save_pretrained(folder, safe_serialization=True)
-        return load_model(Path(folder), device=str(next(hf_model.parameters()).device))
+    """A Hugging Face model as the TransformerLens model :func:`load_model` reads from disk,
+    through a temporary copy that SIGTERM does not leave behind: the copy is removed, then the
+    signal goes to the handler the process had (by default, it ends the process)."""
+    try:
+        with (
+            terminate_as_interrupt(),
+            quiet_transformers(),
+            tempfile.TemporaryDirectory(prefix="tl_leadterms_monitor_") as folder,
+        ):
+            hf_model.save_pretrained(folder, safe_serialization=True)
+            return load_model(Path(folder), device=str(next(hf_model.parameters()).device))
+    except Terminated:
+        signal.raise_signal(signal.SIGTERM)
+        raise

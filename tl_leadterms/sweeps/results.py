@@ -3,9 +3,12 @@ checkpoint, appended, flushed and fsynced; read back on a resume (a torn last li
 
 :class:`ResultsFile` is what a sweep driver (this process or a distributed one) uses:
 
-* a lock: ``fcntl.flock`` on a sidecar ``.{name}.lock`` next to the file, held from ``__enter__``
-  to ``__exit__``; a second writer is refused at once with the holder's pid. The kernel drops
-  the lock when its holder dies (even by SIGKILL), so a crash never leaves the file locked;
+* a lock: ``fcntl.flock`` on the file itself, held from ``__enter__`` to ``__exit__``: it belongs
+  to the file (its device and inode), not to a name, so a symlink or a hard link to a file being
+  written is refused at once, with the holder's pid (Linux; ``unknown`` elsewhere). The kernel
+  drops the lock when its holder dies (even by SIGKILL), so a crash never leaves it locked;
+* what is not a results file is refused before any work and left as it is: a FIFO, device,
+  socket or folder, a binary file, or one with a line over :data:`MAX_LINE` bytes;
 * fingerprints: each record carries the fingerprint of what was analysed
   (:mod:`.fingerprint`); ``done(label, fingerprint)`` is False for a checkpoint whose files
   changed since its record was written, and says so (a warning, and ``changed``).
@@ -23,18 +26,24 @@ False
 (True, [])
 """
 
+import contextlib
 import json
 import os
+import stat
 import warnings
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tl_leadterms.atomic import write_text
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.filesystem import file_kind
 from tl_leadterms.jsontext import TORN, parse_json
 
-__all__ = ["ResultsFile", "append_record", "differences", "jsonable", "read_results"]
+__all__ = ["MAX_LINE", "ResultsFile", "append_record", "check_results_path", "differences",
+           "jsonable", "read_results"]  # fmt: skip
+
+MAX_LINE = 64 << 20
+"""The longest line (bytes) of a results file: a checkpoint's record is a few MB at most."""
 
 
 def jsonable(value: Any) -> Any:
@@ -79,53 +88,79 @@ def differences(stored: Any, wanted: Any, where: str = "") -> list[str]:
     return [f"{where or 'settings'}: the file has {stored!r}, this sweep {wanted!r}"]
 
 
+def check_results_path(path: str | os.PathLike) -> None:
+    """Refuse a results path that is not a regular file (a FIFO blocks its writer, a device
+    never ends); a path with nothing there yet is fine."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        kind = "folder" if stat.S_ISDIR(mode) else file_kind(Path(path))
+        raise LeadTermsError(
+            f"⟦results=|--results ⟧{str(path)!r} is a {kind}, not a results file; pass the path "
+            "of a regular file, e.g. 'sweep.jsonl' (a new one is created)"
+        )
+
+
+def _not_results(path: Path, why: str) -> LeadTermsError:
+    return LeadTermsError(
+        f"{str(path)!r} is not a results file of tl_leadterms.sweep ({why}); pass a new path "
+        "for --results, the file is left as it is"
+    )
+
+
 def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict], list[str]]:
-    """Complete checkpoint records of a results file; a torn last line is moved aside."""
+    """Complete checkpoint records of a results file, read a line at a time; a torn last line
+    is cut off the file (in place: the file keeps its identity) and kept in ``<name>.torn``."""
     if not path.exists():
         return {}, []
-    text = path.read_text()
-    lines = text.split("\n")
     done: dict[str, dict] = {}
-    torn: list[str] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        record = parse_json(line, where=f"line {number} of {str(path)!r}", torn_ok=True)
-        last = all(not rest.strip() for rest in lines[number:])
-        if record is not TORN and not _is_record(record):
-            raise LeadTermsError(
-                f"{str(path)!r} is not a results file of tl_leadterms.sweep (line {number} is "
-                "complete JSON but not a checkpoint record); pass a new path for --results, "
-                "the file is left as it is"
-            )
-        if record is TORN:
-            if not last:
+    torn: tuple[int, int, str] | None = None  # (line number, offset, line)
+    raw = b"\n"
+    with open(path, "rb") as f:
+        for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
+            if len(raw) > MAX_LINE:
+                raise _not_results(path, f"line {number} is longer than {MAX_LINE >> 20} MiB")
+            line = raw.decode("utf-8", "replace")  # records are ASCII (json.dumps)
+            if "\0" in line or "\ufffd" in line:
+                raise _not_results(path, f"line {number} is not text: a binary file")
+            if not line.strip():
+                continue
+            if torn:
                 raise LeadTermsError(
-                    f"line {number} of {str(path)!r} is not a sweep record; fix or delete that "
+                    f"line {torn[0]} of {str(path)!r} is not a sweep record; fix or delete that "
                     "line (the other lines hold finished checkpoints) or pass a new results path"
                 )
-            torn.append(line)
-            continue
-        if record["settings"] != settings:
-            raise LeadTermsError(
-                f"{str(path)!r} was written by a sweep with other settings ("
-                f"{'; '.join(differences(record['settings'], settings))}); rerun with the "
-                "file's settings to resume it, or pass a new results path to keep both"
-            )
-        done[record["checkpoint"]] = record
-    if torn or (text and not text.endswith("\n")):
+            record = parse_json(line, where=f"line {number} of {str(path)!r}", torn_ok=True)
+            if record is TORN:
+                torn = (number, f.tell() - len(raw), line.rstrip("\n"))
+            elif not _is_record(record):
+                raise _not_results(
+                    path, f"line {number} is complete JSON but not a checkpoint record"
+                )
+            elif record["settings"] != settings:
+                raise LeadTermsError(
+                    f"{str(path)!r} was written by a sweep with other settings ("
+                    f"{'; '.join(differences(record['settings'], settings))}); rerun with the "
+                    "file's settings to resume it, or pass a new results path to keep both"
+                )
+            else:
+                done[record["checkpoint"]] = record
+    if torn:
         aside = path.with_name(path.name + ".torn")
         with open(aside, "a") as f:
-            f.write("\n".join(torn) + "\n")
-        good = "".join(json.dumps(r) + "\n" for r in done.values())
-        write_text(path, good)
-        if torn:
-            warnings.warn(
-                f"ignored an incomplete last line of {str(path)!r} (an interrupted write; kept "
-                f"in {str(aside)!r}); its checkpoint is computed again",
-                stacklevel=3,
-            )
-    return done, torn
+            f.write(torn[2] + "\n")
+        os.truncate(path, torn[1])
+        warnings.warn(
+            f"ignored an incomplete last line of {str(path)!r} (an interrupted write; kept "
+            f"in {str(aside)!r}); its checkpoint is computed again",
+            stacklevel=3,
+        )
+    elif not raw.endswith(b"\n"):
+        with open(path, "a") as f:
+            f.write("\n")
+    return done, [torn[2]] if torn else []
 
 
 def _is_record(record: Any) -> bool:
@@ -141,8 +176,15 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def _lock_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.lock")
+def _holder(fd: int) -> str:
+    """The pid holding the flock of the file open as ``fd`` (from ``/proc/locks``)."""
+    info = os.fstat(fd)
+    key = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    with contextlib.suppress(OSError):
+        for fields in map(str.split, Path("/proc/locks").read_text().splitlines()):
+            if "FLOCK" in fields and key in fields:
+                return fields[fields.index(key) - 1]
+    return "unknown"
 
 
 class ResultsFile:
@@ -153,7 +195,6 @@ class ResultsFile:
     """
 
     def __init__(self, path: str | os.PathLike | None, settings: dict[str, Any]) -> None:
-        # the resolved file: two paths to one file (a symlink) share one lock and one file
         self.path = None if path is None else Path(os.path.realpath(path))
         self.settings = settings
         self.records: dict[str, dict] = {}
@@ -183,37 +224,31 @@ class ResultsFile:
     def _lock(self) -> None:
         import fcntl
 
-        lock = _lock_path(self.path)
+        check_results_path(self.path)
         try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK, 0o666)
         except OSError as err:
             raise LeadTermsError(
-                f"cannot create the lock file {str(lock)!r} of the results file ({err.strerror}); "
-                "choose a writable folder for --results"
+                f"cannot open the results file {str(self.path)!r} ({err.strerror}); choose a "
+                "writable folder for --results"
             ) from err
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+            holder = _holder(fd)
             os.close(fd)
             raise LeadTermsError(
                 f"another sweep (pid {holder}) is writing {str(self.path)!r}; wait for it to "
                 "finish, or pass another results path to run side by side"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
 
     def _unlock(self) -> None:
-        if self._lock_fd is None:
-            return
-        import fcntl
+        if self._lock_fd is not None:
+            import fcntl
 
-        fd, self._lock_fd = self._lock_fd, None
-        try:
-            os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
+            fd, self._lock_fd = self._lock_fd, None
+            fcntl.flock(fd, fcntl.LOCK_UN)  # a forked child may hold the descriptor too
             os.close(fd)
 
     def done(self, label: str, fingerprint: str | None) -> bool:
