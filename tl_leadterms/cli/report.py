@@ -22,6 +22,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tl_leadterms.reports import report, statistics_needed
 
     check_output(args.output, "-o")
+    if not (args.model or args.words or args.sweep_results):
+        raise LeadTermsError(
+            "nothing to report: pass --model (its decomposition, and with --text its attention), "
+            "--words (association lists) or --sweep-results"
+        )
     text = args.text
     if args.text_file:
         if not Path(args.text_file).is_file():
@@ -40,11 +45,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     needed = statistics_needed(model=model is not None, words=bool(args.words))
     stats = read_stats(args.stats, tokenizer, want=needed)  # only the tables it shows
     results = _results(args, stats, model, tokenizer, text)
-    if not results:
-        raise LeadTermsError(
-            "nothing to report: pass --model (its decomposition, and with --text its attention), "
-            "--words (association lists) or --sweep-results"
-        )
     path = report(args.output, *results, stats=stats, model=model, title=args.title,
                   progress=not args.quiet)  # fmt: skip
     print(f"wrote {path} ({human_size(path.stat().st_size)})")
