@@ -43,7 +43,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.coverage_population import POPULATION_CONFIGS, _targets  # noqa: E402
+from benchmarks.coverage_trials import POPULATION_CONFIGS, target_vectors  # noqa: E402
 from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train  # noqa: E402
 from tl_leadterms.analyses.decompose.compute import leading_cosines  # noqa: E402
 from tl_leadterms.atomic import atomic_path, write_text  # noqa: E402
@@ -128,14 +128,14 @@ def geometry_draws(size: int, rep: int) -> dict:
     of the ``R`` resamples of :func:`repetition` (the same seed and draws) for each leading
     term (``B̄``, ``Φ̄ᵀB̄ᵀ``, ``Q̄``, ``Δ``): what the default method (``"inverted"``) reads."""
     blocks = _sample_blocks(size, rep)
-    full = _targets(blocks.full())
+    full = target_vectors(blocks.full())
     out = {}
     for key, exact in (("exact", True), ("first_order", False)):
         boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=rep, exact=exact,
                                                     method="shifted"))  # fmt: skip
         star, cross = [], []
         for stats in boot.resamples():
-            t = _targets(stats)
+            t = target_vectors(stats)
             star.append(torch.stack([a @ a for a in t]))
             cross.append(torch.stack([a @ f for a, f in zip(t, full, strict=True)]))
         out[key] = (torch.stack(star), torch.stack(cross), torch.stack([f @ f for f in full]))

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.coverage_population import KINDS, POPULATION_CONFIGS, _kinds, _targets
 from benchmarks.coverage_shared import SIZES, _models, _truth, _windows
+from benchmarks.coverage_trials import KINDS, POPULATION_CONFIGS, map_kinds, target_vectors
 from tl_leadterms import block_stats
 from tl_leadterms.atomic import write_text
 from tl_leadterms.results import intervals
@@ -136,17 +136,18 @@ def main_direction(args) -> None:
     start = time.perf_counter()
     maps, d_vocab = _models(size)
     population, truth_windows = _truth(cfg, d_vocab)
-    truth_targets = _targets(population)
-    columns = list(_columns(maps, _kinds(cfg["layers"])))
+    truth_targets = target_vectors(population)
+    columns = list(_columns(maps, map_kinds(cfg["layers"])))
     h, n_blocks, samples = cfg["held_windows"], cfg["held_blocks"], args.samples
     windows = _windows(cfg, SEED, math.ceil(samples * h / 10.0) + 200)
     hits = {(v, lv): [] for v in VARIANTS for lv in LEVELS}
     for j in range(samples):
         blocks = block_stats(windows[j * h : (j + 1) * h], d_vocab=d_vocab, blocks=n_blocks,
                              progress=False)  # fmt: skip
-        full = _targets(blocks.full())
+        full = target_vectors(blocks.full())
         resamples = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=1_000_000 * SEED + j))
-        stars = [torch.stack(t) for t in zip(*map(_targets, resamples.resamples()), strict=True)]
+        drawn = map(target_vectors, resamples.resamples())
+        stars = [torch.stack(t) for t in zip(*drawn, strict=True)]
         L, us, e2, truth = _sample(columns, full, stars, truth_targets)
         if j == 0:
             _check_library_frame(columns, full, stars, L, us["library"], e2)

@@ -30,69 +30,35 @@ from pathlib import Path
 
 import torch
 
-from tl_leadterms import block_stats, corpus_stats, paper_model, to_paper, train
+from benchmarks.coverage_trials import (
+    CACHE,
+    CUTS,
+    KINDS,
+    LEVELS,
+    POPULATION_CONFIGS,
+    RESAMPLES,
+    RESULTS,
+    bounds,
+    map_kinds,
+    map_names,
+    paper_maps,
+    story_tokenizer,
+    story_windows,
+    target_vectors,
+)
+from tl_leadterms import block_stats, corpus_stats, paper_model, train
 from tl_leadterms.analyses.decompose.compute import leading_cosines
 from tl_leadterms.atomic import atomic_path, write_text
 from tl_leadterms.results.bootstrap import Bootstrap, BootstrapSpec
 from tl_leadterms.results.intervals import DEFAULT_METHOD, interval
 
-__all__ = ["POPULATION_CONFIGS", "main_population"]
-
-RESULTS = Path(__file__).resolve().parent / "results"
-LEVELS = (0.9, 0.95)
-RESAMPLES = BootstrapSpec().resamples  # the library's default, as the demo uses it
-
-#: issue 28's configurations: the issue's size, and the demo's (``tl-leadterms demo``'s quick
-#: preset: |V| 500, T 32, the paper's 3-layer model trained on 64 windows with η = 2 for 8 steps,
-#: read against held-out samples of 1,024 windows in 16 blocks, as the demo does). ``windows``/
-#: ``blocks``: the training sample; ``held_windows``/``held_blocks``: each held-out sample.
-POPULATION_CONFIGS = {
-    "issue": {"stories": 6500, "vocab": 300, "n_ctx": 32, "windows": 200, "blocks": 20,
-              "held_windows": 200, "held_blocks": 20, "layers": 1, "lr": 1.0, "steps": 24,
-              "truth_windows": 16_000},
-    "demo": {"stories": 10000, "vocab": 500, "n_ctx": 32, "windows": 64, "blocks": 8,
-             "held_windows": 1024, "held_blocks": 16, "layers": 3, "lr": 2.0, "steps": 8,
-             "truth_windows": 32_000},
-}  # fmt: skip
-#: the demo's models and samples again, each held-out sample cut into 64 blocks of 16 windows
-#: instead of 16 of 64 (paired with ``demo``: the same models, samples and truth)
-POPULATION_CONFIGS["demo64"] = {**POPULATION_CONFIGS["demo"], "held_blocks": 64}
-#: the demo's size again with twice the models (16, 8 held-out samples each: 128 samples), from
-#: twice the stories (a tokenizer and models of their own): the demo-size cells at a smaller
-#: standard error
-POPULATION_CONFIGS["demo16"] = {**POPULATION_CONFIGS["demo"], "stories": 20000}
-
-
-def _story_tokenizer(cfg: dict):
-    from tl_leadterms.data import generate_stories, train_word_tokenizer
-
-    return train_word_tokenizer(generate_stories(cfg["stories"], seed=28), cfg["vocab"])
-
-
-def _story_windows(cfg: dict):
-    from tl_leadterms import make_windows
-    from tl_leadterms.data import generate_stories
-
-    stories = generate_stories(cfg["stories"], seed=28)
-    tokenizer = _story_tokenizer(cfg)
-    return make_windows(stories, n_ctx=cfg["n_ctx"], tokenizer=tokenizer), len(tokenizer)
-
-
-def _paper_maps(model, layers: int) -> list:
-    """W_O, then V, W, P of each layer, dense (names in :func:`_map_names`)."""
-    pw = to_paper(model)
-    return [pw.W_O.detach()] + [pw.layer_map(w, layer).detach() for layer in range(layers)
-                                for w in ("V", "W", "P")]  # fmt: skip
-
-
-def _map_names(layers: int) -> list[str]:
-    return ["W_O"] + [f"{w}.{layer}" for layer in range(layers) for w in ("V", "W", "P")]
+__all__ = ["main_population", "run_population", "summarize_population"]
 
 
 def _scores(maps: list, stats) -> torch.Tensor:
     """``[maps]``: the cosine of each map with its leading term, written out plainly."""
     targets = {"B": stats.B_bar, "V": stats.B_bar_Phi_bar.T, "W": stats.Q_bar, "P": stats.Delta}
-    kinds = _kinds((len(maps) - 1) // 3)
+    kinds = map_kinds((len(maps) - 1) // 3)
     out = torch.empty(len(maps), dtype=torch.float64)
     for i, (M, kind) in enumerate(zip(maps, kinds, strict=True)):
         M, target = M.double().flatten(), targets[kind].double().flatten()
@@ -100,19 +66,8 @@ def _scores(maps: list, stats) -> torch.Tensor:
     return out
 
 
-#: the cache of each configuration's trials (``name``: its key in ``POPULATION_CONFIGS``)
-CACHE = "coverage_population_{name}_shares_draws.pt"
-CUTS = ("windows", "documents")  # equal blocks; blocks cut where stories end (eos_id)
-KINDS = ("B", "V", "W", "P")  # the targets: B̄, B̄Φ̄ᵀ (as V scores it), Q̄, Δ
-
-
-def _targets(stats) -> list[torch.Tensor]:
-    return [t.double().flatten() for t in (stats.B_bar, stats.B_bar_Phi_bar.T, stats.Q_bar,
-                                             stats.Delta)]  # fmt: skip
-
-
 def _target_scores(maps: list, kinds: list[str], targets: list) -> torch.Tensor:
-    """``[maps]``: each map's cosine with its target among ``targets`` (``_targets``' order)."""
+    """``[maps]``: each map's cosine with its target among ``targets`` (``targets``' order)."""
     out = torch.empty(len(maps), dtype=torch.float64)
     for i, (M, kind) in enumerate(zip(maps, kinds, strict=True)):
         M, target = M.double().flatten(), targets[KINDS.index(kind)]
@@ -148,23 +103,23 @@ def _trial(maps: list, windows, d_vocab: int, n_blocks: int, seed: int, eos: int
     ‖T̂ − T‖² against the truth's T, and its resamples' mean ‖T* − T̂‖²), the resamples'
     ‖T*‖² and ⟨T̂, T*⟩ (what the default interval and ``noise_share`` read); ``blocks``: the
     cut at documents' BlockStats (for the printed check)."""
-    kinds = _kinds((len(maps) - 1) // 3)
+    kinds = map_kinds((len(maps) - 1) // 3)
     out = {}
     for cut in CUTS:
         blocks = block_stats(windows, d_vocab=d_vocab, blocks=n_blocks, progress=False,
                              eos_id=eos if cut == "documents" else None)  # fmt: skip
-        full = _targets(blocks.full())
+        full = target_vectors(blocks.full())
         boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=seed))
         draws, noise = [], torch.zeros(len(KINDS), dtype=torch.float64)
         star_sq, cross = [], []
         for stats in boot.resamples():
             draws.append(_scores(maps, stats))
-            pairs = list(zip(_targets(stats), full, strict=True))
+            pairs = list(zip(target_vectors(stats), full, strict=True))
             noise += torch.tensor([float(((t - f) ** 2).sum()) for t, f in pairs])
             star_sq.append(torch.tensor([float(t @ t) for t, _ in pairs]))
             cross.append(torch.tensor([float(f @ t) for t, f in pairs]))
         ones = torch.ones(n_blocks, dtype=torch.long)
-        jack = [_targets(blocks.weighted(ones - torch.eye(n_blocks, dtype=torch.long)[b]))
+        jack = [target_vectors(blocks.weighted(ones - torch.eye(n_blocks, dtype=torch.long)[b]))
                 for b in range(n_blocks)]  # fmt: skip
         out[cut] = {
             "estimate": _scores(maps, blocks.full()), "draws": torch.stack(draws),
@@ -193,11 +148,11 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
         cache = RESULTS / CACHE.format(name=name)
         done = torch.load(cache) if cache.exists() else {}
         cfg = POPULATION_CONFIGS[name]
-        windows, d_vocab = _story_windows(cfg)
+        windows, d_vocab = story_windows(cfg)
         truth_n, n, h = cfg["truth_windows"], cfg["windows"], cfg["held_windows"]
         population = corpus_stats(windows[:truth_n], d_vocab=d_vocab, progress=False)
-        targets = _targets(population)
-        eos = _story_tokenizer(cfg).eos_token_id
+        targets = target_vectors(population)
+        eos = story_tokenizer(cfg).eos_token_id
         # disjoint samples after the truth's windows: each model's training sample, then its
         # held-out samples
         per_model = n + held_out * h
@@ -214,10 +169,10 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
             model = paper_model(d_vocab=d_vocab, n_ctx=cfg["n_ctx"], n_layers=cfg["layers"],
                                 dtype=torch.float64)  # fmt: skip
             train(model, sample, lr=cfg["lr"], steps=cfg["steps"], progress=False)
-            maps = _paper_maps(model, cfg["layers"])
+            maps = paper_maps(model, cfg["layers"])
             truth = _scores(maps, population)
             library = leading_cosines(model, population)
-            library = torch.tensor([library[n] for n in _map_names(cfg["layers"])])
+            library = torch.tensor([library[n] for n in map_names(cfg["layers"])])
             assert torch.allclose(truth, library.double(), atol=1e-9), (truth, library)
             trials = {"training": [_trial(maps, sample, d_vocab, cfg["blocks"], 1000 * m, eos,
                                           targets)]}  # fmt: skip
@@ -247,25 +202,6 @@ def run_population(models: int, held_out: int, configs: list[str]) -> dict:
     return out, computed
 
 
-def _kinds(layers: int) -> list[str]:
-    """The target of each map of :func:`_map_names` (a key of :data:`KINDS`)."""
-    return ["B"] + ["V", "W", "P"] * layers
-
-
-def _geometry(t: dict, layers: int) -> tuple[torch.Tensor, ...]:
-    """``(‖T*‖² [R, maps], ⟨T̂, T*⟩ [R, maps], ‖T̂‖² [maps])`` of one trial: each map's
-    resamples' geometry, taken from its target's (``star_sq``, ``cross``, ``norm2``)."""
-    k = [KINDS.index(kind) for kind in _kinds(layers)]
-    return t["star_sq"][:, k], t["cross"][:, k], t["norm2"][k]
-
-
-def _bounds(t: dict, layers: int, level: float, n_blocks: int,
-            method: str = DEFAULT_METHOD) -> tuple[torch.Tensor, ...]:  # fmt: skip
-    """``(lo, hi, corrected)`` ``[maps]`` of one trial's intervals by ``method``."""
-    return interval(t["draws"], level, method, t["estimate"], blocks=n_blocks,
-                    geometry=_geometry(t, layers))  # fmt: skip
-
-
 def summarize_population(runs: dict, models: int, held_out: int) -> dict:
     """Per configuration, case, cut and weight (layers pooled): bias, corrected = 1, coverage
     (as printed, by the default method; by ``"shifted"``, the former default; by
@@ -274,7 +210,7 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
     result = {}
     for name, per_model in runs.items():
         cfg = POPULATION_CONFIGS[name]
-        names = _map_names(cfg["layers"])
+        names = map_names(cfg["layers"])
         cells, noise = [], []
         for case in ("training", "held_out"):
             printed = all(all(r["printed"][case]["interval"]) for r in per_model)
@@ -286,7 +222,7 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
                     kind: statistics.mean(float(t["noise_resamples"][i]) for _, t in trials)
                     / statistics.mean(float(t["noise_sample"][i]) for _, t in trials)
                     for i, kind in enumerate(KINDS)}})  # fmt: skip
-                bounds = [{(lv, m): _bounds(t, cfg["layers"], lv, n_blocks, m)
+                bounds = [{(lv, m): bounds(t, cfg["layers"], lv, n_blocks, m)
                            for lv in LEVELS for m in (DEFAULT_METHOD, "shifted")}
                           for _, t in trials]  # fmt: skip
                 for weight in ("W_O", "V", "W", "P"):
@@ -377,7 +313,7 @@ def summarize_population(runs: dict, models: int, held_out: int) -> dict:
                         }
                     )
         result[name] = {
-            "setup": {**cfg, "d_vocab": per_model[0].get("d_vocab", _story_windows(cfg)[1]),
+            "setup": {**cfg, "d_vocab": per_model[0].get("d_vocab", story_windows(cfg)[1]),
                       "models": models, "held_out_per_model": held_out,
                       "resamples": RESAMPLES, "method": DEFAULT_METHOD, "expanded": True,
                       "cuts": list(CUTS)},

@@ -39,19 +39,19 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.coverage_population import (
+from benchmarks.coverage_shares import SHARE_BANDS
+from benchmarks.coverage_trials import (
     KINDS,
     POPULATION_CONFIGS,
     RESAMPLES,
     RESULTS,
-    _kinds,
-    _map_names,
-    _paper_maps,
-    _story_tokenizer,
-    _story_windows,
-    _targets,
+    map_kinds,
+    map_names,
+    paper_maps,
+    story_tokenizer,
+    story_windows,
+    target_vectors,
 )
-from benchmarks.coverage_shares import SHARE_BANDS
 from tl_leadterms import block_stats, corpus_stats, make_windows, paper_model, train
 from tl_leadterms.atomic import atomic_path, write_text
 from tl_leadterms.data import generate_stories
@@ -75,7 +75,7 @@ SIZES = {
 
 def _windows(cfg: dict, seed: int, stories: int) -> torch.Tensor:
     return make_windows(generate_stories(stories, seed=seed), n_ctx=cfg["n_ctx"],
-                        tokenizer=_story_tokenizer(cfg))  # fmt: skip
+                        tokenizer=story_tokenizer(cfg))  # fmt: skip
 
 
 def _truth(cfg: dict, d_vocab: int):
@@ -85,9 +85,9 @@ def _truth(cfg: dict, d_vocab: int):
 
 
 def _models(size: dict) -> tuple[list, int]:
-    """The size's models' maps (each model's list, :func:`_map_names` order) and ``d_vocab``."""
+    """The size's models' maps (each model's list, :func:`map_names` order) and ``d_vocab``."""
     cfg = POPULATION_CONFIGS[size["config"]]
-    windows, d_vocab = _story_windows(cfg)
+    windows, d_vocab = story_windows(cfg)
     per_model = cfg["windows"] + size["held_out"] * cfg["held_windows"]  # as coverage_population
     out = []
     for m in range(size["models"]):
@@ -96,7 +96,7 @@ def _models(size: dict) -> tuple[list, int]:
                             dtype=torch.float64)  # fmt: skip
         train(model, windows[first : first + cfg["windows"]], lr=cfg["lr"], steps=cfg["steps"],
               progress=False)  # fmt: skip
-        out.append(_paper_maps(model, cfg["layers"]))
+        out.append(paper_maps(model, cfg["layers"]))
     return out, d_vocab
 
 
@@ -105,7 +105,7 @@ class _Scorer:
     with a set of targets in one matrix product per kind."""
 
     def __init__(self, maps: list, layers: int):
-        kinds = _kinds(layers)
+        kinds = map_kinds(layers)
         self.shape = (len(maps), len(kinds))
         self.rows = {}
         for kind in KINDS:
@@ -114,7 +114,7 @@ class _Scorer:
             self.rows[kind] = (cols, stack / stack.norm(dim=1, keepdim=True))
 
     def __call__(self, targets: list) -> torch.Tensor:
-        """``[models, maps]`` cosines with ``targets`` (:func:`_targets`' order)."""
+        """``[models, maps]`` cosines with ``targets`` (:func:`targets`' order)."""
         out = torch.empty(self.shape, dtype=torch.float64)
         for kind, (cols, rows) in self.rows.items():
             t = targets[KINDS.index(kind)]
@@ -132,7 +132,7 @@ def run_shared(size: dict, seed: int, samples: int) -> list:
     scorer = _Scorer(maps, cfg["layers"])
     if "truth" not in done:
         population, done["truth_windows"] = _truth(cfg, d_vocab)
-        done["truth"] = scorer(_targets(population))
+        done["truth"] = scorer(target_vectors(population))
     h = cfg["held_windows"]
     stories = math.ceil(samples * h / 10.0) + 200  # about 10.9 windows a story
     windows = _windows(cfg, seed, stories)
@@ -143,11 +143,11 @@ def run_shared(size: dict, seed: int, samples: int) -> list:
         t0 = time.perf_counter()
         blocks = block_stats(windows[j * h : (j + 1) * h], d_vocab=d_vocab,
                              blocks=cfg["held_blocks"], progress=False)  # fmt: skip
-        full = _targets(blocks.full())
+        full = target_vectors(blocks.full())
         boot = Bootstrap(blocks, 0.9, BootstrapSpec(RESAMPLES, seed=100_000 * seed + j))
         draws, star_sq, cross = [], [], []
         for stats in boot.resamples():
-            targets = _targets(stats)
+            targets = target_vectors(stats)
             draws.append(scorer(targets))
             star_sq.append(torch.tensor([float(t @ t) for t in targets]))
             cross.append(torch.tensor([float(f @ t) for t, f in zip(targets, full, strict=True)]))
@@ -171,7 +171,7 @@ def summarize_shared(size: dict, runs: list) -> dict:
     truth, in units of the expanded resample spread."""
     cfg = POPULATION_CONFIGS[size["config"]]
     layers, n_blocks = cfg["layers"], cfg["held_blocks"]
-    names, kinds = _map_names(layers), _kinds(layers)
+    names, kinds = map_names(layers), map_kinds(layers)
     k = [KINDS.index(kind) for kind in kinds]
     truth = runs[0]["truth"]
     for r in runs[1:]:

@@ -15,14 +15,14 @@ import statistics
 
 import torch
 
-from benchmarks.coverage_population import (
+from benchmarks.coverage_trials import (
     CACHE,
     LEVELS,
     POPULATION_CONFIGS,
     RESULTS,
-    _bounds,
-    _geometry,
-    _map_names,
+    bounds,
+    geometry,
+    map_names,
 )
 from tl_leadterms.results.intervals import DEFAULT_METHOD, noise_share
 from tl_leadterms.results.marks import WIDE_NOISE_SHARE
@@ -56,14 +56,14 @@ def coverage_by_share(runs: dict) -> list[dict]:
     trials = []
     for name, per_model in _pooled(runs).items():
         cfg = POPULATION_CONFIGS[name]
-        names, layers = _map_names(cfg["layers"]), cfg["layers"]
+        names, layers = map_names(cfg["layers"]), cfg["layers"]
         first = [i for i, n in enumerate(names) if not n.endswith(
             tuple(f".{layer}" for layer in range(1, layers)))]  # fmt: skip
         for r in per_model:
             for t in r["trials"]["held_out"]:
                 t = t["windows"]
-                shares = noise_share(t["draws"], *_geometry(t, layers), t["estimate"])
-                bounds = [_bounds(t, layers, lv, cfg["held_blocks"], m)
+                shares = noise_share(t["draws"], *geometry(t, layers), t["estimate"])
+                bounds = [bounds(t, layers, lv, cfg["held_blocks"], m)
                           for m in methods for lv in LEVELS]  # fmt: skip
                 for i in first:
                     truth = float(r["truth"][i])

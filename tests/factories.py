@@ -104,3 +104,17 @@ def word_tokenizer_folder(folder, tokens: list[str]):
     vocab = {token: i for i, token in enumerate(tokens)}
     Tokenizer(models.WordLevel(vocab, unk_token=tokens[0])).save(str(folder / "tokenizer.json"))
     return folder
+
+
+def markov_tokens(n_samples: int, length: int, d_vocab: int, seed: int) -> torch.LongTensor:
+    """Tokens from a random sparse-ish Markov chain so the statistics are not degenerate."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = 3.0 * torch.randn(d_vocab, d_vocab, generator=gen, dtype=torch.float64)
+    transition = torch.softmax(logits, dim=1)
+    tokens = torch.zeros(n_samples, length, dtype=torch.long)
+    tokens[:, 0] = torch.randint(0, d_vocab, (n_samples,), generator=gen)
+    for pos in range(1, length):
+        for n in range(n_samples):
+            prev = int(tokens[n, pos - 1])
+            tokens[n, pos] = int(torch.multinomial(transition[prev], 1, generator=gen))
+    return tokens

@@ -201,8 +201,8 @@ def test_docstring_examples(module):
 
 def test_decompose_on_pythia_architecture(folder):
     """decompose runs on the Pythia-style model: per-head rows (rotary mean-field P), cosines."""
+    from tests.factories import markov_tokens
     from tests.reference import dense_corpus_stats
-    from tests.unit.test_reference import markov_tokens
     from tl_leadterms import corpus_stats, decompose
 
     tokens = markov_tokens(40, N_CTX + 1, D_VOCAB, seed=2)

@@ -6,8 +6,7 @@ import pytest
 import torch
 from transformer_lens import head_detector
 
-from tests.factories import random_attn_only
-from tests.unit.test_reference import markov_tokens
+from tests.factories import markov_tokens, random_attn_only
 from tl_leadterms import attention_agreement, corpus_stats, decompose, head_atlas
 from tl_leadterms.analyses.atlas import HeadAtlas
 from tl_leadterms.analyses.atlas.figure import atlas_html

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import unchecked
+from tests.factories import markov_tokens
 from tests.reference import dense_corpus_stats
-from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model, train
 from tl_leadterms.analyses.attention.compute import attention_agreement, predict_attention
 from tl_leadterms.analyses.attention.fit import LayerScores, average_ranks

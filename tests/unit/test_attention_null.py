@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tests.unit.test_reference import markov_tokens
+from tests.factories import markov_tokens
 from tl_leadterms import attention_agreement, corpus_stats, paper_model, train
 from tl_leadterms.results.null import permutations, random_reference
 from tl_leadterms.stats.corpus import CorpusStats

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from tests.conftest import unchecked
-from tests.factories import random_attn_only
-from tests.unit.test_reference import markov_tokens
+from tests.factories import markov_tokens, random_attn_only
 from tl_leadterms import LeadTermsError, corpus_stats, decompose, paper_model, train
 from tl_leadterms.results.attribution import MARGIN, R2_FLOOR, character, shapley
 from tl_leadterms.results.null import NullSpec, permutations, random_reference

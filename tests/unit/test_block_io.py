@@ -7,7 +7,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from tests.unit.test_reference import markov_tokens
+from tests.factories import markov_tokens
 from tl_leadterms import CorpusStats, LeadTermsError
 from tl_leadterms.stats.blocks import BlockStats, block_stats
 

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.factories import random_attn_only
+from tests.factories import markov_tokens, random_attn_only
 from tests.reference import dense_corpus_stats, expansion_factor, resample_quantile
-from tests.unit.test_reference import markov_tokens
 from tl_leadterms import (
     LeadTermsError,
     corpus_stats,

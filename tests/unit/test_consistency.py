@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from tests.conftest import unchecked
-from tests.factories import random_attn_only
-from tests.unit.test_reference import markov_tokens
+from tests.factories import markov_tokens, random_attn_only
 from tl_leadterms import (
     LeadTermsError,
     attention_agreement,

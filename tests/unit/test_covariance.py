@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import unchecked
-from tests.factories import HookedTransformer, random_attn_only
-from tests.unit.test_reference import markov_tokens
+from tests.factories import HookedTransformer, markov_tokens, random_attn_only
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model, train
 from tl_leadterms.analyses.covariance import algebra as covariance_algebra
 from tl_leadterms.analyses.covariance.compute import covariance_similarity

@@ -3,9 +3,8 @@
 import pytest
 import torch
 
-from tests.factories import random_attn_only
+from tests.factories import markov_tokens, random_attn_only
 from tests.unit.test_covariance import _plain
-from tests.unit.test_reference import markov_tokens
 from tl_leadterms import corpus_stats
 from tl_leadterms.analyses.covariance.compute import covariance_similarity
 from tl_leadterms.results.null import NullSpec, permutations

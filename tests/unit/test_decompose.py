@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from tests.conftest import unchecked
-from tests.factories import HookedTransformer, random_attn_only
+from tests.factories import HookedTransformer, markov_tokens, random_attn_only
 from tests.reference import dense_corpus_stats
-from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, leading_terms, paper_model, train
 from tl_leadterms.adapters import factored, to_paper
 from tl_leadterms.analyses import ablate, decompose, leading_cosines

@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 
+from tests.factories import markov_tokens
 from tests.reference import dense_corpus_stats
-from tests.unit.test_reference import markov_tokens
 from tl_leadterms import decompose, head_atlas, paper_model, train
 from tl_leadterms.results.intervals import interval
 from tl_leadterms.results.null import permutations

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from tests.unit.test_reference import markov_tokens
+from tests.factories import markov_tokens
 from tl_leadterms import corpus_stats, decompose, paper_model, train
 from tl_leadterms.adapters import factored, to_paper
 from tl_leadterms.analyses.attention.compute import attention_agreement

@@ -151,8 +151,7 @@ def test_pairs_of_a_model_with_embeddings_read_its_parameters(gemm_dtype):
     restricted to the candidate tokens) against each head's map built from the parameters in
     float64; with ``gemm_dtype=torch.float32`` the values stay within the library's tolerance
     (1e-6 of the block's largest entry)."""
-    from tests.factories import random_attn_only
-    from tests.unit.test_reference import markov_tokens
+    from tests.factories import markov_tokens, random_attn_only
 
     V, T = 23, 9
     tokens = markov_tokens(80, T + 1, V, seed=7)

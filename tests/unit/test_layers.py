@@ -128,9 +128,6 @@ def _cycle(package: Path = PACKAGE) -> list[str] | None:
                 if candidate in modules and candidate != module:
                     graph[module].add(candidate)
                     break
-    # a module importing its own package's __init__ (whose names it shares) is not a cycle
-    for module in graph:
-        graph[module] = {t for t in graph[module] if not module.startswith(t + ".")}
     state: dict[str, int] = {}
 
     def visit(node: str, stack: list[str]) -> list[str] | None:
@@ -226,3 +223,17 @@ def test_a_planted_reach_into_an_analysis_is_found(tmp_path):
     ]
     (package / "report/tables.py").write_text("from planted.analyses.decompose import X\n")
     assert _reaches_into_an_analysis(package) == []
+
+
+def test_a_planted_cycle_through_a_package_init_is_found(tmp_path):
+    """A module that imports its own package's ``__init__``, which imports the module back, is
+    a cycle: package ``__init__`` edges count like any other."""
+    package = tmp_path / "planted"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from planted.sub.figure import plot\n")
+    (package / "sub" / "figure.py").write_text("def plot():\n    from planted.sub import X\n")
+    found = _cycle(package)
+    assert found is not None and {"planted.sub", "planted.sub.figure"} <= set(found), found
+    (package / "sub" / "figure.py").write_text("def plot():\n    return 1\n")
+    assert _cycle(package) is None

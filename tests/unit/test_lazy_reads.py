@@ -168,7 +168,7 @@ def test_row_blocks_score_as_the_full_matrix(scoring, gram):
 # -- report: only the tables it shows --------------------------------------------------------------
 def test_report_without_model_reads_no_dense_table(stats_file, tmp_path, capsys):
     bad = flipped(stats_file, tmp_path, "Phi_bar/values")
-    code, out, err = run(["report", str(bad), "-o", str(tmp_path / "r.html"), "--quiet"], capsys)
+    code, _, err = run(["report", str(bad), "-o", str(tmp_path / "r.html"), "--quiet"], capsys)
     assert code == 2 and "nothing to report" in err and "checksum" not in err, err
     code, _, err = run(["report", str(bad), "-o", str(tmp_path / "r.html"), "--words", "3",
                         "--quiet"], capsys)  # fmt: skip

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tests.unit.test_reference import markov_tokens
+from tests.factories import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats
 
 V = 12

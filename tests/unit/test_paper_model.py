@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from tests.conftest import unchecked
+from tests.factories import markov_tokens
 from tests.reference import gd_train, paper_forward
-from tests.unit.test_reference import markov_tokens
 from tl_leadterms import LeadTermsError, paper_model, train
 
 

@@ -14,7 +14,7 @@ try:
 except ImportError:  # TransformerLens 4 removed them
     pytest.skip("needs TransformerLens 3.x (HookedTransformer)", allow_module_level=True)
 
-from tests.unit.test_reference import markov_tokens
+from tests.factories import markov_tokens
 from tl_leadterms import paper_model, train
 
 pytestmark = pytest.mark.hooked

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.factories import markov_tokens
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -36,20 +38,6 @@ KEYS = ("B_bar", "Sigma_B", "Phi_bar", "G_bar", "Q_bar", "Delta")
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-
-
-def markov_tokens(n_samples: int, length: int, d_vocab: int, seed: int) -> torch.LongTensor:
-    """Tokens from a random sparse-ish Markov chain so the statistics are not degenerate."""
-    gen = torch.Generator().manual_seed(seed)
-    logits = 3.0 * torch.randn(d_vocab, d_vocab, generator=gen, dtype=torch.float64)
-    transition = torch.softmax(logits, dim=1)
-    tokens = torch.zeros(n_samples, length, dtype=torch.long)
-    tokens[:, 0] = torch.randint(0, d_vocab, (n_samples,), generator=gen)
-    for pos in range(1, length):
-        for n in range(n_samples):
-            prev = int(tokens[n, pos - 1])
-            tokens[n, pos] = int(torch.multinomial(transition[prev], 1, generator=gen))
-    return tokens
 
 
 def frac_tensor(rows) -> torch.Tensor:

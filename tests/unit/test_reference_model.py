@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from tests.unit.test_reference import assert_close, markov_tokens, ref, rel_err
+from tests.factories import markov_tokens
+from tests.unit.test_reference import assert_close, ref, rel_err
 
 # --------------------------------------------------------------------------------------------
 # Paper model

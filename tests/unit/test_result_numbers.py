@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformer_lens import FactoredMatrix
 
-from tests.unit.test_reference import markov_tokens
+from tests.factories import markov_tokens
 from tl_leadterms import (
     CorpusStats,
     LeadTermsError,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import unchecked
-from tests.unit.test_reference import markov_tokens
+from tests.factories import markov_tokens
 from tl_leadterms import LeadTermsError, corpus_stats, paper_model
 from tl_leadterms.analyses.covariance import algebra
 from tl_leadterms.analyses.covariance.compute import covariance_similarity
