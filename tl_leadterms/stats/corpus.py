@@ -437,18 +437,31 @@ class CorpusStats:
             )
         )
 
+    def _summary(self) -> list[tuple[str, str]]:
+        """The rows of the summary :func:`repr` and the notebook show: ``(name, value)``."""
+        kept = "all kept" if self.kept is None else f"{self.k} kept"
+        held = [n for n in ("B_bar", "Sigma_B", *self._tables) if self.has(n)]
+        dtype = str(self.dtype).removeprefix("torch.")
+        rows = [("d_vocab", f"{self.d_vocab} ({kept})"), ("n_ctx", str(self.n_ctx)),
+                ("n_sequences", f"{self.n_sequences} ({self.n_positions} positions)"),
+                ("centre_vocab", str(self.centre_vocab)), ("statistics", ", ".join(held)),
+                ("dtype", f"{dtype} on {self.device}")]  # fmt: skip
+        tok = self.metadata.get("tokenizer_name")
+        return rows + ([("tokenizer", str(tok))] if tok else [])
+
     def _repr_html_(self) -> str:
         import html
 
-        return f"<pre>{html.escape(repr(self))}</pre>"
+        cells = "".join(
+            f'<tr><th style="text-align:left">{name}</th><td style="text-align:left">'
+            f"{html.escape(value)}</td></tr>"
+            for name, value in self._summary()
+        )
+        return (f'<table style="white-space:nowrap"><caption style="text-align:left">'
+                f"<strong>CorpusStats</strong></caption>{cells}</table>")  # fmt: skip
 
     def __repr__(self) -> str:
-        kept = "all" if self.kept is None else f"{self.k} kept"
-        tok = self.metadata.get("tokenizer_name")
-        return (
-            f"CorpusStats(d_vocab={self.d_vocab} ({kept}), n_ctx={self.n_ctx}, "
-            f"n_sequences={self.n_sequences}, centre_vocab={self.centre_vocab}, "
-            f"dtype={self.dtype}, device={self.device}"
-            + (f", tokenizer={tok!r}" if tok else "")
-            + ")"
-        )
+        """A small aligned table, one row per property (:meth:`_summary`)."""
+        rows = self._summary()
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(["CorpusStats", *(f"  {name:<{width}}  {value}" for name, value in rows)])

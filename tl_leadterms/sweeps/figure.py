@@ -10,6 +10,7 @@ from tl_leadterms.results.figures import (
     new_figure,
     save_figure,
 )
+from tl_leadterms.theory import score_name
 
 __all__ = ["plot_sweep", "plot_sweep_null"]
 
@@ -37,6 +38,7 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
             f"score and analysis must be strings (got {score!r}, {analysis!r}); scores: "
             f"{table.scores()}"
         )
+    score = score_name(score)
     grid = table.pivot(score, analysis=analysis)
     if grid.empty:
         raise LeadTermsError(
@@ -77,6 +79,7 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
         notebook; ``.savefig`` as any matplotlib figure).
     """
     check_result(table, "SweepTable", "sweep")
+    score = score_name(score)
     rows = [r for r in table.rows if r["score"] == score and r["head"] is None
             and (analysis is None or r["analysis"] == analysis)]  # fmt: skip
     if not any(r.get("null_mean") is not None for r in rows):
