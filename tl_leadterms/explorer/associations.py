@@ -14,12 +14,12 @@ from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.neighbours import SCORINGS, scored_row
 from tl_leadterms.stats.scoring import DEFAULT_EXCLUDE, DEFAULT_SCORING
 
-__all__ = ["ASSOCIATIONS", "plot_associations"]
+__all__ = ["ASSOCIATIONS", "HEADINGS", "plot_associations"]
 
 # the three statistics of the paper's Figure 5, by the names the user passes
 ASSOCIATIONS = {"bigram": "B_bar", "interchangeability": "Sigma_B", "context": "Phi_bar"}
 _ALIASES = {v: k for k, v in ASSOCIATIONS.items()}
-_HEADINGS = {
+HEADINGS = {
     "bigram": "bigram B̄ (next tokens)",
     "interchangeability": "interchangeable Σ_B̄",
     "context": "context Φ̄ (preceding tokens)",
@@ -105,7 +105,7 @@ def plot_associations(
         )
         for kd in ASSOCIATIONS
     }
-    head = "".join(f"<th>{html.escape(_HEADINGS[kd])}</th>" for kd in ASSOCIATIONS)
+    head = "".join(f"<th>{html.escape(HEADINGS[kd])}</th>" for kd in ASSOCIATIONS)
     rows = []
     for i in range(max(len(v) for v in neighbours.values())):
         cells = []
@@ -153,7 +153,7 @@ def plot_associations(
         labels = token_labels(ids, tokenizer)
         scale = float(full.abs().max()) if full.numel() else 0.0
         parts.append(
-            f"<p>The text's tokens shaded by their {html.escape(_HEADINGS[kind])} association "
+            f"<p>The text's tokens shaded by their {html.escape(HEADINGS[kind])} association "
             f"with <strong>{name}</strong> ({scoring} scoring; full colour: the largest |value| "
             "of its row).</p>"
         )

@@ -331,18 +331,43 @@ class CorpusStats:
         else:
             row = neighbours.scored_row(self.matrix(key), row_index, scoring,
                                         symmetric_gram=key == "Sigma_B")  # fmt: skip
-        raw = self.row(key, row_index)
-        note = self.degenerate_note(key) or neighbours.no_associations(
-            token, float(self.unigram_counts[row_index]), raw
-        )
+        row, note = self.listed(key, row_index, row, token=token, tokenizer=tokenizer,
+                                exclude=exclude, exclude_self=exclude_self)  # fmt: skip
         if note:
             return neighbours.Neighbours(scoring=scoring, note=note)
+        return self.ranked(row, n=n, tokenizer=tokenizer, scoring=scoring)
+
+    def listed(
+        self,
+        key: str,
+        index: int,
+        row: Tensor,
+        *,
+        token: object = None,
+        tokenizer: Any = None,
+        exclude: Any = neighbours.DEFAULT_EXCLUDE,
+        exclude_self: bool | None = None,
+    ) -> tuple[Tensor, str]:
+        """The rule :meth:`top` lists by, for whoever scores many rows at once (the explorer).
+
+        ``row`` is row ``index`` of the statistic ``key`` under a scoring (float64, changed in
+        place). Returns it with the tokens :meth:`top` leaves out at ``−inf`` (``exclude``, and
+        the token itself for ``Sigma_B`` unless ``exclude_self`` says otherwise), and why the
+        token has no associations at all (``""`` when it has some; ``token`` names it there).
+        """
+        token = self.vocab.token_id(index) if token is None else token
+        count = float(self.unigram_counts[index])
+        note = self.degenerate_note(key) or neighbours.no_associations(
+            token, count, self.row(key, index)
+        )
+        if note:
+            return row, note
         if exclude_self if exclude_self is not None else key == "Sigma_B":
-            row[row_index] = -torch.inf
+            row[index] = -torch.inf
         for tid in neighbours.exclusion_ids(exclude, tokenizer):
             if 0 <= tid < self.d_vocab and (self.kept is None or bool((self.kept == tid).any())):
                 row[self.vocab.position(tid)] = -torch.inf
-        return self.ranked(row, n=n, tokenizer=tokenizer, scoring=scoring)
+        return row, ""
 
     def degenerate_note(self, key: str) -> str | None:
         """Why the statistic ``key`` has no associations at all (zero up to rounding, as Q̄ of a

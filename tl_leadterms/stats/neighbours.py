@@ -28,6 +28,8 @@ A token that never occurs in the corpus, or whose row is zero, has no associatio
 """
 
 import math
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -42,6 +44,8 @@ __all__ = [
     "Neighbours",
     "RowScorer",
     "best",
+    "fed_scorer",
+    "row_blocks",
     "scored_row",
 ]
 
@@ -120,9 +124,10 @@ class RowScorer:
             raise LeadTermsError(f"row {i} was not asked for or not read (rows {self.indices})")
         return self.rows[i]
 
-    def scored(self, i: int) -> Tensor:
-        """Row ``i`` under the scoring (see the module docstring)."""
-        row = self.raw(i)
+    def scored(self, i: int, row: Tensor | None = None) -> Tensor:
+        """Row ``i`` under the scoring (see the module docstring); ``row``: row ``i`` itself,
+        when it was not kept (a scorer of every row keeps none of them)."""
+        row = self.raw(i) if row is None else row.double()
         if self.scoring == "raw":
             return row.clone()
         if self.scoring == "cosine" and self.symmetric_gram:
@@ -138,13 +143,28 @@ class RowScorer:
         return torch.where(ratio > 0, ratio.clamp_min(1e-300).log().clamp_min(0), 0.0)
 
 
+def row_blocks(M: Any) -> Iterator[tuple[int, Tensor]]:
+    """``(start, rows)`` of a ``[k, k]`` matrix in :func:`block_rows` blocks; ``M`` is a tensor
+    or anything with ``row_block(start, stop)`` (:class:`~.algebra.CentredBigram`: its dense
+    rows, entry for entry, without the ``[k, k]`` table)."""
+    k = M.shape[1] if isinstance(M, Tensor) else M.k
+    for start in range(0, k, block_rows(k)):
+        stop = min(k, start + block_rows(k))
+        yield start, (M[start:stop] if isinstance(M, Tensor) else M.row_block(start, stop))
+
+
+def fed_scorer(M: Any, indices, scoring: str, *, symmetric_gram: bool) -> RowScorer:
+    """A :class:`RowScorer` that has read every row block of ``M`` (see :func:`row_blocks`)."""
+    k = M.shape[1] if isinstance(M, Tensor) else M.k
+    scorer = RowScorer(k, indices, scoring, symmetric_gram=symmetric_gram)
+    for start, block in row_blocks(M):
+        scorer.update(start, block)
+    return scorer
+
+
 def scored_row(M: Tensor, i: int, scoring: str, *, symmetric_gram: bool) -> Tensor:
     """Row ``i`` of ``M`` under ``scoring`` (see the module docstring), read in row blocks."""
-    scorer = RowScorer(M.shape[1], [i], scoring, symmetric_gram=symmetric_gram)
-    step = block_rows(M.shape[1])
-    for start in range(0, M.shape[0], step):
-        scorer.update(start, M[start : start + step])
-    return scorer.scored(i)
+    return fed_scorer(M, [i], scoring, symmetric_gram=symmetric_gram).scored(i)
 
 
 def best(row: Tensor, k: int) -> list[tuple[float, int]]:
