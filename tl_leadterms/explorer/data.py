@@ -217,17 +217,19 @@ def neighbour_table(stats: Any, text_ids: list[int], labels: Any, n: int, tokeni
         scorer = fed_scorer(source, (), DEFAULT_SCORING, symmetric_gram=key == "Sigma_B")
         scales, lists, shading = [], [], []
         for start, block in row_blocks(source):
-            for i, raw in enumerate(block, start):
-                row, note = stats.listed(key, i, scorer.scored(i, raw), tokenizer=tokenizer)
-                finite = row[torch.isfinite(row)].abs()
-                scale = 0.0 if note or not finite.numel() else float(finite.max())
+            listed = [stats.listed(key, i, scorer.scored(i, raw), tokenizer=tokenizer)
+                      for i, raw in enumerate(block, start)]  # fmt: skip
+            rows = torch.stack([row for row, _ in listed])
+            size = rows.abs().nan_to_num(0.0, 0.0, 0.0).amax(1)  # −inf: left out
+            size[torch.tensor([bool(note) for _, note in listed])] = 0.0
+            at_text = (100 * rows[:, picked] / size[:, None]).round().tolist()
+            for row, scale, text in zip(rows, size.tolist(), at_text, strict=True):
                 if not scale > 0:
                     scales.append(0), lists.append(0), shading.append(0)
                     continue
                 scales.append(float(f"{scale:.4g}"))
                 lists.append([x for v, j in best(row, n) for x in (j, round(100 * v / scale))])
-                shading.append([round(100 * v / scale) if math.isfinite(v) else None
-                                for v in row[picked].tolist()])  # fmt: skip
+                shading.append([int(v) if math.isfinite(v) else None for v in text])
         kinds[kind] = {"heading": HEADINGS[kind], "note": stats.degenerate_note(key) or "",
                        "scale": scales, "top": lists, "text": shading}  # fmt: skip
     ids = range(stats.k) if stats.kept is None else stats.kept.tolist()

@@ -171,12 +171,21 @@ def best(row: Tensor, k: int) -> list[tuple[float, int]]:
     """The ``k`` largest finite entries of ``row`` as ``(score, index)``, best first (equal
     scores in index order, as ``tl-leadterms top`` lists them).
 
+    Only the entries at or above the ``k``-th largest (``topk`` finds it) are sorted, not the
+    whole row.
+
     >>> best(torch.tensor([0.5, -float("inf"), 2.0]), 5)
     [(2.0, 2), (0.5, 0)]
+    >>> best(torch.tensor([0.0, 3.0, 0.0, 0.0, 1.0]), 3)  # ties at the cut: lower index first
+    [(3.0, 1), (1.0, 4), (0.0, 0)]
     """
     n = min(k, int(torch.isfinite(row).sum()))
-    scores, idx = torch.sort(row, descending=True, stable=True)  # ties: the lower index first
-    return list(zip(scores[:n].tolist(), idx[:n].tolist(), strict=True))
+    if n == 0:
+        return []
+    cut = row.topk(n).values[-1]
+    idx = (row >= cut).nonzero().flatten()  # in index order
+    scores, order = torch.sort(row[idx], descending=True, stable=True)  # ties: lower index
+    return list(zip(scores[:n].tolist(), idx[order[:n]].tolist(), strict=True))
 
 
 def exclusion_ids(exclude, tokenizer) -> list[int]:
