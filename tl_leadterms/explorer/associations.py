@@ -4,7 +4,6 @@ import html
 from typing import Any, Literal
 
 import torch
-from torch import Tensor
 
 from tl_leadterms.checks import check_stats, positive_int
 from tl_leadterms.errors import LeadTermsError, check_choice
@@ -33,22 +32,6 @@ def _kind(kind: object) -> str:
             f"unknown kind {kind!r}; choose one of {sorted(ASSOCIATIONS)} (or {sorted(_ALIASES)})"
         )
     return name
-
-
-def _token_id(token: object, tokenizer: Any) -> int:
-    if isinstance(token, str):
-        ids = encode_text(token, tokenizer, "token")
-        if len(ids) != 1:
-            raise LeadTermsError(
-                f"{token!r} is {len(ids)} tokens ({ids}) for this tokenizer; pass one token or "
-                "its id"
-            )
-        return ids[0]
-    if isinstance(token, Tensor) and token.numel() == 1 and not token.is_floating_point():
-        token = token.item()
-    if isinstance(token, bool) or not isinstance(token, int):
-        raise LeadTermsError(f"token must be a token id or a string, got {token!r}")
-    return token
 
 
 def plot_associations(
@@ -95,7 +78,7 @@ def plot_associations(
     positive_int("k", k)
     if text is not None and not isinstance(text, str):
         raise LeadTermsError(f"text must be a str or None, got {type(text).__name__}")
-    token_id = _token_id(token, tokenizer)
+    token_id = stats.token_id_of(token, tokenizer)
     row_index = stats.vocab.position(token_id)  # clear error when out of range or not kept
     name = token_label(tokenizer, token_id)
     check_choice("scoring", scoring, SCORINGS)
