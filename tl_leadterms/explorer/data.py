@@ -217,11 +217,10 @@ def neighbour_table(stats: Any, text_ids: list[int], labels: Any, n: int, tokeni
         scorer = fed_scorer(source, (), DEFAULT_SCORING, symmetric_gram=key == "Sigma_B")
         scales, lists, shading = [], [], []
         for start, block in row_blocks(source):
-            listed = [stats.listed(key, i, scorer.scored(i, raw), tokenizer=tokenizer)
-                      for i, raw in enumerate(block, start)]  # fmt: skip
-            rows = torch.stack([row for row, _ in listed])
+            rows = scorer.scored_block(start, block)
+            notes = stats.listed(key, start, rows, tokenizer=tokenizer)
             size = rows.abs().nan_to_num(0.0, 0.0, 0.0).amax(1)  # −inf: left out
-            size[torch.tensor([bool(note) for _, note in listed])] = 0.0
+            size[torch.tensor([bool(note) for note in notes])] = 0.0
             at_text = (100 * rows[:, picked] / size[:, None]).round().tolist()
             for row, scale, text in zip(rows, size.tolist(), at_text, strict=True):
                 if not scale > 0:

@@ -1,6 +1,6 @@
 (function(){
 var S=JSON.parse(document.getElementById('tl-summary').textContent);
-var W=JSON.parse(document.getElementById('tl-words-data').textContent);
+var W=null;  // the word box's table, parsed when a word is first looked up (after the grid)
 var cache={};
 function el(tag,attrs,text){var e=document.createElement(tag);for(var k in attrs||{})
  e.setAttribute(k,attrs[k]);if(text!==undefined&&text!==null)e.textContent=text;return e;}
@@ -94,7 +94,8 @@ function openHead(label){var d=head(label),x=null,panel=document.getElementById(
   label+' W','Q̄ (leading term)'));panel.appendChild(pairs('Value: input → output tokens',pr.V,S.theory.V,
   label+' value map',S.value_term+' (leading term)'));}
 var spellings=null;  // a typed word (trimmed, lower case) -> the kept tokens spelt so
-function findWord(q){var key=q.trim().toLowerCase();if(!key)return -1;if(!spellings){spellings=new Map();
+function findWord(q){var key=q.trim().toLowerCase();if(!key)return -1;if(!W)W=JSON.parse(
+ document.getElementById('tl-words-data').textContent);if(!spellings){spellings=new Map();
  W.tokens.forEach(function(t,p){var k=t.trim().toLowerCase();if(!spellings.has(k))spellings.set(k,[]);spellings.get(k).push(p);});}
  var found=spellings.get(key)||[],exact=found.filter(function(p){return W.tokens[p]===q;});
  if(exact.length)return exact[0];  // else the most frequent token of that spelling

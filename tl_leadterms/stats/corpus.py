@@ -331,8 +331,8 @@ class CorpusStats:
         else:
             row = neighbours.scored_row(self.matrix(key), row_index, scoring,
                                         symmetric_gram=key == "Sigma_B")  # fmt: skip
-        row, note = self.listed(key, row_index, row, token=token, tokenizer=tokenizer,
-                                exclude=exclude, exclude_self=exclude_self)  # fmt: skip
+        (note,) = self.listed(key, row_index, row[None], token=token, tokenizer=tokenizer,
+                              exclude=exclude, exclude_self=exclude_self)  # fmt: skip
         if note:
             return neighbours.Neighbours(scoring=scoring, note=note)
         return self.ranked(row, n=n, tokenizer=tokenizer, scoring=scoring)
@@ -340,34 +340,40 @@ class CorpusStats:
     def listed(
         self,
         key: str,
-        index: int,
-        row: Tensor,
+        start: int,
+        rows: Tensor,
         *,
         token: object = None,
         tokenizer: Any = None,
         exclude: Any = neighbours.DEFAULT_EXCLUDE,
         exclude_self: bool | None = None,
-    ) -> tuple[Tensor, str]:
+    ) -> list[str]:
         """The rule :meth:`top` lists by, for whoever scores many rows at once (the explorer).
 
-        ``row`` is row ``index`` of the statistic ``key`` under a scoring (float64, changed in
-        place). Returns it with the tokens :meth:`top` leaves out at ``−inf`` (``exclude``, and
-        the token itself for ``Sigma_B`` unless ``exclude_self`` says otherwise), and why the
-        token has no associations at all (``""`` when it has some; ``token`` names it there).
+        ``rows`` are rows ``start, start + 1, ...`` of the statistic ``key`` under a scoring
+        (float64 ``[b, k]``, changed in place): the tokens :meth:`top` leaves out are set to
+        ``−inf`` (``exclude``, and each row's own token for ``Sigma_B`` unless
+        ``exclude_self`` says otherwise). Returns, per row, why its token has no associations
+        (``""`` when it has some; ``token`` names a single row's token there).
         """
-        token = self.vocab.token_id(index) if token is None else token
-        count = float(self.unigram_counts[index])
-        note = self.degenerate_note(key) or neighbours.no_associations(
-            token, count, self.row(key, index)
-        )
-        if note:
-            return row, note
+        stop = start + rows.shape[0]
+        raw = (self.bigram.row_block(start, stop) if key == "B_bar"
+               else self.matrix(key)[start:stop]).abs()  # fmt: skip
+        zero = (~(raw > 0).any(1) | ~torch.isfinite(raw.amax(1))).tolist()
+        names = ([token] if token is not None else range(start, stop) if self.kept is None
+                 else self.kept[start:stop].tolist())  # fmt: skip
+        counts, degenerate = self.unigram_counts[start:stop].tolist(), self.degenerate_note(key)
+        notes = [degenerate or neighbours.no_associations(name, count, empty)
+                 for name, count, empty in zip(names, counts, zero, strict=True)]  # fmt: skip
         if exclude_self if exclude_self is not None else key == "Sigma_B":
-            row[index] = -torch.inf
-        for tid in neighbours.exclusion_ids(exclude, tokenizer):
-            if 0 <= tid < self.d_vocab and (self.kept is None or bool((self.kept == tid).any())):
-                row[self.vocab.position(tid)] = -torch.inf
-        return row, ""
+            rows[torch.arange(stop - start), torch.arange(start, stop)] = -torch.inf
+        left = [
+            self.vocab.position(t)
+            for t in neighbours.exclusion_ids(exclude, tokenizer)
+            if 0 <= t < self.d_vocab and (self.kept is None or bool((self.kept == t).any()))
+        ]
+        rows[:, left] = -torch.inf
+        return notes
 
     def degenerate_note(self, key: str) -> str | None:
         """Why the statistic ``key`` has no associations at all (zero up to rounding, as Q̄ of a

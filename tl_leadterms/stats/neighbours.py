@@ -27,7 +27,6 @@ A token that never occurs in the corpus, or whose row is zero, has no associatio
 [0.2353, 0.1715]
 """
 
-import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -127,14 +126,24 @@ class RowScorer:
     def scored(self, i: int, row: Tensor | None = None) -> Tensor:
         """Row ``i`` under the scoring (see the module docstring); ``row``: row ``i`` itself,
         when it was not kept (a scorer of every row keeps none of them)."""
-        row = self.raw(i) if row is None else row.double()
+        return self.scored_block(i, (self.raw(i) if row is None else row)[None])[0]
+
+    def scored_block(self, start: int, block: Tensor) -> Tensor:
+        """Rows ``start, start + 1, ...`` (``block``) under the scoring, entry for entry what
+        :meth:`scored` gives each: a row's own reductions (its norm, its sum) are taken row by
+        row, the elementwise rest on the whole block at once."""
+        block = block.double()
         if self.scoring == "raw":
-            return row.clone()
+            return block.clone()
         if self.scoring == "cosine" and self.symmetric_gram:
             diag = self._totals.clamp_min(0).sqrt()
-            return row * _safe_inverse(diag[i] * diag)
+            return block * _safe_inverse(diag[start : start + len(block), None] * diag)
         if self.scoring == "cosine":
-            return row * _safe_inverse(row.norm() * self._totals.sqrt())
+            norms = torch.stack([row.norm() for row in block])[:, None]
+            return block * _safe_inverse(norms * self._totals.sqrt())
+        return torch.stack([self._ppmi(row) for row in block])
+
+    def _ppmi(self, row: Tensor) -> Tensor:
         P = row.clamp_min(0)
         total, row_sum = self._totals.sum(), P.sum()
         if not total > 0 or not row_sum > 0:
@@ -214,10 +223,11 @@ def exclusion_ids(exclude, tokenizer) -> list[int]:
     return ids
 
 
-def no_associations(token: object, count: float, row: Tensor) -> str:
-    """Why ``token`` has no neighbours ("" when it has some)."""
+def no_associations(token: object, count: int, zero_row: bool) -> str:
+    """Why ``token`` has no neighbours ("" when it has some): it never occurs, or its row is
+    zero (``zero_row``: no entry above 0 in absolute value, or a non-finite one)."""
     if count == 0:
         return f"token {token!r} never occurs in the corpus: it has no associations"
-    if not bool((row.abs() > 0).any()) or not math.isfinite(float(row.abs().max())):
+    if zero_row:
         return f"token {token!r} has an all-zero row in this statistic: no associations"
     return ""
