@@ -125,7 +125,8 @@ function postHeight(){var root=document.getElementById('tl-root');if(!root||wind
  var h=Math.ceil(root.getBoundingClientRect().bottom+window.scrollY+parseFloat(getComputedStyle(document.body).marginBottom||0)+2);
  if(Math.abs(h-lastHeight)>1){lastHeight=h;window.parent.postMessage({tl_explorer_height:h},'*');}}
 drawGrid();
-if(S.first_word&&findWord(S.first_word)>=0){document.getElementById('tl-word').value=S.first_word.trim();showWord();}
+function firstWord(){if(S.first_word&&findWord(S.first_word)>=0){document.getElementById('tl-word').value=S.first_word.trim();showWord();}}
+if(document.getElementById('tl-words-data'))firstWord();else document.addEventListener('DOMContentLoaded',firstWord);
 if(window.ResizeObserver)new ResizeObserver(postHeight).observe(document.getElementById('tl-root'));
 setInterval(postHeight,500);  // also when no resize is observed: a frame measured while its host hid it
 window.addEventListener('load',postHeight);postHeight();

@@ -62,7 +62,7 @@ def page(data: dict[str, Any], library: str, title: str = "tl_leadterms explorer
         '<div id="tl-panel"><p class="tl-note">click a head to open its panel</p></div>'
         "</div></div>"
         f'<script type="application/json" id="tl-summary">{embed_json(summary)}</script>'
+        f"\n{heads}\n<script>{script}</script>"  # the word table after it: the grid draws first
         f'<script type="application/json" id="tl-words-data">'
-        f"{embed_json(data.get('words', {}))}</script>\n{heads}\n<script>{script}</script>"
-        "</body></html>\n"
+        f"{embed_json(data.get('words', {}))}</script></body></html>\n"
     )
