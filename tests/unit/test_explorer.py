@@ -59,7 +59,7 @@ def test_text_keeps_its_spaces(built):
     assert s["first_word"] == "he"
 
 
-def test_pairs_and_word_lists(built):
+def test_pair_tables(built):
     explorer, model, stats, tokenizer = built
     W = model.paper_parameters()["W.1"][0].detach().double()
     counts = stats.unigram.double()
