@@ -2,7 +2,8 @@
 
 The model and statistics are those of ``bench_real_sizes.py`` (30 layers × 9 heads, d_vocab
 49,152, statistics restricted to the k most frequent tokens). Measured: ``explore`` (its
-decomposition, attention on a 32-token text, pair tables, word lists), the saved page's size
+decomposition, attention on a 32-token text, pair tables, the word box's table of every kept
+token: ``words_s``, ``words_bytes``, timed and sized again on their own), the saved page's size
 (goal < 10 MB), and in Debian's chromium (headless, network blocked) the time from navigation
 start until the page has drawn the grid (``data-grid-drawn``, goal < 2 s) and until a head's
 panel is open after a click. The baseline side by side: the same page's grid time with every
@@ -45,6 +46,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_real_sizes import model_and_stats  # noqa: E402
 from tl_leadterms import explore  # noqa: E402
+from tl_leadterms.explorer.data import neighbour_table  # noqa: E402
+from tl_leadterms.explorer.page import embed_json  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -163,6 +166,10 @@ def main() -> None:
                        title="benchmark explorer")  # fmt: skip
     build_s, build_cpu_s = time.perf_counter() - start, time.process_time() - cpu
     load_after = os.getloadavg()[0]
+    start = time.perf_counter()
+    words = neighbour_table(stats, tokens.tolist(), lambda ids: [str(i) for i in ids], 8, None)
+    words_s, words_bytes = time.perf_counter() - start, len(embed_json(words).encode())
+    assert words == explorer.data["words"]  # the table the page holds
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         path = explorer.save(Path(tmp) / "explorer.html")
@@ -175,7 +182,7 @@ def main() -> None:
         "k": args.k, "d_vocab": model.cfg.d_vocab, "text_tokens": len(tokens),
         "null": args.null, "build_s": build_s, "build_cpu_s": build_cpu_s,
         "load_average_1min": [load_before, load_after], "threads": torch.get_num_threads(),
-        "save_s": save_s, "page_bytes": size,
+        "save_s": save_s, "page_bytes": size, "words_s": words_s, "words_bytes": words_bytes,
         "page_mb": size / 2**20, "page_goal_mb": 10, "grid_goal_s": 2, **times,
         "grid_vs_parse_all_heads": times["parse_all_heads_s"] / max(times["grid_drawn_s"], 1e-9),
         "python": platform.python_version(), "torch": torch.__version__,

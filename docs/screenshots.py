@@ -64,13 +64,13 @@ def demo_explorer(folder: Path) -> Path:
     model = paper_model(d_vocab=len(tokenizer), n_ctx=32, n_layers=4, tokenizer=tokenizer)
     train(model, windows, lr=1.0, steps=12, batch_size=256, progress=False)
     text = "the little girl saw a red ball and she was happy"
-    explorer = explore(model, stats, text=text, schedule=(1.0, 12), words=["red", "fish"],
+    explorer = explore(model, stats, text=text, schedule=(1.0, 12), words=["fish", "red"],
                        title="tl_leadterms explorer: the paper model after 12 steps",
                        progress=False)  # fmt: skip
     return explorer.save(folder / "explorer.html")
 
 
-def explorer_shot(page_path: Path | None, out: Path, head: str = "L1H0", word: str = "red"):
+def explorer_shot(page_path: Path | None, out: Path, head: str = "L1H0", word: str = "fish"):
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as folder:

@@ -1,7 +1,9 @@
 """Progress that suits where it is written: one factory for every long loop of the package.
 
 * In a notebook kernel with ``ipywidgets`` installed (the ``notebook`` extra), tqdm's widget
-  (``tqdm.auto``, imported when the first bar is made, never when the package loads).
+  (``tqdm.notebook``, imported when the first bar is made, never when the package loads), gone
+  from the cell's output once its loop has ended (:func:`_widget_class`); a loop stopped early
+  keeps tqdm's red bar where it stopped.
 * In a notebook kernel without ``ipywidgets``: whole lines on the cell's standard output (the
   same lines as a log gets, below), not a warning about a missing widget library.
 * On a terminal, tqdm's usual bar, redrawn in place.
@@ -28,6 +30,7 @@ call that is done in a second or two draws nothing. ``enabled=False`` (the packa
 ''
 """
 
+import functools
 import importlib.util
 import os
 import sys
@@ -118,6 +121,39 @@ def _is_terminal(stream: Any) -> bool:
         return False
 
 
+@functools.cache
+def _widget_class() -> type:
+    """tqdm's notebook widget shown under a display id and, when its loop has ended, replaced
+    by an empty output: a finished call leaves no widget behind (in the live cell and in the
+    saved notebook alike). A loop that stopped short of ``total`` keeps tqdm's red bar."""
+    from IPython.display import display
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    class Widget(notebook_tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._handle = None
+            super().__init__(*args, display=False, **kwargs)  # shown below, with an id
+            if not self.disable and self.delay <= 0:
+                self._show()
+
+        def _show(self) -> None:
+            self._handle, self.displayed = display(self.container, display_id=True), True
+
+        def display(self, *args: Any, check_delay: bool = True, **kwargs: Any) -> Any:
+            if check_delay and self.delay > 0 and not self.displayed:
+                self._show()  # the first display after the delay, as tqdm's own
+            return super().display(*args, check_delay=False, **kwargs)
+
+        def close(self) -> None:
+            super().close()
+            if self._handle is not None and not (self.total and self.n < self.total):
+                self._handle.update({"text/plain": ""}, raw=True)
+                self._handle = None
+                self.container.close()
+
+    return Widget
+
+
 def progress_bar(iterable: Iterable | None = None, *, enabled: bool = True, **kwargs: Any) -> Any:
     """A progress bar over ``iterable`` (or a manual one with ``total=``) that suits its output.
 
@@ -135,9 +171,7 @@ def progress_bar(iterable: Iterable | None = None, *, enabled: bool = True, **kw
     kwargs.setdefault("delay", _delay())
     if _in_notebook_kernel() and kwargs.get("file") is None:
         if _have_widgets():
-            from tqdm.auto import tqdm as widget_or_std
-
-            return widget_or_std(iterable, **kwargs)
+            return _widget_class()(iterable, **kwargs)
         kwargs["file"] = sys.stdout  # whole lines in the cell, not the red block of stderr
         return LogLines(iterable, **kwargs)
     if _is_terminal(kwargs.get("file") or sys.stderr):

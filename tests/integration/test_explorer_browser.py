@@ -72,11 +72,32 @@ def test_click_a_head_and_type_a_word(saved):
         page.wait_for_selector("#tl-attn-actual canvas, #tl-attn-actual svg")
         assert page.locator("#tl-attn-predicted canvas, #tl-attn-predicted svg").count() >= 1
         assert page.locator("tr.tl-pair").count() >= 4  # model and theory pairs, W and value
-        page.fill("#tl-word", "red")
-        items = page.locator('ul.tl-assoc[data-kind="bigram"] li .tl-token').all_text_contents()
-        top = stats.top("bigram", "red", n=8)
-        assert items == [n.token for n in top] and len(items) == 8
-        assert page.locator("#tl-word-text span").count() == len(explorer.data["summary"]["tokens"])
+        # a word that is neither in the text nor in words=, answered offline with its three
+        # lists as CorpusStats.top ranks them, under the scoring's name
+        ids, words = explorer.data["summary"]["tokens"], explorer.data["words"]
+        assert "balloon" not in ids and "balloon" in words["tokens"]
+        word = words["tokens"].index("balloon")
+        page.fill("#tl-word", "balloon")
+        assert "Scoring: cosine" in page.inner_text("#tl-word-scoring")
+        for kind in ("bigram", "interchangeability", "context"):
+            shown = page.locator(f'ul.tl-assoc[data-kind="{kind}"] li')
+            top = stats.top(kind, "balloon", n=8)
+            assert shown.locator(".tl-token").all_text_contents() == [n.token for n in top]
+            assert len(top) == 8, kind
+            scale = words["kinds"][kind]["scale"][word]  # the row's largest |score|
+            values = [float(v) for v in shown.locator("small").all_text_contents()]
+            assert values == pytest.approx([n.score / scale for n in top], abs=0.006)
+        # the text shaded by the same scores (the kind shown first: context)
+        row = words["kinds"]["context"]["text"][word]
+        want = [f"{row[c] / 100:.2f}" if c >= 0 and row[c] is not None else None
+                for c in words["text"]]  # fmt: skip
+        titles = page.locator("#tl-word-text span").evaluate_all("s => s.map(x => x.title)")
+        assert len(titles) == len(ids) and any(want)
+        assert [t if w is not None else None for t, w in zip(titles, want, strict=True)] == want
+        page.fill("#tl-word", "fish")  # kept, but not in these windows
+        assert "never occurs in the corpus" in page.inner_text("#tl-word-lists")
+        page.fill("#tl-word", "zebra")  # not a kept token
+        assert "is not one of the 300 tokens" in page.inner_text("#tl-word-unknown")
         shot = page.screenshot(full_page=True)
         browser.close()
     assert not errors and not blocked

@@ -26,6 +26,7 @@ FIGURE_CALL = re.compile(r"^(\w+\.plot\(.*\)|plot_\w+\(.*\))$")
 WARNING_TEXT = re.compile(r"Warning\b|warnings\.warn|IProgress not found|Traceback", re.I)
 #: what a reader does not see as text: inline scripts (circuitsvis' bundle) and the explorer's
 #: page inside its frame's srcdoc
+WIDGET = "application/vnd.jupyter.widget-view+json"
 NOT_TEXT = re.compile(r"<script\b.*?</script>|srcdoc=\"[^\"]*\"", re.S | re.I)
 
 
@@ -106,6 +107,49 @@ def test_every_result_cell_renders_as_html(executed):
     lists = next(o.data["text/html"] for o in tables if "bigram: red" in o.data["text/html"])
     assert "interchangeability: he" in lists and "context: pond" in lists  # the three lists
     assert "Decomposition of" in "\n".join(o.data["text/plain"] for o in tables)
+
+
+def test_no_progress_widget_is_left_behind(executed):
+    views = [c.source for c in _code(executed) for o in c.outputs
+             if WIDGET in o.get("data", {})]  # fmt: skip
+    assert not views, views
+
+
+#: the calls that draw a progress bar, each in its own cell
+QUIET_CELLS = [
+    """\
+from tl_leadterms import corpus_stats, decompose, make_windows, paper_model, sweep, train
+from tl_leadterms.data import generate_stories, train_word_tokenizer
+
+stories = generate_stories(60, seed=1)
+tokenizer = train_word_tokenizer(stories, 120)
+windows = make_windows(stories, n_ctx=12, tokenizer=tokenizer)[:64]
+stats = corpus_stats(windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=False)
+model = paper_model(d_vocab=len(tokenizer), n_ctx=12, n_layers=2, tokenizer=tokenizer)""",
+    "history = train(model, windows, lr=1.0, steps=6, track=stats)",
+    "d = decompose(model, stats, schedule=history, per_head=True)",
+    "table = sweep([('a', model), ('b', model)], stats, analyses=['decompose'])",
+]
+
+
+def test_a_finished_call_leaves_no_progress_widget(tmp_path):
+    """Every bar drawn (TQDM_DELAY=0) by train, decompose and sweep is gone from the outputs
+    when the call has ended: no widget view in the executed notebook, and in its place the
+    empty output the bar's display was replaced by (so the bars were drawn at all)."""
+    pytest.importorskip("ipykernel")
+    pytest.importorskip("ipywidgets", reason="the notebook extra (ipywidgets) draws widgets")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in QUIET_CELLS])
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    env.update(TQDM_DELAY="0", PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute(env=env)  # fmt: skip
+    for cell in nb.cells[1:]:
+        kinds = [sorted(o.get("data", {})) for o in cell.outputs]
+        assert not [k for k in kinds if WIDGET in k], (cell.source, cell.outputs)
+        assert [o.data for o in cell.outputs if o.output_type == "display_data"] == [
+            {"text/plain": ""}
+        ] * len(cell.outputs), (cell.source, cell.outputs)
+        assert cell.outputs, cell.source  # a bar was drawn, then removed
 
 
 def test_the_executed_notebook_holds_its_images(executed):

@@ -18,6 +18,7 @@ from tl_leadterms.results.null import NullSpec
 from tl_leadterms.stats import corpus_stats
 from tl_leadterms.stats.blocks import block_stats
 from tl_leadterms.sweeps.run import SweepTable, sweep
+from tl_leadterms.theory import score_name
 
 STEPS = [0, 1, 2, 4, 8, 16]
 N_LAYERS = 2
@@ -81,7 +82,7 @@ def test_one_row_per_checkpoint_layer_score(table, series, stats):
     assert {r["step"] for r in table.rows} == set(STEPS)
     # the sweep's values are decompose's own
     direct = decompose(load_model(series / "step8"), stats, per_head=False)
-    assert table.values("cos_V·W_O", layer=1)[STEPS.index(8)] == pytest.approx(
+    assert table.values("cos_V", layer=1)[STEPS.index(8)] == pytest.approx(
         direct.row("V", 1)["cosine"], abs=1e-12
     )
     assert table.values("cos_W_O")[STEPS.index(8)] == pytest.approx(
@@ -99,7 +100,8 @@ def test_table_views(table):
     assert list(grid.columns) == table.checkpoints and list(grid.index) == [0, 1]
     assert list(table.pivot("cos_W_O").index) == ["-"]
     text = repr(table)
-    assert "decompose: cos_V·W_O" in text and "step16" in text and "L1" in text
+    assert "decompose: cos_V" in text and "step16" in text and "L1" in text
+    assert "V·W_O" not in text and "from the results file" not in text.splitlines()[0]
     data = table.to_dict()
     assert json.loads(json.dumps(data))["checkpoints"] == table.checkpoints
     with pytest.raises(LeadTermsError, match="no rows"):
@@ -171,6 +173,49 @@ class _Probe:
             }
             for layer, block in enumerate(model.blocks)
         ]
+
+
+def test_a_gpt2_names_its_value_path_cos_V_as_every_model_does(tmp_path):
+    """On a real model (a tiny GPT-2, whose value path is ``V·W_O``) the sweep's score is
+    ``cos_V`` as on the paper model; the earlier spelling still selects and plots it, a results
+    file written with it resumes, and the monitor's history uses the same name."""
+    from tl_leadterms.loading.tiny import save_tiny_model
+    from tl_leadterms.sweeps.monitor import LeadingTermMonitor
+
+    tokens = torch.randint(0, 40, (24, 9), generator=torch.Generator().manual_seed(0))
+    stats = corpus_stats(tokens, d_vocab=40, progress=False)
+    folder = save_tiny_model("gpt2", tmp_path / "gpt2", d_vocab=40, n_layers=2, n_ctx=16)
+    model = load_model(folder, device="cpu")
+    assert {r["weight"] for r in decompose(model, stats, progress=False).rows} >= {"V·W_O"}
+    path, pairs = tmp_path / "r.jsonl", [("a", model), ("b", model)]
+    table = sweep(pairs, stats, analyses="decompose", results=path, progress=False)
+    names = [s for _, s in table.scores()]
+    assert {"cos_W_O", "cos_V", "explained_V", "cos_W"} <= set(names), names
+    assert not [n for n in names if not n.isascii()], names
+    assert table.plot("cos_V").axes[0].get_title() == "cos_V"
+    old = table.select(score="cos_V·W_O", layer=1)  # the earlier spelling, wherever passed
+    assert old == table.select(score="cos_V", layer=1) and len(old) == 2
+    assert table.values("cos_V·W_O", layer=0) == table.values("cos_V", layer=0)
+    plot = table.plot("cos_V·W_O", analysis="decompose")
+    assert plot.axes[0].get_title() == "decompose: cos_V"
+    # a results file of an earlier sweep (its rows named cos_V·W_O) resumes to the same table
+    earlier = {"cos_V": "cos_V·W_O", "explained_V": "explained_V·W_O"}
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in records:
+        for r in record["rows"]:
+            r["score"] = earlier.get(r["score"], r["score"])
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    stored = [r["score"] for line in path.read_text().splitlines()
+              for r in json.loads(line)["rows"]]  # fmt: skip
+    assert "cos_V·W_O" in stored and "cos_V" not in stored
+    resumed = sweep(pairs, stats, analyses="decompose", results=path, progress=False)
+    assert set(resumed.metadata["status"].values()) == {"loaded"}
+    assert resumed.rows == table.rows
+    # the monitor: the same name in its scores and its history
+    monitor = LeadingTermMonitor(stats, every=1)
+    scores = monitor(model, 1, 0.0)
+    assert {"cos_V.0", "cos_V.1"} <= set(scores) and "V.0" in monitor.history.cosines
+    assert monitor.history.min_cosine("V·W_O") == monitor.history.min_cosine("V")
 
 
 def test_resume_after_interruption(series, stats, tmp_path):
@@ -325,11 +370,12 @@ def test_null_columns_equal_decompose_and_covariance_on_each_checkpoint(series, 
         model = load_model(series / label)
         direct = decompose(model, stats, per_head=False, null=spec)
         for r in direct.rows:
-            row = rows[(label, "decompose", f"cos_{r['weight']}", r["layer"], r["head"])]
+            weight = score_name(r["weight"])  # the value path is V on every model
+            row = rows[(label, "decompose", f"cos_{weight}", r["layer"], r["head"])]
             assert same(row["value"], r["cosine"])
             for column in ("null_mean", "null_sd", "z", "p"):
                 assert same(row[column], r[column]), (label, r["weight"], column)
-            explained = rows[(label, "decompose", f"explained_{r['weight']}", r["layer"], None)]
+            explained = rows[(label, "decompose", f"explained_{weight}", r["layer"], None)]
             assert explained["p"] is None  # the null is of the cosine
         cov = covariance_similarity(model, stats, null=spec, progress=False)
         for r in cov.rows:
@@ -355,7 +401,7 @@ def test_intervals_from_block_statistics(series, stats):
     model = load_model(series / "step16")
     options = {"null": NullSpec(3, seed=1), "ci": 0.9, "bootstrap": BootstrapSpec(3, seed=1)}
     for r in decompose(model, blocks, per_head=False, **options).rows:
-        row = rows[("step16", "decompose", f"cos_{r['weight']}", r["layer"], r["head"])]
+        row = rows[("step16", "decompose", f"cos_{score_name(r['weight'])}", r["layer"], r["head"])]
         assert all(same(row[c], r[c]) for c in (*EXTRA, "corrected")), r["weight"]
     for r in covariance_similarity(model, blocks, progress=False, **options).rows:
         row = rows[("step16", "covariance", r["score"], r["layer"], r["head"])]

@@ -1,6 +1,7 @@
 """explore(): the numbers the page embeds, against the model and statistics read directly."""
 
 import json
+import math
 import re
 
 import pytest
@@ -58,7 +59,7 @@ def test_text_keeps_its_spaces(built):
     assert s["first_word"] == "he"
 
 
-def test_pairs_and_word_lists(built):
+def test_pair_tables(built):
     explorer, model, stats, tokenizer = built
     W = model.paper_parameters()["W.1"][0].detach().double()
     counts = stats.unigram.double()
@@ -72,10 +73,82 @@ def test_pairs_and_word_lists(built):
         assert value == pytest.approx(float(v))
     q_bar = stats.Q_bar.double()[candidates][:, candidates].flatten().topk(5).values
     assert [p[2] for p in explorer.data["summary"]["theory"]["W"]] == pytest.approx(q_bar.tolist())
+
+
+KINDS = {"bigram": "B_bar", "interchangeability": "Sigma_B", "context": "Phi_bar"}
+
+
+def cosine_rows(stats, key, left_out):
+    """Every row's cosine scores straight from the formula (docs: stats/neighbours.py), not
+    through the package's scorer; the tokens a list leaves out are NaN."""
+    M = getattr(stats, key).double()
+    if key == "Sigma_B":  # a Gram matrix: the cosine of the two columns of B̄
+        d = M.diagonal().clamp_min(0).sqrt()
+        S = M / torch.outer(d, d)
+    else:
+        S = M / torch.outer(M.norm(dim=1), M.norm(dim=0))
+    S = torch.nan_to_num(S, nan=0.0, posinf=0.0, neginf=0.0)  # a zero row or column scores 0
+    S[:, left_out] = torch.nan
+    if key == "Sigma_B":
+        S.fill_diagonal_(torch.nan)  # the token itself
+    return S
+
+
+def check_table(words, stats, tokenizer, text_ids, n):
+    """The word box's compact table against CorpusStats.top, for every kept token and each
+    statistic, and its text values against :func:`cosine_rows`."""
+    special = [
+        p
+        for p in range(stats.k)
+        if tokenizer is not None and stats.vocab.token_id(p) in tokenizer.all_special_ids
+    ]
+    index = {stats.vocab.token_id(p): p for p in range(stats.k)}
+    columns = list(dict.fromkeys(index[i] for i in text_ids if i in index))
+    assert words["text"] == [columns.index(index[i]) if i in index else -1 for i in text_ids]
+    assert words["scoring"] == "cosine" and "Scoring: cosine" in words["legend"]
+    listed = 0
+    for kind, key in KINDS.items():
+        table, S = words["kinds"][kind], cosine_rows(stats, key, special)
+        for p in range(stats.k):
+            top = stats.top(kind, stats.vocab.token_id(p), n=n, tokenizer=tokenizer)
+            if not top:
+                assert table["top"][p] == table["text"][p] == table["scale"][p] == 0, (kind, p)
+                continue
+            listed += 1
+            got, scale = table["top"][p], float(S[p].abs().nan_to_num(-1.0).max())
+            assert table["scale"][p] == pytest.approx(scale, rel=1e-3)
+            assert [stats.vocab.token_id(q) for q in got[::2]] == [t.token_id for t in top]
+            assert [v / 100 * scale for v in got[1::2]] == pytest.approx(
+                [t.score for t in top], abs=0.0051 * scale
+            )
+            want = [
+                None if math.isnan(x) else round(100 * x / scale) for x in S[p, columns].tolist()
+            ]
+            assert [None if v is None else pytest.approx(v, abs=1)
+                    for v, w in zip(table["text"][p], want, strict=True)] == want  # fmt: skip
+    assert listed > stats.k  # most rows of each statistic have lists
+
+
+def test_the_word_box_answers_every_kept_token_as_corpus_stats_top(built):
+    explorer, _, stats, tokenizer = built
     words = explorer.data["words"]
-    assert "he" in words and "red" in words
-    lists = words["red"]["lists"]["context"]
-    assert [t for t, _ in lists] == [n.token for n in stats.top("context", "red", n=5)]
+    assert words["tokens"] == [tokenizer.decode([i]) for i in range(stats.k)]
+    assert words["counts"] == stats.unigram_counts.tolist()
+    assert bool((stats.unigram_counts[tokenizer.all_special_ids] > 0).any())  # left out
+    ids = tokenizer.encode(TEXT, add_special_tokens=False)
+    check_table(words, stats, tokenizer, ids, n=5)
+
+
+def test_the_word_box_of_restricted_statistics_reads_kept_positions():
+    from tests.unit.test_reference import markov_tokens
+    from tl_leadterms.explorer.data import neighbour_table
+
+    tokens = markov_tokens(80, 10, 23, seed=7)
+    stats = corpus_stats(tokens, d_vocab=23, vocab=15, progress=False)
+    text = [*tokens[0, :8].tolist(), *(i for i in range(23) if i not in stats.kept.tolist())]
+    words = neighbour_table(stats, text, lambda ids: [f"t{i}" for i in ids], 4, None)
+    assert words["tokens"] == [f"t{i}" for i in stats.kept.tolist()] and -1 in words["text"]
+    check_table(words, stats, None, text, n=4)
 
 
 def test_page_is_offline_and_escaped(built, tmp_path):

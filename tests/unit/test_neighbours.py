@@ -74,3 +74,18 @@ def test_default_is_cosine_without_special_tokens_and_raw_is_one_keyword_away(st
     expected = torch.sort(stats.B_bar[0], descending=True, stable=True).indices[: len(raw)]
     expected = expected.tolist()  # equal scores in index order
     assert [x.token_id for x in raw] == expected and raw.scoring == "raw"
+
+
+def test_best_is_the_stable_sort_of_the_finite_entries():
+    """``best`` (topk, then a sort of what reaches the cut) against a plain stable ranking:
+    rows full of ties and of left-out (−inf) entries, every k."""
+    from tl_leadterms.stats.neighbours import best
+
+    g = torch.Generator().manual_seed(3)
+    for _ in range(50):
+        row = torch.randint(-2, 3, (40,), generator=g).double()
+        row[torch.rand(40, generator=g) < 0.3] = -torch.inf
+        finite = [j for j in range(40) if row[j] > -torch.inf]
+        want = sorted(finite, key=lambda j: (-float(row[j]), j))
+        for k in (1, 3, 8, 40, 50):
+            assert best(row, k) == [(float(row[j]), j) for j in want[:k]]

@@ -153,13 +153,14 @@ def test_a_notebook_without_ipywidgets_gets_lines_on_stdout_and_no_warning(
     assert out.err == "" and out.out.splitlines()[-1].startswith("cell: 100%")
 
 
-def test_a_notebook_with_ipywidgets_gets_tqdm_auto(monkeypatch):
+def test_a_notebook_with_ipywidgets_gets_tqdms_widget(monkeypatch):
+    """(That the widget is gone once its loop ends: tests/integration/test_notebook.py.)"""
     monkeypatch.setattr(progress, "_in_notebook_kernel", lambda: True)
     monkeypatch.setattr(progress, "_have_widgets", lambda: True)
-    import tqdm.auto
+    import tqdm.notebook
 
     bar = progress_bar(range(3), disable=True)
-    assert isinstance(bar, tqdm.auto.tqdm) and not isinstance(bar, LogLines)
+    assert isinstance(bar, tqdm.notebook.tqdm) and not isinstance(bar, LogLines)
 
 
 def test_a_delay_that_is_not_a_number_is_refused(monkeypatch):

@@ -266,8 +266,18 @@ def test_top_returns_readable_neighbours_and_excludes_self_for_sigma():
 
 def test_repr_names_the_sizes():
     s = corpus_stats(markov_windows(4, 5, 9), d_vocab=9, vocab=[1, 2, 3], progress=False)
-    text = repr(s)
-    assert "d_vocab=9 (3 kept)" in text and "n_ctx=5" in text and "n_sequences=4" in text
+    lines = repr(s).splitlines()
+    assert lines[0] == "CorpusStats"
+    rows = dict(line.split(None, 1) for line in lines[1:])
+    assert rows["d_vocab"] == "9 (3 kept)" and rows["n_ctx"] == "5"
+    assert rows["n_sequences"] == "4 (20 positions)" and rows["dtype"] == "float64 on cpu"
+    # aligned: every value starts in the same column
+    assert (
+        len({line.index(value) for line, value in zip(lines[1:], rows.values(), strict=True)}) == 1
+    )
+    html = s._repr_html_()
+    assert "white-space:nowrap" in html and html.count("<tr>") == len(rows)
+    assert '<td style="text-align:left">9 (3 kept)</td>' in html
 
 
 def test_release_reuses_the_table_and_finishes_the_accumulator():

@@ -6,6 +6,7 @@ interval: the statistics are the data it learned) and against held-out windows o
 corpus (an estimate of the distribution-level cosine, with its bootstrap interval)."""
 
 import argparse
+import textwrap
 import time
 from pathlib import Path
 
@@ -128,7 +129,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     stats = corpus_stats(
         windows, d_vocab=len(tokenizer), tokenizer=tokenizer, progress=not args.quiet
     )
-    print(f"  {stats!r}")
+    print(textwrap.indent(repr(stats), "  "))
     _print_associations(stats, tokenizer, DEMO_WORDS)
     path = out / "demo_stats.safetensors"
     stats.save(path)

@@ -6,7 +6,6 @@ import html
 from typing import Any, Literal
 
 import torch
-from torch import Tensor
 
 from tl_leadterms.checks import check_stats, positive_int
 from tl_leadterms.errors import LeadTermsError, check_choice
@@ -17,12 +16,12 @@ from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.neighbours import SCORINGS, scored_row
 from tl_leadterms.stats.scoring import DEFAULT_EXCLUDE, DEFAULT_SCORING
 
-__all__ = ["ASSOCIATIONS", "Associations", "associations", "plot_associations"]
+__all__ = ["ASSOCIATIONS", "HEADINGS", "Associations", "associations", "plot_associations"]
 
 # the three statistics of the paper's Figure 5, by the names the user passes
 ASSOCIATIONS = {"bigram": "B_bar", "interchangeability": "Sigma_B", "context": "Phi_bar"}
 _ALIASES = {v: k for k, v in ASSOCIATIONS.items()}
-_HEADINGS = {
+HEADINGS = {
     "bigram": "bigram B̄ (next tokens)",
     "interchangeability": "interchangeable Σ_B̄",
     "context": "context Φ̄ (preceding tokens)",
@@ -36,22 +35,6 @@ def _kind(kind: object) -> str:
             f"unknown kind {kind!r}; choose one of {sorted(ASSOCIATIONS)} (or {sorted(_ALIASES)})"
         )
     return name
-
-
-def _token_id(token: object, tokenizer: Any) -> int:
-    if isinstance(token, str):
-        ids = encode_text(token, tokenizer, "token")
-        if len(ids) != 1:
-            raise LeadTermsError(
-                f"{token!r} is {len(ids)} tokens ({ids}) for this tokenizer; pass one token or "
-                "its id"
-            )
-        return ids[0]
-    if isinstance(token, Tensor) and token.numel() == 1 and not token.is_floating_point():
-        token = token.item()
-    if isinstance(token, bool) or not isinstance(token, int):
-        raise LeadTermsError(f"token must be a token id or a string, got {token!r}")
-    return token
 
 
 def plot_associations(
@@ -98,7 +81,7 @@ def plot_associations(
     positive_int("k", k)
     if text is not None and not isinstance(text, str):
         raise LeadTermsError(f"text must be a str or None, got {type(text).__name__}")
-    token_id = _token_id(token, tokenizer)
+    token_id = stats.token_id_of(token, tokenizer)
     row_index = stats.vocab.position(token_id)  # clear error when out of range or not kept
     name = token_label(tokenizer, token_id)
     check_choice("scoring", scoring, SCORINGS)
@@ -108,7 +91,7 @@ def plot_associations(
         )
         for kd in ASSOCIATIONS
     }
-    head = "".join(f"<th>{html.escape(_HEADINGS[kd])}</th>" for kd in ASSOCIATIONS)
+    head = "".join(f"<th>{html.escape(HEADINGS[kd])}</th>" for kd in ASSOCIATIONS)
     rows = []
     for i in range(max(len(v) for v in neighbours.values())):
         cells = []
@@ -156,7 +139,7 @@ def plot_associations(
         labels = token_labels(ids, tokenizer)
         scale = float(full.abs().max()) if full.numel() else 0.0
         parts.append(
-            f"<p>The text's tokens shaded by their {html.escape(_HEADINGS[kind])} association "
+            f"<p>The text's tokens shaded by their {html.escape(HEADINGS[kind])} association "
             f"with <strong>{name}</strong> ({scoring} scoring; full colour: the largest |value| "
             "of its row).</p>"
         )

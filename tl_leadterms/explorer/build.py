@@ -7,9 +7,10 @@ opens its panel: the decomposition of its ``W`` and value path with Shapley shar
 intervals, its attention on the text next to the predicted attention (circuitsvis, inlined
 once), the token pairs its ``W`` scores highest next to ``Q̄``'s, its value map's top input →
 output tokens next to the value leading term's, and TransformerLens's detector scores. A word
-box lists a token's bigram / interchangeability / context neighbours and shades the text by
-them. The numbers are computed here (:mod:`~tl_leadterms.explorer.data`); the page only
-draws them, loading each head's data when it is clicked.
+box answers any kept token, offline: its bigram / interchangeability / context neighbours as
+:meth:`~tl_leadterms.CorpusStats.top` ranks them, and the text shaded by the same scores.
+The numbers are computed here (:mod:`~tl_leadterms.explorer.data`); the page only draws them,
+loading each head's data when it is clicked.
 """
 
 from pathlib import Path
@@ -28,8 +29,8 @@ from tl_leadterms.explorer.data import (
     GRID_SCORES,
     attention_data,
     head_summaries,
+    neighbour_table,
     pair_tables,
-    word_lists,
 )
 from tl_leadterms.explorer.page import page
 from tl_leadterms.protocols import ReadableModel, TokenWindows
@@ -111,7 +112,8 @@ class Explorer:
     def __repr__(self) -> str:
         s = self.data["summary"]
         return (f"Explorer({self.title!r}: {s['n_layers']} layers × {s['n_heads']} heads, "
-                f"{len(s['tokens'])} text tokens, {len(self.data['words'])} words)")  # fmt: skip
+                f"{len(s['tokens'])} text tokens, "
+                f"{len(self.data['words'].get('tokens', ()))} words)")  # fmt: skip
 
 
 #: the host's side of the frame's height: the page posts ``{"tl_explorer_height": px}`` (see
@@ -154,7 +156,7 @@ def explore(
             cut to the statistics' and the model's ``n_ctx``.
         tokenizer: encodes ``text`` and labels tokens (default: the one rule of
             :func:`~tl_leadterms.adapters.view.tokenizer_for`: the model's, then the stats').
-        words: extra words for the word box (the text's tokens are always there).
+        words: the word box's first word is ``words[0]`` (it answers every kept token).
         schedule: the training run, if known (the prediction's scale; else fitted): a
             :class:`~tl_leadterms.theory.Schedule`, an ``(lr, steps)`` pair or the run's
             ``TrainHistory``.
@@ -213,7 +215,7 @@ def explore(
                 f"{pairs['pair_tokens']} most frequent kept tokens",
     }  # fmt: skip
     data = {"summary": summary, "heads": heads,
-            "words": word_lists(stats, ids, word_ids, labels, n)}  # fmt: skip
+            "words": neighbour_table(stats, ids, labels, n, tokenizer)}  # fmt: skip
     return Explorer(data, title)
 
 

@@ -8,8 +8,9 @@ at its fitted scale, TransformerLens's detector scores, the token pairs its ``W`
 highest next to the pairs ``Q̄`` scores highest, and its value map's top input → output pairs
 next to the value leading term's. Token pairs are ranked among the ``pair_tokens`` most
 frequent kept tokens (a ``[pair_tokens, pair_tokens]`` block of each map, so a 50k vocabulary
-costs no ``[k, k]`` product per head). Per word: its bigram, interchangeability and context
-lists and the text's tokens valued by each statistic's row.
+costs no ``[k, k]`` product per head). For the word box, every kept token's bigram,
+interchangeability and context lists and the text's tokens scored by the same rows
+(:func:`neighbour_table`).
 """
 
 import math
@@ -24,16 +25,18 @@ from tl_leadterms.adapters import factored
 from tl_leadterms.analyses.atlas import DETECTORS, detector_scores
 from tl_leadterms.analyses.attention import attention_agreement, predicted_scores
 from tl_leadterms.analyses.decompose import leading_map
-from tl_leadterms.explorer.associations import ASSOCIATIONS
+from tl_leadterms.explorer.associations import ASSOCIATIONS, HEADINGS
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.results.labels import head_label
+from tl_leadterms.stats.neighbours import best, fed_scorer, row_blocks
+from tl_leadterms.stats.scoring import DEFAULT_SCORING, MEANINGS
 
 __all__ = [
     "GRID_SCORES",
     "attention_data",
     "head_summaries",
+    "neighbour_table",
     "pair_tables",
-    "word_lists",
 ]
 
 #: the per-head scores the grid can be coloured by: key -> (row, column, label)
@@ -192,25 +195,47 @@ def pair_tables(
     return {"heads": heads, "theory": theory, "pair_tokens": len(id_list)}
 
 
-def word_lists(stats: Any, text_ids: list[int], words: list[int], labels: Any, k: int) -> dict:
-    """Per word token: its top-``k`` lists per statistic and the text's values of each row."""
+def neighbour_table(stats: Any, text_ids: list[int], labels: Any, n: int, tokenizer: Any) -> dict:
+    """The word box's data: every kept token's top-``n`` neighbours under each statistic as
+    :meth:`CorpusStats.top` lists them (its default scoring and special-token rule, through
+    :meth:`CorpusStats.listed`), and the text's tokens scored by the same row.
+
+    Compact, for ``k`` rows × 3 statistics: per statistic, per row (matrix order), its
+    ``scale`` (the largest ``|score|`` among the tokens a list may hold, 4 digits), its list as
+    ``[p1, v1, p2, v2, ...]`` (matrix positions; scores in hundredths of the scale,
+    ``score ≈ v/100·scale``) and its values at the text's distinct kept tokens on the same
+    scale (``None``: left out of the lists); ``0`` for a row without associations. ``text``
+    maps each text token to its column among those (``-1``: not a kept token).
+    """
     index_map = stats.vocab.index_map()
-    columns = [i if index_map is None else int(index_map[i]) for i in text_ids]
-    out = {}
-    tokenizer = stats.tokenizer
-    for token_id in dict.fromkeys([*text_ids, *words]):
-        if stats.kept is not None and not bool((stats.kept == token_id).any()):
-            continue
-        position = stats.vocab.position(token_id)
-        entry: dict[str, Any] = {"id": token_id, "lists": {}, "text": {}}
-        for kind, matrix in ASSOCIATIONS.items():
-            top = stats.top(matrix, token_id, n=k, tokenizer=tokenizer)
-            entry["lists"][kind] = [[labels([n.token_id])[0], _clean(float(n.score))]
-                                    for n in top]  # fmt: skip
-            row = stats.row(matrix, position).to(torch.float64).cpu()
-            values = [float(row[j]) if j < stats.k else 0.0 for j in columns]
-            entry["text"][kind] = {"values": _clean(values),
-                                   "scale": _clean(float(row.abs().max()))}  # fmt: skip
-        entry["note"] = top.note if not top else ""
-        out[labels([token_id])[0]] = entry
-    return out
+    where = [i if index_map is None else int(index_map[i]) for i in text_ids]
+    columns = list(dict.fromkeys(p for p in where if p < stats.k))
+    picked = torch.tensor(columns, dtype=torch.long)
+    kinds = {}
+    for kind, key in ASSOCIATIONS.items():
+        source = stats.bigram if key == "B_bar" else stats.matrix(key)  # B̄ read by row blocks
+        scorer = fed_scorer(source, (), DEFAULT_SCORING, symmetric_gram=key == "Sigma_B")
+        scales, lists, shading = [], [], []
+        for start, block in row_blocks(source):
+            rows = scorer.scored_block(start, block)
+            notes = stats.listed(key, start, rows, tokenizer=tokenizer)
+            size = rows.abs().nan_to_num(0.0, 0.0, 0.0).amax(1)  # −inf: left out
+            size[torch.tensor([bool(note) for note in notes])] = 0.0
+            at_text = (100 * rows[:, picked] / size[:, None]).round().tolist()
+            for row, scale, text in zip(rows, size.tolist(), at_text, strict=True):
+                if not scale > 0:
+                    scales.append(0), lists.append(0), shading.append(0)
+                    continue
+                scales.append(float(f"{scale:.4g}"))
+                lists.append([x for v, j in best(row, n) for x in (j, round(100 * v / scale))])
+                shading.append([int(v) if math.isfinite(v) else None for v in text])
+        kinds[kind] = {"heading": HEADINGS[kind], "note": stats.degenerate_note(key) or "",
+                       "scale": scales, "top": lists, "text": shading}  # fmt: skip
+    ids = range(stats.k) if stats.kept is None else stats.kept.tolist()
+    legend = (f"Scoring: {DEFAULT_SCORING}, as CorpusStats.top ranks (special tokens left out): "
+              f"{MEANINGS[DEFAULT_SCORING]}. Numbers: each score ÷ the word's largest |score| "
+              "in that statistic (1: its strongest association; below 0: less than expected). "
+              "The text is shaded on the same scale, red above 0, blue below.")  # fmt: skip
+    return {"scoring": DEFAULT_SCORING, "legend": legend, "n": n, "tokens": labels(list(ids)),
+            "counts": stats.unigram_counts.tolist(), "text": [columns.index(p) if p < stats.k
+            else -1 for p in where], "kinds": kinds}  # fmt: skip

@@ -1,6 +1,6 @@
 (function(){
 var S=JSON.parse(document.getElementById('tl-summary').textContent);
-var W=JSON.parse(document.getElementById('tl-words-data').textContent);
+var W=null;  // the word box's table, parsed when a word is first looked up (after the grid)
 var cache={};
 function el(tag,attrs,text){var e=document.createElement(tag);for(var k in attrs||{})
  e.setAttribute(k,attrs[k]);if(text!==undefined&&text!==null)e.textContent=text;return e;}
@@ -93,19 +93,30 @@ function openHead(label){var d=head(label),x=null,panel=document.getElementById(
  var pr=d.pairs||{};panel.appendChild(pairs('Query → key pairs ('+S.pair_tokens+' most frequent tokens)',pr.W,S.theory.W,
   label+' W','Q̄ (leading term)'));panel.appendChild(pairs('Value: input → output tokens',pr.V,S.theory.V,
   label+' value map',S.value_term+' (leading term)'));}
-function findWord(q){q=q.trim().toLowerCase();if(!q)return null;for(var k in W){if(k.trim().toLowerCase()===q)return k;}return null;}
-function showWord(){var q=document.getElementById('tl-word').value,k=findWord(q),kind=document.getElementById('tl-word-kind').value,
+var spellings=null;  // a typed word (trimmed, lower case) -> the kept tokens spelt so
+function findWord(q){var key=q.trim().toLowerCase();if(!key)return -1;if(!W)W=JSON.parse(
+ document.getElementById('tl-words-data').textContent);if(!spellings){spellings=new Map();
+ W.tokens.forEach(function(t,p){var k=t.trim().toLowerCase();if(!spellings.has(k))spellings.set(k,[]);spellings.get(k).push(p);});}
+ var found=spellings.get(key)||[],exact=found.filter(function(p){return W.tokens[p]===q;});
+ if(exact.length)return exact[0];  // else the most frequent token of that spelling
+ return found.reduce(function(a,p){return a<0||W.counts[p]>W.counts[a]?p:a;},-1);}
+function hundredths(v){return (v/100).toFixed(2);}
+function showWord(){var q=document.getElementById('tl-word').value,p=findWord(q),kind=document.getElementById('tl-word-kind').value,
  lists=document.getElementById('tl-word-lists'),text=document.getElementById('tl-word-text');lists.textContent='';text.textContent='';
- if(!k){if(q.trim())lists.appendChild(el('p',{'class':'tl-note'},'"'+q+'" is not among this page\'s words '+
-  '(the text\'s tokens and words=...)'));return;}var e=W[k];
- Object.keys(e.lists).forEach(function(kd){var b=el('div');b.appendChild(el('h3',{},kd));
-  var ul=el('ul',{'class':'tl-assoc','data-kind':kd});e.lists[kd].forEach(function(n){var li=el('li');li.appendChild(
-   el('span',{'class':'tl-token'},n[0]));li.appendChild(el('small',{},' '+fmt(n[1])));ul.appendChild(li);});if(!e.lists[kd].length)ul.appendChild(el('li',{'class':'tl-note'},e.note||'none'));
-  b.appendChild(ul);lists.appendChild(b);});var t=e.text[kind],sc=t.scale||1;
- text.appendChild(el('p',{'class':'tl-note'},'the text shaded by its '+kind+' association with "'+k.trim()+
-  '" (full colour: the largest |value| of its row; red positive, blue negative)'));var line=el('div',
-  {'class':'tl-shaded'});(S.text||S.tokens).forEach(function(tok,i){var s=el('span',{},tok);
-  paint(s,shade((t.values[i]||0)/sc));s.title=fmt(t.values[i]);line.appendChild(s);});text.appendChild(line);}
+ if(p<0){if(q.trim())lists.appendChild(el('p',{'class':'tl-note','id':'tl-word-unknown'},'"'+q.trim()+'" is not one of the '+
+  W.tokens.length+' tokens the statistics keep: type a single token as the tokenizer spells it'));return;}
+ var word=W.tokens[p].trim()||W.tokens[p],none=W.counts[p]?'an all-zero row in this statistic: no associations':
+  'never occurs in the corpus: no associations';
+ Object.keys(W.kinds).forEach(function(kd){var K=W.kinds[kd],top=K.top[p],b=el('div');b.appendChild(el('h3',{},K.heading));
+  var ul=el('ul',{'class':'tl-assoc','data-kind':kd});for(var i=0;top&&i<top.length;i+=2){var li=el('li');
+   li.appendChild(el('span',{'class':'tl-token'},W.tokens[top[i]]));li.appendChild(el('small',{},' '+hundredths(top[i+1])));
+   li.title=W.scoring+' score '+fmt(top[i+1]/100*K.scale[p]);ul.appendChild(li);}
+  if(!top)ul.appendChild(el('li',{'class':'tl-note'},K.note||none));b.appendChild(ul);lists.appendChild(b);});
+ var K=W.kinds[kind],row=K.text[p];text.appendChild(el('p',{'class':'tl-note'},'the text shaded by its '+kind+
+  ' association with "'+word+'" (the scale of the lists: 1 is full red, −1 full blue; grey: not scored)'));
+ var line=el('div',{'class':'tl-shaded'});(S.text||S.tokens).forEach(function(tok,i){var c=W.text[i],
+  v=c<0||!row?null:row[c],s=el('span',{},tok);paint(s,v===null?NONE:shade(v/100));s.title=v!==null?hundredths(v):
+  c<0?'not a kept token':!row?(K.note||none):'left out of the lists';line.appendChild(s);});text.appendChild(line);}
 document.getElementById('tl-score').addEventListener('change',drawGrid);
 document.getElementById('tl-word').addEventListener('input',showWord);
 document.getElementById('tl-word-kind').addEventListener('change',showWord);
@@ -114,7 +125,8 @@ function postHeight(){var root=document.getElementById('tl-root');if(!root||wind
  var h=Math.ceil(root.getBoundingClientRect().bottom+window.scrollY+parseFloat(getComputedStyle(document.body).marginBottom||0)+2);
  if(Math.abs(h-lastHeight)>1){lastHeight=h;window.parent.postMessage({tl_explorer_height:h},'*');}}
 drawGrid();
-var first=S.first_word&&findWord(S.first_word);if(first){document.getElementById('tl-word').value=first.trim();showWord();}
+function firstWord(){if(S.first_word&&findWord(S.first_word)>=0){document.getElementById('tl-word').value=S.first_word.trim();showWord();}}
+if(document.getElementById('tl-words-data'))firstWord();else document.addEventListener('DOMContentLoaded',firstWord);
 if(window.ResizeObserver)new ResizeObserver(postHeight).observe(document.getElementById('tl-root'));
 setInterval(postHeight,500);  // also when no resize is observed: a frame measured while its host hid it
 window.addEventListener('load',postHeight);postHeight();

@@ -46,6 +46,7 @@ def page(data: dict[str, Any], library: str, title: str = "tl_leadterms explorer
     kinds = "".join(f'<option value="{k}">{k}</option>' for k in ("context", "bigram",
                     "interchangeability"))  # fmt: skip
     css, script = _asset("explorer.css"), _asset("explorer.js")
+    legend = html_lib.escape(data.get("words", {}).get("legend", ""))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html_lib.escape(title)}</title><style>{css}</style>{library}</head><body>"
@@ -56,11 +57,12 @@ def page(data: dict[str, Any], library: str, title: str = "tl_leadterms explorer
         '<div id="tl-grid"></div><div id="tl-legend"></div>'
         '<div id="tl-words"><h2>Word box</h2><label>token <input id="tl-word" size="16" '
         f'placeholder="type a word"></label> <select id="tl-word-kind">{kinds}</select>'
+        f'<p class="tl-note" id="tl-word-scoring">{legend}</p>'
         '<div id="tl-word-lists"></div><div id="tl-word-text"></div></div></div>'
         '<div id="tl-panel"><p class="tl-note">click a head to open its panel</p></div>'
         "</div></div>"
         f'<script type="application/json" id="tl-summary">{embed_json(summary)}</script>'
+        f"\n{heads}\n<script>{script}</script>"  # the word table after it: the grid draws first
         f'<script type="application/json" id="tl-words-data">'
-        f"{embed_json(data.get('words', {}))}</script>\n{heads}\n<script>{script}</script>"
-        "</body></html>\n"
+        f"{embed_json(data.get('words', {}))}</script></body></html>\n"
     )

@@ -338,18 +338,49 @@ class CorpusStats:
         else:
             row = neighbours.scored_row(self.matrix(key), row_index, scoring,
                                         symmetric_gram=key == "Sigma_B")  # fmt: skip
-        raw = self.row(key, row_index)
-        note = self.degenerate_note(key) or neighbours.no_associations(
-            token, float(self.unigram_counts[row_index]), raw
-        )
+        (note,) = self.listed(key, row_index, row[None], token=token, tokenizer=tokenizer,
+                              exclude=exclude, exclude_self=exclude_self)  # fmt: skip
         if note:
             return neighbours.Neighbours(scoring=scoring, note=note)
-        if exclude_self if exclude_self is not None else key == "Sigma_B":
-            row[row_index] = -torch.inf
-        for tid in neighbours.exclusion_ids(exclude, tokenizer):
-            if 0 <= tid < self.d_vocab and (self.kept is None or bool((self.kept == tid).any())):
-                row[self.vocab.position(tid)] = -torch.inf
         return self.ranked(row, n=n, tokenizer=tokenizer, scoring=scoring)
+
+    def listed(
+        self,
+        key: str,
+        start: int,
+        rows: Tensor,
+        *,
+        token: object = None,
+        tokenizer: Any = None,
+        exclude: Any = neighbours.DEFAULT_EXCLUDE,
+        exclude_self: bool | None = None,
+    ) -> list[str]:
+        """The rule :meth:`top` lists by, for whoever scores many rows at once (the explorer).
+
+        ``rows`` are rows ``start, start + 1, ...`` of the statistic ``key`` under a scoring
+        (float64 ``[b, k]``, changed in place): the tokens :meth:`top` leaves out are set to
+        ``−inf`` (``exclude``, and each row's own token for ``Sigma_B`` unless
+        ``exclude_self`` says otherwise). Returns, per row, why its token has no associations
+        (``""`` when it has some; ``token`` names a single row's token there).
+        """
+        stop = start + rows.shape[0]
+        raw = (self.bigram.row_block(start, stop) if key == "B_bar"
+               else self.matrix(key)[start:stop]).abs()  # fmt: skip
+        zero = (~(raw > 0).any(1) | ~torch.isfinite(raw.amax(1))).tolist()
+        names = ([token] if token is not None else range(start, stop) if self.kept is None
+                 else self.kept[start:stop].tolist())  # fmt: skip
+        counts, degenerate = self.unigram_counts[start:stop].tolist(), self.degenerate_note(key)
+        notes = [degenerate or neighbours.no_associations(name, count, empty)
+                 for name, count, empty in zip(names, counts, zero, strict=True)]  # fmt: skip
+        if exclude_self if exclude_self is not None else key == "Sigma_B":
+            rows[torch.arange(stop - start), torch.arange(start, stop)] = -torch.inf
+        left = [
+            self.vocab.position(t)
+            for t in neighbours.exclusion_ids(exclude, tokenizer)
+            if 0 <= t < self.d_vocab and (self.kept is None or bool((self.kept == t).any()))
+        ]
+        rows[:, left] = -torch.inf
+        return notes
 
     def degenerate_note(self, key: str) -> str | None:
         """Why the statistic ``key`` has no associations at all (zero up to rounding, as Q̄ of a
@@ -444,18 +475,31 @@ class CorpusStats:
             )
         )
 
+    def _summary(self) -> list[tuple[str, str]]:
+        """The rows of the summary :func:`repr` and the notebook show: ``(name, value)``."""
+        kept = "all kept" if self.kept is None else f"{self.k} kept"
+        held = [n for n in ("B_bar", "Sigma_B", *self._tables) if self.has(n)]
+        dtype = str(self.dtype).removeprefix("torch.")
+        rows = [("d_vocab", f"{self.d_vocab} ({kept})"), ("n_ctx", str(self.n_ctx)),
+                ("n_sequences", f"{self.n_sequences} ({self.n_positions} positions)"),
+                ("centre_vocab", str(self.centre_vocab)), ("statistics", ", ".join(held)),
+                ("dtype", f"{dtype} on {self.device}")]  # fmt: skip
+        tok = self.metadata.get("tokenizer_name")
+        return rows + ([("tokenizer", str(tok))] if tok else [])
+
     def _repr_html_(self) -> str:
         import html
 
-        return f"<pre>{html.escape(repr(self))}</pre>"
+        cells = "".join(
+            f'<tr><th style="text-align:left">{name}</th><td style="text-align:left">'
+            f"{html.escape(value)}</td></tr>"
+            for name, value in self._summary()
+        )
+        return (f'<table style="white-space:nowrap"><caption style="text-align:left">'
+                f"<strong>CorpusStats</strong></caption>{cells}</table>")  # fmt: skip
 
     def __repr__(self) -> str:
-        kept = "all" if self.kept is None else f"{self.k} kept"
-        tok = self.metadata.get("tokenizer_name")
-        return (
-            f"CorpusStats(d_vocab={self.d_vocab} ({kept}), n_ctx={self.n_ctx}, "
-            f"n_sequences={self.n_sequences}, centre_vocab={self.centre_vocab}, "
-            f"dtype={self.dtype}, device={self.device}"
-            + (f", tokenizer={tok!r}" if tok else "")
-            + ")"
-        )
+        """A small aligned table, one row per property (:meth:`_summary`)."""
+        rows = self._summary()
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(["CorpusStats", *(f"  {name:<{width}}  {value}" for name, value in rows)])

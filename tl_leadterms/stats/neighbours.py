@@ -27,7 +27,8 @@ A token that never occurs in the corpus, or whose row is zero, has no associatio
 [0.2353, 0.1715]
 """
 
-import math
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -42,6 +43,8 @@ __all__ = [
     "Neighbours",
     "RowScorer",
     "best",
+    "fed_scorer",
+    "row_blocks",
     "scored_row",
 ]
 
@@ -120,16 +123,27 @@ class RowScorer:
             raise LeadTermsError(f"row {i} was not asked for or not read (rows {self.indices})")
         return self.rows[i]
 
-    def scored(self, i: int) -> Tensor:
-        """Row ``i`` under the scoring (see the module docstring)."""
-        row = self.raw(i)
+    def scored(self, i: int, row: Tensor | None = None) -> Tensor:
+        """Row ``i`` under the scoring (see the module docstring); ``row``: row ``i`` itself,
+        when it was not kept (a scorer of every row keeps none of them)."""
+        return self.scored_block(i, (self.raw(i) if row is None else row)[None])[0]
+
+    def scored_block(self, start: int, block: Tensor) -> Tensor:
+        """Rows ``start, start + 1, ...`` (``block``) under the scoring, entry for entry what
+        :meth:`scored` gives each: a row's own reductions (its norm, its sum) are taken row by
+        row, the elementwise rest on the whole block at once."""
+        block = block.double()
         if self.scoring == "raw":
-            return row.clone()
+            return block.clone()
         if self.scoring == "cosine" and self.symmetric_gram:
             diag = self._totals.clamp_min(0).sqrt()
-            return row * _safe_inverse(diag[i] * diag)
+            return block * _safe_inverse(diag[start : start + len(block), None] * diag)
         if self.scoring == "cosine":
-            return row * _safe_inverse(row.norm() * self._totals.sqrt())
+            norms = torch.stack([row.norm() for row in block])[:, None]
+            return block * _safe_inverse(norms * self._totals.sqrt())
+        return torch.stack([self._ppmi(row) for row in block])
+
+    def _ppmi(self, row: Tensor) -> Tensor:
         P = row.clamp_min(0)
         total, row_sum = self._totals.sum(), P.sum()
         if not total > 0 or not row_sum > 0:
@@ -138,25 +152,49 @@ class RowScorer:
         return torch.where(ratio > 0, ratio.clamp_min(1e-300).log().clamp_min(0), 0.0)
 
 
+def row_blocks(M: Any) -> Iterator[tuple[int, Tensor]]:
+    """``(start, rows)`` of a ``[k, k]`` matrix in :func:`block_rows` blocks; ``M`` is a tensor
+    or anything with ``row_block(start, stop)`` (:class:`~.algebra.CentredBigram`: its dense
+    rows, entry for entry, without the ``[k, k]`` table)."""
+    k = M.shape[1] if isinstance(M, Tensor) else M.k
+    for start in range(0, k, block_rows(k)):
+        stop = min(k, start + block_rows(k))
+        yield start, (M[start:stop] if isinstance(M, Tensor) else M.row_block(start, stop))
+
+
+def fed_scorer(M: Any, indices, scoring: str, *, symmetric_gram: bool) -> RowScorer:
+    """A :class:`RowScorer` that has read every row block of ``M`` (see :func:`row_blocks`)."""
+    k = M.shape[1] if isinstance(M, Tensor) else M.k
+    scorer = RowScorer(k, indices, scoring, symmetric_gram=symmetric_gram)
+    for start, block in row_blocks(M):
+        scorer.update(start, block)
+    return scorer
+
+
 def scored_row(M: Tensor, i: int, scoring: str, *, symmetric_gram: bool) -> Tensor:
     """Row ``i`` of ``M`` under ``scoring`` (see the module docstring), read in row blocks."""
-    scorer = RowScorer(M.shape[1], [i], scoring, symmetric_gram=symmetric_gram)
-    step = block_rows(M.shape[1])
-    for start in range(0, M.shape[0], step):
-        scorer.update(start, M[start : start + step])
-    return scorer.scored(i)
+    return fed_scorer(M, [i], scoring, symmetric_gram=symmetric_gram).scored(i)
 
 
 def best(row: Tensor, k: int) -> list[tuple[float, int]]:
     """The ``k`` largest finite entries of ``row`` as ``(score, index)``, best first (equal
     scores in index order, as ``tl-leadterms top`` lists them).
 
+    Only the entries at or above the ``k``-th largest (``topk`` finds it) are sorted, not the
+    whole row.
+
     >>> best(torch.tensor([0.5, -float("inf"), 2.0]), 5)
     [(2.0, 2), (0.5, 0)]
+    >>> best(torch.tensor([0.0, 3.0, 0.0, 0.0, 1.0]), 3)  # ties at the cut: lower index first
+    [(3.0, 1), (1.0, 4), (0.0, 0)]
     """
     n = min(k, int(torch.isfinite(row).sum()))
-    scores, idx = torch.sort(row, descending=True, stable=True)  # ties: the lower index first
-    return list(zip(scores[:n].tolist(), idx[:n].tolist(), strict=True))
+    if n == 0:
+        return []
+    cut = row.topk(n).values[-1]
+    idx = (row >= cut).nonzero().flatten()  # in index order
+    scores, order = torch.sort(row[idx], descending=True, stable=True)  # ties: lower index
+    return list(zip(scores[:n].tolist(), idx[order[:n]].tolist(), strict=True))
 
 
 def exclusion_ids(exclude, tokenizer) -> list[int]:
@@ -185,10 +223,11 @@ def exclusion_ids(exclude, tokenizer) -> list[int]:
     return ids
 
 
-def no_associations(token: object, count: float, row: Tensor) -> str:
-    """Why ``token`` has no neighbours ("" when it has some)."""
+def no_associations(token: object, count: int, zero_row: bool) -> str:
+    """Why ``token`` has no neighbours ("" when it has some): it never occurs, or its row is
+    zero (``zero_row``: no entry above 0 in absolute value, or a non-finite one)."""
     if count == 0:
         return f"token {token!r} never occurs in the corpus: it has no associations"
-    if not bool((row.abs() > 0).any()) or not math.isfinite(float(row.abs().max())):
+    if zero_row:
         return f"token {token!r} has an all-zero row in this statistic: no associations"
     return ""

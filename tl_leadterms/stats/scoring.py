@@ -23,12 +23,21 @@ from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["DEFAULT_EXCLUDE", "DEFAULT_SCORING", "SCORINGS", "best", "score_row",
+__all__ = ["DEFAULT_EXCLUDE", "DEFAULT_SCORING", "MEANINGS", "SCORINGS", "best", "score_row",
            "single_token_id"]  # fmt: skip
 
 SCORINGS = ("raw", "cosine", "ppmi")
 DEFAULT_SCORING = "cosine"
 DEFAULT_EXCLUDE = "special"
+#: what a neighbour ``j`` of word ``i`` scores under each scoring, in words (for a legend)
+MEANINGS = {
+    "cosine": "M_ij / (‖row i‖·‖column j‖): the share of each neighbour's own mass it has with "
+    "the word, so a frequent token does not top every list (for Σ_B̄ the cosine of the two "
+    "tokens' B̄ columns)",
+    "ppmi": "max(0, log of how much more often than chance the word and the neighbour go "
+    "together in M's positive part)",
+    "raw": "the statistic's entry M_ij as the paper prints it (frequent tokens top every list)",
+}
 
 
 _TINY = sys.float_info.min  # torch.finfo(torch.float64).tiny

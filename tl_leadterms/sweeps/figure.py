@@ -19,6 +19,7 @@ from tl_leadterms.results.findings import (
 )
 from tl_leadterms.results.null import Q_LEVEL
 from tl_leadterms.results.sections import Section, esc, figure_block
+from tl_leadterms.theory import score_name
 
 __all__ = ["plot_sweep", "plot_sweep_null", "report_section"]
 
@@ -46,6 +47,7 @@ def plot_sweep(table: object, score: object, *, analysis: object = None, path: o
             f"score and analysis must be strings (got {score!r}, {analysis!r}); scores: "
             f"{table.scores()}"
         )
+    score = score_name(score)
     grid = table.pivot(score, analysis=analysis)
     if grid.empty:
         raise LeadTermsError(
@@ -86,6 +88,7 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
         notebook; ``.savefig`` as any matplotlib figure).
     """
     check_result(table, "SweepTable", "sweep")
+    score = score_name(score)
     rows = [r for r in table.rows if r["score"] == score and r["head"] is None
             and (analysis is None or r["analysis"] == analysis)]  # fmt: skip
     if not any(r.get("null_mean") is not None for r in rows):

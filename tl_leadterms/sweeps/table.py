@@ -4,6 +4,7 @@ from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.table import EXTRA_COLUMNS, ResultTable
+from tl_leadterms.theory import score_name
 
 __all__ = ["COLUMNS", "EXTRA_COLUMNS", "SweepTable"]
 
@@ -29,6 +30,9 @@ class SweepTable(ResultTable):
     ``centre="tokens"``): the columns
     :func:`~tl_leadterms.decompose` and :func:`~tl_leadterms.covariance_similarity` give the
     same score (for ``decompose``, the ``cos_*`` rows; ``explained_*`` rows hold None there).
+    Score names are the same on every model: the value path is ``cos_V``/``explained_V``
+    (:func:`~tl_leadterms.theory.score_name`), also in the rows of a results file written
+    before that name, and every method that takes a score also reads ``cos_V·W_O``.
     ``checkpoints`` lists the labels in sweep order; ``metadata["status"]`` says which were
     computed and which were loaded from the results file.
     """
@@ -46,10 +50,11 @@ class SweepTable(ResultTable):
     @classmethod
     def from_records(cls, records: list[dict[str, Any]], metadata: dict) -> "SweepTable":
         rows = [
-            {"checkpoint": rec["checkpoint"], "step": rec["step"], **r}
+            {"checkpoint": rec["checkpoint"], "step": rec["step"], **r,
+             "score": score_name(r["score"])}  # a file's rows may predate the stable names
             for rec in records
             for r in rec["rows"]
-        ]
+        ]  # fmt: skip
         extra = [c for c in EXTRA_COLUMNS if any(c in r for r in rows)]
         rows = [{c: r.get(c) for c in (*COLUMNS, *extra)} for r in rows]
         return cls(rows, [rec["checkpoint"] for rec in records], metadata)
@@ -59,6 +64,16 @@ class SweepTable(ResultTable):
     def columns(self) -> list[str]:
         """The row fields: :data:`COLUMNS` and the null/interval columns present."""
         return [*COLUMNS, *(c for c in EXTRA_COLUMNS if any(c in r for r in self.rows))]
+
+    def _where(self, key: tuple, where: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`select` and :meth:`row` read a score by any of its names."""
+        out = super()._where(key, where)
+        names = out.get("score")
+        if isinstance(names, (list, tuple, set, frozenset)):
+            out["score"] = [score_name(n) for n in names]
+        elif names is not None:
+            out["score"] = score_name(names)
+        return out
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -75,6 +90,7 @@ class SweepTable(ResultTable):
         analysis: str | None = None,
     ) -> list[float]:
         """One score across the checkpoints, in sweep order (NaN where a checkpoint lacks it)."""
+        score = score_name(score)
         found = {
             r["checkpoint"]: r["value"]
             for r in self.rows
@@ -111,7 +127,7 @@ class SweepTable(ResultTable):
         import pandas as pd
 
         df = self.to_pandas()
-        df = df[df["score"] == score]
+        df = df[df["score"] == score_name(score)]
         if analysis is not None:
             df = df[df["analysis"] == analysis]
         if df["analysis"].nunique() > 1:
@@ -130,10 +146,8 @@ class SweepTable(ResultTable):
     def __repr__(self) -> str:
         status = self.metadata.get("status", {})
         loaded = sum(s == "loaded" for s in status.values())
-        lines = [
-            f"SweepTable: {len(self.checkpoints)} checkpoints ({loaded} from the results file), "
-            f"{len(self.rows)} rows"
-        ]
+        reused = f" ({loaded} from the results file)" if loaded else ""
+        lines = [f"SweepTable: {len(self.checkpoints)} checkpoints{reused}, {len(self.rows)} rows"]
         width = max([6, *(len(c) for c in self.checkpoints)])
         head = f"{'':<30}" + " ".join(f"{c:>{width}}" for c in self.checkpoints)
         for analysis, score in self.scores():

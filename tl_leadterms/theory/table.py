@@ -51,8 +51,10 @@ __all__ = [
     "Component",
     "Family",
     "Kind",
+    "ScoreNames",
     "Term",
     "Weight",
+    "score_name",
     "term",
 ]
 
@@ -200,3 +202,33 @@ def term(name: str) -> Term:
         f"unknown weight {name!r}: the theorem's weights are {', '.join(WEIGHTS)} "
         f"(kinds {', '.join(KINDS)})"
     )
+
+
+def score_name(name: object) -> object:
+    """``name`` as scores are named on every model: the value path is ``V`` (the paper model's
+    ``V``, a model with embeddings' ``V·W_O``), so ``cos_V``, ``explained_V``, ``V.0`` and
+    ``excess_V.0`` mean the same path everywhere. Sweeps, the monitor, training histories and
+    their plots use these names; a decomposition's ``weight`` column keeps the model's own.
+    The earlier spelling with ``V·W_O`` is read as the same name wherever a score is passed.
+
+    >>> score_name("cos_V·W_O"), score_name("excess_V·W_O.1"), score_name("cos_W_O")
+    ('cos_V', 'excess_V.1', 'cos_W_O')
+    """
+    return name.replace("V·W_O", "V") if isinstance(name, str) else name
+
+
+class ScoreNames(dict):
+    """Values by score name (:func:`score_name`) that also answer an earlier spelling:
+    ``history.cosines["V·W_O.0"]`` is ``history.cosines["V.0"]``.
+
+    >>> ScoreNames({"V.0": 1.0})["V·W_O.0"], "V·W_O.0" in ScoreNames({"V.0": 1.0})
+    (1.0, True)
+    """
+
+    def __missing__(self, key: object) -> object:
+        if score_name(key) == key:
+            raise KeyError(key)
+        return self[score_name(key)]
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or dict.__contains__(self, score_name(key))

@@ -34,7 +34,7 @@ from tl_leadterms.results.population import record_training
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.provenance import windows_fingerprint
-from tl_leadterms.theory import WEIGHTS, Schedule
+from tl_leadterms.theory import WEIGHTS, Schedule, ScoreNames, score_name
 
 __all__ = ["TrainHistory", "train"]
 
@@ -52,7 +52,9 @@ class TrainHistory(ResultTable):
             updates).
         loss: mean cross-entropy of the batch that step ``s`` trained on, before its update.
         cosines: ``{"W_O": [...], "V.0": [...], "W.0": [...], "P.0": [...], ...}``, the cosine of
-            each weight with its leading term at each logged step (empty without ``track``).
+            each weight with its leading term at each logged step (empty without ``track``);
+            the value path is ``V`` on every model (:func:`~tl_leadterms.theory.score_name`;
+            ``cosines["V·W_O.0"]`` reads ``cosines["V.0"]``).
         settings: lr, steps, batch size, number of sequences, seed and
             ``windows_fingerprint``, the digest of the windows trained on
             (:func:`~tl_leadterms.stats.provenance.windows_fingerprint`).
@@ -71,6 +73,10 @@ class TrainHistory(ResultTable):
     COLUMNS = ("step", "loss")
     SCORE = "loss"
     GRID = None
+
+    def __post_init__(self) -> None:  # stable names, also for a history saved before them
+        self.cosines = ScoreNames({score_name(k): list(v) for k, v in self.cosines.items()})
+        self.scores = ScoreNames({score_name(k): list(v) for k, v in self.scores.items()})
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -105,20 +111,19 @@ class TrainHistory(ResultTable):
         self.steps.append(step)
         self.loss.append(loss)
         for name, value in (cosines or {}).items():
-            self.cosines.setdefault(name, []).append(value)
+            self.cosines.setdefault(score_name(name), []).append(value)
         for name, value in (scores or {}).items():
-            self.scores.setdefault(name, []).append(value)
+            self.scores.setdefault(score_name(name), []).append(value)
 
     def min_cosine(self, weight: str) -> float:
         """Minimum over logged steps and layers of the cosines of ``weight`` (``"W"``, ``"V"``…).
 
         ``"V"`` and ``"V·W_O"`` both name the value path.
         """
-        names = {"V", "V·W_O"} if weight in ("V", "V·W_O") else {weight}
         values = [
             v
             for name, vs in self.cosines.items()
-            if name.rsplit(".", 1)[0] in names
+            if name.rsplit(".", 1)[0] == score_name(weight)
             for v in vs
             if not math.isnan(v)  # a weight that is still zero has no cosine
         ]
