@@ -58,12 +58,12 @@ def test_plain_loop_scores_only_every_steps():
 
 def test_trainer_callback_with_a_real_trainer(tmp_path):
     transformers = pytest.importorskip("transformers")
-    from tl_leadterms.loading.tiny import tiny_neox_model
+    from tl_leadterms.loading.tiny import tiny_model
 
     tokens = _tokens(16)
     stats = corpus_stats(tokens, d_vocab=D, progress=False)
-    hf = tiny_neox_model(d_vocab=D, n_layers=1, d_model=16, n_heads=2, n_ctx=16,
-                         attn_implementation="eager")  # fmt: skip
+    hf = tiny_model("gpt_neox", d_vocab=D, n_layers=1, d_model=16, n_heads=2, n_ctx=16,
+                    attn_implementation="eager")  # fmt: skip
 
     class Windows(torch.utils.data.Dataset):
         def __len__(self):
