@@ -59,6 +59,9 @@ def test_checkpoint_step_and_load_series(tmp_path):
         ({"warmup": -2}, "warmup must be an int >= 0"),
         ({"stories": "one story"}, "stories must be a list of texts"),
         ({"d_model": 2.5}, "d_model must be a positive int"),
+        ({"family": "t5"}, "unknown family 't5'"),
+        ({"n_heads": (4, 3)}, r"n_heads must be an int or a \(query heads, key/value heads\)"),
+        ({"n_heads": (4, 2, 1)}, "n_heads must be an int or a"),
     ],
 )
 def test_bad_arguments(tmp_path, kwargs, match):

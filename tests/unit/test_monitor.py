@@ -59,12 +59,12 @@ def test_plain_loop_scores_only_every_steps():
 
 def test_trainer_callback_with_a_real_trainer(tmp_path):
     pytest.importorskip("transformers")
-    from tl_leadterms.loading.tiny import tiny_neox_model
+    from tl_leadterms.loading.tiny import tiny_model
 
     tokens = _tokens(16)
     stats = corpus_stats(tokens, d_vocab=D, progress=False)
-    hf = tiny_neox_model(d_vocab=D, n_layers=1, d_model=16, n_heads=2, n_ctx=16,
-                         attn_implementation="eager")  # fmt: skip
+    hf = tiny_model("gpt_neox", d_vocab=D, n_layers=1, d_model=16, n_heads=2, n_ctx=16,
+                    attn_implementation="eager")  # fmt: skip
     monitor = LeadingTermMonitor(stats, every=2)
     trainer = train_with_trainer(hf, tokens, tmp_path, [monitor.trainer_callback()])
     assert monitor.history.steps == [2] and set(monitor.history.cosines) >= {"V.0", "W.0"}

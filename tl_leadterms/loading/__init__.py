@@ -4,7 +4,8 @@
 * :mod:`~tl_leadterms.loading.bridge`: what a TransformerBridge needs (TL 4.x, or 3.9);
 * :mod:`~tl_leadterms.loading.configs`: Hugging Face config fields TL 3.9's reader misses;
 * :mod:`~tl_leadterms.loading.tiny`: tiny random models of every family, saved locally;
-* :mod:`~tl_leadterms.loading.series`: a real offline checkpoint series (a tiny Pythia).
+* :mod:`~tl_leadterms.loading.series`: a real offline checkpoint series (a tiny Pythia or
+  Llama).
 """
 
 from tl_leadterms.loading.checkpoint import load_model, load_series

@@ -1,8 +1,9 @@
-"""A real, offline checkpoint series: a tiny Pythia-style GPT-NeoX trained on the embedded corpus.
+"""A real, offline checkpoint series: a tiny model trained on the embedded corpus.
 
 :func:`train_neox_series` builds the package's story corpus and word-level tokenizer, trains a
-randomly initialised ``GPTNeoXForCausalLM`` (the conventions of
-:func:`~tl_leadterms.loading.tiny.tiny_neox_model`) with Adam on next-token loss on the CPU, and
+randomly initialised ``*ForCausalLM`` of any family of
+:data:`~tl_leadterms.loading.tiny.MODEL_FAMILIES` (a Pythia-style GPT-NeoX by default, or e.g. a
+Llama) with AdamW or plain SGD on next-token loss on the CPU, and
 saves checkpoints at Pythia-like steps ``0, 1, 2, 4, ..., steps`` as local folders
 ``out_dir/step{N}`` that :func:`~tl_leadterms.loading.checkpoint.load_model` reads offline. The
 training windows (``windows.pt``) and tokenizer are saved beside them, so the statistics of the
@@ -26,7 +27,7 @@ from torch import Tensor
 from tl_leadterms.atomic import atomic_folder, atomic_path, write_text
 from tl_leadterms.errors import LeadTermsError, positive_int, positive_number
 from tl_leadterms.loading.checkpoint import checkpoint_step, load_series, quiet_transformers
-from tl_leadterms.loading.tiny import tiny_neox_model
+from tl_leadterms.loading.tiny import MODEL_FAMILIES, tiny_model
 from tl_leadterms.progress import progress_bar
 
 __all__ = ["load_series", "load_windows", "pythia_steps", "train_neox_series"]
@@ -115,6 +116,20 @@ def _check_training(
     if optimizer not in _OPTIMIZERS:
         raise LeadTermsError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
     return steps, saved, lr, init_scale
+
+
+def _heads(n_heads: object) -> tuple[int, int | None]:
+    """``n_heads`` as (query heads, key/value heads or None), checked."""
+    if not isinstance(n_heads, tuple):
+        return positive_int("n_heads", n_heads), None
+    if len(n_heads) == 2:
+        query, kv = positive_int("n_heads", n_heads[0]), positive_int("n_kv_heads", n_heads[1])
+        if query % kv == 0:
+            return query, kv
+    raise LeadTermsError(
+        f"n_heads must be an int or a (query heads, key/value heads) pair whose first is a "
+        f"multiple of the second, got {n_heads!r}"
+    )
 
 
 def _corpus(out_dir: Path, stories: object, n_stories: int, vocab_size: int, n_ctx: int, seed: int):
@@ -208,13 +223,14 @@ def _train(hf_model, opt, batches: _Batches, *, steps, saved, lr, warmup, save, 
 def train_neox_series(
     out_dir: str | os.PathLike,
     *,
+    family: str = "gpt_neox",
     stories: object = None,
     n_stories: int = 2000,
     vocab_size: int = 500,
     n_ctx: int = 64,
     d_model: int = 64,
     n_layers: int = 2,
-    n_heads: int = 4,
+    n_heads: int | tuple[int, int] = 4,
     steps: int = 256,
     checkpoints: object = None,
     lr: float = 1e-3,
@@ -226,20 +242,23 @@ def train_neox_series(
     seed: int = 0,
     progress: bool = True,
 ) -> list[Path]:
-    """Train a tiny Pythia-style GPT-NeoX on the embedded corpus and save a checkpoint series.
+    """Train a tiny model (a Pythia-style GPT-NeoX by default) on the embedded corpus and save
+    a checkpoint series.
 
     The corpus is ``stories`` or :func:`~tl_leadterms.data.generate_stories` (``n_stories``,
     ``seed``); a word-level tokenizer of ``vocab_size`` tokens is trained on it and the stories
     are cut into windows of ``n_ctx + 1`` tokens (:func:`~tl_leadterms.stats.make_windows`,
-    ``[EOS]`` between stories). The model is ``tiny_neox_model``'s randomly initialised
-    ``GPTNeoXForCausalLM`` (rotary on a quarter of each head, parallel attention and MLP,
-    untied embeddings, ``d_mlp = 4·d_model``) with its matrices scaled by ``init_scale`` and,
-    like Pythia, unit LayerNorm gains and zero biases (``save_tiny_model`` randomises those to
-    exercise weight folding; random biases add one direction shared by every token's residual
-    maps, which alone scores about 0.95 on the covariance protocol at step 0). It is
-    trained with AdamW (betas 0.9/0.95 like Pythia, linear warm-up over ``warmup`` steps, then a
-    constant ``lr``) on mean next-token cross-entropy over mini-batches of ``batch_size``
-    windows drawn without replacement (reshuffled each epoch).
+    ``[EOS]`` between stories). The model is :func:`~tl_leadterms.loading.tiny.tiny_model`'s
+    randomly initialised ``family`` (default ``"gpt_neox"``: rotary on a quarter of each head,
+    parallel attention and MLP; ``"llama"``: RMSNorm, rotary, SwiGLU; untied embeddings and
+    ``d_mlp = 4·d_model`` for every family) with its matrices scaled by ``init_scale`` and, as
+    at Hugging Face (and Pythia) initialisation, unit norm gains and zero biases
+    (``save_tiny_model`` randomises those to exercise weight folding; random biases add one
+    direction shared by every token's residual maps, which alone scores about 0.95 on the
+    covariance protocol at step 0). It is trained with AdamW (betas 0.9/0.95 like Pythia) or
+    plain SGD (no momentum), linear warm-up over ``warmup`` steps, then a constant ``lr``, on
+    mean next-token cross-entropy over mini-batches of ``batch_size`` windows drawn without
+    replacement (reshuffled each epoch).
 
     Written under ``out_dir``: ``step{N}/`` for every checkpoint (``save_pretrained`` weights and
     config, the tokenizer, and ``checkpoint.json`` with ``step``, ``loss`` (mean training loss
@@ -250,11 +269,15 @@ def train_neox_series(
     Args:
         out_dir: the folder to write (created if missing; the ``step*`` folders of an earlier
             series there are removed).
+        family: the architecture, a key of :data:`~tl_leadterms.loading.tiny.MODEL_FAMILIES`.
         stories: the training texts (default: the embedded stories).
-        n_stories, vocab_size, n_ctx, d_model, n_layers, n_heads: corpus and model sizes.
+        n_stories, vocab_size, n_ctx, d_model, n_layers: corpus and model sizes.
+        n_heads: attention heads, or ``(query heads, key/value heads)`` for grouped-query
+            attention (families that have it, e.g. ``"llama"``).
         steps: optimiser steps.
         checkpoints: the steps to save (default :func:`pythia_steps`: ``0, 1, 2, 4, ...``).
-        lr, warmup, batch_size, weight_decay: AdamW settings.
+        lr, warmup, batch_size, weight_decay: optimiser settings.
+        optimizer: ``"adamw"`` or ``"sgd"``.
         init_scale: factor on the initial random matrices (1 = Hugging Face's std 0.02).
         seed: seeds the corpus, the initial weights and the batch order.
         progress: tqdm progress bar over the steps.
@@ -271,6 +294,9 @@ def train_neox_series(
         >>> [(label, step) for label, step, _ in load_series(out)]
         [('step0', 0), ('step1', 1), ('step2', 2), ('step4', 4)]
     """
+    n_heads, n_kv_heads = _heads(n_heads)
+    if family not in MODEL_FAMILIES:
+        raise LeadTermsError(f"unknown family {family!r}; use one of {sorted(MODEL_FAMILIES)}")
     steps, saved, lr, init_scale = _check_training(
         sizes={"n_stories": n_stories, "vocab_size": vocab_size, "n_ctx": n_ctx,
                "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
@@ -283,10 +309,11 @@ def train_neox_series(
     stories, tokenizer, windows = _corpus(out_dir, stories, n_stories, vocab_size, n_ctx, seed)
     d_vocab = len(tokenizer)
     torch.manual_seed(seed)
-    # like Pythia: unit LayerNorm gains and zero biases (save_tiny_model randomises them)
-    hf_model = tiny_neox_model(
-        d_vocab=d_vocab, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_ctx=n_ctx,
-        seed=seed, tokenizer=tokenizer, randomise_norms=False, attn_implementation="eager",
+    # like Pythia: unit norm gains and zero biases (save_tiny_model randomises them)
+    hf_model = tiny_model(
+        family, d_vocab=d_vocab, n_layers=n_layers, d_model=d_model, n_heads=n_heads,
+        n_kv_heads=n_kv_heads, n_ctx=n_ctx, seed=seed, randomise_norms=False,
+        attn_implementation="eager",
     )  # fmt: skip
     _scale_init(hf_model, init_scale)
     hf_model.train()
@@ -306,6 +333,7 @@ def train_neox_series(
         out_dir / SERIES_FILE,
         {
             "checkpoints": [f.name for f in folders],
+            "family": family,
             "steps": steps,
             "n_stories": len(stories),
             "vocab_size": vocab_size,
@@ -313,6 +341,7 @@ def train_neox_series(
             "d_model": d_model,
             "n_layers": n_layers,
             "n_heads": n_heads,
+            "n_kv_heads": n_kv_heads or n_heads,
             "lr": lr,
             "warmup": warmup,
             "batch_size": batch_size,

@@ -3,8 +3,8 @@
 :func:`save_tiny_model` writes a small ``*ForCausalLM`` of one family (``"gpt2"``, ``"gpt_neox"``,
 ``"llama"``, ...; see :data:`MODEL_FAMILIES`) to a local folder, seeded, so tests, examples and the
 guides exercise :func:`~tl_leadterms.loading.checkpoint.load_model` on every architecture
-without the hub. :func:`tiny_neox_model` is the Pythia-style GPT-NeoX that the checkpoint series
-trains. Real checkpoints go through ``load_model("pythia-1.4b", checkpoint=512)``.
+without the hub; :func:`tiny_model` builds one in memory (what the checkpoint series trains).
+Real checkpoints go through ``load_model("pythia-1.4b", checkpoint=512)``.
 """
 
 from collections.abc import Callable
@@ -16,7 +16,7 @@ import torch
 from tl_leadterms.errors import LeadTermsError, positive_int
 from tl_leadterms.loading.checkpoint import quiet_transformers
 
-__all__ = ["MODEL_FAMILIES", "save_tiny_model", "tiny_model", "tiny_neox_model"]
+__all__ = ["MODEL_FAMILIES", "save_tiny_model", "tiny_model"]
 
 
 class Sizes(NamedTuple):
@@ -209,38 +209,6 @@ def tiny_model(
     if randomise_norms:
         randomise_norms_and_biases(hf_model, seed)
     return hf_model.eval()
-
-
-def tiny_neox_model(
-    *,
-    d_vocab: int,
-    n_layers: int = 2,
-    d_model: int = 64,
-    n_heads: int = 4,
-    n_ctx: int = 64,
-    d_mlp: int | None = None,
-    seed: int = 0,
-    tokenizer: Any = None,
-    randomise_norms: bool = True,
-    attn_implementation: str | None = None,
-):
-    """A Pythia-style ``GPTNeoXForCausalLM``: rotary on a quarter of each head, parallel
-    attention and MLP, untied embeddings (``tiny_model("gpt_neox", ...)`` with Pythia's sizes).
-
-    With ``randomise_norms=False`` the LayerNorm gains stay 1 and all biases 0, as at Hugging
-    Face (and Pythia) initialisation. ``attn_implementation`` (e.g. ``"eager"``) picks Hugging
-    Face's attention kernel for training the model directly.
-    """
-    if tokenizer is not None and len(tokenizer) > positive_int("d_vocab", d_vocab):
-        raise LeadTermsError(
-            f"the tokenizer has {len(tokenizer)} tokens but d_vocab={d_vocab}; pass "
-            "d_vocab=len(tokenizer) or more"
-        )
-    return tiny_model(
-        "gpt_neox", d_vocab=d_vocab, n_layers=n_layers, d_model=d_model, n_heads=n_heads,
-        d_mlp=d_mlp, n_ctx=n_ctx, seed=seed, randomise_norms=randomise_norms,
-        attn_implementation=attn_implementation,
-    )  # fmt: skip
 
 
 def save_tiny_model(
