@@ -22,21 +22,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tl_leadterms.reports import report, statistics_needed
 
     check_output(args.output, "-o")
-    if not (args.model or args.words or args.sweep_results):
+    if not Path(args.stats).is_file():  # fail before loading a model
         raise LeadTermsError(
-            "nothing to report: pass --model (its decomposition, and with --text its attention), "
-            "--words (association lists) or --sweep-results"
+            f"no statistics file at {args.stats}; write one with tl-leadterms stats"
         )
     text = args.text
     if args.text_file:
         if not Path(args.text_file).is_file():
             raise LeadTermsError(f"no such text file: {args.text_file}")
         text = Path(args.text_file).read_text(encoding="utf-8")
-    tokenizer = tokenizer_from_spec(args.tokenizer, None) if args.tokenizer else None
-    if not Path(args.stats).is_file():  # fail before loading a model
+    if not (args.model or args.words or args.sweep_results):
         raise LeadTermsError(
-            f"no statistics file at {args.stats}; write one with tl-leadterms stats"
+            "nothing to report: pass --model (its decomposition, and with --text its attention), "
+            "--words (association lists) or --sweep-results"
         )
+    tokenizer = tokenizer_from_spec(args.tokenizer, None) if args.tokenizer else None
     model = open_model(args.model, args.device) if args.model else None
     if tokenizer is None and model is not None:
         from tl_leadterms.adapters.view import model_view
