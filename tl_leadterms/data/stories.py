@@ -364,9 +364,8 @@ def write_corpus(
 ) -> Path:
     """Write ``generate_stories(n_stories, seed=seed, ...)`` to ``path`` as UTF-8, atomically.
 
-    Stories are separated by a blank line (``"\\n\\n"``); the file ends with a newline. The text
-    goes to a temporary file in the same directory, which then replaces ``path``, so readers
-    never see a half-written corpus.
+    Stories are separated by a blank line (``"\\n\\n"``); the file ends with a newline. Readers
+    never see a half-written corpus (:mod:`tl_leadterms.atomic`).
 
     Returns:
         The path written.
