@@ -72,8 +72,7 @@ class BootstrapSpec:
     :data:`METHODS` (default ``"inverted"``, see the module docstring); ``exact`` (default True):
     each resample's pass two with its own Ḡ, ``False`` for the first-order shortcut; ``expand``
     (default True): each side of the interval widened by ``t_ν/z`` for ``B`` blocks and ``R``
-    resamples (the
-    small-sample expansion of :mod:`~tl_leadterms.results.intervals`; not for ``"bca"``);
+    resamples (:func:`~tl_leadterms.results.intervals.expansion`; not for ``"bca"``);
     ``calibration`` (``"calibrated"`` only): ``(F, S)``, the bootstrap's own bootstrap of ``S``
     resamples of each of the first ``F`` resamples (``F ≤ resamples``)."""
 
