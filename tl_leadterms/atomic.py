@@ -1,21 +1,21 @@
 r"""Crash-safe writing of files and folders: the one atomic writer of tl_leadterms.
 
-Every file the package writes goes through here. The content goes to a temporary in the target's
-own folder, named ``.{name}.{pid}.{random}.tmp{suffix}`` (unique per write; it ends with the
-target's suffix so that writers which look at the extension, such as ``np.save``, pandas or
-matplotlib, behave), is fsynced, then ``os.replace``-d onto the target, and the folder is fsynced.
-A reader sees the old file or the new one, never a half-written one, even after a crash.
+Every file the package writes goes through here: the content goes to a temporary in the target's own
+folder, ``.{name}.{pid}.{random}.tmp{suffix}`` (ending with the target's suffix for writers that
+look at the extension, such as ``np.save``, pandas or matplotlib), is fsynced and ``os.replace``-d
+onto the target, and the folder is fsynced. A reader sees the old file or the new one, never a
+half-written one, even after a crash (docs/guides/reliability.md#what-is-guaranteed).
 
 * Mode: a file ends up as ``open(path, "w")`` would create it, ``0o666 & ~umask`` (a folder
-  ``0o777 & ~umask``), not mkstemp's private ``0o600``, even when the writer makes its file
-  private (safetensors' ``save_file`` does); files in a folder get the same (execute bits kept).
-* Errors: on any exception, ``KeyboardInterrupt`` included, the temporary is removed and the
-  target keeps its old content (or stays absent).
-* Crashes: a temporary left by a killed writer is removed by the next write to the same target,
-  once its writer's pid is gone (or it is a week old); a live writer's temporary is never touched.
-  Replacing a folder moves the old one aside for an instant (``.{name}.{pid}.{random}.old``); if
-  the writer dies in that instant, the next write to the target first puts the old folder back.
-  Liveness is a pid check on this machine: do not write one target from two machines at once.
+  ``0o777 & ~umask``), not mkstemp's ``0o600``, even when the writer makes its file private
+  (safetensors' ``save_file`` does); files in a folder get the same (execute bits kept).
+* Errors: on any exception, ``KeyboardInterrupt`` included, the temporary is removed and the target
+  keeps its old content (or stays absent).
+* Crashes: a temporary left by a killed writer is removed by the next write to the same target once
+  its writer's pid is gone (or it is a week old); a live writer's temporary is never touched.
+  Replacing a folder moves the old one aside for an instant (``.{name}.{pid}.{random}.old``); if the
+  writer dies then, the next write puts it back first. Liveness is a pid check on this machine: do
+  not write one target from two machines at once.
 
 Example:
 
@@ -104,12 +104,10 @@ def atomic_path(
 
     For writers that need a file name (``save_file``, ``torch.save``, ``np.save``, ``savefig``,
     ``to_csv``). The temporary exists (empty) when the block starts; if the block raises, it is
-    removed and ``path`` is left as it was. ``size`` (bytes, if known) is checked against the
-    free space first. A full disk or a file-size limit reads as one :class:`LeadTermsError`
-    naming the path and the space needed. When ``path`` is a character device or a FIFO
-    (``/dev/null``, a named pipe), the content is streamed to it when the block ends, as
-    ``> path`` would, and the special file is never replaced.
-    """
+    removed and ``path`` is left as it was. ``size`` (bytes, if known) is checked against the free
+    space first; a full disk or a file-size limit reads as one :class:`LeadTermsError` naming the
+    path and the space needed. A character device or FIFO ``path`` (``/dev/null``, a named pipe) is
+    streamed to when the block ends, as ``> path`` would, never replaced."""
     target = _target(path, parents, folder=False)
     if is_special(target):
         with streamed(target) as tmp:

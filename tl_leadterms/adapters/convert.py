@@ -289,26 +289,25 @@ def to_paper(
     """A model's weights in the paper's notation: ``W_O``, ``V[l]``, ``W[l]``, ``P[l]``.
 
     Args:
-        model: a :class:`~transformer_lens.HookedTransformer` (the paper model, an
-            attention-only model, or a full model: GPT-2, Pythia, Llama-style with grouped-query
-            attention, ...) or a TransformerBridge in compatibility mode, causal. MLPs are not
-            part of the maps (attention paths only) unless ``input_map="extended"``.
-        fold_ln: fold unfolded LayerNorm / RMSNorm (``normalization_type`` ``"LN"``/``"RMS"``)
-            into the maps on the fly, as ``HookedTransformer.process_weights_(fold_ln=True)``
-            would: ``ln1.w`` scales the rows of ``W_Q, W_K, W_V``, ``ln_final.w`` those of
-            ``W_U``, and for LayerNorm the reading weights are centred over ``d_model``. The
-            model is not modified. Already-folded models (``"LNPre"``/``"RMSPre"``) are used
-            as they are (LNPre still centres). The norms' ``1/σ`` scale is ignored; LN biases
-            and attention / unembedding biases are left out of ``W_O``, ``V`` and ``W``
-            (``metadata["biases_ignored"]`` lists the nonzero ones) but enter rotary ``P``.
-        token_weights: ``[d_vocab]`` token frequencies or counts (e.g. unigram counts mapped
-            to the model's token ids) for the mean query/key vectors of the rotary ``P``
+        model: a :class:`~transformer_lens.HookedTransformer` (the paper model, an attention-only
+            model, or a full model: GPT-2, Pythia, Llama-style with grouped-query attention, ...) or
+            a TransformerBridge in compatibility mode, causal. MLPs are not part of the maps
+            (attention paths only) unless ``input_map="extended"``.
+        fold_ln: fold unfolded LayerNorm / RMSNorm (``"LN"``/``"RMS"``) into the maps on the fly, as
+            ``HookedTransformer.process_weights_(fold_ln=True)`` would: ``ln1.w`` scales the rows
+            of ``W_Q, W_K, W_V``, ``ln_final.w`` those of ``W_U``, and LayerNorm centres them
+            over ``d_model`` (:mod:`~tl_leadterms.adapters.folding`; the model is not modified).
+            Already-folded models (``"LNPre"``/``"RMSPre"``) are used as they are (LNPre still
+            centres). The norms' ``1/σ`` scale is ignored; LN, attention and unembedding biases
+            are left out of ``W_O``, ``V`` and ``W`` (``metadata["biases_ignored"]`` lists the
+            nonzero ones) but enter rotary ``P``.
+        token_weights: ``[d_vocab]`` token frequencies or counts (e.g. unigram counts mapped to the
+            model's token ids) for the mean query/key vectors of the rotary ``P``
             (:mod:`tl_leadterms.adapters.rotary`); ``None`` = uniform. Unused by other models.
-        input_map: ``"embed"`` (``W_E``) or ``"extended"``: layers ``l ≥ 1`` and ``W_O`` read
-            each token through its residual stream after block 0 on a length-1 input
-            (:func:`tl_leadterms.adapters.extended.extended_embedding`: one batched pass over
-            the vocabulary, ``d_vocab × d_model`` memory); layer 0 still reads ``W_E``, which
-            is its actual input. Not available for the paper model.
+        input_map: ``"embed"`` (``W_E``) or ``"extended"``: layers ``l ≥ 1`` and ``W_O`` read each
+            token through its residual stream after block 0 on a length-1 input
+            (:func:`tl_leadterms.adapters.extended.extended_embedding`); layer 0 still reads
+            ``W_E``, its actual input. Not available for the paper model.
 
     Returns:
         :class:`PaperWeights` with one entry per QUERY head (``pw.kv_group`` names each

@@ -1,18 +1,15 @@
 """The "extended embedding": each vocabulary token's residual stream after block 0.
 
 For models with MLPs the field often reads later layers through the *extended* (or *effective*)
-embedding instead of ``W_E``: the residual stream after block 0 when the token is the whole input,
-``x_v = resid_post⁰([v])`` — the embedding (times any embedding scale, plus ``W_pos[0]`` for
-learned positions), block 0's attention on the length-1 sequence (which can only attend to the
-token itself) and block 0's MLP, with LayerNorms, biases and gating exactly as the model runs
-them. It is computed by the model's own forward pass (``stop_at_layer=1``) on batches of
-length-1 sequences.
+embedding instead of ``W_E``: ``x_v = resid_post⁰([v])``, the residual stream after block 0 when the
+token is the whole input — the embedding (times any embedding scale, plus ``W_pos[0]`` for learned
+positions), block 0's attention on the length-1 sequence (the token itself) and block 0's MLP, with
+LayerNorms, biases and gating exactly as the model runs them, computed by the model's own forward
+pass (``stop_at_layer=1``).
 
-Cost: ``d_vocab`` one-token forward passes through the embedding and block 0 (batched,
-``batch_size`` tokens at a time: activation memory ``batch_size × d_mlp``), and a
-``[d_vocab, d_model]`` result in the model's dtype — e.g. 50k × 768 floats ≈ 150 MiB for
-GPT-2 small, computed once per ``to_paper`` call.
-"""
+Cost: ``d_vocab`` one-token forward passes, batched ``batch_size`` tokens at a time (activation
+memory ``batch_size × d_mlp``), and a ``[d_vocab, d_model]`` result in the model's dtype (50k × 768
+floats ≈ 150 MiB for GPT-2 small), once per ``to_paper`` call."""
 
 from typing import Any
 

@@ -22,8 +22,6 @@ from tl_leadterms.adapters.view import ModelView
 
 __all__ = ["FoldedWeights", "kv_groups"]
 
-READING = ("W_Q", "W_K", "W_V")
-
 
 def kv_groups(cfg: Any) -> list[int]:
     """The key/value group of each query head: ``h // (n_heads // n_kv_heads)``.

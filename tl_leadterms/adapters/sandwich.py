@@ -1,15 +1,15 @@
 """Per-head maps that share their outer factors: ``M_h = L · A_h · B_h · R``.
 
-Every query-key and value map of a model with embeddings has this shape: ``L`` is the layer's
-input map (``W_E``, restricted to the kept tokens), ``R`` its output map (``W_U`` or ``Lᵀ``) and
+Every query-key and value map of a model with embeddings has this shape: ``L`` is the layer's input
+map (``W_E``, restricted to the kept tokens), ``R`` its output map (``W_U`` or ``Lᵀ``) and
 ``A_h B_h`` a ``d_model × d_model`` core of rank ``d_head`` (``W_V^h W_O^h``, or
 ``W_Q^h W_K^hᵀ / scale``). Against a dense ``k × k`` statistic ``T``,
 
     ⟨L A_h B_h R, T⟩ = ⟨A_h B_h, Lᵀ T Rᵀ⟩        ‖L A_h B_h R‖² = Σ (A_hᵀ G_L A_h) ⊙ (B_h G_R B_hᵀ)
 
-with ``G_L = LᵀL`` and ``G_R = R Rᵀ``. The projection ``Lᵀ T Rᵀ`` (``d_model × d_model``, cost
+with ``G_L = LᵀL`` and ``G_R = R Rᵀ``. The projection ``Lᵀ T Rᵀ`` (``d_model × d_model``,
 ``O(k²·d_model)``) is shared by every head of every layer that reads through the same ``L`` and
-``R``; after it, each head costs ``O(d_model²·d_head)`` instead of ``O(k²·d_head)``.
+``R``; after it each head costs ``O(d_model²·d_head)`` instead of ``O(k²·d_head)``.
 
 Example:
     >>> import torch
@@ -97,12 +97,10 @@ class Sandwich:
         """``[n, h]``: ``⟨M_h, T_j⟩`` per head for ``n`` projections ``project(T_j, left, right)``
         (a sequence of ``[d, e]``, or one ``[n, d, e]`` tensor, read in place).
 
-        Each head's core ``A_h B_h`` (``d × e``) is formed once and dotted with every
-        projection, ``O(h·d·r·e + n·h·d·e)`` in all, where ``n`` calls of
-        :meth:`inner_projected` cost ``O(n·h·d·r·e)`` (a basis of several maps, or the
-        relabelled leading terms of a permutation null). Cores and stacked projections are
-        formed a bounded number of elements at a time.
-        """
+        Each head's core ``A_h B_h`` (``d × e``) is formed once and dotted with every projection:
+        ``O(h·d·r·e + n·h·d·e)`` in all, against ``O(n·h·d·r·e)`` for ``n`` calls of
+        :meth:`inner_projected` (a basis of several maps, or a null's relabelled leading terms).
+        Cores and stacked projections are formed a bounded number of elements at a time."""
         A, B = self.A.to(_ACC), self.B.to(_ACC)
         h, d, _ = A.shape
         e = B.shape[-1]

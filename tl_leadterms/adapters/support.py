@@ -1,11 +1,8 @@
 """Which model objects the analyses can read correctly, and one clear refusal for the rest.
 
-A model the adapters do not know how to read must never produce numbers. Every entry point
-that reads a model calls :func:`check_supported` first; it returns the model's read-only view
-(:func:`tl_leadterms.adapters.view.model_view`): a HookedTransformer, the paper model, or a
-TransformerBridge in compatibility mode (its placeholder ``cfg.attn_scale = -1.0``, grouped
-keys, rotary tables and hook names are read where the bridge keeps them).
-"""
+A model the adapters cannot read exactly must never produce numbers: every entry point that reads a
+model calls :func:`check_supported` first, which returns the model's read-only view
+(:func:`tl_leadterms.adapters.view.model_view`)."""
 
 from typing import Any
 
@@ -20,12 +17,9 @@ __all__ = ["check_finite", "check_supported"]
 def check_supported(model: Any, *, caller: str) -> ModelView:
     """The view of ``model``, or a :class:`LeadTermsError` unless the adapters read it exactly.
 
-    Supported: a TransformerLens ``HookedTransformer`` (the paper model is one) whose
-    ``cfg.attn_scale`` is a positive score divisor, and a ``TransformerBridge`` in
-    compatibility mode of an architecture whose attention scale and rotary tables the view
-    reads. Refused, each naming the fix: any other class, a non-positive ``attn_scale`` while
-    ``use_attn_scale`` is on, a bridge outside compatibility mode or of an unreadable
-    architecture; and any model with a weight that holds NaN or inf (:func:`check_finite`).
+    What is read and what is refused (each refusal naming the fix) is
+    :func:`~tl_leadterms.adapters.view.model_view`'s rule; a model with a weight that holds NaN or
+    inf is refused too (:func:`check_finite`).
 
     Example:
         >>> from tl_leadterms.models.paper import paper_model

@@ -164,11 +164,10 @@ def stats_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def offload_folder(output: Path) -> Path:
-    """Where Φ̄ waits during pass two (one ``[k, k]`` table less at the peak): beside the
-    output, on its file system. Folders of ``-o`` that do not exist yet are created when the
-    file is written (as for every output), so until then the nearest folder above that exists
-    takes the temporary and a run that fails leaves no empty folders behind; a special file
-    such as /dev/null has no folder of ours: the system's temporary one.
+    """Where Φ̄ waits during pass two: beside the output, on its file system. Until the folders of
+    ``-o`` are created (when the file is written), the nearest existing folder above takes the
+    temporary, so a failed run leaves no empty folders; a special file such as /dev/null has no
+    folder of ours: the system's temporary one.
 
     >>> offload_folder(Path("/no/such/folder/s.safetensors"))
     PosixPath('/')

@@ -1,14 +1,9 @@
-"""``tl-leadterms top``: the tokens most associated with given tokens, read from a statistics
-file.
+"""``tl-leadterms top``: the tokens most associated with given tokens, read from a statistics file.
 
-It reads only what the query needs (one row: a slice of the sparse counts for the bigram and
-interchangeability lists, a mask row and values of a packed table for context and attention;
-and the column totals the file records for the scoring), each tensor verified against its
-checksum, with the standard library and ``tokenizers`` alone
-(:mod:`tl_leadterms.stats.filetop`): no numpy, no torch, no TransformerLens. The tokenizer is
-the one the file records (its saved folder), unless ``--tokenizer`` names another. Lists that
-reader does not cover (Ḡ, PPMI of Σ_B̄, block files) go through :meth:`CorpusStats.top`, which
-gives the same lists.
+It reads only the row the query needs and the file's column totals, verified, with the standard
+library and ``tokenizers`` alone (:mod:`tl_leadterms.stats.filetop`); lists that reader does not
+cover (Ḡ, PPMI of Σ_B̄, block files) go through :meth:`CorpusStats.top`, which gives the same lists.
+The tokenizer is the one the file records (its saved folder), unless ``--tokenizer`` names another.
 """
 
 import argparse

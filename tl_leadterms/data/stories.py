@@ -1,20 +1,19 @@
 """A seeded generator of simple English children's stories with planted associations.
 
-This is the package's own default corpus. Every word list and sentence template below was
-written for ``tl_leadterms``; no third-party text is copied. Stories are simple children's
-stories (characters, feelings, places, objects, actions, dialogue) that carry three kinds of
-association, strong in the corpus statistics and listed in :data:`PLANTED`:
+The package's own default corpus: every word list and sentence template was written for
+``tl_leadterms`` (no third-party text). Stories (characters, feelings, places, objects, actions,
+dialogue) carry three kinds of association, strong in the corpus statistics and listed in
+:data:`PLANTED`:
 
-* **bigram**: a planted adjective is only ever followed by a few nouns (``"red"`` -> ball,
-  car, dress, balloon, truck);
-* **interchangeable**: he/she (and they), the names and the emotion words fill the same slots
-  with the same frequencies (a character's gender is a fair coin; names, emotions uniform);
-* **context**: each story has a setting whose place word (``"pond"``) comes in the first
-  sentences and often after, and whose topic words (``"fish"``, ``"duck"`` ...) are scattered
-  over the whole story and occur in no other setting.
+* **bigram**: a planted adjective is only ever followed by a few nouns (``"red"`` -> ball, car,
+  dress, balloon, truck);
+* **interchangeable**: he/she (and they), the names and the emotion words fill the same slots with
+  the same frequencies (a character's gender is a fair coin; names, emotions uniform);
+* **context**: each story has a setting whose place word (``"pond"``) comes in the first sentences
+  and often after, and whose topic words (``"fish"``, ``"duck"`` ...) are scattered over the whole
+  story and occur in no other setting.
 
-A story is one line (no newline); :func:`write_corpus` separates stories by a blank line.
-"""
+A story is one line (no newline); :func:`write_corpus` separates stories by a blank line."""
 
 from __future__ import annotations
 
@@ -364,9 +363,8 @@ def write_corpus(
 ) -> Path:
     """Write ``generate_stories(n_stories, seed=seed, ...)`` to ``path`` as UTF-8, atomically.
 
-    Stories are separated by a blank line (``"\\n\\n"``); the file ends with a newline. The text
-    goes to a temporary file in the same directory, which then replaces ``path``, so readers
-    never see a half-written corpus.
+    Stories are separated by a blank line (``"\\n\\n"``); the file ends with a newline. Readers
+    never see a half-written corpus (:mod:`tl_leadterms.atomic`).
 
     Returns:
         The path written.

@@ -1,26 +1,22 @@
 """Word-level and byte-level BPE tokenizers, wrapped for ``transformers`` and TransformerLens.
 
-The word-level tokenizer is the one the paper uses on TinyStories: text is lower-cased (after
-Unicode NFC composition), every maximal run of letters is one token, every other
-non-whitespace character is a token of its own (``"don't!"`` -> ``don ' t !``), and whitespace
-is dropped. The vocabulary is the special tokens plus the most frequent words; anything else
-maps to ``[UNK]``.
+The word-level tokenizer is the paper's on TinyStories: text is NFC-composed and lower-cased, every
+maximal run of letters is one token, every other non-whitespace character is a token of its own
+(``"don't!"`` -> ``don ' t !``), and whitespace is dropped. The vocabulary is the special tokens
+plus the most frequent words; anything else maps to ``[UNK]``.
 
-Both trainers return a :class:`transformers.PreTrainedTokenizerFast` with ``unk_token="[UNK]"``
-and ``eos_token = bos_token = pad_token = "[EOS]"``: one separator token serves as
-end-of-story, beginning-of-sequence and padding, as in GPT-2-style models (padding positions
-are masked by the attention mask, so sharing the id is harmless). The wrapper is built with
-``add_bos_token=True``: calling it with the default ``add_special_tokens=True`` prepends
-``[EOS]`` as BOS, and TransformerLens's ``HookedTransformer(cfg, tokenizer=tok)`` uses it as
-is (without the flag it would reload the tokenizer by ``name_or_path``, which an in-memory
-tokenizer does not have). :func:`tokenize_documents` never adds BOS. Both save and load
-offline with ``save_pretrained`` / ``PreTrainedTokenizerFast.from_pretrained``.
+Both trainers return a :class:`transformers.PreTrainedTokenizerFast` with ``unk_token="[UNK]"`` and
+``eos_token = bos_token = pad_token = "[EOS]"``: one separator serves as end-of-story,
+beginning-of-sequence and padding, as in GPT-2-style models (padding is masked, so sharing the id is
+harmless). It is built with ``add_bos_token=True``, so calls with ``add_special_tokens=True``
+prepend ``[EOS]`` and ``HookedTransformer(cfg, tokenizer=tok)`` uses it as is (it would otherwise
+reload it by ``name_or_path``, which an in-memory tokenizer lacks); :func:`tokenize_documents` never
+adds BOS. Both save and load offline with ``save_pretrained`` /
+``PreTrainedTokenizerFast.from_pretrained``.
 
-Texts are trained on and encoded :data:`PIECE` characters at a time: a longer document (a file
-with no blank line, or no line break at all) is cut by :func:`text_pieces` at the start of a
-word, so memory follows a piece, not the document (the ``tokenizers`` library keeps a few
-hundred bytes per character of a text it encodes).
-"""
+Texts are trained on and encoded :data:`PIECE` characters at a time, cut by :func:`text_pieces`
+where a word starts, so memory follows a piece, not the document (the ``tokenizers`` library keeps a
+few hundred bytes per character of a text it encodes)."""
 
 from __future__ import annotations
 
@@ -61,11 +57,10 @@ _NOT_WHITE_SPACE = "\x1c\x1d\x1e\x1f"  # str.isspace() but not Unicode White_Spa
 def word_tokenize(text: str) -> list[str]:
     """Pure-Python reference of the word-level split (no vocabulary, no ``[UNK]``).
 
-    NFC-compose and lower-case ``text``; then each maximal run of letters (Unicode category
-    ``L*``, i.e. ``str.isalpha``) is a token, each other non-whitespace character is a token,
-    and whitespace (Unicode ``White_Space``) is dropped. It agrees with the tokenizers pipeline
-    on every character assigned in Python's Unicode database (the Rust library may know newer
-    letters).
+    NFC-compose and lower-case ``text``; each maximal run of letters (``str.isalpha``) is a token,
+    each other non-whitespace character is a token, and whitespace (Unicode ``White_Space``) is
+    dropped. It agrees with the tokenizers pipeline on every character Python's Unicode database
+    assigns (the Rust library may know newer letters).
 
     Examples:
         >>> word_tokenize("Don't  go!\\nCafé 42")
@@ -95,13 +90,12 @@ def _check_texts(texts: Any, what: str) -> list[str]:
 
 
 def text_pieces(text: str, size: int = PIECE) -> Iterator[str]:
-    """``text`` in pieces of at most ``size`` characters, each cut just before the last
-    whitespace character of the piece that a non-whitespace one follows (where a word starts,
-    with the space before it); a piece with no such place, one word longer than ``size``, is
-    cut at ``size`` characters. Whitespace is ASCII's; a cut is between characters, never
-    inside one. Where the pre-tokenizer splits before whitespace, as the word-level one and
-    GPT-2's byte-level BPE do (a word keeps the one space before it), the pieces encode to the
-    ids of the whole text; a word longer than ``size`` is split in two.
+    """``text`` in pieces of at most ``size`` characters, each cut just before the last whitespace
+    character that a non-whitespace one follows (where a word starts, with its space); a piece with
+    no such place is cut at ``size`` characters. Whitespace is ASCII's; a cut is never inside a
+    character. Where the pre-tokenizer splits before whitespace (the word-level one, GPT-2's
+    byte-level BPE), the pieces encode to the ids of the whole text, but a word longer than ``size``
+    is split in two.
 
     >>> list(text_pieces("the cat  sat", 6)), list(text_pieces("abcdefgh", 3))
     (['the', ' cat ', ' sat'], ['abc', 'def', 'gh'])

@@ -1,12 +1,10 @@
 """`corpus_stats` on Ray: one task per shard for each pass, accumulators merged as a tree.
 
-The passes are driven by :func:`tl_leadterms.stats.driver.run_passes`, the same driver as on
-one machine; :class:`RayExecutor` is where they run. It lists the shards, submits one task per
-shard, and merges the returned accumulators pairwise in Ray tasks (a binary tree fixed by the
-shard order, so the sums are reproducible). Between the passes the driver forms Ḡ = Σ_B̄Φ̄ from
-the merged counts and the executor puts it once into the object store; every pass-two task gets
-its ObjectRef. The driver holds the ``[k, k]`` results, never the corpus.
-"""
+The passes are driven by :func:`tl_leadterms.stats.driver.run_passes`, as on one machine;
+:class:`RayExecutor` submits one task per shard and merges the returned accumulators pairwise in Ray
+tasks (a binary tree fixed by the shard order, so the sums are reproducible), and puts the driver's
+Ḡ once into the object store for pass two. The driver holds the ``[k, k]`` results, never the corpus
+(docs/guides/distributed.md)."""
 
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -53,10 +51,8 @@ class _Pass:
         """``ray.get`` with a shard's failure as one LeadTermsError line.
 
         The other shards' tasks are not cancelled: they are short and pure, their results are
-        dropped with their refs (a local Ray started here is shut down at once), and cancelling
-        tasks while their replies arrive can abort the driver (a failed internal check in
-        Ray's task manager, seen with Ray 2.x here).
-        """
+        dropped with their refs, and cancelling tasks while their replies arrive can abort the
+        driver (a failed internal check in Ray 2.x's task manager)."""
         try:
             return self.ray.get(refs)
         except self.ray.exceptions.RayTaskError as err:

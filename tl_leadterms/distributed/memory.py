@@ -1,25 +1,23 @@
 r"""The memory plan of a Ray run: what the driver holds and what each shard task holds.
 
-As on one machine (:mod:`tl_leadterms.stats.memory`) the tables are ``[k, k]``, so the plan
-depends on ``k``, the dtypes and the statistics asked for, not on the corpus. With
-``D = k²·bytes(dtype)`` and ``A = 8k²`` (shards always sum in float64):
+As on one machine (:mod:`tl_leadterms.stats.memory`) the plan depends on ``k``, the dtypes and the
+statistics asked for, not on the corpus. With ``D = k²·bytes(dtype)`` and ``A = 8k²`` (shards always
+sum in float64):
 
 * a pass-one task holds its accumulation table ``A``, its sparse bigram counts and one batch;
-* a pass-two task holds its Q̄ table ``A``, its own copy of Ḡ (``D``, copied once from the
-  object store's shared copy) and one batch;
-* the driver holds the merged table ``A`` of each pass and the results: Φ̄ (``D``, plus ``A``
-  while it is rounded when ``D ≠ A``), Ḡ (``D``, and ``D`` more in the object store on its node
-  while pass two runs) and Q̄ (``A``, rounded to ``D``).
+* a pass-two task holds its Q̄ table ``A``, its own copy of Ḡ (``D``, copied once from the object
+  store's shared copy) and one batch;
+* the driver holds the merged table ``A`` of each pass and the results: Φ̄ (``D``, plus ``A`` while
+  it is rounded when ``D ≠ A``), Ḡ (``D``, and ``D`` more in the object store on its node while pass
+  two runs) and Q̄ (``A``, rounded to ``D``).
 
-Each task asks Ray for its estimate as the ``memory`` resource, so a node never runs more shard
-tasks at once than its memory holds, and a task larger than every node is refused before any
-work starts. The driver's estimate is checked against the memory of the machine it runs on.
-Shared-memory copies of shipped tables in the workers' object stores are not counted.
-
-A local Ray's processes inherit the driver's address-space limit (``ulimit -v``): its raylet
-maps the object store, 30% of the free memory by Ray's default, and its processes about
-:data:`RAY_PROCESSES` more, so :func:`check_local_ray` refuses to start one under a lower limit
-(Ray would time out starting its node).
+Each task asks Ray for its estimate as the ``memory`` resource, and a task larger than every node is
+refused before any work starts; the driver's estimate is checked against its machine's memory.
+Shared-memory copies of shipped tables in the workers' object stores are not counted. A local Ray's
+processes inherit the driver's ``ulimit -v``: its raylet maps the object store (30% of the free
+memory by Ray's default) and its processes about :data:`RAY_PROCESSES` more, so
+:func:`check_local_ray` refuses to start one under a lower limit (Ray would time out starting its
+node).
 
 Example:
 

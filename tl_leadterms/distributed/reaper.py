@@ -1,18 +1,15 @@
 """Processes of a local Ray cluster whose driver was killed (SIGKILL): found and stopped.
 
-A driver that ends normally, on an error, on Ctrl-C or on SIGTERM shuts its local Ray down
-(:func:`~tl_leadterms.distributed.cluster.ray_session`). SIGKILL cannot be caught: Ray's raylet
-and workers then die with the driver, but its dashboard and runtime-env agents are re-parented to
-init and keep running (seen with Ray 2.60). So when a local cluster has started, the driver
-records the processes it started in a small file; the next :func:`reap` (every local
-``ray_session`` calls it) stops the recorded processes of every driver that is gone.
-
-A record is trusted only when it is ours: a regular file of the current user's in
-:data:`RECORDS`, a folder of the user's own with mode 0700 (created so; any other is refused).
-Each process is recorded by pid, start time and executable (from ``/proc``), read again with its
-owner before any signal: a reused pid, another program's or another user's process is never
-signalled. Linux only (``/proc``); elsewhere recording and reaping do nothing.
-"""
+A driver that ends in any way Python can catch shuts its local Ray down
+(:func:`~tl_leadterms.distributed.cluster.ray_session`); after a SIGKILL, Ray's dashboard and
+runtime-env agents are re-parented to init and keep running (Ray 2.60). So a driver that started a
+local cluster records its processes (pid, start time, executable, from ``/proc``) in a small file,
+and the next :func:`reap` (every local ``ray_session`` calls it) stops those of every driver that is
+gone. A record is trusted only when it is a regular file of the current user's in :data:`RECORDS`, a
+folder of the user's own with mode 0700, and each process is identified again with its owner before
+any signal: a reused pid, another program's or another user's process is never signalled
+(docs/guides/reliability.md#round-3-hostile-neighbours-silent-ports-huge-lines). Linux only;
+elsewhere recording and reaping do nothing."""
 
 import contextlib
 import json

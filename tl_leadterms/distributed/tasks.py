@@ -1,12 +1,10 @@
 """What one Ray task does: pure functions of a shard (run again after a crash, same result).
 
 Each function reads its shard's windows, feeds them through a fresh accumulator of
-:mod:`tl_leadterms.stats` and returns it with a small info dict. Nothing here touches shared
-state, so a task that Ray retries after its worker died adds its shard exactly once: only the
-value of the attempt that finished is ever merged. Any error while reading or counting a shard
-becomes one :class:`LeadTermsError` line naming the shard (the driver does not retry those).
-The driver wraps these functions with ``ray.remote``; this module does not import Ray.
-"""
+:mod:`tl_leadterms.stats` and returns it with a small info dict. Nothing touches shared state, so a
+task Ray retries after its worker died adds its shard exactly once. Any error while reading or
+counting a shard becomes one :class:`LeadTermsError` line naming the shard (not retried). The driver
+wraps these with ``ray.remote``; this module does not import Ray."""
 
 import time
 from collections.abc import Iterator

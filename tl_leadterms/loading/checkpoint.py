@@ -1,11 +1,8 @@
-"""`load_model`: any checkpoint TransformerLens can convert, as a HookedTransformer.
+"""`load_model`: any checkpoint TransformerLens can convert, as a HookedTransformer or bridge.
 
-A local Hugging Face folder of any architecture in :data:`ARCHITECTURES` (its config read by
-TransformerLens, or by :mod:`~tl_leadterms.loading.configs` where TransformerLens' reader
-fails on a local folder; its weights always converted by TransformerLens' ``convert_*_weights``),
-a step of a local checkpoint series (``checkpoint=``), or an official TransformerLens name
-(``HookedTransformer.from_pretrained``, online or from the cache).
-"""
+A local folder's config is read by TransformerLens, or by :mod:`~tl_leadterms.loading.configs` where
+TransformerLens' reader fails on a local folder; its weights are always converted by
+TransformerLens' ``convert_*_weights``."""
 
 import json
 import os
@@ -359,21 +356,17 @@ def load_model(
     - a series folder (:func:`~tl_leadterms.loading.series.train_neox_series`) with
       ``checkpoint=step``;
     - an official TransformerLens name such as ``"pythia-160m"`` (with ``checkpoint`` its
-      ``checkpoint_value``, or ``checkpoint_index``), through
-      ``HookedTransformer.from_pretrained`` or ``TransformerBridge.boot_transformers``: online,
-      or offline from the cache.
+      ``checkpoint_value``, or ``checkpoint_index``), through ``HookedTransformer.from_pretrained``
+      or ``TransformerBridge.boot_transformers``: online, or offline from the cache.
 
-    Under TransformerLens 4.x (no ``HookedTransformer``) the model is a ``TransformerBridge``
-    booted from the Hugging Face model (``boot_transformers(folder, hf_model=...,
-    tokenizer=...)``, routed by config.json) and put in compatibility mode with the same
-    processing (``enable_compatibility_mode(fold_ln=..., ...)``); a folder without a tokenizer
-    gets a stand-in one (the analyses see none). ``bridge=True`` asks for a bridge under TL 3.9
-    too. The processing applied is recorded in ``model.tl_leadterms_loading`` (``fold_ln``,
+    A bridge is booted from the Hugging Face model (routed by config.json) and put in compatibility
+    mode with the same processing; a folder without a tokenizer gets a stand-in one (the analyses
+    see none). The processing applied is recorded in ``model.tl_leadterms_loading`` (``fold_ln``,
     ``center_writing_weights``, ``center_unembed``, ``model_class``, ``compatibility_mode``,
-    ``transformer_lens_version``), which ``to_paper`` copies into its metadata.
-
-    ``center_unembed`` shifts every position's logits by a constant, so compare log-softmax
-    outputs with the Hugging Face model's (raw logits match when it is False).
+    ``transformer_lens_version``), which ``to_paper`` copies into its metadata
+    (docs/guides/bridge-facts.md#loading). ``center_unembed`` shifts every position's logits by a
+    constant: compare log-softmax outputs with the Hugging Face model's (raw logits match when it is
+    False).
 
     Args:
         path_or_name: a folder or a TransformerLens model name.
@@ -384,7 +377,7 @@ def load_model(
             as in ``HookedTransformer.from_pretrained``.
         checkpoint_index: a hub model's checkpoint by index (instead of ``checkpoint``).
         bridge: load a TransformerBridge (default: exactly when TransformerLens has no
-            HookedTransformer, i.e. 4.x).
+            HookedTransformer, i.e. 4.x; ``True`` under TL 3.9 too).
 
     Returns:
         A ``HookedTransformer`` or ``TransformerBridge`` in eval mode, with the folder's

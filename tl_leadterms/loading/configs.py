@@ -52,9 +52,8 @@ def gpt2(c: Any) -> dict[str, Any]:
     }
 
 
-def phi(c: Any) -> dict[str, Any]:
-    """``PhiForCausalLM``: LayerNorm, parallel attention and MLP, partial rotary."""
-    d_head = c.hidden_size // c.num_attention_heads
+def _rotary(c: Any, d_head: int) -> dict[str, Any]:
+    """The fields Phi and Gemma read alike from their Hugging Face configs (rotary, scaled)."""
     return {
         "d_model": c.hidden_size,
         "d_head": d_head,
@@ -62,15 +61,23 @@ def phi(c: Any) -> dict[str, Any]:
         "d_mlp": c.intermediate_size,
         "n_layers": c.num_hidden_layers,
         "n_ctx": c.max_position_embeddings,
-        "eps": c.layer_norm_eps,
         "d_vocab": c.vocab_size,
-        "act_fn": c.hidden_act,
         "initializer_range": c.initializer_range,
-        "normalization_type": "LN",
         "positional_embedding_type": "rotary",
         "rotary_base": rope_setting(c, "rope_theta", 10000.0),
-        "rotary_dim": round(rope_setting(c, "partial_rotary_factor", 0.5) * d_head),
         "use_attn_scale": True,
+    }
+
+
+def phi(c: Any) -> dict[str, Any]:
+    """``PhiForCausalLM``: LayerNorm, parallel attention and MLP, partial rotary."""
+    d_head = c.hidden_size // c.num_attention_heads
+    return {
+        **_rotary(c, d_head),
+        "eps": c.layer_norm_eps,
+        "act_fn": c.hidden_act,
+        "normalization_type": "LN",
+        "rotary_dim": round(rope_setting(c, "partial_rotary_factor", 0.5) * d_head),
         "parallel_attn_mlp": True,
         "default_prepend_bos": False,
     }
@@ -81,21 +88,11 @@ def gemma(c: Any) -> dict[str, Any]:
     scaled by √d_model (also in the converter), gated MLP, multi-query attention."""
     d_head = c.head_dim or c.hidden_size // c.num_attention_heads
     return {
-        "d_model": c.hidden_size,
-        "d_head": d_head,
-        "n_heads": c.num_attention_heads,
-        "d_mlp": c.intermediate_size,
-        "n_layers": c.num_hidden_layers,
-        "n_ctx": c.max_position_embeddings,
+        **_rotary(c, d_head),
         "eps": c.rms_norm_eps,
-        "d_vocab": c.vocab_size,
         "act_fn": getattr(c, "hidden_activation", None) or c.hidden_act,
-        "initializer_range": c.initializer_range,
         "normalization_type": "RMS",
-        "rotary_base": rope_setting(c, "rope_theta", 10000.0),
         "rotary_dim": d_head,
-        "positional_embedding_type": "rotary",
-        "use_attn_scale": True,
         # the converter needs it set even without grouping
         "n_key_value_heads": c.num_key_value_heads,
         "gated_mlp": True,

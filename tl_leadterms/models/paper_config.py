@@ -1,10 +1,8 @@
 """The paper model's configuration: the ``cfg`` attributes TransformerLens-style code reads.
 
-The paper model is a standalone :class:`transformer_lens.HookedRootModule` (a class kept in
-TransformerLens 3.9 and 4.x), so it cannot use ``HookedTransformerConfig`` (gone in 4.0). This
-small dataclass carries the same attribute names and values for everything that describes the
-paper model, so code written against a HookedTransformer's ``cfg`` reads it unchanged.
-"""
+The paper model is a standalone :class:`transformer_lens.HookedRootModule`, so it cannot use
+``HookedTransformerConfig`` (gone in TL 4.0); this dataclass carries the same attribute names and
+values, so code written against a HookedTransformer's ``cfg`` reads it unchanged."""
 
 from dataclasses import asdict, dataclass, field
 from typing import Any

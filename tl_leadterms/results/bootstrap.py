@@ -10,36 +10,25 @@ two exact):
 
 * ``lo``, ``hi``: the interval, inside the score's range ``[−1, 1]``, of non-zero width
   whenever the resamples vary;
-* ``corrected``: the estimate of the distribution-level score the interval is built around,
-  bias-corrected, always between ``lo`` and ``hi`` (a cosine computed from noisy statistics is
-  biased towards 0, often by more than its spread: the raw score can then lie outside a correct
-  interval, so tables print the interval beside ``corrected``, not beside the raw score).
+* ``corrected``: the bias-corrected estimate of the distribution-level score the interval is built
+  around, always between ``lo`` and ``hi`` (tables print the interval beside it, not beside the raw
+  score, which can lie outside a correct interval);
 * ``noise_share`` (:func:`~tl_leadterms.results.intervals.noise_share`; ``decompose`` and
-  ``head_atlas``): the sample's noise against what the score measures. From
-  :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on much of the distance from 1 may be
-  noise and the interval is wide; tables mark it (:mod:`tl_leadterms.results.marks`).
+  ``head_atlas``): the sample's noise against what the score measures; from
+  :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on tables mark the interval
+  (:mod:`tl_leadterms.results.marks`).
 
-What the interval covers: the score of the model against the statistics of the whole
-distribution the windows were drawn from, for a model that did not learn these windows. That
-holds when the statistics are another sample than the model's training windows (held-out
-windows; another corpus of the same text). When they ARE the training windows the scores are
-exact for that data and no interval is added: ``metadata["ci"]`` holds ``interval: None`` and the
-one-line reason (:mod:`tl_leadterms.results.population` decides which case it is, from the
-windows' fingerprints or ``population=``).
-
-The interval of a column of resample scores, by each method (``BootstrapSpec(method=...)``,
-default ``"inverted"``: for decompose's cosines it inverts the distribution of the sample's
-angle, reading where each resample put the row's target; other scores get ``"shifted"``), the
-small-sample expansion, and how often each covers the truth:
-:mod:`tl_leadterms.results.intervals`.
+The interval covers the model's score against the statistics of the whole distribution the windows
+were drawn from, for statistics of another sample than the model's training windows. Of the training
+windows the scores are exact and no interval is added: ``metadata["ci"]`` holds ``interval: None``
+and the one-line reason (:mod:`tl_leadterms.results.population` decides;
+docs/guides/intervals.md#which-question-a-score-answers). The methods, the small-sample expansion
+and their coverage: :mod:`tl_leadterms.results.intervals`.
 
 The model side is computed once; each resample only rebuilds the theory side (its basis maps,
-Gram matrices and projections). How a resample's statistics are formed is documented in
-:mod:`tl_leadterms.stats.blocks`. The resamples themselves are computed once per
-``BlockStats`` and set of draws: from the second analysis on the same blocks and draws (of other
-maps) their pass two is kept with the blocks (up to :data:`RESAMPLE_CACHE_BYTES`), and later
-analyses rebuild only pass one's sums (:meth:`Bootstrap.resamples`).
-"""
+Gram matrices and projections), from statistics formed as :mod:`tl_leadterms.stats.blocks`
+documents; their pass two is kept with the blocks from the second analysis on
+(:meth:`Bootstrap.resamples`)."""
 
 import math
 import weakref
@@ -83,8 +72,7 @@ class BootstrapSpec:
     :data:`METHODS` (default ``"inverted"``, see the module docstring); ``exact`` (default True):
     each resample's pass two with its own Ḡ, ``False`` for the first-order shortcut; ``expand``
     (default True): each side of the interval widened by ``t_ν/z`` for ``B`` blocks and ``R``
-    resamples (the
-    small-sample expansion of :mod:`~tl_leadterms.results.intervals`; not for ``"bca"``);
+    resamples (:func:`~tl_leadterms.results.intervals.expansion`; not for ``"bca"``);
     ``calibration`` (``"calibrated"`` only): ``(F, S)``, the bootstrap's own bootstrap of ``S``
     resamples of each of the first ``F`` resamples (``F ≤ resamples``)."""
 
@@ -180,20 +168,15 @@ class Bootstrap:
     def resamples(self) -> Iterator[CorpusStats]:
         """The statistics of every resample of :meth:`weights`, one at a time (:meth:`split`
         tells the ``R`` draws and the leave-one-out ones apart), computed on one thread
-        (:func:`~tl_leadterms.threads.one_thread` says why; torch's thread count is restored
+        (:func:`~tl_leadterms.threads.one_thread`; torch's thread count is restored
         when the iterator is exhausted or closed).
 
-        The expensive part of each, pass two (Q̄ and Δ, rerun over the drawn windows with the
-        resample's own Ḡ), is computed at most twice per ``BlockStats`` and set of draws (the
-        same seed, ``R``, leave-one-out and pass two, whatever the interval method): the second
-        analysis that asks for them keeps it with the blocks (while the whole set fits in
-        :data:`RESAMPLE_CACHE_BYTES`), and every later one reads it and rebuilds only pass
-        one's sums around it (Φ̄, B̄, B̄Φ̄ and Ḡ: block sums and two sparse products, to the
-        same numbers). Not the first: keeping a fresh table costs CPU time in page faults (on
-        this project's machine 1.1 ms a resample at k = 500, a fifth of the resample), which
-        an analysis run once on its blocks, the usual case, would pay for nothing; and pass
-        one's ``[k, k]`` tables are never kept, since keeping them costs about what summing
-        them again does (``benchmarks/bench_null_boot.py``)."""
+        Pass two (Q̄ and Δ, rerun over the drawn windows with the resample's own Ḡ) is computed at
+        most twice per ``BlockStats`` and set of draws (the same seed, ``R``, leave-one-out and pass
+        two, whatever the method): the second analysis that asks keeps it with the blocks (while the
+        set fits in :data:`RESAMPLE_CACHE_BYTES`), and every later one rebuilds only pass one's sums
+        around it, to the same numbers. Why not from the first analysis, and why pass one is never
+        kept: docs/guides/performance.md#the-null-and-the-bootstrap."""
         key = (self.spec.seed, self.spec.resamples, self._extras, self.exact)
         kept = _RESAMPLES.setdefault(self.blocks, {})
         weights = self.weights()

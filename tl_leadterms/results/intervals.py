@@ -7,70 +7,42 @@ and writes the columns into the rows.
 Methods (``BootstrapSpec(method=...)``; ``ŝ`` the full-corpus score, ``q`` the quantiles of
 the resamples' scores ``s*``):
 
-* ``"inverted"`` (the default): for a cosine with a resampled target (decompose's and
-  head_atlas's rows, which record each resample's ``‖T*‖²`` and ``⟨T̂, T*⟩``), the interval of
-  the truth's squared tangent ``λ = 1/s² − 1`` found by inverting the distribution of the
-  sample's: with each target scaled to a unit component along the map, a cosine is
-  ``1/sqrt(1 + |x_⊥|²)``, the sample's ``L = |x̂_⊥|²``, and a truth ``λ`` would give
-  ``λ + 2√λ·u + |e|²`` (``e`` the move of ``x_⊥`` a resample makes, ``u`` its component along
-  ``x̂_⊥``). The interval is every ``λ`` that puts ``L`` between the ``(1 ∓ level)/2``
-  quantiles of that over the resamples (their spread about its median widened by the
-  expansion below), mapped back to ``1/sqrt(1 + λ)``; ``corrected`` is the ``λ`` that puts
-  ``L`` at its median. The resamples' noise is added to a candidate truth, not to the noisy
-  sample: where the noise is as large as the angle (``noise_share`` near 1 or above) the
-  resamples spread wider around the sample than samples spread around the truth, and
-  ``"shifted"`` over-covers (95-97% at 90% for ``V``, ``W``, ``P`` over 3,000 held-out
-  samples at the issue size of the coverage benchmark), where this covers 93%; in the
-  Markov-chain simulation near 1 a median 93% against 99%.
-  Far from that regime the two agree. Scores without that geometry
-  (covariance similarity, the output's score), a column whose sign the resamples leave open,
-  and one whose sample lies closer to 1 than the resamples' noise alone would put a truth of
-  1 (no ``λ`` passes), get ``"shifted"``;
-* ``"shifted"``: the basic bootstrap on the raw scale, ``[2ŝ − q_hi, 2ŝ − q_lo]``
-  with ``corrected = 2ŝ − median(s*)``, translated back into ``[−1, 1]`` with its width kept
-  when it passes an end, ``corrected`` then staying at that end. Near a cosine of 1 a
-  resample's noise lowers the score by about the amount the sample's noise lowered the truth,
-  so the correction is additive on this scale; the boundary is met by moving the interval,
-  not by clipping it to nothing;
-* ``"calibrated"``: ``"shifted"`` of the scores moved and rescaled, for samples whose own
-  noise is large: ``corrected`` is the jackknife's bias-corrected estimate (from the ``B``
-  leave-one-block-out scores), and the resamples' spread is scaled by ``sqrt(var₁/var₂)``,
-  their variance over the mean variance of a second level of resamples (``S`` resamples of
-  each of the first ``F``, one block fewer from the blocks it drew:
-  ``BootstrapSpec(calibration=(F, S))``, default (6, 12)), since the sample's noise at the
-  centre of the resamples widens their spread beyond the sample's own. ``B + F·S`` more
-  evaluations. On held-out samples as small as the training sample (blocks cut at
-  documents) it put 4 of 8 cells of the population benchmark within 3 points of nominal
-  (``"shifted"`` on the same blocks: 2, over-covering by up to 10); where the spread is nearly
-  right already (the demo's held-out sample, 16 times the training one) it narrows too much
-  (4 of 8, ``W`` and ``P`` 4-8 points short; ``"shifted"``: 3);
-* ``"atanh"``, ``"log1m"``, ``"angle"``: the basic bootstrap on ``atanh(s)``, on ``log(1 − s)``
-  and on the angle ``arccos s`` (mapped back; the angle is clipped at 0);
-* ``"bca"``: bias-corrected and accelerated percentiles (bias ``z0`` from the share of
-  resamples below ``ŝ``, acceleration from the ``B`` leave-one-block-out scores, which cost
-  ``B`` more evaluations); ``corrected`` is its median-unbiased point (level 0);
+* ``"inverted"`` (the default): for a cosine with a resampled target (decompose's and head_atlas's
+  rows, which record each resample's ``‖T*‖²`` and ``⟨T̂, T*⟩``), the interval of the truth's
+  squared tangent ``λ = 1/s² − 1`` found by inverting the distribution of the sample's: with each
+  target scaled to a unit component along the map, a cosine is ``1/sqrt(1 + |x_⊥|²)``, the sample's
+  ``L = |x̂_⊥|²``, and a truth ``λ`` would give ``λ + 2√λ·u + |e|²`` (``e`` the move of ``x_⊥`` a
+  resample makes, ``u`` its component along ``x̂_⊥``). The interval is every ``λ`` that puts ``L``
+  between the ``(1 ∓ level)/2`` quantiles of that over the resamples (their spread about its median
+  widened by the expansion below), mapped back to ``1/sqrt(1 + λ)``; ``corrected`` is the ``λ`` that
+  puts ``L`` at its median. The resamples' noise is thus added to a candidate truth, not to the
+  noisy sample. Scores without that geometry (covariance similarity, the output's score), a column
+  whose sign the resamples leave open, and one whose sample lies closer to 1 than the resamples'
+  noise alone would put a truth of 1 (no ``λ`` passes), get ``"shifted"``;
+* ``"shifted"``: the basic bootstrap on the raw scale, ``[2ŝ − q_hi, 2ŝ − q_lo]`` with
+  ``corrected = 2ŝ − median(s*)``, translated back into ``[−1, 1]`` with its width kept when it
+  passes an end, ``corrected`` then staying at that end (moved, not clipped to nothing);
+* ``"calibrated"``: ``"shifted"`` of the scores moved and rescaled: ``corrected`` is the jackknife's
+  bias-corrected estimate (from the ``B`` leave-one-block-out scores), and the resamples' spread is
+  scaled by ``sqrt(var₁/var₂)``, their variance over the mean variance of a second level of
+  resamples (``S`` resamples of each of the first ``F``, one block fewer from the blocks it drew:
+  ``BootstrapSpec(calibration=(F, S))``, default (6, 12)). ``B + F·S`` more evaluations;
+* ``"atanh"``, ``"log1m"``, ``"angle"``: the basic bootstrap on ``atanh(s)``, on ``log(1 − s)`` and
+  on the angle ``arccos s`` (mapped back; the angle is clipped at 0);
+* ``"bca"``: bias-corrected and accelerated percentiles (bias ``z0`` from the share of resamples
+  below ``ŝ``, acceleration from the ``B`` leave-one-block-out scores, which cost ``B`` more
+  evaluations); ``corrected`` is its median-unbiased point (level 0);
 * ``"percentile"``: the resamples' quantiles; ``corrected`` is their median;
-* ``"basic"``: the raw basic interval clipped to ``[−1, 1]`` (the former default: near 1 it
-  collapses to ``[1, 1]``; kept for comparison).
+* ``"basic"``: the raw basic interval clipped to ``[−1, 1]`` (near 1 it collapses to ``[1, 1]``;
+  kept for comparison).
 
-Why ``"inverted"`` is the default, and how often each method covers the truth, is measured by
-the seeded simulation ``benchmarks/bench_coverage.py`` (``benchmarks/results/coverage.json``)
-and explained in ``docs/guides/intervals.md``: near 1 it covers a median 93% of the time at a
-nominal 90% where ``"shifted"`` covers 99% (wider than its level) and the unbounded scales,
-BCa and the percentiles a median 34-76%; away from 1 every method covers about the same,
-82-93% (medians 87-90%; BCa 77-85%); within 5 points of nominal in 30 of the 32 cells at 90%
-and all 32 at 95% over 240 repetitions (``"shifted"``: 20 and 29). Each resample draws
-``B − 1`` of the ``B`` blocks (:meth:`~tl_leadterms.stats.blocks.BlockStats.draw` says why).
-Quantiles of the resamples are Hyndman and Fan's type 8 (median-unbiased; :func:`_positions`
-says why not :func:`torch.quantile`'s linear rule, which reads the tails of 50 resamples
-6-9% too close to the median), and each side of the interval is then widened about
-``corrected`` by ``t_ν/z`` (:func:`expansion`; 1.10 at 90% for 16 blocks and 50 resamples),
-the small-sample expansion of a spread estimated from ``B`` blocks and read off ``R``
-resamples (Hesterberg's "expanded" bootstrap interval, its degrees of freedom those of the
-blocks and of the resamples' quantiles together; ``BootstrapSpec(expand=False)`` leaves it
-out, ``"bca"`` never has it). For a normal score, 10-50 blocks and 50-1000 resamples, the two
-put a basic interval at its level (90.0% and 95.2% for 16 blocks and 50 resamples, against
-86.9% and 91.9% with the linear rule and the blocks' ``t_{B−1}`` alone).
+Each resample draws ``B − 1`` of the ``B`` blocks
+(:meth:`~tl_leadterms.stats.blocks.BlockStats.draw`). Quantiles of the resamples are Hyndman and
+Fan's type 8 (median-unbiased, :func:`_positions`), and each side of the interval is then widened
+about ``corrected`` by ``t_ν/z`` (:func:`expansion`; ``BootstrapSpec(expand=False)`` leaves it out,
+``"bca"`` never has it). How often each method covers the truth, and why ``"inverted"`` is the
+default, is measured by the seeded ``benchmarks/bench_coverage.py``
+(``benchmarks/results/coverage.json``) and set out in docs/guides/intervals.md#the-method-and-why.
 
 >>> draws = torch.linspace(0.0, 0.5, 101, dtype=torch.float64)[:, None]
 >>> lo, hi, mid = interval(draws, 0.9, "percentile")
@@ -110,11 +82,10 @@ def noise_share(draws: Tensor, star_sq: Tensor, cross: Tensor, target_sq: Tensor
     """``[n]``: how large the sample's noise is against what a cosine measures, per column.
 
     A cosine ``ŝ = cos(M, T̂)`` is moved by the part of the target ``T̂`` off the map's
-    direction, ``‖T̂‖²(1 − ŝ²)``, and the sample's noise adds to that part. The share is the
-    noise a resample adds there, over that part: with ``d = T* − T̂`` the move of a resample's
-    target and ``d_⊥`` its part off the plane of ``M`` and ``T̂`` (what changes the target's
-    scale or its component along ``M`` is left out: a common rescaling of the statistics moves
-    no cosine),
+    direction, ``‖T̂‖²(1 − ŝ²)``, and the sample's noise adds to that part. With ``d = T* − T̂``
+    the move of a resample's target and ``d_⊥`` its part off the plane of ``M`` and ``T̂`` (a
+    common rescaling of the statistics moves no cosine, so scale and the component along ``M``
+    are left out),
 
         ``noise_share = mean over the resamples of ‖d_⊥‖² / (‖T̂‖²(1 − ŝ²))``.
 
@@ -122,12 +93,8 @@ def noise_share(draws: Tensor, star_sq: Tensor, cross: Tensor, target_sq: Tensor
     ``‖T*‖²``, ``cross`` the ``⟨T̂, T*⟩``; per column ``target_sq`` ``‖T̂‖²`` and ``estimate``
     ``ŝ``. ``+inf`` where ``ŝ = ±1``, NaN where a score is NaN.
 
-    Near 0 the resamples see the score's noise as the samples do. Where it approaches 1 the
-    noise is as large as the part it is added to: much of the distance from 1 is the sample's
-    own noise, and the resamples (centred on the noisy ``T̂``) spread wider than the samples do
-    around the truth. ``"shifted"``, which reads the resamples' spread as the sample's, is then
-    wider than its level (conservative); ``"inverted"`` (the default) adds the resamples' noise
-    to candidate truths instead. A larger sample of windows is the remedy either way. From
+    Near 1 much of the distance from 1 is the sample's own noise and the resamples spread wider than
+    the samples do around the truth (docs/guides/intervals.md#the-noise-share); from
     :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on, tables mark the interval
     (:mod:`tl_leadterms.results.marks`).
 
@@ -198,15 +165,14 @@ def expansion(level: float, blocks: int, resamples: int | None = None) -> float:
     """``t_ν(1 − α/2) / z(1 − α/2)``: how much wider a ``level`` interval is when the spread
     it is built from is estimated from ``B`` blocks and read off ``R`` resamples' quantiles.
 
-    The blocks give the spread ``B − 1`` degrees of freedom (Student's ``t`` against the
-    normal). Reading it off the ``(1 ∓ level)/2`` quantiles of ``R`` resamples adds noise of its
-    own: a normal quantile ``z`` read from ``R`` draws has variance ``p(1 − p)/(R·φ(z)²)``
-    (``p = (1 − level)/2``), so half the distance between the two quantiles varies as a spread
-    of ``ν_R = R·z²·φ(z)²/(p(1 − p))`` degrees of freedom would (30 at 90% and 27 at 95% for
-    ``R = 50``). The two add as variances do, ``1/ν = 1/(B − 1) + 1/ν_R`` (Satterthwaite);
-    ``resamples=None`` leaves the second out (``ν = B − 1``). 1.11 at 90% and 1.15 at 95% for
-    10 blocks and many resamples, 1.10 and 1.14 for 16 blocks and 50 resamples, 1.02 and 1.03
-    for 50 blocks and many resamples.
+    ``1/ν = 1/(B − 1) + 1/ν_R`` (Satterthwaite): the blocks give ``B − 1`` degrees of freedom, and a
+    normal quantile ``z`` read from ``R`` draws varies as a spread of ``ν_R = R·z²·φ(z)²/(p(1 −
+    p))`` would (``p = (1 − level)/2``; 30 at 90% and 27 at 95% for ``R = 50``). ``resamples=None``
+    leaves the second out (``ν = B − 1``). Values and their measured effect:
+    docs/guides/intervals.md#the-method-and-why.
+
+    Raises:
+        LeadTermsError: fewer than 2 blocks or 2 resamples.
 
     >>> round(expansion(0.9, 10), 3), round(expansion(0.95, 20), 3)
     (1.114, 1.068)
@@ -229,14 +195,11 @@ def expansion(level: float, blocks: int, resamples: int | None = None) -> float:
 
 
 def _positions(p: Tensor, R: int) -> Tensor:
-    """0-based positions in ``R`` sorted draws of the quantiles ``p``: Hyndman and Fan's
-    type 8, ``(R + 1/3)·p + 1/3`` counted from 1, whose quantiles are approximately
-    median-unbiased whatever the (continuous) distribution. The linear rule of
-    :func:`torch.quantile` (type 7, ``(R − 1)·p``) reads the tails of few resamples too close to
-    the median: for 50 normal draws its 5% and 2.5% quantiles lie 6% and 9% inside the true ones
-    (medians over samples; type 8: 0.3% and 2% outside), and a 90% basic interval built on them
-    holds the truth 87% of the time after the ``t_{B−1}`` expansion for 16 blocks (89% with
-    type 8; ``benchmarks/coverage_normal.py``)."""
+    """0-based positions in ``R`` sorted draws of the quantiles ``p``: Hyndman and Fan's type 8,
+    ``(R + 1/3)·p + 1/3`` counted from 1, approximately median-unbiased for any continuous
+    distribution (:func:`torch.quantile`'s linear type 7 reads the tails of few resamples too close
+    to the median: docs/guides/intervals.md#the-method-and-why, ``benchmarks/coverage_normal.py``).
+    """
     return ((R + 1.0 / 3.0) * p - 2.0 / 3.0).clamp(0.0, R - 1.0)
 
 

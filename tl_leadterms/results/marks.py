@@ -1,18 +1,13 @@
 """How tables mark an interval whose sample is about as noisy as what its score measures.
 
 A row with an interval carries ``noise_share``
-(:func:`~tl_leadterms.results.intervals.noise_share`): the sample's noise against what the
-score measures. From :data:`WIDE_NOISE_SHARE` on, much of the distance from 1 may be the
-sample's own noise, the interval is wide for that reason, and more windows are what narrows it.
-The default interval (``"inverted"``) is built for that regime: at the issue size of the
-coverage benchmark (``benchmarks/results/coverage.json``: ``shared_issue`` →
-``by_noise_share``, 60,524 marked rows of 3,000 held-out samples) such intervals held the truth
-95.4% and 97.7% of the time at 90% and 95%, where the former default (``"shifted"``) held it
-99.7% and 100% of the time, wider than its level. A mark where a size's shares are otherwise
-small flags a sample whose estimate fell unusually close to 1 (``docs/guides/intervals.md``,
-*The noise share*). Every table says so the same way: the text tables put
-:data:`WIDE_MARK` after the interval and :func:`wide_note` under the table, the HTML table
-draws the interval's whisker dashed and explains it in its legend.
+(:func:`~tl_leadterms.results.intervals.noise_share`). From :data:`WIDE_NOISE_SHARE` on, much of the
+distance from 1 may be the sample's own noise, the interval is wide for that reason, and more
+windows narrow it; :data:`WIDE_COVERAGE` quotes how such intervals of the default method covered in
+the coverage benchmark, and a mark where a size's shares are otherwise small flags a sample whose
+estimate fell unusually close to 1 (docs/guides/intervals.md#the-noise-share). The text tables put
+:data:`WIDE_MARK` after the interval and :func:`wide_note` under the table; the HTML table draws the
+interval's whisker dashed and explains it in its legend.
 
 >>> is_wide({"noise_share": 0.7}), is_wide({"noise_share": 0.2}), is_wide({})
 (True, False, False)

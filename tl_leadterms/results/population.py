@@ -1,30 +1,24 @@
 """Which question a score answers: the model's training windows, or the corpus distribution.
 
-A score compares a model with the leading term of some statistics. Which question it answers
-depends on where the statistics come from:
-
-* **the model's own training windows** (``population="training"``): the question "does the
-  weight equal the leading term of *its training data*?" has an exact answer, the score itself.
-  There is no corpus-sampling uncertainty, so ``ci=`` adds no interval and no bias-corrected
-  estimate, and says why in one line. (A bootstrap of those windows would hold the model fixed
-  while it learned the very noise being resampled: it covers the distribution-level cosine
-  27-90% of the time at a nominal 90%, ``benchmarks/bench_coverage.py``.)
-* **another sample of the same distribution** (``population="distribution"``: held-out
-  windows, or a corpus like the one the model was trained on, as for Pythia and OpenWebText):
-  the score estimates the *distribution-level* cosine, the one with the statistics of the
-  whole distribution; ``ci=`` gives the bootstrap interval over the sample's blocks and
-  ``corrected``, the estimate of that distribution-level cosine the interval is built around.
+* ``population="training"``: the statistics are the model's own training windows. The score is the
+  exact answer to "does the weight equal the leading term of *its training data*?": ``ci=`` adds no
+  interval and no bias-corrected estimate, and says why in one line.
+* ``population="distribution"``: the statistics are another sample of the same distribution
+  (held-out windows, or a corpus like the training one, as OpenWebText for Pythia). The score
+  estimates the *distribution-level* cosine, the one with the statistics of the whole distribution;
+  ``ci=`` gives the bootstrap interval over the sample's blocks around ``corrected``, the estimate
+  of that cosine.
 
 ``population=None`` (the default) decides from the provenance: the statistics' metadata
-carries ``windows_fingerprint`` (an order-free digest of the windows they were computed from,
+carries ``windows_fingerprint`` (an order-free digest of their windows,
 :func:`~tl_leadterms.stats.provenance.windows_fingerprint`) and a model trained by
-:func:`~tl_leadterms.train` carries the fingerprints of the windows it was trained on
+:func:`~tl_leadterms.train` carries the fingerprints of its training windows
 (:func:`trained_on`; a plain training loop records them with :func:`record_training`). Equal
 fingerprints: ``"training"``; a training record without the statistics' fingerprint:
-``"distribution"``; no record (a loaded checkpoint, statistics computed elsewhere): assumed
-``"distribution"``, and the metadata says it was assumed. State it where it is not known,
-e.g. statistics computed on part of the training windows are neither (their fingerprint differs;
-say ``population="training"`` to drop the interval).
+``"distribution"``; no record: assumed ``"distribution"``, and the metadata says so. Statistics of
+part of the training windows are neither: say ``population="training"`` to drop the interval. Why,
+and how often a bootstrap of the training windows would cover:
+docs/guides/intervals.md#which-question-a-score-answers.
 
 >>> import torch
 >>> from tl_leadterms.stats.provenance import windows_fingerprint
@@ -136,7 +130,11 @@ class Reading:
 
 
 def resolve_population(model: Any, stats: Any, population: Any) -> Reading:
-    """The :class:`Reading` of scores of ``model`` against ``stats`` (see the module)."""
+    """The :class:`Reading` of scores of ``model`` against ``stats`` (see the module).
+
+    Raises:
+        LeadTermsError: ``population`` is not None, ``"training"`` or ``"distribution"``, or it is
+            ``"distribution"`` for statistics of the model's training windows."""
     if population is not None and population not in POPULATIONS:
         raise LeadTermsError(
             f"population must be None (decide from the provenance), 'training' (the statistics "

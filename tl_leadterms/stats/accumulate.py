@@ -1,17 +1,15 @@
-"""Streaming, mergeable accumulators for the two passes over a corpus (docs/math.md#statistics
-and docs/math.md#fast-algebra).
+"""Streaming, mergeable accumulators for the two passes over a corpus (docs/math.md#statistics,
+docs/math.md#fast-algebra).
 
-Pass one (:class:`ContextAccumulator`) counts bigram pairs, unigrams and the context map Φ̄.
-Pass two (:class:`AttentionAccumulator`) needs Ḡ of the whole corpus and accumulates Q̄ and Δ.
-Both have ``update(batch)``, ``merge(other)`` and ``result()``: shards can be counted separately
-and merged, and the merged result equals that of the whole corpus. Pickled accumulators (Ray's
-object store, multiprocessing, files) carry their tables as numpy arrays, which pickle protocol
-5 hands over out of band.
+Pass one (:class:`ContextAccumulator`) counts bigram pairs, unigrams and the context map Φ̄; pass
+two (:class:`AttentionAccumulator`) needs Ḡ of the whole corpus and accumulates Q̄ and Δ. Both have
+``update(batch)``, ``merge(other)`` and ``result()``: shards counted separately and merged equal the
+whole corpus. Pickled accumulators carry their tables as numpy arrays, which pickle protocol 5 hands
+over out of band.
 
-No one-hot tensor is ever built. Every (query ``t``, key ``m <= t``) pair of a window is one
-update of a flat ``k·k + 1`` table (:mod:`.tables`): on the CPU by the fused numba kernels of
-:mod:`.kernels`, elsewhere by one vectorised ``index_add_`` of flat codes and weights.
-"""
+Every (query ``t``, key ``m <= t``) pair of a window is one update of a flat ``k·k + 1`` table
+(:mod:`.tables`): on the CPU by the fused numba kernels of :mod:`.kernels`, elsewhere by one
+vectorised ``index_add_``; no one-hot tensor is built."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -206,25 +204,21 @@ def _zeroed_table(table: torch.Tensor | None, size: int, shape: PassShape) -> to
 class AttentionAccumulator(PassBase):
     """Pass two: the attention statistic Q̄ and the positional statistic Δ, given Ḡ.
 
-    For query t and key j <= t, g = row t of (Y_n − u)ḠX_nᵀ, ḡ_t = (1/t) Σ_{j<=t} g and
-    Q[t, j] = (g − ḡ_t)/t; Q̄ = (1/NT) Σ X_nᵀ Q_n X_n and Δ[d] = (1/NT) Σ_n Σ_t Q_n[t, t − d].
-    Under a restriction ``q_targets`` chooses g (see :mod:`.definitions`): ``"centred"`` (the
-    default, the paper's code) ``g = Ḡ[y_t, x_j] − u·(1ᵀḠ)[x_j]`` (only the second term for a
-    dropped target), ``"one-hot"`` ``g = Ḡ[y_t, x_j]``; a dropped key gives 0 in both.
-    ``last_target`` must be the one pass one was counted with.
+    For query t and key j <= t, g = row t of (Y_n − u)ḠX_nᵀ, ḡ_t = (1/t) Σ_{j<=t} g and Q[t, j] = (g
+    − ḡ_t)/t; Q̄ = (1/NT) Σ X_nᵀ Q_n X_n and Δ[d] = (1/NT) Σ_n Σ_t Q_n[t, t − d]. Under a
+    restriction ``q_targets`` chooses g (:mod:`.definitions`); ``last_target`` must be the one pass
+    one was counted with.
 
-    ``rows=(lo, hi)`` restricts it to the queries whose matrix index is in ``[lo, hi)`` (index
-    ``k`` stands for a dropped token and counts for Δ only): its table and result are the rows
-    ``lo..min(hi, k)-1`` of Q̄, and the Δ of those queries. Accumulators over row ranges that
-    cover ``[0, k]`` add up to the whole; ``corpus_stats`` uses this to bound memory.
+    ``rows=(lo, hi)`` restricts it to the queries whose matrix index is in ``[lo, hi)`` (index ``k``
+    stands for a dropped token and counts for Δ only): its result is rows ``lo..min(hi, k)-1`` of Q̄
+    and the Δ of those queries; row ranges covering ``[0, k]`` add up to the whole (``corpus_stats``
+    bounds memory so).
 
-    Two arguments spare work when several accumulators share one Ḡ: ``shift``, the per-key
-    term :func:`~.definitions.key_shift` of this Ḡ, vocabulary and ``q_targets`` (default
-    ``"auto"``: computed here; a full ``[k, k]`` reduction), and ``table``, a flat float tensor
-    of this dtype and device whose first ``rows·k + 1`` entries become the accumulation table
-    (zeroed here; re-zeroing a table in use is several times cheaper than a fresh one). The
-    accumulator then owns ``table``: nothing else may read or write it until it is finished.
-    """
+    When several accumulators share one Ḡ: ``shift`` is the per-key term
+    :func:`~.definitions.key_shift` of this Ḡ, vocabulary and ``q_targets`` (default ``"auto"``:
+    computed here, a ``[k, k]`` reduction), and ``table`` a flat float tensor of this dtype and
+    device whose first ``rows·k + 1`` entries become the accumulation table (zeroed here, cheaper
+    than a fresh one); the accumulator then owns it until it is finished."""
 
     what = "AttentionAccumulator"
 
@@ -373,11 +367,9 @@ class AttentionAccumulator(PassBase):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(Q_bar [rows, k], Delta [T])`` normalised by N·T (in ``dtype``, default accumulation).
 
-        ``Q_bar`` is ``[k, k]`` unless the accumulator covers a row range only.
-
-        New tensors by default; ``release=True`` reuses the accumulator's table for Q̄ and
-        finishes the accumulator (see :meth:`ContextAccumulator.result`).
-        """
+        ``Q_bar`` is ``[k, k]`` unless the accumulator covers a row range only. New tensors by
+        default; ``release=True`` reuses the accumulator's table for Q̄ and finishes the accumulator
+        (see :meth:`ContextAccumulator.result`)."""
         self._check_nonempty()
         k, nt = self.vocab.k, self.n_positions
         table = self._q[: self._n_rows * k].view(self._n_rows, k)

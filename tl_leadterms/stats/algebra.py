@@ -2,11 +2,10 @@
 (docs/math.md#fast-algebra).
 
 ``B̄ = B − u·α·1ᵀ``: the sparse pair-frequency matrix ``B[i, j] = #(i, j)/NT`` (at most ``N·T``
-non-zeros) minus a rank-one term (``α`` the unigram frequencies, ``u = 1/|V|``). Every product
-with ``B̄`` is therefore a sparse-times-dense product plus a rank-one correction, and the
-``[k, k]`` products (``Σ_B̄ = B̄ᵀB̄``, ``Ḡ = B̄ᵀ(B̄Φ̄)``) are built column block by column block
-into their output, so their only temporaries are ``[k, block]``.
-"""
+non-zeros) minus a rank-one term (``α`` the unigram frequencies, ``u = 1/|V|``). Every product with
+``B̄`` is a sparse-times-dense product plus a rank-one correction, and the ``[k, k]`` products
+(``Σ_B̄ = B̄ᵀB̄``, ``Ḡ = B̄ᵀ(B̄Φ̄)``) are built column block by column block into their output, with
+``[k, block]`` temporaries only."""
 
 import warnings
 from functools import cached_property
@@ -18,17 +17,10 @@ from tl_leadterms.stats.tables import as_numpy, kernels, padded_square, resolve_
 
 __all__ = ["CentredBigram", "block_columns", "fused_scratch_bytes", "symmetrise_"]
 
-# One [k, width] column block of a product stays in the CPU cache while every non-zero of the
-# sparse operator adds a row of it: 4 MiB blocks made Ḡ 1.6-1.8x faster than 128 MiB ones at
-# k = 5,000 (measured on this project's 2-core machine), with at least 64 columns per block so
-# the inner loop stays long for large vocabularies.
+# a [k, width] column block stays in the CPU cache (docs/guides/performance.md#statistics)
 _BLOCK_BYTES = 1 << 22
-_MIN_BLOCK_COLUMNS = 64
-# Columns per parallel task of the fused Ḡ kernel (numba): P's row (width entries) stays in L1,
-# the packed [k, width] blocks of Φ̄ and Ḡ stay near the core, and the inner loops are long. At
-# k = 3,000 (nnz 168k, benchmarks/bench_rebuild.py) 64 columns were the fastest of 8-128 (32 and
-# 128 within 10%; 8 nearly 2x slower).
-_COMPOSED_COLUMNS = 64
+_MIN_BLOCK_COLUMNS = 64  # the inner loop stays long for large vocabularies
+_COMPOSED_COLUMNS = 64  # columns per parallel task of the fused Ḡ kernel
 
 
 def block_columns(k: int, itemsize: int) -> int:
@@ -261,21 +253,14 @@ class CentredBigram:
     ) -> torch.Tensor:
         """``Ḡ = Σ_B̄ Φ̄ = B̄ᵀ(B̄Φ̄)`` ``[k, k]`` for a context map ``phi``, written into ``out``.
 
-        By default ``out`` is a padded matrix (see ``tables.padded_square``), from which
-        pass two gathers without a copy. On the CPU (numba) one fused kernel
-        (:func:`.kernels.centred_composed`) forms each block of columns of ``P = B̄Φ̄`` a row at
-        a time and adds it into ``Ḡ`` straight away (``4·nnz·k`` flops, no ``[k, block]``
-        temporaries, no transpose of ``B``); with the torch backend, ``B̄ᵀ(B̄Φ̄[:, block])`` by
-        CSR products, column block by column block. The same operator builds Ḡ in
-        :func:`~tl_leadterms.corpus_stats` and on load (``CorpusStats``), so the two agree.
-
-        A dense GEMM ``Σ_B̄ @ Φ̄`` (``2k³`` flops against ``4·nnz·k``) is not used: measured
-        with Σ_B̄ already computed it was slower than the sparse product at the paper's toy
-        sizes and 2.6x slower at k = 3,000 with 168k non-zeros
-        (``benchmarks/results/stats_rebuild.json``, ``dense_gemm_s``; docs/guides/performance.md);
-        bigram maps have a few dozen non-zeros per row, far from the density where the flop
-        counts would cross.
-        """
+        By default ``out`` is a padded matrix (``tables.padded_square``), from which pass two
+        gathers without a copy. On the CPU (numba) one fused kernel
+        (:func:`.kernels.centred_composed`) forms each block of columns of ``P = B̄Φ̄`` a row at a
+        time and adds it into ``Ḡ`` at once (``4·nnz·k`` flops, no ``[k, block]`` temporaries, no
+        transpose of ``B``); with the torch backend, ``B̄ᵀ(B̄Φ̄[:, block])`` by CSR products, column
+        block by column block. The same operator builds Ḡ in :func:`~tl_leadterms.corpus_stats` and
+        on load, so the two agree. A dense GEMM ``Σ_B̄ @ Φ̄`` (``2k³`` flops) was measured slower
+        (``benchmarks/results/stats_rebuild.json``; docs/guides/performance.md#statistics)."""
         if out is None:  # every entry is written below: only the pad slot needs a zero
             out = padded_square(self.k, phi.dtype, phi.device, zero=False)
         if self.backend == "numba":

@@ -3,23 +3,18 @@
 :func:`block_stats` reads a corpus like :func:`~tl_leadterms.corpus_stats` but keeps the
 accumulators of ``B`` contiguous blocks of windows apart. :meth:`BlockStats.full` gives the
 statistics of the whole corpus and :meth:`BlockStats.resample` those of a bootstrap resample of
-blocks (``B − 1`` blocks drawn with replacement, :meth:`BlockStats.draw` says why), without
+blocks (``B − 1`` blocks drawn with replacement, :meth:`BlockStats.draw`), without
 reading the corpus again:
 
 * **pass one is exact**: the resample's bigram counts, unigram counts and Φ̄ are sums over the
   drawn blocks with multiplicity (Φ̄ is the window-weighted mean of the blocks' Φ̄), and Ḡ is
   recomputed from them;
-* **pass two is exact** too: the blocks keep their windows, and a resample's Q̄ and Δ come from
-  pass two rerun over the drawn blocks with the resample's OWN Ḡ (one pass, each distinct
-  block once, its windows weighted by the block's multiplicity ``m``), so a resample costs
-  about 0.63 of a pass two over the corpus (the expected share of distinct blocks in a draw).
-  ``resample(..., exact=False)`` (and block files written before the windows were kept) use
-  the first-order shortcut: the window-weighted mean of the blocks' Q̄ and Δ computed with
-  the FULL-corpus Ḡ, which keeps the windows' variability but drops the propagation of the
-  resample's own Ḡ into Q̄. On 120 windows of a 10-token chain in 6 blocks the shortcut is off
-  by 16% of ‖Q̄‖ on average (43% at most) while a resample moves the exact Q̄ by 21%
-  (``tests/unit/test_blocks.py``); the cost and the effect on intervals are measured in
-  ``benchmarks/bench_coverage.py``.
+* **pass two is exact** too: the blocks keep their windows, and a resample's Q̄ and Δ come from pass
+  two rerun over the drawn blocks with the resample's OWN Ḡ (one pass, each distinct block once, its
+  windows weighted by the block's multiplicity ``m``). ``resample(..., exact=False)`` (and block
+  files written before the windows were kept) use the first-order shortcut: the window-weighted mean
+  of the blocks' Q̄ and Δ computed with the FULL-corpus Ḡ. Its error, the cost of the exact pass and
+  their effect on the intervals: docs/guides/intervals.md#exact-resamples-and-what-they-cost.
 
 Saved with :meth:`BlockStats.save` as one ``.safetensors`` file, every tensor checksummed and
 verified by :meth:`BlockStats.load` (the layout: :mod:`tl_leadterms.stats.block_files`). Where
@@ -35,8 +30,6 @@ process may still allocate (free memory, cgroup and ``ulimit -v``) before any ta
 >>> blocks = block_stats(windows, d_vocab=6, blocks=4, progress=False)
 >>> blocks.n_blocks, blocks.bounds[:2], blocks.full().n_sequences
 (4, [(0, 10), (10, 20)], 40)
->>> blocks.resample(torch.Generator().manual_seed(1)).Q_bar.shape
-torch.Size([6, 6])
 >>> blocks.resample(torch.Generator().manual_seed(1)).metadata["bootstrap"]
 'resample (exact pass two)'
 >>> import tempfile
@@ -106,16 +99,13 @@ class BlockStats:
         return self._full
 
     def draw(self, generator: torch.Generator | None = None) -> Tensor:
-        """Multiplicities ``[B]`` of a bootstrap resample: ``B − 1`` blocks drawn with
-        replacement (one block when ``B = 1``).
+        """Multiplicities ``[B]`` of a bootstrap resample: ``B − 1`` blocks drawn with replacement
+        (one block when ``B = 1``).
 
         ``B − 1``, not ``B``: the variance of a mean over ``m`` draws from ``B`` blocks is
         ``(B − 1)/(B·m)`` of the blocks' sample variance, so ``m = B − 1`` makes the resamples'
-        spread (and the bias of a score, which grows with it) an unbiased estimate of the
-        sample's, where ``m = B`` underestimates it by ``(B − 1)/B`` (the ``n − 1`` bootstrap of
-        McCarthy and Snowden, 1985; Rao and Wu, 1988). With 20 blocks or fewer that shortfall
-        cost the intervals 2-5 points of coverage (``benchmarks/bench_coverage.py``).
-        """
+        spread (and the bias of a score, which grows with it) an unbiased estimate of the sample's
+        (the ``n − 1`` bootstrap; docs/guides/intervals.md#the-method-and-why)."""
         picks = torch.randint(self.n_blocks, (max(1, self.n_blocks - 1),), generator=generator)
         return torch.bincount(picks, minlength=self.n_blocks)
 
@@ -134,11 +124,14 @@ class BlockStats:
         """The statistics of the blocks taken ``weights[b]`` times each (non-negative ints).
 
         ``exact`` (default: whenever the blocks kept their windows): pass two rerun with the
-        resample's own Ḡ; ``False``: the first-order shortcut (the module docstring).
-        ``pass_two``: the ``(Q̄, Δ)`` this call made before for the same ``weights`` and
-        ``exact`` (what :meth:`~tl_leadterms.results.bootstrap.Bootstrap.resamples` keeps),
-        taken as they are: only pass one's sums are formed again.
-        """
+        resample's own Ḡ; ``False``: the first-order shortcut (the module docstring). ``pass_two``:
+        the ``(Q̄, Δ)`` this call made before for the same ``weights`` and ``exact`` (what
+        :meth:`~tl_leadterms.results.bootstrap.Bootstrap.resamples` keeps), taken as they are: only
+        pass one's sums are formed again.
+
+        Raises:
+            LeadTermsError: ``weights`` is not one non-negative integer per block or selects none,
+                ``pass_two`` has the wrong shapes, or ``exact=True`` without the blocks' windows."""
         w = torch.as_tensor(weights)
         if w.shape != (self.n_blocks,) or w.dtype.is_floating_point or bool((w < 0).any()):
             raise LeadTermsError(
@@ -369,19 +362,15 @@ def block_stats(
         blocks: the number ``B`` of contiguous blocks of windows (about equal sizes, at least
             2 and at most the number of windows). Blocks should be long enough that windows in
             different blocks are roughly independent (e.g. whole documents per block).
-        eos_id: the token that ends each document, as :func:`~tl_leadterms.make_windows`
-            writes it (e.g. ``tokenizer.eos_token_id``; default None: equal blocks). Each cut
-            between blocks is then moved, within half a block, to where a document ends (just
-            after the window whose last end of document leaves the fewest tokens of the next
-            one), so that as little of a document as the windows allow lies in two blocks. A
-            document split between neighbours makes them dependent, and the bootstrap then
-            underestimates the sampling noise: on the embedded stories (about 11 windows each)
-            in blocks of 10 windows, a resample's ‖B̄* − B̄‖² was 0.80 of a sample's ‖B̄ − B̄_true‖²
-            with equal blocks and 0.90 with cuts at document ends (``bench_coverage.py --part
-            population``). The default interval method is calibrated on equal blocks: with
-            document cuts its intervals are wider (``docs/guides/intervals.md``).
-            ``metadata["block_cuts"]`` records which cut was made.
-    """
+        eos_id: the token that ends each document, as :func:`~tl_leadterms.make_windows` writes it
+            (e.g. ``tokenizer.eos_token_id``; default None: equal blocks). Each cut between blocks
+            is then moved, within half a block, to where a document ends
+            (:func:`~tl_leadterms.stats.cuts.document_bounds`), so that as little of a document as
+            the windows allow lies in two blocks: a document split between neighbours makes them
+            dependent and the bootstrap underestimates the noise (measured, with its effect on the
+            default interval, in
+            docs/guides/intervals.md#how-often-the-printed-interval-covers-the-distribution-level-score).
+            ``metadata["block_cuts"]`` records which cut was made."""
     if positive_int("blocks", blocks) < 2:
         raise LeadTermsError(f"blocks must be at least 2 for a bootstrap, got {blocks}")
     if dtype not in (torch.float64, torch.float32):

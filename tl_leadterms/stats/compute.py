@@ -134,62 +134,53 @@ def corpus_stats(
             into memory for the second pass), or a ``datasets.Dataset`` with an ``input_ids``
             column. :func:`tl_leadterms.make_windows` builds them from documents.
         d_vocab: the tokenizer's vocabulary size; every id must be in ``[0, d_vocab)``.
-        vocab: restrict to these token ids (a list, in matrix order) or to the ``k`` most
-            frequent input tokens (an int; ``k >= d_vocab`` keeps every token, most frequent
-            first); other tokens are encoded as the zero vector, so
-            they add nothing to any matrix but still count as positions (``N·T`` and the
-            ``1/t`` weights are unchanged). How Q̄ and Δ treat the restriction is ``q_targets``.
+        vocab: restrict to these token ids (a list, in matrix order) or to the ``k`` most frequent
+            input tokens (an int; ``k >= d_vocab`` keeps every token, most frequent first); other
+            tokens are encoded as the zero vector, so they add nothing to any matrix but still count
+            as positions (``N·T`` and the ``1/t`` weights are unchanged).
         centre_vocab: ``|V|`` of the centring ``u = 1/|V|``; defaults to ``d_vocab`` even with
             a restriction (the paper's choice).
         dtype: ``torch.float64`` (exact) or ``torch.float32`` (half the memory, for large
             vocabularies).
-        device: where the tables live and the work runs (default: the CPU). On a GPU the
-            vectorised torch backend runs (covered by the same tests on the CPU with
-            ``backend="torch"``).
+        device: where the tables live and the work runs (default: the CPU); elsewhere the vectorised
+            torch backend runs.
         batch_size: sequences per batch (default: about two million pairs per batch).
         progress: show tqdm progress bars.
         tokenizer: recorded in the provenance (name and vocabulary hash) and used by
             :meth:`CorpusStats.top` to print strings.
         backend: ``"numba"`` (fused CPU kernels, the default on CPU), ``"torch"``
             (vectorised torch ops, any device, the default elsewhere) or ``"auto"``.
-        accumulate_dtype: dtype of the accumulation tables; default ``torch.float64`` for
-            either ``dtype``. float32 sums of millions of small weights lose digits (relative
-            Frobenius error about 1% on 20k windows, 3% on 50k, 9% on 100k; see
-            ``benchmarks/bench_float32_error.py``), so float32 statistics are summed in
-            float64 and rounded once; pass two then runs over the corpus in two halves of the
-            query rows, so the wider table costs no memory beyond one ``[k, k]`` float32
-            matrix. ``torch.float32`` here saves
-            that second pass.
-        q_targets: the score rows of Q̄ and Δ (:mod:`tl_leadterms.stats.definitions`).
-            ``"centred"`` (default): row ``t`` of ``(Y − u)ḠXᵀ`` with restricted one-hots,
-            ``g = Ḡ[y_t, x_j] − u·(1ᵀḠ)[x_j]`` (``−u·(1ᵀḠ)[x_j]`` for a dropped target, 0
-            for a dropped key), the paper's code. ``"one-hot"``: ``g = Ḡ[y_t, x_j]`` (0 if
-            either is dropped), the ``−u·1ᵀḠ`` term left out. Identical for the full vocabulary
-            with the default ``centre_vocab`` (the term is zero there).
+        accumulate_dtype: dtype of the accumulation tables; default ``torch.float64`` for either
+            ``dtype``, since float32 sums of millions of small weights lose digits
+            (docs/guides/performance.md#float32). float32 statistics are then summed in float64 and
+            rounded once, pass two running over the corpus in two halves of the query rows so that
+            the wider table costs no more than one ``[k, k]`` float32 matrix; ``torch.float32`` here
+            saves that second pass.
+        q_targets: the score rows of Q̄ and Δ under a restriction: ``"centred"`` (default, the
+            paper's code) or ``"one-hot"`` (the ``−u·1ᵀḠ`` term left out); identical for the full
+            vocabulary with the default ``centre_vocab``. Definitions:
+            :mod:`tl_leadterms.stats.definitions`.
         last_target: ``"data"`` (default) or ``"paper-code"``: every window's last target
             replaced by token 0 before counting, as the paper's ``pythia.py`` does (for
             ``covariance_similarity(..., protocol="paper-code")``).
-        want: the statistics needed (None: all). ``("B_bar", "Phi_bar")`` stops after pass
-            one (no Ḡ, no second pass: ``top bigram``/``top context`` need nothing else);
-            ``"G_bar"`` adds Ḡ; ``"Q_bar"`` or ``"Delta"`` run pass two (see
-            :func:`resolve_want`). The tables not computed are absent: accessing one raises a
-            :class:`LeadTermsError` saying how to get it.
+        want: the statistics needed (None: all). ``("B_bar", "Phi_bar")`` stops after pass one (no
+            Ḡ, no second pass: ``top bigram``/``top context`` need nothing else); ``"G_bar"`` adds
+            Ḡ; ``"Q_bar"`` or ``"Delta"`` run pass two (:func:`resolve_want`). Accessing a table not
+            computed raises a :class:`LeadTermsError` saying how to get it.
         check_memory: estimate the peak memory before allocating any table
-            (:mod:`tl_leadterms.stats.memory`) and refuse, naming the estimate, the available
-            memory and the fixes, when it does not fit. ``False`` skips the check.
-        offload: a folder where Φ̄ waits in a temporary file while pass two runs (pass two
-            does not read it), one ``[k, k]`` table less at the peak; read back at the end and
-            removed (also on errors; one left by a killed run is removed by the next). The
-            command line parks it next to its output file.
+            (:mod:`tl_leadterms.stats.memory`) and refuse, naming the estimate, the available memory
+            and the fixes, when it does not fit; ``False`` skips the check.
+        offload: a folder where Φ̄ waits in a temporary file while pass two runs (which does not
+            read it): one ``[k, k]`` table less at the peak; read back at the end and removed (also
+            on errors; one left by a killed run is removed by the next).
 
     Returns:
-        A :class:`CorpusStats`; ``metadata`` records ``q_targets``, ``last_target``,
-        ``statistics`` (those computed), ``degenerate`` (per dense statistic: zero up to
-        rounding, :mod:`tl_leadterms.stats.degenerate`), ``vocab_hash`` and
-        ``windows_fingerprint`` (which windows were read, order-free:
-        :func:`~tl_leadterms.stats.provenance.windows_fingerprint`); ``timings`` holds
-        the wall-clock seconds of each stage: ``"vocab"``, ``"pass1"`` (B̄ counts and Φ̄),
-        ``"G_bar"``, ``"pass2"`` (Q̄, Δ) and ``"degenerate"`` (the test above).
+        A :class:`CorpusStats`; ``metadata`` records ``q_targets``, ``last_target``, ``statistics``
+        (those computed), ``degenerate`` (per dense statistic: zero up to rounding,
+        :mod:`tl_leadterms.stats.degenerate`), ``vocab_hash`` and ``windows_fingerprint`` (which
+        windows were read, order-free: :func:`~tl_leadterms.stats.provenance.windows_fingerprint`);
+        ``timings`` holds the wall-clock seconds of ``"vocab"``, ``"pass1"`` (B̄ counts and Φ̄),
+        ``"G_bar"``, ``"pass2"`` (Q̄, Δ) and ``"degenerate"``.
 
     Example:
         >>> import torch

@@ -1,9 +1,8 @@
 """Where :func:`~tl_leadterms.stats.blocks.block_stats` cuts a corpus into blocks of windows.
 
-Equal blocks by default; with an end-of-document token (``eos_id``), each equal cut is moved,
-within half a block either way, to just after the window whose last end of document leaves
-the fewest tokens of the next document, so that as little of a document as the windows allow
-lies in two blocks (a document split between neighbours makes them dependent, and the
+Equal blocks by default; with an end-of-document token (``eos_id``), each equal cut is moved to
+where a document ends (:func:`document_bounds`), so that as little of a document as the windows
+allow lies in two blocks (a document split between neighbours makes them dependent, and the
 bootstrap then underestimates the sampling noise).
 
 >>> equal_bounds(10, 3)

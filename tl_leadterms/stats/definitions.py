@@ -8,29 +8,26 @@ Jacobian at uniform attention, ``u = 1/centre_vocab``. Row ``t`` of ``(Y_n − u
     g_{ntj} =           − u·(1ᵀḠ)[x_j]        dropped target y_t (a zero one-hot row of Y)
     g_{ntj} = 0                                dropped key x_j (a zero one-hot row of X)
 
-* ``"centred"`` (the default) is exactly that: the dense computation with restricted one-hot
-  ``X``, ``Y`` and ``R = Y − u·1`` over the kept coordinates, as the paper's ``pythia.py`` does.
+* ``"centred"`` (the default) is exactly that: the dense computation with restricted one-hot ``X``,
+  ``Y`` and ``R = Y − u·1`` over the kept coordinates, as the paper's ``pythia.py`` does.
 * ``"one-hot"`` keeps ``g_{ntj} = Ḡ[y_t, x_j]`` (0 if either token is dropped): the row of
-  ``Y Ḡ Xᵀ``, the ``−u·1ᵀḠ`` term left out (what this library computed before the option).
+  ``Y Ḡ Xᵀ``, the ``−u·1ᵀḠ`` term left out.
 
-The two agree whenever ``1ᵀḠ = 1ᵀΣ_B̄ Φ̄ = 0``, which holds for the full vocabulary centred
-with its own size (``B̄1 = 0`` there, so ``1ᵀΣ_B̄ = (B̄1)ᵀB̄ = 0``); the term is then skipped,
-so those statistics are unchanged bit for bit. With a restriction (or a ``centre_vocab`` other
-than ``d_vocab``) ``B̄1 ≠ 0`` and they differ: Q̄ by several percent (relative Frobenius; 7% on
-a 30-token Markov corpus keeping every third token). Since ``J_t`` removes any constant, only
-the key-dependent ``−u·(1ᵀḠ)[x_j]`` matters, and it is the same for every target:
-``"centred"`` adds one per-key vector ``h = −u·1ᵀḠ`` (``h = 0`` at a dropped key) to every
-looked-up ``g``.
+The two agree whenever ``1ᵀḠ = 1ᵀΣ_B̄ Φ̄ = 0``, as for the full vocabulary centred with its own size
+(``B̄1 = 0``, so ``1ᵀΣ_B̄ = (B̄1)ᵀB̄ = 0``); the term is then skipped and those statistics are
+unchanged bit for bit. Otherwise Q̄ differs by several percent (relative Frobenius; 7% on a 30-token
+Markov corpus keeping every third token). Since ``J_t`` removes any constant, only the key-dependent
+``−u·(1ᵀḠ)[x_j]`` matters: ``"centred"`` adds one per-key vector ``h = −u·1ᵀḠ`` (``h = 0`` at a
+dropped key) to every looked-up ``g``.
 
-**The last target of each window** (``last_target``). ``"data"`` (the default) uses the corpus
-as it is. ``"paper-code"`` replaces the last target ``y_T`` of every window by token id 0
-before anything is counted (B̄, Φ̄ and so Ḡ, Q̄, Δ all change), as the paper's ``pythia.py``
-does; inputs ``x_1..x_T`` are untouched. Use it with
-``covariance_similarity(..., protocol="paper-code")`` to reproduce that script exactly.
+**The last target of each window** (``last_target``). ``"data"`` (the default) uses the corpus as it
+is. ``"paper-code"`` replaces the last target ``y_T`` of every window by token id 0 before anything
+is counted (B̄, Φ̄ and so Ḡ, Q̄, Δ all change), as the paper's ``pythia.py`` does; inputs
+``x_1..x_T`` are untouched (``covariance_similarity(..., protocol="paper-code")`` reproduces that
+script).
 
-Both choices are recorded in :attr:`CorpusStats.metadata` (keys ``"q_targets"`` and
-``"last_target"``) and kept by save/load.
-"""
+Both choices are recorded in :attr:`CorpusStats.metadata` (``"q_targets"``, ``"last_target"``) and
+kept by save/load."""
 
 from typing import Literal, get_args
 
@@ -76,11 +73,9 @@ def _shift_vanishes(vocab: KeptVocab) -> bool:
 
 
 def column_sums(matrix: torch.Tensor, rows: int = 256) -> torch.Tensor:
-    """``1ᵀM`` in float64: row blocks widened to float64 and summed, the block sums added.
-
-    ``matrix.sum(0, dtype=torch.float64)`` computes the same sums through a strided casting
-    reduction that is about ten times slower on a ``[k, k]`` float32 table; a block of
-    ``rows`` rows (a few MB) is the only temporary here.
+    """``1ᵀM`` in float64: row blocks widened to float64 and summed, the block sums added (about ten
+    times faster than ``matrix.sum(0, dtype=torch.float64)`` on a ``[k, k]`` float32 table; one
+    block of ``rows`` rows is the only temporary).
 
     >>> column_sums(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), rows=1).tolist()
     [4.0, 6.0]
@@ -100,9 +95,8 @@ def key_shift(G_bar: torch.Tensor, vocab: KeptVocab, q_targets: str) -> torch.Te
     """``[k + 1]`` per-key term ``h = −u·(1ᵀḠ)`` added to every ``g`` (``h[k] = 0``), or None.
 
     None under ``"one-hot"`` and wherever the term vanishes (:func:`_shift_vanishes`). The column
-    sums are taken in float64 (:func:`column_sums`) and rounded once to ``G_bar``'s dtype. It
-    depends on Ḡ only: a run computes it once and hands it to every accumulator of pass two
-    (``AttentionAccumulator(..., shift=)``).
+    sums are taken in float64 (:func:`column_sums`) and rounded once to ``G_bar``'s dtype; a run
+    computes it once for every accumulator of pass two (``AttentionAccumulator(..., shift=)``).
 
     >>> v = KeptVocab(4, torch.tensor([0, 2]), 4)
     >>> key_shift(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), v, "centred").tolist()

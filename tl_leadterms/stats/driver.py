@@ -1,14 +1,12 @@
 """The one driver of the two passes of the corpus statistics, wherever the passes run.
 
-:func:`run_passes` is the whole computation: it resolves the kept vocabulary, plans the memory,
-runs pass one (bigram and unigram counts, Φ̄), forms Ḡ = Σ_B̄Φ̄ exactly from the sparse counts,
-runs pass two (Q̄ and Δ, in query-row groups when the accumulation dtype is wider than the result)
-and assembles the :class:`CorpusStats` with its provenance. Where the passes run is an
-*executor* (:class:`PassExecutor`): :class:`~tl_leadterms.stats.compute.LocalExecutor` reads the
-corpus in this process; :class:`~tl_leadterms.distributed.compute.RayExecutor` runs one Ray task
-per shard and merges the accumulators. Both go through this driver, so both compute the same
-numbers.
-"""
+:func:`run_passes` resolves the kept vocabulary, plans the memory, runs pass one (bigram and unigram
+counts, Φ̄), forms Ḡ = Σ_B̄Φ̄ exactly from the sparse counts, runs pass two (Q̄ and Δ, in query-row
+groups when the accumulation dtype is wider than the result) and assembles the :class:`CorpusStats`
+with its provenance. The passes run in an *executor* (:class:`PassExecutor`):
+:class:`~tl_leadterms.stats.compute.LocalExecutor` in this process,
+:class:`~tl_leadterms.distributed.compute.RayExecutor` as one Ray task per shard; both compute the
+same numbers."""
 
 import itertools
 import os
@@ -70,10 +68,9 @@ class PassPlan:
 class PassExecutor(Protocol):
     """Where the two passes run. :func:`run_passes` calls these in this order.
 
-    ``split_rows``: whether pass two may run in query-row groups (several passes over the
-    corpus, so that an accumulation table wider than the result costs no memory beyond one
-    result table). ``timings``: the executor's own timing details, copied into the result's.
-    """
+    ``split_rows``: whether pass two may run in query-row groups (several passes, so that a wider
+    accumulation table costs no memory beyond one result table). ``timings``: the executor's own
+    timing details, copied into the result's."""
 
     split_rows: bool
     timings: dict[str, Any]

@@ -1,6 +1,5 @@
-"""The statistics file's layout and checks, without torch (numpy is imported by the functions
-that use it; ``tl-leadterms top`` reads the header and checks the metadata through this module
-with the standard library alone).
+"""The statistics file's layout and checks, without torch (numpy is imported by the functions that
+use it; ``tl-leadterms top`` checks a file through this module with the standard library alone).
 
 A file is one safetensors file with JSON metadata under ``tl_leadterms``. Its tensors:
 
@@ -9,12 +8,12 @@ A file is one safetensors file with JSON metadata under ``tl_leadterms``. Its te
 * ``Delta`` as is;
 * from format version 3, each ``[k, k]`` table ``T`` (Φ̄, Q̄) **packed**: ``T/base`` ``[k]`` (one
   value per column), ``T/mask`` ``[k, ⌈k/8⌉]`` uint8 (bit ``j`` of row ``i``, most significant
-  first: entry ``(i, j)`` differs from ``base[j]``), ``T/values`` (those entries, row by row) and
-  ``T/rows`` ``[k + 1]`` int64 (where row ``i``'s values start). Entries are compared by their
-  bits, so unpacking gives back the very table that was packed. Φ̄ is ``−μ_j`` wherever a pair
-  never occurs and Q̄ is 0 there, so a table costs ``8·density + 1/8`` bytes an entry in float64
-  instead of 8. Ḡ = Σ_B̄Φ̄ is not stored when Φ̄ is: it is rebuilt on first access.
-  Versions 1 and 2 hold every table dense under its own name, and still load.
+  first: entry ``(i, j)`` differs from ``base[j]``, compared by its bits, so unpacking gives back
+  the very table), ``T/values`` (those entries, row by row) and ``T/rows`` ``[k + 1]`` int64 (where
+  row ``i``'s values start). Φ̄ is ``−μ_j`` and Q̄ is 0 wherever a pair never occurs, so a table
+  costs ``8·density + 1/8`` bytes an entry in float64 instead of 8. Ḡ = Σ_B̄Φ̄ is not stored when Φ̄
+  is: it is rebuilt on first access. Versions 1 and 2 (every table dense under its own name) still
+  load.
 
 Every tensor has a SHA-256 in the metadata (:func:`array_checksum` here and
 ``provenance.tensor_checksum`` agree), and the metadata has its own.
@@ -84,13 +83,11 @@ TOTALS = {
 def totals_names(name: str) -> list[str]:
     """The tensor names of the scoring totals of statistic ``name`` (``Phi_bar/column_sq`` ...).
 
-    Since this version a file holds, per statistic it lists, the totals that the readable
-    scorings need, computed on save as :meth:`CorpusStats.top` computes them (float64): the
-    squared column norms and positive column sums of B̄, Φ̄ and Q̄, and of Σ_B̄ its diagonal,
-    the shift ``u·Bᵀα`` and the constant ``u²‖α‖²`` from which one row of Σ_B̄ is summed as
-    the Gram kernel sums it. ``tl-leadterms top`` then reads one row and these ``k``-vectors
-    instead of the whole table. Files without them still load (``top`` computes the totals).
-    """
+    Computed on save as :meth:`CorpusStats.top` computes them (float64): the squared column norms
+    and positive column sums of B̄, Φ̄ and Q̄, and of Σ_B̄ its diagonal, the shift ``u·Bᵀα`` and the
+    constant ``u²‖α‖²`` from which one row of Σ_B̄ is summed as the Gram kernel sums it;
+    ``tl-leadterms top`` reads one row and these ``k``-vectors, not the table. Files without them
+    still load (``top`` computes the totals)."""
     return [f"{name}/{part}" for part in TOTALS[name]]
 
 

@@ -1,22 +1,18 @@
 """Association lists read straight from a statistics file with the standard library alone:
-``tl-leadterms top`` answers from one row of the statistic asked for and the ``k``-vectors of
-column totals the file records for its scorings (:func:`.fileformat.totals_names`), each tensor
-it reads verified against its SHA-256, without importing numpy, safetensors' tensor readers or
-torch.
+``tl-leadterms top`` answers from one row of the statistic asked for and the ``k``-vectors of column
+totals the file records (:func:`.fileformat.totals_names`), each tensor verified against its
+SHA-256, without numpy, safetensors' tensor readers or torch.
 
-The file is read as safetensors lays it out (an 8-byte little-endian header length, the JSON
-header, then the tensors' bytes at the offsets it gives), through a memory map: only the
-tensors a query needs are touched. A row of B̄ is its slice of the sorted pair codes, a row of a
-packed Φ̄ or Q̄ its mask row and values, a row of Σ_B̄ is summed from the sparse counts as the
-Gram kernel sums it. The scores are :func:`.scoring.score_row`'s, the operations of
-:class:`~tl_leadterms.stats.neighbours.RowScorer` in the same order, so the lists are
-:meth:`CorpusStats.top`'s (same scorings, exclusions and order of equal scores).
+The file is read as safetensors lays it out (an 8-byte little-endian header length, the JSON header,
+then the tensors' bytes at its offsets) through a memory map, touching only the tensors a query
+needs: a row of B̄ is its slice of the sorted pair codes, a row of a packed Φ̄ or Q̄ its mask row
+and values, a row of Σ_B̄ is summed from the sparse counts as the Gram kernel sums it. The scores
+are :func:`.scoring.score_row`'s, :class:`~tl_leadterms.stats.neighbours.RowScorer`'s operations in
+the same order, so the lists are :meth:`CorpusStats.top`'s.
 
-A file without the recorded totals (written before they were) has them computed here with
-numpy over the whole table. What this module does not cover (Ḡ, PPMI of Σ_B̄, a statistic
-recorded as degenerate, a token the statistics do not keep, a big-endian machine) it leaves to
-:meth:`CorpusStats.top`, by returning None.
-"""
+A file without the recorded totals has them computed here with numpy. What this module does not
+cover (Ḡ, PPMI of Σ_B̄, a degenerate statistic, a token the statistics do not keep, a big-endian
+machine) it leaves to :meth:`CorpusStats.top` by returning None."""
 
 import bisect
 import hashlib

@@ -1,18 +1,14 @@
 """Saving and loading :class:`CorpusStats`: one safetensors file with JSON metadata.
 
-The file holds the primary statistics (sparse bigram counts, unigram counts, the kept ids and
-those of Φ̄, Ḡ, Q̄, Δ that were computed); B̄ and Σ_B̄ are derived again on load. Writes go
-through the atomic writer, so a crash never leaves a half-written file.
+The file holds the primary statistics (sparse bigram counts, unigram counts, the kept ids and those
+of Φ̄, Ḡ, Q̄, Δ that were computed; layout: :mod:`.fileformat`); B̄ and Σ_B̄ are derived again on
+load. Writes are atomic. From format version 2 a vocabulary hash and a SHA-256 of every tensor and
+of the metadata (:mod:`.provenance`) are verified on load, naming the tensor that differs; version 1
+files (no checksums) load with a warning.
 
-Format version 2 adds provenance (:mod:`.provenance`): a vocabulary hash, and a SHA-256 of every
-tensor and of the metadata, verified on load (a flipped bit or an edited count is refused, naming
-the tensor). Version 1 files (no checksums) still load, with a warning.
-
-``read_stats(path, want=(...))`` reads just the tables asked for (safetensors reads tensors one
-by one from the file): ``top bigram`` reads the sparse counts. :func:`scan_table` reads one dense
-table in row blocks, verified as it goes: ``top context`` keeps the rows it needs from Φ̄ and
-never holds the table.
-"""
+``read_stats(path, want=(...))`` reads just the tables asked for (``top bigram`` reads the sparse
+counts); :func:`scan_table` reads one dense table in verified row blocks (``top context`` never
+holds Φ̄)."""
 
 import json
 import os
@@ -72,9 +68,6 @@ __all__ = [
     "verify_checksums",
     "write_file",
 ]
-
-_COUNTS, _FLOATS, _SQUARE = COUNTS, FLOATS, SQUARE
-_REQUIRED = (*_COUNTS, *_FLOATS)
 
 
 def write_file(path: Path, tensors: dict[str, torch.Tensor], header: dict[str, Any]) -> None:
@@ -142,15 +135,15 @@ def save_stats(stats: Any, path: str | os.PathLike) -> None:
     Φ̄ and Q̄ need are written too (``k`` floats each), so ``tl-leadterms top`` reads a row
     and them, not a table.
     """
-    present = [name for name in _FLOATS if stats.has(name)]
+    present = [name for name in FLOATS if stats.has(name)]
     rebuilt = ["G_bar"] if "G_bar" in present and "Phi_bar" in present else []
-    tensors = {name: getattr(stats, name) for name in _COUNTS}
+    tensors = {name: getattr(stats, name) for name in COUNTS}
     if stats.kept is not None:
         tensors["kept"] = stats.kept
     if "Delta" in present:
         tensors["Delta"] = stats.Delta
     tensors = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
-    for name in _SQUARE:
+    for name in SQUARE:
         if name in present and name not in rebuilt:
             tensors.update(_packed(name, getattr(stats, name)))
     tensors.update(_score_totals(stats, [n for n in ("Phi_bar", "Q_bar") if n in present]))
@@ -196,7 +189,7 @@ def check_tables(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, A
     :func:`.fileformat.check_tables`)."""
     arrays = {name: t.detach().cpu().numpy() for name, t in tensors.items()}
     packed = []
-    for name in _SQUARE:  # packed tables: their parts (values are checked when unpacked)
+    for name in SQUARE:  # packed tables: their parts (values are checked when unpacked)
         names = packed_names(name)
         if all(n in arrays for n in names):
             parts = {part: arrays.pop(n) for part, n in zip(PACKED, names, strict=True)}
@@ -206,7 +199,7 @@ def check_tables(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, A
             arrays[name] = parts["base"]  # stands for the table in the dtype check
             packed.append(name)
     check_file_tables(path, {n: a for n, a in arrays.items() if n not in packed}, meta)
-    floats = {arrays[n].dtype for n in (*_SQUARE, "Delta") if n in arrays}
+    floats = {arrays[n].dtype for n in (*SQUARE, "Delta") if n in arrays}
     if len(floats) > 1:
         names = sorted(f"torch.{d}" for d in floats)
         raise corrupt_file(path, f"the statistics have dtypes {names}")
@@ -222,7 +215,7 @@ def _wanted(want: Iterable[str] | None) -> set[str] | None:
     if want is None:
         return None
     names = {want} if isinstance(want, str) else set(want)
-    known = {"B_bar", "Sigma_B", *_FLOATS}
+    known = {"B_bar", "Sigma_B", *FLOATS}
     if not names or not names <= known:
         raise LeadTermsError(f"want= names statistics among {sorted(known)}, got {want!r}")
     return names
@@ -232,12 +225,12 @@ def _tensor_names(meta: dict[str, Any], statistics: set[str] | None) -> set[str]
     """The tensors to read for ``statistics`` (None: every tensor)."""
     if statistics is None:
         return None
-    tables = statistics & set(_FLOATS)
+    tables = statistics & set(FLOATS)
     if "G_bar" in tables and "G_bar" in rebuilt(meta):
         tables.add("Phi_bar")  # Ḡ is rebuilt from Φ̄
-    names = {*_COUNTS, "kept"}
+    names = {*COUNTS, "kept"}
     for name in tables:
-        packed = is_packed(meta) and name in _SQUARE
+        packed = is_packed(meta) and name in SQUARE
         names.update(packed_names(name) if packed else [name])
     return names
 
@@ -253,23 +246,19 @@ def _stored_sums(path: Path, meta: dict[str, Any], stacklevel: int) -> dict[str,
     return stored_sums(path, meta)
 
 
-_compare_checksum = compare_checksum
-_stored_statistics = stored_statistics
-
-
 def verify_checksums(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
     """Compare the stored checksums with the metadata and every tensor read (naming the first
     that differs)."""
     sums = _stored_sums(path, meta, stacklevel=5)
     if sums is not None:
         for name, tensor in tensors.items():
-            _compare_checksum(path, sums, name, tensor_checksum(tensor))
+            compare_checksum(path, sums, name, tensor_checksum(tensor))
 
 
 def _unpacked(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
     """Replace the parts of each packed table read by the table itself (in place)."""
     k = meta["n_kept"]
-    for name in _SQUARE:
+    for name in SQUARE:
         names = packed_names(name)
         if not all(n in tensors for n in names):
             continue
@@ -328,14 +317,14 @@ def read_stats(
     check_tables(path, tensors, meta)  # what is stored: counts, dense tables, packed parts
     verify_checksums(path, tensors, meta)
     _unpacked(path, tensors, meta)
-    stored = _stored_statistics(meta)
+    stored = stored_statistics(meta)
     held = [n for n in stored if n not in rebuilt(meta)]
-    needed = [n for n in (*_COUNTS, *held) if names is None or n in names]
+    needed = [n for n in (*COUNTS, *held) if names is None or n in names]
     needed += ["Phi_bar"] if rebuilt(meta) and (names is None or "G_bar" in names) else []
     missing = [n for n in dict.fromkeys(needed) if n not in tensors]
     if missing:
         raise corrupt_file(path, f"missing tensors {missing}")
-    absent = sorted(names & set(_FLOATS) - set(stored)) if names is not None else []
+    absent = sorted(names & set(FLOATS) - set(stored)) if names is not None else []
     if absent:
         raise LeadTermsError(
             f"{path} holds no {absent} (it has {['B_bar', *stored]}); recompute the statistics "
@@ -429,9 +418,9 @@ def scan_table(
         raise LeadTermsError(f"scan_table reads one of {list(_DENSE)}, got {name!r}")
     meta = read_header(path)
     check_header(path, meta)
-    if name not in _stored_statistics(meta):
+    if name not in stored_statistics(meta):
         raise LeadTermsError(
-            f"{path} holds no {name} (it has {['B_bar', *_stored_statistics(meta)]}); recompute "
+            f"{path} holds no {name} (it has {['B_bar', *stored_statistics(meta)]}); recompute "
             "the statistics with it (tl-leadterms stats without --only; corpus_stats(want=None))"
         )
     sums = _stored_sums(path, meta, stacklevel=3)
@@ -444,7 +433,7 @@ def scan_table(
     if is_packed(meta):  # the packed parts are small: read, verified, unpacked in row blocks
         parts, _ = read_file(path, set(packed_names(name)))
         for part, tensor in parts.items():
-            _compare_checksum(path, sums, part, tensor_checksum(tensor))
+            compare_checksum(path, sums, part, tensor_checksum(tensor))
         parts = {p: parts[f"{name}/{p}"].numpy() for p in PACKED}
         check_packed(path, name, parts, k)
         step = max(1, int(block_bytes or ROW_BLOCK_BYTES) // (k * parts["base"].itemsize))
@@ -471,4 +460,4 @@ def scan_table(
             raise corrupt_file(path, f"{name} has NaN or infinite entries")
         digest.update(block)
         visit(start, block)
-    _compare_checksum(path, sums, name, digest.hexdigest())
+    compare_checksum(path, sums, name, digest.hexdigest())

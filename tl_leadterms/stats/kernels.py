@@ -1,26 +1,20 @@
 """Fused CPU kernels for the two accumulation passes (numba).
 
 Each kernel walks every causal (query ``t``, key ``m <= t``) pair of a batch once and adds its
-weight straight into the flat ``k·k + 1`` table, with no index or weight arrays in between: the
-work per pair is one random table update (plus one gather from Ḡ in pass two), which is the
-memory-bound limit of this computation. Threads own disjoint table rows (a row belongs to the
-thread ``row % n_threads``), so the parallel updates never race and the result does not depend
-on scheduling. Each thread visits its positions row by row (a stable counting sort of the
-batch's positions by table row, :func:`_owned`): with Zipf-distributed tokens the frequent rows'
-updates then hit a row already in the cache (pass one 1.2-1.6x faster at the toy sizes of
-``benchmarks/bench_stats.py``), and since the sort is stable every table entry adds its terms in
-the same order as a pass in reading order, so Φ̄ and Q̄ are bit for bit unchanged by it.
+weight straight into the flat ``k·k + 1`` table, with no index or weight arrays in between: one
+random table update per pair (plus one gather from Ḡ in pass two), the memory-bound limit. Threads
+own disjoint table rows (row ``r`` belongs to thread ``r % n_threads``), so updates never race and
+the result does not depend on scheduling; each thread visits its positions in row order (a stable
+counting sort, :func:`_owned`), which keeps frequent rows in the cache and adds every entry's terms
+in reading order, so Φ̄ and Q̄ are bit for bit unchanged by it
+(docs/guides/performance.md#statistics).
 
-Inputs are matrix indices, ``k`` standing for a dropped token (vocabulary restriction): pairs
-that touch a dropped token add nothing to the table, while Δ still counts every position.
-The torch implementation in :mod:`.accumulate` computes the same sums on any device; tests
-check that the two agree. ``csr_times_dense`` is the row-parallel sparse-times-dense product
-behind :class:`.algebra.CentredBigram` on the CPU (about twice torch's CSR product here), and
-``centred_gram`` builds ``Σ_B̄ = B̄ᵀB̄`` row by row from the sparse counts, and
-``centred_composed`` builds ``Ḡ = B̄ᵀ(B̄Φ̄)`` column block by column block in one parallel call.
-``permuted_dots`` is the permutation null's fused gather-dot (``decompose``'s ``null=``): every
-relabelling of a leading term met by every map in one pass, with no relabelled copy.
-"""
+Inputs are matrix indices, ``k`` standing for a dropped token: pairs that touch one add nothing to
+the table, while Δ still counts every position. The torch implementation in :mod:`.accumulate`
+computes the same sums on any device (tests check that they agree). Also here: ``csr_times_dense``,
+the row-parallel sparse-times-dense product of :class:`.algebra.CentredBigram` on the CPU;
+``centred_gram`` (``Σ_B̄``) and ``centred_composed`` (``Ḡ``); ``permuted_dots``, the permutation
+null's fused gather-dot."""
 
 from typing import no_type_check
 
@@ -210,16 +204,13 @@ def _permuted_dots(maps, target, inverse, out):  # pragma: no cover - compiled
 def permuted_dots(
     maps: np.ndarray, target: np.ndarray, inverse: np.ndarray, out: np.ndarray
 ) -> None:
-    """``out[r, h] = Σ_ij maps[h, i, j]·target[inv_r[i], inv_r[j]]`` for every row ``inv_r``
-    of ``inverse`` (``[R, k]`` int64): ``⟨M_h, T_π⟩`` of the null's relabellings, one parallel
-    task per draw (``maps`` ``[n, k, k]`` and ``target`` ``[k, k]``, float64, C-contiguous).
+    """``out[r, h] = Σ_ij maps[h, i, j]·target[inv_r[i], inv_r[j]]`` for every row ``inv_r`` of
+    ``inverse`` (``[R, k]`` int64): ``⟨M_h, T_π⟩`` of the null's relabellings, one parallel task per
+    draw (``maps`` ``[n, k, k]`` and ``target`` ``[k, k]``, float64, C-contiguous).
 
-    Row ``i`` of the relabelled target is gathered once into a ``k``-long buffer and met by
-    row ``i`` of every map, so a draw reads the target once and each map once, with no
-    ``[k, k]`` copy and no index array (the bare gather-dot reads a precomputed ``k²`` index
-    besides). Each dot of two rows may be summed in any order (``fastmath``); float64
-    throughout.
-    """
+    Row ``i`` of the relabelled target is gathered once into a ``k``-long buffer and met by row
+    ``i`` of every map: no ``[k, k]`` copy, no index array. Each dot of two rows may be summed in
+    any order (``fastmath``); float64 throughout."""
     _permuted_dots(maps, target, inverse, out)
 
 
@@ -238,15 +229,12 @@ def centred_composed(
 
     With ``P = B̄Φ̄``, row ``i`` of ``P`` is ``Σ_c S[i, c]·Φ̄[c] − uα_i·1ᵀΦ̄`` (``alpha_u = uα``,
     ``colsum = 1ᵀΦ̄``) and ``Ḡ = SᵀP − u·1(αᵀP)`` (``g0 = −u·αᵀP``, formed by the caller as
-    ``−u·(βᵀΦ̄ − u‖α‖²·1ᵀΦ̄)``, ``β = Sᵀα``). Each block of ``width`` columns is one parallel
-    task: it packs its columns of Φ̄ and of Ḡ (filled with ``g0``) into two contiguous
-    ``[k, width]`` buffers (a strided block touches one page per row: at k = 3,000 packing
-    halved the time), then for every row ``i`` of ``S`` forms ``P[i]`` in a ``width``-long
-    vector and adds ``S[i, c]·P[i]`` to row ``c`` of the block, and copies the block out. No
-    ``[k, k]`` temporary, no transpose of ``S``; ``2·nnz·width`` products per block; each entry
-    of ``Ḡ`` sums its products in ``i`` ascending (the same order whatever the number of
-    threads). Scratch: ``2·k·width`` entries per thread.
-    """
+    ``−u·(βᵀΦ̄ − u‖α‖²·1ᵀΦ̄)``, ``β = Sᵀα``). Each block of ``width`` columns is one parallel task:
+    it packs its columns of Φ̄ and of Ḡ (filled with ``g0``) into two contiguous ``[k, width]``
+    buffers (packing halved the time at k = 3,000), forms each ``P[i]`` in a ``width``-long vector,
+    adds ``S[i, c]·P[i]`` to row ``c`` of the block, and copies the block out. ``2·nnz·width``
+    products per block; each entry of ``Ḡ`` sums its products in ``i`` ascending, whatever the
+    number of threads. Scratch: ``2·k·width`` entries per thread."""
     _composed(*csr, alpha_u, colsum, g0, phi, out, columns[0], columns[1], width)
 
 
@@ -264,15 +252,14 @@ def centred_gram(
     c: float,
     out: np.ndarray,
 ) -> None:
-    """``out = SᵀS − (β1ᵀ + 1βᵀ) + c·11ᵀ`` for a sparse ``S`` given as CSR ``(indptr, indices,
-    values)`` and its transpose ``csr_t`` (float64 values, indices ascending in each row).
+    """``out = SᵀS − (β1ᵀ + 1βᵀ) + c·11ᵀ`` for a sparse ``S`` given as CSR
+    ``(indptr, indices, values)`` and its transpose ``csr_t`` (float64 values, indices ascending in
+    each row).
 
-    Row ``r`` of ``SᵀS`` is ``Σ_i S[i, r]·S[i, :]``: each row is summed once in a float64
-    vector that stays in the cache and rounded once into ``out``. Entry ``(r, j)`` and entry
-    ``(j, r)`` add the same products in the same order (``i`` ascending), so ``out`` is exactly
-    symmetric. The work is ``Σ_i nnz(S[i, :])²`` products, against ``nnz·k`` for a product
-    of ``Sᵀ`` with dense column blocks.
-    """
+    Row ``r`` of ``SᵀS`` is ``Σ_i S[i, r]·S[i, :]``, summed in a float64 vector and rounded once
+    into ``out``; entries ``(r, j)`` and ``(j, r)`` add the same products in the same order, so
+    ``out`` is exactly symmetric. ``Σ_i nnz(S[i, :])²`` products, against ``nnz·k`` for ``Sᵀ`` times
+    dense column blocks."""
     _gram(*csr, *csr_t, beta, c, out, n_threads())
 
 

@@ -2,24 +2,21 @@
 
 For a statistic ``M`` (``[k, k]``, rows = the query token) and a row token ``i``:
 
-* ``"raw"`` — ``M_ij``, as the paper prints it (Fig. 5). On real corpora frequent tokens
-  dominate every list: their rows and columns are large whatever ``i`` is.
-* ``"cosine"`` — ``M_ij / (‖M_i,:‖ · ‖M_:,j‖)``: row and column normalised, so a neighbour is
-  ranked by how much of *its* mass is shared with ``i``, not by its frequency. For the
-  interchangeability ``Σ_B̄ = B̄ᵀB̄`` (a Gram matrix) it is ``Σ_ij / √(Σ_ii Σ_jj)``, the cosine
-  of the two tokens' ``B̄`` columns, in ``[−1, 1]``; for other statistics the values rank a list
-  but are not bounded by 1 (they scale as ``1/‖M‖``).
-* ``"ppmi"`` — positive pointwise mutual information of the positive part ``M⁺ = max(M, 0)``
-  read as co-occurrence weights: ``max(0, log(M⁺_ij · S / (r_i · c_j)))`` with ``S = Σ M⁺``,
+* ``"raw"`` — ``M_ij``, as the paper prints it (Fig. 5); on real corpora frequent tokens dominate
+  every list.
+* ``"cosine"`` — ``M_ij / (‖M_i,:‖ · ‖M_:,j‖)``: row and column normalised, so a neighbour ranks by
+  how much of *its* mass is shared with ``i``, not by its frequency. For the Gram matrix
+  ``Σ_B̄ = B̄ᵀB̄`` it is ``Σ_ij / √(Σ_ii Σ_jj)``, the cosine of the two tokens' ``B̄`` columns, in
+  ``[−1, 1]``; for other statistics the values rank a list but are not bounded by 1 (they scale as
+  ``1/‖M‖``).
+* ``"ppmi"`` — positive pointwise mutual information of the positive part ``M⁺ = max(M, 0)`` read as
+  co-occurrence weights: ``max(0, log(M⁺_ij · S / (r_i · c_j)))`` with ``S = Σ M⁺``,
   ``r_i = Σ_j M⁺_ij``, ``c_j = Σ_i M⁺_ij`` (entries with ``M⁺_ij = 0`` score 0).
 
-The default, everywhere lists are shown (:meth:`CorpusStats.top`, the explorer, the report,
-``tl-leadterms top``), is ``"cosine"`` with the tokenizer's special tokens left out
-(:data:`DEFAULT_SCORING`, :data:`DEFAULT_EXCLUDE`); ``scoring="raw", exclude=()`` gives the
-paper's lists as printed.
-
-A token that never occurs in the corpus, or whose row is zero, has no associations:
-:class:`Neighbours` is then empty and its ``note`` says why (no arbitrary zero-score list).
+The default everywhere lists are shown is ``"cosine"`` with the tokenizer's special tokens left out
+(:data:`DEFAULT_SCORING`, :data:`DEFAULT_EXCLUDE`); ``scoring="raw", exclude=()`` gives the paper's
+lists. A token that never occurs, or whose row is zero, has no associations: :class:`Neighbours` is
+then empty and its ``note`` says why.
 
 >>> import torch
 >>> M = torch.tensor([[4.0, 1.0], [1.0, 1.0]])
@@ -78,11 +75,10 @@ def block_rows(k: int) -> int:
 class RowScorer:
     """Rows ``indices`` of a ``[k, k]`` statistic under ``scoring``, from its row blocks.
 
-    Feed every row block once, in any order, with ``update(start, block)`` (rows ``start`` to
-    ``start + len(block)``); it keeps the rows asked for and the column totals the scoring
-    needs (squared column norms for ``"cosine"``, the diagonal for the Gram cosine, positive
-    column sums for ``"ppmi"``), so the whole matrix is never held. Then ``scored(i)`` and
-    ``raw(i)``. :func:`scored_row` is this on a matrix in memory.
+    Feed every row block once, in any order, with ``update(start, block)``; it keeps the rows asked
+    for and the column totals the scoring needs (squared column norms for ``"cosine"``, the diagonal
+    for the Gram cosine, positive column sums for ``"ppmi"``), never the whole matrix. Then
+    ``scored(i)`` and ``raw(i)``; :func:`scored_row` is this on a matrix in memory.
 
     >>> M = torch.tensor([[4.0, 1.0], [1.0, 1.0]])
     >>> scorer = RowScorer(2, [0], "cosine", symmetric_gram=False)

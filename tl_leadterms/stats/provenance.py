@@ -2,17 +2,14 @@
 
 * ``vocab_hash`` (metadata): the tokenizer's vocabulary hash
   (:func:`tl_leadterms.data.tokenizers.vocab_hash`) when the statistics were computed with a
-  tokenizer; otherwise :func:`ids_vocab_hash`, ``"ids:"`` + a hash of ``d_vocab`` and the kept
-  ids. Two statistics files over the same token ids have the same hash.
-* ``checksums`` (metadata): SHA-256 of every tensor's dtype, shape and bytes, and of the rest of
-  the metadata (canonical JSON), written by ``save`` and verified by ``load``, which names the
-  tensor (or ``metadata``) that does not match.
-* ``windows_fingerprint`` (metadata): which windows the statistics were computed from
-  (:func:`windows_fingerprint`), an order-free digest of the multiset of windows, so that a
-  model trained on the same windows (:func:`tl_leadterms.train` records the same digest on the
-  model) is recognised whatever order either read them in
-  (:mod:`tl_leadterms.results.population`). Not cryptographic: it tells apart different
-  windows, it does not resist someone crafting a collision.
+  tokenizer, else :func:`ids_vocab_hash` (``"ids:"`` + a hash of ``d_vocab`` and the kept ids).
+* ``checksums`` (metadata): SHA-256 of every tensor's dtype, shape and bytes, and of the rest of the
+  metadata (canonical JSON), written by ``save`` and verified by ``load``, which names the tensor
+  (or ``metadata``) that does not match.
+* ``windows_fingerprint`` (metadata): an order-free digest of the multiset of windows the statistics
+  were computed from (:func:`windows_fingerprint`); :func:`tl_leadterms.train` records the same
+  digest on the model (:mod:`tl_leadterms.results.population`). Not cryptographic: it tells
+  different windows apart, it does not resist a crafted collision.
 
 >>> import torch
 >>> ids_vocab_hash(100, None) == ids_vocab_hash(100, None) != ids_vocab_hash(101, None)

@@ -1,16 +1,13 @@
 """Checkpoint sweeps on Ray: one task per checkpoint, each result handed back as it finishes.
 
-:func:`~tl_leadterms.sweeps.run.sweep` with ``executor="ray"`` calls :func:`run_on_ray`
-with its per-checkpoint function (``run_checkpoint``: load the model in the worker, run the
-analyses, free the model, return a plain record). What travels per task: the checkpoint's
-description (a folder path or a hub name and step, plus the loader settings: a few hundred
-bytes) and its record back (the rows, a few kB). The statistics and the analyses' settings go
-into the object store once (``ray.put``) and every task reads them from there. The driver
-calls ``on_result`` for each record in the order the tasks finish (``ray.wait``), so a sweep that
-appends there keeps every finished checkpoint when the driver is interrupted.
-
-Ray is imported only when :func:`run_on_ray` runs.
-"""
+:func:`~tl_leadterms.sweeps.run.sweep` with ``executor="ray"`` calls :func:`run_on_ray` with its
+per-checkpoint function (``run_checkpoint``: load the model in the worker, run the analyses, free
+the model, return a plain record). A task ships the checkpoint's description (a few hundred bytes)
+and its record back (a few kB); the statistics and settings go into the object store once. The
+driver calls ``on_result`` for each record as its task finishes (``ray.wait``), so a sweep that
+appends there keeps every finished checkpoint when the driver is interrupted
+(docs/guides/distributed.md#checkpoint-sweeps-on-ray). Ray is imported only when :func:`run_on_ray`
+runs."""
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass

@@ -3,15 +3,15 @@ checkpoint, appended, flushed and fsynced; read back on a resume (a torn last li
 
 :class:`ResultsFile` is what a sweep driver (this process or a distributed one) uses:
 
-* a lock: ``fcntl.flock`` on the file itself, held from ``__enter__`` to ``__exit__``: it belongs
-  to the file (its device and inode), not to a name, so a symlink or a hard link to a file being
-  written is refused at once, with the holder's pid (Linux; ``unknown`` elsewhere). The kernel
-  drops the lock when its holder dies (even by SIGKILL), so a crash never leaves it locked;
-* what is not a results file is refused before any work and left as it is: a FIFO, device,
-  socket or folder, a binary file, or one with a line over :data:`MAX_LINE` bytes;
-* fingerprints: each record carries the fingerprint of what was analysed
-  (:mod:`.fingerprint`); ``done(label, fingerprint)`` is False for a checkpoint whose files
-  changed since its record was written, and says so (a warning, and ``changed``).
+* a lock: ``fcntl.flock`` on the file itself (its device and inode, not its name), held from
+  ``__enter__`` to ``__exit__``, so a symlink or hard link to a file being written is refused at
+  once with the holder's pid (Linux; ``unknown`` elsewhere); the kernel drops it when its holder
+  dies, even by SIGKILL;
+* what is not a results file is refused before any work and left as it is: a FIFO, device, socket or
+  folder, a binary file, or one with a line over :data:`MAX_LINE` bytes;
+* fingerprints: each record carries the fingerprint of what was analysed (:mod:`.fingerprint`);
+  ``done(label, fingerprint)`` is False, with a warning and ``changed``, for a checkpoint whose
+  files changed since its record was written.
 
 Example:
 

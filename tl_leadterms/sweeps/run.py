@@ -108,57 +108,52 @@ def sweep(
 
     Args:
         checkpoints: ``(label, model)`` pairs (or ``(label, step, model_or_folder)``, as
-            :func:`~tl_leadterms.loading.checkpoint.load_series` gives); a list of local
-            checkpoint folders; a series folder (its ``step{N}`` sub-folders); or a hub name such
-            as ``"pythia-1.4b"`` with ``checkpoint_steps``. Folders and hub checkpoints are
-            loaded one at a time and freed after use, so memory holds one model.
+            :func:`~tl_leadterms.loading.checkpoint.load_series` gives); a list of local checkpoint
+            folders; a series folder (its ``step{N}`` sub-folders); or a hub name such as
+            ``"pythia-1.4b"`` with ``checkpoint_steps``. Folders and hub checkpoints are loaded one
+            at a time and freed after use.
         stats: :class:`~tl_leadterms.stats.CorpusStats` over the models' vocabulary, or a
             :class:`~tl_leadterms.stats.blocks.BlockStats` (needed for ``ci``; its whole-corpus
             statistics are scored, and callables get those).
-        analyses: names ``"decompose"`` (rows ``cos_{weight}`` and ``explained_{weight}``) and
-            ``"covariance"``
-            (:func:`~tl_leadterms.covariance_similarity`'s ``attention``, ``value_post``,
-            ``value_attn``), ``"output"`` (:func:`~tl_leadterms.output_agreement` on held-out
-            ``tokens=``, its scalars fitted unless a ``schedule`` is given: rows ``output_kl``,
-            ``output_explained``, ``output_top1``, ``output_c_O``…, ``bigram_kl``…), callables
-            ``f(model, stats)`` returning dicts with ``layer``, ``head``, ``score``, ``value``, or
-            ``(label, name_or_callable, kwargs)`` tuples (e.g. the covariance score under two
+        analyses: names ``"decompose"`` (rows ``cos_{weight}`` and ``explained_{weight}``),
+            ``"covariance"`` (:func:`~tl_leadterms.covariance_similarity`'s ``attention``,
+            ``value_post``, ``value_attn``) and ``"output"`` (:func:`~tl_leadterms.output_agreement`
+            on held-out ``tokens=``, its scalars fitted unless a ``schedule`` is given: rows
+            ``output_kl``, ``output_explained``, ``output_top1``, ``output_c_O``…, ``bigram_kl``…);
+            callables ``f(model, stats)`` returning dicts with ``layer``, ``head``, ``score``,
+            ``value``; or ``(label, name_or_callable, kwargs)`` tuples (e.g. one score under two
             settings side by side).
-        checkpoint_steps: with a hub name, the ``checkpoint_value`` of each checkpoint; with
-            local checkpoints, keep only these steps. (A ``schedule``, the leading terms'
-            training run, is one of the analyses' keywords.)
-        results: a ``.jsonl`` path: each finished checkpoint is appended as one line; a rerun
-            skips the checkpoints already there (same settings required, ``null``/``ci``
-            included) and loads their rows.
+        checkpoint_steps: with a hub name, the ``checkpoint_value`` of each checkpoint; with local
+            checkpoints, keep only these steps. (The leading terms' training run is the analyses'
+            ``schedule`` keyword.)
+        results: a ``.jsonl`` path: each finished checkpoint is appended as one line; a rerun skips
+            the checkpoints already there (same settings required, ``null``/``ci`` included) and
+            loads their rows.
         null: the named analyses' permutation null, as :func:`~tl_leadterms.decompose` takes it
-            (shorthand for ``uncertainty.null``): rows gain ``null_mean``, ``null_sd``,
-            ``excess``, ``z``, ``p`` (``decompose``: on its ``cos_*`` rows).
+            (shorthand for ``uncertainty.null``): rows gain ``null_mean``, ``null_sd``, ``excess``,
+            ``z``, ``p`` (``decompose``: on its ``cos_*`` rows).
         ci: a confidence level (shorthand for ``uncertainty.ci``): rows gain
             ``lo``/``hi``/``corrected``; ``stats`` must be a ``BlockStats``.
-        uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` of the
-            named analyses; its ``seed`` seeds the permutations and resamples given as counts,
-            and every checkpoint uses the same draws, so a resumed or distributed sweep gives
-            the same columns.
+        uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` of the named
+            analyses; its ``seed`` seeds the draws given as counts, the same for every checkpoint,
+            so a resumed or distributed sweep gives the same columns.
         device: where models are loaded and covariance products run (default: the CPU).
         progress: a tqdm bar over the checkpoints.
         loader_kwargs: extra keywords for :func:`~tl_leadterms.loading.checkpoint.load_model`
             (``fold_ln``, ``dtype``, ...), for folders and hub names alike.
         executor: ``"local"`` (this process, one checkpoint after the other), ``"ray"`` or a
             :class:`~tl_leadterms.sweeps.on_ray.RayExecutor` (its cluster and what each task
-            reserves): one Ray task per checkpoint, each loading its model in the worker;
-            every record is appended to ``results`` as it arrives, so an interrupted Ray sweep
-            resumes like a local one. Checkpoints must be folders or hub names (a worker cannot
-            load a model held by this process).
+            reserves): one Ray task per checkpoint, each loading its model in the worker, every
+            record appended to ``results`` as it arrives. Checkpoints must then be folders or hub
+            names.
         **analysis_kwargs: keywords for the named analyses (each gets those it accepts, e.g.
             ``layers=[0, 1]``, ``per_head=True``, ``schedule=Schedule(lr=..., steps=...)`` or
             ``normalize="both", value_map="write"`` for covariance). ``theory=path`` keeps the
-            covariance theory terms in a file: computed once (with a Ray executor here, before
-            the tasks start, when ``device`` is usable here) and read by every checkpoint and
-            task.
+            covariance theory terms in a file, computed once (with a Ray executor, here before the
+            tasks start, when ``device`` is usable here) and read by every checkpoint and task.
 
     Returns:
-        A :class:`SweepTable`, one row per (checkpoint, layer, head, analysis, score).
-    """
+        A :class:`SweepTable`, one row per (checkpoint, layer, head, analysis, score)."""
     full_stats(stats)  # a CorpusStats or BlockStats, else a clear error
     _check_not_checkpoint_list(analysis_kwargs.get("steps"))
     device = "cpu" if device is None else device

@@ -1,13 +1,11 @@
 """Plain SGD on next-token cross-entropy, with optional leading-term tracking.
 
-Training sits above the analyzers in the package's layers: tracking reads the theorem's table
-through :func:`tl_leadterms.analyses.decompose.leading_cosines`.
-
 The theory (docs/math.md#leading-terms) is about full-batch gradient descent from zero
 initialisation at a constant learning rate; the paper's experiments use mini-batch SGD.
 :func:`train` does both and records, every ``every`` steps, the loss and (with ``track=stats``) the
-cosine of each weight with its own leading term.
-"""
+cosine of each weight with its own leading term
+(:func:`tl_leadterms.analyses.decompose.leading_cosines`: training sits above the analyzers in the
+package's layers)."""
 
 import math
 from collections.abc import Callable
@@ -224,10 +222,9 @@ def train(
         callback: optional ``callback(step, model, loss)`` called at each logged step.
 
     Returns:
-        A :class:`TrainHistory`. The model also keeps a record of the windows it was trained
-        on (their fingerprint, :func:`tl_leadterms.results.population.trained_on`), so that
-        the analyses know when statistics are of those very windows: their scores are then
-        exact and ``ci=`` adds no interval (:mod:`tl_leadterms.results.population`).
+        A :class:`TrainHistory`. The model also records the fingerprint of its training
+        windows (:func:`tl_leadterms.results.population.trained_on`): scores against statistics
+        of those very windows are exact, and ``ci=`` adds no interval to them.
 
     Example:
         >>> import torch

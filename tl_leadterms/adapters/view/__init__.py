@@ -1,15 +1,14 @@
 """One read-only view of a model: every weight, config fact and hook name the analyses read.
 
-:func:`model_view` wraps a TransformerLens ``HookedTransformer`` (TL 3.x; the paper model reads
-through it too) or a ``TransformerBridge`` in compatibility mode (TL 3.9's and 4.x's) in a
+:func:`model_view` wraps a TransformerLens ``HookedTransformer`` (TL 3.x; the paper model too) or a
+``TransformerBridge`` in compatibility mode (TL 3.9 and 4.x) in a
 :class:`~tl_leadterms.adapters.view.base.ModelView` with one surface: ``W_E`` (embedding scale
-included), ``W_pos``, ``W_U``, per-block ``W_Q``/``W_K``/``W_V``/``W_O`` (grouped keys and
-values kept grouped) and biases (zeros where absent), the score divisor of each layer, rotary
-tables, the normalisation state, hook names, device, dtype and tokenizer.
-
-This package is the only place that knows TransformerLens internals (``_W_K``,
-``cfg.attn_scale``, ``calculate_sin_cos_rotary``, ``original_component``, ``hook.name``); the
-per-family facts of a bridge live in :mod:`tl_leadterms.adapters.view.bridge`.
+included), ``W_pos``, ``W_U``, per-block ``W_Q``/``W_K``/``W_V``/``W_O`` (grouped keys and values
+kept grouped) and biases (zeros where absent), each layer's score divisor, rotary tables, the
+normalisation state, hook names, device, dtype and tokenizer. This package is the only place that
+knows TransformerLens internals (``_W_K``, ``cfg.attn_scale``, ``calculate_sin_cos_rotary``,
+``original_component``, ``hook.name``); a bridge's per-family facts live in
+:mod:`tl_leadterms.adapters.view.bridge`.
 
 Example:
     >>> from tl_leadterms.models.paper import paper_model

@@ -25,7 +25,6 @@ HOOK_KINDS = {
     "pattern": "blocks.{layer}.attn.hook_pattern",
 }
 _READING = ("W_Q", "W_K", "W_V", "W_O")
-_BIASES = ("b_Q", "b_K", "b_V")
 
 
 def own_tokenizer(model: Any) -> Any:

@@ -1,38 +1,11 @@
 """The view of a TransformerLens ``TransformerBridge`` in compatibility mode (TL 3.9 and 4.x).
 
-After ``enable_compatibility_mode()`` a bridge's processed weights equal a HookedTransformer's;
-what differs is where they are read. Every such per-family fact lives in this module, one
-function each (tests/unit/test_view.py has a test per fact):
-
-====================  ============================================  =========================
-fact                  HookedTransformer (TL 3.x)                    TransformerBridge
-====================  ============================================  =========================
-score divisor         ``cfg.attn_scale`` (√d_head)                  ``1 / attn.original_component
-                                                                    .scaling``; ``cfg.attn_scale``
-                                                                    is a −1.0 placeholder; GPT-Neo
-                                                                    does not scale; Bloom keeps
-                                                                    ``inv_norm_factor``
-grouped K/V           ``_W_K``/``_W_V`` (``W_K`` repeats them)      ``W_K``/``W_V`` grouped
-absent biases         zeros                                         ``None``
-rotary tables         ``attn.calculate_sin_cos_rotary``             ``rotary_emb.original_
-                                                                    component(x, position_ids)``;
-                                                                    GPT-J: no such module, Hugging
-                                                                    Face's ``embed_positions``
-                                                                    (sin‖cos), adjacent pairs
-folded norms          ``LNPre``/``RMSPre``                          still ``LN``/``RMS``, gains 1
-                                                                    (Gemma: ``1 + w``, ``w = 0``)
-``W_pos``             ``model.W_pos``                               ``pos_embed.W_pos``; OPT keeps
-                                                                    2 offset rows first
-embedding scale       folded into ``W_E`` (Gemma ``√d_model``)      ``embed.original_component
-                                                                    .embed_scale``, not folded
-parameter names       ``named_parameters()``                        ``tl_named_parameters()``
-hook names            ``hook.name`` is the alias                    ``hook.name`` is canonical
-                                                                    (``blocks.0.hook_in``)
-unmodelled parts      cfg flags                                     the Hugging Face modules
-                                                                    (``q_norm``, ``embed_ln``,
-                                                                    ``post_feedforward_layernorm``)
-====================  ============================================  =========================
-"""
+After ``enable_compatibility_mode()`` a bridge's processed weights equal a HookedTransformer's; what
+differs is where they are read: the score divisor, grouped keys and values, absent biases, rotary
+tables, folded norms, ``W_pos``, the embedding scale, parameter and hook names, and the unmodelled
+parts. Every such per-family fact lives in this module, one function each, each with a test in
+tests/unit/test_view.py; the table of them, HookedTransformer beside bridge, is
+docs/guides/bridge-facts.md#the-facts-one-place."""
 
 from typing import Any
 
