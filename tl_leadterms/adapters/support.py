@@ -38,12 +38,17 @@ def check_supported(model: Any, *, caller: str) -> ModelView:
 def check_finite(weights: Any) -> None:
     """The one refusal of NaN or inf weights (every analysis, the monitor), naming the first of
     ``weights``: named tensors (a dict), or a model's under their TransformerLens names where a
-    view reads it, else its parameters' (output_agreement runs any model)."""
+    view reads it, else its parameters' (output_agreement runs any model). A positional table
+    the model does not use (rotary or ALiBi positions: TransformerLens 3.9 leaves
+    ``pos_embed.W_pos`` uninitialised there) is not read."""
     if isinstance(weights, dict):
         named = weights.items()
     else:
         try:
-            named = model_view(weights, caller="check_finite").named_weights()
+            view = model_view(weights, caller="check_finite")
+            unused = view.positional_type not in ("standard", "shortformer")
+            named = [(n, w) for n, w in view.named_weights()
+                     if not (unused and n.endswith("W_pos"))]  # fmt: skip
         except LeadTermsError:
             named = getattr(weights, "named_parameters", list)()
     for name, tensor in named:
