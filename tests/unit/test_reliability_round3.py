@@ -178,11 +178,14 @@ def test_ctrl_c_while_the_command_exits_is_one_line_and_130(tmp_path):
 
 def test_the_probe_lets_a_real_ray_head_through():
     ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    started = not ray.is_initialized()  # the integration tests' session cluster may be up
+    if started:
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         probe_address(ray.get_runtime_context().gcs_address)  # answers as an HTTP/2 server
     finally:
-        ray.shutdown()
+        if started:
+            ray.shutdown()
 
 
 # -- 10. a uint64 token id above 2**63 - 1 is named as given, never as its int64 wrap-around --

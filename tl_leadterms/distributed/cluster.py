@@ -88,11 +88,14 @@ def probe_address(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
 def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[Any]:
     """Yield the ``ray`` module connected to a cluster; stop only a Ray started here.
 
-    * Ray already initialised in this process: use it as it is (``address`` is ignored).
+    * Ray already initialised in this process: use it as it is (``address`` is not connected
+      to, but a ``host:port`` where no Ray answers is still refused).
     * ``address=None``: start a local Ray with ``num_cpus`` CPUs (default: all), no dashboard.
     * ``"auto"`` or ``"host:port"``: connect to a running cluster (``ray start --head``).
     """
     ray = import_ray()
+    if address not in (None, "auto"):
+        probe_address(address)
     if ray.is_initialized():
         yield ray
         return
@@ -102,8 +105,6 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     if address is None:
         check_local_ray()  # under a low `ulimit -v`, before Ray's node times out starting
         reap()  # agents left by a local cluster whose driver was killed
-    elif address != "auto":
-        probe_address(address)
     try:
         # ray.init replaces the driver's SIGTERM handler (with a sys.exit from native code,
         # which aborts the process): keep ours, which shuts Ray down like Ctrl-C does
