@@ -22,7 +22,7 @@ from tl_leadterms import (
     train,
 )
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.population import record_training, resolve_population, trained_on
+from tl_leadterms.results.uncertainty import record_training, resolve_population, trained_on
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.provenance import WindowsDigest, window_hashes, windows_fingerprint
 

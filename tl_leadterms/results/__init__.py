@@ -3,12 +3,12 @@
 * :mod:`~tl_leadterms.results.table`: :class:`ResultTable`, the one base of every result, with
   its text, HTML (:mod:`~tl_leadterms.results.table_html`) and pandas renderings;
 * :mod:`~tl_leadterms.results.uncertainty`: :class:`Uncertainty`, the one option object of how
-  sure a number is (null, interval, population) that every analysis takes;
+  sure a number is (null, interval, and which question a score answers: exact for the
+  model's training windows, or an estimate of the distribution-level score) that every
+  analysis takes;
 * :mod:`~tl_leadterms.results.null`: permutation nulls (:class:`NullSpec`);
 * :mod:`~tl_leadterms.results.bootstrap`: bootstrap intervals over corpus blocks
   (:class:`BootstrapSpec`), from the formulas of :mod:`~tl_leadterms.results.intervals`;
-* :mod:`~tl_leadterms.results.population`: which question a score answers (exact for the
-  model's training windows, or an estimate of the distribution-level score), ``population=``;
 * :mod:`~tl_leadterms.results.attribution`: exact Shapley attribution of a fit's R²;
 * :mod:`~tl_leadterms.results.figures`, :mod:`~tl_leadterms.results.html` and
   :mod:`~tl_leadterms.results.tokens`: figure helpers, offline HTML views, tokens as text.

@@ -21,7 +21,7 @@ two exact):
 The interval covers the model's score against the statistics of the whole distribution the windows
 were drawn from, for statistics of another sample than the model's training windows. Of the training
 windows the scores are exact and no interval is added: ``metadata["ci"]`` holds ``interval: None``
-and the one-line reason (:mod:`tl_leadterms.results.population` decides;
+and the one-line reason (:mod:`tl_leadterms.results.uncertainty` decides;
 docs/guides/intervals.md#which-question-a-score-answers). The methods, the small-sample expansion
 and their coverage: :mod:`tl_leadterms.results.intervals`.
 
@@ -43,7 +43,6 @@ from tl_leadterms.checks import check_bool, check_choice, check_count, check_spe
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.intervals import DEFAULT_METHOD, METHODS, interval, noise_share
 from tl_leadterms.results.marks import WIDE_MARK, is_wide
-from tl_leadterms.results.population import Reading
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.threads import one_thread
@@ -62,7 +61,6 @@ __all__ = [
     "ci_cell",
     "ci_header",
     "ci_note",
-    "interval_metadata",
 ]
 
 
@@ -236,23 +234,6 @@ class Bootstrap:
         if not self.spec.expand or self.spec.method == "bca" or self.blocks.n_blocks < 2:
             return None
         return self.blocks.n_blocks
-
-
-def interval_metadata(ci: Any, boot: "Bootstrap | None", reading: Reading,
-                      cosines: bool = False) -> dict | None:  # fmt: skip
-    """``metadata["ci"]`` of a result: the bootstrap's settings and what its estimate is, or,
-    for exact scores asked for an interval, ``{"level", "interval": None, "why"}``; None when
-    no interval was asked for. ``cosines``: the scores are cosines with resampled targets
-    (:func:`add_interval` had their geometry); else ``"inverted"`` is reported as the
-    ``"shifted"`` it falls back to."""
-    if boot is not None:
-        out = {**boot.metadata(), "estimate": ESTIMATE, "population": reading.population}
-        if out["method"] == "inverted" and not cosines:
-            out["method"] = "shifted"
-        return out
-    if ci is None:
-        return None
-    return {"level": ci, "interval": None, "why": reading.why_no_interval()}
 
 
 def add_interval(rows: list[dict], draws: Tensor, boot: Bootstrap, key: str,

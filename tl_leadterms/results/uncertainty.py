@@ -10,7 +10,7 @@ Three questions about any score, asked with one object:
   :class:`BootstrapSpec`) adds ``lo``, ``hi`` and ``corrected``; the statistics must then be a
   ``BlockStats``.
 * ``population``: is the score exact for the model's training windows (no interval), or an
-  estimate of the distribution-level score (:mod:`tl_leadterms.results.population`)?
+  estimate of the distribution-level score (below)?
 
 Every analysis (:func:`~tl_leadterms.decompose`, :func:`~tl_leadterms.covariance_similarity`,
 :func:`~tl_leadterms.output_agreement`, :func:`~tl_leadterms.attention_agreement`,
@@ -24,29 +24,190 @@ same field given twice, differently, is refused.
 (NullSpec(permutations=99, seed=3, reference=None), 3)
 >>> Uncertainty.of(u, ci=0.9) == u, Uncertainty.of(None, null=20).null.permutations
 (True, 20)
+
+**Which question a score answers**: the model's training windows, or the corpus distribution.
+
+* ``population="training"``: the statistics are the model's own training windows. The score is the
+  exact answer to "does the weight equal the leading term of *its training data*?": ``ci=`` adds no
+  interval and no bias-corrected estimate, and says why in one line.
+* ``population="distribution"``: the statistics are another sample of the same distribution
+  (held-out windows, or a corpus like the training one, as OpenWebText for Pythia). The score
+  estimates the *distribution-level* cosine, the one with the statistics of the whole distribution;
+  ``ci=`` gives the bootstrap interval over the sample's blocks around ``corrected``, the estimate
+  of that cosine.
+
+``population=None`` (the default) decides from the provenance: the statistics' metadata
+carries ``windows_fingerprint`` (an order-free digest of their windows,
+:func:`~tl_leadterms.stats.provenance.windows_fingerprint`) and a model trained by
+:func:`~tl_leadterms.train` carries the fingerprints of its training windows
+(:func:`trained_on`; a plain training loop records them with :func:`record_training`). Equal
+fingerprints: ``"training"``; a training record without the statistics' fingerprint:
+``"distribution"``; no record: assumed ``"distribution"``, and the metadata says so. Statistics of
+part of the training windows are neither: say ``population="training"`` to drop the interval. Why,
+and how often a bootstrap of the training windows would cover:
+docs/guides/intervals.md#which-question-a-score-answers.
+
+>>> import torch
+>>> from tl_leadterms.stats.provenance import windows_fingerprint
+>>> model = torch.nn.Linear(2, 2)
+>>> windows = torch.tensor([[0, 1, 2], [2, 1, 0]])
+>>> record_training(model, windows)[:14]
+'windows:v1:2x3'
+>>> trained_on(model) == [windows_fingerprint(windows)]
+True
+>>> class Stats:  # anything with the metadata of corpus_stats or block_stats
+...     metadata = {"windows_fingerprint": windows_fingerprint(windows.flip(0))}
+>>> reading = resolve_population(model, Stats(), None)
+>>> reading.population, reading.source
+('training', 'fingerprint')
+>>> reading.why_no_interval()[:41]
+'no corpus-sampling interval: the statisti'
 """
 
 import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+
+import torch
 
 from tl_leadterms.checks import check_count, check_level
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.bootstrap import Bootstrap, BootstrapSpec, interval_metadata
+from tl_leadterms.results.bootstrap import ESTIMATE, Bootstrap, BootstrapSpec
 from tl_leadterms.results.null import NullSpec
-from tl_leadterms.results.population import POPULATIONS, Reading, resolve_population
 from tl_leadterms.stats.blocks import BlockStats
+from tl_leadterms.stats.provenance import windows_fingerprint
 from tl_leadterms.theory import run_shorthands, with_shorthands
 
-__all__ = ["Resolved", "Uncertainty", "shorthands"]
+__all__ = [
+    "POPULATIONS",
+    "Population",
+    "Reading",
+    "Resolved",
+    "Uncertainty",
+    "interval_metadata",
+    "record_training",
+    "resolve_population",
+    "shorthands",
+    "trained_on",
+]
 
 #: the plain keywords of an :class:`Uncertainty` field that ``uncertainty=`` replaces
 SURE_KEYWORDS = ("bootstrap", "population", "seed")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# -- which question a score answers ------------------------------------------------------
+#: the values of ``population=`` (besides None: decide from the provenance)
+POPULATIONS = ("training", "distribution")
+Population = Literal["training", "distribution"] | None
+#: where the model keeps the fingerprints of its training windows
+_ATTRIBUTE = "tl_leadterms_trained_on"
+
+
+def record_training(model: Any, windows: Any) -> str:
+    """Record on ``model`` that it was trained on ``windows`` ``[n, T + 1]`` (what
+    :func:`~tl_leadterms.train` does; call it from a plain training loop) and return their
+    fingerprint. Several calls accumulate: a model trained on A and then on B was trained on
+    both."""
+    fingerprint = windows_fingerprint(torch.as_tensor(windows))
+    record = list(getattr(model, _ATTRIBUTE, None) or [])
+    if fingerprint not in record:
+        record.append(fingerprint)
+    object.__setattr__(model, _ATTRIBUTE, record)  # a plain attribute, also on an nn.Module
+    return fingerprint
+
+
+def trained_on(model: Any) -> list[str] | None:
+    """The fingerprints of the windows ``model`` was trained on, or None when unknown."""
+    record = getattr(model, _ATTRIBUTE, None)
+    return list(record) if record else None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the scores of one call answer.
+
+    Attributes:
+        population: ``"training"`` (the statistics are the model's training windows: each
+            score is exact for them) or ``"distribution"`` (the statistics are a sample of the
+            distribution: each score estimates the distribution-level score).
+        source: ``"stated"`` (``population=``), ``"fingerprint"`` (the statistics' windows
+            compared with the model's training record) or ``"assumed"`` (no record).
+    """
+
+    population: str
+    source: str
+
+    @property
+    def exact(self) -> bool:
+        """Whether the scores are exact (statistics = the training windows): no interval."""
+        return self.population == "training"
+
+    def answers(self) -> str:
+        """The question the scores answer, in one sentence."""
+        if self.exact:
+            return "exact scores against the model's own training windows"
+        how = {"stated": "as stated", "fingerprint": "not the model's training windows",
+               "assumed": "assumed: no record of the model's training windows; "
+                          "population='training' if they are"}[self.source]  # fmt: skip
+        return f"estimates of the distribution-level score from a sample of the corpus ({how})"
+
+    def why_no_interval(self) -> str:
+        """The one line a table prints in place of the interval of exact scores."""
+        return (
+            "no corpus-sampling interval: the statistics are the model's training windows, "
+            "so each score is exact for that data (held-out statistics give an interval)"
+        )
+
+    def null_tests(self) -> str:
+        """What the permutation null tests, for these statistics."""
+        data = ("the model's training windows" if self.exact
+                else "this sample of the corpus")  # fmt: skip
+        return (f"whether the weight aligns with the leading term of {data} more than with the "
+                "same term with its tokens relabelled: that the training put this data's "
+                "token structure into the weight, beyond chance")  # fmt: skip
+
+    def metadata(self) -> dict[str, str]:
+        return {"population": self.population, "source": self.source,
+                "answers": self.answers()}  # fmt: skip
+
+
+def resolve_population(model: Any, stats: Any, population: Any) -> Reading:
+    """The :class:`Reading` of scores of ``model`` against ``stats`` (see the module).
+
+    Raises:
+        LeadTermsError: ``population`` is not None, ``"training"`` or ``"distribution"``, or it is
+            ``"distribution"`` for statistics of the model's training windows."""
+    if population is not None and population not in POPULATIONS:
+        raise LeadTermsError(
+            f"population must be None (decide from the provenance), 'training' (the statistics "
+            f"are the model's training windows) or 'distribution' (they are another sample of "
+            f"the corpus), got {population!r}"
+        )
+    metadata = getattr(stats, "metadata", None) or {}
+    fingerprint = metadata.get("windows_fingerprint")
+    record = trained_on(model)
+    same = fingerprint is not None and record is not None and fingerprint in record
+    if population == "distribution" and same:
+        raise LeadTermsError(
+            "population='distribution', but these statistics were computed from the windows the "
+            f"model was trained on ({fingerprint}): their scores are exact for those windows and "
+            "a bootstrap of them does not cover the distribution-level score (the model learned "
+            "their noise). Compute the statistics of held-out windows of the same corpus, or "
+            "drop population= to read the scores as exact."
+        )
+    if population is not None:
+        return Reading(population, "stated")
+    if same:
+        return Reading("training", "fingerprint")
+    if record is not None and fingerprint is not None:
+        return Reading("distribution", "fingerprint")
+    return Reading("distribution", "assumed")
+
+
+# -- how sure: the option object ----------------------------------------------------------
 @dataclass(frozen=True)
 class Uncertainty:
     """How sure the numbers of one call should be made (see the module docstring).
@@ -159,7 +320,7 @@ class Resolved:
     def metadata(self, *, cosines: bool = False, tests: bool = True) -> dict[str, Any]:
         """``population``, and ``null`` and ``ci`` where asked for, as a result records them
         (``tests``: the null's record says what it tests; ``cosines``: see
-        :func:`~tl_leadterms.results.bootstrap.interval_metadata`)."""
+        interval_metadata)."""
         out: dict[str, Any] = {"population": self.reading.metadata()}
         spec = self.spec.null
         if spec is not None:
@@ -206,3 +367,20 @@ def shorthands(fn: F) -> F:
         return run(*args, **kwargs)
 
     return with_shorthands(call, run, SURE_KEYWORDS)
+
+
+def interval_metadata(ci: Any, boot: "Bootstrap | None", reading: Reading,
+                      cosines: bool = False) -> dict | None:  # fmt: skip
+    """``metadata["ci"]`` of a result: the bootstrap's settings and what its estimate is, or,
+    for exact scores asked for an interval, ``{"level", "interval": None, "why"}``; None when
+    no interval was asked for. ``cosines``: the scores are cosines with resampled targets
+    (:func:`add_interval` had their geometry); else ``"inverted"`` is reported as the
+    ``"shifted"`` it falls back to."""
+    if boot is not None:
+        out = {**boot.metadata(), "estimate": ESTIMATE, "population": reading.population}
+        if out["method"] == "inverted" and not cosines:
+            out["method"] = "shifted"
+        return out
+    if ci is None:
+        return None
+    return {"level": ci, "interval": None, "why": reading.why_no_interval()}

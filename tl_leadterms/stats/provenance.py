@@ -8,7 +8,7 @@
   (or ``metadata``) that does not match.
 * ``windows_fingerprint`` (metadata): an order-free digest of the multiset of windows the statistics
   were computed from (:func:`windows_fingerprint`); :func:`tl_leadterms.train` records the same
-  digest on the model (:mod:`tl_leadterms.results.population`). Not cryptographic: it tells
+  digest on the model (:mod:`tl_leadterms.results.uncertainty`). Not cryptographic: it tells
   different windows apart, it does not resist a crafted collision.
 
 >>> import torch

@@ -28,8 +28,8 @@ from tl_leadterms.checks import (
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import ReadableModel, TokenWindows
-from tl_leadterms.results.population import record_training
 from tl_leadterms.results.table import ResultTable
+from tl_leadterms.results.uncertainty import record_training
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.stats.provenance import windows_fingerprint
 from tl_leadterms.theory import WEIGHTS, Schedule, ScoreNames, score_name
@@ -223,7 +223,7 @@ def train(
 
     Returns:
         A :class:`TrainHistory`. The model also records the fingerprint of its training
-        windows (:func:`tl_leadterms.results.population.trained_on`): scores against statistics
+        windows (:func:`tl_leadterms.results.uncertainty.trained_on`): scores against statistics
         of those very windows are exact, and ``ci=`` adds no interval to them.
 
     Example:
