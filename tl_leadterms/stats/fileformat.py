@@ -51,6 +51,7 @@ __all__ = [
     "check_tables",
     "corrupt_file",
     "metadata_checksum",
+    "not_stored",
     "pack",
     "packed_names",
     "read_header",
@@ -304,6 +305,14 @@ def stored_statistics(meta: dict[str, Any]) -> tuple[str, ...]:
     if meta.get("format_version") == 1 or not isinstance(listed, list):
         return FLOATS
     return tuple(name for name in FLOATS if name in listed)
+
+
+def not_stored(path: Path, names: list[str], meta: dict[str, Any]) -> LeadTermsError:
+    """The error for statistics ``names`` that the file does not hold."""
+    return LeadTermsError(
+        f"{path} holds no {names} (it has {['B_bar', *stored_statistics(meta)]}); recompute the "
+        "statistics with them (⟦corpus_stats(want=None)|tl-leadterms stats without --only⟧)"
+    )
 
 
 def is_packed(meta: dict[str, Any]) -> bool:

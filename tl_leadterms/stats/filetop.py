@@ -26,7 +26,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats import fileformat as ff
 from tl_leadterms.stats.scoring import SCORINGS, best, score_row
 
@@ -62,10 +61,6 @@ class FileTokenizer:
         self.unk_token = unk.get("content") if isinstance(unk, dict) else unk
         self.unk_token_id = self.backend_tokenizer.token_to_id(self.unk_token) if unk else None
         self.name_or_path = str(folder)
-
-    @classmethod
-    def found_in(cls, folder: Path) -> "FileTokenizer | None":
-        return cls(folder) if (folder / "tokenizer.json").is_file() else None
 
     def __len__(self) -> int:
         return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
@@ -374,11 +369,7 @@ class StatsFile:
             if not recorded or degenerate[key]:
                 return None
             if key not in ff.stored_statistics(self.meta):
-                raise LeadTermsError(
-                    f"{self.path} holds no {key} (it has "
-                    f"{['B_bar', *ff.stored_statistics(self.meta)]}); recompute the statistics "
-                    "with it (⟦corpus_stats(want=None)|tl-leadterms stats without --only⟧)"
-                )
+                raise ff.not_stored(self.path, [key], self.meta)
         raw = self.row(key, i)
         if self.unigram[i] == 0:
             return f"token {label!r} never occurs in the corpus: it has no associations"

@@ -38,6 +38,7 @@ from tl_leadterms.stats.fileformat import (
     corrupt_file,
     is_packed,
     metadata_checksum,
+    not_stored,
     pack,
     packed_names,
     read_header,
@@ -326,10 +327,7 @@ def read_stats(
         raise corrupt_file(path, f"missing tensors {missing}")
     absent = sorted(names & set(FLOATS) - set(stored)) if names is not None else []
     if absent:
-        raise LeadTermsError(
-            f"{path} holds no {absent} (it has {['B_bar', *stored]}); recompute the statistics "
-            "with all of them (⟦corpus_stats(want=None)|tl-leadterms stats without --only⟧)"
-        )
+        raise not_stored(path, absent, meta)
     if d_vocab is not None and d_vocab != meta["d_vocab"]:
         raise LeadTermsError(
             f"{path} was counted with d_vocab={meta['d_vocab']}, but d_vocab={d_vocab} was "
@@ -382,10 +380,7 @@ def _open_slice(path: Path, name: str, rows: slice | None = None) -> Any:
             part = f.get_slice(name)
             return (tuple(part.get_shape()), part.get_dtype()) if rows is None else part[rows]
     except (SafetensorError, OSError, ValueError) as err:
-        raise LeadTermsError(
-            f"{path} is not a readable safetensors file ({err}); it is corrupt or not written by "
-            "CorpusStats.save. Recompute the statistics."
-        ) from err
+        raise unreadable(path, err) from err
 
 
 def scan_table(
@@ -419,10 +414,7 @@ def scan_table(
     meta = read_header(path)
     check_header(path, meta)
     if name not in stored_statistics(meta):
-        raise LeadTermsError(
-            f"{path} holds no {name} (it has {['B_bar', *stored_statistics(meta)]}); recompute "
-            "the statistics with it (tl-leadterms stats without --only; corpus_stats(want=None))"
-        )
+        raise not_stored(path, [name], meta)
     sums = _stored_sums(path, meta, stacklevel=3)
     k = meta["n_kept"]
     if name in rebuilt(meta):
