@@ -280,6 +280,7 @@ def run_passes(
         plan = replace(plan, backend=used_backend)
         with clock("pass2"), _parked(counts, offload):
             q_bar, delta = _attention_pass(executor, g_bar, kept, counts.n_sequences, plan)
+    tables = {"Phi_bar": counts.Phi_bar, "G_bar": g_bar, "Q_bar": q_bar, "Delta": delta}
     metadata = {
         "library_version": __version__,
         "d_vocab": int(d_vocab),
@@ -294,49 +295,24 @@ def run_passes(
         "last_target": plan.last_target,
         **executor.provenance(),
         **tokenizer_provenance(tokenizer),
+        "statistics": ["B_bar", *(name for name, table in tables.items() if table is not None)],
     }
     with clock("degenerate"):  # the test of which tables are zero up to rounding
-        stats = _assemble_stats(
-            counts, kept, g_bar, q_bar, delta, metadata, tokenizer, plan.accumulate_dtype
-        )
-    stats.timings = {**clock.timings, **executor.timings}
-    return stats
-
-
-def _assemble_stats(
-    counts: Any,
-    kept: Any,
-    g_bar: Any,
-    q_bar: Any,
-    delta: Any,
-    metadata: dict[str, Any],
-    tokenizer: Any,
-    accumulate_dtype: torch.dtype,
-) -> CorpusStats:
-    """A :class:`CorpusStats` from a finished pass one (``counts``) and the dense tables, with the
-    provenance every path records: which statistics were computed, which are degenerate, and the
-    vocabulary hash (of the tokenizer, else of ``d_vocab`` and the kept ids)."""
-    tables = {"Phi_bar": counts.Phi_bar, "G_bar": g_bar, "Q_bar": q_bar, "Delta": delta}
-    metadata = {
-        **metadata,
-        "statistics": ["B_bar", *(name for name, table in tables.items() if table is not None)],
-        "degenerate": degenerate(tables, accumulate_dtype),
-    }
-    metadata.setdefault(
-        "vocab_hash",
-        metadata.get("tokenizer_vocab_hash") or ids_vocab_hash(kept.d_vocab, kept.kept),
+        metadata["degenerate"] = degenerate(tables, plan.accumulate_dtype)
+    # the vocabulary hash: of the tokenizer, else of d_vocab and the kept ids
+    metadata["vocab_hash"] = metadata.get("tokenizer_vocab_hash") or ids_vocab_hash(
+        kept.d_vocab, kept.kept
     )
-    return CorpusStats(
+    stats = CorpusStats(
         vocab=kept,
         n_sequences=counts.n_sequences,
         n_ctx=counts.n_ctx,
         pair_codes=counts.pair_codes,
         pair_counts=counts.pair_counts,
         unigram_counts=counts.unigram_counts,
-        Phi_bar=counts.Phi_bar,
-        G_bar=g_bar,
-        Q_bar=q_bar,
-        Delta=delta,
+        **tables,
         metadata=metadata,
         tokenizer=tokenizer,
     )
+    stats.timings = {**clock.timings, **executor.timings}
+    return stats
