@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from tl_leadterms.errors import LeadTermsError, first_line
-from tl_leadterms.filesystem import file_kind
+from tl_leadterms.filesystem import file_kind, looks_like_path
 from tl_leadterms.jsontext import parse_json
 from tl_leadterms.loading.bridge import (
     boot_bridge,
@@ -328,11 +328,6 @@ def _load_hub(
         ) from err
 
 
-def _looks_like_path(name: str) -> bool:
-    """A name meant as a local path (model names like pythia-1.4b have dots, so no suffix test)."""
-    return name.startswith(("/", ".", "~")) or name.endswith(os.sep)
-
-
 def load_model(
     path_or_name: str | os.PathLike,
     *,
@@ -432,7 +427,7 @@ def load_model(
                 f"one of {steps}"
             )
         return load_folder(path, device, dtype, processing)
-    if path.exists() or not isinstance(path_or_name, str) or _looks_like_path(path_or_name):
+    if path.exists() or not isinstance(path_or_name, str) or looks_like_path(path_or_name):
         raise LeadTermsError(
             f"no checkpoint folder at {str(path_or_name)!r}; pass a folder written by "
             "save_pretrained, a series folder with checkpoint=step, or a TransformerLens model "
