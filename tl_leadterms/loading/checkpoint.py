@@ -240,12 +240,6 @@ def _tokenizer(folder: Path):
         ) from err
 
 
-def _check_flags(**flags: Any) -> None:
-    for name, flag in flags.items():
-        if not isinstance(flag, bool):
-            raise LeadTermsError(f"{name} must be True or False, got {flag!r}")
-
-
 def _load_folder(folder: Path, device: str, dtype: torch.dtype, processing: dict[str, bool]):
     from transformer_lens import HookedTransformer
     from transformer_lens import loading_from_pretrained as loading
@@ -389,17 +383,15 @@ def load_model(
         >>> model(torch.tensor([[1, 2, 3]])).shape
         torch.Size([1, 3, 20])
     """
-    _check_flags(
-        fold_ln=fold_ln,
-        center_writing_weights=center_writing_weights,
-        center_unembed=center_unembed,
-    )
-    bridge = check_bridge(bridge)
     processing = {
         "fold_ln": fold_ln,
         "center_writing_weights": center_writing_weights,
         "center_unembed": center_unembed,
     }
+    for name, flag in processing.items():
+        if not isinstance(flag, bool):
+            raise LeadTermsError(f"{name} must be True or False, got {flag!r}")
+    bridge = check_bridge(bridge)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = str(device)
