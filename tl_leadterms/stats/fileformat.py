@@ -49,6 +49,7 @@ __all__ = [
     "array_checksum",
     "check_header",
     "check_tables",
+    "check_tokenizer",
     "corrupt_file",
     "metadata_checksum",
     "not_stored",
@@ -297,6 +298,27 @@ def check_header(path: Path, meta: Any, fmt: str = FORMAT, versions=VERSIONS) ->
         )
     if meta["n_sequences"] * meta["n_ctx"] >= _LARGEST:
         raise corrupt_file(path, "metadata n_sequences·n_ctx is not below 2**53")
+
+
+def check_tokenizer(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
+    """Refuse a tokenizer of another vocabulary than the file's (size, recorded hash; a
+    :class:`~tl_leadterms.stats.filetop.FileTokenizer` too)."""
+    from tl_leadterms.data.tokenizers import vocab_hash  # tokenizers only: no transformers
+
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
+    if size is not None and size > meta["d_vocab"]:
+        raise LeadTermsError(
+            f"{path} was counted with d_vocab={meta['d_vocab']} but the tokenizer has {size} "
+            "tokens: these statistics are of another vocabulary; use the tokenizer they were "
+            "computed with (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know better)"
+        )
+    stored = meta.get("tokenizer_vocab_hash")
+    if stored is not None and stored != vocab_hash(tokenizer):
+        raise LeadTermsError(
+            f"{path} was counted with tokenizer {meta.get('tokenizer_name')!r} whose "
+            "vocabulary differs from the tokenizer given (vocabulary hash); use the same "
+            "tokenizer (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know better)"
+        )
 
 
 def stored_statistics(meta: dict[str, Any]) -> tuple[str, ...]:

@@ -29,19 +29,11 @@ from typing import Any
 from tl_leadterms.stats import fileformat as ff
 from tl_leadterms.stats.scoring import SCORINGS, best, score_row
 
-__all__ = ["FileTokenizer", "StatsFile", "tokenizer_hash"]
+__all__ = ["FileTokenizer", "StatsFile"]
 
 # safetensors dtype -> (memoryview format, item size, the name its checksum prints)
 _TYPES = {"F64": ("d", 8, "float64"), "F32": ("f", 4, "float32"), "I64": ("q", 8, "int64"),
           "U8": ("B", 1, "uint8")}  # fmt: skip
-
-
-def tokenizer_hash(backend: Any) -> str:
-    """The vocabulary hash of a ``tokenizers.Tokenizer`` (``data.tokenizers.vocab_hash``, which
-    needs transformers, computes the same)."""
-    pairs = sorted(backend.get_vocab(with_added_tokens=True).items())
-    blob = json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return hashlib.sha256(blob).hexdigest()
 
 
 class FileTokenizer:
@@ -72,7 +64,9 @@ class FileTokenizer:
         return self.backend_tokenizer.decode(ids, skip_special_tokens=False)
 
     def vocab_hash(self) -> str:
-        return tokenizer_hash(self.backend_tokenizer)
+        from tl_leadterms.data.tokenizers import vocab_hash
+
+        return vocab_hash(self)
 
 
 class _Tensors:

@@ -34,6 +34,7 @@ from tl_leadterms.stats.fileformat import (
     SQUARE,
     check_header,
     check_packed,
+    check_tokenizer,
     compare_checksum,
     corrupt_file,
     is_packed,
@@ -265,26 +266,6 @@ def _unpacked(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]
             continue
         parts = {part: tensors.pop(n).numpy() for part, n in zip(PACKED, names, strict=True)}
         tensors[name] = torch.from_numpy(unpack(parts, k))
-
-
-def check_tokenizer(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
-    """Refuse a tokenizer of another vocabulary than the file's (size, recorded hash)."""
-    from tl_leadterms.data.tokenizers import vocab_hash
-
-    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
-    if size is not None and size > meta["d_vocab"]:
-        raise LeadTermsError(
-            f"{path} was counted with d_vocab={meta['d_vocab']} but the tokenizer has {size} "
-            "tokens: these statistics are of another vocabulary; use the tokenizer they were "
-            "computed with (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know better)"
-        )
-    stored = meta.get("tokenizer_vocab_hash")
-    if stored is not None and stored != vocab_hash(tokenizer):
-        raise LeadTermsError(
-            f"{path} was counted with tokenizer {meta.get('tokenizer_name')!r} whose "
-            "vocabulary differs from the tokenizer given (vocabulary hash); use the same "
-            "tokenizer (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know better)"
-        )
 
 
 def read_stats(
