@@ -338,9 +338,7 @@ def _alive(pid: int) -> bool:
         return True  # no harmless liveness probe there: only stale temporaries go
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OverflowError:
+    except (ProcessLookupError, OverflowError):
         return False
     except OSError:
         return True  # e.g. PermissionError: it runs under another user
