@@ -26,6 +26,7 @@ from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulat
 from tl_leadterms.stats.corpus import CorpusStats, check_stats_dtype
 from tl_leadterms.stats.definitions import LAST_TARGETS, Q_TARGETS
 from tl_leadterms.stats.degenerate import degenerate
+from tl_leadterms.stats.fileformat import wanted_names
 from tl_leadterms.stats.memory import ALL_STATISTICS
 from tl_leadterms.stats.provenance import ids_vocab_hash
 from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
@@ -133,22 +134,8 @@ def resolve_want(want: Iterable[str] | str | None) -> tuple[str, ...]:
     >>> resolve_want(["Phi_bar"]), resolve_want(("Delta",))
     (('B_bar', 'Phi_bar'), ('B_bar', 'Phi_bar', 'G_bar', 'Q_bar', 'Delta'))
     """
-    if want is None:
-        return ALL_STATISTICS
-    names = (want,) if isinstance(want, str) else want
-    try:
-        names = set(names)
-    except TypeError as err:
-        raise LeadTermsError(
-            f"want must be None or names from {ALL_STATISTICS}, got {want!r}"
-        ) from err
-    bad = sorted(map(str, names - {*ALL_STATISTICS, "Sigma_B"}))
-    if bad or not names:
-        raise LeadTermsError(
-            f"want= names statistics among {(*ALL_STATISTICS, 'Sigma_B')}, got {want!r}; "
-            "None computes all of them"
-        )
-    if names & {"Q_bar", "Delta"}:
+    names = wanted_names(want)
+    if names is None or names & {"Q_bar", "Delta"}:
         return ALL_STATISTICS
     return ("B_bar", "Phi_bar", "G_bar") if "G_bar" in names else ("B_bar", "Phi_bar")
 

@@ -60,6 +60,7 @@ __all__ = [
     "stored_sums",
     "unpack",
     "unpack_row",
+    "wanted_names",
 ]
 
 FORMAT = "tl_leadterms.CorpusStats"
@@ -80,6 +81,22 @@ TOTALS = {
     "Q_bar": ("column_sq", "column_pos"),
     "Sigma_B": ("diagonal", "shift", "constant"),
 }
+
+
+def wanted_names(want: Any) -> set[str] | None:
+    """The statistics ``want`` names (one name or several; None: every one), checked."""
+    if want is None:
+        return None
+    known = ("B_bar", "Sigma_B", *FLOATS)
+    try:
+        names = {want} if isinstance(want, str) else set(want)
+    except TypeError:
+        names = set()  # not a collection of names: refused below
+    if not names or not names <= set(known):
+        raise LeadTermsError(
+            f"want= names statistics among {known}, got {want!r}; None means all of them"
+        )
+    return names
 
 
 def totals_names(name: str) -> list[str]:

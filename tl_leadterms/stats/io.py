@@ -48,6 +48,7 @@ from tl_leadterms.stats.fileformat import (
     stored_sums,
     unpack,
     unreadable,
+    wanted_names,
 )
 from tl_leadterms.stats.fileformat import check_tables as check_file_tables
 from tl_leadterms.stats.neighbours import RowScorer, block_rows
@@ -212,17 +213,6 @@ def check_tables(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, A
             raise corrupt_file(path, f"invalid kept ids ({err})") from err
 
 
-def _wanted(want: Iterable[str] | None) -> set[str] | None:
-    """Statistics asked for by ``want`` (None: every one)."""
-    if want is None:
-        return None
-    names = {want} if isinstance(want, str) else set(want)
-    known = {"B_bar", "Sigma_B", *FLOATS}
-    if not names or not names <= known:
-        raise LeadTermsError(f"want= names statistics among {sorted(known)}, got {want!r}")
-    return names
-
-
 def _tensor_names(meta: dict[str, Any], statistics: set[str] | None) -> set[str] | None:
     """The tensors to read for ``statistics`` (None: every tensor)."""
     if statistics is None:
@@ -292,7 +282,7 @@ def read_stats(
         check_vocab: ``False`` skips the tokenizer comparison (for experts).
     """
     path = Path(path)
-    names = _wanted(want)
+    names = wanted_names(want)
     meta = read_header(path)
     check_header(path, meta)
     tensors, _ = read_file(path, _tensor_names(meta, names))
