@@ -88,11 +88,6 @@ def write_file(path: Path, tensors: dict[str, torch.Tensor], header: dict[str, A
         save_file(tensors, str(tmp), metadata=metadata)
 
 
-def _packed(name: str, table: torch.Tensor) -> dict[str, torch.Tensor]:
-    parts = pack(table.detach().cpu().numpy())
-    return {f"{name}/{part}": torch.from_numpy(a) for part, a in parts.items()}
-
-
 def _column_totals(rows: Callable[[int, int], torch.Tensor], k: int) -> dict[str, torch.Tensor]:
     """Squared column norms and positive column sums of a ``[k, k]`` matrix given by its row
     blocks ``rows(start, stop)``: the totals of :class:`.neighbours.RowScorer` fed the same
@@ -148,7 +143,8 @@ def save_stats(stats: Any, path: str | os.PathLike) -> None:
     tensors = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
     for name in SQUARE:
         if name in present and name not in rebuilt:
-            tensors.update(_packed(name, getattr(stats, name)))
+            parts = pack(getattr(stats, name).detach().cpu().numpy())
+            tensors.update({f"{name}/{part}": torch.from_numpy(a) for part, a in parts.items()})
     tensors.update(_score_totals(stats, [n for n in ("Phi_bar", "Q_bar") if n in present]))
     vocab_hash = stats.metadata.get("tokenizer_vocab_hash") or ids_vocab_hash(
         stats.d_vocab, stats.kept
