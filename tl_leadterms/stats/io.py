@@ -53,7 +53,7 @@ from tl_leadterms.stats.fileformat import (
 from tl_leadterms.stats.fileformat import check_tables as check_file_tables
 from tl_leadterms.stats.neighbours import RowScorer, block_rows
 from tl_leadterms.stats.provenance import TensorDigest, ids_vocab_hash, tensor_checksum
-from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
+from tl_leadterms.stats.vocab import KeptVocab
 from tl_leadterms.version import __version__
 
 __all__ = [
@@ -202,11 +202,6 @@ def check_tables(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, A
     if len(floats) > 1:
         names = sorted(f"torch.{d}" for d in floats)
         raise corrupt_file(path, f"the statistics have dtypes {names}")
-    if "kept" in tensors:
-        try:
-            resolve_vocab(tensors["kept"], meta["d_vocab"])
-        except LeadTermsError as err:
-            raise corrupt_file(path, f"invalid kept ids ({err})") from err
 
 
 def _tensor_names(meta: dict[str, Any], statistics: set[str] | None) -> set[str] | None:
