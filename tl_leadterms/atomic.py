@@ -90,7 +90,6 @@ def write_text(
     Lone surrogates (from file names with undecodable bytes, or hostile JSON) are written as
     ``\\udXXX`` escapes instead of failing.
     """
-    _check_path(path)
     if not isinstance(text, str):
         raise LeadTermsError(f"text must be a str, got {type(text).__name__}")
     return write_bytes(path, text.encode(encoding, "backslashreplace"), parents=parents)
@@ -338,9 +337,7 @@ def _alive(pid: int) -> bool:
         return True  # no harmless liveness probe there: only stale temporaries go
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OverflowError:
+    except (ProcessLookupError, OverflowError):
         return False
     except OSError:
         return True  # e.g. PermissionError: it runs under another user

@@ -188,15 +188,6 @@ def check_stats(stats: Any) -> CorpusStats:
     return stats
 
 
-def _tokenizer_hash(tokenizer: Any) -> str | None:
-    from tl_leadterms.data.tokenizers import vocab_hash
-
-    try:
-        return vocab_hash(tokenizer)
-    except Exception:  # a tokenizer without a readable vocabulary cannot be compared
-        return None
-
-
 def check_vocab(
     stats: CorpusStats,
     *,
@@ -226,8 +217,13 @@ def check_vocab(
     recorded = stats.metadata.get("tokenizer_vocab_hash")
     if tokenizer is None or recorded is None:
         return
-    actual = _tokenizer_hash(tokenizer)
-    if actual is not None and actual != recorded:
+    from tl_leadterms.data.tokenizers import vocab_hash
+
+    try:
+        actual = vocab_hash(tokenizer)
+    except Exception:  # a tokenizer without a readable vocabulary cannot be compared
+        return
+    if actual != recorded:
         raise LeadTermsError(
             f"the statistics were computed with another tokenizer than {what}'s (vocabulary hash "
             f"{recorded[:12]}… vs {actual[:12]}…): recompute them with {what}'s tokenizer"

@@ -2,7 +2,7 @@
 
 :mod:`tl_leadterms.atomic` asks here whether a target is a special file (streamed to, never
 replaced), whether there is room for a write of known size, and how to say in one line that a
-write failed for want of space.
+write failed for want of space; :func:`looks_like_path` tells a local path from a model name.
 """
 
 import contextlib
@@ -26,6 +26,7 @@ __all__ = [
     "file_kind",
     "file_size",
     "is_special",
+    "looks_like_path",
     "no_space_error",
     "out_of_space",
     "streamed",
@@ -44,6 +45,15 @@ def file_kind(target: Path) -> str:
         if test(mode):
             return name
     return "special file"
+
+
+def looks_like_path(name: str) -> bool:
+    """A name meant as a local path (model names like pythia-1.4b have dots, so no suffix test).
+
+    >>> looks_like_path("./ckpt"), looks_like_path("pythia-70m")
+    (True, False)
+    """
+    return name.startswith(("/", ".", "~")) or name.endswith(os.sep)
 
 
 def is_special(target: Path) -> bool:

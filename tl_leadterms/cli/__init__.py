@@ -62,13 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _stdout_closed() -> int:
     """The reader of stdout went away (``| head``): files were written before printing; stop
     quietly, with Python's own flush at exit pointed at nowhere."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -8,12 +8,11 @@ TransformerLens.
 """
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
 from tl_leadterms.errors import LeadTermsError, first_line
-from tl_leadterms.filesystem import is_special
+from tl_leadterms.filesystem import is_special, looks_like_path
 
 __all__ = [
     "TOKEN_SUFFIXES",
@@ -170,15 +169,6 @@ def check_output(path: str | None, flag: str, *, folder: bool = False) -> None:
             f"{flag} {path!r}: folder {str(parent)!r} is not writable ({err.strerror}); "
             "choose another path"
         ) from None
-
-
-def looks_like_path(name: str) -> bool:
-    """A name meant as a local path (model names like pythia-1.4b have dots, so no suffix test).
-
-    >>> looks_like_path("./ckpt"), looks_like_path("pythia-70m")
-    (True, False)
-    """
-    return name.startswith(("/", ".", "~")) or name.endswith(os.sep)
 
 
 def tokenizer_from_spec(spec: str, texts: list[str] | None) -> Any:

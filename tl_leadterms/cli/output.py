@@ -19,11 +19,11 @@ def human_size(n_bytes: int) -> str:
     """
     if n_bytes < 1000:
         return f"{n_bytes} bytes"
-    for unit in ("KB", "MB", "GB", "TB"):
+    for unit in ("KB", "MB", "GB"):
         n_bytes /= 1000
-        if n_bytes < 999.95 or unit == "TB":
+        if n_bytes < 999.95:
             return f"{n_bytes:.1f} {unit}"
-    raise AssertionError("unreachable")
+    return f"{n_bytes / 1000:.1f} TB"
 
 
 def emit_text(content: str, path: str | None, *, announce: bool = True) -> None:

@@ -79,29 +79,6 @@ def _given_tokenizer(spec: str) -> Any:
     return tokenizer_from_spec(spec, None)
 
 
-def _check_vocab(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
-    from tl_leadterms.stats.filetop import tokenizer_hash
-
-    size = len(tokenizer)
-    stored = meta.get("tokenizer_vocab_hash")
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    differs = stored is not None and backend is not None and tokenizer_hash(backend) != stored
-    if size > meta["d_vocab"]:
-        raise LeadTermsError(
-            f"{path} was counted with d_vocab={meta['d_vocab']} but the tokenizer has {size} "
-            "tokens: these statistics are of another vocabulary; use the tokenizer they were "
-            "computed with (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know "
-            "better)"
-        )
-    if differs:
-        raise LeadTermsError(
-            f"{path} was counted with tokenizer {meta.get('tokenizer_name')!r} (d_vocab="
-            f"{meta['d_vocab']}), whose vocabulary differs from the tokenizer given ({size} "
-            "tokens); use the tokenizer the statistics were computed with (or pass "
-            "⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know better)"
-        )
-
-
 def _token_id(word: str, tokenizer: Any, missing: str = "") -> int:
     if tokenizer is None:
         if not word.isdigit():
@@ -147,7 +124,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     else:
         tokenizer, missing = recorded_tokenizer(path, meta)
     if tokenizer is not None and not args.allow_vocab_mismatch and meta.get("format") == ff.FORMAT:
-        _check_vocab(path, meta, tokenizer)
+        ff.check_tokenizer(path, meta, tokenizer)
     exclude = _excluded(args.exclude, tokenizer)
     lines = None
     if meta.get("format") == ff.FORMAT:

@@ -96,11 +96,7 @@ _ALT = _dialogue_forms()
 
 def _zipf(words: tuple[str, ...]) -> tuple[tuple[str, ...], list[float]]:
     """``words`` with cumulative Zipf weights ``1/(rank + 2)``, for a real frequency spread."""
-    total, cum = 0.0, []
-    for rank in range(len(words)):
-        total += 1.0 / (rank + 2)
-        cum.append(total)
-    return words, cum
+    return words, list(itertools.accumulate(1.0 / (rank + 2) for rank in range(len(words))))
 
 
 # Slots drawn afresh at each use: uniformly, or with Zipf weights.

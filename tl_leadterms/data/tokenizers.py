@@ -28,12 +28,14 @@ import unicodedata
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
 
 from tl_leadterms.errors import LeadTermsError
+
+if TYPE_CHECKING:  # imported by _wrap: vocab_hash (tl-leadterms top) needs no transformers
+    from transformers import PreTrainedTokenizerFast
 
 __all__ = [
     "PIECE",
@@ -153,6 +155,8 @@ def _check_specials(special_tokens: Any, vocab_size: Any) -> list[str]:
 
 def _wrap(tokenizer: Tokenizer, name: str) -> PreTrainedTokenizerFast:
     """Wrap a trained ``tokenizers.Tokenizer`` with the package's special-token convention."""
+    from transformers import PreTrainedTokenizerFast
+
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         unk_token=UNK,

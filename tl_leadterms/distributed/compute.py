@@ -224,15 +224,8 @@ class RayExecutor:
     def _options(self, d_vocab: int, plan: PassPlan | None = None) -> PassOptions:
         if plan is None:
             return PassOptions(d_vocab, self.window, self.batch_size)
-        return PassOptions(
-            d_vocab,
-            self.window,
-            self.batch_size,
-            plan.accumulate_dtype,
-            plan.backend,
-            plan.q_targets,
-            plan.last_target,
-        )
+        chosen = (plan.accumulate_dtype, plan.backend, plan.q_targets, plan.last_target)
+        return PassOptions(d_vocab, self.window, self.batch_size, *chosen)
 
     def token_counts(self, d_vocab: int) -> torch.Tensor:
         return self._pass(count_task, "count", (), self._options(d_vocab), "count")[0]

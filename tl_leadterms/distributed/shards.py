@@ -115,16 +115,7 @@ class ArrayShard(Shard):
 def _rows_from_columns(columns: dict[str, Any], spec: WindowSpec, tokenizer: Any, name: str) -> Any:
     """Windows from a table's columns: texts (with a tokenizer) or ``input_ids``."""
     if tokenizer is not None and spec.text_column in columns:
-        texts = [str(t) for t in columns[spec.text_column]]
-        if not texts:
-            return np.zeros((0, 2), dtype=np.int64)
-        return make_windows(
-            texts,
-            n_ctx=_need_n_ctx(spec, name),
-            mode=spec.mode,
-            tokenizer=tokenizer,
-            eos_id=spec.eos_id,
-        )
+        return _text_windows([str(t) for t in columns[spec.text_column]], spec, tokenizer, name)
     if "input_ids" not in columns:
         raise LeadTermsError(
             f"shard {name}: columns {sorted(columns)} hold no 'input_ids' and no text column "
@@ -140,10 +131,15 @@ def _rows_from_columns(columns: dict[str, Any], spec: WindowSpec, tokenizer: Any
     )
 
 
-def _need_n_ctx(spec: WindowSpec, name: str) -> int:
+def _text_windows(texts: list[str], spec: WindowSpec, tokenizer: Any, name: str) -> Any:
+    """The windows of a shard's texts (none for no texts), tokenised by ``tokenizer``."""
+    if not texts:
+        return np.zeros((0, 2), dtype=np.int64)
     if spec.n_ctx is None:
         raise LeadTermsError(f"shard {name}: texts need n_ctx= (the window length T).")
-    return spec.n_ctx
+    return make_windows(
+        texts, n_ctx=spec.n_ctx, mode=spec.mode, tokenizer=tokenizer, eos_id=spec.eos_id
+    )
 
 
 def _read_table(path: Path, column_names: list[str]) -> dict[str, Any]:
@@ -211,16 +207,7 @@ class TextShard(Shard):
 
         if tokenizer is None:
             raise LeadTermsError(f"shard {self.name}: text files need tokenizer=.")
-        texts = read_corpus(self.path)
-        if not texts:
-            return np.zeros((0, 2), dtype=np.int64)
-        return make_windows(
-            texts,
-            n_ctx=_need_n_ctx(spec, self.name),
-            mode=spec.mode,
-            tokenizer=tokenizer,
-            eos_id=spec.eos_id,
-        )
+        return _text_windows(read_corpus(self.path), spec, tokenizer, self.name)
 
 
 def _array_rows(path: Path, n_ctx: int | None) -> int | None:

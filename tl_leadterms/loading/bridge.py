@@ -47,12 +47,12 @@ def processing_record(processing: dict[str, bool], model) -> dict[str, Any]:
     TransformerLens skips ``center_unembed`` under logit soft-capping, Gemma 2)."""
     from importlib.metadata import version
 
+    from tl_leadterms.adapters.paper_weights import unembed_centred
     from tl_leadterms.adapters.view import is_bridge
 
     record = dict(processing)
     if processing["center_unembed"]:
-        W_U = model.W_U.detach()
-        centred = bool((W_U.mean(-1).abs().max() <= 1e-6 * W_U.abs().max()).item())
+        centred = unembed_centred(model.W_U.detach())
         record["center_unembed"] = centred
         if not centred:
             record["center_unembed_skipped"] = "TransformerLens skipped it (logit soft-capping)"
@@ -117,9 +117,5 @@ def hub_checkpoint(checkpoint: object, index: object) -> dict[str, int | None]:
         raise LeadTermsError(
             f"pass checkpoint={checkpoint} (a step) or checkpoint_index={index}, not both"
         )
-    hub: dict[str, int | None] = {}
-    if checkpoint is not None:
-        hub["checkpoint_value"] = checkpoint
-    if index is not None:
-        hub["checkpoint_index"] = index
-    return hub
+    named = {"checkpoint_value": checkpoint, "checkpoint_index": index}
+    return {name: value for name, value in named.items() if value is not None}

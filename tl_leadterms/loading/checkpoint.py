@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from tl_leadterms.errors import LeadTermsError, first_line
-from tl_leadterms.filesystem import file_kind
+from tl_leadterms.filesystem import file_kind, looks_like_path
 from tl_leadterms.jsontext import parse_json
 from tl_leadterms.loading.bridge import (
     boot_bridge,
@@ -240,12 +240,6 @@ def _tokenizer(folder: Path):
         ) from err
 
 
-def _check_flags(**flags: Any) -> None:
-    for name, flag in flags.items():
-        if not isinstance(flag, bool):
-            raise LeadTermsError(f"{name} must be True or False, got {flag!r}")
-
-
 def _load_folder(folder: Path, device: str, dtype: torch.dtype, processing: dict[str, bool]):
     from transformer_lens import HookedTransformer
     from transformer_lens import loading_from_pretrained as loading
@@ -328,11 +322,6 @@ def _load_hub(
         ) from err
 
 
-def _looks_like_path(name: str) -> bool:
-    """A name meant as a local path (model names like pythia-1.4b have dots, so no suffix test)."""
-    return name.startswith(("/", ".", "~")) or name.endswith(os.sep)
-
-
 def load_model(
     path_or_name: str | os.PathLike,
     *,
@@ -394,17 +383,15 @@ def load_model(
         >>> model(torch.tensor([[1, 2, 3]])).shape
         torch.Size([1, 3, 20])
     """
-    _check_flags(
-        fold_ln=fold_ln,
-        center_writing_weights=center_writing_weights,
-        center_unembed=center_unembed,
-    )
-    bridge = check_bridge(bridge)
     processing = {
         "fold_ln": fold_ln,
         "center_writing_weights": center_writing_weights,
         "center_unembed": center_unembed,
     }
+    for name, flag in processing.items():
+        if not isinstance(flag, bool):
+            raise LeadTermsError(f"{name} must be True or False, got {flag!r}")
+    bridge = check_bridge(bridge)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = str(device)
@@ -432,7 +419,7 @@ def load_model(
                 f"one of {steps}"
             )
         return load_folder(path, device, dtype, processing)
-    if path.exists() or not isinstance(path_or_name, str) or _looks_like_path(path_or_name):
+    if path.exists() or not isinstance(path_or_name, str) or looks_like_path(path_or_name):
         raise LeadTermsError(
             f"no checkpoint folder at {str(path_or_name)!r}; pass a folder written by "
             "save_pretrained, a series folder with checkpoint=step, or a TransformerLens model "

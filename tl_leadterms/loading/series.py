@@ -68,10 +68,6 @@ def _checkpoint_steps(checkpoints: object, steps: int) -> list[int]:
     return sorted(set(out))
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    write_text(path, json.dumps(data, indent=2))
-
-
 def _save_checkpoint(hf_model, tokenizer, folder: Path, info: dict[str, Any]) -> Path:
     """Save one checkpoint folder atomically (:func:`tl_leadterms.atomic.atomic_folder`)."""
     with atomic_folder(folder) as tmp, quiet_transformers():
@@ -308,7 +304,6 @@ def train_neox_series(
     started = time.perf_counter()
     stories, tokenizer, windows = _corpus(out_dir, stories, n_stories, vocab_size, n_ctx, seed)
     d_vocab = len(tokenizer)
-    torch.manual_seed(seed)
     # like Pythia: unit norm gains and zero biases (save_tiny_model randomises them)
     hf_model = tiny_model(
         family, d_vocab=d_vocab, n_layers=n_layers, d_model=d_model, n_heads=n_heads,
@@ -329,8 +324,7 @@ def train_neox_series(
         _Batches(windows, batch_size, seed), steps=steps, saved=saved, lr=lr, warmup=warmup,
         save=save, progress=progress,
     )  # fmt: skip
-    _write_json(
-        out_dir / SERIES_FILE,
+    series = json.dumps(
         {
             "checkpoints": [f.name for f in folders],
             "family": family,
@@ -351,7 +345,9 @@ def train_neox_series(
             "seconds": time.perf_counter() - started,
             **meta,
         },
+        indent=2,
     )
+    write_text(out_dir / SERIES_FILE, series)
     return folders
 
 

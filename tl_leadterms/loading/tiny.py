@@ -57,19 +57,18 @@ def _gpt_neox(s: Sizes) -> tuple[str, dict[str, Any]]:
     return "GPTNeoX", {**s.common(), **pythia, "bos_token_id": 0, "eos_token_id": 0}
 
 
-def _gqa(prefix: str, **extra: Any) -> Callable[[Sizes], tuple[str, dict[str, Any]]]:
+def _gqa(
+    prefix: str, *, head_dim: bool = False, **extra: Any
+) -> Callable[[Sizes], tuple[str, dict[str, Any]]]:
+    """Llama-style keywords with ``num_key_value_heads`` (and ``head_dim``), plus ``extra``."""
+
     def build(s: Sizes) -> tuple[str, dict[str, Any]]:
-        return prefix, {**s.common(), "num_key_value_heads": s.n_kv_heads, **extra}
+        kwargs = {**s.common(), "num_key_value_heads": s.n_kv_heads, **extra}
+        if head_dim:
+            kwargs["head_dim"] = s.d_head
+        return prefix, kwargs
 
     return build
-
-
-def _qwen3(s: Sizes) -> tuple[str, dict[str, Any]]:
-    return "Qwen3", {**s.common(), "num_key_value_heads": s.n_kv_heads, "head_dim": s.d_head}
-
-
-def _gemma(s: Sizes) -> tuple[str, dict[str, Any]]:
-    return "Gemma", {**s.common(), "num_key_value_heads": s.n_kv_heads, "head_dim": s.d_head}
 
 
 def _gemma2(s: Sizes) -> tuple[str, dict[str, Any]]:
@@ -124,8 +123,8 @@ MODEL_FAMILIES: dict[str, Callable[[Sizes], tuple[str, dict[str, Any]]]] = {
     "llama": _gqa("Llama"),
     "mistral": _gqa("Mistral", sliding_window=None),
     "qwen2": _gqa("Qwen2"),
-    "qwen3": _qwen3,
-    "gemma": _gemma,
+    "qwen3": _gqa("Qwen3", head_dim=True),
+    "gemma": _gqa("Gemma", head_dim=True),
     "gemma2": _gemma2,
     "opt": _opt,
     "gptj": _gptj,

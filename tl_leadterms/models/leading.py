@@ -46,10 +46,8 @@ def leading_weights(
     for weight in ("W_O", "V", "W", "P"):
         t = term(weight)
         out[weight] = schedule.coefficient(weight) * t.target.build(stats)
-    P = torch.zeros(n_ctx, dtype=out["P"].dtype, device=out["P"].device)
-    shared = min(n_ctx, out["P"].shape[0])
-    P[:shared] = out["P"][:shared]
-    out["P"] = P
+    P = out["P"][:n_ctx]
+    out["P"] = torch.nn.functional.pad(P, (0, n_ctx - len(P)))  # 0 beyond the statistics' T
     return out
 
 

@@ -283,23 +283,18 @@ class _PhiParts:
 
 
 def _combine_counts(parts: list[ContextCounts], mult: list[int], share, n: int,
-                    union: tuple[Tensor, list[Tensor]] | None = None,
+                    union: tuple[Tensor, list[Tensor]],
                     phi: Tensor | None = None) -> ContextCounts:  # fmt: skip
     """Pass-one counts of blocks taken ``mult`` times (exact: Φ̄ is linear in the sums);
-    ``union``: the union of every block's codes and these blocks' places in it (``_PairUnion``);
-    ``phi``: their Φ̄ sum when the caller formed it (``_PhiParts``)."""
-    if union is None:
-        codes = torch.cat([c.pair_codes for c in parts])
-        counts = torch.cat([c.pair_counts * m for c, m in zip(parts, mult, strict=True)])
-        unique, inverse = torch.unique(codes, return_inverse=True)
-        summed = torch.zeros(unique.numel(), dtype=torch.long).index_add_(0, inverse, counts)
-    else:  # the same sorted distinct codes and sums, by a scatter into the union
-        every, places = union
-        summed = torch.zeros(every.numel(), dtype=torch.long)
-        for c, m, where in zip(parts, mult, places, strict=True):
-            summed.index_add_(0, where, c.pair_counts, alpha=m)
-        seen = summed > 0  # counts are positive: a code is seen iff a drawn block has it
-        unique, summed = every[seen], summed[seen]
+    ``union``: the union of every block's codes and these blocks' places in it (``_PairUnion``),
+    so the sorted distinct codes and their sums are one scatter-add per block; ``phi``: their Φ̄
+    sum when the caller formed it (``_PhiParts``)."""
+    every, places = union
+    summed = torch.zeros(every.numel(), dtype=torch.long)
+    for c, m, where in zip(parts, mult, places, strict=True):
+        summed.index_add_(0, where, c.pair_counts, alpha=m)
+    seen = summed > 0  # counts are positive: a code is seen iff a drawn block has it
+    unique, summed = every[seen], summed[seen]
     unigram = sum(c.unigram_counts * m for c, m in zip(parts, mult, strict=True))
     if phi is None:
         phi = parts[0].Phi_bar * share[0]  # the first block scaled, the others added in place
@@ -402,7 +397,8 @@ def block_stats(
     digest = WindowsDigest()
     firsts = _read(source, bounds, context, "pass 1/2 (blocks)", progress, windows, digest)
     counts = [acc.result(release=True, dtype=dtype) for acc in firsts]
-    whole = _combine_counts(counts, [1] * blocks, [(b - a) / n for a, b in bounds], n)
+    every = _PairUnion(counts).at(list(range(blocks)))
+    whole = _combine_counts(counts, [1] * blocks, [(b - a) / n for a, b in bounds], n, every)
     G_bar = composed_from_counts(whole, kept)
 
     shift = key_shift(G_bar, kept, q_targets)  # one reduction of Ḡ for all the blocks

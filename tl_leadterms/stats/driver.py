@@ -26,6 +26,7 @@ from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulat
 from tl_leadterms.stats.corpus import CorpusStats, check_stats_dtype
 from tl_leadterms.stats.definitions import LAST_TARGETS, Q_TARGETS
 from tl_leadterms.stats.degenerate import degenerate
+from tl_leadterms.stats.fileformat import wanted_names
 from tl_leadterms.stats.memory import ALL_STATISTICS
 from tl_leadterms.stats.provenance import ids_vocab_hash
 from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
@@ -133,22 +134,8 @@ def resolve_want(want: Iterable[str] | str | None) -> tuple[str, ...]:
     >>> resolve_want(["Phi_bar"]), resolve_want(("Delta",))
     (('B_bar', 'Phi_bar'), ('B_bar', 'Phi_bar', 'G_bar', 'Q_bar', 'Delta'))
     """
-    if want is None:
-        return ALL_STATISTICS
-    names = (want,) if isinstance(want, str) else want
-    try:
-        names = set(names)
-    except TypeError as err:
-        raise LeadTermsError(
-            f"want must be None or names from {ALL_STATISTICS}, got {want!r}"
-        ) from err
-    bad = sorted(map(str, names - {*ALL_STATISTICS, "Sigma_B"}))
-    if bad or not names:
-        raise LeadTermsError(
-            f"want= names statistics among {(*ALL_STATISTICS, 'Sigma_B')}, got {want!r}; "
-            "None computes all of them"
-        )
-    if names & {"Q_bar", "Delta"}:
+    names = wanted_names(want)
+    if names is None or names & {"Q_bar", "Delta"}:
         return ALL_STATISTICS
     return ("B_bar", "Phi_bar", "G_bar") if "G_bar" in names else ("B_bar", "Phi_bar")
 
@@ -280,6 +267,7 @@ def run_passes(
         plan = replace(plan, backend=used_backend)
         with clock("pass2"), _parked(counts, offload):
             q_bar, delta = _attention_pass(executor, g_bar, kept, counts.n_sequences, plan)
+    tables = {"Phi_bar": counts.Phi_bar, "G_bar": g_bar, "Q_bar": q_bar, "Delta": delta}
     metadata = {
         "library_version": __version__,
         "d_vocab": int(d_vocab),
@@ -294,49 +282,24 @@ def run_passes(
         "last_target": plan.last_target,
         **executor.provenance(),
         **tokenizer_provenance(tokenizer),
+        "statistics": ["B_bar", *(name for name, table in tables.items() if table is not None)],
     }
     with clock("degenerate"):  # the test of which tables are zero up to rounding
-        stats = _assemble_stats(
-            counts, kept, g_bar, q_bar, delta, metadata, tokenizer, plan.accumulate_dtype
-        )
-    stats.timings = {**clock.timings, **executor.timings}
-    return stats
-
-
-def _assemble_stats(
-    counts: Any,
-    kept: Any,
-    g_bar: Any,
-    q_bar: Any,
-    delta: Any,
-    metadata: dict[str, Any],
-    tokenizer: Any,
-    accumulate_dtype: torch.dtype,
-) -> CorpusStats:
-    """A :class:`CorpusStats` from a finished pass one (``counts``) and the dense tables, with the
-    provenance every path records: which statistics were computed, which are degenerate, and the
-    vocabulary hash (of the tokenizer, else of ``d_vocab`` and the kept ids)."""
-    tables = {"Phi_bar": counts.Phi_bar, "G_bar": g_bar, "Q_bar": q_bar, "Delta": delta}
-    metadata = {
-        **metadata,
-        "statistics": ["B_bar", *(name for name, table in tables.items() if table is not None)],
-        "degenerate": degenerate(tables, accumulate_dtype),
-    }
-    metadata.setdefault(
-        "vocab_hash",
-        metadata.get("tokenizer_vocab_hash") or ids_vocab_hash(kept.d_vocab, kept.kept),
+        metadata["degenerate"] = degenerate(tables, plan.accumulate_dtype)
+    # the vocabulary hash: of the tokenizer, else of d_vocab and the kept ids
+    metadata["vocab_hash"] = metadata.get("tokenizer_vocab_hash") or ids_vocab_hash(
+        kept.d_vocab, kept.kept
     )
-    return CorpusStats(
+    stats = CorpusStats(
         vocab=kept,
         n_sequences=counts.n_sequences,
         n_ctx=counts.n_ctx,
         pair_codes=counts.pair_codes,
         pair_counts=counts.pair_counts,
         unigram_counts=counts.unigram_counts,
-        Phi_bar=counts.Phi_bar,
-        G_bar=g_bar,
-        Q_bar=q_bar,
-        Delta=delta,
+        **tables,
         metadata=metadata,
         tokenizer=tokenizer,
     )
+    stats.timings = {**clock.timings, **executor.timings}
+    return stats

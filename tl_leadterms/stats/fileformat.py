@@ -49,8 +49,10 @@ __all__ = [
     "array_checksum",
     "check_header",
     "check_tables",
+    "check_tokenizer",
     "corrupt_file",
     "metadata_checksum",
+    "not_stored",
     "pack",
     "packed_names",
     "read_header",
@@ -58,6 +60,7 @@ __all__ = [
     "stored_sums",
     "unpack",
     "unpack_row",
+    "wanted_names",
 ]
 
 FORMAT = "tl_leadterms.CorpusStats"
@@ -78,6 +81,22 @@ TOTALS = {
     "Q_bar": ("column_sq", "column_pos"),
     "Sigma_B": ("diagonal", "shift", "constant"),
 }
+
+
+def wanted_names(want: Any) -> set[str] | None:
+    """The statistics ``want`` names (one name or several; None: every one), checked."""
+    if want is None:
+        return None
+    known = ("B_bar", "Sigma_B", *FLOATS)
+    try:
+        names = {want} if isinstance(want, str) else set(want)
+    except TypeError:
+        names = set()  # not a collection of names: refused below
+    if not names or not names <= set(known):
+        raise LeadTermsError(
+            f"want= names statistics among {known}, got {want!r}; None means all of them"
+        )
+    return names
 
 
 def totals_names(name: str) -> list[str]:
@@ -298,12 +317,41 @@ def check_header(path: Path, meta: Any, fmt: str = FORMAT, versions=VERSIONS) ->
         raise corrupt_file(path, "metadata n_sequences·n_ctx is not below 2**53")
 
 
+def check_tokenizer(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
+    """Refuse a tokenizer of another vocabulary than the file's (size, recorded hash; a
+    :class:`~tl_leadterms.stats.filetop.FileTokenizer` too)."""
+    from tl_leadterms.data.tokenizers import vocab_hash  # tokenizers only: no transformers
+
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
+    if size is not None and size > meta["d_vocab"]:
+        raise LeadTermsError(
+            f"{path} was counted with d_vocab={meta['d_vocab']} but the tokenizer has {size} "
+            "tokens: these statistics are of another vocabulary; use the tokenizer they were "
+            "computed with (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know better)"
+        )
+    stored = meta.get("tokenizer_vocab_hash")
+    if stored is not None and stored != vocab_hash(tokenizer):
+        raise LeadTermsError(
+            f"{path} was counted with tokenizer {meta.get('tokenizer_name')!r} whose "
+            "vocabulary differs from the tokenizer given (vocabulary hash); use the same "
+            "tokenizer (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know better)"
+        )
+
+
 def stored_statistics(meta: dict[str, Any]) -> tuple[str, ...]:
     """The dense statistics the file holds or rebuilds (version 1: all of them)."""
     listed = meta.get("statistics")
     if meta.get("format_version") == 1 or not isinstance(listed, list):
         return FLOATS
     return tuple(name for name in FLOATS if name in listed)
+
+
+def not_stored(path: Path, names: list[str], meta: dict[str, Any]) -> LeadTermsError:
+    """The error for statistics ``names`` that the file does not hold."""
+    return LeadTermsError(
+        f"{path} holds no {names} (it has {['B_bar', *stored_statistics(meta)]}); recompute the "
+        "statistics with them (⟦corpus_stats(want=None)|tl-leadterms stats without --only⟧)"
+    )
 
 
 def is_packed(meta: dict[str, Any]) -> bool:

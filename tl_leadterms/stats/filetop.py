@@ -26,23 +26,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.stats import fileformat as ff
 from tl_leadterms.stats.scoring import SCORINGS, best, score_row
 
-__all__ = ["FileTokenizer", "StatsFile", "tokenizer_hash"]
+__all__ = ["FileTokenizer", "StatsFile"]
 
 # safetensors dtype -> (memoryview format, item size, the name its checksum prints)
 _TYPES = {"F64": ("d", 8, "float64"), "F32": ("f", 4, "float32"), "I64": ("q", 8, "int64"),
           "U8": ("B", 1, "uint8")}  # fmt: skip
-
-
-def tokenizer_hash(backend: Any) -> str:
-    """The vocabulary hash of a ``tokenizers.Tokenizer`` (``data.tokenizers.vocab_hash``, which
-    needs transformers, computes the same)."""
-    pairs = sorted(backend.get_vocab(with_added_tokens=True).items())
-    blob = json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return hashlib.sha256(blob).hexdigest()
 
 
 class FileTokenizer:
@@ -63,10 +54,6 @@ class FileTokenizer:
         self.unk_token_id = self.backend_tokenizer.token_to_id(self.unk_token) if unk else None
         self.name_or_path = str(folder)
 
-    @classmethod
-    def found_in(cls, folder: Path) -> "FileTokenizer | None":
-        return cls(folder) if (folder / "tokenizer.json").is_file() else None
-
     def __len__(self) -> int:
         return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
 
@@ -77,7 +64,9 @@ class FileTokenizer:
         return self.backend_tokenizer.decode(ids, skip_special_tokens=False)
 
     def vocab_hash(self) -> str:
-        return tokenizer_hash(self.backend_tokenizer)
+        from tl_leadterms.data.tokenizers import vocab_hash
+
+        return vocab_hash(self)
 
 
 class _Tensors:
@@ -106,16 +95,12 @@ class _Tensors:
         entry = self.entries.get(name)
         if entry is None:
             raise ff.corrupt_file(self.path, f"missing tensors {[name]}")
-        try:
-            dtype, shape = entry["dtype"], tuple(entry["shape"])
-            lo, hi = (int(x) for x in entry["data_offsets"])
-            items = math.prod(shape)
-            ok = all(isinstance(d, int) and d >= 0 for d in shape) and dtype in _TYPES
-            ok = ok and 0 <= lo <= hi and hi - lo == items * _TYPES[dtype][1]
-            ok = ok and self.start + hi <= len(self._map)
-        except (KeyError, TypeError, ValueError):
-            ok = False
-        if not ok:
+        # read_safetensors_header checked the entry's layout and that it lies inside the file
+        dtype, shape = entry["dtype"], tuple(entry["shape"])
+        lo, hi = (int(x) for x in entry["data_offsets"])
+        ok = all(isinstance(d, int) and d >= 0 for d in shape) and dtype in _TYPES
+        ok = ok and hi - lo == math.prod(shape) * _TYPES[dtype][1]
+        if not ok or self.start + hi > len(self._map):
             raise ff.unreadable(self.path, f"the header entry of tensor {name} is invalid")
         if dtype not in dtypes or (ndim is not None and len(shape) != ndim):
             raise ff.corrupt_file(self.path, f"{name} has shape {list(shape)}, dtype {dtype}")
@@ -374,11 +359,7 @@ class StatsFile:
             if not recorded or degenerate[key]:
                 return None
             if key not in ff.stored_statistics(self.meta):
-                raise LeadTermsError(
-                    f"{self.path} holds no {key} (it has "
-                    f"{['B_bar', *ff.stored_statistics(self.meta)]}); recompute the statistics "
-                    "with it (⟦corpus_stats(want=None)|tl-leadterms stats without --only⟧)"
-                )
+                raise ff.not_stored(self.path, [key], self.meta)
         raw = self.row(key, i)
         if self.unigram[i] == 0:
             return f"token {label!r} never occurs in the corpus: it has no associations"

@@ -34,10 +34,12 @@ from tl_leadterms.stats.fileformat import (
     SQUARE,
     check_header,
     check_packed,
+    check_tokenizer,
     compare_checksum,
     corrupt_file,
     is_packed,
     metadata_checksum,
+    not_stored,
     pack,
     packed_names,
     read_header,
@@ -46,11 +48,12 @@ from tl_leadterms.stats.fileformat import (
     stored_sums,
     unpack,
     unreadable,
+    wanted_names,
 )
 from tl_leadterms.stats.fileformat import check_tables as check_file_tables
 from tl_leadterms.stats.neighbours import RowScorer, block_rows
 from tl_leadterms.stats.provenance import TensorDigest, ids_vocab_hash, tensor_checksum
-from tl_leadterms.stats.vocab import KeptVocab, resolve_vocab
+from tl_leadterms.stats.vocab import KeptVocab
 from tl_leadterms.version import __version__
 
 __all__ = [
@@ -83,11 +86,6 @@ def write_file(path: Path, tensors: dict[str, torch.Tensor], header: dict[str, A
     size = sum(t.nbytes for t in tensors.values()) + len(metadata["tl_leadterms"]) + 4096
     with atomic_path(path, parents=True, size=size) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
-
-
-def _packed(name: str, table: torch.Tensor) -> dict[str, torch.Tensor]:
-    parts = pack(table.detach().cpu().numpy())
-    return {f"{name}/{part}": torch.from_numpy(a) for part, a in parts.items()}
 
 
 def _column_totals(rows: Callable[[int, int], torch.Tensor], k: int) -> dict[str, torch.Tensor]:
@@ -145,7 +143,8 @@ def save_stats(stats: Any, path: str | os.PathLike) -> None:
     tensors = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
     for name in SQUARE:
         if name in present and name not in rebuilt:
-            tensors.update(_packed(name, getattr(stats, name)))
+            parts = pack(getattr(stats, name).detach().cpu().numpy())
+            tensors.update({f"{name}/{part}": torch.from_numpy(a) for part, a in parts.items()})
     tensors.update(_score_totals(stats, [n for n in ("Phi_bar", "Q_bar") if n in present]))
     vocab_hash = stats.metadata.get("tokenizer_vocab_hash") or ids_vocab_hash(
         stats.d_vocab, stats.kept
@@ -203,22 +202,6 @@ def check_tables(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, A
     if len(floats) > 1:
         names = sorted(f"torch.{d}" for d in floats)
         raise corrupt_file(path, f"the statistics have dtypes {names}")
-    if "kept" in tensors:
-        try:
-            resolve_vocab(tensors["kept"], meta["d_vocab"])
-        except LeadTermsError as err:
-            raise corrupt_file(path, f"invalid kept ids ({err})") from err
-
-
-def _wanted(want: Iterable[str] | None) -> set[str] | None:
-    """Statistics asked for by ``want`` (None: every one)."""
-    if want is None:
-        return None
-    names = {want} if isinstance(want, str) else set(want)
-    known = {"B_bar", "Sigma_B", *FLOATS}
-    if not names or not names <= known:
-        raise LeadTermsError(f"want= names statistics among {sorted(known)}, got {want!r}")
-    return names
 
 
 def _tensor_names(meta: dict[str, Any], statistics: set[str] | None) -> set[str] | None:
@@ -266,26 +249,6 @@ def _unpacked(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]
         tensors[name] = torch.from_numpy(unpack(parts, k))
 
 
-def check_tokenizer(path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
-    """Refuse a tokenizer of another vocabulary than the file's (size, recorded hash)."""
-    from tl_leadterms.data.tokenizers import vocab_hash
-
-    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
-    if size is not None and size > meta["d_vocab"]:
-        raise LeadTermsError(
-            f"{path} was counted with d_vocab={meta['d_vocab']} but the tokenizer has {size} "
-            "tokens: these statistics are of another vocabulary; use the tokenizer they were "
-            "computed with (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know better)"
-        )
-    stored = meta.get("tokenizer_vocab_hash")
-    if stored is not None and stored != vocab_hash(tokenizer):
-        raise LeadTermsError(
-            f"{path} was counted with tokenizer {meta.get('tokenizer_name')!r} whose "
-            "vocabulary differs from the tokenizer given (vocabulary hash); use the same "
-            "tokenizer (or pass ⟦check_vocab=False|--allow-vocab-mismatch⟧ if you know better)"
-        )
-
-
 def read_stats(
     path: str | os.PathLike,
     *,
@@ -310,7 +273,7 @@ def read_stats(
         check_vocab: ``False`` skips the tokenizer comparison (for experts).
     """
     path = Path(path)
-    names = _wanted(want)
+    names = wanted_names(want)
     meta = read_header(path)
     check_header(path, meta)
     tensors, _ = read_file(path, _tensor_names(meta, names))
@@ -326,10 +289,7 @@ def read_stats(
         raise corrupt_file(path, f"missing tensors {missing}")
     absent = sorted(names & set(FLOATS) - set(stored)) if names is not None else []
     if absent:
-        raise LeadTermsError(
-            f"{path} holds no {absent} (it has {['B_bar', *stored]}); recompute the statistics "
-            "with all of them (⟦corpus_stats(want=None)|tl-leadterms stats without --only⟧)"
-        )
+        raise not_stored(path, absent, meta)
     if d_vocab is not None and d_vocab != meta["d_vocab"]:
         raise LeadTermsError(
             f"{path} was counted with d_vocab={meta['d_vocab']}, but d_vocab={d_vocab} was "
@@ -382,10 +342,7 @@ def _open_slice(path: Path, name: str, rows: slice | None = None) -> Any:
             part = f.get_slice(name)
             return (tuple(part.get_shape()), part.get_dtype()) if rows is None else part[rows]
     except (SafetensorError, OSError, ValueError) as err:
-        raise LeadTermsError(
-            f"{path} is not a readable safetensors file ({err}); it is corrupt or not written by "
-            "CorpusStats.save. Recompute the statistics."
-        ) from err
+        raise unreadable(path, err) from err
 
 
 def scan_table(
@@ -419,10 +376,7 @@ def scan_table(
     meta = read_header(path)
     check_header(path, meta)
     if name not in stored_statistics(meta):
-        raise LeadTermsError(
-            f"{path} holds no {name} (it has {['B_bar', *stored_statistics(meta)]}); recompute "
-            "the statistics with it (tl-leadterms stats without --only; corpus_stats(want=None))"
-        )
+        raise not_stored(path, [name], meta)
     sums = _stored_sums(path, meta, stacklevel=3)
     k = meta["n_kept"]
     if name in rebuilt(meta):

@@ -24,11 +24,11 @@ True
 """
 
 import hashlib
-import json
-from typing import Any
 
 import numpy as np
 import torch
+
+from tl_leadterms.stats.fileformat import metadata_checksum
 
 __all__ = [
     "TensorDigest",
@@ -82,13 +82,6 @@ def tensor_checksum(tensor: torch.Tensor) -> str:
     digest = TensorDigest(tensor.dtype, tensor.shape)
     digest.update(tensor)
     return digest.hexdigest()
-
-
-def metadata_checksum(metadata: dict[str, Any]) -> str:
-    """SHA-256 (hex) of the metadata as canonical JSON (sorted keys), ``checksums`` left out."""
-    rest = {key: value for key, value in metadata.items() if key != "checksums"}
-    blob = json.dumps(rest, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)

@@ -182,12 +182,9 @@ class TokenSource:
             return "batches", list(tokens)
         return "batches", tokens
 
-    def _row_length(self) -> int:
-        first = self._data[0]["input_ids"] if self._kind == "dataset" else self._data[0]
-        return len(first)
-
     def _step(self) -> int:
-        return self.batch_size or default_batch_size(max(self._row_length() - 1, 1))
+        first = self._data[0]["input_ids"] if self._kind == "dataset" else self._data[0]
+        return self.batch_size or default_batch_size(max(len(first) - 1, 1))
 
     def _raw_batches(self) -> Iterator[Any]:
         if self._kind in ("array", "dataset"):  # sliceable: cut batches of `step` rows

@@ -32,7 +32,6 @@ import os
 import stat
 import warnings
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
@@ -213,12 +212,7 @@ class ResultsFile:
             raise
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._unlock()
 
     def _lock(self) -> None:

@@ -24,7 +24,6 @@ HOOK_KINDS = {
     "attn_out": "blocks.{layer}.hook_attn_out",
     "pattern": "blocks.{layer}.attn.hook_pattern",
 }
-_READING = ("W_Q", "W_K", "W_V", "W_O")
 
 
 def own_tokenizer(model: Any) -> Any:
@@ -130,14 +129,20 @@ class ModelView:
         model has none."""
         raise NotImplementedError
 
+    def _gain(self, ln: Any) -> Tensor:
+        """A norm module's gain as the model applies it (a kind may add an offset)."""
+        return ln.w.detach()
+
     def norm_gain(self, layer: int | None) -> Tensor | None:
         """The multiplicative gain of ``blocks[layer].ln1`` (``None``: ``ln_final``) as the model
         applies it (Gemma's ``1 + w`` included), or None without a gain to fold."""
-        raise NotImplementedError
+        if self.normalization not in ("LN", "RMS"):
+            return None
+        return self._gain(self.model.ln_final if layer is None else self.model.blocks[layer].ln1)
 
     def norm_bias(self, layer: int) -> Tensor | None:
         """The additive bias of ``blocks[layer].ln1``, or None."""
-        raise NotImplementedError
+        return self.model.blocks[layer].ln1.b.detach() if self.normalization == "LN" else None
 
     def rotary_tables(self, layer: int, n_ctx: int) -> tuple[Tensor, Tensor, bool]:
         """``(sin, cos, adjacent_pairs)``: ``[n_ctx, rotary_dim]`` float64 tables of ``layer``."""
@@ -156,9 +161,6 @@ class ModelView:
         raise NotImplementedError
 
     # -- shared ------------------------------------------------------------------------------
-    def reading_names(self) -> tuple[str, ...]:
-        return _READING
-
     def nonzero_biases(self) -> list[str]:
         """Sorted TransformerLens names of the nonzero biases (the maps leave them out)."""
         names = []
@@ -191,10 +193,7 @@ class ModelView:
         ``hook.name`` is the canonical name (``blocks.0.hook_in``), not the alias.
         """
 
-        def bound(fn: Callable[[Tensor], None]) -> Callable[..., None]:
-            return lambda act, hook: fn(act)
-
-        fwd = [(name, bound(fn)) for name, fn in hooks.items()]
+        fwd = [(name, lambda act, hook, fn=fn: fn(act)) for name, fn in hooks.items()]
         self.model.run_with_hooks(
             tokens, return_type=None, fwd_hooks=fwd, stop_at_layer=stop_at_layer
         )

@@ -132,7 +132,7 @@ class BridgeView(ModelView):
         return [block.ln1 for block in self.model.blocks] + [self.model.ln_final]
 
     def _gain(self, ln: Any) -> Tensor:
-        w = ln.w.detach()
+        w = super()._gain(ln)
         return w + 1 if self._offset_gain else w
 
     def _norms_are_identity(self) -> bool:
@@ -164,17 +164,6 @@ class BridgeView(ModelView):
             return b.detach()
         heads = self.n_kv_heads if name in ("b_K", "b_V") else self.n_heads
         return torch.zeros(heads, self.d_head, dtype=self.dtype, device=self.device)
-
-    def norm_gain(self, layer: int | None) -> Tensor | None:
-        if self.normalization not in ("LN", "RMS"):
-            return None
-        ln = self.model.ln_final if layer is None else self.model.blocks[layer].ln1
-        return self._gain(ln)
-
-    def norm_bias(self, layer: int) -> Tensor | None:
-        if self.normalization != "LN":
-            return None
-        return self.model.blocks[layer].ln1.b.detach()
 
     def rotary_tables(self, layer: int, n_ctx: int) -> tuple[Tensor, Tensor, bool]:
         rotary = getattr(self.model, "rotary_emb", None)

@@ -50,17 +50,6 @@ class HookedView(ModelView):
             return getattr(attn, "_" + name).detach()
         return getattr(attn, name).detach()
 
-    def norm_gain(self, layer: int | None) -> Tensor | None:
-        if self.normalization not in ("LN", "RMS"):
-            return None
-        ln = self.model.ln_final if layer is None else self.model.blocks[layer].ln1
-        return ln.w.detach()
-
-    def norm_bias(self, layer: int) -> Tensor | None:
-        if self.normalization != "LN":
-            return None
-        return self.model.blocks[layer].ln1.b.detach()
-
     def _rotary_base(self, layer: int) -> float:
         cfg = self.model.cfg
         local = getattr(cfg, "rotary_base_local", None)
