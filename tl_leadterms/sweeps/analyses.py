@@ -10,7 +10,7 @@ content hash of the statistics, so a resume with other options is refused.
 
 >>> options = uncertainty_options(None, Uncertainty(null=20, seed=3))
 >>> options["null"]
-NullSpec(permutations=20, seed=3, reference=None)
+NullSpec(permutations=20, seed=3, reference=None, negligible=0.01)
 >>> setting_value(options["null"])
 {'permutations': 20, 'seed': 3, 'reference': None}
 """
@@ -24,7 +24,7 @@ import torch
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.registry import analysis, sweepable
 from tl_leadterms.results.bootstrap import BootstrapSpec
-from tl_leadterms.results.null import NullSpec
+from tl_leadterms.results.null import NEGLIGIBLE, NullSpec
 from tl_leadterms.results.table import EXTRA_COLUMNS
 from tl_leadterms.results.uncertainty import Uncertainty
 from tl_leadterms.stats.blocks import BlockStats
@@ -163,7 +163,8 @@ def _check_rows(rows: Any, analysis: str, label: str) -> list[dict[str, Any]]:
             value = r[key]
             if isinstance(value, torch.Tensor):
                 value = value.detach().item()
-            row[key] = float(value) if value is not None else float("nan")
+            is_number = value is not None and not isinstance(value, str)
+            row[key] = float(value) if is_number else (value or float("nan"))
         out.append(row)
     return out
 
@@ -218,7 +219,9 @@ def setting_value(value: Any) -> Any:
         reference = value.reference
         if reference is not None and not isinstance(reference, str):
             reference = checkpoint_fingerprint(reference)
-        return {"permutations": value.permutations, "seed": value.seed, "reference": reference}
+        out = {"permutations": value.permutations, "seed": value.seed, "reference": reference}
+        # recorded only when not the default, so files written before it resume
+        return out | ({} if value.negligible == NEGLIGIBLE else {"negligible": value.negligible})
     if isinstance(value, BootstrapSpec):
         return {"resamples": value.resamples, "seed": value.seed, "method": value.method,
                 "exact": value.exact}  # fmt: skip
