@@ -37,13 +37,16 @@ from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["EXTRA_COLUMNS", "ResultTable"]
+__all__ = ["EVIDENCE", "EXTRA_COLUMNS", "ResultTable"]
 
 #: what ``null=`` and ``ci=`` add to a score's row (as :func:`~tl_leadterms.decompose` names them);
 #: sweeps and the monitor carry these columns along with the score
-EXTRA_COLUMNS = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "corrected",
-                 "noise_share", "excess", "excess_share", "q", "verdict", "specific",
-                 "common_share", "raw")  # fmt: skip
+EXTRA_COLUMNS = ("excess", "excess_share", "specific", "common_share", "raw", "null_mean",
+                 "reference", "lo", "hi", "corrected", "noise_share", "null_sd", "z", "p", "q",
+                 "verdict")  # fmt: skip
+#: the evidence columns of a null, which every table shows after the effect (the score, its
+#: excess over the null, ``specific``)
+EVIDENCE = ("null_sd", "z", "p", "q", "verdict")
 
 
 def _is_nan(value: object) -> bool:
@@ -132,11 +135,12 @@ class ResultTable:
 
     # -- plain data ---------------------------------------------------------------------------
     def columns(self) -> list[str]:
-        """The row fields: :attr:`COLUMNS`, then every other field present, in first-seen order."""
+        """The row fields: :attr:`COLUMNS`, then every other field present, in first-seen order,
+        the :data:`EVIDENCE` of a null last (the effect first)."""
         seen = dict.fromkeys(self.COLUMNS)
         for r in self.rows:
             seen.update(dict.fromkeys(r))
-        return list(seen)
+        return [c for c in seen if c not in EVIDENCE] + [c for c in EVIDENCE if c in seen]
 
     def flat_rows(self) -> list[dict[str, Any]]:
         """The rows with each :attr:`NESTED` dictionary spread into ``prefix:key`` fields."""

@@ -15,6 +15,7 @@ NullSpec(permutations=20, seed=3, reference=None, negligible=0.01)
 {'permutations': 20, 'seed': 3, 'reference': None}
 """
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -53,6 +54,10 @@ DEFAULT = ("decompose", "covariance")
 FORMAT = 1
 #: keywords that change where or how fast a sweep runs, not its rows: a resume may differ in them
 NOT_SETTINGS = ("device", "progress", "batch_size", "theory")
+#: how ``centre="tokens"`` is recorded since its rows changed (``value`` was the token-specific
+#: score; now the raw one, the specific score its own ``_specific`` rows): a file written with
+#: the former meaning is not resumed into the new one
+_MOVED = "tokens (value: the raw score; the token-specific score in _specific rows)"
 
 
 class Analysis(NamedTuple):
@@ -213,8 +218,9 @@ def stats_fingerprint(stats: CorpusStats | BlockStats) -> str:
 
 
 def setting_value(value: Any) -> Any:
-    """A keyword as the results file records it: a ``NullSpec`` or ``BootstrapSpec`` as its
-    fields (a reference model by its fingerprint), anything else as it is."""
+    """A keyword as the results file records it: a ``NullSpec``, ``BootstrapSpec`` or other
+    option object (the covariance ``Protocol``, ``Compute``) as its fields (a reference model by
+    its fingerprint; where and how fast it runs left out), anything else as it is."""
     if isinstance(value, NullSpec):
         reference = value.reference
         if reference is not None and not isinstance(reference, str):
@@ -227,6 +233,9 @@ def setting_value(value: Any) -> Any:
                 "exact": value.exact}  # fmt: skip
     if isinstance(value, Schedule):
         return value.to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # Protocol, Compute
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
+                if f.name not in NOT_SETTINGS}  # fmt: skip
     return value
 
 
@@ -248,7 +257,11 @@ def settings(chosen: list[Analysis], stats: CorpusStats | BlockStats) -> dict[st
             "format": FORMAT,
             # where and how fast it ran does not change the rows: resume on any device
             "analyses": {
-                a.label: {k: setting_value(v) for k, v in a.kwargs.items() if k not in NOT_SETTINGS}
+                a.label: {
+                    k: _MOVED if (k, v) == ("centre", "tokens") else setting_value(v)
+                    for k, v in a.kwargs.items()
+                    if k not in NOT_SETTINGS
+                }
                 for a in chosen
             },
             "stats": described,

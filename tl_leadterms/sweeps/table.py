@@ -1,17 +1,33 @@
 """`SweepTable`: the tidy result of :func:`tl_leadterms.sweeps.run.sweep`."""
 
+import math
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.findings import common_note
 from tl_leadterms.results.table import EXTRA_COLUMNS, ResultTable
 
 __all__ = ["COLUMNS", "EXTRA_COLUMNS", "SweepTable"]
 
-COLUMNS = ("checkpoint", "step", "layer", "head", "analysis", "score", "value")
-# what repr shows beneath each value, effect size first
-_SHOWN = {"excess": "excess", "null_mean": "null mean", "z": "z", "p": "p", "q": "q",
+COLUMNS = ("checkpoint", "step", "layer", "head", "analysis", "score", "value", "vs_baseline")
+# what repr shows beneath each value, the effect first
+_SHOWN = {"vs_baseline": "vs baseline", "excess": "excess", "null_mean": "null mean",
+          "raw": "raw", "specific": "specific", "common_share": "common share",
           "reference": "reference", "corrected": "CI distrib. est.", "lo": "CI lo", "hi": "CI hi",
-          "raw": "raw", "specific": "specific", "common_share": "common share"}  # fmt: skip
+          "z": "z", "p": "p", "q": "q"}  # fmt: skip
+
+
+#: a verdict in the sweep's grid, short enough for a checkpoint's column
+_ABBREVIATED = {"stands out": "stands", "negligible": "neglig.", "not distinguished": "not dist.",
+                "unreachable": "unreach."}  # fmt: skip
+
+
+def _key(r: dict) -> tuple:
+    return r.get("analysis"), r["score"], r["layer"], r["head"]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class SweepTable(ResultTable):
@@ -19,9 +35,13 @@ class SweepTable(ResultTable):
 
     Row fields: ``checkpoint`` (label), ``step`` (None when unknown), ``layer`` (None for
     ``W_O``), ``head`` (None for layer-level scores), ``analysis``, ``score`` (the score's
-    name), ``value``. A sweep with ``null=`` adds ``null_mean``, ``null_sd``, ``z``, ``p``,
+    name), ``value`` and ``vs_baseline`` (``value`` less the same score's at the baseline
+    checkpoint: the one at step 0, else the first; ``metadata["baseline"]`` names it; an
+    untrained model can score high, so a score is read against its own start). A sweep with
+    ``null=`` adds ``null_mean``, ``null_sd``, ``z``, ``p``,
     the effect size ``excess`` (``value − null_mean``) and ``excess_share``, and ``q`` (the
-    Benjamini–Hochberg q-value over one checkpoint's rows of one analysis) (and
+    Benjamini–Hochberg q-value over one checkpoint's rows of one analysis) and ``verdict``
+    (:func:`~tl_leadterms.results.null.verdict`) (and
     ``reference`` with a reference model), one with ``ci=`` adds ``lo``, ``hi``,
     ``corrected`` (the estimate of the distribution-level score the interval is built
     around; none for statistics of a model's own training windows); covariance
@@ -42,6 +62,14 @@ class SweepTable(ResultTable):
     def __init__(self, rows: list[dict[str, Any]], checkpoints: list[str], metadata: dict) -> None:
         super().__init__(rows, metadata)
         self.checkpoints = checkpoints
+        steps = {r["checkpoint"]: r.get("step") for r in rows}
+        base = next((c for c in checkpoints if steps.get(c) == 0), checkpoints[0] if rows else None)
+        self.metadata["baseline"] = base
+        start = {_key(r): r["value"] for r in rows if r["checkpoint"] == base}
+        for r in rows:
+            first = start.get(_key(r))
+            r["vs_baseline"] = None if first is None or not _number(r["value"]) or not _number(
+                first) else r["value"] - first  # fmt: skip
 
     @classmethod
     def from_records(cls, records: list[dict[str, Any]], metadata: dict) -> "SweepTable":
@@ -59,6 +87,21 @@ class SweepTable(ResultTable):
     def columns(self) -> list[str]:
         """The row fields: :data:`COLUMNS` and the null/interval columns present."""
         return [*COLUMNS, *(c for c in EXTRA_COLUMNS if any(c in r for r in self.rows))]
+
+    def notes(self) -> list[str]:
+        """The baseline, the null's note and the raw scores that are mostly a direction every
+        token shares."""
+        base = self.metadata.get("baseline")
+        note = common_note([r for r in self.rows if r["head"] is None])
+        return (
+            (
+                [f"baseline: {base} (vs baseline: each value less the same score's there)"]
+                if base is not None
+                else []
+            )
+            + super().notes()
+            + ([note] if note else [])
+        )
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -134,7 +177,8 @@ class SweepTable(ResultTable):
             f"SweepTable: {len(self.checkpoints)} checkpoints ({loaded} from the results file), "
             f"{len(self.rows)} rows"
         ]
-        width = max([6, *(len(c) for c in self.checkpoints)])
+        width = max([9 if any(r.get("verdict") for r in self.rows) else 6,
+                     *(len(c) for c in self.checkpoints)])  # fmt: skip
         head = f"{'':<30}" + " ".join(f"{c:>{width}}" for c in self.checkpoints)
         for analysis, score in self.scores():
             lines.append(f"{analysis}: {score}")
@@ -149,14 +193,18 @@ class SweepTable(ResultTable):
                 for column, shown in _SHOWN.items():  # the null and interval beneath the value
                     if any(r.get(column) is not None for r in found.values()):
                         lines.append(f"{'      ' + shown:<30}" + self._cells(found, column, width))
-        return "\n".join(lines)
+                if any(r.get("verdict") for r in found.values()):
+                    lines.append(f"{'      verdict':<30}" + " ".join(
+                        f"{_ABBREVIATED.get(found.get(c, {}).get('verdict'), '-'):>{width}}"
+                        for c in self.checkpoints))  # fmt: skip
+        return "\n".join(lines + self.notes())
 
     def _cells(self, found: dict[str, dict], column: str, width: int) -> str:
         """One line of a grid: ``column`` of each checkpoint's row (``-`` where it has none)."""
         cells = []
         for c in self.checkpoints:
             value = found.get(c, {}).get(column)
-            if value is None:
+            if not _number(value):
                 cells.append(f"{'-':>{width}}")
             else:
                 cells.append(f"{value:>{width}.3f}" if abs(value) < 1e3 else f"{value:>{width}.3g}")
