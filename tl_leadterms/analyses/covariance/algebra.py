@@ -321,8 +321,9 @@ def permuted_scores(factors: list[Factor], T, terms, perms: Tensor, dtype,
         moved = [Factor(q.factor.L[p], q.factor.R) for q in parts]
         accs = cross_terms(moved, T, terms, dtype, gemm_dtype)
         for i, (a, q) in enumerate(zip(accs, parts, strict=True)):
-            out[r, i] = torch.tensor(scores_of(q._replace(factor=moved[i]), a, terms, q.w[p])[:2],
-                                     dtype=torch.float64)
+            out[r, i] = torch.tensor(
+                scores_of(q._replace(factor=moved[i]), a, terms, q.w[p])[:2], dtype=torch.float64
+            )
     return out
 
 
