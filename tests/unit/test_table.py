@@ -53,7 +53,7 @@ def _rows():
                          "excess": 0.5 - 0.25 * head, "lo": 0.4 - 0.25 * head,
                          "hi": 0.6 - 0.25 * head, "null_mean": 0.0, "null_sd": 0.1,
                          "q": 0.01 if head == 0 else 0.2, "token": "<b>&",
-                         "verdict": "stands out" if head == 0 else "not distinguished"})  # fmt: skip
+                         "verdict": "not distinguished" if head else "stands out"})  # fmt: skip
     return rows
 
 
