@@ -19,7 +19,9 @@ predicted scores ``X Q̄ Xᵀ + DM(Δ)`` ``[B, q, k]`` (``−inf`` above the dia
   Bracketed minima are refined by Newton's method on the slope (bisection when a step leaves
   the bracket), first in the scan's dtype, then in this one; a head whose best is a limit
   keeps the scan's end and is reported at the bound, ``"lower"`` (attention as uniform as the
-  prediction can make it) or ``"upper"`` (as sharp), which :func:`scale_text` says.
+  prediction can make it) or ``"upper"`` (as sharp), which :func:`scale_text` says; so is a
+  bracketed minimum that a limit matches to rounding (within ``1e-12``: an untrained model's
+  uniform attention, whose "minimum" lies in the rounding noise of a divergence of 0).
 * the mean Spearman correlation of its rows with the scores, from average ranks found by
   sorting (``O(n log n)`` per row; ties share their mean rank); the scores' ranks are shared.
 
@@ -51,6 +53,7 @@ WIDEN = 3.0  # decades added per widening step
 _FLAT = 1e-9  # relative change of the loss over a decade below which a limit is reached
 _COARSE_TOL, _TOL = 1e-5, 1e-6  # Newton steps in log c below which a head has converged
 _COARSE_STEPS, _STEPS = 12, 8  # the most Newton evaluations per phase
+_ROUNDED = 1e-12  # a limit whose divergence is within this of the minimum's fits as well
 
 
 def average_ranks(x: Tensor, valid: Tensor) -> Tensor:
@@ -244,7 +247,11 @@ class LayerScores:
         bound = (~active).nonzero().squeeze(-1)
         if len(bound):  # the divergence at the scan's end
             js[bound] = self.evaluate(u[bound], order=0, heads=bound).js
-        return ScaleFit(u.exp(), torch.where(active, 0, side), js)
+        edge = torch.where(active, 0, side)
+        for limit, at in ((-1, GRID_LIMIT[0]), (1, GRID_LIMIT[1])):  # a limit fitting as well
+            there = self.evaluate(torch.full_like(u, at * math.log(10)), order=0).js
+            edge = torch.where(active & (there <= js + _ROUNDED), limit, edge)
+        return ScaleFit(u.exp(), edge, js)
 
     def refine(
         self, u: Tensor, low: Tensor, high: Tensor, active: Tensor, tol: float, steps: int
