@@ -131,18 +131,23 @@ def row_excess(r: dict) -> float:
 
 
 def _label(r: dict) -> str:
-    return " ".join(str(r[c]) for c in ("weight", "label", "score") if r.get(c) is not None)
+    """``W L0H1`` (a weight and its head), ``value_post L1`` (a covariance score and layer)."""
+    parts = [r.get("weight"), r.get("label"), r.get("score"), r.get("checkpoint")]
+    if isinstance(r.get("score"), str) and r.get("label") is None and r.get("layer") is not None:
+        parts.insert(3, f"L{r['layer']}" + ("" if r.get("head") is None else f"H{r['head']}"))
+    words = [p for p in parts if isinstance(p, str)]
+    return " ".join(dict.fromkeys(words))
 
 
 def verdicts(tested: list[dict], permutations: int | None = None) -> str:
-    """The rows counted by their ``verdict`` (names of those that stand out), the one line of
+    """The rows counted and named by their ``verdict``, the one line of
     :func:`~tl_leadterms.results.null.reach_note` when some are unreachable, and how large the
     excess over the null is."""
     count = {v: [_label(r) for r in tested if r["verdict"] == v] for v in VERDICTS}
-    out = count["stands out"]
-    text = f"Of the {len(tested)} scores with a null, {len(out)} stand out" + (
-        f" ({names(out)})" if out else "") + "".join(
-        f", {len(count[v])} {v}" for v in VERDICTS[1:] if count[v]) + "."  # fmt: skip
+    text = f"Of the {len(tested)} scores with a null, " + ", ".join(
+        f"{len(count[v])} {'stand out' if v == 'stands out' and len(count[v]) != 1 else v}"
+        + (f" ({names(count[v])})" if count[v] else "")
+        for v in VERDICTS if count[v] or v == "stands out") + "."  # fmt: skip
     note = reach_note(tested, permutations)
     if note:
         text += f" The {note}."
