@@ -215,7 +215,7 @@ def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> d
             "truth 95-96% of the time over 900 held-out samples, docs/guides/intervals.md):"
         )
         print(held)
-    atlas = head_atlas(early_model, stats, windows[:8, :n_ctx], null=49, schedule=run)
+    atlas = head_atlas(early_model, stats, windows[:8, :n_ctx], null=99, schedule=run)
     print(f"\n{atlas}")
     print(f"  ({time.perf_counter() - start:.1f} s)")
     later = model if total > steps else None
