@@ -6,7 +6,8 @@ of ``k`` tokens (all kept), ``null=19``: the median ``null_sd`` of ``decompose``
 ``W`` and value rows and of ``covariance_similarity``'s raw and token-specific rows, per ``k``.
 One run on the project's shared 2-core CPU machine; the seconds are not the point::
 
-    python benchmarks/bench_null_spread.py --k 100 500 2000 --out benchmarks/results/null_spread.json
+    python benchmarks/bench_null_spread.py --k 100 500 2000 \
+        --out benchmarks/results/null_spread.json
 """
 
 import argparse

@@ -210,3 +210,18 @@ def test_a_sweep_shows_its_baseline(protocol_case):
     assert table.metadata["baseline"] == "step0"
     assert [r["vs_baseline"] for r in table.rows] == pytest.approx([0.83 - 0.97, 0.0])
     assert "common_share ≥ 0.9" in repr(table) and "value_post L0 step64" in repr(table)
+
+
+def test_a_distributed_sweep_writes_the_theory_file_of_the_option_objects(protocol_case,
+                                                                          tmp_path):  # fmt: skip
+    from tl_leadterms.analyses.covariance import prepare_theory
+    from tl_leadterms.analyses.covariance.theory_file import load_theory
+
+    stats, _ = protocol_case
+    path = tmp_path / "theory.safetensors"
+    kwargs = {"theory": path, "protocol": Protocol(normalize="both"),
+              "compute": Compute(dtype=torch.float32)}  # fmt: skip
+    assert prepare_theory(stats, kwargs, None)
+    assert load_theory(path, stats, dtype=torch.float32).dtype == torch.float32
+    with pytest.raises(LeadTermsError, match="dtype='float32'"):
+        load_theory(path, stats)  # written for float32, as the Compute asked

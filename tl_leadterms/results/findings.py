@@ -74,34 +74,20 @@ def null_and_ci(rows: list[dict], metadata: dict | None = None) -> list[str]:
     metadata = metadata or {}
     out = question(metadata)
     tested, null = [r for r in rows if r.get("verdict") in VERDICTS], metadata.get("null") or {}
-    if tested:
-        tests = f" It tests {null['tests']}." if null.get("tests") else ""
-        out.append(esc(verdicts(tested, null.get("permutations")) + tests))
-    else:
-        out.append(
-            esc(
-                "No null baseline in these rows (no null_mean, null_sd, z, p columns): a cosine "
-                "here has no reference; random-init models can score high too."
-            )
-        )
+    tests = f" It tests {null['tests']}." if null.get("tests") else ""
+    out.append(esc(verdicts(tested, null.get("permutations")) + tests if tested else
+                   "No null baseline in these rows (no null_mean, null_sd, z, p columns): a cosine "
+                   "here has no reference; random-init models can score high too."))  # fmt: skip
     with_ci = [r for r in rows if "lo" in r and "hi" in r and math.isfinite(r["hi"] - r["lo"])]
     widths = sorted(r["hi"] - r["lo"] for r in with_ci)
     if widths:
         outside = sum(not r["lo"] <= _raw(r) <= r["hi"] for r in with_ci if _raw(r) is not None)
-        out.append(
-            esc(
-                f"Confidence intervals (lo, hi) over {len(widths)} scores: median width "
-                f"{_width(widths[len(widths) // 2])}, widest {_width(widths[-1])}; each is of "
-                "the distribution-level score, built around its bias-corrected estimate "
-                "(column corrected)"
-                + (
-                    f"; {outside} raw scores lie outside their interval (the raw score is biased "
-                    "towards 0 by the statistics' noise)."
-                    if outside
-                    else "."
-                )
-            )
-        )
+        out.append(esc(
+            f"Confidence intervals (lo, hi) over {len(widths)} scores: median width "
+            f"{_width(widths[len(widths) // 2])}, widest {_width(widths[-1])}; each is of the "
+            "distribution-level score, built around its bias-corrected estimate (column corrected)"
+            + (f"; {outside} raw scores lie outside their interval (the raw score is biased "
+               "towards 0 by the statistics' noise)." if outside else ".")))  # fmt: skip
     elif (metadata.get("ci") or {}).get("why"):
         out.append(esc(metadata["ci"]["why"][0].upper() + metadata["ci"]["why"][1:] + "."))
     else:

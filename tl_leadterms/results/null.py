@@ -9,38 +9,19 @@ Two baselines, asked for with the ``null=`` keyword of :func:`~tl_leadterms.deco
   model side is reused: a permutation is a re-indexing of the theory (or, equivalently, of the
   model's token factor), never a new forward pass or a new Gram matrix. Each score gets
   ``null_mean``, ``null_sd`` (``ddof=1``), ``z = (score − null_mean)/null_sd`` and the one-sided
-  empirical ``p = (1 + #{null ≥ score}) / (R + 1)`` (never 0: with ``R = 20`` the smallest
-  attainable p is 1/21 ≈ 0.048, so ask for ``R ≥ 100`` to reach p < 0.01).
-  Beside them, the **effect size**: ``excess = score − null_mean`` and, since every score
-  with a null is bounded above by 1 (a cosine, a rank correlation), ``excess_share =
-  (score − null_mean)/(1 − null_mean)``, the share of the room above the null that the score
-  takes up. Read ``excess`` first: ``z`` divides by the null's spread, which is tiny when a
-  large component of the score survives every permutation (``z = 14`` for an excess of
-  0.004 has been measured), so ``z`` and ``p`` say *whether*, ``excess`` says *how much*.
+  empirical ``p = (1 + #{null ≥ score}) / (R + 1)`` (never below ``1/(R + 1)``). Beside them,
+  the **effect size** ``excess = score − null_mean`` and ``excess_share`` (:func:`summarize`):
+  ``z`` and ``p`` say *whether*, ``excess`` says *how much*.
 * **reference model** — the same architecture at random initialisation (``reference="random"``:
   :func:`random_reference`), or a model the user gives (e.g. the step-0 checkpoint), scored the
   same way; its score appears in a ``reference`` column.
 
-Many rows at once: a table of ``n`` p-values gets ``q``, the Benjamini–Hochberg q-values over
-its rows (:func:`qvalues`), so that "q ≤ 0.05" keeps the expected share of false discoveries
-among the rows called significant at 5%. The family is one call's rows (one model, or one
-checkpoint of a sweep).
-
-**One rule** reads every row with a null, in every view (the text and HTML tables, the
-explorer, the report's findings, the command line): :func:`verdict`, which
-:func:`add_verdicts` writes into the rows' ``verdict`` column, so that every view reads the
-same word. In this order:
-
-* ``"negligible"``: ``|excess| < negligible`` (``NullSpec.negligible``, default
-  :data:`NEGLIGIBLE` = 0.01 in the score's own units, a cosine), whatever ``q`` says;
-* ``"unreachable"``: the null is too small to decide: no row of the table can reach
-  ``q ≤ Q_LEVEL`` (``1/(R + 1) > Q_LEVEL``), or this row beat every permutation (its ``p`` is
-  the smallest attainable) and still has ``q > Q_LEVEL`` after the correction over the table's
-  rows; the views say so in one line (:func:`reach_note`) instead of greying the rows;
-* ``"stands out"``: ``q ≤ Q_LEVEL`` and a positive excess;
-* ``"not distinguished"``: the rest (``q > Q_LEVEL``, with room in the null to say more).
-
-Views grey (fade) the rows in :data:`FAINT` (negligible, not distinguished) and nothing else.
+A table's rows get ``q``, their Benjamini–Hochberg q-values (:func:`qvalues`; the family is
+one call's rows), and one reading, their ``verdict`` (:func:`verdict`, written by
+:func:`add_verdicts`), which every view (text and HTML tables, the explorer, the report's
+findings, the command line) reads: they grey the rows in :data:`FAINT` and nothing else, and
+say in one line (:func:`reach_note`) when the null is too small to decide
+(docs/guides/effect-sizes.md#one-rule-for-every-view).
 
 >>> NullSpec.of(20)
 NullSpec(permutations=20, seed=0, reference=None, negligible=0.01)
@@ -112,13 +93,9 @@ class NullSpec:
     def __post_init__(self) -> None:
         check_count("null permutations", self.permutations, minimum=2)
         check_count("null seed", self.seed, minimum=0)
-        if isinstance(self.negligible, bool) or not (
-            isinstance(self.negligible, (int, float)) and 0 <= self.negligible < 1
-        ):
-            raise LeadTermsError(
-                f"NullSpec.negligible must be a number in [0, 1) (an excess below it is "
-                f"negligible), got {self.negligible!r}"
-            )
+        if type(self.negligible) not in (int, float) or not 0 <= self.negligible < 1:
+            raise LeadTermsError(f"NullSpec.negligible must be a number in [0, 1), got "
+                                 f"{self.negligible!r}")  # fmt: skip
         if isinstance(self.reference, str) and self.reference != "random":
             raise LeadTermsError(
                 f"NullSpec.reference must be None, a model or 'random', got {self.reference!r}"
@@ -184,9 +161,11 @@ def qvalues(p: list[float]) -> list[float]:
 
 def verdict(row: dict, permutations: int, negligible: float = NEGLIGIBLE,
             alpha: float = Q_LEVEL) -> str | None:  # fmt: skip
-    """The one reading of a row with a null (its ``excess``, ``p`` and ``q``) in a table whose
-    null drew ``permutations``: one of :data:`VERDICTS` (module docstring), None without a
-    finite ``p``."""
+    """The one reading of a row (its ``excess``, ``p``, ``q``) of a null of ``permutations``
+    draws, in this order: ``"negligible"`` (``|excess| < negligible``, whatever ``q``),
+    ``"unreachable"`` (no row can reach ``q ≤ alpha``: ``1/(R + 1) > alpha``; or the row beat
+    every draw and ``q > alpha`` still), ``"stands out"`` (``q ≤ alpha``, positive excess),
+    ``"not distinguished"``; None without a finite ``p``."""
     p, q, excess = (row.get(c) for c in ("p", "q", "excess"))
     if not _finite(p):
         return None
@@ -210,9 +189,8 @@ def add_verdicts(rows: list[dict], spec: "NullSpec") -> list[dict]:
 
 def reach_note(rows: list[dict], permutations: int | None = None, alpha: float = Q_LEVEL
                ) -> str | None:  # fmt: skip
-    """One line when rows are ``"unreachable"``: how small the null is and what ``null=``
-    would decide them (None when no row is). ``permutations``: the table's ``R`` (default:
-    read from the smallest ``p`` of those rows).
+    """One line when rows are ``"unreachable"`` (else None): how small the null is and what
+    ``null=`` would decide them; ``permutations``: the ``R`` (default: from their ``p``).
 
     >>> reach_note([{"p": 0.1, "q": 0.1, "verdict": "unreachable"}], 9)  # doctest: +ELLIPSIS
     'null of 9 permutations: no row can reach q ≤ 0.05 (the smallest ... = 0.1); pass null=99'

@@ -5,6 +5,7 @@ from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.findings import common_note
+from tl_leadterms.results.null import VERDICTS
 from tl_leadterms.results.table import EXTRA_COLUMNS, ResultTable
 
 __all__ = ["COLUMNS", "EXTRA_COLUMNS", "SweepTable"]
@@ -17,9 +18,8 @@ _SHOWN = {"vs_baseline": "vs baseline", "excess": "excess", "null_mean": "null m
           "z": "z", "p": "p", "q": "q"}  # fmt: skip
 
 
-#: a verdict in the sweep's grid, short enough for a checkpoint's column
-_ABBREVIATED = {"stands out": "stands", "negligible": "neglig.", "not distinguished": "not dist.",
-                "unreachable": "unreach."}  # fmt: skip
+#: a verdict shortened to fit a checkpoint's column
+_SHORT = dict(zip(VERDICTS, ("stands", "neglig.", "not dist.", "unreach."), strict=True))
 
 
 def _key(r: dict) -> tuple:
@@ -38,15 +38,12 @@ class SweepTable(ResultTable):
     name), ``value`` and ``vs_baseline`` (``value`` less the same score's at the baseline
     checkpoint: the one at step 0, else the first; ``metadata["baseline"]`` names it; an
     untrained model can score high, so a score is read against its own start). A sweep with
-    ``null=`` adds ``null_mean``, ``null_sd``, ``z``, ``p``,
-    the effect size ``excess`` (``value − null_mean``) and ``excess_share``, and ``q`` (the
-    Benjamini–Hochberg q-value over one checkpoint's rows of one analysis) and ``verdict``
-    (:func:`~tl_leadterms.results.null.verdict`) (and
-    ``reference`` with a reference model), one with ``ci=`` adds ``lo``, ``hi``,
-    ``corrected`` (the estimate of the distribution-level score the interval is built
-    around; none for statistics of a model's own training windows); covariance
-    and decompose rows carry ``specific`` and ``common_share`` (and ``raw`` under
-    ``centre="tokens"``): the columns
+    ``null=`` adds the effect ``excess`` (``value − null_mean``), ``excess_share``,
+    ``null_mean``, ``null_sd``, ``z``, ``p``, ``q`` (Benjamini–Hochberg over one checkpoint's
+    rows of one analysis) and ``verdict`` (:func:`~tl_leadterms.results.null.verdict`) (and
+    ``reference`` with a reference model), one with ``ci=`` adds ``lo``, ``hi``, ``corrected``
+    (none for statistics of a model's own training windows); decompose rows carry
+    ``specific``, decompose and raw covariance rows ``common_share``: the columns
     :func:`~tl_leadterms.decompose` and :func:`~tl_leadterms.covariance_similarity` give the
     same score (for ``decompose``, the ``cos_*`` rows; ``explained_*`` rows hold None there).
     ``checkpoints`` lists the labels in sweep order; ``metadata["status"]`` says which were
@@ -195,7 +192,7 @@ class SweepTable(ResultTable):
                         lines.append(f"{'      ' + shown:<30}" + self._cells(found, column, width))
                 if any(r.get("verdict") for r in found.values()):
                     lines.append(f"{'      verdict':<30}" + " ".join(
-                        f"{_ABBREVIATED.get(found.get(c, {}).get('verdict'), '-'):>{width}}"
+                        f"{_SHORT.get(found.get(c, {}).get('verdict'), '-'):>{width}}"
                         for c in self.checkpoints))  # fmt: skip
         return "\n".join(lines + self.notes())
 

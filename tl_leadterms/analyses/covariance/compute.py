@@ -61,11 +61,6 @@ ProtocolName = Literal["theorem", "paper-code"]
 def _check_gemm(gemm_dtype: Any, dtype: torch.dtype, device: torch.device) -> None:
     if gemm_dtype is None or gemm_dtype == dtype:
         return
-    if not (gemm_dtype == torch.float32 and dtype == torch.float64):
-        raise LeadTermsError(
-            f"gemm_dtype must be None (the products in dtype) or torch.float32 with "
-            f"dtype=torch.float64, got gemm_dtype={gemm_dtype!r} with dtype={dtype!r}"
-        )
     if device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
         warnings.warn(
             "torch.backends.cuda.matmul.allow_tf32 is True: float32 products then run in TF32 "
@@ -148,16 +143,14 @@ def covariance_similarity(
             frequent tokens, ``corpus_stats(..., vocab=20000)``).
         layers: layers to score (default: all).
         per_head: also score each head's attention map.
-        protocol: ``"theorem"`` (the attention map against ``Q̄``), ``"paper-code"`` (against
+        protocol: a :class:`~tl_leadterms.analyses.covariance.options.Protocol`, or the name
+            of its orientation: ``"theorem"`` (against ``Q̄``) or ``"paper-code"`` (against
             ``Q̄ᵀ``, on statistics from ``corpus_stats(..., last_target="paper-code",
-            q_targets="centred")``, as the paper's ``pythia.py``; others are refused) or a
-            :class:`~tl_leadterms.analyses.covariance.options.Protocol` (its orientation,
-            ``normalize``, ``value_map`` and ``specific``). The paper scales only the theory's
-            rows (``normalize="theory"``, ``value_map="post"``); on the paper's own model
-            trained to its leading terms that scores 0.53 (attention) and 0.39 (value) against
-            0.48 for a random matrix, ``normalize="both"``, ``value_map="write"`` scores
-            0.99999: report both. The plain ``normalize=``, ``value_map=`` (and the former
-            ``centre=``, now without effect) fill it in.
+            q_targets="centred")``; others are refused). On the paper's own model trained to
+            its leading terms the paper's ``normalize="theory"``, ``value_map="post"`` scores
+            0.53 (attention) and 0.39 (value) against 0.48 for a random matrix,
+            ``normalize="both"``, ``value_map="write"`` 0.99999: report both. The plain
+            ``normalize=``, ``value_map=`` (and ``centre=``, without effect) fill it in.
         null: the permutation null of every row, ``R`` or a
             :class:`~tl_leadterms.results.null.NullSpec` (shorthand for ``uncertainty.null``):
             ``null_mean``, ``null_sd``, ``excess``, ``excess_share``, ``z``, ``p``, the
@@ -174,8 +167,7 @@ def covariance_similarity(
             are read from it, or computed and written there; one for other statistics or
             settings is refused. Scores are bitwise the same as without it.
         compute: a :class:`~tl_leadterms.analyses.covariance.options.Compute` (``device``,
-            ``dtype``, ``gemm_dtype``, ``batch_size``; docs/guides/pythia-protocol.md#precision:
-            every setting within the documented 1e-6); the plain keywords fill it in.
+            ``dtype``, ``gemm_dtype``, ``batch_size``, the plain keywords fill it in).
         progress: show tqdm bars.
 
     Example:

@@ -1,7 +1,6 @@
-"""What the covariance protocol compares (:class:`Protocol`) and how it computes
+"""What the covariance protocol compares (:class:`Protocol`), how it computes
 (:class:`Compute`), and the plain keywords of earlier releases that fill them in
-(:func:`option_shorthands`: ``normalize=``, ``value_map=``, ``centre=``, ``device=``, ``dtype=``,
-``gemm_dtype=``, ``batch_size=``).
+(:func:`option_shorthands`).
 
 >>> Protocol.of("paper-code")
 Protocol(orientation='paper-code', normalize='theory', value_map='post', specific=True)
@@ -24,8 +23,6 @@ from tl_leadterms.theory import with_shorthands
 __all__ = ["CENTRES", "ORIENTATIONS", "Compute", "Protocol", "fill", "option_shorthands"]
 
 ORIENTATIONS = ("theorem", "paper-code")
-NORMALIZE = ("theory", "both")
-VALUE_MAPS = ("post", "write")
 #: the former ``centre=``: both scores are rows now, whichever is given
 CENTRES = ("features", "tokens")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -33,20 +30,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class Protocol:
-    """What is compared (docs/guides/pythia-protocol.md).
-
-    Args:
-        orientation: ``"theorem"`` (the attention map against ``Q̄``, rows = query tokens) or
-            ``"paper-code"`` (against ``Q̄ᵀ`` on statistics with ``last_target="paper-code"``,
-            as the paper's ``pythia.py``).
-        normalize: ``"theory"`` (the paper: only the theory's rows scaled to unit norm) or
-            ``"both"`` (the model's rows too).
-        value_map: ``"post"`` (the paper: ``E_post``, ``E_attn``) or ``"write"`` (the layer's
-            own write, ``E_post − E_pre`` and ``E_attn − E_pre``).
-        specific: also the token-specific score of every map, as its own ``<score>_specific``
-            row with its own null and interval (``False``: the paper's raw scores only; the
-            specific score comes from the same pass, so this saves rows rather than time).
-    """
+    """What is compared (docs/guides/pythia-protocol.md): the attention map against ``Q̄``
+    (``orientation="theorem"``) or ``Q̄ᵀ`` (``"paper-code"``); only the theory's rows scaled to
+    unit norm (``normalize="theory"``, the paper) or the model's too (``"both"``); ``E_post``
+    and ``E_attn`` (``value_map="post"``, the paper) or the layer's own write (``"write"``); and
+    whether each map's token-specific score is a ``<score>_specific`` row too (``specific``)."""
 
     orientation: str = "theorem"
     normalize: str = "theory"
@@ -55,8 +43,8 @@ class Protocol:
 
     def __post_init__(self) -> None:
         check_choice("protocol", self.orientation, ORIENTATIONS)
-        check_choice("normalize", self.normalize, NORMALIZE)
-        check_choice("value_map", self.value_map, VALUE_MAPS)
+        check_choice("normalize", self.normalize, ("theory", "both"))
+        check_choice("value_map", self.value_map, ("post", "write"))
         check_bool("specific", self.specific)
 
     @classmethod
@@ -67,17 +55,10 @@ class Protocol:
 
 @dataclass(frozen=True)
 class Compute:
-    """Where and in what precision the protocol runs (docs/guides/pythia-protocol.md#precision).
-
-    Args:
-        device: where the products run (default: the model's device); the statistics' two
-            ``[k, k]`` theory matrices are moved there.
-        dtype: ``torch.float64`` or ``torch.float32`` (every stage; halves the theory's memory,
-            within 3e-7 of float64).
-        gemm_dtype: ``torch.float32`` with a float64 ``dtype``: only the matrix products in
-            float32, every sum in float64 (None: the products in ``dtype``).
-        batch_size: tokens per forward pass of the token maps (default 1024).
-    """
+    """Where (``device``; None: the model's) and in what precision (``dtype`` float64 or
+    float32; ``gemm_dtype=torch.float32`` under float64: only the matrix products in float32)
+    the protocol runs, and its token maps' ``batch_size`` (None: 1024); every setting within the
+    documented 1e-6 (docs/guides/pythia-protocol.md#precision)."""
 
     device: Any = None
     dtype: torch.dtype = torch.float64
@@ -88,6 +69,12 @@ class Compute:
         if self.dtype not in (torch.float32, torch.float64):
             raise LeadTermsError(
                 f"dtype must be torch.float64 or torch.float32, got {self.dtype!r}"
+            )
+        if self.gemm_dtype not in (None, self.dtype) and (self.gemm_dtype, self.dtype) != (
+                torch.float32, torch.float64):  # fmt: skip
+            raise LeadTermsError(
+                f"gemm_dtype must be None (the products in dtype) or torch.float32 with "
+                f"dtype=torch.float64, got gemm_dtype={self.gemm_dtype!r} with dtype={self.dtype!r}"
             )
         if self.batch_size is not None:
             positive_int("batch_size", self.batch_size)
@@ -101,8 +88,9 @@ SHORTHANDS = {"normalize": "protocol", "value_map": "protocol", "centre": "proto
 
 
 def fill(option: Any, name: str, **given: Any) -> Any:
-    """``option`` (a :class:`Protocol` or an orientation, a :class:`Compute` or None) with the
-    fields ``given`` as plain keywords; a field given both ways, differently, is refused."""
+    """``option`` (``name`` "protocol": a :class:`Protocol` or an orientation; "compute": a
+    :class:`Compute` or None) with the fields ``given``; one given both ways, differently, is
+    refused."""
     kind = _OPTIONS[name]
     option = Protocol.of(option) if name == "protocol" else option or Compute()
     if not isinstance(option, kind):
@@ -118,10 +106,9 @@ def fill(option: Any, name: str, **given: Any) -> Any:
 
 
 def option_shorthands(fn: F) -> F:
-    """Let ``fn`` (which takes ``protocol=`` and ``compute=``) take the plain keywords of
-    earlier releases (:data:`SHORTHANDS`), each filling in its option object (:func:`fill`).
-    ``centre=`` is checked and has no effect: the raw and the token-specific score are both
-    rows (``Protocol.specific``)."""
+    """Let ``fn`` (which takes ``protocol=`` and ``compute=``) take the plain keywords
+    :data:`SHORTHANDS`, each filling in its option (:func:`fill`); ``centre=`` is checked and
+    has no effect (both scores are rows)."""
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
