@@ -70,6 +70,9 @@ def test_explained_is_undefined_at_the_unigram_baseline(uniform_run):
     assert out.row("leading").get("verdict") is None  # no score, no verdict
     line = f"leading: explained {reason}"
     assert line in repr(out).splitlines() and html.escape(line) in out._repr_html_()
+    from tl_leadterms.analyses.output import report_section
+
+    assert html.escape(line) in report_section(out).findings  # and the report says so
 
 
 def test_fitted_scales_the_calibration_cannot_vouch_for_are_flagged(uniform_run):

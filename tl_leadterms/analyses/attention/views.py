@@ -21,6 +21,7 @@ from tl_leadterms.checks import (
     positive_int,
 )
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.findings import verdicts
 from tl_leadterms.results.html import View
 from tl_leadterms.results.labels import head_label, parse_head_label
 from tl_leadterms.results.sections import Section, esc, num, step_text
@@ -272,9 +273,12 @@ def _findings(agreement: list[dict]) -> tuple[str, ...]:
 
 
 def agreement_section(table: Any) -> Section:
-    """The report section of an :class:`~tl_leadterms.attention_agreement` table."""
+    """The report section of an :class:`~tl_leadterms.attention_agreement` table: the best and
+    least agreeing heads and, with a null, its rows' verdicts."""
+    tested = [r for r in table.rows if r.get("verdict")]
+    said = (esc(verdicts(tested, table.metadata["null"]["permutations"])),) if tested else ()
     return Section("attention", "Attention agreement", table._repr_html_(),
-                   _findings(table.rows))  # fmt: skip
+                   _findings(table.rows) + said)  # fmt: skip
 
 
 def _check_heads(heads: object, layers: list[int], n_heads: int) -> int | list[str] | None:
