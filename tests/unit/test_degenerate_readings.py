@@ -228,3 +228,25 @@ def test_a_distributed_sweep_writes_the_theory_file_of_the_option_objects(protoc
     assert load_theory(path, stats, dtype=torch.float32).dtype == torch.float32
     with pytest.raises(LeadTermsError, match="dtype='float32'"):
         load_theory(path, stats)  # written for float32, as the Compute asked
+
+
+def test_each_row_has_the_interval_of_its_own_score(protocol_case):
+    """The factored bootstrap (the model's factors reused on every resample) against scoring
+    each resample's statistics from scratch, for the raw and the specific rows alike."""
+    from tl_leadterms import block_stats
+    from tl_leadterms.results.bootstrap import BootstrapSpec, add_interval
+    from tl_leadterms.results.uncertainty import Uncertainty
+
+    _, model = protocol_case
+    blocks = block_stats(markov_tokens(64, T + 1, V, seed=9), d_vocab=V, blocks=4, progress=False)
+    sure = Uncertainty(ci=0.9, bootstrap=BootstrapSpec(3, seed=1))
+    sim = covariance_similarity(model, blocks, uncertainty=sure, progress=False)
+    boot = sure.resolve(blocks, model).boot
+    draws = torch.tensor([[r["value"] for r in covariance_similarity(model, s, progress=False).rows]
+                          for s in boot.resamples()], dtype=torch.float64)  # fmt: skip
+    want = [{"value": r["value"]} for r in sim.rows]
+    add_interval(want, draws, boot, "value")
+    assert any(r["score"].endswith("_specific") for r in sim.rows)
+    for got, ref in zip(sim.rows, want, strict=True):
+        assert got["lo"] == pytest.approx(ref["lo"], abs=1e-9), got["score"]
+        assert got["hi"] == pytest.approx(ref["hi"], abs=1e-9), got["score"]
