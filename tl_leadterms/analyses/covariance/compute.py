@@ -288,12 +288,9 @@ def _layer_rows(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, pr
         E_pre, W_Q, W_K, theory.attention, theory.attention_terms, both, per_head, dtype, gemm
     )
     val = value_scores(values, theory.value, theory.value_terms, both, dtype, gemm)
-    where = [
-        (None, "attention", att[0]),
-        (None, "value_post", val[0]),
-        (None, "value_attn", val[1]),
-        *((h, "attention", v) for h, v in enumerate(att[1:])),
-    ]
+    heads = ((h, "attention", v) for h, v in enumerate(att[1:]))
+    where = [(None, "attention", att[0]), (None, "value_post", val[0]),
+             (None, "value_attn", val[1]), *heads]  # fmt: skip
     rows = []
     for head, name, scores in where:
         rows.append({"layer": layer, "head": head, "score": name, "value": scores.raw,
@@ -302,17 +299,11 @@ def _layer_rows(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, pr
             rows.append({"layer": layer, "head": head, "score": f"{name}{SPECIFIC}",
                          "value": scores.specific})  # fmt: skip
     if perms is not None:
-        att_null = permuted_scores(
-            attention_factors(E_pre, W_Q, W_K, both, per_head),
-            theory.attention,
-            theory.attention_terms,
-            perms,
-            dtype,
-            gemm,
-        )
-        val_null = permuted_scores(value_factors(values, both), theory.value, theory.value_terms,
-                                   perms, dtype, gemm)  # fmt: skip
-        draws = torch.cat([att_null[:, :1], val_null, att_null[:, 1:]], dim=1)
+        pairs = ((attention_factors(E_pre, W_Q, W_K, both, per_head), theory.attention,
+                  theory.attention_terms), (value_factors(values, both), theory.value,
+                                            theory.value_terms))  # fmt: skip
+        att, val = (permuted_scores(f, T, terms, perms, dtype, gemm) for f, T, terms in pairs)
+        draws = torch.cat([att[:, :1], val, att[:, 1:]], dim=1)
         for row, d in zip(rows, _as_rows(draws, protocol.specific).T, strict=True):
             row.update({k: v for k, v in summarize(row["value"], d).items() if k != "score"})
     return rows
