@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["EVIDENCE", "EXTRA_COLUMNS", "ResultTable"]
+__all__ = ["EVIDENCE", "EXTRA_COLUMNS", "ResultTable", "cell"]
 
 #: what ``null=`` and ``ci=`` add to a score's row (as :func:`~tl_leadterms.decompose` names them);
 #: sweeps and the monitor carry these columns along with the score
@@ -188,6 +188,10 @@ class ResultTable:
             return repr(self).split("\n", 1)[0]
         return self.TITLE or f"{type(self).__name__} ({len(self.rows)} rows)"
 
+    def has(self, column: str) -> bool:
+        """Whether any row has ``column``."""
+        return any(column in r for r in self.rows)
+
     def notes(self) -> list[str]:
         """One-line notes every view of the table prints under it: here, when rows are
         ``"unreachable"``, how small the null is (:func:`~tl_leadterms.results.null.reach_note`)."""
@@ -233,6 +237,14 @@ def _is_int(value: object) -> bool:
     import numpy as np
 
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def cell(value: Any, width: int = 8, limit: float = 1e4) -> str:
+    """A number of a text table, right-aligned in ``width``: 4 decimals (scientific from
+    ``limit`` on), ``-`` for None and NaN."""
+    if value is None or _is_nan(value):
+        return "-".rjust(width)
+    return f"{value:{width}.4f}" if abs(value) < limit else f"{value:{width}.3e}"
 
 
 def _text(value: object) -> str:

@@ -1,12 +1,11 @@
 """The result of :func:`~tl_leadterms.analyses.covariance.compute.covariance_similarity`."""
 
-import math
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note
 from tl_leadterms.results.findings import common_note
-from tl_leadterms.results.table import ResultTable
+from tl_leadterms.results.table import ResultTable, cell
 
 __all__ = ["SCORES", "SPECIFIC", "CovarianceSimilarity"]
 
@@ -14,16 +13,9 @@ __all__ = ["SCORES", "SPECIFIC", "CovarianceSimilarity"]
 SCORES = ("attention", "value_post", "value_attn")
 #: the suffix of each score's token-specific row (``"attention_specific"``)
 SPECIFIC = "_specific"
-#: the text table's columns, effect first: (column, heading, format)
-_COLUMNS = (("value", "value", "9.4f"), ("excess", "excess", "9.4f"),
-            ("common_share", "common", "7.4f"), ("z", "z", "8.2f"), ("p", "p", "7.4f"),
-            ("q", "q", "7.4f"))  # fmt: skip
-
-
-def _cell(value: Any, fmt: str) -> str:
-    width = int(fmt.split(".")[0])
-    missing = value is None or (isinstance(value, float) and math.isnan(value))
-    return f"{'-':>{width}}" if missing else f"{value:{fmt}}"
+#: the text table's columns, effect first: (column, heading, width)
+_COLUMNS = (("value", "value", 9), ("excess", "excess", 9), ("common_share", "common", 7),
+            ("z", "z", 9), ("p", "p", 7), ("q", "q", 7))  # fmt: skip
 
 
 class CovarianceSimilarity(ResultTable):
@@ -87,7 +79,7 @@ class CovarianceSimilarity(ResultTable):
             f"({m['n_tokens']} tokens, normalize={m['normalize']!r}, "
             f"value_map={m['value_map']!r}, LayerNorm {m['normalization_type']})",
             f"{'layer':>5} {'score':<20} "
-            + " ".join(f"{h:>{f.split('.')[0]}}" for _, h, f in shown)
+            + " ".join(f"{h:>{w}}" for _, h, w in shown)
             + ("  verdict" if verdict else ""),
         ]
         heads: dict[tuple[int, str], list[float]] = {}
@@ -96,7 +88,7 @@ class CovarianceSimilarity(ResultTable):
                 heads.setdefault((r["layer"], r["score"]), []).append(r["value"])
                 continue
             lines.append(f"{r['layer']:>5} {r['score']:<20} "
-                         + " ".join(_cell(r.get(c), f) for c, _, f in shown)
+                         + " ".join(cell(r.get(c), w) for c, _, w in shown)
                          + (f"  {r.get('verdict') or '-'}" if verdict else ""))  # fmt: skip
         lines += [f"L{layer} heads ({score}): " + " ".join(f"{v:.3f}" for v in vals)
                   for (layer, score), vals in heads.items()]  # fmt: skip

@@ -13,7 +13,7 @@ from tl_leadterms.analyses.decompose.fit import BasisCache
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note
 from tl_leadterms.results.marks import wide_note
-from tl_leadterms.results.table import ResultTable
+from tl_leadterms.results.table import ResultTable, cell
 from tl_leadterms.theory import term
 
 __all__ = ["Decomposition", "PairDifference"]
@@ -43,9 +43,7 @@ def _pad(text: str, width: int) -> str:
 
 
 def _fmt(value: float | None, width: int = 8) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-".rjust(width)
-    return f"{value:{width}.4f}" if abs(value) < 1e3 else f"{value:{width}.3e}"
+    return cell(value, width, 1e3)
 
 
 class Decomposition(ResultTable):
@@ -132,19 +130,19 @@ class Decomposition(ResultTable):
             self.title(),
             *([note] if note else []),
             f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} "
-            + "".join(f"{n:>{w}} " for c, n, w in _EFFECT if self._has(c))
-            + (f"{ci_header(self.rows):<33} " if self._has("lo") else "")
-            + (f"{'z':>7} {'p':>6} {'q':>6} {'verdict':<17} " if self._has("p") else "")
+            + "".join(f"{n:>{w}} " for c, n, w in _EFFECT if self.has(c))
+            + (f"{ci_header(self.rows):<33} " if self.has("lo") else "")
+            + (f"{'z':>7} {'p':>6} {'q':>6} {'verdict':<17} " if self.has("p") else "")
             + f"{'sη impl.':>8} {'explained':>9} {'bigram':>7} {'interch.':>8} {'context':>7}  "
             "character (Shapley)",
         ]
         for r in self.rows:
             fam = r["family_shares"]
             where = r["label"] if r["layer"] is not None else "-"
-            effect = "".join(f"{_fmt(r.get(c), w)} " for c, _, w in _EFFECT if self._has(c))
-            interval = f"{ci_cell(r)} " if self._has("lo") else ""
+            effect = "".join(f"{_fmt(r.get(c), w)} " for c, _, w in _EFFECT if self.has(c))
+            interval = f"{ci_cell(r)} " if self.has("lo") else ""
             null = (f"{_fmt(r.get('z'), 7)} {_fmt(r.get('p'), 6)} {_fmt(r.get('q'), 6)} "
-                    f"{r.get('verdict') or '-':<17} " if self._has("p") else "")  # fmt: skip
+                    f"{r.get('verdict') or '-':<17} " if self.has("p") else "")  # fmt: skip
             lines.append(
                 f"{r['weight']:<6} {where:<7} {_pad(r['target'], 8)} {r['cosine']:9.6f} "
                 f"{effect}{interval}{null}{_fmt(r['implied_s_lr'])} {r['explained']:9.4f} "
@@ -153,9 +151,6 @@ class Decomposition(ResultTable):
             )
         wide = wide_note(self.rows)
         return "\n".join(lines + ([wide] if wide else []) + self.notes())
-
-    def _has(self, column: str) -> bool:
-        return any(column in r for r in self.rows)
 
     @torch.no_grad()
     def top_pairs(

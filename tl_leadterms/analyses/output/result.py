@@ -1,11 +1,10 @@
 """`OutputAgreement`: the table that :func:`tl_leadterms.output_agreement` returns."""
 
-import math
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.bootstrap import ci_note
-from tl_leadterms.results.table import ResultTable
+from tl_leadterms.results.table import ResultTable, cell
 
 __all__ = ["PREDICTORS", "OutputAgreement"]
 
@@ -20,9 +19,7 @@ _NULL = (("null_mean", 9), ("excess", 9), ("z", 7), ("p", 6))
 
 
 def _fmt(value: Any, width: int = 9) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-".rjust(width)
-    return f"{value:{width}.4f}" if abs(value) < 1e4 else f"{value:{width}.3e}"
+    return cell(value, width)
 
 
 class OutputAgreement(ResultTable):
@@ -83,7 +80,7 @@ class OutputAgreement(ResultTable):
         return pd.DataFrame({f"kl:{r['predictor']}": r["kl_per_position"] for r in self.rows})
 
     def __repr__(self) -> str:
-        meta, null = self.metadata, self._has("p")
+        meta, null = self.metadata, self.has("p")
         fitted = meta.get("fitted")
         how = "fitted scalars" if fitted else f"s·η = {_fmt(meta.get('s_lr'), 0).strip()}"
         lines = [
@@ -94,7 +91,7 @@ class OutputAgreement(ResultTable):
             f"{'predictor':<9} {'explained':>9} "
             + ("".join(f"{c:>{w}} " for c, w in _NULL) + f"{'verdict':<17} " if null else "")
             + f"{'KL':>9} {'top-1':>9} {'top-5':>9} {'c_O':>10} {'c_V':>10} {'c_W':>10}"
-            + ("  CI (distribution-level explained)" if self._has("lo") else ""),
+            + ("  CI (distribution-level explained)" if self.has("lo") else ""),
         ]
         for r in self.rows:
             flagged = (r.get("c_at_bound") or "").split(", ")
@@ -118,9 +115,6 @@ class OutputAgreement(ResultTable):
                 "or outside the scan's [0.01, 1000], or not pinned by the calibration KL: read "
                 "as at least or at most)" for r in self.rows if r.get("c_at_bound")]  # fmt: skip
         return out
-
-    def _has(self, column: str) -> bool:
-        return any(column in r for r in self.rows)
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.output.figure.plot_output` of this table (its keywords)."""
