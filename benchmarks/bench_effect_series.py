@@ -3,8 +3,8 @@
 Trains a tiny GPT-NeoX on the embedded stories (:func:`train_neox_series`: 2 layers,
 d_model 16, 2 heads, a 120-word vocabulary, 64 AdamW steps, checkpoints 0, 4, 16, 64), counts
 the statistics of its training windows and scores every checkpoint with
-``covariance_similarity(..., null=19)`` under both centrings. Per (checkpoint, layer, score):
-the paper's raw score, its null mean and excess, the token-specific (double-centred) score
+``covariance_similarity(..., null=19)`` (raw and token-specific rows). Per (checkpoint, layer,
+score): the paper's raw score, its null mean and excess, the token-specific (double-centred) score
 with its own null mean and excess, and the common share. Results as JSON in
 ``benchmarks/results/effect_series.json``; the guide ``docs/guides/effect-sizes.md`` quotes
 them.
@@ -46,9 +46,9 @@ def main() -> None:
     rows = []
     for label, step, path in load_series(out):
         model = load_model(path)
-        paper = covariance_similarity(model, stats, null=NULL, progress=False)
-        tokens = covariance_similarity(model, stats, null=NULL, centre="tokens", progress=False)
-        for raw, tok in zip(paper.rows, tokens.rows, strict=True):
+        sim = covariance_similarity(model, stats, null=NULL, progress=False)  # both rows
+        for raw in (r for r in sim.rows if "common_share" in r):
+            tok = sim.row(raw["score"] + "_specific", raw["layer"], raw["head"])
             rows.append({
                 "checkpoint": label, "step": step, "layer": raw["layer"], "score": raw["score"],
                 "raw": raw["value"], "raw_null_mean": raw["null_mean"],

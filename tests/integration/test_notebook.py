@@ -156,3 +156,22 @@ def test_the_executed_notebook_holds_its_images(executed):
     images = sum("image/png" in o.get("data", {}) for c in _code(executed) for o in c.outputs)
     print(f"executed quickstart: {images} images")
     assert images >= 3
+
+
+def test_no_row_at_its_strongest_evidence_is_greyed(executed):
+    """Issue 42: the quickstart's null is large enough for the rows it tests. A row that beats
+    every permutation (p at its floor 1/(R + 1)) is never greyed: it stands out, or it is
+    negligible (greyed for its size, not its evidence); no row is left unreachable."""
+    cell = next(c for c in _code(executed) if "d = decompose(" in c.source)
+    (result,) = [o for o in cell.outputs if o.output_type == "execute_result"]
+    text = result.data["text/plain"]
+    floor = re.search(r"null=(\d+)", cell.source).group(1)
+    floor = f"{1 / (int(floor) + 1):.4f}"
+    words = ("stands out", "negligible", "not distinguished", "unreachable")
+    tested = [line for line in text.splitlines() if any(w in line for w in words)]
+    assert tested and all(f" {floor} " in line for line in tested)  # all at the floor here
+    assert all("stands out" in line or "negligible" in line for line in tested)
+    assert "unreachable" not in text and "no row can reach" not in text
+    html = result.data["text/html"]
+    greyed = html.count('<tr class="tl-row tl-ns"')
+    assert greyed == sum("negligible" in line for line in tested)

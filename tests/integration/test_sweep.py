@@ -92,9 +92,13 @@ def test_one_row_per_checkpoint_layer_score(table, series, stats):
 
 def test_table_views(table):
     df = table.to_pandas()
-    assert list(df.columns)[:7] == ["checkpoint", "step", "layer", "head", "analysis", "score",
-                                    "value"]  # fmt: skip
-    assert list(df.columns)[7:] == ["specific", "common_share"]  # decompose's token-token rows
+    assert list(df.columns)[:8] == ["checkpoint", "step", "layer", "head", "analysis", "score",
+                                    "value", "vs_baseline"]  # fmt: skip
+    assert list(df.columns)[8:] == ["specific", "common_share"]  # decompose's token-token rows
+    first = {(r["score"], r["layer"], r["head"]): r["value"] for r in table.rows
+             if r["checkpoint"] == table.metadata["baseline"]}  # fmt: skip
+    assert all(r["vs_baseline"] == r["value"] - first[(r["score"], r["layer"], r["head"])]
+               for r in table.rows if r["value"] == r["value"])  # fmt: skip
     assert len(df) == len(table)
     grid = table.pivot("cos_W")
     assert list(grid.columns) == table.checkpoints and list(grid.index) == [0, 1]
@@ -363,8 +367,9 @@ def test_null_columns_equal_decompose_and_covariance_on_each_checkpoint(series, 
         progress=False,
     )
     rows = by_key(got)
-    assert got.columns()[7:11] == ["null_mean", "null_sd", "z", "p"]
-    assert {"excess", "excess_share", "q"} <= set(got.columns())
+    columns = got.columns()  # the effect first, then the evidence
+    order = ["excess", "excess_share", "null_mean", "null_sd", "z", "p", "q", "verdict"]
+    assert [c for c in columns if c in order] == order
     spec = NullSpec(permutations=4, seed=3)
     for label in ("step0", "step16"):
         model = load_model(series / label)
@@ -397,7 +402,7 @@ def test_intervals_from_block_statistics(series, stats):
     got = sweep(series, blocks, checkpoint_steps=[16], analyses=("decompose", "covariance"), null=3,
                 ci=0.9, bootstrap=3, seed=1, progress=False)  # fmt: skip
     rows = by_key(got)
-    assert got.columns()[7:14] == [*EXTRA, "corrected"]
+    assert {*EXTRA, "corrected"} <= set(got.columns())
     model = load_model(series / "step16")
     options = {"null": NullSpec(3, seed=1), "ci": 0.9, "bootstrap": BootstrapSpec(3, seed=1)}
     for r in decompose(model, blocks, per_head=False, **options).rows:
@@ -409,7 +414,7 @@ def test_intervals_from_block_statistics(series, stats):
     with_ci = [r for r in got.rows if r["lo"] is not None and r["lo"] == r["lo"]]  # not NaN
     assert with_ci and all(r["lo"] <= r["corrected"] <= r["hi"] for r in with_ci)
     df = got.to_pandas()
-    assert list(df.columns[7:14]) == [*EXTRA, "corrected"] and df["lo"].notna().any()
+    assert list(df.columns) == got.columns() and df["lo"].notna().any()
     with pytest.raises(LeadTermsError, match="needs statistics kept per block"):
         sweep(series, stats, checkpoint_steps=[16], ci=0.9, progress=False)
 

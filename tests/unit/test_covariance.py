@@ -88,7 +88,8 @@ def _check_against_reference(model, stats, normalize, value_map, per_head, **kw)
     )  # fmt: skip
     ref = _reference(model, stats, normalize, value_map, per_head, kw.get("protocol", "theorem"))
     got = {(r["score"], r["layer"], r["head"]): r["value"] for r in sim.rows}
-    assert got.keys() == ref.keys()
+    # each map's token-specific row beside its raw one (its numbers: test_effect_sizes)
+    assert got.keys() == ref.keys() | {(f"{s}_specific", *rest) for s, *rest in ref}
     for key, value in ref.items():
         assert got[key] == pytest.approx(value, abs=1e-6), key
     return sim
@@ -255,11 +256,12 @@ def test_precomputed_maps_and_result_object(neox, kept_stats):
     sim = covariance_similarity(neox, kept_stats, maps=maps, per_head=True, progress=False)
     again = covariance_similarity(neox, kept_stats, per_head=True, progress=False)
     assert [r["value"] for r in sim.rows] == pytest.approx([r["value"] for r in again.rows])
-    assert len(sim) == 2 * (3 + 4)
+    assert len(sim) == 2 * 2 * (3 + 4)  # raw and specific rows of 3 scores and 4 heads
     df = sim.to_pandas()
-    assert list(df.columns) == ["layer", "head", "score", "value", "specific", "common_share"]
+    assert list(df.columns) == ["layer", "head", "score", "value", "common_share"]
     assert len(df) == len(sim)
-    assert list(sim.table().columns) == list(SCORES) and sim.table().shape == (2, 3)
+    specific = [f"{s}_specific" for s in SCORES]
+    assert list(sim.table().columns) == [*SCORES, *specific] and sim.table().shape == (2, 6)
     assert sim.table(heads=True).shape == (2, 4)
     assert sim.to_dict()["metadata"]["normalization_type"] == "LNPre"
     text = repr(sim)
@@ -275,7 +277,7 @@ def test_zero_map_gives_nan(stats):
     sim = covariance_similarity(paper_model(d_vocab=V, n_ctx=T, n_layers=1), stats, progress=False)
     assert math.isnan(sim.value("attention", 0))  # W = 0
     assert not math.isnan(sim.value("value_post", 0))  # E_post = one-hot rows
-    assert "nan" in repr(sim)
+    assert repr(sim).splitlines()[2].split() == ["0", "attention", "-", "-"]  # no number
 
 
 @pytest.mark.hooked

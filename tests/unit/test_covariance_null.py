@@ -25,7 +25,9 @@ def test_null_draws_match_relabelled_plain_scores(normalize, d_head):
     perms = permutations(stats.k, 4, 2)
     _, cache = model.run_with_cache(stats.kept[:, None])
     Q, TV = stats.Q_bar, stats.B_bar_Phi_bar.T
-    for r in sim.rows:
+    for r in sim.rows:  # the raw rows (the specific rows' null: test_effect_sizes)
+        if r["score"].endswith("_specific"):
+            continue
         layer, h = r["layer"], r["head"]
         pre = cache[f"blocks.{layer}.hook_resid_pre"][:, 0].double()
         W_Q, W_K = model.W_Q[layer].detach().double(), model.W_K[layer].detach().double()
@@ -45,4 +47,7 @@ def test_null_draws_match_relabelled_plain_scores(normalize, d_head):
         assert r["p"] == want_p
     df = sim.to_pandas()
     assert {"null_mean", "null_sd", "z", "p"} <= set(df.columns)
-    assert list(df["score"].unique()) == ["attention", "value_post", "value_attn"]
+    assert list(df["score"].unique()) == [
+        "attention", "attention_specific", "value_post", "value_post_specific", "value_attn",
+        "value_attn_specific",
+    ]  # fmt: skip

@@ -75,12 +75,18 @@ def _cos(A: torch.Tensor, B: torch.Tensor) -> float:
     return float((A * B).sum() / (A.norm() * B.norm()))
 
 
+def _share(specific_part: float, whole: float) -> float:
+    """The common part's share of the two parts' sizes: |c| / (|s| + |c|), c = whole − s."""
+    common = whole - specific_part
+    return abs(common) / (abs(specific_part) + abs(common))
+
+
 def _reference_scores(C_model: torch.Tensor, C_theory: torch.Tensor) -> dict[str, float]:
     Mc, Tc = _double_centre(C_model), _double_centre(C_theory)
     return {
         "raw": _cos(C_model, C_theory),
         "specific": _cos(Mc, Tc),
-        "common_share": 1.0 - float((Mc * Tc).sum() / (C_model * C_theory).sum()),
+        "common_share": _share(float((Mc * Tc).sum()), float((C_model * C_theory).sum())),
     }
 
 
@@ -115,25 +121,26 @@ def _reference(model, stats, normalize: str, value_map: str) -> dict:
     return out
 
 
-# ---- covariance protocol: centre="tokens" ---------------------------------------------------
+# ---- covariance protocol: raw and token-specific rows ----------------------------------------
 
 
 def _check(model, stats, normalize, value_map):
     ref = _reference(model, stats, normalize, value_map)
-    for centre in ("features", "tokens"):
-        sim = covariance_similarity(model, stats, normalize=normalize, value_map=value_map,
-                                    per_head=True, centre=centre, progress=False)  # fmt: skip
-        got = {(r["score"], r["layer"], r["head"]): r for r in sim.rows}
-        assert got.keys() == ref.keys()
-        for key, want in ref.items():
-            row = got[key]
-            value = want["specific"] if centre == "tokens" else want["raw"]
-            assert row["value"] == pytest.approx(value, abs=1e-7), (centre, key)
-            assert row["specific"] == pytest.approx(want["specific"], abs=1e-7), key
-            assert row["common_share"] == pytest.approx(want["common_share"], abs=1e-6), key
-            if centre == "tokens":
-                assert row["raw"] == pytest.approx(want["raw"], abs=1e-7), key
-        assert sim.metadata["centre"] == centre
+    sim = covariance_similarity(model, stats, normalize=normalize, value_map=value_map,
+                                per_head=True, progress=False)  # fmt: skip
+    got = {(r["score"], r["layer"], r["head"]): r for r in sim.rows}
+    specific = {(f"{s}_specific", layer, head) for s, layer, head in ref}
+    assert got.keys() == ref.keys() | specific
+    for (score, layer, head), want in ref.items():
+        raw, tok = got[(score, layer, head)], got[(f"{score}_specific", layer, head)]
+        assert raw["value"] == pytest.approx(want["raw"], abs=1e-7), (score, layer, head)
+        assert tok["value"] == pytest.approx(want["specific"], abs=1e-7), (score, layer, head)
+        assert raw["common_share"] == pytest.approx(want["common_share"], abs=1e-6)
+        assert 0 <= raw["common_share"] <= 1 and "common_share" not in tok
+    # the former centre= changes nothing: both scores are rows either way
+    again = covariance_similarity(model, stats, normalize=normalize, value_map=value_map,
+                                  per_head=True, centre="tokens", progress=False)  # fmt: skip
+    assert again.rows == sim.rows
 
 
 @pytest.mark.parametrize(("normalize", "value_map"), [("theory", "post"), ("both", "write")])
@@ -148,24 +155,25 @@ def test_token_centred_scores_match_dense_reference_neox(neox, kept_stats, norma
     _check(neox, kept_stats, normalize, "write" if normalize == "both" else "post")
 
 
-def test_token_centred_null_is_the_null_of_the_token_specific_score(trained, stats):
+@pytest.mark.parametrize("kind", ["raw", "specific"])
+def test_each_row_has_the_null_of_its_own_score(trained, stats, kind):
     R, seed = 5, 0  # null=R draws from seed 0
-    sim = covariance_similarity(trained, stats, layers=[1], null=R, centre="tokens",
-                                normalize="both", value_map="write", progress=False)  # fmt: skip
-    row = next(r for r in sim.rows if r["score"] == "value_post")
+    sim = covariance_similarity(trained, stats, layers=[1], null=R, normalize="both",
+                                value_map="write", progress=False)  # fmt: skip
+    name = "value_post" + ("_specific" if kind == "specific" else "")
+    row = next(r for r in sim.rows if r["score"] == name)
     # the null relabels the theory's tokens: the model's covariance re-indexed by each draw
     _, _, post, _ = _model_maps(trained, stats, "write")[1]
     C_M, C_T = _cov(post, True), _cov(stats.B_bar_Phi_bar.T, True)
-    draws = [_reference_scores(C_M[p][:, p], C_T)["specific"]
+    draws = [_reference_scores(C_M[p][:, p], C_T)[kind]
              for p in permutations(stats.k, R, seed)]  # fmt: skip
     assert row["null_mean"] == pytest.approx(sum(draws) / R, abs=1e-9)
     assert row["excess"] == pytest.approx(row["value"] - row["null_mean"], abs=1e-12)
-    assert row["excess_share"] == pytest.approx(
-        (row["value"] - row["null_mean"]) / (1 - row["null_mean"]), abs=1e-12
-    )
+    room = max(row["value"] - row["null_mean"], 0) / (1 - row["null_mean"])
+    assert row["excess_share"] == pytest.approx(room, abs=1e-12)
     assert 0 < row["q"] <= 1 and row["q"] >= row["p"]
-    for r in sim.rows:  # every row of a call with null= has the effect size and q
-        assert {"excess", "excess_share", "q"} <= set(r)
+    for r in sim.rows:  # every row of a call with null= has the effect size, q and a verdict
+        assert {"excess", "excess_share", "q", "verdict"} <= set(r)
 
 
 def test_planted_token_specific_signal_has_large_specific_score_and_excess(stats):
@@ -179,10 +187,9 @@ def test_planted_token_specific_signal_has_large_specific_score_and_excess(stats
         shared = torch.randn(1, V, generator=g) + 0.01 * torch.randn(V, V, generator=g)
         common.blocks[0].attn.W_V.copy_(shared[None].expand(1, V, V))
     kw = dict(normalize="both", value_map="write", null=19, progress=False)
-    p_tok = covariance_similarity(planted, stats, centre="tokens", **kw).rows[1]
-    c_raw = covariance_similarity(common, stats, **kw).rows[1]
-    c_tok = covariance_similarity(common, stats, centre="tokens", **kw).rows[1]
-    assert p_tok["score"] == c_raw["score"] == "value_post"
+    p_tok = covariance_similarity(planted, stats, **kw).row("value_post_specific", 0)
+    c_sim = covariance_similarity(common, stats, **kw)
+    c_raw, c_tok = c_sim.row("value_post", 0), c_sim.row("value_post_specific", 0)
     # (the null keeps ~0.36 here: permuting tokens keeps a covariance's equal diagonal)
     assert p_tok["value"] == pytest.approx(1.0, abs=1e-6) and p_tok["excess"] > 0.5
     assert p_tok["p"] == pytest.approx(1 / 20)
@@ -190,6 +197,9 @@ def test_planted_token_specific_signal_has_large_specific_score_and_excess(stats
     # and the null explains all of it; what is left once it is removed is noise, at its null
     assert c_raw["common_share"] > 0.99 and c_raw["value"] > 0.4 and abs(c_raw["excess"]) < 0.01
     assert abs(c_tok["excess"]) < 0.1 < 0.5 < p_tok["excess"]
+    # the table says the raw score is mostly what every token shares, and the rule calls it so
+    assert c_raw["verdict"] == "negligible" and p_tok["verdict"] != "negligible"
+    assert "value_post L0" in c_sim.notes()[-1] and "common_share ≥ 0.9" in repr(c_sim)
 
 
 # ---- decompose: the common direction of a map -------------------------------------------------
@@ -198,7 +208,7 @@ def test_planted_token_specific_signal_has_large_specific_score_and_excess(stats
 def _map_reference(M: torch.Tensor, Tm: torch.Tensor) -> tuple[float, float]:
     M, Tm = M.detach().double(), Tm.detach().double()
     Mc, Tc = _double_centre_rect(M), _double_centre_rect(Tm)
-    return _cos(Mc, Tc), 1.0 - float((Mc * Tc).sum() / (M * Tm).sum())
+    return _cos(Mc, Tc), _share(float((Mc * Tc).sum()), float((M * Tm).sum()))
 
 
 def _double_centre_rect(M: torch.Tensor) -> torch.Tensor:
@@ -277,6 +287,11 @@ def test_summarize_excess_and_share():
     assert s["excess"] == pytest.approx(0.05) and s["excess_share"] == pytest.approx(0.05 / 0.09)
     assert math.isnan(summarize(0.5, torch.ones(3, dtype=torch.float64))["excess_share"])
     assert math.isnan(summarize(0.5, draws, upper=None)["excess_share"])
+    # below its null a score takes none of the room above it: 0, not a negative share
+    assert summarize(0.5, draws)["excess_share"] == 0.0
+    # a null within NEGLIGIBLE (0.01) of the bound leaves no room to share: undefined
+    near = torch.tensor([0.9995, 0.9996, 0.9997], dtype=torch.float64)
+    assert math.isnan(summarize(0.9999, near)["excess_share"])
 
 
 def test_attention_agreement_null_has_excess_and_q(trained, stats, tokens):
@@ -293,21 +308,5 @@ def test_decompose_null_has_excess_q_and_repr_leads_with_excess(trained, stats):
             assert r["excess"] == pytest.approx(r["cosine"] - r["null_mean"])
             assert r["q"] >= r["p"]
     header = repr(d).splitlines()[1]
-    assert header.index("excess") < header.index("z") < header.index("q")
-    assert "common" in header
-
-
-def test_findings_say_when_the_null_is_too_small_for_any_q():
-    from tl_leadterms.results.findings import null_and_ci
-
-    def rows(p_values):
-        return [
-            {"weight": "W", "label": f"L{i}", "p": p, "score": 0.9, "null_mean": 0.1}
-            for i, p in enumerate(p_values)
-        ]
-
-    small = " ".join(null_and_ci(rows([0.1, 0.1, 0.3])))  # R = 9: p is at least 0.1
-    assert "0 stand out" in small and "the smallest p here is 0.1" in small
-    assert "R ≥ 19" in small
-    enough = " ".join(null_and_ci(rows([0.01, 0.01, 0.3])))  # R = 99
-    assert "2 stand out" in enough and "smallest p" not in enough
+    assert header.index("excess") < header.index("specific") < header.index("z")
+    assert header.index("common") < header.index("z") < header.index("q") < header.index("verdict")

@@ -237,26 +237,30 @@ def test_report_of_a_deep_model_stays_small(tmp_path):
 
 def test_findings_null_ci_and_atlas(trained, tmp_path):
     from tl_leadterms import decompose, head_atlas
+    from tl_leadterms.results.null import NullSpec, add_verdicts
 
     d = decompose(trained["model"], trained["stats"], schedule=(1.0, 3), per_head=True)
     # the columns of the null and CI helpers, written here by hand
     for i, row in enumerate(d.rows):
         row.update(score=row["cosine"], lo=row["cosine"] - 0.01, hi=row["cosine"] + 0.03,
-                   null_mean=0.1, null_sd=0.05, z=9.0, p=0.5 if i == 2 else 0.001)  # fmt: skip
+                   null_mean=0.1, null_sd=0.05, z=9.0, p=0.5 if i == 2 else 0.001,
+                   excess=row["cosine"] - 0.1)  # fmt: skip
+    add_verdicts(d.rows, NullSpec(999))  # the floor 1/(999 + 1) = 0.001: the others stand out
     label = f"{d.rows[2]['weight']} {d.rows[2]['label']}"
 
     atlas = head_atlas(trained["model"], trained["stats"], null=5)
     page = report(tmp_path / "r.html", d, atlas, stats=trained["stats"],
                   progress=False).read_text()  # fmt: skip
     findings = re.search(r'<ul class="findings">(.*?)</ul>', page, re.S).group(1)
-    assert f"1 of {len(d.rows)} scores are indistinguishable from the null (p ≥ 0.05): " in findings
-    assert label in findings
+    n = len(d.rows)
+    assert f"Of the {n} scores with a null, {n - 1} stand out (" in findings
+    assert f"1 not distinguished ({label})" in findings
     assert f"over {len(d.rows)} scores: median width 0.04" in findings
     assert '<div class="view atlas"><div class="head-atlas">' in page
     for column in ("null_mean", "null_sd", "z", "p", "lo", "hi"):
         assert f"<th>{column}</th>" in page
     assert page.count("data:image/png;base64,") == 1  # the scores with their bands
-    # the row with p ≥ 0.05 gets no implied s·η even where its cosine is high
+    # the row the verdict greys gets no implied s·η even where its cosine is high
     row = re.search(rf'<tr class="decompose-row" id="decompose-{d.rows[2]["weight"]}-'
                     rf'{d.rows[2]["label"]}".*?</tr>', page).group(0)  # fmt: skip
     assert re.findall(r"<td[^>]*>(.*?)</td>", row)[4] == "–"

@@ -209,12 +209,13 @@ def test_covariance_plot_bars_whiskers_and_head_grid(results):
     bars_ax = fig.axes[0]
     layer_rows = [r for r in sim.rows if r["head"] is None]
     bars = [p for c in bars_ax.containers for p in c.patches]
-    assert len(bars) == len(layer_rows) == 3 * L  # one bar per (layer, score)
+    assert len(bars) == len(layer_rows) == 2 * 3 * L  # one bar per (layer, score), raw, specific
     heights = sorted(round(p.get_height(), 12) for p in bars)
     assert heights == sorted(round(r["value"], 12) for r in layer_rows)
     assert bars_ax.get_legend() is None  # one legend, above the panels, off the data
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [
-        "attention", "value_post", "value_attn"]  # fmt: skip
+        "attention", "value_post", "value_attn", "attention_specific", "value_post_specific",
+        "value_attn_specific"]  # fmt: skip
     assert [t.get_text() for t in bars_ax.get_xticklabels()] == ["L0", "L1"]
     # the null band: one grey span per bar, from null_mean - 2 sd to null_mean + 2 sd
     spans = [
@@ -222,7 +223,7 @@ def test_covariance_plot_bars_whiskers_and_head_grid(results):
         for c in bars_ax.collections
         if type(c).__name__ in ("PolyCollection", "FillBetweenPolyCollection")
     ]
-    assert len(spans) == 3 * L
+    assert len(spans) == 2 * 3 * L
     lows = sorted(round(float(s.get_paths()[0].vertices[:, 1].min()), 9) for s in spans)
     assert lows == sorted(round(r["null_mean"] - 2 * r["null_sd"], 9) for r in layer_rows)
     heads_ax = next(ax for ax in fig.axes if ax.images)

@@ -52,7 +52,8 @@ def _rows():
             rows.append({"layer": layer, "head": head, "label": f"L{layer}H{head}",
                          "excess": 0.5 - 0.25 * head, "lo": 0.4 - 0.25 * head,
                          "hi": 0.6 - 0.25 * head, "null_mean": 0.0, "null_sd": 0.1,
-                         "q": 0.01 if head == 0 else 0.2, "token": "<b>&"})  # fmt: skip
+                         "q": 0.01 if head == 0 else 0.2, "token": "<b>&",
+                         "verdict": "not distinguished" if head else "stands out"})  # fmt: skip
     return rows
 
 
@@ -87,7 +88,7 @@ def test_html_bar_whisker_band_grey_and_escape():
     band = tags.find("rect", **{"class": "tl-null"})[0]
     assert float(band["x"]) == x(-0.2) and float(band["width"]) == pytest.approx(x(0.2) - x(-0.2))
     rows = [a["class"] for t_, a in tags.tags if t_ == "tr" and "tl-row" in a.get("class", "")]
-    assert rows == ["tl-row", "tl-row tl-ns", "tl-row tl-ns"] * 2  # q = 0.2 > 0.05 greyed
+    assert rows == ["tl-row", "tl-row tl-ns", "tl-row tl-ns"] * 2  # greyed by their verdict
     assert "<b>&" not in html and "&lt;b&gt;&amp;" in html
     heat = tags.find("table", **{"class": "tl-heat"})
     faint = [a for t_, a in tags.tags if t_ == "td" and "tl-ns" in a.get("class", "").split()

@@ -105,7 +105,7 @@ SHARED = {
         "R permutations (or a NullSpec) for a null distribution",
         (
             ("head_atlas", 99, "the atlas' characters are read off the null's z"),
-            ("explore", 19, "the explorer's grid can be coloured by the null's z"),
+            ("explore", 99, "the explorer's grid fades by the null's verdict"),
         ),
     ),
     "ci": Shared(KEYWORD, None, "a confidence level for bootstrap intervals"),
@@ -178,7 +178,6 @@ SUBJECTS = {
 DTYPE_DEFAULTS = {
     "corpus_stats": torch.float64,
     "block_stats": torch.float64,
-    "covariance_similarity": torch.float64,
     "leading_model": torch.float32,
     "paper_model": torch.float32,
     "output_agreement": torch.float32,

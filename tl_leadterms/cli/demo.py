@@ -216,7 +216,7 @@ def _demo_training(args: argparse.Namespace, stories: list[str], tokenizer) -> d
             "truth 95-96% of the time over 900 held-out samples, docs/guides/intervals.md):"
         )
         print(held)
-    atlas = head_atlas(early_model, stats, windows[:8, :n_ctx], null=49, schedule=run)
+    atlas = head_atlas(early_model, stats, windows[:8, :n_ctx], null=99, schedule=run)
     print(f"\n{atlas}")
     print(f"  ({time.perf_counter() - start:.1f} s)")
     later = model if total > steps else None
@@ -231,7 +231,7 @@ def _print_agreement(trained: dict, tokenizer, lr: float, steps: int) -> None:
     import torch
 
     from tl_leadterms import attention_agreement, predict_attention
-    from tl_leadterms.analyses.attention import tv_from_uniform
+    from tl_leadterms.analyses.attention import scale_text, tv_from_uniform
 
     later = trained["later"]
     model = trained["model"] if later is None else later
@@ -247,10 +247,11 @@ def _print_agreement(trained: dict, tokenizer, lr: float, steps: int) -> None:
     for r in rows:
         actual = tv_from_uniform(cache["pattern", r["layer"]][0, r["head"]])
         predicted = tv_from_uniform(predict_attention(stats, ids, scale=r["scale"])[0])
+        shown = "uniform" if r["scale_at_bound"] == "lower" else f"{predicted:.3f}"
         print(
             f"  {r['label']}: rank correlation {r['rank_correlation']:.3f}, JS divergence "
-            f"{r['js_divergence']:.2e}, c = {r['scale']:.3g}; largest distance from uniform "
-            f"(total variation): head {actual:.3f}, predicted {predicted:.3f}"
+            f"{r['js_divergence']:.2e}, {scale_text(r['scale'], r['scale_at_bound'])}; largest "
+            f"distance from uniform (total variation): head {actual:.3f}, predicted {shown}"
         )
 
 

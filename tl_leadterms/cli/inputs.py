@@ -82,7 +82,8 @@ def add_uncertainty(p: argparse.ArgumentParser) -> None:
         type=positive_int_arg,
         metavar="R",
         help="a permutation null of R draws per score: the effect (excess = score - null mean) "
-        "first, then the evidence z, p, q (Benjamini-Hochberg)",
+        "first, then the evidence z, p, q (Benjamini-Hochberg) and each row's verdict; 99 lets a "
+        "row that beats every draw stand out (with R < 19 none can: the table says so)",
     )
     p.add_argument(
         "--ci",

@@ -35,7 +35,7 @@ from tl_leadterms.explorer.data import (
 from tl_leadterms.explorer.page import page
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.html import circuitsvis_library
-from tl_leadterms.results.null import NullSpec
+from tl_leadterms.results.null import FAINT, NullSpec
 from tl_leadterms.results.sections import Section
 from tl_leadterms.results.tokens import encode_text, token_texts
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
@@ -140,7 +140,7 @@ def explore(
     tokenizer: Any = None,
     words: list[str] | None = None,
     schedule: ScheduleLike = None,
-    null: int | NullSpec | None = 19,
+    null: int | NullSpec | None = 99,
     uncertainty: Uncertainty | None = None,
     pair_tokens: int = 300,
     n: int = 8,
@@ -160,8 +160,11 @@ def explore(
         schedule: the training run, if known (the prediction's scale; else fitted): a
             :class:`~tl_leadterms.theory.Schedule`, an ``(lr, steps)`` pair or the run's
             ``TrainHistory``.
-        null: permutations of the null for each head's ``z``/``p`` (None: no null), shorthand
-            for ``uncertainty.null``.
+        null: permutations of the null for each head's ``excess``, ``z``, ``p``, ``q`` and
+            ``verdict`` (None: no null), shorthand for ``uncertainty.null``. The default 99 lets
+            a head that beats every permutation stand out as soon as a fifth of the grid's
+            ``W`` and value rows do too (Benjamini–Hochberg over all of them); a head the null
+            is too small to decide is said so in one line, not faded.
         uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` of the
             decomposition the panels show.
         pair_tokens: token pairs are ranked among this many most frequent kept tokens.
@@ -189,7 +192,7 @@ def explore(
     labels = _labeller(tokenizer)
     schedule = Schedule.of(schedule)
     sure = Uncertainty.of(uncertainty)
-    if sure.null is None:  # null= (default 19) unless uncertainty holds one
+    if sure.null is None:  # null= (default 99) unless uncertainty holds one
         sure = Uncertainty.of(sure, null=null)
     pw = weights_for_stats(model, stats)  # converted once, for decompose and the pair tables
     d = decompose(pw, stats, weights=["W", "V"], per_head=True, progress=progress,
@@ -210,6 +213,7 @@ def explore(
         "colours": CHARACTER_COLOURS,
         "score_names": {**{n: v[2] for n, v in GRID_SCORES.items()}, "character": "character of W"},
         "heads": [_cell(h) for h in heads.values()],
+        "notes": d.notes(),
         "first_word": labels(word_ids[:1])[0] if word_ids else None,
         "meta": f"{d.title()}; text of {len(ids)} tokens; token pairs among the "
                 f"{pairs['pair_tokens']} most frequent kept tokens",
@@ -220,11 +224,12 @@ def explore(
 
 
 def _cell(head: dict[str, Any]) -> dict[str, Any]:
-    """What the grid draws of a head: its scores and whether its null says it is faint."""
+    """What the grid draws of a head: its scores, and its ``W`` row's verdict, which fades the
+    cell as every table greys a row (:data:`~tl_leadterms.results.null.FAINT`)."""
     scores = dict(head["scores"])
     scores["character_key"] = character_key(scores.get("character") or "")
-    p = head.get("W", {}).get("p")
-    return {"label": head["label"], "scores": scores, "faint": p is not None and p > 0.05}
+    verdict = head.get("W", {}).get("verdict")
+    return {"label": head["label"], "scores": scores, "verdict": verdict, "faint": verdict in FAINT}
 
 
 def _text_ids(text: Any, tokenizer: Any, d_vocab: int) -> list[int]:

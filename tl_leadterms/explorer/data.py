@@ -23,7 +23,7 @@ from transformer_lens.utilities import get_act_name
 
 from tl_leadterms.adapters import factored
 from tl_leadterms.analyses.atlas import DETECTORS, detector_scores
-from tl_leadterms.analyses.attention import attention_agreement, predicted_scores
+from tl_leadterms.analyses.attention import attention_agreement, predicted_scores, scale_text
 from tl_leadterms.analyses.decompose import leading_map
 from tl_leadterms.explorer.associations import ASSOCIATIONS, HEADINGS
 from tl_leadterms.progress import progress_bar
@@ -104,15 +104,16 @@ def attention_data(model: Any, stats: Any, ids: list[int], fixed: float | None, 
     agreement = attention_agreement(model, stats, batch, cache=cache, progress=progress,
                                     schedule=schedule)  # fmt: skip
     scores = predicted_scores(stats, batch)[0].to(torch.float64).cpu()
-    scale = {r["label"].split("/")[0]: r["scale"] for r in agreement.rows}
+    scale = {r["label"].split("/")[0]: (r["scale"], r["scale_at_bound"]) for r in agreement.rows}
     heads = {}
     for layer in layers:
         pattern = cache[get_act_name("pattern", layer)][0].to(torch.float64).cpu()
         for h in range(pattern.shape[0]):
             label = head_label(layer, h)
-            c = fixed if fixed is not None else scale.get(label, 0.0)
+            c, edge = (fixed, None) if fixed is not None else scale.get(label, (0.0, None))
             heads[label] = {"actual": _lower(torch.round(pattern[h] * 1000).long()),
-                            "scale": _clean(float(c))}  # fmt: skip
+                            "scale": _clean(float(c)),
+                            "scale_text": scale_text(c, edge)}  # fmt: skip
     rows = [[float(f"{v:.6g}") for v in row] for row in _lower(scores)]
     return {"heads": heads, "scores": rows, "agreement": agreement,
             "detectors": detector_scores(model, batch)}  # fmt: skip

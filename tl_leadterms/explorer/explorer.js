@@ -29,7 +29,7 @@ function drawGrid(){var name=document.getElementById('tl-score').value,box=docum
    if(x){var v=x.scores[name];if(name==='character'){td.style.background=S.colours[x.scores.character_key]||'#999';
      td.title=lab+': '+v;if(x.faint)td.style.opacity=0.45;}else{var c=shade(typeof v==='number'?v/scale:null);
      paint(td,x.faint?paler(c,0.6):c);td.textContent=typeof v==='number'?v.toFixed(Math.abs(v)>=10?0:2):'';
-     td.title=lab+': '+fmt(v)+(x.faint?' (null p > 0.05)':'');}
+     td.title=lab+': '+fmt(v)+(x.verdict?' ('+x.verdict+')':'');}
     if(x.faint)td.classList.add('tl-faint');td.addEventListener('click',(function(q){return function(){openHead(q);};})(lab));}
    tr.appendChild(td);}t.appendChild(tr);}
  box.appendChild(t);drawLegend(name,scale);document.body.setAttribute('data-grid-drawn',String(performance.now()));}
@@ -43,7 +43,8 @@ function drawLegend(name,scale){var box=document.getElementById('tl-legend');box
   box.appendChild(el('span',{},'+'+fmt(scale)));box.appendChild(el('span',{'class':'tl-note'},' '+
    (S.score_names[name]||name)+'; 0 is white'));}
  if(S.heads.some(function(h){return h.faint;}))box.appendChild(el('div',{'class':'tl-note'},
-  'paler, dotted: the null does not set the head apart (p > 0.05)'));}
+  'paler, dotted: the verdict of W is negligible or not distinguished (as the tables grey it)'));
+ (S.notes||[]).forEach(function(n){box.appendChild(el('div',{'class':'tl-note'},n));});}
 function kv(rows){var t=el('table',{'class':'tl-kv'});rows.forEach(function(r){var tr=el('tr');
  tr.appendChild(el('td',{},r[0]));tr.appendChild(el('td',{'data-key':r[2]||''},fmt(r[1])));t.appendChild(tr);});return t;}
 function shares(title,row){var box=el('div');box.appendChild(el('h3',{},title));if(!row){box.appendChild(
@@ -55,7 +56,8 @@ function shares(title,row){var box=el('div');box.appendChild(el('h3',{},title));
   tr.appendChild(td);tr.appendChild(el('td',{},fmt(e[1])));t.appendChild(tr);});box.appendChild(t);
  box.appendChild(el('p',{'class':'tl-note'},'explained R² '+fmt(row.explained)+' (Shapley shares add up to it); '+
   'cosine '+fmt(row.cosine)+(row.lo!==undefined?' ['+fmt(row.lo)+', '+fmt(row.hi)+']':'')+
-  (row.z!==undefined?'; null z '+fmt(row.z)+', p '+fmt(row.p):'')));return box;}
+  (row.excess!==undefined?'; excess '+fmt(row.excess)+' ('+row.verdict+'), z '+fmt(row.z)+', q '+fmt(row.q):'')));
+ return box;}
 function full(lower){var n=lower.length;return lower.map(function(r){var o=r.slice();while(o.length<n)o.push(0);return o;});}
 function predicted(c){return S.scores.map(function(r){var m=-Infinity;r.forEach(function(v){m=Math.max(m,c*v);});
  var e=r.map(function(v){return Math.exp(c*v-m);}),s=e.reduce(function(a,b){return a+b;},0);
@@ -63,7 +65,7 @@ function predicted(c){return S.scores.map(function(r){var m=-Infinity;r.forEach(
 function attention(box,label,d){box.appendChild(el('h3',{},'Attention on the text: '+label+' and its prediction'));
  var row=el('div',{'class':'tl-row'}),a=el('div',{'class':'tl-attn','id':'tl-attn-actual'}),
  p=el('div',{'class':'tl-attn','id':'tl-attn-predicted'});a.appendChild(el('h3',{},label+' (model)'));
- p.appendChild(el('h3',{},'predicted, c = '+fmt(d.scale)));row.appendChild(a);row.appendChild(p);box.appendChild(row);
+ p.appendChild(el('h3',{},'predicted, '+(d.scale_text||'c = '+fmt(d.scale))));row.appendChild(a);row.appendChild(p);box.appendChild(row);
  var act=full(d.actual.map(function(r){return r.map(function(v){return v/1000;});})),pre=full(predicted(d.scale||0));
  [[a,act],[p,pre]].forEach(function(x){var inner=el('div');x[0].appendChild(inner);inner.id=x[0].id+'-cv';
   if(window.CircuitsVis&&CircuitsVis.AttentionPattern){CircuitsVis.render(inner.id,CircuitsVis.AttentionPattern,
@@ -82,7 +84,8 @@ function openHead(label){var d=head(label),x=null,panel=document.getElementById(
  if(!d||!x){panel.appendChild(el('p',{},'no data for this head'));return;}
  var w=d.W||{},v=d.V||{},a=d.agreement||{},det=d.detectors||{};
  var sc=kv([['character of W',w.character,'character'],['cos(W, Q̄)',w.cosine,'cosine'],
-  ['explained R² of W',w.explained,'explained'],['null z',w.z,'z'],['p',w.p,'p'],['interval',
+  ['explained R² of W',w.explained,'explained'],['excess over the null',w.excess,'excess'],
+  ['specific',w.specific,'specific'],['null z',w.z,'z'],['p',w.p,'p'],['q',w.q,'q'],['verdict',w.verdict,'verdict'],['interval',
   w.lo===undefined?null:fmt(w.lo)+' – '+fmt(w.hi),'interval'],['implied s·η',w.implied_s_lr,'implied_s_lr'],
   ['value path',v.character,'value_character'],['cos(value, its term)',v.cosine,'value_cosine'],
   ['rank corr. with prediction',a.rank_correlation,'rank_correlation'],['JS divergence',a.js_divergence,'js_divergence']]

@@ -2,13 +2,14 @@
 
 Each analysis writes its own findings (:class:`~tl_leadterms.results.sections.Section`); the
 sentences every result with a null, an interval or a common component shares live here. With a
-null, a row "stands out" when its Benjamini–Hochberg q-value over the table's rows is at most
-``Q_LEVEL`` (0.05) and its excess over the null mean is positive; the excess (score − null mean)
-is quoted as the size, never ``z``. Across training steps (a history or a sweep), "the theory
-stops holding" at the first step where a weight's cosine with its leading term falls below
-``HOLD_COSINE``, and the leading-term model stops explaining the model's next tokens at the first
-step where its share of the unigram → model KL gap (``output_explained``) falls below
-``HOLD_EXPLAINED``.
+null, the rows are counted by their ``verdict`` (the one rule of
+:func:`~tl_leadterms.results.null.verdict`: "stands out", "negligible", "not distinguished",
+"unreachable"); the excess (score − null mean) is quoted as the size, never ``z``. A score whose
+``common_share`` is at least ``COMMON_BOUND`` is mostly a direction every token shares. Across
+training steps (a history or a sweep), "the theory stops holding" at the first step where a
+weight's cosine with its leading term falls below ``HOLD_COSINE``, and the leading-term model
+stops explaining the model's next tokens at the first step where its share of the unigram →
+model KL gap (``output_explained``) falls below ``HOLD_EXPLAINED``.
 
 >>> names([f"L{i}" for i in range(10)])
 'L0, L1, L2, L3, L4, L5, L6, L7 and 2 more'
@@ -17,26 +18,30 @@ step where its share of the unigram → model KL gap (``output_explained``) fall
 import math
 from typing import Any
 
-from tl_leadterms.results.null import P_LEVEL, Q_LEVEL, qvalues
+from tl_leadterms.results.null import VERDICTS, reach_note
 from tl_leadterms.results.sections import esc
 
 __all__ = [
+    "COMMON_BOUND",
     "HOLD_COSINE",
     "HOLD_EXPLAINED",
     "common",
+    "common_note",
     "explained_text",
     "first_below",
     "names",
     "null_and_ci",
     "question",
     "row_excess",
-    "stand_out",
+    "verdicts",
 ]
 
 #: the cosine below which the leading term no longer describes a weight
 HOLD_COSINE = 0.9
 #: the explained share of the KL gap below which the leading-term model no longer predicts
 HOLD_EXPLAINED = 0.9
+#: a ``common_share`` at or above this: the score is mostly a direction every token shares
+COMMON_BOUND = 0.9
 _LISTED = 8  # labels named in one sentence before "and N more"
 
 
@@ -68,44 +73,21 @@ def question(metadata: dict) -> list[str]:
 def null_and_ci(rows: list[dict], metadata: dict | None = None) -> list[str]:
     metadata = metadata or {}
     out = question(metadata)
-    tested = [r for r in rows if isinstance(r.get("p"), (int, float)) and math.isfinite(r["p"])]
-    if tested:
-        null = [f"{r['weight']} {r['label']}" for r in tested if r["p"] >= P_LEVEL]
-        tests = (metadata.get("null") or {}).get("tests")
-        out.append(
-            esc(
-                f"Null baseline: {len(null)} of {len(tested)} scores are indistinguishable from "
-                f"the null (p ≥ {P_LEVEL})"
-                + (f": {names(null)}." if null else ".")
-                + (f" It tests {tests}." if tests else "")
-            )
-        )
-        out.append(esc(stand_out(tested)))
-    else:
-        out.append(
-            esc(
-                "No null baseline in these rows (no null_mean, null_sd, z, p columns): a cosine "
-                "here has no reference; random-init models can score high too."
-            )
-        )
+    tested, null = [r for r in rows if r.get("verdict") in VERDICTS], metadata.get("null") or {}
+    tests = f" It tests {null['tests']}." if null.get("tests") else ""
+    out.append(esc(verdicts(tested, null.get("permutations")) + tests if tested else
+                   "No null baseline in these rows (no null_mean, null_sd, z, p columns): a cosine "
+                   "here has no reference; random-init models can score high too."))  # fmt: skip
     with_ci = [r for r in rows if "lo" in r and "hi" in r and math.isfinite(r["hi"] - r["lo"])]
     widths = sorted(r["hi"] - r["lo"] for r in with_ci)
     if widths:
         outside = sum(not r["lo"] <= _raw(r) <= r["hi"] for r in with_ci if _raw(r) is not None)
-        out.append(
-            esc(
-                f"Confidence intervals (lo, hi) over {len(widths)} scores: median width "
-                f"{_width(widths[len(widths) // 2])}, widest {_width(widths[-1])}; each is of "
-                "the distribution-level score, built around its bias-corrected estimate "
-                "(column corrected)"
-                + (
-                    f"; {outside} raw scores lie outside their interval (the raw score is biased "
-                    "towards 0 by the statistics' noise)."
-                    if outside
-                    else "."
-                )
-            )
-        )
+        out.append(esc(
+            f"Confidence intervals (lo, hi) over {len(widths)} scores: median width "
+            f"{_width(widths[len(widths) // 2])}, widest {_width(widths[-1])}; each is of the "
+            "distribution-level score, built around its bias-corrected estimate (column corrected)"
+            + (f"; {outside} raw scores lie outside their interval (the raw score is biased "
+               "towards 0 by the statistics' noise)." if outside else ".")))  # fmt: skip
     elif (metadata.get("ci") or {}).get("why"):
         out.append(esc(metadata["ci"]["why"][0].upper() + metadata["ci"]["why"][1:] + "."))
     else:
@@ -134,45 +116,54 @@ def row_excess(r: dict) -> float:
     return float(score) - float(mean) if _finite(score) and _finite(mean) else math.nan
 
 
-def stand_out(tested: list[dict]) -> str:
-    """Which rows stand out after Benjamini–Hochberg, and how large their excess is."""
-    qs = [r["q"] if _finite(r.get("q")) else math.nan for r in tested]
-    if not all(_finite(q) for q in qs):
-        qs = qvalues([r["p"] for r in tested])
-    excess = [row_excess(r) for r in tested]
-    out = [f"{r['weight']} {r['label']}" for r, q, e in zip(tested, qs, excess, strict=True)
-           if q <= Q_LEVEL and e > 0]  # fmt: skip
-    sizes = sorted(e for e in excess if math.isfinite(e))
-    text = (
-        f"After Benjamini–Hochberg over the {len(tested)} scores, {len(out)} stand out "
-        f"(q ≤ {Q_LEVEL}, excess > 0)" + (f": {names(out)}" if out else "")
-    )
-    smallest = min(r["p"] for r in tested)
-    if smallest > Q_LEVEL:  # q ≥ p: the null is too small for any score to stand out
-        text += (
-            f". No score could: the smallest p here is {smallest:.3g}, and a permutation p is at "
-            f"least 1/(R + 1); pass null=R with R ≥ {math.ceil(1 / Q_LEVEL) - 1} (more for "
-            "many rows)"
-        )
+def _label(r: dict) -> str:
+    """``W L0H1`` (a weight and its head), ``value_post L1`` (a covariance score and layer)."""
+    parts = [r.get("weight"), r.get("label"), r.get("score"), r.get("checkpoint")]
+    if isinstance(r.get("score"), str) and r.get("label") is None and r.get("layer") is not None:
+        parts.insert(3, f"L{r['layer']}" + ("" if r.get("head") is None else f"H{r['head']}"))
+    words = [p for p in parts if isinstance(p, str)]
+    return " ".join(dict.fromkeys(words))
+
+
+def verdicts(tested: list[dict], permutations: int | None = None) -> str:
+    """The rows counted and named by their ``verdict``, the one line of
+    :func:`~tl_leadterms.results.null.reach_note` when some are unreachable, and how large the
+    excess over the null is."""
+    count = {v: [_label(r) for r in tested if r["verdict"] == v] for v in VERDICTS}
+    text = f"Of the {len(tested)} scores with a null, " + ", ".join(
+        f"{len(count[v])} {'stand out' if v == 'stands out' and len(count[v]) != 1 else v}"
+        + (f" ({names(count[v])})" if count[v] else "")
+        for v in VERDICTS if count[v] or v == "stands out") + "."  # fmt: skip
+    note = reach_note(tested, permutations)
+    if note:
+        text += f" The {note}."
+    sizes = sorted(e for e in map(row_excess, tested) if math.isfinite(e))
     if sizes:
         text += (
-            f". Excess over the null mean (score − null mean, the effect size): median "
+            f" Excess over the null mean (score − null mean, the effect size): median "
             f"{sizes[len(sizes) // 2]:.3g}, largest {sizes[-1]:.3g}; z is not a size (a narrow "
             "null makes a small excess look large)."
         )
-    return text + ("" if sizes else ".")
+    return text
+
+
+def _specific(r: dict) -> Any:
+    """A row's token-specific score: its ``specific`` column, or the value of a covariance
+    ``<score>_specific`` row."""
+    return r.get("specific", r.get("value") if str(r.get("score")).endswith("_specific") else None)
 
 
 def common(rows: list[dict], what: str) -> list[str]:
     """How much of the scores is common to all tokens (rows with ``common_share``)."""
     shares = sorted(r["common_share"] for r in rows if _finite(r.get("common_share")))
-    specific = sorted(r["specific"] for r in rows if _finite(r.get("specific")))
+    specific = sorted(v for v in map(_specific, rows) if _finite(v))
     if not shares:
         return []
     text = (
         f"{what}: the share of the raw score carried by what every token shares "
         f"(common_share) is median {shares[len(shares) // 2]:.3f} "
-        f"(from {shares[0]:.3f} to {shares[-1]:.3f})"
+        f"(from {shares[0]:.3f} to {shares[-1]:.3f}; {sum(v >= COMMON_BOUND for v in shares)} "
+        f"of {len(shares)} at least {COMMON_BOUND}: mostly a direction every token shares)"
     )
     if specific:
         text += (
@@ -180,6 +171,23 @@ def common(rows: list[dict], what: str) -> list[str]:
             f"from {specific[0]:.3f} to {specific[-1]:.3f}"
         )
     return [esc(text + ".")]
+
+
+def common_note(rows: list[dict]) -> str | None:
+    """One line naming the rows whose ``common_share`` reaches :data:`COMMON_BOUND` (None when
+    none does): their raw score is mostly a direction every token shares.
+
+    >>> common_note([{"score": "value_post", "layer": 1, "common_share": 0.9995}])[-30:]
+    'specific score): value_post L1'
+    """
+    mostly = [f"{r['score']} L{r['layer']}" + ("" if r.get("head") is None else f"H{r['head']}")
+              + (f" {r['checkpoint']}" if "checkpoint" in r else "") for r in rows
+              if _finite(r.get("common_share")) and r["common_share"] >= COMMON_BOUND]  # fmt: skip
+    if not mostly:
+        return None
+    return (f"common_share ≥ {COMMON_BOUND} (the raw score is mostly a direction every token "
+            "shares, a permutation of the tokens keeps it; read the token-specific score): "
+            + names(mostly))  # fmt: skip
 
 
 def first_below(

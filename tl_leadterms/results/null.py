@@ -9,25 +9,22 @@ Two baselines, asked for with the ``null=`` keyword of :func:`~tl_leadterms.deco
   model side is reused: a permutation is a re-indexing of the theory (or, equivalently, of the
   model's token factor), never a new forward pass or a new Gram matrix. Each score gets
   ``null_mean``, ``null_sd`` (``ddof=1``), ``z = (score − null_mean)/null_sd`` and the one-sided
-  empirical ``p = (1 + #{null ≥ score}) / (R + 1)`` (never 0: with ``R = 20`` the smallest
-  attainable p is 1/21 ≈ 0.048, so ask for ``R ≥ 100`` to reach p < 0.01).
-  Beside them, the **effect size**: ``excess = score − null_mean`` and, since every score
-  with a null is bounded above by 1 (a cosine, a rank correlation), ``excess_share =
-  (score − null_mean)/(1 − null_mean)``, the share of the room above the null that the score
-  takes up. Read ``excess`` first: ``z`` divides by the null's spread, which is tiny when a
-  large component of the score survives every permutation (``z = 14`` for an excess of
-  0.004 has been measured), so ``z`` and ``p`` say *whether*, ``excess`` says *how much*.
+  empirical ``p = (1 + #{null ≥ score}) / (R + 1)`` (never below ``1/(R + 1)``). Beside them,
+  the **effect size** ``excess = score − null_mean`` and ``excess_share`` (:func:`summarize`):
+  ``z`` and ``p`` say *whether*, ``excess`` says *how much*.
 * **reference model** — the same architecture at random initialisation (``reference="random"``:
   :func:`random_reference`), or a model the user gives (e.g. the step-0 checkpoint), scored the
   same way; its score appears in a ``reference`` column.
 
-Many rows at once: a table of ``n`` p-values gets ``q``, the Benjamini–Hochberg q-values over
-its rows (:func:`add_qvalues`), so that "q ≤ 0.05" keeps the expected share of false
-discoveries among the rows called significant at 5%. The family is one call's rows (one
-model, or one checkpoint of a sweep).
+A table's rows get ``q``, their Benjamini–Hochberg q-values (:func:`qvalues`; the family is
+one call's rows), and one reading, their ``verdict`` (:func:`verdict`, written by
+:func:`add_verdicts`), which every view (text and HTML tables, the explorer, the report's
+findings, the command line) reads: they grey the rows in :data:`FAINT` and nothing else, and
+say in one line (:func:`reach_note`) when the null is too small to decide
+(docs/guides/effect-sizes.md#one-rule-for-every-view).
 
 >>> NullSpec.of(20)
-NullSpec(permutations=20, seed=0, reference=None)
+NullSpec(permutations=20, seed=0, reference=None, negligible=0.01)
 >>> s = summarize(0.9, torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64))
 >>> round(s["null_mean"], 3), round(s["z"], 1), s["p"], round(s["excess"], 3)
 (0.2, 7.0, 0.25, 0.7)
@@ -35,6 +32,11 @@ NullSpec(permutations=20, seed=0, reference=None)
 0.875
 >>> qvalues([0.01, 0.04, 0.03, float("nan")])
 [0.03, 0.04, 0.04, nan]
+>>> rows = [{"p": 0.01, "excess": 0.3}, {"p": 0.01, "excess": 0.004}, {"p": 0.4, "excess": 0.1}]
+>>> [r["verdict"] for r in add_verdicts(rows, NullSpec(99))]
+['stands out', 'negligible', 'not distinguished']
+>>> [r["verdict"] for r in add_verdicts([{"p": 0.1, "excess": 0.3}], NullSpec(9))]
+['unreachable']
 """
 
 import copy
@@ -49,36 +51,51 @@ from tl_leadterms.checks import check_count, check_spec
 from tl_leadterms.errors import LeadTermsError
 
 __all__ = [
+    "FAINT",
+    "NEGLIGIBLE",
     "NULL_COLUMNS",
-    "P_LEVEL",
     "Q_LEVEL",
+    "VERDICTS",
     "NullSpec",
-    "add_qvalues",
+    "add_verdicts",
     "permutations",
     "qvalues",
     "random_reference",
+    "reach_note",
     "summarize",
+    "verdict",
 ]
 
 NULL_COLUMNS = ("score", "null_mean", "null_sd", "z", "p", "excess", "excess_share")
 #: the false-discovery rate at which a row "stands out" (``q`` at or below it)
 Q_LEVEL = 0.05
-#: a null p-value at or above this is "indistinguishable from the null"
-P_LEVEL = 0.05
+#: an excess over the null below this (in absolute value, in the score's units) is negligible
+#: whatever its q: a cosine of 0.01 is a cosine² of 1e-4 of a map's variance
+#: (docs/guides/effect-sizes.md argues it against the nulls' spreads at real sizes)
+NEGLIGIBLE = 0.01
+#: the words of :func:`verdict`, in the order tables explain them
+VERDICTS = ("stands out", "negligible", "not distinguished", "unreachable")
+#: the verdicts whose rows every view greys (fades)
+FAINT = ("negligible", "not distinguished")
 
 
 @dataclass(frozen=True)
 class NullSpec:
     """What null to compute: ``permutations`` draws from ``seed``; an optional ``reference``
-    model (a model, or ``"random"`` for a random-init copy of the scored model)."""
+    model (a model, or ``"random"`` for a random-init copy of the scored model); the
+    ``negligible`` excess of :func:`verdict` (default :data:`NEGLIGIBLE`)."""
 
     permutations: int = 100
     seed: int = 0
     reference: Any = None
+    negligible: float = NEGLIGIBLE
 
     def __post_init__(self) -> None:
         check_count("null permutations", self.permutations, minimum=2)
         check_count("null seed", self.seed, minimum=0)
+        if type(self.negligible) not in (int, float) or not 0 <= self.negligible < 1:
+            raise LeadTermsError(f"NullSpec.negligible must be a number in [0, 1), got "
+                                 f"{self.negligible!r}")  # fmt: skip
         if isinstance(self.reference, str) and self.reference != "random":
             raise LeadTermsError(
                 f"NullSpec.reference must be None, a model or 'random', got {self.reference!r}"
@@ -107,9 +124,11 @@ def permutations(k: int, count: int, seed: int) -> Tensor:
 def summarize(score: float, draws: Tensor, upper: float | None = 1.0) -> dict[str, float]:
     """:data:`NULL_COLUMNS` of one score against its draws.
 
-    ``excess = score − null_mean``; ``excess_share = excess / (upper − null_mean)`` (NaN when
-    ``upper`` is None or the null mean reaches it). NaN draws (e.g. a weight with no token
-    labels) give NaN columns.
+    ``excess = score − null_mean``; ``excess_share = max(excess, 0) / (upper − null_mean)``,
+    the share of the room above the null the score takes up, in ``[0, 1]`` (0 for a score
+    below its null; NaN when ``upper`` is None or the room is below :data:`NEGLIGIBLE`: there
+    every excess is negligible). NaN draws (e.g. a weight with no token labels) give NaN
+    columns.
     """
     draws = draws.double()
     if not math.isfinite(score) or not torch.isfinite(draws).all():
@@ -119,7 +138,7 @@ def summarize(score: float, draws: Tensor, upper: float | None = 1.0) -> dict[st
     z = (score - mean) / sd if sd > 0 else (math.inf if score > mean else math.nan)
     p = (1 + int((draws >= score).sum())) / (draws.numel() + 1)
     room = math.nan if upper is None else upper - mean
-    share = (score - mean) / room if room > 0 else math.nan
+    share = min(max(score - mean, 0.0) / room, 1.0) if room >= NEGLIGIBLE else math.nan
     return {"score": score, "null_mean": mean, "null_sd": sd, "z": z, "p": p,
             "excess": score - mean, "excess_share": share}  # fmt: skip
 
@@ -140,12 +159,57 @@ def qvalues(p: list[float]) -> list[float]:
     return out
 
 
-def add_qvalues(rows: list[dict], p: str = "p", q: str = "q") -> list[dict]:
-    """Add column ``q`` (Benjamini–Hochberg over the rows' ``p``) to rows that have ``p``."""
-    tested = [r for r in rows if p in r]
-    for r, value in zip(tested, qvalues([r[p] for r in tested]), strict=True):
-        r[q] = value
+def verdict(row: dict, permutations: int, negligible: float = NEGLIGIBLE,
+            alpha: float = Q_LEVEL) -> str | None:  # fmt: skip
+    """The one reading of a row (its ``excess``, ``p``, ``q``) of a null of ``permutations``
+    draws, in this order: ``"negligible"`` (``|excess| < negligible``, whatever ``q``),
+    ``"unreachable"`` (no row can reach ``q ≤ alpha``: ``1/(R + 1) > alpha``; or the row beat
+    every draw and ``q > alpha`` still), ``"stands out"`` (``q ≤ alpha``, positive excess),
+    ``"not distinguished"``; None without a finite ``p``."""
+    p, q, excess = (row.get(c) for c in ("p", "q", "excess"))
+    if not _finite(p):
+        return None
+    if not _finite(excess) or abs(excess) < negligible:
+        return "negligible"
+    floor, level = 1.0 / (permutations + 1), alpha * (1 + 1e-9)  # q = 0.05 is 0.05000…01
+    q = q if _finite(q) else p
+    if floor > level or (q > level and p <= floor * (1 + 1e-9)):
+        return "unreachable"
+    return "stands out" if q <= level and excess > 0 else "not distinguished"
+
+
+def add_verdicts(rows: list[dict], spec: "NullSpec") -> list[dict]:
+    """Add ``q`` (Benjamini–Hochberg over the rows that have ``p``) and their :func:`verdict`."""
+    tested = [r for r in rows if "p" in r]
+    for r, value in zip(tested, qvalues([r["p"] for r in tested]), strict=True):
+        r["q"] = value
+        r["verdict"] = verdict(r, spec.permutations, spec.negligible)
     return rows
+
+
+def reach_note(rows: list[dict], permutations: int | None = None, alpha: float = Q_LEVEL
+               ) -> str | None:  # fmt: skip
+    """One line when rows are ``"unreachable"`` (else None): how small the null is and what
+    ``null=`` would decide them; ``permutations``: the ``R`` (default: from their ``p``).
+
+    >>> reach_note([{"p": 0.1, "q": 0.1, "verdict": "unreachable"}], 9)  # doctest: +ELLIPSIS
+    'null of 9 permutations: no row can reach q ≤ 0.05 (the smallest ... = 0.1); pass null=99'
+    """
+    stuck = [r for r in rows if r.get("verdict") == "unreachable"]
+    if not stuck:
+        return None
+    m = sum(_finite(r.get("p")) for r in rows)
+    floor = 1 / (permutations + 1) if permutations else min(r["p"] for r in stuck)
+    R = permutations or round(1 / floor) - 1
+    need = max(99, math.ceil(m / (len(stuck) * alpha)) - 1)
+    need = next((n for n in (99, 199, 499, 999, 1999, 4999, 9999) if n >= need), need)
+    if floor > alpha:
+        return (f"null of {R} permutations: no row can reach q ≤ {alpha} (the smallest "
+                f"attainable p is 1/(R + 1) = {floor:.3g}); pass null={need}")  # fmt: skip
+    q = min(r["q"] for r in stuck if _finite(r.get("q")))
+    return (f"null of {R} permutations over {m} rows: {len(stuck)} beat every permutation "
+            f"(p = {floor:.3g}) yet reach only q = {q:.3g} > {alpha} after the correction; "
+            f"pass null={need} to decide them")  # fmt: skip
 
 
 def _finite(value: object) -> bool:

@@ -12,8 +12,9 @@ A subclass declares what its columns mean, never how to draw them:
 * ``KEYS``: the columns :meth:`row` takes positionally (e.g. ``("weight", "layer", "head")``);
 * ``COLUMNS``: columns every row has, in display order (any other column follows them);
 * ``SCORE``: the column drawn as a bar (``SCORE_RANGE`` its fixed domain, or None for the data);
-* ``INTERVAL`` (``lo``, ``hi``), ``NULL`` (``null_mean``, ``null_sd``) and ``SIGNIFICANCE``
-  (``q`` before ``p``: the first present greys the rows above ``ALPHA``);
+* ``INTERVAL`` (``lo``, ``hi``) and ``NULL`` (``null_mean``, ``null_sd``); rows are greyed by
+  their ``verdict`` (:func:`~tl_leadterms.results.null.verdict`), and :meth:`notes` are the
+  one-line notes under every view (a null too small to decide);
 * ``GRID`` (row, column) and ``GROUP``: rows with both grid columns (and the values of
   ``GRID_WHERE``) also draw as heatmaps, one per group (e.g. layer × head per ``weight``);
 * ``NESTED``: dictionary-valued columns flattened to ``prefix:key`` columns; ``HIDDEN``: left out
@@ -36,13 +37,16 @@ from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["EXTRA_COLUMNS", "ResultTable"]
+__all__ = ["EVIDENCE", "EXTRA_COLUMNS", "ResultTable", "cell"]
 
 #: what ``null=`` and ``ci=`` add to a score's row (as :func:`~tl_leadterms.decompose` names them);
 #: sweeps and the monitor carry these columns along with the score
-EXTRA_COLUMNS = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "corrected",
-                 "noise_share", "excess", "excess_share", "q", "specific", "common_share",
-                 "raw")  # fmt: skip
+EXTRA_COLUMNS = ("excess", "excess_share", "specific", "common_share", "raw", "null_mean",
+                 "reference", "lo", "hi", "corrected", "noise_share", "null_sd", "z", "p", "q",
+                 "verdict")  # fmt: skip
+#: the evidence columns of a null, which every table shows after the effect (the score, its
+#: excess over the null, ``specific``)
+EVIDENCE = ("null_sd", "z", "p", "q", "verdict")
 
 
 def _is_nan(value: object) -> bool:
@@ -71,8 +75,6 @@ class ResultTable:
     SCORE_RANGE: ClassVar[tuple[float, float] | None] = None
     INTERVAL: ClassVar[tuple[str, str]] = ("lo", "hi")
     NULL: ClassVar[tuple[str, str]] = ("null_mean", "null_sd")
-    SIGNIFICANCE: ClassVar[tuple[str, ...]] = ("q", "p")
-    ALPHA: ClassVar[float] = 0.05
     GRID: ClassVar[tuple[str, str] | None] = ("layer", "head")
     GRID_WHERE: ClassVar[dict[str, Any]] = {}
     GROUP: ClassVar[tuple[str, ...]] = ()
@@ -133,11 +135,12 @@ class ResultTable:
 
     # -- plain data ---------------------------------------------------------------------------
     def columns(self) -> list[str]:
-        """The row fields: :attr:`COLUMNS`, then every other field present, in first-seen order."""
+        """The row fields: :attr:`COLUMNS`, then every other field present, in first-seen order,
+        the :data:`EVIDENCE` of a null last (the effect first)."""
         seen = dict.fromkeys(self.COLUMNS)
         for r in self.rows:
             seen.update(dict.fromkeys(r))
-        return list(seen)
+        return [c for c in seen if c not in EVIDENCE] + [c for c in EVIDENCE if c in seen]
 
     def flat_rows(self) -> list[dict[str, Any]]:
         """The rows with each :attr:`NESTED` dictionary spread into ``prefix:key`` fields."""
@@ -185,6 +188,18 @@ class ResultTable:
             return repr(self).split("\n", 1)[0]
         return self.TITLE or f"{type(self).__name__} ({len(self.rows)} rows)"
 
+    def has(self, column: str) -> bool:
+        """Whether any row has ``column``."""
+        return any(column in r for r in self.rows)
+
+    def notes(self) -> list[str]:
+        """One-line notes every view of the table prints under it: here, when rows are
+        ``"unreachable"``, how small the null is (:func:`~tl_leadterms.results.null.reach_note`)."""
+        from tl_leadterms.results.null import reach_note
+
+        note = reach_note(self.rows, (self.metadata.get("null") or {}).get("permutations"))
+        return [note] if note else []
+
     def __repr__(self) -> str:
         names = [c for c in self.columns() if c not in self.NESTED][:10]
         lines = [self.title(), "  ".join(f"{c:>10}" for c in names)]
@@ -192,7 +207,7 @@ class ResultTable:
             lines.append("  ".join(f"{_text(r.get(c)):>10}" for c in names))
         if len(self.rows) > 40:
             lines.append(f"... {len(self.rows) - 40} more rows")
-        return "\n".join(lines)
+        return "\n".join(lines + self.notes())
 
     def _repr_html_(self) -> str:
         from tl_leadterms.results.table_html import table_html
@@ -222,6 +237,14 @@ def _is_int(value: object) -> bool:
     import numpy as np
 
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def cell(value: Any, width: int = 8, limit: float = 1e4) -> str:
+    """A number of a text table, right-aligned in ``width``: 4 decimals (scientific from
+    ``limit`` on), ``-`` for None and NaN."""
+    if value is None or _is_nan(value):
+        return "-".rjust(width)
+    return f"{value:{width}.4f}" if abs(value) < limit else f"{value:{width}.3e}"
 
 
 def _text(value: object) -> str:

@@ -4,8 +4,10 @@ One self-contained fragment, no network, rendered with pandas' ``Styler`` (forma
 styles, captions, hover titles): a caption, a heatmap grid per group when the table declares
 ``GRID`` (e.g. layers × heads), and the table itself, whose score column is an inline SVG (what
 no library draws: the score as a bar from 0, the confidence interval as a whisker and the null
-band ``null_mean ± 2·null_sd`` shaded behind them). Rows whose ``q`` (else ``p``) is above the
-table's ``ALPHA`` are greyed. Clicking a column heading sorts the rows (a few lines of inline
+band ``null_mean ± 2·null_sd`` shaded behind them). Rows whose ``verdict`` greys them (the one
+rule of :func:`~tl_leadterms.results.null.verdict`: negligible, not distinguished) are greyed,
+and the table's :meth:`~tl_leadterms.results.table.ResultTable.notes` (e.g. a null too small to
+decide) are one line each under it. Clicking a column heading sorts the rows (a few lines of inline
 script; without scripts the table still reads). Every string is html-escaped.
 
 Readable in JupyterLab, classic Jupyter, VS Code and nbconvert's pages alike:
@@ -25,7 +27,7 @@ Readable in JupyterLab, classic Jupyter, VS Code and nbconvert's pages alike:
 Example:
     >>> from tl_leadterms.results.table import ResultTable
     >>> t = ResultTable([{"layer": 0, "head": 0, "score": 0.9, "lo": 0.8, "hi": 0.95,
-    ...                   "p": 0.5, "token": "<b>"}])
+    ...                   "verdict": "not distinguished", "token": "<b>"}])
     >>> html = table_html(t)
     >>> 'class="tl-row tl-ns"' in html, "&lt;b&gt;" in html, "<b>" in html
     (True, True, False)
@@ -39,8 +41,9 @@ from typing import Any
 
 from tl_leadterms.results.figures import colour_scale, decimals, text_colour
 from tl_leadterms.results.marks import WIDE_COVERAGE, WIDE_MARK, WIDE_NOISE_SHARE, is_wide
+from tl_leadterms.results.null import FAINT
 
-__all__ = ["MAX_ROWS", "cell_colours", "significant", "table_html"]
+__all__ = ["MAX_ROWS", "cell_colours", "faint", "table_html"]
 
 #: rows written into one HTML table (the rest are counted in a note)
 MAX_ROWS = 400
@@ -146,13 +149,9 @@ def _domain(table: Any) -> tuple[float, float]:
     return (lo, hi) if hi > lo else (lo - 1.0, hi + 1.0)
 
 
-def significant(table: Any, row: dict[str, Any]) -> bool | None:
-    """False when the row's ``q`` (else ``p``) exceeds ``ALPHA``; None when it has neither."""
-    for column in table.SIGNIFICANCE:
-        v = _num(row.get(column))
-        if v is not None:
-            return v <= table.ALPHA
-    return None
+def faint(row: dict[str, Any] | None) -> bool:
+    """Whether the row is greyed: its ``verdict`` is one of :data:`~.null.FAINT`."""
+    return row is not None and row.get("verdict") in FAINT
 
 
 def _bar(table: Any, row: dict[str, Any], domain: tuple[float, float], fmt) -> str:
@@ -230,9 +229,8 @@ def _grid(table: Any, name: str, mine: list[dict], scale: tuple) -> str:
     frame = pd.DataFrame(text, index=index, columns=pd.Index(columns, name=html.escape(down)))
     styles = pd.DataFrame([cell_colours(row, scale) for row in numbers], index=index,
                           columns=columns)  # fmt: skip
-    faint = [["tl-ns" if r is not None and significant(table, r) is False else "" for r in row]
-             for row in grid]  # fmt: skip
-    classes = pd.DataFrame(faint, index=index, columns=columns)
+    greyed = [["tl-ns" if faint(r) else "" for r in row] for row in grid]
+    classes = pd.DataFrame(greyed, index=index, columns=columns)
     tips = [["" if r is None else html.escape(_tip(table, r), quote=True) for r in row]
             for row in grid]  # fmt: skip
     titles = pd.DataFrame(tips, index=index, columns=columns)
@@ -293,7 +291,7 @@ def _main(table: Any) -> str:
     domain = _domain(table)
     cells, classes = [], []
     for source, r in zip(raw, flat, strict=True):
-        faint = significant(table, source) is False
+        grey = faint(source)
         row, kinds = [], []
         for c in names:
             value = r.get(c)
@@ -302,7 +300,7 @@ def _main(table: Any) -> str:
             else:
                 row.append(html.escape(formats[c](value)))
             kind = "tl-str" if c != table.SCORE and _num(value) is None else ""
-            kinds.append(" ".join(k for k in (kind, "tl-ns" if faint else "") if k))
+            kinds.append(" ".join(k for k in (kind, "tl-ns" if grey else "") if k))
         cells.append(row)
         classes.append(kinds)
     columns = [html.escape(c) for c in names]
@@ -312,7 +310,7 @@ def _main(table: Any) -> str:
     text = re.sub(r'(<th [^>]*class="col_heading level0 col\d+"[^>]*?)\s*>',
                   r'\1 onclick="tlltSort(this)" title="sort">', text)  # fmt: skip
     head, _, body = text.partition("<tbody>")
-    marks = iter(" tl-ns" if significant(table, r) is False else "" for r in raw)
+    marks = iter(" tl-ns" if faint(r) else "" for r in raw)
     body = re.sub(r"<tr>", lambda _: f'<tr class="tl-row{next(marks)}">', body)
     return head + "<tbody>" + body
 
@@ -343,7 +341,8 @@ def _legend(table: Any) -> str:
             )
     if set(table.NULL) <= have:
         bits.append("grey band: null mean ± 2 sd")
-    sig = [c for c in table.SIGNIFICANCE if c in have]
-    if sig:
-        bits.append(f"greyed (dashed in the grid): {sig[0]} &gt; {table.ALPHA}")
-    return f"<p><small>{'; '.join(bits)}; click a heading to sort</small></p>" if bits else ""
+    if "verdict" in have:
+        bits.append(f"greyed (dashed in the grid): verdict {' or '.join(FAINT)}")
+    notes = "".join(f"<p><small>{html.escape(n)}</small></p>" for n in table.notes())
+    return notes + (f"<p><small>{'; '.join(bits)}; click a heading to sort</small></p>"
+                    if bits else "")  # fmt: skip

@@ -21,7 +21,7 @@ same field given twice, differently, is refused.
 
 >>> u = Uncertainty(null=99, ci=0.9, seed=3)
 >>> u.null, u.bootstrap.seed
-(NullSpec(permutations=99, seed=3, reference=None), 3)
+(NullSpec(permutations=99, seed=3, reference=None, negligible=0.01), 3)
 >>> Uncertainty.of(u, ci=0.9) == u, Uncertainty.of(None, null=20).null.permutations
 (True, 20)
 
@@ -324,7 +324,8 @@ class Resolved:
         out: dict[str, Any] = {"population": self.reading.metadata()}
         spec = self.spec.null
         if spec is not None:
-            out["null"] = {"permutations": spec.permutations, "seed": spec.seed}
+            out["null"] = {"permutations": spec.permutations, "seed": spec.seed,
+                           "negligible": spec.negligible}  # fmt: skip
             if tests:
                 out["null"]["tests"] = self.reading.null_tests()
         if self.spec.ci is not None:

@@ -10,11 +10,12 @@ content hash of the statistics, so a resume with other options is refused.
 
 >>> options = uncertainty_options(None, Uncertainty(null=20, seed=3))
 >>> options["null"]
-NullSpec(permutations=20, seed=3, reference=None)
+NullSpec(permutations=20, seed=3, reference=None, negligible=0.01)
 >>> setting_value(options["null"])
 {'permutations': 20, 'seed': 3, 'reference': None}
 """
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -24,7 +25,7 @@ import torch
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.registry import analysis, sweepable
 from tl_leadterms.results.bootstrap import BootstrapSpec
-from tl_leadterms.results.null import NullSpec
+from tl_leadterms.results.null import NEGLIGIBLE, NullSpec
 from tl_leadterms.results.table import EXTRA_COLUMNS
 from tl_leadterms.results.uncertainty import Uncertainty
 from tl_leadterms.stats.blocks import BlockStats
@@ -53,6 +54,10 @@ DEFAULT = ("decompose", "covariance")
 FORMAT = 1
 #: keywords that change where or how fast a sweep runs, not its rows: a resume may differ in them
 NOT_SETTINGS = ("device", "progress", "batch_size", "theory")
+#: how ``centre="tokens"`` is recorded since its rows changed (``value`` was the token-specific
+#: score; now the raw one, the specific score its own ``_specific`` rows): a file written with
+#: the former meaning is not resumed into the new one
+_MOVED = "tokens (value: the raw score; the token-specific score in _specific rows)"
 
 
 class Analysis(NamedTuple):
@@ -163,7 +168,8 @@ def _check_rows(rows: Any, analysis: str, label: str) -> list[dict[str, Any]]:
             value = r[key]
             if isinstance(value, torch.Tensor):
                 value = value.detach().item()
-            row[key] = float(value) if value is not None else float("nan")
+            is_number = value is not None and not isinstance(value, str)
+            row[key] = float(value) if is_number else (value or float("nan"))
         out.append(row)
     return out
 
@@ -212,18 +218,24 @@ def stats_fingerprint(stats: CorpusStats | BlockStats) -> str:
 
 
 def setting_value(value: Any) -> Any:
-    """A keyword as the results file records it: a ``NullSpec`` or ``BootstrapSpec`` as its
-    fields (a reference model by its fingerprint), anything else as it is."""
+    """A keyword as the results file records it: a ``NullSpec``, ``BootstrapSpec`` or other
+    option object (the covariance ``Protocol``, ``Compute``) as its fields (a reference model by
+    its fingerprint; where and how fast it runs left out), anything else as it is."""
     if isinstance(value, NullSpec):
         reference = value.reference
         if reference is not None and not isinstance(reference, str):
             reference = checkpoint_fingerprint(reference)
-        return {"permutations": value.permutations, "seed": value.seed, "reference": reference}
+        out = {"permutations": value.permutations, "seed": value.seed, "reference": reference}
+        # recorded only when not the default, so files written before it resume
+        return out | ({} if value.negligible == NEGLIGIBLE else {"negligible": value.negligible})
     if isinstance(value, BootstrapSpec):
         return {"resamples": value.resamples, "seed": value.seed, "method": value.method,
                 "exact": value.exact}  # fmt: skip
     if isinstance(value, Schedule):
         return value.to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # Protocol, Compute
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
+                if f.name not in NOT_SETTINGS}  # fmt: skip
     return value
 
 
@@ -245,7 +257,11 @@ def settings(chosen: list[Analysis], stats: CorpusStats | BlockStats) -> dict[st
             "format": FORMAT,
             # where and how fast it ran does not change the rows: resume on any device
             "analyses": {
-                a.label: {k: setting_value(v) for k, v in a.kwargs.items() if k not in NOT_SETTINGS}
+                a.label: {
+                    k: _MOVED if (k, v) == ("centre", "tokens") else setting_value(v)
+                    for k, v in a.kwargs.items()
+                    if k not in NOT_SETTINGS
+                }
                 for a in chosen
             },
             "stats": described,

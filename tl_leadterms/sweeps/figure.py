@@ -17,7 +17,7 @@ from tl_leadterms.results.findings import (
     first_below,
     row_excess,
 )
-from tl_leadterms.results.null import Q_LEVEL
+from tl_leadterms.results.null import NEGLIGIBLE, VERDICTS
 from tl_leadterms.results.sections import Section, esc, figure_block
 from tl_leadterms.theory import score_name
 
@@ -71,10 +71,11 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
     """One score of a sweep with ``null=`` across checkpoints: raw score, null band, excess.
 
     One panel per layer (layer-level rows, all on one y-scale): the score (``value``) and the
-    grey band ``null_mean ± 2·null_sd``; with a ``specific`` column (the covariance protocol's
-    token-specific score, or decompose's) that too, dashed. A last panel has each layer's
-    ``excess = value − null_mean`` on its own axis: a score that sits on the top of its null
-    band has an excess near 0 whatever its height.
+    grey band ``null_mean ± 2·null_sd``, the baseline checkpoint's value dotted; with a
+    ``specific`` column (decompose's token-specific score) that too, dashed. A last panel has
+    each layer's ``excess = value − null_mean`` on its own axis, the negligible band
+    ``±NEGLIGIBLE`` shaded: a score that sits on the top of its null band has an excess near 0
+    whatever its height.
 
     Args:
         table: a :class:`~tl_leadterms.sweeps.SweepTable` whose rows have ``null_mean`` (a sweep
@@ -112,7 +113,10 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
         ax.fill_between(x, [m - 2 * s for m, s in zip(mean, sd, strict=True)],
                         [m + 2 * s for m, s in zip(mean, sd, strict=True)], color="0.8",
                         alpha=0.8, label="null mean ± 2 sd")  # fmt: skip
-        ax.plot(x, value, marker=".", color="tab:blue", label=f"{score} (raw)")
+        ax.plot(x, value, marker=".", color="tab:blue", label=score)
+        base = found.get(table.metadata.get("baseline"), {}).get("value")
+        if base is not None:
+            ax.axhline(base, ls=":", color="tab:blue", label="baseline")
         if any(r.get("specific") is not None for r in found.values()):
             ax.plot(x, get("specific"), "--", marker=".", color="tab:green", label="specific")
         name = "W_O" if layer is None else f"L{layer}"
@@ -122,8 +126,9 @@ def plot_sweep_null(table: object, score: object, *, analysis: object = None, pa
     if len(layers) > 1:
         for ax in axes[1:-1]:
             ax.sharey(axes[0])
+    excess_ax.axhspan(-NEGLIGIBLE, NEGLIGIBLE, color="0.85", label="negligible")
     excess_ax.axhline(0.0, color="black", lw=0.5)
-    excess_ax.set_ylabel("excess = raw − null mean")
+    excess_ax.set_ylabel("excess = value − null mean")
     excess_ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
                      frameon=False)  # fmt: skip
     for ax in axes:
@@ -158,9 +163,13 @@ def _effects(table) -> list[str]:
         excess = [row_excess(r) for r in rows if _finite(r.get("null_mean"))]
         if excess:
             text += f"; excess over the null mean {min(excess):.3g} to {max(excess):.3g}"
-            q = [r["q"] for r in rows if _finite(r.get("q"))]
-            if q:
-                text += f", {sum(v <= Q_LEVEL for v in q)} of {len(q)} rows with q ≤ {Q_LEVEL}"
+            said = [r["verdict"] for r in rows if r.get("verdict") in VERDICTS]
+            text += "".join(f", {said.count(v)} of {len(said)} {v}" for v in VERDICTS
+                            if said.count(v))  # fmt: skip
+        start = [r["vs_baseline"] for r in rows if _finite(r.get("vs_baseline"))]
+        if start:
+            text += (f"; against the baseline {table.metadata.get('baseline')} "
+                     f"{min(start):+.3g} to {max(start):+.3g}")  # fmt: skip
         out.append(esc(text + "."))
         out += common(rows, f"Sweep {analysis} {score}")
     return out

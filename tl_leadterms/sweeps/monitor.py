@@ -16,7 +16,8 @@ Every ``every`` steps it scores the model with the chosen ``analyses`` and recor
   and ``output_explained`` (exact coefficients from ``lr`` and the step when ``lr`` is given,
   else ``fit=True``);
 * ``"covariance"`` — :func:`~tl_leadterms.covariance_similarity`, the minimum over layers of each
-  score (``cov_attention``, ``cov_value_post``).
+  score (``cov_attention``, ``cov_value_post``, and the token-specific ``cov_attention_specific``,
+  ...).
 
 It flags the first step at which the model has left the regime — a cosine below
 ``min_cosine`` (0.9) or the explained gap below ``min_explained`` (0.9) — in :attr:`flags`, with

@@ -1,18 +1,34 @@
 """`SweepTable`: the tidy result of :func:`tl_leadterms.sweeps.run.sweep`."""
 
+import math
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.findings import common_note
+from tl_leadterms.results.null import VERDICTS
 from tl_leadterms.results.table import EXTRA_COLUMNS, ResultTable
 from tl_leadterms.theory import score_name
 
 __all__ = ["COLUMNS", "EXTRA_COLUMNS", "SweepTable"]
 
-COLUMNS = ("checkpoint", "step", "layer", "head", "analysis", "score", "value")
-# what repr shows beneath each value, effect size first
-_SHOWN = {"excess": "excess", "null_mean": "null mean", "z": "z", "p": "p", "q": "q",
+COLUMNS = ("checkpoint", "step", "layer", "head", "analysis", "score", "value", "vs_baseline")
+# what repr shows beneath each value, the effect first
+_SHOWN = {"vs_baseline": "vs baseline", "excess": "excess", "null_mean": "null mean",
+          "raw": "raw", "specific": "specific", "common_share": "common share",
           "reference": "reference", "corrected": "CI distrib. est.", "lo": "CI lo", "hi": "CI hi",
-          "raw": "raw", "specific": "specific", "common_share": "common share"}  # fmt: skip
+          "z": "z", "p": "p", "q": "q"}  # fmt: skip
+
+
+#: a verdict shortened to fit a checkpoint's column
+_SHORT = dict(zip(VERDICTS, ("stands", "neglig.", "not dist.", "unreach."), strict=True))
+
+
+def _key(r: dict) -> tuple:
+    return r.get("analysis"), r["score"], r["layer"], r["head"]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class SweepTable(ResultTable):
@@ -20,14 +36,15 @@ class SweepTable(ResultTable):
 
     Row fields: ``checkpoint`` (label), ``step`` (None when unknown), ``layer`` (None for
     ``W_O``), ``head`` (None for layer-level scores), ``analysis``, ``score`` (the score's
-    name), ``value``. A sweep with ``null=`` adds ``null_mean``, ``null_sd``, ``z``, ``p``,
-    the effect size ``excess`` (``value − null_mean``) and ``excess_share``, and ``q`` (the
-    Benjamini–Hochberg q-value over one checkpoint's rows of one analysis) (and
-    ``reference`` with a reference model), one with ``ci=`` adds ``lo``, ``hi``,
-    ``corrected`` (the estimate of the distribution-level score the interval is built
-    around; none for statistics of a model's own training windows); covariance
-    and decompose rows carry ``specific`` and ``common_share`` (and ``raw`` under
-    ``centre="tokens"``): the columns
+    name), ``value`` and ``vs_baseline`` (``value`` less the same score's at the baseline
+    checkpoint: the one at step 0, else the first; ``metadata["baseline"]`` names it; an
+    untrained model can score high, so a score is read against its own start). A sweep with
+    ``null=`` adds the effect ``excess`` (``value − null_mean``), ``excess_share``,
+    ``null_mean``, ``null_sd``, ``z``, ``p``, ``q`` (Benjamini–Hochberg over one checkpoint's
+    rows of one analysis) and ``verdict`` (:func:`~tl_leadterms.results.null.verdict`) (and
+    ``reference`` with a reference model), one with ``ci=`` adds ``lo``, ``hi``, ``corrected``
+    (none for statistics of a model's own training windows); decompose rows carry
+    ``specific``, decompose and raw covariance rows ``common_share``: the columns
     :func:`~tl_leadterms.decompose` and :func:`~tl_leadterms.covariance_similarity` give the
     same score (for ``decompose``, the ``cos_*`` rows; ``explained_*`` rows hold None there).
     Score names are the same on every model: the value path is ``cos_V``/``explained_V``
@@ -46,6 +63,14 @@ class SweepTable(ResultTable):
     def __init__(self, rows: list[dict[str, Any]], checkpoints: list[str], metadata: dict) -> None:
         super().__init__(rows, metadata)
         self.checkpoints = checkpoints
+        steps = {r["checkpoint"]: r.get("step") for r in rows}
+        base = next((c for c in checkpoints if steps.get(c) == 0), checkpoints[0] if rows else None)
+        self.metadata["baseline"] = base
+        start = {_key(r): r["value"] for r in rows if r["checkpoint"] == base}
+        for r in rows:
+            first = start.get(_key(r))
+            r["vs_baseline"] = None if first is None or not _number(r["value"]) or not _number(
+                first) else r["value"] - first  # fmt: skip
 
     @classmethod
     def from_records(cls, records: list[dict[str, Any]], metadata: dict) -> "SweepTable":
@@ -74,6 +99,21 @@ class SweepTable(ResultTable):
         elif names is not None:
             out["score"] = score_name(names)
         return out
+
+    def notes(self) -> list[str]:
+        """The baseline, the null's note and the raw scores that are mostly a direction every
+        token shares."""
+        base = self.metadata.get("baseline")
+        note = common_note([r for r in self.rows if r["head"] is None])
+        return (
+            (
+                [f"baseline: {base} (vs baseline: each value less the same score's there)"]
+                if base is not None
+                else []
+            )
+            + super().notes()
+            + ([note] if note else [])
+        )
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -148,7 +188,8 @@ class SweepTable(ResultTable):
         loaded = sum(s == "loaded" for s in status.values())
         reused = f" ({loaded} from the results file)" if loaded else ""
         lines = [f"SweepTable: {len(self.checkpoints)} checkpoints{reused}, {len(self.rows)} rows"]
-        width = max([6, *(len(c) for c in self.checkpoints)])
+        width = max([9 if any(r.get("verdict") for r in self.rows) else 6,
+                     *(len(c) for c in self.checkpoints)])  # fmt: skip
         head = f"{'':<30}" + " ".join(f"{c:>{width}}" for c in self.checkpoints)
         for analysis, score in self.scores():
             lines.append(f"{analysis}: {score}")
@@ -163,14 +204,18 @@ class SweepTable(ResultTable):
                 for column, shown in _SHOWN.items():  # the null and interval beneath the value
                     if any(r.get(column) is not None for r in found.values()):
                         lines.append(f"{'      ' + shown:<30}" + self._cells(found, column, width))
-        return "\n".join(lines)
+                if any(r.get("verdict") for r in found.values()):
+                    lines.append(f"{'      verdict':<30}" + " ".join(
+                        f"{_SHORT.get(found.get(c, {}).get('verdict'), '-'):>{width}}"
+                        for c in self.checkpoints))  # fmt: skip
+        return "\n".join(lines + self.notes())
 
     def _cells(self, found: dict[str, dict], column: str, width: int) -> str:
         """One line of a grid: ``column`` of each checkpoint's row (``-`` where it has none)."""
         cells = []
         for c in self.checkpoints:
             value = found.get(c, {}).get(column)
-            if value is None:
+            if not _number(value):
                 cells.append(f"{'-':>{width}}")
             else:
                 cells.append(f"{value:>{width}.3f}" if abs(value) < 1e3 else f"{value:>{width}.3g}")

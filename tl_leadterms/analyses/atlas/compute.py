@@ -28,7 +28,7 @@ from tl_leadterms.checks import check_tokens
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.bootstrap import ci_cell, ci_header
 from tl_leadterms.results.marks import wide_note
-from tl_leadterms.results.null import NullSpec, add_qvalues
+from tl_leadterms.results.null import NullSpec, add_verdicts
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.blocks import BlockStats
@@ -42,7 +42,7 @@ _COLUMNS = ("label", "layer", "head", "character", "cosine", "lo", "hi", "correc
             "noise_share", "z", "p",
             "implied_s_lr", "value_character", "value_cosine", "js_divergence",
             "rank_correlation", *DETECTORS, "null_mean", "excess", "excess_share", "q",
-            "specific", "common_share")  # fmt: skip
+            "verdict", "specific", "common_share")  # fmt: skip
 
 
 class HeadAtlas(ResultTable):
@@ -61,18 +61,21 @@ class HeadAtlas(ResultTable):
         null = self.metadata.get("null")
         null = f"{null['permutations']} permutations, seed {null['seed']}" if null else None
         lines = [f"HeadAtlas ({len(self.rows)} heads; null: {null})",
-                 f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {'excess':>7} {band}{'z':>7} "
-                 f"{'q':>6} {'value':<22} {'prev':>5} {'dup':>5} {'ind':>5}"]  # fmt: skip
+                 f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {'excess':>7} {'specific':>8} "
+                 f"{band}{'z':>7} {'q':>6} {'verdict':<17} {'value':<22} {'prev':>5} {'dup':>5} "
+                 f"{'ind':>5}"]  # fmt: skip
         for r in self.rows:
             cell = f"{ci_cell(r)} " if ci else ""
             lines.append(
                 f"{r['label']:<7} {r['character']:<26} {r['cosine']:8.4f} {r['excess']:7.4f} "
-                f"{cell}{r['z']:7.2f} {r['q']:6.3f} {r['value_character']:<22} "
-                f"{r['previous_token']:5.2f} "
-                f"{r['duplicate_token']:5.2f} {r['induction']:5.2f}"
+                f"{r['specific']:8.4f} {cell}{r['z']:7.2f} {r['q']:6.3f} "
+                f"{r.get('verdict') or '-':<17} {r['value_character']:<22} "
+                f"{r['previous_token']:5.2f} {r['duplicate_token']:5.2f} {r['induction']:5.2f}"
             )
         wide = wide_note(self.rows) if ci else None
-        return "\n".join(lines + ([f"({why})"] if why else []) + ([wide] if wide else []))
+        return "\n".join(
+            lines + ([f"({why})"] if why else []) + ([wide] if wide else []) + self.notes()
+        )
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.atlas.figure.plot_atlas` of this atlas (its keywords)."""
@@ -171,7 +174,8 @@ def head_atlas(
             "noise_share": r.get("noise_share", nan), "z": r.get("z", nan), "p": r.get("p", nan),
             "implied_s_lr": r["implied_s_lr"],
             "null_mean": r.get("null_mean", nan), "excess": r.get("excess", nan),
-            "excess_share": r.get("excess_share", nan), "specific": r.get("specific", nan),
+            "excess_share": r.get("excess_share", nan), "verdict": None,
+            "specific": r.get("specific", nan),
             "common_share": r.get("common_share", nan),
             "value_character": v.get("character", ""), "value_cosine": v.get("cosine", nan),
             "js_divergence": a.get("js_divergence", nan),
@@ -181,6 +185,6 @@ def head_atlas(
             row[name] = nan if detectors is None else float(detectors[name][key])
         rows.append(row)
     if sure.null is not None:
-        add_qvalues(rows)  # over the heads of this table
+        add_verdicts(rows, sure.null)  # q over the heads of this table, verdict
     metadata = {**d.metadata, "tokens": None if tokens is None else list(tokens.shape)}
     return HeadAtlas(rows, metadata)

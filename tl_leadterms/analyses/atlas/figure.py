@@ -18,6 +18,7 @@ import math
 from typing import Any
 
 from tl_leadterms.results.html import View
+from tl_leadterms.results.null import FAINT
 
 __all__ = ["CHARACTER_COLOURS", "atlas_html", "character_key", "plot_atlas"]
 
@@ -55,7 +56,8 @@ def _hover(row: dict[str, Any]) -> str:
     parts = [f"{row['label']}: {row.get('character', '')}",
              f"cos(W, Q̄) {_num(row.get('cosine'))}; distribution-level est. "
              f"{_num(row.get('corrected'))} [{_num(row.get('lo'))}, {_num(row.get('hi'))}]",
-             f"null z {_num(row.get('z'))}, p {_num(row.get('p'))}",
+             f"excess {_num(row.get('excess'))} ({row.get('verdict') or 'no null'}), null z "
+             f"{_num(row.get('z'))}, q {_num(row.get('q'))}",
              f"implied s·η {_num(row.get('implied_s_lr'))}",
              f"value: {row.get('value_character', '')} (cos {_num(row.get('value_cosine'))})",
              f"agreement: JS {_num(row.get('js_divergence'))}, "
@@ -84,7 +86,7 @@ def atlas_html(atlas: Any) -> str:
                 continue
             key = character_key(r.get("character", ""))
             colour = CHARACTER_COLOURS.get(key, "#969696")
-            faint = "opacity:0.45;" if not (r.get("p", 0.0) <= 0.05) else ""
+            faint = "opacity:0.45;" if r.get("verdict") in FAINT else ""
             out.append(
                 f'<td class="atlas-cell" data-label="{esc(r["label"])}" '
                 f'data-character="{esc(key)}" title="{esc(_hover(r))}" '
@@ -101,8 +103,9 @@ def atlas_html(atlas: Any) -> str:
         f'background:{CHARACTER_COLOURS.get(k, "#969696")}"></span> {esc(k)}</span>'
         for k in present
     )
-    out.append(f"<p>{legend}<br><small>cell text: cosine of W with Q̄; faded: permutation-null "
-               "p &gt; 0.05 (or no null); hover for the numbers</small></p></div>")  # fmt: skip
+    notes = "".join(f"<br><small>{esc(n)}</small>" for n in atlas.notes())
+    out.append(f"<p>{legend}<br><small>cell text: cosine of W with Q̄; faded: verdict "
+               f"{' or '.join(FAINT)}; hover for the numbers</small>{notes}</p></div>")  # fmt: skip
     return "\n".join(out)
 
 

@@ -13,6 +13,7 @@ from tl_leadterms.analyses.attention.compute import (
     predicted_scores,
 )
 from tl_leadterms.analyses.attention.figure import plot_agreement
+from tl_leadterms.analyses.attention.fit import scale_text
 from tl_leadterms.analyses.attention.views import (
     ATTENTION_VIEWS,
     AttentionView,
@@ -32,6 +33,7 @@ __all__ = [
     "predict_attention",
     "predicted_scores",
     "report_section",
+    "scale_text",
     "tv_from_uniform",
 ]
 

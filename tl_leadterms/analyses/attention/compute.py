@@ -20,7 +20,7 @@ from transformer_lens import ActivationCache
 
 from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.adapters.view import ModelView
-from tl_leadterms.analyses.attention.fit import LayerScores, score_layer, score_ranks
+from tl_leadterms.analyses.attention.fit import LayerScores, scale_text, score_layer, score_ranks
 from tl_leadterms.checks import (
     Layers,
     check_bool,
@@ -34,7 +34,7 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.labels import head_label
-from tl_leadterms.results.null import NullSpec, add_qvalues, permutations, summarize
+from tl_leadterms.results.null import NullSpec, add_verdicts, permutations, summarize
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.corpus import CorpusStats
@@ -160,11 +160,12 @@ class AttentionAgreement(ResultTable):
     disjoint), ``rank_correlation`` (mean Spearman correlation of each row's keys, model pattern
     against predicted scores), ``scale`` (the ``c`` of ``S(c·(XQ̄Xᵀ + DM(Δ)))`` used: from the
     training run, or fitted per head to minimise the JS divergence; see
-    :mod:`~tl_leadterms.analyses.attention.fit`) and ``scale_at_bound`` (a fitted scale at the
-    edge of the search: the limit ``10^-12`` or ``10^15``, or where the divergence stopped
-    changing, i.e. attention as uniform (c → 0) or as sharp (c → ∞) as the prediction can make
-    it: the optimum is not bracketed, read it as "at
-    least" or "at most").
+    :mod:`~tl_leadterms.analyses.attention.fit`) and ``scale_at_bound`` (None, or the edge of
+    the search a fitted scale is at: ``"lower"`` (attention as uniform as the prediction can
+    make it, c → 0) or ``"upper"`` (as sharp, c → ∞), the limit ``10^-12`` or ``10^15`` or where
+    the divergence stopped changing: the optimum is not bracketed, read it as "at most" or "at
+    least"; every view prints it so, :func:`~.fit.scale_text`). With ``null=``: ``null_mean``,
+    ``excess``, ``z``, ``p``, ``q`` and the ``verdict`` of the rank correlation.
     """
 
     KEYS = ("layer", "head")
@@ -180,19 +181,35 @@ class AttentionAgreement(ResultTable):
         return super().row(**where)
 
     def __repr__(self) -> str:
+        null = any("verdict" in r for r in self.rows)
         lines = [
             f"AttentionAgreement ({self.metadata['n_sequences']} sequences of "
             f"{self.metadata['n_positions']} tokens; scale c "
             f"{'fitted per head' if self.metadata['fitted'] else 'from the training run'})",
-            f"{'head':<7} {'JS div.':>10} {'rank corr.':>10} {'scale c':>12}",
+            f"{'head':<7} {'rank corr.':>10} "
+            + (f"{'excess':>8} {'z':>7} {'p':>6} {'q':>6} {'verdict':<17} " if null else "")
+            + f"{'JS div.':>10}  scale",
         ]
         for r in self.rows:
-            bound = " (at search limit)" if r["scale_at_bound"] else ""
-            lines.append(
-                f"{r['label']:<7} {r['js_divergence']:10.3e} {r['rank_correlation']:10.5f} "
-                f"{r['scale']:12.4g}{bound}"
+            evidence = (
+                "".join(
+                    f"{r[c]:{w}} "
+                    for c, w in (
+                        ("excess", "8.4f"),
+                        ("z", "7.2f"),
+                        ("p", "6.3f"),
+                        ("q", "6.3f"),
+                        ("verdict", "<17"),
+                    )
+                )
+                if null
+                else ""
             )
-        return "\n".join(lines)
+            lines.append(
+                f"{r['label']:<7} {r['rank_correlation']:10.5f} {evidence}"
+                f"{r['js_divergence']:10.3e}  {scale_text(r['scale'], r['scale_at_bound'])}"
+            )
+        return "\n".join(lines + self.notes())
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.attention.figure.plot_agreement` of this table (its
@@ -295,8 +312,9 @@ def attention_agreement(
         draws = _null_rank_correlations(stats, tokens, scored_layers, spec)
         for row, column in zip(rows, draws.T, strict=True):
             row.update(summarize(row["rank_correlation"], column))
-        add_qvalues(rows)
-        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed}
+        add_verdicts(rows, spec)
+        metadata["null"] = {"permutations": spec.permutations, "seed": spec.seed,
+                            "negligible": spec.negligible}  # fmt: skip
     return AttentionAgreement(rows, metadata)
 
 

@@ -18,7 +18,10 @@ predicted scores ``X Q̄ Xᵀ + DM(Δ)`` ``[B, q, k]`` (``−inf`` above the dia
   there (relative change below 1e-9 per decade) or the scan reaches ``10^-12``/``10^15``.
   Bracketed minima are refined by Newton's method on the slope (bisection when a step leaves
   the bracket), first in the scan's dtype, then in this one; a head whose best is a limit
-  keeps the scan's end and is reported at the bound.
+  keeps the scan's end and is reported at the bound, ``"lower"`` (attention as uniform as the
+  prediction can make it) or ``"upper"`` (as sharp), which :func:`scale_text` says; so is a
+  bracketed minimum that a limit matches to rounding (within ``1e-12``: an untrained model's
+  uniform attention, whose "minimum" lies in the rounding noise of a divergence of 0).
 * the mean Spearman correlation of its rows with the scores, from average ranks found by
   sorting (``O(n log n)`` per row; ties share their mean rank); the scores' ranks are shared.
 
@@ -39,6 +42,7 @@ __all__ = [
     "LayerScores",
     "ScaleFit",
     "average_ranks",
+    "scale_text",
     "score_layer",
     "score_ranks",
 ]
@@ -49,6 +53,7 @@ WIDEN = 3.0  # decades added per widening step
 _FLAT = 1e-9  # relative change of the loss over a decade below which a limit is reached
 _COARSE_TOL, _TOL = 1e-5, 1e-6  # Newton steps in log c below which a head has converged
 _COARSE_STEPS, _STEPS = 12, 8  # the most Newton evaluations per phase
+_ROUNDED = 1e-12  # a limit whose divergence is within this of the minimum's fits as well
 
 
 def average_ranks(x: Tensor, valid: Tensor) -> Tensor:
@@ -125,8 +130,9 @@ class Evaluation(NamedTuple):
 
 
 class ScaleFit(NamedTuple):
-    """Per head ``[H]``: the fitted scale ``c``, whether it is at a bound, and the mean JS
-    divergence there."""
+    """Per head ``[H]``: the fitted scale ``c``, whether it is at a bound (−1: the search's
+    lower edge, +1: its upper edge, 0: a bracketed minimum), and the mean JS divergence
+    there."""
 
     scale: Tensor
     at_bound: Tensor
@@ -234,14 +240,18 @@ class LayerScores:
         steps; the last steps and the reported divergence always use this one.
         """
         first = coarse or self
-        u, low, high, active = _scan(first.evaluate, first.actual.shape[0], first.spread)
+        u, low, high, active, side = _scan(first.evaluate, first.actual.shape[0], first.spread)
         if coarse is not None and bool(active.any()):
             u, _ = coarse.refine(u, low, high, active, _COARSE_TOL, _COARSE_STEPS)
         u, js = self.refine(u, low, high, active, _TOL, _STEPS)
         bound = (~active).nonzero().squeeze(-1)
         if len(bound):  # the divergence at the scan's end
             js[bound] = self.evaluate(u[bound], order=0, heads=bound).js
-        return ScaleFit(u.exp(), ~active, js)
+        edge = torch.where(active, 0, side)
+        for limit, at in ((-1, GRID_LIMIT[0]), (1, GRID_LIMIT[1])):  # a limit fitting as well
+            there = self.evaluate(torch.full_like(u, at * math.log(10)), order=0).js
+            edge = torch.where(active & (there <= js + _ROUNDED), limit, edge)
+        return ScaleFit(u.exp(), edge, js)
 
     def refine(
         self, u: Tensor, low: Tensor, high: Tensor, active: Tensor, tol: float, steps: int
@@ -272,12 +282,14 @@ class LayerScores:
 
 class _Brackets(NamedTuple):
     """Per head ``[H]``, in ``log c``: a start and the bracket ``[low, high]`` of a minimum;
-    ``active`` False where the best is a limit (``start = low = high`` = the scan's end)."""
+    ``active`` False where the best is a limit (``start = low = high`` = the scan's end, on
+    ``side`` −1 or +1)."""
 
     start: Tensor
     low: Tensor
     high: Tensor
     active: Tensor
+    side: Tensor
 
 
 def _first_scan(spread: float) -> list[float]:
@@ -337,7 +349,8 @@ def _scan(evaluate, n_heads: int, spread: float) -> _Brackets:
     s_low, s_high = slope[rows, j], slope[rows, j + 1]
     start = low - s_low * (high - low) / torch.where(active, s_high - s_low, 1.0)  # secant
     end = torch.where(pick == 0, u[0], u[-1])
-    return _Brackets(*(torch.where(active, x, end) for x in (start, low, high)), active)
+    side = torch.where(pick == 0, -1, 1)
+    return _Brackets(*(torch.where(active, x, end) for x in (start, low, high)), active, side)
 
 
 def score_layer(
@@ -359,11 +372,27 @@ def score_layer(
         scales, at_bound, js = fitted
     else:
         scales = torch.full((n_heads,), float(scale), dtype=torch.float64)
-        at_bound = torch.zeros(n_heads, dtype=torch.bool)
+        at_bound = torch.zeros(n_heads, dtype=torch.long)
         js = layer.js(scales)
     rho = layer.rank_correlation(ranks)
+    edge = {-1: "lower", 0: None, 1: "upper"}
     return [
         {"js_divergence": float(js[h]), "rank_correlation": float(rho[h]),
-         "scale": float(scales[h]), "scale_at_bound": bool(at_bound[h])}
+         "scale": float(scales[h]), "scale_at_bound": edge[int(at_bound[h])]}
         for h in range(n_heads)
     ]  # fmt: skip
+
+
+def scale_text(scale: float, at_bound: str | None) -> str:
+    """How every table and view prints a scale ``c``: its value, or the search's edge it is at.
+
+    >>> scale_text(0.25, None), scale_text(0.01, "lower")[:40]
+    ('c = 0.25', "c at the search's lower edge (≤ 0.01): a")
+    """
+    if at_bound is None:
+        return f"c = {scale:.4g}"
+    if at_bound == "lower":
+        return (f"c at the search's lower edge (≤ {scale:.3g}): attention as uniform as the "
+                "prediction can make it")  # fmt: skip
+    return (f"c at the search's upper edge (≥ {scale:.3g}): attention as sharp as the "
+            "prediction can make it")  # fmt: skip

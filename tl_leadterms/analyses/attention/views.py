@@ -11,6 +11,7 @@ from torch import Tensor
 
 from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.adapters.view import tokenizer_for
+from tl_leadterms.analyses.attention.fit import scale_text
 from tl_leadterms.checks import (
     Layers,
     check_layers,
@@ -20,6 +21,7 @@ from tl_leadterms.checks import (
     positive_int,
 )
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.findings import verdicts
 from tl_leadterms.results.html import View
 from tl_leadterms.results.labels import head_label, parse_head_label
 from tl_leadterms.results.sections import Section, esc, num, step_text
@@ -136,12 +138,9 @@ def plot_attention(
     cache = {view.hook_name("pattern", layer): p for layer, p in patterns.items()}
     agreement = attention_agreement(model, stats, batch, layers=chosen, cache=cache,
                                     schedule=schedule, progress=False).rows  # fmt: skip
-    scale = {
-        layer: fixed
-        if fixed is not None
-        else statistics.median(r["scale"] for r in agreement if r["layer"] == layer)
-        for layer in chosen
-    }
+    scale = {layer: (fixed, None) if fixed is not None else
+             _median_scale([r for r in agreement if r["layer"] == layer])
+             for layer in chosen}  # fmt: skip
     if isinstance(wanted, int):
         wanted = extreme_heads(agreement, wanted)
     how = (
@@ -151,7 +150,8 @@ def plot_attention(
     )
     labels = token_labels(ids, tokenizer)
     data = {"tokens": ids, "labels": labels, "layers": chosen, "heads": wanted,
-            "fitted": fixed is None, "scale": scale, "agreement": agreement, "actual": {},
+            "fitted": fixed is None, "scale": {k: c for k, (c, _) in scale.items()},
+            "agreement": agreement, "actual": {},
             "predicted": {}, "text": tokens if isinstance(tokens, str) else None,
             "chosen": "agreement" if isinstance(heads, int) else "given",
             "lr": schedule.lr, "steps": schedule.steps,
@@ -160,9 +160,9 @@ def plot_attention(
     parts: list[Any] = []
     for layer in chosen:
         actual = patterns[layer][0].to(torch.float64).cpu()
-        predicted = predict_attention(stats, batch, scale=scale[layer])[0].cpu()
+        predicted = predict_attention(stats, batch, scale=scale[layer][0])[0].cpu()
         data["actual"][layer], data["predicted"][layer] = actual, predicted
-        note = f"{how}; c = {scale[layer]:.4g}"
+        note = f"{how}; {scale_text(*scale[layer])}"
         if wanted is None:
             parts += _layer_view(layer, actual, predicted, labels, note, scored)
             continue
@@ -171,6 +171,14 @@ def plot_attention(
             parts += _head_view(label, actual[head], predicted, labels, note, scored[label])
     return AttentionView(parts, title="Attention: model heads and leading-term prediction",
                          data=data)  # fmt: skip
+
+
+def _median_scale(rows: list[dict]) -> tuple[float, str | None]:
+    """A layer's one ``c``: the median of its heads' fitted scales, at the search's edge when
+    the middle head(s) are all at that edge."""
+    ranked = sorted(rows, key=lambda r: r["scale"])
+    sides = {r["scale_at_bound"] for r in ranked[(len(ranked) - 1) // 2 : len(ranked) // 2 + 1]}
+    return statistics.median(r["scale"] for r in rows), sides.pop() if len(sides) == 1 else None
 
 
 #: a model with more heads than this shows this many attention views (best and worst agreeing)
@@ -232,7 +240,8 @@ def _summary_table(rows: list[dict]) -> str:
         f"<td>{esc(r['step'] if r['step'] is not None else '–')}</td>"
         + "".join(f'<td class="num">{num(r[c], 3)}</td>' for c in ("tv_actual", "tv_predicted"))
         + f'<td class="num">{num(r["rank_correlation"], 3)}</td>'
-        f'<td class="num">{r["js_divergence"]:.3g}</td><td class="num">{r["scale"]:.4g}</td></tr>'
+        f'<td class="num">{r["js_divergence"]:.3g}</td>'
+        f"<td>{esc(scale_text(r['scale'], r['scale_at_bound']))}</td></tr>"
         for r in rows
     )
     titles = "".join(f"<th>{esc(h)}</th>" for h in head)
@@ -264,9 +273,12 @@ def _findings(agreement: list[dict]) -> tuple[str, ...]:
 
 
 def agreement_section(table: Any) -> Section:
-    """The report section of an :class:`~tl_leadterms.attention_agreement` table."""
+    """The report section of an :class:`~tl_leadterms.attention_agreement` table: the best and
+    least agreeing heads and, with a null, its rows' verdicts."""
+    tested = [r for r in table.rows if r.get("verdict")]
+    said = (esc(verdicts(tested, table.metadata["null"]["permutations"])),) if tested else ()
     return Section("attention", "Attention agreement", table._repr_html_(),
-                   _findings(table.rows))  # fmt: skip
+                   _findings(table.rows) + said)  # fmt: skip
 
 
 def _check_heads(heads: object, layers: list[int], n_heads: int) -> int | list[str] | None:

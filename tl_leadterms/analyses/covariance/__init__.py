@@ -10,15 +10,18 @@ from typing import Any
 
 from tl_leadterms.analyses.covariance.compute import covariance_similarity
 from tl_leadterms.analyses.covariance.figure import plot_covariance, plot_token_maps
+from tl_leadterms.analyses.covariance.options import Compute, Protocol
 from tl_leadterms.analyses.covariance.result import CovarianceSimilarity
 from tl_leadterms.analyses.covariance.theory_file import prepare_theory, theory_path
 from tl_leadterms.analyses.covariance.token_maps import TokenMaps, token_maps
 from tl_leadterms.registry import MonitorContext
-from tl_leadterms.results.findings import common
+from tl_leadterms.results.findings import common, null_and_ci
 from tl_leadterms.results.sections import Section
 
 __all__ = [
+    "Compute",
     "CovarianceSimilarity",
+    "Protocol",
     "TokenMaps",
     "covariance_similarity",
     "monitor_scores",
@@ -50,7 +53,7 @@ def monitor_scores(model: Any, stats: Any, context: MonitorContext) -> dict[str,
 
 
 def report_section(result: CovarianceSimilarity) -> Section:
-    """The report section of the covariance protocol: its table, and how much of its scores is
-    common to all tokens."""
-    said = common(result.rows, "Covariance protocol")
+    """The report section of the covariance protocol: its table, its rows' verdicts and how
+    much of its scores is common to all tokens."""
+    said = null_and_ci(result.rows, result.metadata) + common(result.rows, "Covariance protocol")
     return Section("covariance", "Covariance protocol", result._repr_html_(), tuple(said))

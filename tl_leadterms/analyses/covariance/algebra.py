@@ -222,15 +222,12 @@ def score(cross: float, self2: float, theory2: float) -> float:
 class Scores(NamedTuple):
     """One map's scores: ``raw`` (the paper's cosine, rows centred over features only),
     ``specific`` (both covariances double-centred, ``H·C·H``) and ``common_share`` (the share
-    of the raw cosine's numerator carried by the common component)."""
+    of the sizes of the raw cosine numerator's two parts carried by the common component,
+    ``|c| / (|s| + |c|)``, in ``[0, 1]``: docs/guides/effect-sizes.md)."""
 
     raw: float
     specific: float
     common_share: float
-
-    def pick(self, centre: str) -> float:
-        """The score ``centre`` asks for: ``"features"`` -> raw, ``"tokens"`` -> specific."""
-        return self.specific if centre == "tokens" else self.raw
 
 
 class Parts(NamedTuple):
@@ -273,11 +270,9 @@ def scores_of(parts: Parts, acc: Tensor, terms: TheoryTerms, w: Tensor | None = 
         if parts.centred2 > floor * parts.raw2 and terms.centred_norm2 > floor * terms.norm2
         else math.nan
     )
-    return Scores(
-        score(raw_cross, parts.raw2, terms.norm2),
-        specific,
-        common / raw_cross if raw_cross != 0 else math.nan,
-    )
+    size = abs(specific_cross) + abs(common)  # the share of the parts' sizes, in [0, 1]
+    return Scores(score(raw_cross, parts.raw2, terms.norm2), specific,
+                  abs(common) / size if size > 0 else math.nan)  # fmt: skip
 
 
 def _scored(factors: list[Factor], T, terms, dtype, gemm_dtype=None) -> list[Scores]:
@@ -309,10 +304,9 @@ def attention_factors(E, W_Q, W_K, both: bool, per_head: bool) -> list[Factor]:
 
 
 def permuted_scores(factors: list[Factor], T, terms, perms: Tensor, dtype,
-                    centre: str = "features", gemm_dtype: torch.dtype | None = None
-                    ) -> Tensor:  # fmt: skip
-    """``[R, len(factors)]`` scores (``centre``: raw or token-specific, see
-    :meth:`Scores.pick`) with the tokens relabelled by each row of ``perms``.
+                    gemm_dtype: torch.dtype | None = None) -> Tensor:  # fmt: skip
+    """``[R, len(factors), 2]`` scores (raw, token-specific) with the tokens relabelled by each
+    row of ``perms``.
 
     Relabelling the theory's tokens (rows and columns of ``T`` together) gives the same score
     as relabelling the rows of the model's prepared ``L`` (its covariance depends on ``L``'s
@@ -321,13 +315,15 @@ def permuted_scores(factors: list[Factor], T, terms, perms: Tensor, dtype,
     ``w``); self norms are unchanged.
     """
     parts = [token_parts(f) for f in factors]
-    out = torch.empty(perms.shape[0], len(factors), dtype=torch.float64)
+    out = torch.empty(perms.shape[0], len(factors), 2, dtype=torch.float64)
     for r, perm in enumerate(perms):
         p = perm.to(factors[0].L.device)
         moved = [Factor(q.factor.L[p], q.factor.R) for q in parts]
         accs = cross_terms(moved, T, terms, dtype, gemm_dtype)
         for i, (a, q) in enumerate(zip(accs, parts, strict=True)):
-            out[r, i] = scores_of(q._replace(factor=moved[i]), a, terms, q.w[p]).pick(centre)
+            out[r, i] = torch.tensor(
+                scores_of(q._replace(factor=moved[i]), a, terms, q.w[p])[:2], dtype=torch.float64
+            )
     return out
 
 
@@ -390,10 +386,11 @@ class Theory(NamedTuple):
         return cls(protocol, name, T_att, att_terms, T_val, val_terms, device, dtype, gemm_dtype)
 
 
-def bootstrap_scores(factors, boot, protocol, device, dtype, centre: str = "features",
+def bootstrap_scores(factors, boot, protocol, device, dtype,
                      gemm_dtype: torch.dtype | None = None) -> Tensor:  # fmt: skip
-    """``[R, rows]`` scores (``centre``: see :meth:`Scores.pick`) of every layer's factors
-    against each resample's theory."""
+    """``[R, maps, 2]`` scores (raw, token-specific) of every layer's factors against each
+    resample's theory, the maps in row order (per layer: attention, value_post, value_attn,
+    then each head's attention)."""
     identity = torch.arange(factors[0][0][0].L.shape[0])[None]
     out = []
     for resampled in boot.resamples():
@@ -401,8 +398,8 @@ def bootstrap_scores(factors, boot, protocol, device, dtype, centre: str = "feat
         draw = []
         for att, val in factors:
             a = permuted_scores(att, theory.attention, theory.attention_terms, identity, dtype,
-                                centre, gemm_dtype)[0]  # fmt: skip
-            v = permuted_scores(val, theory.value, theory.value_terms, identity, dtype, centre,
+                                gemm_dtype)[0]  # fmt: skip
+            v = permuted_scores(val, theory.value, theory.value_terms, identity, dtype,
                                 gemm_dtype)[0]  # fmt: skip
             draw += [a[0], v[0], v[1], *a[1:]]
         out.append(torch.stack(draw))

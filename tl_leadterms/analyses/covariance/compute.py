@@ -22,42 +22,32 @@ Everything is computed in exact factored form, never as an ``n × n`` model cova
 import math
 import os
 import warnings
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
 from tl_leadterms.adapters.support import check_supported
 from tl_leadterms.adapters.view import ModelView
-from tl_leadterms.analyses.covariance.algebra import (  # noqa: F401 (theory_terms re-exported)
-    Scores,
+from tl_leadterms.analyses.covariance.algebra import (
     Theory,
-    TheoryTerms,
     attention_factors,
     attention_scores,
     bootstrap_scores,
-    cached_terms,
     permuted_scores,
-    theory_terms,
     value_factors,
     value_scores,
 )
-from tl_leadterms.analyses.covariance.result import CovarianceSimilarity
+from tl_leadterms.analyses.covariance.options import Compute, Protocol, fill, option_shorthands
+from tl_leadterms.analyses.covariance.result import SPECIFIC, CovarianceSimilarity
 from tl_leadterms.analyses.covariance.theory_file import theory_for
 from tl_leadterms.analyses.covariance.token_maps import TokenMaps, model_device, token_maps
-from tl_leadterms.checks import (
-    Layers,
-    check_bool,
-    check_choice,
-    check_layers,
-    check_stats,
-    check_vocab,
-)
+from tl_leadterms.checks import Layers, check_bool, check_layers, check_stats, check_vocab
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import PathLike, ReadableModel
 from tl_leadterms.results.bootstrap import add_interval
-from tl_leadterms.results.null import NullSpec, add_qvalues, permutations, summarize
+from tl_leadterms.results.null import NullSpec, add_verdicts, permutations, summarize
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
@@ -65,30 +55,12 @@ from tl_leadterms.version import __version__
 
 __all__ = ["CovarianceSimilarity", "covariance_similarity"]
 
-NORMALIZE = ("theory", "both")
-CENTRES = ("features", "tokens")
-VALUE_MAPS = ("post", "write")
 ProtocolName = Literal["theorem", "paper-code"]
-PROTOCOLS: tuple[str, ...] = get_args(ProtocolName)
-
-
-def _check(view: ModelView, stats: Any, normalize: Any, value_map: Any, dtype: Any):
-    check_stats(stats)
-    check_vocab(stats, d_vocab=view.d_vocab, tokenizer=view.tokenizer)
-    check_choice("normalize", normalize, NORMALIZE)
-    check_choice("value_map", value_map, VALUE_MAPS)
-    if dtype not in (torch.float32, torch.float64):
-        raise LeadTermsError(f"dtype must be torch.float64 or torch.float32, got {dtype!r}")
 
 
 def _check_gemm(gemm_dtype: Any, dtype: torch.dtype, device: torch.device) -> None:
     if gemm_dtype is None or gemm_dtype == dtype:
         return
-    if not (gemm_dtype == torch.float32 and dtype == torch.float64):
-        raise LeadTermsError(
-            f"gemm_dtype must be None (the products in dtype) or torch.float32 with "
-            f"dtype=torch.float64, got gemm_dtype={gemm_dtype!r} with dtype={dtype!r}"
-        )
     if device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
         warnings.warn(
             "torch.backends.cuda.matmul.allow_tf32 is True: float32 products then run in TF32 "
@@ -129,64 +101,41 @@ def _finite(name: str, t: Tensor) -> Tensor:
 
 @torch.no_grad()
 @shorthands
+@option_shorthands
 def covariance_similarity(
     model: ReadableModel,
     stats: CorpusStats | BlockStats,
     *,
     layers: Layers = None,
     per_head: bool = False,
-    normalize: Literal["theory", "both"] = "theory",
-    value_map: Literal["post", "write"] = "post",
-    maps: TokenMaps | None = None,
-    batch_size: int | None = None,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype = torch.float64,
-    progress: bool = True,
-    protocol: ProtocolName = "theorem",
+    protocol: ProtocolName | Protocol = "theorem",
     null: int | NullSpec | None = None,
     ci: float | None = None,
     uncertainty: Uncertainty | None = None,
-    centre: Literal["features", "tokens"] = "features",
+    maps: TokenMaps | None = None,
     theory: PathLike | None = None,
-    gemm_dtype: torch.dtype | None = None,
+    compute: Compute | None = None,
+    progress: bool = True,
 ) -> "CovarianceSimilarity":
-    """The paper's covariance similarity of a model's token maps with the leading terms.
+    """The paper's covariance similarity of a model's token maps with the leading terms, raw
+    and token-specific, each with its own null and interval (docs/guides/pythia-protocol.md;
+    the maths in docs/math.md#pythia-protocol, the common component in
+    docs/guides/effect-sizes.md).
 
-    Per layer ``l`` (rows = the statistics' kept tokens, fed one at a time, see
-    :func:`~tl_leadterms.analyses.covariance.token_maps.token_maps`):
-
-    * ``"attention"``: ``A_l = E_pre · mean_h(W_Q^h W_K^hᵀ) · E_preᵀ`` against ``Q̄``
-      (TransformerLens weights as loaded, i.e. LayerNorm folded under ``fold_ln``; biases,
-      rotary and the LayerNorm's normalisation ignored). ``per_head=True`` adds one row per head
-      with ``W_Q^h W_K^hᵀ`` alone.
-    * ``"value_post"``: ``E_post`` against ``Φ̄ᵀB̄ᵀ``; ``"value_attn"``: ``E_attn = E_pre +
-      attn_out`` (no MLP) against ``Φ̄ᵀB̄ᵀ``. With ``value_map="write"`` the layer's own write
-      ``E_post − E_pre`` and ``E_attn − E_pre`` are compared instead.
-
-    Score = Frobenius cosine of ``Cov(M) = M̃M̃ᵀ/(m−1)`` (``M̃``: rows minus their means) of
-    the model's map and of the theory's, exact and factored (see the module docstring: no
-    ``n × n`` model matrix is formed; ``O(n²·d)`` per layer).
-
-    Why both normalisations matter: the paper scales only the theory's rows
-    (``normalize="theory"``, ``value_map="post"``, the default). That protocol is not
-    scale-invariant on the model side: the model's rows differ in norm with token frequency,
-    and ``E_post`` is dominated by the residual (the token's own embedding). On the paper's own
-    model trained until its weights match the leading terms (weight cosines 0.99999), the
-    paper's protocol scores the attention map only about 0.53 and the value map about 0.39,
-    against about 0.48 for a random matrix. With both sides normalised and the layer's write
-    (``normalize="both"``, ``value_map="write"``) the same model scores 0.99999. Report both.
-    Only exactly zero rows stay zero: under ``"both"`` a model row that is zero in exact
-    arithmetic but holds rounding noise (e.g. a token never seen as a query, whose ``Q̄`` row
-    is 0) is scaled to unit norm like any other row.
-
-    Two protocols. ``"theorem"`` (the default) compares ``A_l`` with ``Q̄`` in the theorem's
-    orientation (``W ≈ c·Q̄``, rows = query tokens, as :func:`~tl_leadterms.decompose` does).
-    ``"paper-code"`` reproduces the paper's ``pythia.py``: ``A_l`` is compared with ``Q̄ᵀ``
-    (the script transposes relative to its own toy experiment), and the statistics must have
-    been computed the way that script computes them, i.e. with
-    ``corpus_stats(..., last_target="paper-code", q_targets="centred")`` (every window's last
-    target set to token 0); other statistics raise a :class:`LeadTermsError`. The value scores
-    are the same under both.
+    Per layer ``l`` (rows = the statistics' kept tokens, each fed alone, see
+    :func:`~tl_leadterms.analyses.covariance.token_maps.token_maps`): ``"attention"``,
+    ``A_l = E_pre · mean_h(W_Q^h W_K^hᵀ) · E_preᵀ`` against ``Q̄`` (TransformerLens weights as
+    loaded; biases, rotary and the LayerNorm's normalisation ignored; ``per_head=True`` adds
+    each head's ``W_Q^h W_K^hᵀ``); ``"value_post"``, ``E_post`` against ``Φ̄ᵀB̄ᵀ``;
+    ``"value_attn"``, ``E_attn = E_pre + attn_out`` (no MLP) against ``Φ̄ᵀB̄ᵀ``. A score is the
+    Frobenius cosine of ``Cov(M) = M̃M̃ᵀ/(m−1)`` (``M̃``: rows minus their means) of the
+    model's map and of the theory's, exact and factored (``O(n²·d)`` per layer, no ``n × n``
+    model matrix). Each map gives two rows: ``<score>`` (the paper's raw score, with
+    ``common_share``, the share of its numerator that what every token shares carries) and
+    ``<score>_specific`` (both covariances double-centred, ``H·C·H``: only which tokens go with
+    which is scored); each has its own ``null_mean``, ``excess``, ``z``, ``p``, ``q`` and
+    ``verdict`` with ``null=``, its own ``lo``, ``hi`` with ``ci=``. A raw score with
+    ``common_share`` near 1 sits on its null whatever the model learned: read its specific row.
 
     Args:
         model: a HookedTransformer (e.g. Pythia from ``from_pretrained(..., fold_ln=True)``).
@@ -194,72 +143,32 @@ def covariance_similarity(
             frequent tokens, ``corpus_stats(..., vocab=20000)``).
         layers: layers to score (default: all).
         per_head: also score each head's attention map.
-        normalize: ``"theory"`` (the paper) or ``"both"``.
-        value_map: ``"post"`` (the paper) or ``"write"``.
-        maps: precomputed :class:`TokenMaps` for ``stats.kept`` (reuse across settings).
-        batch_size: tokens per forward pass when computing the maps (default 1024).
-        device: where the products run (default: the model's device); the statistics' two
-            ``[k, k]`` theory matrices are moved there.
-        dtype: precision of the products. ``float32`` halves the memory of the theory
-            matrices on the device and, at 5,000 tokens on a 2-core CPU, took 0.42× the
-            float64 time of the theory's terms and 0.51× per layer
-            (``benchmarks/bench_token_centred.py``); a whole run is not faster when the token
-            maps dominate (a 3,000-token run took 17.8 s against 16.1 s). Scores agree with
-            float64 to about 3e-7 (the documented tolerance is 1e-6, see
-            docs/guides/pythia-protocol.md#precision).
-        gemm_dtype: ``torch.float32`` with ``dtype=torch.float64``: only the matrix products
-            (the theory's ``O(k³)`` Gram blocks and each layer's ``O(k²r)`` products) run in
-            float32, every sum of their squares, the scaling, centring and the scores in
-            float64 (None: the products in ``dtype``). Within 1e-6 of float64 (measured by
-            ``benchmarks/bench_covariance.py --case pythia160m``). On a GPU
-            (``device="cuda"``) keep ``torch.backends.cuda.matmul.allow_tf32`` False
-            (PyTorch's default).
-        progress: show tqdm bars.
-        protocol: ``"theorem"`` (attention map vs ``Q̄``) or ``"paper-code"`` (vs ``Q̄ᵀ``, on
-            statistics with ``last_target="paper-code"``); recorded in ``metadata``.
-        null: the permutation null of every score, ``R`` or a
+        protocol: a :class:`~tl_leadterms.analyses.covariance.options.Protocol`, or the name
+            of its orientation: ``"theorem"`` (against ``Q̄``) or ``"paper-code"`` (against
+            ``Q̄ᵀ``, on statistics from ``corpus_stats(..., last_target="paper-code",
+            q_targets="centred")``; others are refused). On the paper's own model trained to
+            its leading terms the paper's ``normalize="theory"``, ``value_map="post"`` scores
+            0.53 (attention) and 0.39 (value) against 0.48 for a random matrix,
+            ``normalize="both"``, ``value_map="write"`` 0.99999: report both. The plain
+            ``normalize=``, ``value_map=`` (and ``centre=``, without effect) fill it in.
+        null: the permutation null of every row, ``R`` or a
             :class:`~tl_leadterms.results.null.NullSpec` (shorthand for ``uncertainty.null``):
-            ``null_mean``, ``null_sd``, the effect size ``excess``, ``excess_share``, the
-            evidence ``z``, ``p`` and the Benjamini–Hochberg ``q`` over the rows (each draw is
-            one more pass over the theory with the model's token rows re-indexed, the token maps
-            are reused) and, with a reference model, a ``reference`` column.
-        ci: a confidence level (shorthand for ``uncertainty.ci``): ``lo``/``hi`` and
-            ``corrected``, the bootstrap interval of each score over resamples of corpus blocks
-            and the estimate of the distribution-level score it is built around
-            (bias-corrected; none for the model's training windows); ``stats`` must then be a
-            ``BlockStats`` from :func:`~tl_leadterms.stats.blocks.block_stats`
-            (:mod:`tl_leadterms.results.bootstrap`). The model's factors are built once; each
-            resample costs one pass over its two theory matrices.
-        uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty` (null,
-            interval, its bootstrap and the ``population`` the scores answer for).
-        centre: ``"features"`` (the paper: each covariance's rows centred over features
-            only) or ``"tokens"``: both covariances double-centred, ``H·C·H`` with
-            ``H = I − 11ᵀ/n``, so what every token shares is removed before the cosine and
-            ``value`` (and its null and interval) is the token-specific score; the paper's
-            score is then the ``raw`` column. Either way every row carries ``specific`` (the
-            double-centred cosine) and ``common_share`` (the share of the paper's cosine
-            carried by the common component); both cost nothing extra.
-        theory: the path of a theory file (e.g. ``theory_path("stats.safetensors")``,
-            :mod:`~tl_leadterms.analyses.covariance.theory_file`): its theory terms are read
-            when it exists, computed and written there when it does not, so only the first
-            process pays their ``O(k³)`` (467 s of CPU at Pythia's 20,000 tokens). A file
-            written for other statistics or another ``protocol``, ``dtype``, ``gemm_dtype``
-            or device type is refused, naming the difference. Scores are bitwise the same as
-            without it. ``sweep(..., theory=path)`` passes it to every checkpoint, Ray tasks
-            included.
-
-    The common component. ``C = M̃M̃ᵀ`` splits exactly as ``C = C° + w1ᵀ + 1wᵀ + a·11ᵀ``
-    with ``C° = H·C·H`` (``w``: the covariance of each token with the mean token, ``a``: the
-    mean token's squared norm), and the two parts are orthogonal, so the numerator of the
-    cosine is ``⟨C°_model, C°_theory⟩ + 2n·w_modelᵀw_theory + n²·a_model·a_theory``. When
-    every token's map shares a large mean row (an ``E_post`` dominated by a direction all
-    embeddings share, a theory whose rows share a mean), the second and third terms dominate:
-    the raw score is high for any model, its permutation null sits just below it, and
-    ``common_share`` is near 1. ``specific`` asks what the covariance protocol means to ask,
-    whether tokens that the theory puts close together are close in the model; use
-    ``centre="tokens"`` (recommended) and report ``common_share`` beside the paper's score.
-    Computed in the same factored pass: ``L`` is centred over tokens, the theory's
-    ``‖C°‖²``, ``w`` and ``a`` are cached with its other terms.
+            ``null_mean``, ``null_sd``, ``excess``, ``excess_share``, ``z``, ``p``, the
+            Benjamini–Hochberg ``q`` over the rows and the ``verdict``
+            (:func:`~tl_leadterms.results.null.verdict`); each draw re-indexes the model's
+            token rows (the token maps are reused); with a reference model, ``reference``.
+        ci: a confidence level (shorthand for ``uncertainty.ci``): ``lo``, ``hi`` and
+            ``corrected`` of every row from resamples of corpus blocks (``stats`` a
+            ``BlockStats``; none for the model's training windows).
+        uncertainty: the whole :class:`~tl_leadterms.results.uncertainty.Uncertainty`.
+        maps: precomputed :class:`TokenMaps` for ``stats.kept`` (reuse across settings).
+        theory: the path of a theory file (``theory_path("stats.safetensors")``,
+            :mod:`~tl_leadterms.analyses.covariance.theory_file`): the theory's ``O(k³)`` terms
+            are read from it, or computed and written there; one for other statistics or
+            settings is refused. Scores are bitwise the same as without it.
+        compute: a :class:`~tl_leadterms.analyses.covariance.options.Compute` (``device``,
+            ``dtype``, ``gemm_dtype``, ``batch_size``, the plain keywords fill it in).
+        progress: show tqdm bars.
 
     Example:
         >>> import torch
@@ -271,65 +180,65 @@ def covariance_similarity(
         ...     _ = model.blocks[0].attn.W_V.copy_(stats.B_bar_Phi_bar.T[None])
         >>> sim = covariance_similarity(model, stats, normalize="both", value_map="write",
         ...                             progress=False)
-        >>> round(sim.value("value_post", 0), 6)
-        1.0
+        >>> round(sim.value("value_post", 0), 6), round(sim.value("value_post_specific", 0), 6)
+        (1.0, 1.0)
     """
     sure = Uncertainty.of(uncertainty, null=null, ci=ci).resolve(stats, model)
     stats, boot, spec = sure.stats, sure.boot, sure.null
     view = check_supported(model, caller="covariance_similarity")
-    _check(view, stats, normalize, value_map, dtype)
-    _check_protocol(protocol, stats)
-    check_choice("centre", centre, CENTRES)
+    protocol, run = Protocol.of(protocol), fill(compute, "compute")
+    check_stats(stats)
+    check_vocab(stats, d_vocab=view.d_vocab, tokenizer=view.tokenizer)
+    _check_protocol(protocol.orientation, stats)
     layers = check_layers(layers, view.n_layers)
     check_bool("per_head", per_head)
-    device = _resolve_device(model, device)
-    _check_gemm(gemm_dtype, dtype, device)
-    gemm_dtype = None if gemm_dtype == dtype else gemm_dtype
+    device = _resolve_device(model, run.device)
+    _check_gemm(run.gemm_dtype, run.dtype, device)
+    gemm_dtype = None if run.gemm_dtype == run.dtype else run.gemm_dtype
     _check_theory_path(theory)
     ids = stats.kept.cpu() if stats.kept is not None else torch.arange(stats.d_vocab)
     if maps is None:
-        maps = token_maps(model, ids, layers=layers, batch_size=batch_size, progress=progress)
+        maps = token_maps(model, ids, layers=layers, batch_size=run.batch_size, progress=progress)
     maps = _check_maps(maps, ids, layers)
-    theory_path = theory
-    theory = (Theory.of(stats, protocol, device, dtype, gemm_dtype) if theory is None else
-              theory_for(stats, theory, protocol=protocol, device=device, dtype=dtype,
-                         gemm_dtype=gemm_dtype))  # fmt: skip
+    terms = (Theory.of(stats, protocol.orientation, device, run.dtype, gemm_dtype)
+             if theory is None else
+             theory_for(stats, theory, protocol=protocol.orientation, device=device,
+                        dtype=run.dtype, gemm_dtype=gemm_dtype))  # fmt: skip
     perms = None if spec is None else permutations(ids.numel(), spec.permutations, spec.seed)
     rows: list[dict[str, Any]] = []
     for layer in progress_bar(layers, desc="covariance similarity", disable=not progress):
-        rows += _layer_rows(view, maps, layer, theory, normalize, value_map, per_head, perms,
-                            centre)  # fmt: skip
-    metadata = _metadata(view, stats, layers, ids, theory, normalize, value_map, per_head)
-    metadata["centre"] = centre
+        rows += _layer_rows(view, maps, layer, terms, protocol, per_head, perms)
+    metadata = _metadata(view, stats, layers, ids, terms, protocol, per_head)
     if spec is not None and spec.reference is not None:
-        ref = covariance_similarity(
-            spec.reference_model(model), stats, layers=layers, per_head=per_head,
-            normalize=normalize, value_map=value_map, batch_size=batch_size, device=device,
-            dtype=dtype, progress=False, protocol=protocol, centre=centre, theory=theory_path,
-            gemm_dtype=gemm_dtype,
-        )  # fmt: skip
+        ref = covariance_similarity(spec.reference_model(model), stats, layers=layers,
+                                    per_head=per_head, protocol=protocol, theory=theory,
+                                    compute=run, progress=False)  # fmt: skip
         by_key = {(r["layer"], r["head"], r["score"]): r["value"] for r in ref.rows}
         for r in rows:
             r["reference"] = by_key.get((r["layer"], r["head"], r["score"]), math.nan)
     if spec is not None:
-        add_qvalues(rows)  # Benjamini–Hochberg over this model's rows
+        add_verdicts(rows, spec)  # q (Benjamini–Hochberg over this model's rows), verdict
     if boot is not None:
-        factors = [_factors(view, maps, layer, theory, normalize, value_map, per_head)
-                   for layer in layers]  # fmt: skip
-        draws = bootstrap_scores(factors, boot, protocol, device, dtype, centre, gemm_dtype)
-        add_interval(rows, draws, boot, "value")
+        factors = [_factors(view, maps, layer, terms, protocol, per_head) for layer in layers]
+        draws = bootstrap_scores(factors, boot, protocol.orientation, device, run.dtype,
+                                 gemm_dtype)  # fmt: skip
+        add_interval(rows, _as_rows(draws, protocol.specific), boot, "value")
     return CovarianceSimilarity(rows, metadata | sure.metadata())
 
 
-def _factors(view, maps, layer, theory, normalize, value_map, per_head):
+def _as_rows(draws: Tensor, specific: bool) -> Tensor:
+    """``[..., maps, 2]`` (raw, specific) scores as ``[..., rows]`` in row order."""
+    return draws.flatten(-2) if specific else draws[..., 0]
+
+
+def _factors(view, maps, layer, theory, protocol: Protocol, per_head):
     """A layer's prepared factors in row order: attention (layer, heads), value_post/attn."""
-    E_pre, W_Q, W_K, values = _layer_inputs(view, maps, layer, theory, value_map)
-    both = normalize == "both"
+    E_pre, W_Q, W_K, values = _layer_inputs(view, maps, layer, theory, protocol.value_map)
+    both = protocol.normalize == "both"
     return attention_factors(E_pre, W_Q, W_K, both, per_head), value_factors(values, both)
 
 
-def _check_protocol(protocol: object, stats: CorpusStats) -> None:
-    check_choice("protocol", protocol, PROTOCOLS)
+def _check_protocol(protocol: str, stats: CorpusStats) -> None:
     if protocol != "paper-code":
         return
     built = {key: stats.metadata.get(key) for key in ("last_target", "q_targets")}
@@ -368,54 +277,44 @@ def _layer_inputs(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, 
     return E_pre, W_Q, W_K, values
 
 
-def _layer_rows(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, normalize, value_map,
-                per_head: bool, perms: Tensor | None, centre: str) -> list[dict]:  # fmt: skip
-    """The scores of one layer: attention (and per head), value_post, value_attn."""
+def _layer_rows(view: ModelView, maps: TokenMaps, layer: int, theory: Theory, protocol: Protocol,
+                per_head: bool, perms: Tensor | None) -> list[dict]:  # fmt: skip
+    """The rows of one layer: per map (attention, value_post, value_attn, each head's
+    attention), its raw row and, with ``protocol.specific``, its ``_specific`` row."""
     dtype, gemm = theory.dtype, theory.gemm_dtype
-    E_pre, W_Q, W_K, values = _layer_inputs(view, maps, layer, theory, value_map)
-    both = normalize == "both"
+    E_pre, W_Q, W_K, values = _layer_inputs(view, maps, layer, theory, protocol.value_map)
+    both = protocol.normalize == "both"
     att = attention_scores(
         E_pre, W_Q, W_K, theory.attention, theory.attention_terms, both, per_head, dtype, gemm
     )
     val = value_scores(values, theory.value, theory.value_terms, both, dtype, gemm)
-    where = [
-        (None, "attention", att[0]),
-        (None, "value_post", val[0]),
-        (None, "value_attn", val[1]),
-        *((h, "attention", v) for h, v in enumerate(att[1:])),
-    ]
-    rows = [_row(layer, head, name, scores, centre) for head, name, scores in where]
+    heads = ((h, "attention", v) for h, v in enumerate(att[1:]))
+    where = [(None, "attention", att[0]), (None, "value_post", val[0]),
+             (None, "value_attn", val[1]), *heads]  # fmt: skip
+    rows = []
+    for head, name, scores in where:
+        rows.append({"layer": layer, "head": head, "score": name, "value": scores.raw,
+                     "common_share": scores.common_share})  # fmt: skip
+        if protocol.specific:
+            rows.append({"layer": layer, "head": head, "score": f"{name}{SPECIFIC}",
+                         "value": scores.specific})  # fmt: skip
     if perms is not None:
-        att_factors = attention_factors(E_pre, W_Q, W_K, both, per_head)
-        att_null = permuted_scores(
-            att_factors, theory.attention, theory.attention_terms, perms, dtype, centre, gemm
-        )
-        val_factors = value_factors(values, both)
-        val_null = permuted_scores(
-            val_factors, theory.value, theory.value_terms, perms, dtype, centre, gemm
-        )
-        draws = [att_null[:, 0], val_null[:, 0], val_null[:, 1], *att_null[:, 1:].T]
-        for row, d in zip(rows, draws, strict=True):
-            summary = summarize(row["value"], d)
-            row.update({k: v for k, v in summary.items() if k != "score"})
+        pairs = ((attention_factors(E_pre, W_Q, W_K, both, per_head), theory.attention,
+                  theory.attention_terms), (value_factors(values, both), theory.value,
+                                            theory.value_terms))  # fmt: skip
+        att, val = (permuted_scores(f, T, terms, perms, dtype, gemm) for f, T, terms in pairs)
+        draws = torch.cat([att[:, :1], val, att[:, 1:]], dim=1)
+        for row, d in zip(rows, _as_rows(draws, protocol.specific).T, strict=True):
+            row.update({k: v for k, v in summarize(row["value"], d).items() if k != "score"})
     return rows
 
 
-def _row(layer: int, head: int | None, name: str, scores: Scores, centre: str) -> dict:
-    """One row: ``value`` is the score ``centre`` picks; ``specific`` and ``common_share``
-    always; ``raw`` (the paper's score) beside a token-specific ``value``."""
-    row = {"layer": layer, "head": head, "score": name, "value": scores.pick(centre),
-           "specific": scores.specific, "common_share": scores.common_share}  # fmt: skip
-    if centre == "tokens":
-        row["raw"] = scores.raw
-    return row
-
-
-def _metadata(view, stats, layers, ids, theory: Theory, normalize, value_map, per_head):
+def _metadata(view, stats, layers, ids, theory: Theory, protocol: Protocol, per_head):
     norm_type = view.normalization
     return {
-        "normalize": normalize,
-        "value_map": value_map,
+        "normalize": protocol.normalize,
+        "value_map": protocol.value_map,
+        "specific": protocol.specific,
         "per_head": per_head,
         "protocol": theory.protocol,
         "layers": layers,

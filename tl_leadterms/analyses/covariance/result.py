@@ -1,39 +1,42 @@
 """The result of :func:`~tl_leadterms.analyses.covariance.compute.covariance_similarity`."""
 
-import math
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note
-from tl_leadterms.results.table import ResultTable
+from tl_leadterms.results.findings import common_note
+from tl_leadterms.results.table import ResultTable, cell
 
-__all__ = ["SCORES", "CovarianceSimilarity"]
+__all__ = ["SCORES", "SPECIFIC", "CovarianceSimilarity"]
 
-#: the scores of the covariance protocol, in the order tables print them
+#: the scores of the covariance protocol (the paper's, raw), in the order tables print them
 SCORES = ("attention", "value_post", "value_attn")
-
-# beneath each layer's values in the repr, effect size first
-_BENEATH = {"excess": "excess", "q": "q", "raw": "raw", "specific": "specific",
-            "common_share": "common"}  # fmt: skip
+#: the suffix of each score's token-specific row (``"attention_specific"``)
+SPECIFIC = "_specific"
+#: the text table's columns, effect first: (column, heading, width)
+_COLUMNS = (("value", "value", 9), ("excess", "excess", 9), ("common_share", "common", 7),
+            ("z", "z", 9), ("p", "p", 7), ("q", "q", 7))  # fmt: skip
 
 
 class CovarianceSimilarity(ResultTable):
-    """Scores of :func:`covariance_similarity`: one row per (layer, head, score).
+    """Scores of :func:`covariance_similarity`: two rows per (layer, head, map).
 
-    Row fields: ``layer``, ``head`` (None for the layer-level scores), ``score``
-    (``"attention"``, ``"value_post"`` or ``"value_attn"``) and ``value`` (the cosine). With
-    ``null=`` the rows also hold ``null_mean``, ``null_sd``, ``z``, ``p``, ``excess``,
-    ``excess_share`` and ``q`` (and ``reference``); the key ``score`` still names the score
-    (what the other results call ``score``, the cosine, is ``value`` here). With ``ci=``:
-    ``lo``, ``hi``, ``corrected`` (the estimate of the distribution-level score the
-    interval is built around, bias-corrected; none for a model's own training windows) and
-    ``ci_level``. Every row holds ``specific`` (the double-centred, token-specific cosine) and
-    ``common_share`` (the share of the paper's cosine carried by what every token shares); with
-    ``centre="tokens"`` ``value`` is the token-specific cosine and ``raw`` the paper's.
+    Row fields: ``layer``, ``head`` (None for the layer-level scores), ``score`` and ``value``.
+    ``score`` names the map and which score of it the row holds: ``"attention"``,
+    ``"value_post"``, ``"value_attn"`` hold the paper's raw score (rows centred over features
+    only, as before) with ``common_share`` (the share of its numerator's parts carried by what
+    every token shares, in ``[0, 1]``); ``"attention_specific"``, ``"value_post_specific"``,
+    ``"value_attn_specific"`` the token-specific score of the same map (both covariances
+    double-centred; absent with ``Protocol(specific=False)``). With ``null=`` each row has its
+    own ``null_mean``, ``null_sd``, ``excess``, ``excess_share``, ``z``, ``p``, ``q`` and
+    ``verdict`` (and ``reference``); with ``ci=``: ``lo``, ``hi``, ``corrected`` and
+    ``ci_level``. A raw row whose ``common_share`` reaches
+    :data:`~tl_leadterms.results.findings.COMMON_BOUND` is mostly a direction every token
+    shares: the tables say so under them (:meth:`notes`).
     """
 
-    #: the protocol's three scores, in display order
-    SCORES: ClassVar[tuple[str, ...]] = SCORES
+    #: every score a row can name, in display order: the raw ones, then the specific ones
+    SCORES: ClassVar[tuple[str, ...]] = (*SCORES, *(s + SPECIFIC for s in SCORES))
 
     KEYS = ("score", "layer", "head")
     COLUMNS = ("layer", "head", "score", "value")
@@ -55,44 +58,46 @@ class CovarianceSimilarity(ResultTable):
         """Layers × scores (``heads=True``: layers × heads of the per-head attention scores)."""
         df = self.to_pandas()
         if heads:
-            df = df[df["head"].notna()].astype({"head": int})
+            df = df[df["head"].notna() & (df["score"] == "attention")].astype({"head": int})
             return df.pivot(index="layer", columns="head", values="value")
         df = df[df["head"].isna()]
-        return df.pivot(index="layer", columns="score", values="value")[list(SCORES)]
+        return df.pivot(index="layer", columns="score", values="value")[
+            [s for s in self.SCORES if s in set(df["score"])]
+        ]
+
+    def notes(self) -> list[str]:
+        """The null's note, and which raw scores are mostly a direction every token shares."""
+        note = common_note([r for r in self.rows if r["head"] is None])
+        return super().notes() + ([note] if note else [])
 
     def __repr__(self) -> str:
         m = self.metadata
+        shown = [c for c in _COLUMNS if any(c[0] in r for r in self.rows)]
+        verdict = any("verdict" in r for r in self.rows)
         lines = [
             f"CovarianceSimilarity of {m['model_name']!r} with the leading terms "
             f"({m['n_tokens']} tokens, normalize={m['normalize']!r}, "
             f"value_map={m['value_map']!r}, LayerNorm {m['normalization_type']})",
-            f"{'layer':>5} " + " ".join(f"{s:>10}" for s in SCORES),
+            f"{'layer':>5} {'score':<20} "
+            + " ".join(f"{h:>{w}}" for _, h, w in shown)
+            + ("  verdict" if verdict else ""),
         ]
-        if m.get("centre") == "tokens":
-            lines[0] += "; value = token-specific (centre='tokens')"
-        layer_rows: dict[int, dict[str, dict]] = {}
-        head_rows: dict[int, list[float]] = {}
+        heads: dict[tuple[int, str], list[float]] = {}
         for r in self.rows:
-            if r["head"] is None:
-                layer_rows.setdefault(r["layer"], {})[r["score"]] = r
-            else:
-                head_rows.setdefault(r["layer"], []).append(r["value"])
-        shown = [c for c in _BENEATH if any(c in r for r in self.rows)]
-        for layer, found in layer_rows.items():
-            lines.append(f"{layer:>5} " + self._cells(found, "value"))
-            lines += [f"{_BENEATH[c]:>10} " + self._cells(found, c) for c in shown]
-        for layer, vals in head_rows.items():
-            lines.append(f"L{layer} heads (attention): " + " ".join(f"{v:.3f}" for v in vals))
+            if r["head"] is not None:
+                heads.setdefault((r["layer"], r["score"]), []).append(r["value"])
+                continue
+            lines.append(f"{r['layer']:>5} {r['score']:<20} "
+                         + " ".join(cell(r.get(c), w) for c, _, w in shown)
+                         + (f"  {r.get('verdict') or '-'}" if verdict else ""))  # fmt: skip
+        lines += [f"L{layer} heads ({score}): " + " ".join(f"{v:.3f}" for v in vals)
+                  for (layer, score), vals in heads.items()]  # fmt: skip
         with_ci = [r for r in self.rows if r["head"] is None and "lo" in r]
         if with_ci:
-            lines.append(f"{'layer':>5} {'score':<11} {ci_header(with_ci)}")
-            lines += [f"{r['layer']:>5} {r['score']:<11} {ci_cell(r)}" for r in with_ci]
+            lines.append(f"{'layer':>5} {'score':<20} {ci_header(with_ci)}")
+            lines += [f"{r['layer']:>5} {r['score']:<20} {ci_cell(r)}" for r in with_ci]
         note = ci_note(m)
-        return "\n".join(lines + ([note] if note else []))
-
-    @staticmethod
-    def _cells(found: dict[str, dict], column: str) -> str:
-        return " ".join(f"{found.get(s, {}).get(column, math.nan):10.4f}" for s in SCORES)
+        return "\n".join(lines + ([note] if note else []) + self.notes())
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.covariance.figure.plot_covariance` of this table (its

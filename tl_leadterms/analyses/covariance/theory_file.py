@@ -53,6 +53,7 @@ from tl_leadterms.analyses.covariance.algebra import (
     attention_name,
     remember_terms,
 )
+from tl_leadterms.analyses.covariance.options import Protocol, fill
 from tl_leadterms.atomic import atomic_path
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.jsontext import parse_json
@@ -310,8 +311,9 @@ def prepare_theory(stats: CorpusStats, kwargs: dict[str, Any], device) -> bool:
     device = torch.device("cpu" if device is None else device)
     if device.type == "cuda" and not torch.cuda.is_available():
         return False  # the tasks compute it on their GPUs (each writes it atomically)
-    dtype = kwargs.get("dtype", torch.float64)
-    gemm = kwargs.get("gemm_dtype")
-    theory_for(stats, path, protocol=kwargs.get("protocol", "theorem"), device=device,
-               dtype=dtype, gemm_dtype=None if gemm == dtype else gemm)  # fmt: skip
+    given = {k: kwargs[k] for k in ("dtype", "gemm_dtype") if k in kwargs}
+    run = fill(kwargs.get("compute"), "compute", **given)
+    gemm = None if run.gemm_dtype == run.dtype else run.gemm_dtype
+    theory_for(stats, path, protocol=Protocol.of(kwargs.get("protocol", "theorem")).orientation,
+               device=device, dtype=run.dtype, gemm_dtype=gemm)  # fmt: skip
     return True

@@ -11,9 +11,12 @@ and splits the numerator of the cosine into two parts that add up (``H`` is an o
 projection, so ``⟨M, T⟩ = ⟨M°, T°⟩ + ⟨M − M°, T − T°⟩``):
 
 * ``specific = ⟨M°, T°⟩ / (‖M°‖ ‖T°‖)``: the cosine of the token-specific parts;
-* ``common_share = 1 − ⟨M°, T°⟩ / ⟨M, T⟩``: the share of the raw cosine's numerator carried by
-  the common rows and columns (0: none of it; 1: all of it; outside ``[0, 1]`` when the
-  token-specific parts point against each other).
+* ``common_share = |c| / (|s| + |c|)`` with ``s = ⟨M°, T°⟩`` and ``c = ⟨M, T⟩ − s``: the share
+  of the raw cosine's numerator carried by the common rows and columns, in ``[0, 1]`` (0: none
+  of it; 1: all of it; NaN only when both parts are 0). The two parts are signed: where they
+  point against each other, ``1 − s/⟨M, T⟩`` (the share of their sum) leaves ``[0, 1]``
+  without bound as the sum nears 0 (−1.48 and 3.48 were printed), so the share is of their
+  sizes. Where both have the sign of the sum, the two readings agree.
 
 Nothing is materialised: ``⟨M°, T°⟩ = ⟨M°, T⟩`` and a factored ``M = AB`` has
 ``M° = (H A)(B H)``; a :class:`~tl_leadterms.adapters.sandwich.Sandwich` ``L·A_h·B_h·R``
@@ -43,7 +46,7 @@ from tl_leadterms.adapters.sandwich import Sandwich
 from tl_leadterms.analyses.decompose.fit import BasisCache, Projections, target_terms
 from tl_leadterms.theory import Term
 
-__all__ = ["COMMON_COLUMNS", "dense_parts", "map_parts", "target_terms"]
+__all__ = ["COMMON_COLUMNS", "common_share", "dense_parts", "map_parts", "target_terms"]
 
 #: what :func:`~tl_leadterms.decompose` adds to each token-token row
 COMMON_COLUMNS = ("specific", "common_share")
@@ -53,11 +56,19 @@ def _ratio(num: Tensor, den: Tensor) -> Tensor:
     return torch.where(den > 0, num / torch.where(den > 0, den, 1.0), math.nan)
 
 
+def common_share(specific: Tensor, common: Tensor) -> Tensor:
+    """``|common| / (|specific| + |common|)`` of two signed parts of a numerator: in
+    ``[0, 1]``, NaN where both are 0 (the module docstring).
+
+    >>> common_share(torch.tensor([1.0, -1.0, 0.0]), torch.tensor([3.0, 2.0, 0.0])).tolist()
+    [0.75, 0.6666666865348816, nan]
+    """
+    return _ratio(common.abs(), specific.abs() + common.abs())
+
+
 def _finish(inner_c: Tensor, norm2_c: Tensor, inner_raw: Tensor, target_c2: float):
     specific = _ratio(inner_c, (norm2_c.clamp_min(0) * target_c2).sqrt()).clamp(-1.0, 1.0)
-    nonzero = inner_raw != 0
-    share = torch.where(nonzero, 1.0 - inner_c / torch.where(nonzero, inner_raw, 1.0), math.nan)
-    return specific, share
+    return specific, common_share(inner_c, inner_raw - inner_c)
 
 
 def dense_parts(M: Tensor, T: Tensor, inner_raw: Tensor | None = None) -> tuple[Tensor, Tensor]:

@@ -19,7 +19,7 @@ from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import ReadableModel
 from tl_leadterms.results.bootstrap import add_interval, add_noise_share
 from tl_leadterms.results.labels import head_label
-from tl_leadterms.results.null import NullSpec, add_qvalues, permutations, summarize
+from tl_leadterms.results.null import NullSpec, add_verdicts, permutations, summarize
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
@@ -223,7 +223,7 @@ def decompose(
             rows.append(row)
     if perms is not None:
         _add_null(scored, owned, cache, perms, projections)
-        add_qvalues(rows)  # Benjamini–Hochberg over this model's rows
+        add_verdicts(rows, spec)  # q (Benjamini–Hochberg over this model's rows), verdict
     for row in rows:
         if voided.get(row["weight"]):  # the target is zero up to rounding: no score, a reason
             row.update(cosine=math.nan, implied_s_lr=math.nan, character="degenerate",

@@ -6,18 +6,18 @@ Two documented thresholds keep the page from implying what the numbers do not sh
 * ``EXPLAINED_FLOOR``: a row whose least-squares ``R²`` on the basis (``explained``) is below
   it gets no "character" ("–"): nothing is explained, so no statistic dominates anything.
 * ``COSINE_FLOOR``: the implied ``s·η`` is shown only where the cosine with the leading term
-  is at least this (and, when the row has a null ``p`` column, ``p < P_LEVEL``); elsewhere the
-  projection does not measure a training time and the cell reads "–".
+  is at least this (and, with a null, where its ``verdict`` is not one that greys the row);
+  elsewhere the projection does not measure a training time and the cell reads "–".
 
-Null-baseline (``excess`` first, the effect size; ``null_mean``, ``null_sd``, ``z``, ``p``,
-the Benjamini–Hochberg ``q``), confidence-interval (``lo``, ``hi``) and common-component
-(``specific``, ``common_share``) columns of the rows are shown when present.
+The effect columns (``excess`` over the null, ``specific``, ``common_share``), then the
+interval (``lo``, ``hi``) and the evidence (``z``, ``p``, the Benjamini–Hochberg ``q`` and the
+``verdict``) are shown when present.
 """
 
 import math
 
 from tl_leadterms.results.findings import common, names, null_and_ci
-from tl_leadterms.results.null import P_LEVEL
+from tl_leadterms.results.null import FAINT
 from tl_leadterms.results.sections import Section, esc, figure_block, num, step_text
 from tl_leadterms.results.tokens import diverging_colour
 from tl_leadterms.theory import FAMILIES
@@ -58,8 +58,8 @@ def shown_character(row: dict) -> str:
 
 def shown_implied(row: dict) -> float | None:
     """The implied s·η where the cosine is clearly positive (see the module), else None."""
-    cosine, p = row.get("cosine"), row.get("p")
-    if not _finite(cosine) or cosine < COSINE_FLOOR or (_finite(p) and p >= P_LEVEL):
+    cosine = row.get("cosine")
+    if not _finite(cosine) or cosine < COSINE_FLOOR or row.get("verdict") in FAINT:
         return None
     return row.get("implied_s_lr")
 
@@ -77,8 +77,8 @@ def character_code(character: str) -> str:
 
 
 def _extra_columns(rows: list[dict]) -> list[str]:
-    return [c for c in ("score", "excess", "null_mean", "null_sd", "z", "p", "q", "corrected",
-                        "lo", "hi", "excess_share", "specific", "common_share")
+    return [c for c in ("score", "excess", "specific", "common_share", "null_mean", "null_sd",
+                        "corrected", "lo", "hi", "excess_share", "z", "p", "q", "verdict")
             if any(c in r for r in rows)]  # fmt: skip
 
 
@@ -97,7 +97,7 @@ def decompose_table(d) -> str:
         cells = [esc(r["weight"]), esc(label if r["layer"] is not None else "-"), esc(r["target"])]
         nums = [num(r["cosine"], 6), num(shown_implied(r)), num(r["explained"])]
         nums += [num(fam.get(f)) for f in FAMILIES]
-        nums += [num(r.get(c)) for c in extra]
+        nums += [esc(r.get(c) or "–") if c == "verdict" else num(r.get(c)) for c in extra]
         row = "".join(f"<td>{c}</td>" for c in cells)
         row += "".join(f'<td class="num">{n}</td>' for n in nums)
         row += f"<td>{esc(shown_character(r))}</td>"
@@ -113,7 +113,8 @@ def decompose_table(d) -> str:
     is_open = " open" if len(layers) <= SMALL_LAYERS else ""
     thresholds = (
         f"character only where explained ≥ {EXPLAINED_FLOOR}; implied s·η only where cosine ≥ "
-        f"{COSINE_FLOOR}" + (f" and p < {P_LEVEL}" if "p" in extra else "")
+        f"{COSINE_FLOOR}"
+        + (" and the verdict is not " + " or ".join(FAINT) if "verdict" in extra else "")
     )
     return (
         f'<details class="decompose-details"{is_open}><summary>Full table: {len(d.rows)} rows '
@@ -135,6 +136,7 @@ def _cell(metric: str, row: dict | None) -> str:
     tip = (
         f"{row['label']} {row['weight']}: cosine {num(row['cosine'])}, explained "
         f"{num(row['explained'])}, {shown_character(row)}"
+        + (f", {row['verdict']}" if row.get("verdict") else "")
     )
     if metric == "character":
         code = character_code(shown_character(row))

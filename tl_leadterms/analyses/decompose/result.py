@@ -13,13 +13,15 @@ from tl_leadterms.analyses.decompose.fit import BasisCache
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note
 from tl_leadterms.results.marks import wide_note
-from tl_leadterms.results.table import ResultTable
+from tl_leadterms.results.table import ResultTable, cell
 from tl_leadterms.theory import term
 
 __all__ = ["Decomposition", "PairDifference"]
 
 # rows of a factored map materialised at once by top_pairs
 _ROW_BLOCK = 1024
+#: the effect columns of the text table, before the evidence: (column, heading, width)
+_EFFECT = (("excess", "excess", 8), ("specific", "specific", 8), ("common_share", "common", 6))
 
 
 class PairDifference(NamedTuple):
@@ -41,9 +43,7 @@ def _pad(text: str, width: int) -> str:
 
 
 def _fmt(value: float | None, width: int = 8) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-".rjust(width)
-    return f"{value:{width}.4f}" if abs(value) < 1e3 else f"{value:{width}.3e}"
+    return cell(value, width, 1e3)
 
 
 class Decomposition(ResultTable):
@@ -65,8 +65,9 @@ class Decomposition(ResultTable):
     when that component's Shapley value leads the runner-up by 20% of ``R²`` and ``R² ≥ 0.1``;
     otherwise ``"mixed"`` or ``"unexplained"`` (:mod:`tl_leadterms.results.attribution`).
     With ``null=``: ``score`` (the cosine), ``null_mean``, ``null_sd``, ``z``, ``p``,
-    ``excess`` (``score − null_mean``, the effect size the table leads with), ``excess_share``
-    and ``q`` (Benjamini–Hochberg over the rows) (and ``reference``); with ``ci=``: ``lo``,
+    ``excess`` (``score − null_mean``, the effect size the table leads with), ``excess_share``,
+    ``q`` (Benjamini–Hochberg over the rows) and ``verdict`` (the one rule of
+    :func:`~tl_leadterms.results.null.verdict`) (and ``reference``); with ``ci=``: ``lo``,
     ``hi``, ``corrected`` (the estimate of the distribution-level cosine the interval is
     built around, bias-corrected, always between ``lo`` and ``hi``; the table prints the
     interval beside it), ``ci_level`` (:mod:`tl_leadterms.results.bootstrap`) and
@@ -129,32 +130,27 @@ class Decomposition(ResultTable):
             self.title(),
             *([note] if note else []),
             f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} "
-            + (f"{'excess':>8} " if self._has("excess") else "")
-            + (f"{ci_header(self.rows):<33} " if self._has("lo") else "")
-            + (f"{'z':>7} {'p':>6} {'q':>6} " if self._has("p") else "")
-            + (f"{'common':>6} " if self._has("common_share") else "")
+            + "".join(f"{n:>{w}} " for c, n, w in _EFFECT if self.has(c))
+            + (f"{ci_header(self.rows):<33} " if self.has("lo") else "")
+            + (f"{'z':>7} {'p':>6} {'q':>6} {'verdict':<17} " if self.has("p") else "")
             + f"{'sη impl.':>8} {'explained':>9} {'bigram':>7} {'interch.':>8} {'context':>7}  "
             "character (Shapley)",
         ]
         for r in self.rows:
             fam = r["family_shares"]
             where = r["label"] if r["layer"] is not None else "-"
-            interval = f"{ci_cell(r)} " if self._has("lo") else ""
+            effect = "".join(f"{_fmt(r.get(c), w)} " for c, _, w in _EFFECT if self.has(c))
+            interval = f"{ci_cell(r)} " if self.has("lo") else ""
             null = (f"{_fmt(r.get('z'), 7)} {_fmt(r.get('p'), 6)} {_fmt(r.get('q'), 6)} "
-                    if self._has("p") else "")  # fmt: skip
-            excess = f"{_fmt(r.get('excess'))} " if self._has("excess") else ""
-            common = f"{_fmt(r.get('common_share'), 6)} " if self._has("common_share") else ""
+                    f"{r.get('verdict') or '-':<17} " if self.has("p") else "")  # fmt: skip
             lines.append(
                 f"{r['weight']:<6} {where:<7} {_pad(r['target'], 8)} {r['cosine']:9.6f} "
-                f"{excess}{interval}{null}{common}{_fmt(r['implied_s_lr'])} {r['explained']:9.4f} "
+                f"{effect}{interval}{null}{_fmt(r['implied_s_lr'])} {r['explained']:9.4f} "
                 f"{_fmt(fam.get('bigram'), 7)} {_fmt(fam.get('interchangeability'))} "
                 f"{_fmt(fam.get('context'), 7)}  {r['character']}"
             )
         wide = wide_note(self.rows)
-        return "\n".join(lines + ([wide] if wide else []))
-
-    def _has(self, column: str) -> bool:
-        return any(column in r for r in self.rows)
+        return "\n".join(lines + ([wide] if wide else []) + self.notes())
 
     @torch.no_grad()
     def top_pairs(

@@ -12,7 +12,7 @@ from tl_leadterms.analyses.output.figure import plot_output
 from tl_leadterms.analyses.output.result import OutputAgreement
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.registry import MonitorContext
-from tl_leadterms.results.sections import Section
+from tl_leadterms.results.sections import Section, esc
 from tl_leadterms.results.table import EXTRA_COLUMNS
 
 __all__ = [
@@ -26,8 +26,10 @@ __all__ = [
 
 
 def report_section(result: OutputAgreement) -> Section:
-    """The report section of an output agreement: its table."""
-    return Section("output", "Next-token agreement", result._repr_html_())
+    """The report section of an output agreement: its table, and its notes as findings (an
+    undefined ``explained``, fitted scales at their bound, a null too small)."""
+    said = tuple(esc(n) for n in result.notes())
+    return Section("output", "Next-token agreement", result._repr_html_(), said)
 
 
 def sweep_rows(model: Any, stats: Any, **options: Any) -> list[dict[str, Any]]:

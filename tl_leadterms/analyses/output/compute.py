@@ -25,22 +25,25 @@ from tqdm.auto import tqdm
 
 from tl_leadterms.adapters.support import check_finite
 from tl_leadterms.adapters.view import own_tokenizer
-from tl_leadterms.analyses.output.fit import fit_bigram, fit_leading, mean_kl, scores
+from tl_leadterms.analyses.output.fit import at_bound, fit_bigram, fit_leading, mean_kl, scores
 from tl_leadterms.analyses.output.predictors import LeadingPredictor, unigram_log_probs, with_bucket
 from tl_leadterms.analyses.output.result import OutputAgreement
 from tl_leadterms.checks import check_bool, check_tokens, check_vocab, positive_int
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.bootstrap import add_interval
-from tl_leadterms.results.null import NullSpec, permutations, summarize
+from tl_leadterms.results.null import NullSpec, add_verdicts, permutations, summarize
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.blocks import BlockStats
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule, ScheduleLike
 
-__all__ = ["model_log_probs", "output_agreement"]
+__all__ = ["UNIGRAM_GAP", "model_log_probs", "output_agreement"]
 
 _CHUNK_ELEMENTS = 2**26  # logits per model forward chunk (256 MiB in float32)
+#: the unigram → model KL gap (nats) below which ``explained`` is undefined: the model is at its
+#: unigram baseline, no predictor has a gap to close, and 1 − kl/gap divides rounding noise
+UNIGRAM_GAP = 1e-3
 
 
 @torch.no_grad()
@@ -95,13 +98,18 @@ def _coefficients(schedule: Schedule, fit: bool) -> tuple[float, float, float] |
     return tuple(schedule.coefficient(w) for w in ("W_O", "V", "W"))
 
 
-def _row(name: str, model_lp, pred_lp, kl_unigram: float | None, c) -> dict[str, Any]:
+def _row(name: str, model_lp, pred_lp, kl_unigram: float | None, c, flags=None) -> dict:
     kl, top1, top5 = scores(model_lp, pred_lp)
     mean = float(kl.mean())
-    explained = math.nan if not kl_unigram else 1.0 - mean / kl_unigram
-    return {"predictor": name, "kl": mean, "explained": explained, "top1": float(top1),
-            "top5": float(top5), "c_O": c[0], "c_V": c[1], "c_W": c[2],
-            "kl_per_position": kl.mean(0).tolist()}  # fmt: skip
+    row = {"predictor": name, "kl": mean, "explained": math.nan, "top1": float(top1),
+           "top5": float(top5), "c_O": c[0], "c_V": c[1], "c_W": c[2], "c_at_bound": flags,
+           "kl_per_position": kl.mean(0).tolist()}  # fmt: skip
+    if kl_unigram is not None and kl_unigram < UNIGRAM_GAP:
+        row["reason"] = (f"undefined: the model is at its unigram baseline (KL gap "
+                         f"{kl_unigram:.1e} < {UNIGRAM_GAP:g})")  # fmt: skip
+    elif kl_unigram:
+        row["explained"] = 1.0 - mean / kl_unigram
+    return row
 
 
 @shorthands
@@ -197,7 +205,7 @@ def output_agreement(
             return with_bucket(p.bigram_logits(xs, c[0]), stats.d_vocab)
         return with_bucket(p.logits(xs, *c, n_layers=n_layers), stats.d_vocab)
 
-    fitted = None
+    fitted, flags = None, (None, None)
     c_lead, c_bigram = known, None if known is None else (known[0], 0.0, 0.0)
     if fit:
         cal_x, cal_lp = x[:n_cal], model_lp[:n_cal]
@@ -207,14 +215,17 @@ def output_agreement(
             fitted = fit_leading(lambda *c: mean_kl(cal_lp, leading(pred, cal_x, c)), starts)
         c_lead, c_bigram = (fitted["c_O"], fitted["c_V"], fitted["c_W"]), (c_O, 0.0, 0.0)
         fitted["bigram_c_O"] = c_O
+        flags = (at_bound(lambda *c: mean_kl(cal_lp, leading(pred, cal_x, c)), c_lead),
+                 at_bound(lambda c: mean_kl(cal_lp, leading(pred, cal_x, (c, 0.0, 0.0))),
+                          (c_O,)))  # fmt: skip
         x, model_lp = x[n_cal:], model_lp[n_cal:]
     unigram = unigram_log_probs(stats, dtype).expand_as(model_lp)
     uni_row = _row("unigram", model_lp, unigram, None, (math.nan,) * 3)
     kl_uni = uni_row["kl"]
-    uni_row["explained"] = 0.0
+    uni_row["explained"] = 0.0  # by definition
     rows = [
-        _row("leading", model_lp, leading(pred, x, c_lead), kl_uni, c_lead),
-        _row("bigram", model_lp, leading(pred, x, c_bigram), kl_uni, c_bigram),
+        _row("leading", model_lp, leading(pred, x, c_lead), kl_uni, c_lead, flags[0]),
+        _row("bigram", model_lp, leading(pred, x, c_bigram), kl_uni, c_bigram, flags[1]),
         uni_row,
     ]
     if spec is not None:
@@ -222,6 +233,7 @@ def output_agreement(
         draws = [1.0 - mean_kl(model_lp, leading(pred.permuted(p), x, c_lead)).item() / kl_uni
                  for p in tqdm(perms, desc="null", disable=not progress)]  # fmt: skip
         rows[0].update(summarize(rows[0]["explained"], torch.tensor(draws)))
+        add_verdicts(rows[:1], spec)
         reference = spec.reference_model(model)
         if reference is not None:
             ref = output_agreement(

@@ -9,6 +9,13 @@ separately from the best point of the scan. The bigram baseline's ``c_O`` is fit
 alone, the same way, and ``(c_O, 0, 0)`` joins the scan: on the calibration windows the fitted
 leading-term model is never worse than the fitted bigram.
 
+A fitted coefficient the calibration cannot vouch for is flagged (:func:`at_bound`, the table's
+``c_at_bound``): one whose implied ``s·η`` (its gradient-flow limit inverted: ``c_O``,
+``√(2·c_V)``, ``(8·c_W)^¼``) is negative or outside the scan's range ``[1e-2, 1e3]`` (the
+theory's coefficients are positive; beyond the range the fit extrapolates), or one the KL does
+not pin (multiplying or dividing it by 10 changes the calibration KL by less than
+``1e-6`` of itself: a saturated or vanishing term, whose value reads "at least" or "at most").
+
 >>> lp = torch.log_softmax(torch.tensor([[[2.0, 0.0, -1.0]]]), -1)
 >>> kl, top1, top5 = scores(lp, lp)
 >>> float(kl.abs().max()) < 1e-7, float(top1), float(top5)
@@ -23,9 +30,10 @@ from torch import Tensor
 
 from tl_leadterms.theory import term
 
-__all__ = ["fit_bigram", "fit_leading", "mean_kl", "scores"]
+__all__ = ["at_bound", "fit_bigram", "fit_leading", "mean_kl", "scores"]
 
 _GRID = torch.logspace(-2, 3, 31, dtype=torch.float64).tolist()  # s·η candidates
+_PINNED = 1e-6  # relative change of the calibration KL, ×10 or ÷10, below which c is not pinned
 
 
 def scores(model_lp: Tensor, pred_lp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -124,3 +132,23 @@ def fit_bigram(kl_of: Callable[[Tensor], Tensor], iterations: int = 30) -> float
     theta = torch.tensor([math.log(_GRID[best])], dtype=torch.float64)
     theta = _lbfgs(lambda t: kl_of(t[0].exp()), theta, iterations)
     return float(theta[0].exp())
+
+
+def at_bound(kl_of: Callable[..., Tensor], c: tuple[float, ...], names=("c_O", "c_V", "c_W")
+             ) -> str | None:  # fmt: skip
+    """The fitted coefficients ``c`` (named ``names``) the calibration cannot vouch for, joined
+    by ", " (None when none; the module docstring); zero coefficients (not fitted) are never
+    flagged. ``kl_of`` takes them as tensors."""
+
+    def kl(values) -> float:
+        with torch.no_grad():
+            return float(kl_of(*(torch.tensor(v, dtype=torch.float64) for v in values)))
+
+    base, out = kl(c), []
+    for i, (name, value) in enumerate(zip(names, c, strict=False)):
+        implied = term(("W_O", "V", "W")[i]).implied_s_lr(value)
+        if value != 0 and (not _GRID[0] <= implied <= _GRID[-1] or all(
+                abs(kl([v * f if j == i else v for j, v in enumerate(c)]) - base)
+                <= _PINNED * abs(base) for f in (10.0, 0.1))):  # fmt: skip
+            out.append(name)
+    return ", ".join(out) or None

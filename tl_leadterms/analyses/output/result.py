@@ -1,25 +1,25 @@
 """`OutputAgreement`: the table that :func:`tl_leadterms.output_agreement` returns."""
 
-import math
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.bootstrap import ci_note
-from tl_leadterms.results.table import ResultTable
+from tl_leadterms.results.table import ResultTable, cell
 
 __all__ = ["PREDICTORS", "OutputAgreement"]
 
 #: the predictors of an output agreement, in the order tables print them
 PREDICTORS = ("leading", "bigram", "unigram")
 
-_COLUMNS = ("predictor", "kl", "explained", "top1", "top5", "c_O", "c_V", "c_W")
-_OPTIONAL = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "ci_level")
+_COLUMNS = ("predictor", "explained", "kl", "top1", "top5", "c_O", "c_V", "c_W", "c_at_bound")
+_OPTIONAL = ("reason", "null_mean", "excess", "null_sd", "z", "p", "q", "verdict", "reference",
+             "lo", "hi", "ci_level")  # fmt: skip
+#: the text table's null columns, effect first: (column, width)
+_NULL = (("null_mean", 9), ("excess", 9), ("z", 7), ("p", 6))
 
 
 def _fmt(value: Any, width: int = 9) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-".rjust(width)
-    return f"{value:{width}.4f}" if abs(value) < 1e4 else f"{value:{width}.3e}"
+    return cell(value, width)
 
 
 class OutputAgreement(ResultTable):
@@ -32,10 +32,14 @@ class OutputAgreement(ResultTable):
     both put their largest probability on the same outcome), ``top5`` (share where the model's
     top token is among the predictor's five most likely), ``explained`` (``1 − kl / kl of the
     unigram``: the share of the KL gap between the unigram and the model that the predictor
-    closes) and the coefficients it used (``c_O``, ``c_V``, ``c_W``; NaN where they do not
-    apply). With ``null=``: ``score`` (= ``explained``), ``null_mean``, ``null_sd``, ``z``,
-    ``p`` (and ``reference``) on the leading row; with ``ci=``: ``lo``/``hi`` of its
-    ``explained``.
+    closes; NaN with a ``reason`` when the gap is below
+    :data:`~tl_leadterms.analyses.output.compute.UNIGRAM_GAP`: the model is at its unigram
+    baseline) and the coefficients it used (``c_O``, ``c_V``, ``c_W``; NaN where they do not
+    apply), with ``c_at_bound`` naming the fitted ones the calibration cannot vouch for
+    (:func:`~tl_leadterms.analyses.output.fit.at_bound`; None: none, or not fitted). With
+    ``null=``: ``score`` (= ``explained``), ``null_mean``, ``excess``, ``null_sd``, ``z``,
+    ``p``, ``q`` and ``verdict`` (and ``reference``) on the leading row; with ``ci=``:
+    ``lo``/``hi`` of its ``explained``.
 
     ``metadata["fitted"]`` holds the scalars ``fit=True`` found (and the calibration KL).
     """
@@ -76,7 +80,7 @@ class OutputAgreement(ResultTable):
         return pd.DataFrame({f"kl:{r['predictor']}": r["kl_per_position"] for r in self.rows})
 
     def __repr__(self) -> str:
-        meta = self.metadata
+        meta, null = self.metadata, self.has("p")
         fitted = meta.get("fitted")
         how = "fitted scalars" if fitted else f"s·η = {_fmt(meta.get('s_lr'), 0).strip()}"
         lines = [
@@ -84,25 +88,33 @@ class OutputAgreement(ResultTable):
             f"windows × {meta['n_ctx']} positions, k={meta['k']}"
             + (" (+ bucket)" if meta.get("bucket") else "")
             + f", {meta['n_layers']} layer(s), {how}",
-            f"{'predictor':<9} {'KL':>9} {'explained':>9} {'top-1':>9} {'top-5':>9} "
-            f"{'c_O':>9} {'c_V':>9} {'c_W':>9}"
-            + (f" {'z':>7} {'p':>6}" if self._has("p") else "")
-            + ("  CI (distribution-level explained)" if self._has("lo") else ""),
+            f"{'predictor':<9} {'explained':>9} "
+            + ("".join(f"{c:>{w}} " for c, w in _NULL) + f"{'verdict':<17} " if null else "")
+            + f"{'KL':>9} {'top-1':>9} {'top-5':>9} {'c_O':>10} {'c_V':>10} {'c_W':>10}"
+            + ("  CI (distribution-level explained)" if self.has("lo") else ""),
         ]
         for r in self.rows:
-            line = (f"{r['predictor']:<9} {_fmt(r['kl'])} {_fmt(r['explained'])} "
-                    f"{_fmt(r['top1'])} {_fmt(r['top5'])} {_fmt(r['c_O'])} {_fmt(r['c_V'])} "
-                    f"{_fmt(r['c_W'])}")  # fmt: skip
-            if self._has("p"):
-                line += f" {_fmt(r.get('z'), 7)} {_fmt(r.get('p'), 6)}"
+            flagged = (r.get("c_at_bound") or "").split(", ")
+            line = f"{r['predictor']:<9} {_fmt(r['explained'])} " + (
+                "".join(f"{_fmt(r.get(c), w)} " for c, w in _NULL)
+                + f"{r.get('verdict') or '-':<17} " if null else "")  # fmt: skip
+            line += f"{_fmt(r['kl'])} {_fmt(r['top1'])} {_fmt(r['top5'])} " + " ".join(
+                _fmt(r[c]) + ("*" if c in flagged else " ") for c in ("c_O", "c_V", "c_W")
+            )
             if "lo" in r:
                 line += f"  [{r['lo']:.4f}, {r['hi']:.4f}]"
             lines.append(line)
         note = ci_note(meta)
-        return "\n".join(lines + ([note] if note else []))
+        return "\n".join(lines + ([note] if note else []) + self.notes())
 
-    def _has(self, column: str) -> bool:
-        return any(column in r for r in self.rows)
+    def notes(self) -> list[str]:
+        """The null's note, why an ``explained`` is undefined, which fitted ``c`` are flagged."""
+        out = super().notes()
+        out += [f"{r['predictor']}: explained {r['reason']}" for r in self.rows if r.get("reason")]
+        out += [f"{r['predictor']}: * {r['c_at_bound']} at the fit's bound (implied s·η negative "
+                "or outside the scan's [0.01, 1000], or not pinned by the calibration KL: read "
+                "as at least or at most)" for r in self.rows if r.get("c_at_bound")]  # fmt: skip
+        return out
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.output.figure.plot_output` of this table (its keywords)."""
