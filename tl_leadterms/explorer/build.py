@@ -78,6 +78,10 @@ class Explorer:
                 drawn, and where the host runs no scripts, an estimate of the page's first
                 height.
 
+        The host also tells the page whether it is dark (its text is lighter than its
+        background: JupyterLab Dark, VS Code's dark themes, a dark page), when the page loads
+        and when the host's theme changes, so that the explorer draws in the host's theme.
+
         >>> e = Explorer({"summary": {"n_layers": 2, "n_heads": 1}, "heads": {}, "words": {}}, "t")
         >>> 'style="width:100%;height:400px' in e.iframe(height=400)
         True
@@ -90,12 +94,11 @@ class Explorer:
         source = html.escape(self.html(), quote=True)
         frame_id = f"tl-explorer-{uuid.uuid4().hex[:12]}"
         first = height if height is not None else self._first_height()
-        style = f"width:100%;height:{first}px;border:1px solid #ddd"
+        style = f"width:100%;height:{first}px;border:1px solid rgba(128,128,128,.45)"
         frame = (f'<iframe class="tl-explorer" id="{frame_id}" srcdoc="{source}" '
                  f'style="{style}" sandbox="allow-scripts"></iframe>')  # fmt: skip
-        if height is not None:
-            return frame
-        return frame + _FOLLOW_HEIGHT.replace("FRAME_ID", frame_id)
+        script = _HOST.replace("FRAME_ID", frame_id).replace("FOLLOW", str(height is None).lower())
+        return frame + script
 
     def _first_height(self) -> int:
         """About the page's height before a head is opened: title, grid, legend, word box."""
@@ -116,13 +119,20 @@ class Explorer:
                 f"{len(self.data['words'].get('tokens', ()))} words)")  # fmt: skip
 
 
-#: the host's side of the frame's height: the page posts ``{"tl_explorer_height": px}`` (see
-#: explorer.js); only messages from this frame's own window resize it
-_FOLLOW_HEIGHT = """<script>(function(){var f=document.getElementById("FRAME_ID");
-if(!f)return;window.addEventListener("message",function(e){
-if(!f.contentWindow||e.source!==f.contentWindow||!e.data)return;
+#: the host's side of the frame: its theme, sent to the frame when it loads, when it posts and
+#: when the host's theme changes (the frame posts ``{"tl_explorer_height": px}``, see
+#: explorer.js, which resizes it when FOLLOW); only this frame's own messages count
+_HOST = """<script>(function(){var f=document.getElementById("FRAME_ID");if(!f)return;
+function lum(c){var m=(c||"").match(/[\\d.]+/g)||[255,255,255];return m.slice(0,3).reduce(
+function(s,u,i){u=u/255;u=u<=0.04045?u/12.92:Math.pow((u+0.055)/1.055,2.4);
+return s+[0.2126,0.7152,0.0722][i]*u;},0);}
+function theme(){if(f.contentWindow)f.contentWindow.postMessage({tl_theme:
+lum(getComputedStyle(f.parentElement).color)>0.4?"dark":"light"},"*");}
+f.addEventListener("load",theme);new MutationObserver(theme).observe(document.body,
+{attributes:true});window.addEventListener("message",function(e){
+if(!f.contentWindow||e.source!==f.contentWindow||!e.data)return;theme();
 var h=Number(e.data.tl_explorer_height);
-if(isFinite(h)&&h>0)f.style.height=Math.ceil(Math.min(h,20000))+"px";});})();</script>"""
+if(FOLLOW&&isFinite(h)&&h>0)f.style.height=Math.ceil(Math.min(h,20000))+"px";});})();</script>"""
 
 
 def _labeller(tokenizer: Any):

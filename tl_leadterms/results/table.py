@@ -13,19 +13,26 @@ A subclass declares what its columns mean, never how to draw them:
 * ``COLUMNS``: columns every row has, in display order (any other column follows them);
 * ``SCORE``: the column drawn as a bar (``SCORE_RANGE`` its fixed domain, or None for the data);
 * ``INTERVAL`` (``lo``, ``hi``), ``NULL`` (``null_mean``, ``null_sd``) and ``SIGNIFICANCE``
-  (``q`` before ``p``: the first present greys the rows above ``ALPHA``);
+  (``q`` before ``p``: the first present is the evidence among the key columns); rows are
+  dimmed by their ``verdict`` only (:data:`~tl_leadterms.results.style.DIM_VERDICTS`), never
+  by a raw ``p`` or ``q``;
 * ``GRID`` (row, column) and ``GROUP``: rows with both grid columns (and the values of
   ``GRID_WHERE``) also draw as heatmaps, one per group (e.g. layer × head per ``weight``);
 * ``NESTED``: dictionary-valued columns flattened to ``prefix:key`` columns; ``HIDDEN``: left out
   of the HTML table (still in :meth:`to_pandas`).
 
-Columns another analysis adds later render with no more work: as a plain column, or in the
-role its name declares.
+Every view leads with the same key columns (:meth:`~ResultTable.key_columns`): what the row
+is, then the effect (the score, its interval, its ``excess`` over the null, ``specific``), then
+the evidence (``q``) and the ``verdict``; the other columns follow (the HTML table folds them
+under it). Columns another analysis adds later render with no more work: as a plain column, or
+in the role its name declares.
 
 Example:
     >>> t = ResultTable([{"layer": 0, "head": 1, "score": 0.5}], {"note": "x"})
     >>> t.row(0, 1)["score"], len(t.select(layer=0)), t.to_dict()["metadata"]
     (0.5, 1, {'note': 'x'})
+    >>> t.key_columns()
+    ['layer', 'head', 'score']
     >>> "<table" in t._repr_html_()
     True
 """
@@ -35,6 +42,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.style import column_format, number
 
 __all__ = ["EXTRA_COLUMNS", "ResultTable"]
 
@@ -72,7 +80,11 @@ class ResultTable:
     INTERVAL: ClassVar[tuple[str, str]] = ("lo", "hi")
     NULL: ClassVar[tuple[str, str]] = ("null_mean", "null_sd")
     SIGNIFICANCE: ClassVar[tuple[str, ...]] = ("q", "p")
-    ALPHA: ClassVar[float] = 0.05
+    #: the columns every view shows after the key ones (the HTML table folds them under it):
+    #: the null's parts, the interval's ends and estimate, the shares of the effect
+    DETAIL: ClassVar[tuple[str, ...]] = ("null_mean", "null_sd", "z", "p", "reference", "lo",
+                                         "hi", "corrected", "noise_share", "excess_share",
+                                         "common_share", "raw", "ci_level")  # fmt: skip
     GRID: ClassVar[tuple[str, str] | None] = ("layer", "head")
     GRID_WHERE: ClassVar[dict[str, Any]] = {}
     GROUP: ClassVar[tuple[str, ...]] = ()
@@ -185,11 +197,47 @@ class ResultTable:
             return repr(self).split("\n", 1)[0]
         return self.TITLE or f"{type(self).__name__} ({len(self.rows)} rows)"
 
+    def key_columns(self) -> list[str]:
+        """The columns every view leads with, in order: what the row is (``label`` when rows
+        have one, else :attr:`KEYS`), the effect (:attr:`SCORE`, ``"interval"`` when rows have
+        :attr:`INTERVAL` ends, ``excess``, ``specific``), the evidence (the first of
+        :attr:`SIGNIFICANCE` present) and the ``verdict``."""
+        have = set(self.columns()) - set(self.HIDDEN)
+        names = [k for k in self.KEYS if k in have]
+        if "label" in have:
+            names = [k for k in names if k not in ("layer", "head")] + ["label"]
+        names += [c for c in (self.SCORE,) if c in have]
+        names += ["interval"] if set(self.INTERVAL) <= have else []
+        names += [c for c in ("excess", "specific") if c in have]
+        names += [c for c in self.SIGNIFICANCE if c in have][:1]
+        return list(dict.fromkeys(names + [c for c in ("verdict",) if c in have]))
+
+    def cell(self, row: dict[str, Any], column: str) -> Any:
+        """What a view shows of ``column`` in ``row``: its value, or ``lo – hi`` for the
+        ``"interval"`` key column."""
+        if column == "interval" and column not in row:
+            low, high = (row.get(c) for c in self.INTERVAL)
+            return None if low is None else f"{number(low)} – {number(high)}"
+        return row.get(column)
+
     def __repr__(self) -> str:
-        names = [c for c in self.columns() if c not in self.NESTED][:10]
-        lines = [self.title(), "  ".join(f"{c:>10}" for c in names)]
-        for r in self.rows[:40]:
-            lines.append("  ".join(f"{_text(r.get(c)):>10}" for c in names))
+        key = self.key_columns()
+        rest = [
+            c
+            for c in self.columns()
+            if c not in key
+            and c not in self.NESTED
+            and c not in self.HIDDEN
+            and c not in ("layer", "head", *self.INTERVAL)
+        ]
+        names = (key + rest)[: max(10, len(key))]
+        shown = self.rows[:40]
+        formats = [column_format([self.cell(r, c) for r in shown]) for c in names]
+        cells = [[f(self.cell(r, c)) for c, f in zip(names, formats, strict=True)] for r in shown]
+        width = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(names)]
+        lines = [self.title(), "  ".join(f"{c:>{w}}" for c, w in zip(names, width, strict=True))]
+        lines += ["  ".join(f"{v[:24]:>{w}}" for v, w in zip(row, width, strict=True))
+                  for row in cells]  # fmt: skip
         if len(self.rows) > 40:
             lines.append(f"... {len(self.rows) - 40} more rows")
         return "\n".join(lines)
@@ -222,11 +270,3 @@ def _is_int(value: object) -> bool:
     import numpy as np
 
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _text(value: object) -> str:
-    if value is None or _is_nan(value):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)[:10]

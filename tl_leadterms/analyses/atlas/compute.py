@@ -29,6 +29,7 @@ from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.bootstrap import ci_cell, ci_header
 from tl_leadterms.results.marks import wide_note
 from tl_leadterms.results.null import NullSpec, add_qvalues
+from tl_leadterms.results.style import number
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.blocks import BlockStats
@@ -60,16 +61,20 @@ class HeadAtlas(ResultTable):
         band = f"{ci_header([{'ci_level': ci['level']}]):<33} " if ci else ""
         null = self.metadata.get("null")
         null = f"{null['permutations']} permutations, seed {null['seed']}" if null else None
+        verdict = any("verdict" in r for r in self.rows)
         lines = [f"HeadAtlas ({len(self.rows)} heads; null: {null})",
-                 f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {'excess':>7} {band}{'z':>7} "
-                 f"{'q':>6} {'value':<22} {'prev':>5} {'dup':>5} {'ind':>5}"]  # fmt: skip
+                 f"{'head':<7} {'cos W~Q̄':>8} {band}{'excess':>7} {'z':>7} {'q':>6} "
+                 + (f"{'verdict':<17} " if verdict else "")
+                 + f"{'character':<26} {'value':<22} {'prev':>5} {'dup':>5} "
+                 f"{'ind':>5}"]  # fmt: skip
         for r in self.rows:
             cell = f"{ci_cell(r)} " if ci else ""
+            said = f"{r.get('verdict') or '-':<17} " if verdict else ""
             lines.append(
-                f"{r['label']:<7} {r['character']:<26} {r['cosine']:8.4f} {r['excess']:7.4f} "
-                f"{cell}{r['z']:7.2f} {r['q']:6.3f} {r['value_character']:<22} "
-                f"{r['previous_token']:5.2f} "
-                f"{r['duplicate_token']:5.2f} {r['induction']:5.2f}"
+                f"{r['label']:<7} {number(r['cosine'], 4):>8} {cell}{number(r['excess']):>7} "
+                f"{number(r['z']):>7} {number(r['q']):>6} {said}{r['character']:<26} "
+                f"{r['value_character']:<22} "
+                + " ".join(f"{number(r[c], 2):>5}" for c in DETECTORS)
             )
         wide = wide_note(self.rows) if ci else None
         return "\n".join(lines + ([f"({why})"] if why else []) + ([wide] if wide else []))

@@ -13,6 +13,7 @@ from tl_leadterms.analyses.decompose.fit import BasisCache
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note
 from tl_leadterms.results.marks import wide_note
+from tl_leadterms.results.style import number
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.theory import term
 
@@ -40,10 +41,13 @@ def _pad(text: str, width: int) -> str:
     return text + " " * max(0, width - shown)
 
 
-def _fmt(value: float | None, width: int = 8) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-".rjust(width)
-    return f"{value:{width}.4f}" if abs(value) < 1e3 else f"{value:{width}.3e}"
+#: the text table's columns after the cosine and its interval: the effect and the evidence
+#: (shown when present), then the rest: (column, heading, width)
+_LEAD = (("excess", "excess", 8), ("specific", "specific", 8), ("z", "z", 7), ("p", "p", 6),
+         ("q", "q", 6))  # fmt: skip
+_REST = (("common_share", "common", 6), ("implied_s_lr", "sη impl.", 8),
+         ("explained", "explained", 9), ("bigram", "bigram", 7),
+         ("interchangeability", "interch.", 8), ("context", "context", 7))  # fmt: skip
 
 
 class Decomposition(ResultTable):
@@ -124,31 +128,28 @@ class Decomposition(ResultTable):
         )
 
     def __repr__(self) -> str:
+        """One line per row, the effect first (the cosine, its interval, ``excess``,
+        ``specific``), then the evidence (``z``, ``p``, ``q``, ``verdict``), then the rest."""
         note = ci_note(self.metadata)
-        lines = [
-            self.title(),
-            *([note] if note else []),
-            f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} "
-            + (f"{'excess':>8} " if self._has("excess") else "")
-            + (f"{ci_header(self.rows):<33} " if self._has("lo") else "")
-            + (f"{'z':>7} {'p':>6} {'q':>6} " if self._has("p") else "")
-            + (f"{'common':>6} " if self._has("common_share") else "")
-            + f"{'sη impl.':>8} {'explained':>9} {'bigram':>7} {'interch.':>8} {'context':>7}  "
-            "character (Shapley)",
-        ]
+        lead = [(c, name, width) for c, name, width in _LEAD if self._has(c)]
+        rest = [(c, name, width) for c, name, width in _REST if c != "common_share"
+                or self._has(c)]  # fmt: skip
+        header = (f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} "
+                  + (f"{ci_header(self.rows):<33} " if self._has("lo") else "")
+                  + "".join(f"{n:>{w}} " for _, n, w in lead)
+                  + (f"{'verdict':<17} " if self._has("verdict") else "")
+                  + "".join(f"{n:>{w}} " for _, n, w in rest) + " character (Shapley)")  # fmt: skip
+        lines = [self.title(), *([note] if note else []), header]
         for r in self.rows:
-            fam = r["family_shares"]
+            cells = {**r, **r["family_shares"]}
             where = r["label"] if r["layer"] is not None else "-"
-            interval = f"{ci_cell(r)} " if self._has("lo") else ""
-            null = (f"{_fmt(r.get('z'), 7)} {_fmt(r.get('p'), 6)} {_fmt(r.get('q'), 6)} "
-                    if self._has("p") else "")  # fmt: skip
-            excess = f"{_fmt(r.get('excess'))} " if self._has("excess") else ""
-            common = f"{_fmt(r.get('common_share'), 6)} " if self._has("common_share") else ""
             lines.append(
-                f"{r['weight']:<6} {where:<7} {_pad(r['target'], 8)} {r['cosine']:9.6f} "
-                f"{excess}{interval}{null}{common}{_fmt(r['implied_s_lr'])} {r['explained']:9.4f} "
-                f"{_fmt(fam.get('bigram'), 7)} {_fmt(fam.get('interchangeability'))} "
-                f"{_fmt(fam.get('context'), 7)}  {r['character']}"
+                f"{r['weight']:<6} {where:<7} {_pad(r['target'], 8)} {number(r['cosine'], 6):>9} "
+                + (f"{ci_cell(r)} " if self._has("lo") else "")
+                + "".join(f"{number(cells.get(c)):>{w}} " for c, _, w in lead)
+                + (f"{r.get('verdict') or '-':<17} " if self._has("verdict") else "")
+                + "".join(f"{number(cells.get(c)):>{w}} " for c, _, w in rest)
+                + f" {r['character']}"
             )
         wide = wide_note(self.rows)
         return "\n".join(lines + ([wide] if wide else []))
