@@ -45,6 +45,9 @@ class Scores(ResultTable):
     SCORE_RANGE = (-1.0, 1.0)
 
 
+VERDICTS = ("stands out", "negligible", "not distinguished")
+
+
 def _rows():
     rows = []
     for layer in range(2):
@@ -53,7 +56,7 @@ def _rows():
                          "excess": 0.5 - 0.25 * head, "lo": 0.4 - 0.25 * head,
                          "hi": 0.6 - 0.25 * head, "null_mean": 0.0, "null_sd": 0.1,
                          "q": 0.01 if head == 0 else 0.2, "token": "<b>&",
-                         "verdict": ("stands out", "negligible", "not distinguished")[head]})  # fmt: skip
+                         "verdict": VERDICTS[head]})  # fmt: skip
     return rows
 
 

@@ -37,6 +37,7 @@ from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.html import circuitsvis_library
 from tl_leadterms.results.null import NullSpec
 from tl_leadterms.results.sections import Section
+from tl_leadterms.results.table_html import dimmed
 from tl_leadterms.results.tokens import encode_text, token_texts
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.corpus import CorpusStats
@@ -230,11 +231,11 @@ def explore(
 
 
 def _cell(head: dict[str, Any]) -> dict[str, Any]:
-    """What the grid draws of a head: its scores and whether its null says it is faint."""
+    """What the grid draws of a head: its scores, and whether its ``W`` row's verdict dims it
+    (as every table dims a row: :func:`~tl_leadterms.results.table_html.dimmed`)."""
     scores = dict(head["scores"])
     scores["character_key"] = character_key(scores.get("character") or "")
-    p = head.get("W", {}).get("p")
-    return {"label": head["label"], "scores": scores, "faint": p is not None and p > 0.05}
+    return {"label": head["label"], "scores": scores, "faint": dimmed(head.get("W"))}
 
 
 def _text_ids(text: Any, tokenizer: Any, d_vocab: int) -> list[int]:

@@ -32,7 +32,7 @@ function drawGrid(){var name=document.getElementById('tl-score').value,box=docum
    if(x){var v=x.scores[name];if(name==='character'){td.style.background=S.colours[x.scores.character_key]||'#999';
      td.title=lab+': '+v;if(x.faint)td.style.opacity=0.45;}else{var c=shade(typeof v==='number'?v/scale:null);
      paint(td,c&&x.faint?paler(c):c);td.textContent=typeof v==='number'?fmt(v,2):'';
-     td.title=lab+': '+fmt(v)+(x.faint?' (null p > 0.05)':'');}
+     td.title=lab+': '+fmt(v,4)+(x.faint?' (dimmed by its verdict)':'');}
     if(x.faint)td.classList.add('tl-faint');td.addEventListener('click',(function(q){return function(){openHead(q);};})(lab));}
    tr.appendChild(td);}t.appendChild(tr);}
  box.appendChild(t);drawLegend(name,scale);document.body.setAttribute('data-grid-drawn',String(performance.now()));}
@@ -46,7 +46,7 @@ function drawLegend(name,scale){var box=document.getElementById('tl-legend');box
   box.appendChild(el('span',{},'+'+fmt(scale)));box.appendChild(el('span',{'class':'tl-note'},' '+
    (S.score_names[name]||name)+'; blue negative, 0 white, red positive'));}
  if(S.heads.some(function(h){return h.faint;}))box.appendChild(el('div',{'class':'tl-note'},
-  'paler, dashed: the null does not set the head apart'));}
+  'paler, dashed: the verdict of W is negligible or not distinguished'));}
 function kv(rows){var t=el('table',{'class':'tl-kv'});rows.forEach(function(r){var tr=el('tr');
  tr.appendChild(el('td',{},r[0]));tr.appendChild(el('td',{'data-key':r[2]||''},fmt(r[1])));t.appendChild(tr);});return t;}
 function shares(title,row){var box=el('div');box.appendChild(el('h3',{},title));if(!row){box.appendChild(

@@ -325,7 +325,8 @@ def _table(table: Any, names: list[str], raw: list[dict], texts: dict[str, list[
     columns = [html.escape(c) for c in names]
     frame = pd.DataFrame(cells, columns=columns)
     styler = _styled(frame, classes=pd.DataFrame(classes, columns=columns)).hide(axis="index")
-    text = styler.set_table_attributes(f'class="{css}"').to_html(cell_ids=False)
+    keys = html.escape(",".join(c for c in table.key_columns() if c in names), quote=True)
+    text = styler.set_table_attributes(f'class="{css}" data-key="{keys}"').to_html(cell_ids=False)
     text = re.sub(r'(<th [^>]*class="col_heading level0 col\d+"[^>]*?)\s*>',
                   r'\1 onclick="tlltSort(this)" title="sort">', text)  # fmt: skip
     head, _, body = text.partition("<tbody>")
