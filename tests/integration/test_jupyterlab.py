@@ -148,7 +148,7 @@ CHECKS = """([root, base]) => {
         for (let j = i + 1; j < cells.length; j++)
           if (meets(boxes[i], boxes[j]) && !cells[i].contains(cells[j])
               && !cells[j].contains(cells[i]))
-            out.overlaps.push([cells[i].textContent.slice(0, 30), cells[j].textContent.slice(0, 30)]);
+            out.overlaps.push([cells[i].textContent, cells[j].textContent]);
         const c = cells[i], s = getComputedStyle(c), box = boxes[i];
         if (c.scrollWidth > c.clientWidth + 0.5 && c.clientWidth > 0)
           out.clipped.push([c.textContent.slice(0, 30), c.scrollWidth, c.clientWidth]);
@@ -162,12 +162,13 @@ CHECKS = """([root, base]) => {
                          bottom: box.bottom - parseFloat(s.borderBottomWidth)};
         const width = parseFloat(s.outlineWidth) || 0, offset = parseFloat(s.outlineOffset) || 0;
         const outlined = s.outlineStyle !== 'none' && width > 0;
-        const marks = [...c.querySelectorAll('svg, canvas, img')].map(m => m.getBoundingClientRect());
+        const marks = [...c.querySelectorAll('svg, canvas, img')]
+          .map(m => m.getBoundingClientRect());
         for (const t of texts) {
           const what = c.textContent.trim().slice(0, 30);
           if (!inside(t, padding)) out.crossed.push([what, 'border']);
-          if (outlined && meets(t, inflate(box, offset + width)) && !inside(t, inflate(box, offset)))
-            out.crossed.push([what, 'outline']);
+          const band = inflate(box, offset + width), within = inflate(box, offset);
+          if (outlined && meets(t, band) && !inside(t, within)) out.crossed.push([what, 'outline']);
           if (marks.some(m => meets(t, m))) out.crossed.push([what, 'marking']);
         }
       }
