@@ -78,10 +78,8 @@ class Explorer:
                 own scroll and none of it below the fold of a nested one; before the page has
                 drawn, and where the host runs no scripts, an estimate of the page's first
                 height.
-
-        The host also tells the page whether it is dark (its text is lighter than its
-        background: JupyterLab Dark, VS Code's dark themes, a dark page), when the page loads
-        and when the host's theme changes, so that the explorer draws in the host's theme.
+        The host tells the page whether it is dark (its text is light) when the page loads and
+        when the host's theme changes.
 
         >>> e = Explorer({"summary": {"n_layers": 2, "n_heads": 1}, "heads": {}, "words": {}}, "t")
         >>> 'style="width:100%;height:400px' in e.iframe(height=400)
@@ -120,19 +118,15 @@ class Explorer:
                 f"{len(self.data['words'].get('tokens', ()))} words)")  # fmt: skip
 
 
-#: the host's side of the frame: its theme, sent to the frame when it loads, when it posts and
-#: when the host's theme changes (the frame posts ``{"tl_explorer_height": px}``, see
-#: explorer.js, which resizes it when FOLLOW); only this frame's own messages count
+#: the host's side of the frame: it tells the frame its theme (dark where its text is light) when
+#: the frame loads or posts and when the host's theme changes, and follows the height the frame
+#: posts (``{"tl_explorer_height": px}``, explorer.js) when FOLLOW; only this frame's messages
 _HOST = """<script>(function(){var f=document.getElementById("FRAME_ID");if(!f)return;
-function lum(c){var m=(c||"").match(/[\\d.]+/g)||[255,255,255];return m.slice(0,3).reduce(
-function(s,u,i){u=u/255;u=u<=0.04045?u/12.92:Math.pow((u+0.055)/1.055,2.4);
-return s+[0.2126,0.7152,0.0722][i]*u;},0);}
-function theme(){if(f.contentWindow)f.contentWindow.postMessage({tl_theme:
-lum(getComputedStyle(f.parentElement).color)>0.4?"dark":"light"},"*");}
+function theme(){var c=getComputedStyle(f.parentElement).color.match(/[\\d.]+/g)||[0,0,0],
+w=f.contentWindow;if(w)w.postMessage({tl_theme:+c[0]+ +c[1]+ +c[2]>384?"dark":"light"},"*");}
 f.addEventListener("load",theme);new MutationObserver(theme).observe(document.body,
-{attributes:true});window.addEventListener("message",function(e){
-if(!f.contentWindow||e.source!==f.contentWindow||!e.data)return;theme();
-var h=Number(e.data.tl_explorer_height);
+{attributes:true});window.addEventListener("message",function(e){if(!f.contentWindow||
+e.source!==f.contentWindow||!e.data)return;theme();var h=Number(e.data.tl_explorer_height);
 if(FOLLOW&&isFinite(h)&&h>0)f.style.height=Math.ceil(Math.min(h,20000))+"px";});})();</script>"""
 
 

@@ -1,11 +1,8 @@
 """The explorer's page: one offline HTML document around the data of
 :mod:`~tl_leadterms.explorer.data` (styles and script below, circuitsvis inlined once).
 
-Its colours are the theme's (:func:`~tl_leadterms.results.style.theme_css`): inside a
-notebook's frame it sees no host variables, so it follows ``prefers-color-scheme`` until its
-host says light or dark (a message, see :meth:`~tl_leadterms.explorer.Explorer.iframe`); the
-values are coloured on the one diverging map, whose 256 colours the summary carries
-(:func:`~tl_leadterms.results.style.ramp`).
+Its colours are the theme's (light or dark as its host says, else as the reader prefers); values
+take the one diverging map, whose colours the summary carries (``ramp``).
 
 The grid is drawn from a small summary (a few numbers per head); each head's details sit in
 their own ``<script type="application/json" data-head="L3H2">`` block and are parsed only when

@@ -1,25 +1,18 @@
 """The one look of every output: theme-aware CSS variables, one colour per value, one number.
 
-**Colours of the page.** :func:`theme_css` writes the variables every HTML output draws with
-(``--tl-fg``, ``--tl-bg``, ``--tl-muted``, ``--tl-head``, ``--tl-border``, ``--tl-accent``,
-``--tl-pos``, ``--tl-neg``). Each reads the host's own variable where the host gives one
-(JupyterLab's ``--jp-*``, VS Code's ``--vscode-*``, as xarray's HTML repr does), else a light
-or a dark palette by ``prefers-color-scheme``, or the one a page is told to use
-(``data-tl-theme="dark"`` on its root: the explorer inside its frame, which sees no host
-variables, is told by its host). An output sets its own text colour and background from them,
-so it reads the same on any page; ``--tl-muted`` (dimmed rows, notes) is mixed from the two
-and keeps at least 4.5:1 on either palette and on JupyterLab's striped rows.
-
-**Colours of values.** One diverging map, blue for negative, white at 0, red for positive
-(:data:`DIVERGING`), and one sequential map for unsigned scores (:data:`SEQUENTIAL`), both
-matplotlib's: :func:`colour` is the colour of a value in HTML, and a figure drawn with the same
-``(map, vmin, vmax)`` paints it the same (the explorer gets the map's 256 colours,
-:func:`ramp`). Text on a coloured cell is black or white, whichever has the larger WCAG
-contrast (:func:`ink`).
-
-**Numbers.** :func:`number` prints significant digits, never ``0.00`` for a value that is not
-0 and never ``-0``; :func:`column_format` picks, for a column, the fewest significant digits
-(3 to 6) that still tell its values apart. The explorer's script mirrors :func:`number`.
+* :func:`theme_css`: the variables every HTML output draws with (``--tl-fg``, ``--tl-bg``,
+  ``--tl-muted``, ``--tl-head``, ``--tl-border``, ``--tl-accent``, ``--tl-pos``, ``--tl-neg``),
+  each the host's own where it has one (JupyterLab's ``--jp-*``, VS Code's ``--vscode-*``, as
+  xarray's HTML repr does), else a light or dark palette by ``prefers-color-scheme`` or by
+  ``data-tl-theme="dark"`` on the root (the explorer's frame, told by its host); an output sets
+  its own text colour and background from them, and ``--tl-muted`` keeps 4.5:1 on both.
+* :func:`colour`: one diverging map, blue negative, white 0, red positive (:data:`DIVERGING`),
+  one sequential map (:data:`SEQUENTIAL`), both matplotlib's, so a figure drawn with the same
+  ``(map, vmin, vmax)`` paints a value the same colour (pages that colour values themselves
+  get the map's table, :func:`ramp`); :func:`ink`: black or white text by WCAG contrast.
+* :func:`number`: significant digits, never ``0.00`` for a value that is not 0, never ``-0``;
+  :func:`column_format`: the fewest (3 to 6) that tell a column's values apart. The explorer's
+  script mirrors :func:`number`.
 
 >>> number(0.0058), number(-0.00581234), number(-0.0), number(0.9931), number(12)
 ('0.0058', '-0.00581', '0', '0.993', '12')
@@ -43,7 +36,6 @@ __all__ = [
     "colour",
     "column_format",
     "ink",
-    "luminance",
     "number",
     "ramp",
     "theme_css",
@@ -57,6 +49,7 @@ SEQUENTIAL = "viridis"
 DIM_VERDICTS = ("negligible", "not distinguished")
 
 #: each variable: the JupyterLab variable, the VS Code variable, the light and the dark fallback
+#: (``--tl-pos`` and ``--tl-neg`` are :func:`colour` of ±0.75)
 _VARIABLES = {
     "fg": ("--jp-content-font-color1", "--vscode-editor-foreground", "#1f1f1f", "#e6e6e6"),
     "bg": ("--jp-layout-color0", "--vscode-editor-background", "#ffffff", "#1e1e1e"),
@@ -65,7 +58,7 @@ _VARIABLES = {
 }
 _MIXED = ("--tl-muted:color-mix(in srgb,var(--tl-fg) 72%,var(--tl-bg));"
           "--tl-head:color-mix(in srgb,var(--tl-fg) 8%,var(--tl-bg));"
-          "--tl-pos:#c0383b;--tl-neg:#3b76b4;")  # fmt: skip
+          "--tl-pos:#ba2832;--tl-neg:#2a71b2;")  # fmt: skip
 
 
 def _palette(which: int) -> str:
@@ -74,10 +67,8 @@ def _palette(which: int) -> str:
 
 
 def theme_css(selector: str, *, page: bool = False) -> str:
-    """The variables, text colour and background of ``selector`` (e.g. ``":root"`` for a page,
-    ``"div.tl-out"`` for a notebook output), light unless the reader prefers dark or the root
-    says ``data-tl-theme="dark"``; ``page``: also the page's ``color-scheme`` (its form
-    controls and scrollbars).
+    """The variables, text colour and background of ``selector`` (``":root"`` for a page);
+    ``page``: also its ``color-scheme`` (form controls, scrollbars).
 
     >>> "prefers-color-scheme:dark" in theme_css("div.x") and "--jp-layout-color0" in theme_css("p")
     True
@@ -93,70 +84,43 @@ def theme_css(selector: str, *, page: bool = False) -> str:
             f"{{{dark}{scheme[1]}}}}}{forced}{{{dark}{scheme[1]}}}")  # fmt: skip
 
 
-def _colormap(name: str):
-    import matplotlib
-
-    return matplotlib.colormaps[name]
-
-
 def colour(value: float, scale: tuple[str, float, float] = (DIVERGING, -1.0, 1.0)) -> str:
-    """``#rrggbb`` of ``value`` on ``scale`` = ``(colormap, vmin, vmax)`` (clipped to the
-    ends): the colour matplotlib paints for it with ``cmap``, ``vmin``, ``vmax``."""
+    """``#rrggbb`` of ``value`` on ``scale = (colormap, vmin, vmax)``, as matplotlib paints it."""
+    import matplotlib
     from matplotlib.colors import Normalize, to_hex
 
     name, low, high = scale
-    return to_hex(_colormap(name)(Normalize(low, high, clip=True)(value)))
+    return to_hex(matplotlib.colormaps[name](Normalize(low, high, clip=True)(value)))
 
 
 def ramp(name: str = DIVERGING) -> list[str]:
-    """The colormap's own lookup table (256 colours), for a page that colours values itself:
-    value ``t`` in ``[0, 1]`` is entry ``min(255, floor(t · 256))``, as matplotlib picks it."""
-    from matplotlib.colors import to_hex
+    """The colormap's 256 colours: ``t`` in ``[0, 1]`` is entry ``min(255, floor(256 t))``."""
+    import matplotlib
 
-    cmap = _colormap(name)
-    return [to_hex(cmap(i)) for i in range(cmap.N)]
-
-
-def luminance(rgb: Sequence[float] | str) -> float:
-    """WCAG 2 relative luminance of ``#rrggbb`` or of RGB(A) channels in [0, 1]."""
-    if isinstance(rgb, str):
-        rgb = [int(rgb[i : i + 2], 16) / 255 for i in (1, 3, 5)]
-
-    def linear(c: float) -> float:
-        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
-
-    r, g, b = (linear(c) for c in rgb[:3])
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return [colour(i / 255, (name, 0, 1)) for i in range(matplotlib.colormaps[name].N)]
 
 
 def ink(background: Sequence[float] | str) -> str:
-    """``"#000000"`` or ``"#ffffff"``, whichever has the larger WCAG contrast on
-    ``background`` (never below 4.58:1)."""
-    lum = luminance(background)
+    """Black or white, whichever has the larger WCAG contrast on ``background`` (≥ 4.58:1)."""
+    from matplotlib.colors import to_rgb
+
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+               for c in to_rgb(background))  # fmt: skip
+    lum = 0.2126 * r + 0.7152 * g + 0.0722 * b  # WCAG 2's relative luminance
     return "#000000" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "#ffffff"
 
 
 def number(value: Any, digits: int = 3) -> str:
-    """``value`` to ``digits`` significant digits (``"–"`` for None and NaN, integers whole).
-
-    A value that is not 0 never reads ``0`` or ``0.00`` (``0.0058``, ``-1.2e-07``); 0 (also
-    ``-0.0``) reads ``0``.
-    """
-    if value is None:
-        return "–"
+    """``value`` to ``digits`` significant digits; ``"–"`` for None and NaN, 0 (and -0) ``0``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return str(value)
+        return "–" if value is None else str(value)
     if isinstance(value, numbers.Integral):
         return str(int(value))
-    value = float(value)
-    if math.isnan(value):
-        return "–"
-    return "0" if value == 0 else f"{value:.{digits}g}"
+    return "–" if math.isnan(value) else "0" if value == 0 else f"{float(value):.{digits}g}"
 
 
 def column_format(values: Sequence[Any], least: int = 3, most: int = 6) -> Callable[[Any], str]:
-    """:func:`number` with the fewest significant digits, from ``least`` to ``most``, at which
-    the column's values that differ (at ``most`` digits) still read differently."""
+    """:func:`number` with the fewest digits (``least`` to ``most``) that tell values apart."""
     finite = [float(v) for v in values if isinstance(v, float) and math.isfinite(v)]
     distinct = len({number(v, most) for v in finite})
     digits = next((d for d in range(least, most) if len({number(v, d) for v in finite})

@@ -13,19 +13,15 @@ A subclass declares what its columns mean, never how to draw them:
 * ``COLUMNS``: columns every row has, in display order (any other column follows them);
 * ``SCORE``: the column drawn as a bar (``SCORE_RANGE`` its fixed domain, or None for the data);
 * ``INTERVAL`` (``lo``, ``hi``), ``NULL`` (``null_mean``, ``null_sd``) and ``SIGNIFICANCE``
-  (``q`` before ``p``: the first present is the evidence among the key columns); rows are
-  dimmed by their ``verdict`` only (:data:`~tl_leadterms.results.style.DIM_VERDICTS`), never
-  by a raw ``p`` or ``q``;
+  (``q`` before ``p``: the first present is a key column); ``DETAIL``: shown after the rest;
 * ``GRID`` (row, column) and ``GROUP``: rows with both grid columns (and the values of
   ``GRID_WHERE``) also draw as heatmaps, one per group (e.g. layer × head per ``weight``);
 * ``NESTED``: dictionary-valued columns flattened to ``prefix:key`` columns; ``HIDDEN``: left out
   of the HTML table (still in :meth:`to_pandas`).
 
-Every view leads with the same key columns (:meth:`~ResultTable.key_columns`): what the row
-is, then the effect (the score, its interval, its ``excess`` over the null, ``specific``), then
-the evidence (``q``) and the ``verdict``; the other columns follow (the HTML table folds them
-under it). Columns another analysis adds later render with no more work: as a plain column, or
-in the role its name declares.
+Every view leads with the same :meth:`~ResultTable.key_columns` and dims a row by its
+``verdict`` only. Columns another analysis adds later render with no more work: as a plain
+column, or in the role its name declares.
 
 Example:
     >>> t = ResultTable([{"layer": 0, "head": 1, "score": 0.5}], {"note": "x"})
@@ -42,6 +38,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.marks import WIDE_MARK, is_wide, wide_note
 from tl_leadterms.results.style import column_format, number
 
 __all__ = ["EXTRA_COLUMNS", "ResultTable"]
@@ -198,49 +195,46 @@ class ResultTable:
         return self.TITLE or f"{type(self).__name__} ({len(self.rows)} rows)"
 
     def key_columns(self) -> list[str]:
-        """The columns every view leads with, in order: what the row is (``label`` when rows
-        have one, else :attr:`KEYS`), the effect (:attr:`SCORE`, ``"interval"`` when rows have
-        :attr:`INTERVAL` ends, ``excess``, ``specific``), the evidence (the first of
-        :attr:`SIGNIFICANCE` present) and the ``verdict``."""
-        have = set(self.columns()) - set(self.HIDDEN)
-        names = [k for k in self.KEYS if k in have]
-        if "label" in have:
-            names = [k for k in names if k not in ("layer", "head")] + ["label"]
-        names += [c for c in (self.SCORE,) if c in have]
-        names += ["interval"] if set(self.INTERVAL) <= have else []
-        names += [c for c in ("excess", "specific") if c in have]
-        names += [c for c in self.SIGNIFICANCE if c in have][:1]
-        return list(dict.fromkeys(names + [c for c in ("verdict",) if c in have]))
+        """The columns every view leads with: what the row is (``label``, else :attr:`KEYS`),
+        the effect (:attr:`SCORE`, ``"interval"``, ``excess``, ``specific``), the evidence (the
+        first of :attr:`SIGNIFICANCE`) and the ``verdict``, those the rows have."""
+        have = set(self.shown_columns())
+        have |= {"interval"} if set(self.INTERVAL) <= have else set()
+        ident = [k for k in self.KEYS if "label" not in have or k not in ("layer", "head")]
+        sig = [c for c in self.SIGNIFICANCE if c in have][:1]
+        names = [*ident, "label", self.SCORE, "interval", "excess", "specific", *sig, "verdict"]
+        return [c for c in dict.fromkeys(names) if c in have]
+
+    def shown_columns(self) -> list[str]:
+        """:meth:`columns` that views show: not :attr:`HIDDEN`, and with a value in some row."""
+        return [c for c in self.columns() if c not in self.HIDDEN and any(
+            r.get(c) is not None and not _is_nan(r.get(c)) for r in self.rows)]  # fmt: skip
 
     def cell(self, row: dict[str, Any], column: str) -> Any:
-        """What a view shows of ``column`` in ``row``: its value, or ``lo – hi`` for the
-        ``"interval"`` key column."""
+        """``row[column]``; ``lo – hi`` for ``"interval"``."""
         if column == "interval" and column not in row:
             low, high = (row.get(c) for c in self.INTERVAL)
-            return None if low is None else f"{number(low)} – {number(high)}"
+            mark = WIDE_MARK if is_wide(row) else ""
+            return None if low is None else f"{number(low)} – {number(high)}{mark}"
         return row.get(column)
 
     def __repr__(self) -> str:
-        key = self.key_columns()
-        rest = [
-            c
-            for c in self.columns()
-            if c not in key
-            and c not in self.NESTED
-            and c not in self.HIDDEN
-            and c not in ("layer", "head", *self.INTERVAL)
-        ]
-        names = (key + rest)[: max(10, len(key))]
-        shown = self.rows[:40]
+        """The title, what the interval covers, then the key columns and others (up to 10)."""
+        from tl_leadterms.results.bootstrap import ci_note
+
+        key, skip = self.key_columns(), {"layer", "head", *self.INTERVAL, *self.NESTED}
+        rest = [c for c in self.shown_columns() if c not in key and c not in skip]
+        names, shown = (key + rest)[: max(10, len(key))], self.rows[:40]
         formats = [column_format([self.cell(r, c) for r in shown]) for c in names]
-        cells = [[f(self.cell(r, c)) for c, f in zip(names, formats, strict=True)] for r in shown]
+        cells = [[f(self.cell(r, c))[:24] for c, f in zip(names, formats, strict=True)]
+                 for r in shown]  # fmt: skip
         width = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(names)]
-        lines = [self.title(), "  ".join(f"{c:>{w}}" for c, w in zip(names, width, strict=True))]
-        lines += ["  ".join(f"{v[:24]:>{w}}" for v, w in zip(row, width, strict=True))
-                  for row in cells]  # fmt: skip
-        if len(self.rows) > 40:
-            lines.append(f"... {len(self.rows) - 40} more rows")
-        return "\n".join(lines)
+        lines = [self.title(), ci_note(self.metadata)] + [
+            "  ".join(f"{v:>{w}}" for v, w in zip(row, width, strict=True))
+            for row in [names, *cells]
+        ]  # fmt: skip
+        more = f"... {len(self.rows) - 40} more rows" if len(self.rows) > 40 else None
+        return "\n".join(t for t in [*lines, more, wide_note(self.rows)] if t)
 
     def _repr_html_(self) -> str:
         from tl_leadterms.results.table_html import table_html

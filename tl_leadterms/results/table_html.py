@@ -1,33 +1,22 @@
 """The HTML of a :class:`~tl_leadterms.results.table.ResultTable` (its ``_repr_html_``).
 
-One self-contained fragment, no network, rendered with pandas' ``Styler`` (formats, per-cell
-styles, captions, hover titles): a caption, a heatmap grid per group when the table declares
-``GRID`` (e.g. layers × heads), and the table itself, whose score column is an inline SVG (what
-no library draws: the score as a bar from 0, the confidence interval as a whisker and the null
-band ``null_mean ± 2·null_sd`` shaded behind them) beside the number. Clicking a column heading
-sorts the rows (a few lines of inline script; without scripts the table still reads). Every
-string is html-escaped.
+One self-contained fragment, no network, rendered with pandas' ``Styler``: a caption, a heatmap
+grid per group when the table declares ``GRID``, and the table, its score column an inline SVG
+beside the number (the score as a bar from 0, red positive and blue negative, the interval as a
+whisker, the null band ``null_mean ± 2·null_sd`` behind them). Headings sort the rows on click.
+Every string is html-escaped. The same in JupyterLab (light, dark), VS Code and plain pages:
 
-Readable in JupyterLab (light and dark), classic Jupyter, VS Code and nbconvert's pages alike:
-
-* its colours are the theme's (:func:`~tl_leadterms.results.style.theme_css`): the host's
-  text and background where it has them, else the reader's ``prefers-color-scheme``;
-* the key columns come first (:meth:`~tl_leadterms.results.table.ResultTable.key_columns`:
-  what the row is, the score, its interval, ``excess``, ``specific``, ``q``, the ``verdict``),
-  then other columns as long as the table stays within :data:`WIDTH` pixels; the rest (the
-  null's parts, the shares, ...) fold into a ``<details>`` table under it;
-* a row whose ``verdict`` is "negligible" or "not distinguished" is dimmed (and the verdict
-  says which, as a word); a null too small to reach its level is one line above the table;
-* heatmap colours follow the data's range on the one sequential map (viridis) or, for values
-  of both signs, the one diverging map centred on 0 (blue negative, red positive;
-  :mod:`~tl_leadterms.results.style`); each number is black or white, whichever reads better
-  on its cell, and a dimmed cell is paler with a dashed border on its edge, never across its
-  digits;
-* numbers carry the significant digits that tell a column's values apart (0.9931 and 0.9938,
-  not 0.99; 0.0058, never 0.00);
-* the style is scoped to ``div.tl-table`` and overrides JupyterLab's ``table-layout: fixed``,
-  so columns size to their content, never overlap or clip; a wide table scrolls inside its own
-  box (``div.tl-scroll``).
+* colours are the theme's (:func:`~tl_leadterms.results.style.theme_css`); heatmap cells take
+  the one sequential or diverging map (:mod:`~tl_leadterms.results.style`), their numbers
+  black or white by contrast;
+* the key columns come first (:meth:`~tl_leadterms.results.table.ResultTable.key_columns`),
+  then others while the table stays within :data:`WIDTH` px; the rest fold into ``<details>``;
+* a row whose ``verdict`` is "negligible" or "not distinguished" is dimmed (a heatmap cell is
+  paler with a dashed edge, never a mark across its digits); "unreachable" rows get one line
+  above the table instead;
+* numbers carry the significant digits that tell a column's values apart (never ``0.00``);
+* the style is scoped to ``div.tl-table``, overrides JupyterLab's ``table-layout: fixed`` and
+  lets a wide table scroll inside its own box, so cells never overlap or clip.
 
 Example:
     >>> from tl_leadterms.results.table import ResultTable
@@ -265,15 +254,12 @@ def _tip(table: Any, row: dict[str, Any]) -> str:
 
 
 def _names(table: Any, flat: list[dict]) -> list[str]:
-    """Every column shown, the key ones first."""
-    hidden = set(table.HIDDEN)
+    """Every column shown, the key ones first (NESTED ones spread)."""
     names = list(table.key_columns())
-    for c in table.columns():
-        if c in table.NESTED and c not in hidden:
-            names += [k for r in flat for k in r if k.startswith(table.NESTED[c] + ":")]
-        elif c not in hidden and c not in table.NESTED:
-            names.append(c)
-    return list(dict.fromkeys(n for n in names if n not in hidden))
+    for c in table.shown_columns():
+        prefix = table.NESTED.get(c)
+        names += [k for r in flat for k in r if k.startswith(f"{prefix}:")] if prefix else [c]
+    return list(dict.fromkeys(names))
 
 
 def _width(name: str, texts: list[str], bar: bool) -> float:

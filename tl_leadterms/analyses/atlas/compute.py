@@ -26,10 +26,7 @@ from tl_leadterms.analyses.attention import attention_agreement
 from tl_leadterms.analyses.decompose import decompose
 from tl_leadterms.checks import check_tokens
 from tl_leadterms.protocols import ReadableModel, TokenWindows
-from tl_leadterms.results.bootstrap import ci_cell, ci_header
-from tl_leadterms.results.marks import wide_note
 from tl_leadterms.results.null import NullSpec, add_qvalues
-from tl_leadterms.results.style import number
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.blocks import BlockStats
@@ -54,30 +51,10 @@ class HeadAtlas(ResultTable):
     SCORE = "cosine"
     SCORE_RANGE = (-1.0, 1.0)
 
-    def __repr__(self) -> str:
-        ci = self.metadata.get("ci")
-        why = ci.get("why") if ci else None  # asked for, none: the scores are exact
-        ci = None if why else ci
-        band = f"{ci_header([{'ci_level': ci['level']}]):<33} " if ci else ""
+    def title(self) -> str:
         null = self.metadata.get("null")
         null = f"{null['permutations']} permutations, seed {null['seed']}" if null else None
-        verdict = any("verdict" in r for r in self.rows)
-        lines = [f"HeadAtlas ({len(self.rows)} heads; null: {null})",
-                 f"{'head':<7} {'cos W~Q̄':>8} {band}{'excess':>7} {'z':>7} {'q':>6} "
-                 + (f"{'verdict':<17} " if verdict else "")
-                 + f"{'character':<26} {'value':<22} {'prev':>5} {'dup':>5} "
-                 f"{'ind':>5}"]  # fmt: skip
-        for r in self.rows:
-            cell = f"{ci_cell(r)} " if ci else ""
-            said = f"{r.get('verdict') or '-':<17} " if verdict else ""
-            lines.append(
-                f"{r['label']:<7} {number(r['cosine'], 4):>8} {cell}{number(r['excess']):>7} "
-                f"{number(r['z']):>7} {number(r['q']):>6} {said}{r['character']:<26} "
-                f"{r['value_character']:<22} "
-                + " ".join(f"{number(r[c], 2):>5}" for c in DETECTORS)
-            )
-        wide = wide_note(self.rows) if ci else None
-        return "\n".join(lines + ([f"({why})"] if why else []) + ([wide] if wide else []))
+        return f"HeadAtlas ({len(self.rows)} heads; null: {null})"
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.atlas.figure.plot_atlas` of this atlas (its keywords)."""

@@ -179,20 +179,11 @@ class AttentionAgreement(ResultTable):
         where.setdefault("head", 0)
         return super().row(**where)
 
-    def __repr__(self) -> str:
-        lines = [
-            f"AttentionAgreement ({self.metadata['n_sequences']} sequences of "
-            f"{self.metadata['n_positions']} tokens; scale c "
-            f"{'fitted per head' if self.metadata['fitted'] else 'from the training run'})",
-            f"{'head':<7} {'JS div.':>10} {'rank corr.':>10} {'scale c':>12}",
-        ]
-        for r in self.rows:
-            bound = " (at search limit)" if r["scale_at_bound"] else ""
-            lines.append(
-                f"{r['label']:<7} {r['js_divergence']:10.3e} {r['rank_correlation']:10.5f} "
-                f"{r['scale']:12.4g}{bound}"
-            )
-        return "\n".join(lines)
+    def title(self) -> str:
+        meta = self.metadata
+        scale = "fitted per head" if meta["fitted"] else "from the training run"
+        return (f"AttentionAgreement ({meta['n_sequences']} sequences of {meta['n_positions']} "
+                f"tokens; scale c {scale})")  # fmt: skip
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.attention.figure.plot_agreement` of this table (its

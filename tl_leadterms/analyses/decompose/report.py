@@ -9,14 +9,8 @@ Two documented thresholds keep the page from implying what the numbers do not sh
   is at least this (and, when the row has a null ``p`` column, ``p < P_LEVEL``); elsewhere the
   projection does not measure a training time and the cell reads "–".
 
-The full table leads with the key columns, as every view of a result does: what the row is,
-the effect (the cosine, its interval, the ``excess`` over the null, ``specific``), the evidence
-(``q``) and the ``verdict``, then the character; the rest (the implied ``s·η``, ``R²``, the
-family shares, the null's parts, the interval's ends) fold into a second table under it, so
-the page fits a 1,280 px window. A row whose verdict is "negligible" or "not distinguished" is
-dimmed. Heatmap cells take their colours from the one diverging map (the cosine: blue
-negative, red positive) and the one sequential map (``R²``), their text black or white by
-contrast.
+The full table leads with the key columns (the effect, ``q``, the ``verdict``; a row is dimmed
+by its verdict) and folds the rest into a second table under it, so the page fits 1,280 px.
 """
 
 import math
@@ -89,22 +83,15 @@ _MORE = ("implied s·η", "explained", *FAMILIES, "z", "p", "null_mean", "null_s
 
 
 def _value(row: dict, column: str) -> object:
-    """What the full table shows of ``column`` (the character and implied s·η by their
-    floors, the families' shares, the interval as one cell)."""
-    if column == "character":
-        return shown_character(row)
-    if column == "implied s·η":
-        return shown_implied(row)
-    if column in FAMILIES:
-        return row["family_shares"].get(column)
+    """What the full table shows of ``column`` (the interval as one cell)."""
     if column == "interval":
         return None if row.get("lo") is None else (row["lo"], row["hi"])
-    return row.get(column)
+    shown = {"character": shown_character, "implied s·η": shown_implied}.get(column)
+    return shown(row) if shown else {**row, **row["family_shares"]}.get(column)
 
 
 def _rows_html(rows: list[dict], columns: list[str], css: str) -> str:
-    """A ``<table class=css>`` of ``rows``: weight, where and target, then ``columns``; every
-    row ``<tr class="{css}-row">`` with its weight and label, dimmed by its verdict."""
+    """``<table class=css>``: weight, where, target and ``columns``, rows ``{css}-row``."""
     values = {c: [_value(r, c) for r in rows] for c in columns}
     ends = [e for v in values.get("interval", []) if v is not None for e in v]
     fmt = {c: column_format(v) for c, v in values.items()} | {"interval": column_format(ends)}
@@ -128,9 +115,8 @@ def _rows_html(rows: list[dict], columns: list[str], css: str) -> str:
 
 
 def decompose_table(d) -> str:
-    """The full table inside ``<details>`` (open for models of up to :data:`SMALL_LAYERS`
-    layers): the key columns, one ``<tr class="decompose-row">`` per row, and the other
-    columns folded under it (``<tr class="decompose-more-row">``)."""
+    """The full table inside ``<details>`` (open up to :data:`SMALL_LAYERS` layers): the key
+    columns, one ``<tr class="decompose-row">`` per row, the others folded under it."""
     meta = d.metadata
     have = {c for r in d.rows for c in r} | {"character"}
     have |= {"interval"} if "lo" in have else set()
@@ -146,8 +132,7 @@ def decompose_table(d) -> str:
         f"character only where explained ≥ {EXPLAINED_FLOOR}; implied s·η only where cosine ≥ "
         f"{COSINE_FLOOR}" + (f" and p < {P_LEVEL}" if "p" in have else "")
     )
-    dim = (" Dimmed rows: verdict negligible or not distinguished."
-           if any(dimmed(r) for r in d.rows) else "")  # fmt: skip
+    dim = " Dimmed: verdict negligible or not distinguished." if "verdict" in have else ""
     return (
         f'<details class="decompose-details"{is_open}><summary>Full table: {len(d.rows)} rows '
         f"({esc(caption)}; {esc(thresholds)}){dim}</summary>{_rows_html(d.rows, key, 'decompose')}"

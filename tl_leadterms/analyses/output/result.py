@@ -1,10 +1,9 @@
 """`OutputAgreement`: the table that :func:`tl_leadterms.output_agreement` returns."""
 
-import math
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.bootstrap import ci_note
+from tl_leadterms.results.style import number
 from tl_leadterms.results.table import ResultTable
 
 __all__ = ["PREDICTORS", "OutputAgreement"]
@@ -14,12 +13,6 @@ PREDICTORS = ("leading", "bigram", "unigram")
 
 _COLUMNS = ("predictor", "kl", "explained", "top1", "top5", "c_O", "c_V", "c_W")
 _OPTIONAL = ("null_mean", "null_sd", "z", "p", "reference", "lo", "hi", "ci_level")
-
-
-def _fmt(value: Any, width: int = 9) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-".rjust(width)
-    return f"{value:{width}.4f}" if abs(value) < 1e4 else f"{value:{width}.3e}"
 
 
 class OutputAgreement(ResultTable):
@@ -75,34 +68,13 @@ class OutputAgreement(ResultTable):
 
         return pd.DataFrame({f"kl:{r['predictor']}": r["kl_per_position"] for r in self.rows})
 
-    def __repr__(self) -> str:
+    def title(self) -> str:
         meta = self.metadata
-        fitted = meta.get("fitted")
-        how = "fitted scalars" if fitted else f"s·η = {_fmt(meta.get('s_lr'), 0).strip()}"
-        lines = [
-            f"OutputAgreement of {meta.get('model_name')!r}: {meta['n_windows']} held-out "
-            f"windows × {meta['n_ctx']} positions, k={meta['k']}"
-            + (" (+ bucket)" if meta.get("bucket") else "")
-            + f", {meta['n_layers']} layer(s), {how}",
-            f"{'predictor':<9} {'KL':>9} {'explained':>9} {'top-1':>9} {'top-5':>9} "
-            f"{'c_O':>9} {'c_V':>9} {'c_W':>9}"
-            + (f" {'z':>7} {'p':>6}" if self._has("p") else "")
-            + ("  CI (distribution-level explained)" if self._has("lo") else ""),
-        ]
-        for r in self.rows:
-            line = (f"{r['predictor']:<9} {_fmt(r['kl'])} {_fmt(r['explained'])} "
-                    f"{_fmt(r['top1'])} {_fmt(r['top5'])} {_fmt(r['c_O'])} {_fmt(r['c_V'])} "
-                    f"{_fmt(r['c_W'])}")  # fmt: skip
-            if self._has("p"):
-                line += f" {_fmt(r.get('z'), 7)} {_fmt(r.get('p'), 6)}"
-            if "lo" in r:
-                line += f"  [{r['lo']:.4f}, {r['hi']:.4f}]"
-            lines.append(line)
-        note = ci_note(meta)
-        return "\n".join(lines + ([note] if note else []))
-
-    def _has(self, column: str) -> bool:
-        return any(column in r for r in self.rows)
+        how = "fitted scalars" if meta.get("fitted") else f"s·η = {number(meta.get('s_lr'))}"
+        return (f"OutputAgreement of {meta.get('model_name')!r}: {meta['n_windows']} held-out "
+                f"windows × {meta['n_ctx']} positions, k={meta['k']}"
+                + (" (+ bucket)" if meta.get("bucket") else "")
+                + f", {meta['n_layers']} layer(s), {how}")  # fmt: skip
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.output.figure.plot_output` of this table (its keywords)."""
