@@ -84,7 +84,7 @@ def theme_css(selector: str, *, page: bool = False) -> str:
             f"{{{dark}{scheme[1]}}}}}{forced}{{{dark}{scheme[1]}}}")  # fmt: skip
 
 
-def colour(value: float, scale: tuple[str, float, float] = (DIVERGING, -1.0, 1.0)) -> str:
+def colour(value: Any, scale: tuple = (DIVERGING, -1.0, 1.0)) -> str:
     """``#rrggbb`` of ``value`` on ``scale = (colormap, vmin, vmax)``, as matplotlib paints it."""
     import matplotlib
     from matplotlib.colors import Normalize, to_hex
@@ -97,7 +97,7 @@ def ramp(name: str = DIVERGING) -> list[str]:
     """The colormap's 256 colours: ``t`` in ``[0, 1]`` is entry ``min(255, floor(256 t))``."""
     import matplotlib
 
-    return [colour(i / 255, (name, 0, 1)) for i in range(matplotlib.colormaps[name].N)]
+    return [colour(i / 255, (name, 0.0, 1.0)) for i in range(matplotlib.colormaps[name].N)]
 
 
 def ink(background: Sequence[float] | str) -> str:
