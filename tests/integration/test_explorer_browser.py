@@ -5,10 +5,13 @@ built: the head's label and scores (against the numbers the explorer computed), 
 views, the association list (against ``stats.top``), and a screenshot that is not blank.
 """
 
+import copy
 import io
 import shutil
 
 import pytest
+
+from tl_leadterms.results.style import colour, number
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 playwright = pytest.importorskip(
@@ -89,7 +92,7 @@ def test_click_a_head_and_type_a_word(saved):
             assert values == pytest.approx([n.score / scale for n in top], abs=0.006)
         # the text shaded by the same scores (the kind shown first: context)
         row = words["kinds"]["context"]["text"][word]
-        want = [f"{row[c] / 100:.2f}" if c >= 0 and row[c] is not None else None
+        want = [number(row[c] / 100) if c >= 0 and row[c] is not None else None
                 for c in words["text"]]  # fmt: skip
         titles = page.locator("#tl-word-text span").evaluate_all("s => s.map(x => x.title)")
         assert len(titles) == len(ids) and any(want)
@@ -104,6 +107,35 @@ def test_click_a_head_and_type_a_word(saved):
     image = Image.open(io.BytesIO(shot)).convert("L")
     low, high = image.getextrema()
     assert high - low > 100 and len(image.resize((64, 64)).getcolors(4096)) > 8  # not blank
+
+
+def test_grid_prints_small_scores_by_magnitude_in_the_maps_colours(saved, tmp_path):
+    """A GPT-2's scale (±0.0058) in the grid: the page's numbers are Python's ``number`` (the
+    script mirrors it; never 0.00 or -0.00) and its colours matplotlib's (red positive)."""
+    from tl_leadterms.explorer.build import Explorer
+
+    _, explorer, _ = saved
+    data = copy.deepcopy(explorer.data)
+    small = {"L0H0": 0.0058, "L1H0": -0.00041}
+    for head in data["summary"]["heads"]:
+        head["scores"]["cosine"] = small[head["label"]]
+    path = Explorer(data, "small").save(tmp_path / "small.html")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=BROWSER, args=FLAGS)
+        page = browser.new_page()
+        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+                   else r.abort())  # fmt: skip
+        page.goto(path.as_uri())
+        cells = page.locator("td.tl-cell").evaluate_all("""cs => cs.map(c => [c.dataset.label,
+            c.textContent, getComputedStyle(c).backgroundColor])""")
+        browser.close()
+    for label, text, background in cells:
+        value = small[label]
+        assert text == number(value, 2), (label, text)
+        rgb = "rgb({}, {}, {})".format(*(int(colour(value / 0.0058)[i : i + 2], 16)
+                                         for i in (1, 3, 5)))  # fmt: skip
+        assert background == rgb, (label, background, rgb)
+    assert [t for _, t, _ in cells] == ["0.0058", "-0.00041"]
 
 
 def test_result_table_sorts_on_click(tmp_path):

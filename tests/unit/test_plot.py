@@ -3,6 +3,7 @@
 import html
 import json
 import re
+from decimal import Decimal
 from typing import ClassVar
 
 import numpy as np
@@ -14,6 +15,7 @@ from tl_leadterms import LeadTermsError, corpus_stats, paper_model, sweep, train
 from tl_leadterms.analyses.attention import plot_attention
 from tl_leadterms.data import generate_stories, train_word_tokenizer
 from tl_leadterms.explorer import plot_associations
+from tl_leadterms.results import style
 from tl_leadterms.results.html import View, figure_html, save_html
 from tl_leadterms.stats import make_windows
 from tl_leadterms.sweeps import plot_sweep
@@ -170,13 +172,14 @@ def test_associations_neighbours_and_colours(setup, kind):
     # the words with the spaces between them (a no-break space before every word but the first)
     words = [html.escape(tokenizer.decode([i])) for i in ids]  # [UNK] for words not kept
     assert view.data["labels"] == [words[0]] + ["\u00a0" + w for w in words[1:]]
-    spans = re.findall(r'<span class="tok" title="([^"]+)" style="background:rgb\((\d+),(\d+),'
-                       r'(\d+)\)">([^<]*)</span>', page)  # fmt: skip
+    spans = re.findall(r'<span class="tok" title="([^"]+)" style="background:#(\w\w)(\w\w)'
+                       r'(\w\w);color:(#\w{6})">([^<]*)</span>', page)  # fmt: skip
     if spans:  # shaded: each token's title is its value; red for > 0, blue for < 0, white at 0
         assert [float(t) for t, *_ in spans] == pytest.approx(expected, rel=1e-3)
-        for (_, r, g, b, _), value in zip(spans, expected, strict=True):
-            r, g, b = int(r), int(g), int(b)
-            assert (r >= b) if value > 0 else (b >= r) if value < 0 else (r == g == b == 255)
+        for (_, r, g, b, ink, _), value in zip(spans, expected, strict=True):
+            r, g, b = int(r, 16), int(g, 16), int(b, 16)
+            assert (r > b) if value > 0 else (b > r) if value < 0 else (r, g, b) == (247, 246, 246)
+            assert ink == style.ink(f"#{r:02x}{g:02x}{b:02x}")  # text that reads on its colour
         assert 'class="shade-legend"' in page
     else:  # nothing in this text reaches 1% of the row's largest value
         assert max(abs(v) for v in expected) < 0.01 * view.data["scale"]
@@ -282,8 +285,8 @@ def test_plot_sweep_png(setup, tmp_path):
              for t in ax.texts}  # fmt: skip
     assert len(texts) == grid.size
     for (i, j), text in texts.items():  # each number is its cell's value, to its last digit
-        places = len(text.split(".")[1])
-        assert abs(float(text) - grid[i, j]) <= 0.5 * 10.0**-places + 1e-15
+        last = Decimal(text).as_tuple().exponent
+        assert abs(float(text) - grid[i, j]) <= 0.5 * 10.0**last + 1e-15
     distinct = {round(v, 12) for v in grid.ravel()}
     assert len(set(texts.values())) == len(distinct)  # values that differ read apart
     with pytest.raises(LeadTermsError, match="no rows"):
@@ -304,10 +307,10 @@ def test_token_labels_keep_their_spaces_and_shading_has_a_floor():
     assert "No association" in shaded_tokens(["a"], [0.5], scale=0.0)
     edge = shaded_tokens(["a", "b", "c"], [SHADE_FLOOR, -1.0, 0.0], scale=1.0)
     assert "No association" not in edge
-    assert re.findall(r"background:(rgb\([^)]*\))", edge) == [
-        "rgb(254,253,253)",  # 1% of the way from white to red (178, 24, 43), rounded
-        "rgb(33,102,172)",  # full blue
-        "rgb(255,255,255)",  # white at 0
+    assert re.findall(r"background:(#\w{6})", edge) == [
+        style.colour(SHADE_FLOOR),  # the diverging map, 1% of the way to red: still white
+        "#053061",  # full blue
+        style.colour(0.0),  # its white middle
     ]
 
 

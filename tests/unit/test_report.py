@@ -37,6 +37,14 @@ def _external(page: str) -> list[str]:
     return found
 
 
+def _by_heading(page: str, css: str) -> list[dict[str, str]]:
+    """Each row of ``<table class=css>`` as heading -> cell text."""
+    table = re.search(rf'<table class="{css}">(.*?)</table>', page, re.S).group(1)
+    heads = re.findall(r"<th>(.*?)</th>", table)
+    rows = re.findall(rf'<tr class="{css}-row".*?</tr>', table, re.S)
+    return [dict(zip(heads, re.findall(r"<td[^>]*>(.*?)</td>", r), strict=True)) for r in rows]
+
+
 def _results(trained, text="the little girl saw a red ball", words=("red", "he")):
     from tl_leadterms import decompose
     from tl_leadterms.analyses.attention import plot_attention
@@ -204,7 +212,7 @@ def test_report_of_a_deep_model_stays_small(tmp_path):
     page = path.read_text(encoding="utf-8")
     size = path.stat().st_size
     print(f"12x4 report without attention views: {size / 1e3:.0f} kB")
-    details = re.search(r'<details class="decompose-details">(.*?)</details>', page, re.S)
+    details = re.search(r'<details class="decompose-details">(.*?)<details', page, re.S)
     assert details is not None  # collapsed (no "open") for 12 layers
     rows = re.findall(r'<tr class="decompose-row"', page)
     assert len(rows) == 1 + 3 * 12 * 4  # W_O; V, W, P per layer and head
@@ -215,14 +223,12 @@ def test_report_of_a_deep_model_stays_small(tmp_path):
         assert len(grids) == 3  # V, W, P
     # a random model explains little: no character where R² is below the floor, and no
     # implied s·η where the cosine is below its floor
-    body = details.group(1)
-    for row in re.findall(r'<tr class="decompose-row".*?</tr>', body, re.S):
-        cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
-        cosine, implied, explained, character = cells[3], cells[4], cells[5], cells[-1]
-        if float(explained) < EXPLAINED_FLOOR:
-            assert character == "–"
-        if float(cosine) < COSINE_FLOOR:
-            assert implied == "–"
+    for key, more in zip(_by_heading(page, "decompose"), _by_heading(page, "decompose-more"),
+                         strict=True):  # fmt: skip
+        if float(more["explained"]) < EXPLAINED_FLOOR:
+            assert key["character"] == "–"
+        if float(key["cosine"]) < COSINE_FLOOR:
+            assert more["implied s·η"] == "–"
     # with a text: ATTENTION_VIEWS heads, one view each, and the agreement beside each
     views = plot_attention(model, stats, "the little girl saw a red ball", heads=ATTENTION_VIEWS)
     path = report(tmp_path / "deep_text.html", d, views, stats=stats, progress=False)
@@ -260,10 +266,12 @@ def test_findings_null_ci_and_atlas(trained, tmp_path):
     for column in ("null_mean", "null_sd", "z", "p", "lo", "hi"):
         assert f"<th>{column}</th>" in page
     assert page.count("data:image/png;base64,") == 1  # the scores with their bands
-    # the row the verdict greys gets no implied s·η even where its cosine is high
-    row = re.search(rf'<tr class="decompose-row" id="decompose-{d.rows[2]["weight"]}-'
-                    rf'{d.rows[2]["label"]}".*?</tr>', page).group(0)  # fmt: skip
-    assert re.findall(r"<td[^>]*>(.*?)</td>", row)[4] == "–"
+    # the row its verdict dims gets no implied s·η even where its cosine is high
+    assert _by_heading(page, "decompose-more")[2]["implied s·η"] == "–"
+    assert (
+        _by_heading(page, "decompose")[2]["interval"]
+        == f"{d.rows[2]['lo']:.3g} – {d.rows[2]['hi']:.3g}"
+    )
     plain = decompose(trained["model"], trained["stats"], per_head=True)
     page = report(tmp_path / "p.html", plain, progress=False).read_text()
     assert "No null baseline in these rows" in page and "No confidence intervals" in page

@@ -45,6 +45,9 @@ class Scores(ResultTable):
     SCORE_RANGE = (-1.0, 1.0)
 
 
+VERDICTS = ("stands out", "negligible", "not distinguished")
+
+
 def _rows():
     rows = []
     for layer in range(2):
@@ -53,7 +56,7 @@ def _rows():
                          "excess": 0.5 - 0.25 * head, "lo": 0.4 - 0.25 * head,
                          "hi": 0.6 - 0.25 * head, "null_mean": 0.0, "null_sd": 0.1,
                          "q": 0.01 if head == 0 else 0.2, "token": "<b>&",
-                         "verdict": "not distinguished" if head else "stands out"})  # fmt: skip
+                         "verdict": VERDICTS[head]})  # fmt: skip
     return rows
 
 
@@ -87,15 +90,44 @@ def test_html_bar_whisker_band_grey_and_escape():
     assert whisker.startswith(f"M{x(0.4)} 7H{x(0.6)}")
     band = tags.find("rect", **{"class": "tl-null"})[0]
     assert float(band["x"]) == x(-0.2) and float(band["width"]) == pytest.approx(x(0.2) - x(-0.2))
-    rows = [a["class"] for t_, a in tags.tags if t_ == "tr" and "tl-row" in a.get("class", "")]
-    assert rows == ["tl-row", "tl-row tl-ns", "tl-row tl-ns"] * 2  # greyed by their verdict
+    main = html[html.index('class="tl-main"') : html.index("<details")]
+    rows = re.findall(r'<tr class="(tl-row[^"]*)"', main)
+    assert rows == ["tl-row", "tl-row tl-dim", "tl-row tl-dim"] * 2  # dimmed by the verdict
     assert "<b>&" not in html and "&lt;b&gt;&amp;" in html
     heat = tags.find("table", **{"class": "tl-heat"})
-    faint = [a for t_, a in tags.tags if t_ == "td" and "tl-ns" in a.get("class", "").split()
+    faint = [a for t_, a in tags.tags if t_ == "td" and "tl-dim" in a.get("class", "").split()
              and "title" in a]  # fmt: skip
-    assert len(heat) == 1 and len(faint) == 4  # 2 × 3 grid, 4 faint (each with its hover tip)
-    assert len(tags.find("th", onclick="tlltSort(this)")) == len(t.columns())
+    assert len(heat) == 1 and len(faint) == 4  # 2 × 3 grid, 4 dimmed (each with its hover tip)
+    sortable = len(tags.find("th", onclick="tlltSort(this)"))
+    assert sortable == len(Scores.key_columns(t)) + 1 + 3 + 4  # main: keys, token; the rest
     assert "src=" not in html and "import " not in html  # nothing loaded from anywhere
+
+
+def test_key_columns_lead_and_the_rest_fold_under_the_table():
+    t = Scores([{**r, "z": 3.0, "p": 0.01, "character": "x"} for r in _rows()])
+    assert t.key_columns() == ["label", "excess", "interval", "q", "verdict"]
+    html = t._repr_html_()
+    main, more = html[html.index('class="tl-main"') :].split("<details", 1)
+    heads = re.findall(r'class="col_heading level0 col\d+"[^>]*>([^<]*)</th>', main)
+    assert heads == ["label", "excess", "interval", "q", "verdict", "token", "character"]
+    folded = re.findall(r'class="col_heading level0 col\d+"[^>]*>([^<]*)</th>', more)
+    assert folded[0] == "label" and {"z", "p", "lo", "hi", "null_mean"} <= set(folded)
+    assert "0.4 – 0.6" in main and "not distinguished" in main
+    text = repr(t).splitlines()[1].split()
+    assert text[:5] == ["label", "excess", "interval", "q", "verdict"]
+
+
+def test_no_verdict_no_dimming_and_an_unreachable_null_is_one_line_above():
+    plain = Scores([{k: v for k, v in r.items() if k != "verdict"} for r in _rows()])
+    html = plain._repr_html_()
+    dim = re.compile(r'class="[^"]*tl-dim')
+    assert not dim.search(html) and "permutations" not in html  # q = 0.2 alone dims nothing
+    rows = [{**r, "p": 0.1, "verdict": "unreachable"} for r in _rows()]
+    html = Scores(rows)._repr_html_()
+    assert not dim.search(html)
+    line = re.search(r'<p class="tl-note">(null of [^<]*)</p>', html).group(1)
+    assert "no row can reach q ≤ 0.05" in line and line.endswith("pass null=99")
+    assert html.index(line) < html.index('class="tl-heat"')
 
 
 def wcag_contrast(a: str, b: str) -> float:
@@ -136,14 +168,14 @@ def test_heatmap_text_contrast_and_scales_follow_the_data():
                       for i in range(64)])  # fmt: skip
     scores = Cosines([{"layer": i // 8, "head": i % 8, "cosine": 0.2 + 0.5 * i / 63}
                       for i in range(64)])  # fmt: skip
-    for table, ends in ((signed, ("#67001f", "#053061")), (scores, ("#440154", "#fde725"))):
+    for table, ends in ((signed, ("#053061", "#67001f")), (scores, ("#440154", "#fde725"))):
         cells = heat_cells(table._repr_html_())
         assert len(cells) == 64
         for text, background, colour in cells:
             assert background and colour, text
             assert wcag_contrast(background, colour) >= 4.5, (text, background, colour)
         by_value = {float(text): background for text, background, _ in cells}
-        if table is signed:  # diverging, centred on 0, as wide as the largest |value|
+        if table is signed:  # diverging (red positive), centred on 0, as wide as the max |value|
             assert by_value[0.4] == ends[1] and by_value[-0.3] != ends[0]
         else:  # sequential over the values' own range, not a fixed 0–1
             assert by_value[0.2] == ends[0] and by_value[0.7] == ends[1]
@@ -168,25 +200,44 @@ def test_style_is_scoped_lets_columns_size_and_scrolls_wide_tables():
     ours = html[html.index("<style>") + 7 : html.index("</style>")]
     selectors = [sel.strip() for block in re.findall(r"([^{}]+)\{", ours)
                  for sel in block.split(",")]  # fmt: skip
-    assert selectors and all(sel.startswith("div.tl-table") for sel in selectors)
+    assert selectors and all("div.tl-table" in sel for sel in selectors if sel[0] != "@")
     assert "table-layout:auto!important" in ours  # JupyterLab's fixed layout overridden
     assert re.search(r"div\.tl-table th,div\.tl-table td\{white-space:nowrap", ours)
     assert re.search(r"div\.tl-table div\.tl-scroll\{overflow-x:auto", ours)
     tags = _Tags(html)
-    assert len(tags.find("div", **{"class": "tl-scroll"})) == 1
+    assert len(tags.find("div", **{"class": "tl-scroll"})) == 2  # the table, the folded columns
 
 
-def test_faint_text_keeps_its_contrast():
-    from tl_leadterms.results.table_html import _FAINT
+def _mix(fg: str, bg: str, share: float) -> str:
+    """CSS ``color-mix(in srgb, fg share, bg)`` of two opaque colours."""
+    a, b = ([int(c[i : i + 2], 16) for i in (1, 3, 5)] for c in (fg, bg))
+    return "#" + "".join(
+        f"{round(x * share + y * (1 - share)):02x}" for x, y in zip(a, b, strict=True)
+    )
 
-    assert wcag_contrast(_FAINT, "#ffffff") >= 4.5 and wcag_contrast(_FAINT, "#f3f3f3") >= 4.5
+
+def test_dimmed_text_keeps_its_contrast_in_every_palette():
+    from tl_leadterms.results import style
+
+    share = float(re.search(r"--tl-muted:color-mix\(in srgb,var\(--tl-fg\) (\d+)%",
+                            style.theme_css("p")).group(1)) / 100  # fmt: skip
+    # the fallback palettes, and JupyterLab's (light: 87% black on white, striped rows #f5f5f5;
+    # dark: white on #111111, striped rows #212121) and VS Code's dark (#cccccc on #1e1e1e)
+    (fg, dark_fg), (bg, dark_bg) = style._VARIABLES["fg"][2:], style._VARIABLES["bg"][2:]
+    for ink, page, rows in ((fg, bg, "#f5f5f5"), (dark_fg, dark_bg, "#2a2a2a"),
+                            ("#212121", "#ffffff", "#f5f5f5"), ("#ffffff", "#111111", "#212121"),
+                            ("#cccccc", "#1e1e1e", "#252526")):  # fmt: skip
+        muted = _mix(ink, page, share)
+        head = _mix(ink, page, 0.08)
+        assert wcag_contrast(muted, page) >= 4.5 and wcag_contrast(muted, rows) >= 4.5, muted
+        assert wcag_contrast(ink, head) >= 4.5
 
 
-def test_cell_colours_of_a_missing_value_and_the_ends():
-    css = cell_colours([None, 0.0, 1.0], ("viridis", 0.0, 1.0))
-    assert css == ["background-color:#eeeeee;color:#000000",
-                   "background-color:#440154;color:#ffffff",
-                   "background-color:#fde725;color:#000000"]  # fmt: skip
+def test_cell_colours_of_a_missing_value_a_dimmed_one_and_the_ends():
+    css = cell_colours([None, 0.0, 1.0, 1.0], ("viridis", 0.0, 1.0), [False] * 3 + [True])
+    assert css == ["", "background-color:#440154;color:#ffffff",
+                   "background-color:#fde725;color:#000000",
+                   "background-color:#fef5a8;color:#000000"]  # fmt: skip
 
 
 def test_to_pandas_keeps_layer_and_head_integers():

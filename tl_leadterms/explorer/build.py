@@ -77,6 +77,8 @@ class Explorer:
                 own scroll and none of it below the fold of a nested one; before the page has
                 drawn, and where the host runs no scripts, an estimate of the page's first
                 height.
+        The host tells the page whether it is dark (its text is light) when the page loads and
+        when the host's theme changes.
 
         >>> e = Explorer({"summary": {"n_layers": 2, "n_heads": 1}, "heads": {}, "words": {}}, "t")
         >>> 'style="width:100%;height:400px' in e.iframe(height=400)
@@ -90,12 +92,11 @@ class Explorer:
         source = html.escape(self.html(), quote=True)
         frame_id = f"tl-explorer-{uuid.uuid4().hex[:12]}"
         first = height if height is not None else self._first_height()
-        style = f"width:100%;height:{first}px;border:1px solid #ddd"
+        style = f"width:100%;height:{first}px;border:1px solid rgba(128,128,128,.45)"
         frame = (f'<iframe class="tl-explorer" id="{frame_id}" srcdoc="{source}" '
                  f'style="{style}" sandbox="allow-scripts"></iframe>')  # fmt: skip
-        if height is not None:
-            return frame
-        return frame + _FOLLOW_HEIGHT.replace("FRAME_ID", frame_id)
+        script = _HOST.replace("FRAME_ID", frame_id).replace("FOLLOW", str(height is None).lower())
+        return frame + script
 
     def _first_height(self) -> int:
         """About the page's height before a head is opened: title, grid, legend, word box."""
@@ -116,13 +117,16 @@ class Explorer:
                 f"{len(self.data['words'].get('tokens', ()))} words)")  # fmt: skip
 
 
-#: the host's side of the frame's height: the page posts ``{"tl_explorer_height": px}`` (see
-#: explorer.js); only messages from this frame's own window resize it
-_FOLLOW_HEIGHT = """<script>(function(){var f=document.getElementById("FRAME_ID");
-if(!f)return;window.addEventListener("message",function(e){
-if(!f.contentWindow||e.source!==f.contentWindow||!e.data)return;
-var h=Number(e.data.tl_explorer_height);
-if(isFinite(h)&&h>0)f.style.height=Math.ceil(Math.min(h,20000))+"px";});})();</script>"""
+#: the host's side of the frame: it tells the frame its theme (dark where its text is light) when
+#: the frame loads or posts and when the host's theme changes, and follows the height the frame
+#: posts (``{"tl_explorer_height": px}``, explorer.js) when FOLLOW; only this frame's messages
+_HOST = """<script>(function(){var f=document.getElementById("FRAME_ID");if(!f)return;
+function theme(){var c=getComputedStyle(f.parentElement).color.match(/[\\d.]+/g)||[0,0,0],
+w=f.contentWindow;if(w)w.postMessage({tl_theme:+c[0]+ +c[1]+ +c[2]>384?"dark":"light"},"*");}
+f.addEventListener("load",theme);new MutationObserver(theme).observe(document.body,
+{attributes:true});window.addEventListener("message",function(e){if(!f.contentWindow||
+e.source!==f.contentWindow||!e.data)return;theme();var h=Number(e.data.tl_explorer_height);
+if(FOLLOW&&isFinite(h)&&h>0)f.style.height=Math.ceil(Math.min(h,20000))+"px";});})();</script>"""
 
 
 def _labeller(tokenizer: Any):

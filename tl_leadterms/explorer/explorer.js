@@ -4,18 +4,21 @@ var W=null;  // the word box's table, parsed when a word is first looked up (aft
 var cache={};
 function el(tag,attrs,text){var e=document.createElement(tag);for(var k in attrs||{})
  e.setAttribute(k,attrs[k]);if(text!==undefined&&text!==null)e.textContent=text;return e;}
-function fmt(v){if(v===null||v===undefined)return '–';if(typeof v!=='number')return String(v);
- var a=Math.abs(v);return (a>=1e-3||v===0)&&a<1e4?v.toPrecision(4).replace(/\.?0+$/,''):v.toExponential(2);}
-var NEG=[33,102,172],POS=[178,24,43],NONE=[238,238,238];
-function shade(x){if(x===null||x===undefined||isNaN(x))return NONE;x=Math.max(-1,Math.min(1,x));
- var end=x>=0?POS:NEG,a=Math.abs(x);return end.map(function(c){return Math.round(255+(c-255)*a);});}
-function rgb(c){return 'rgb('+c.join(',')+')';}
-function diverge(x){return rgb(shade(x));}
-function paler(c,f){return c.map(function(u){return Math.round(u+(255-u)*f);});}
-function luminance(c){var v=c.map(function(u){u/=255;return u<=0.03928?u/12.92:Math.pow((u+0.055)/1.055,2.4);});
- return 0.2126*v[0]+0.7152*v[1]+0.0722*v[2];}
-function ink(c){var L=luminance(c);return (L+0.05)/0.05>=1.05/(L+0.05)?'#000':'#fff';}
-function paint(node,c){node.style.background=rgb(c);node.style.color=ink(c);}
+function fmt(v,d){if(v===null||v===undefined||(typeof v==='number'&&isNaN(v)))return '–';
+ if(typeof v!=='number')return String(v);if(v===0)return '0';if(!isFinite(v))return v>0?'inf':'-inf';d=d||3;
+ var e=Number(v.toExponential(d-1).split('e')[1]);  // Python's '%.{d}g', as style.number prints
+ if(e<-4||e>=d){var m=v.toExponential(d-1).split('e'),x=Number(m[1]);return m[0].replace(/\.?0+$/,'')+'e'+
+  (x<0?'-':'+')+(Math.abs(x)<10?'0':'')+Math.abs(x);}
+ return v.toFixed(d-1-e).replace(/(\.\d*?)0+$/,'$1').replace(/\.$/,'');}
+var RAMP=S.ramp;  // the diverging map's 256 colours (style.ramp): a value picks as matplotlib does
+function shade(x){if(x===null||x===undefined||isNaN(x))return null;var t=(Math.max(-1,Math.min(1,x))+1)/2;
+ return RAMP[Math.min(RAMP.length-1,Math.floor(t*RAMP.length))];}
+function paler(c){return '#'+[1,3,5].map(function(k){var u=Math.round(parseInt(c.substr(k,2),16)*0.4+255*0.6);
+ return (u<16?'0':'')+u.toString(16);}).join('');}
+function luminance(c){var v=[1,3,5].map(function(k){var u=parseInt(c.substr(k,2),16)/255;
+ return u<=0.04045?u/12.92:Math.pow((u+0.055)/1.055,2.4);});return 0.2126*v[0]+0.7152*v[1]+0.0722*v[2];}
+function ink(c){var L=luminance(c);return (L+0.05)/0.05>=1.05/(L+0.05)?'#000000':'#ffffff';}
+function paint(node,c){node.style.background=c||'';node.style.color=c?ink(c):'';}
 function head(label){if(!(label in cache)){var n=document.querySelector(
  'script.tl-head[data-head="'+label+'"]');cache[label]=n?JSON.parse(n.textContent):null;}return cache[label];}
 function scoreScale(name){var m=0;S.heads.forEach(function(h){var v=h.scores[name];
@@ -28,8 +31,8 @@ function drawGrid(){var name=document.getElementById('tl-score').value,box=docum
   for(var h2=0;h2<S.n_heads;h2++){var lab='L'+l+'H'+h2,x=at[lab],td=el('td',{'class':'tl-cell','data-label':lab});
    if(x){var v=x.scores[name];if(name==='character'){td.style.background=S.colours[x.scores.character_key]||'#999';
      td.title=lab+': '+v;if(x.faint)td.style.opacity=0.45;}else{var c=shade(typeof v==='number'?v/scale:null);
-     paint(td,x.faint?paler(c,0.6):c);td.textContent=typeof v==='number'?v.toFixed(Math.abs(v)>=10?0:2):'';
-     td.title=lab+': '+fmt(v)+(x.verdict?' ('+x.verdict+')':'');}
+     paint(td,c&&x.faint?paler(c):c);td.textContent=typeof v==='number'?fmt(v,2):'';
+     td.title=lab+': '+fmt(v,4)+(x.verdict?' ('+x.verdict+')':'');}
     if(x.faint)td.classList.add('tl-faint');td.addEventListener('click',(function(q){return function(){openHead(q);};})(lab));}
    tr.appendChild(td);}t.appendChild(tr);}
  box.appendChild(t);drawLegend(name,scale);document.body.setAttribute('data-grid-drawn',String(performance.now()));}
@@ -38,12 +41,12 @@ function drawLegend(name,scale){var box=document.getElementById('tl-legend');box
   Object.keys(seen).forEach(function(k){var item=el('span',{'class':'tl-key'}),sw=el('span',{'class':'tl-swatch'});
    sw.style.background=S.colours[k]||'#999';item.appendChild(sw);item.appendChild(document.createTextNode(k||'–'));
    box.appendChild(item);});}
- else{var bar=el('span',{'class':'tl-ramp'});bar.style.background='linear-gradient(to right,'+diverge(-1)+','+
-   diverge(0)+','+diverge(1)+')';box.appendChild(el('span',{},'−'+fmt(scale)));box.appendChild(bar);
+ else{var bar=el('span',{'class':'tl-ramp'});bar.style.background='linear-gradient(to right,'+[0,64,128,192,255].map(function(i){
+   return RAMP[i];}).join(',')+')';box.appendChild(el('span',{},'−'+fmt(scale)));box.appendChild(bar);
   box.appendChild(el('span',{},'+'+fmt(scale)));box.appendChild(el('span',{'class':'tl-note'},' '+
-   (S.score_names[name]||name)+'; 0 is white'));}
+   (S.score_names[name]||name)+'; blue negative, 0 white, red positive'));}
  if(S.heads.some(function(h){return h.faint;}))box.appendChild(el('div',{'class':'tl-note'},
-  'paler, dotted: the verdict of W is negligible or not distinguished (as the tables grey it)'));
+  'paler, dashed: the verdict of W is negligible or not distinguished (as the tables dim it)'));
  (S.notes||[]).forEach(function(n){box.appendChild(el('div',{'class':'tl-note'},n));});}
 function kv(rows){var t=el('table',{'class':'tl-kv'});rows.forEach(function(r){var tr=el('tr');
  tr.appendChild(el('td',{},r[0]));tr.appendChild(el('td',{'data-key':r[2]||''},fmt(r[1])));t.appendChild(tr);});return t;}
@@ -71,7 +74,7 @@ function attention(box,label,d){box.appendChild(el('h3',{},'Attention on the tex
   if(window.CircuitsVis&&CircuitsVis.AttentionPattern){CircuitsVis.render(inner.id,CircuitsVis.AttentionPattern,
    {tokens:S.tokens,attention:x[1]});}else{inner.appendChild(canvasPattern(x[1]));}});}
 function canvasPattern(m){var n=m.length,c=el('canvas',{width:String(n*8),height:String(n*8)}),g=c.getContext('2d');
- for(var i=0;i<n;i++)for(var j=0;j<=i;j++){g.fillStyle=diverge(m[i][j]);g.fillRect(j*8,i*8,8,8);}return c;}
+ for(var i=0;i<n;i++)for(var j=0;j<=i;j++){g.fillStyle=shade(m[i][j]);g.fillRect(j*8,i*8,8,8);}return c;}
 function pairs(title,a,b,an,bn){var box=el('div');box.appendChild(el('h3',{},title));var row=el('div',{'class':'tl-row'});
  [[an,a],[bn,b]].forEach(function(x){var t=el('table',{'class':'tl-pairs'}),tr=el('tr');
   tr.appendChild(el('th',{},x[0]));tr.appendChild(el('th',{},'value'));t.appendChild(tr);(x[1]||[]).forEach(function(p){
@@ -103,7 +106,6 @@ function findWord(q){var key=q.trim().toLowerCase();if(!key)return -1;if(!W)W=JS
  var found=spellings.get(key)||[],exact=found.filter(function(p){return W.tokens[p]===q;});
  if(exact.length)return exact[0];  // else the most frequent token of that spelling
  return found.reduce(function(a,p){return a<0||W.counts[p]>W.counts[a]?p:a;},-1);}
-function hundredths(v){return (v/100).toFixed(2);}
 function showWord(){var q=document.getElementById('tl-word').value,p=findWord(q),kind=document.getElementById('tl-word-kind').value,
  lists=document.getElementById('tl-word-lists'),text=document.getElementById('tl-word-text');lists.textContent='';text.textContent='';
  if(p<0){if(q.trim())lists.appendChild(el('p',{'class':'tl-note','id':'tl-word-unknown'},'"'+q.trim()+'" is not one of the '+
@@ -112,13 +114,13 @@ function showWord(){var q=document.getElementById('tl-word').value,p=findWord(q)
   'never occurs in the corpus: no associations';
  Object.keys(W.kinds).forEach(function(kd){var K=W.kinds[kd],top=K.top[p],b=el('div');b.appendChild(el('h3',{},K.heading));
   var ul=el('ul',{'class':'tl-assoc','data-kind':kd});for(var i=0;top&&i<top.length;i+=2){var li=el('li');
-   li.appendChild(el('span',{'class':'tl-token'},W.tokens[top[i]]));li.appendChild(el('small',{},' '+hundredths(top[i+1])));
+   li.appendChild(el('span',{'class':'tl-token'},W.tokens[top[i]]));li.appendChild(el('small',{},' '+fmt(top[i+1]/100)));
    li.title=W.scoring+' score '+fmt(top[i+1]/100*K.scale[p]);ul.appendChild(li);}
   if(!top)ul.appendChild(el('li',{'class':'tl-note'},K.note||none));b.appendChild(ul);lists.appendChild(b);});
  var K=W.kinds[kind],row=K.text[p];text.appendChild(el('p',{'class':'tl-note'},'the text shaded by its '+kind+
-  ' association with "'+word+'" (the scale of the lists: 1 is full red, −1 full blue; grey: not scored)'));
+  ' association with "'+word+'" (the scale of the lists: 1 is full red, −1 full blue; unshaded: not scored)'));
  var line=el('div',{'class':'tl-shaded'});(S.text||S.tokens).forEach(function(tok,i){var c=W.text[i],
-  v=c<0||!row?null:row[c],s=el('span',{},tok);paint(s,v===null?NONE:shade(v/100));s.title=v!==null?hundredths(v):
+  v=c<0||!row?null:row[c],s=el('span',{},tok);paint(s,v===null?null:shade(v/100));s.title=v!==null?fmt(v/100):
   c<0?'not a kept token':!row?(K.note||none):'left out of the lists';line.appendChild(s);});text.appendChild(line);}
 document.getElementById('tl-score').addEventListener('change',drawGrid);
 document.getElementById('tl-word').addEventListener('input',showWord);
@@ -133,4 +135,7 @@ if(document.getElementById('tl-words-data'))firstWord();else document.addEventLi
 if(window.ResizeObserver)new ResizeObserver(postHeight).observe(document.getElementById('tl-root'));
 setInterval(postHeight,500);  // also when no resize is observed: a frame measured while its host hid it
 window.addEventListener('load',postHeight);postHeight();
+window.addEventListener('message',function(e){  // the host says its theme: the frame sees no host variables
+ if(e.source===window.parent&&e.data&&(e.data.tl_theme==='dark'||e.data.tl_theme==='light'))
+  document.documentElement.setAttribute('data-tl-theme',e.data.tl_theme);});
 })();

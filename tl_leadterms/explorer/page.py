@@ -1,6 +1,9 @@
 """The explorer's page: one offline HTML document around the data of
 :mod:`~tl_leadterms.explorer.data` (styles and script below, circuitsvis inlined once).
 
+Its colours are the theme's (light or dark as its host says, else as the reader prefers); values
+take the one diverging map, whose colours the summary carries (``ramp``).
+
 The grid is drawn from a small summary (a few numbers per head); each head's details sit in
 their own ``<script type="application/json" data-head="L3H2">`` block and are parsed only when
 the head is clicked, so a 30 × 9 model opens as fast as a 2 × 1 one. JSON is embedded with
@@ -16,6 +19,8 @@ import html as html_lib
 import json
 from importlib.resources import files
 from typing import Any
+
+from tl_leadterms.results.style import ramp, theme_css
 
 __all__ = ["embed_json", "page"]
 
@@ -33,7 +38,7 @@ def _asset(name: str) -> str:
 
 def page(data: dict[str, Any], library: str, title: str = "tl_leadterms explorer") -> str:
     """The complete page; ``library`` is the circuitsvis ``<script>`` (or empty)."""
-    summary = data.get("summary", {})
+    summary = {**data.get("summary", {}), "ramp": ramp()}
     options = "".join(
         f'<option value="{html_lib.escape(key)}">{html_lib.escape(name)}</option>'
         for key, name in summary.get("score_names", {}).items()
@@ -49,7 +54,8 @@ def page(data: dict[str, Any], library: str, title: str = "tl_leadterms explorer
     legend = html_lib.escape(data.get("words", {}).get("legend", ""))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{html_lib.escape(title)}</title><style>{css}</style>{library}</head><body>"
+        f"<title>{html_lib.escape(title)}</title><style>{theme_css(':root', page=True)}{css}"
+        f"</style>{library}</head><body>"
         f'<div id="tl-root"><h1>{html_lib.escape(title)}</h1><div class="tl-meta">'
         f"{html_lib.escape(summary.get('meta', ''))}</div>"
         '<div id="tl-layout"><div id="tl-side">'

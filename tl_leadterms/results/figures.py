@@ -8,18 +8,19 @@ shows itself there, once. matplotlib is imported when the first figure is made.
 Conventions the figures keep: categorical axes (heads, layers, weights) as points or bars, never
 joined by lines; panels that compare one quantity share their y-scale; legends sit outside the
 axes; a heatmap's colour scale follows its data (sequential for scores, diverging and centred
-on 0 for values of both signs) and each annotation is black or white, whichever reads better
-on its cell.
+on 0 for values of both signs: :mod:`~tl_leadterms.results.style`'s maps, the HTML tables'
+own) and each annotation is black or white, whichever reads better on its cell, with the
+digits :func:`~tl_leadterms.results.style.column_format` gives the HTML tables.
 """
 
 import math
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tl_leadterms.atomic import atomic_path
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.style import DIVERGING, SEQUENTIAL, column_format, ink
 
 __all__ = [
     "COSINE_GAP_FLOOR",
@@ -29,13 +30,11 @@ __all__ = [
     "blank_figure",
     "check_result",
     "colour_scale",
-    "decimals",
     "heatmap",
     "layer_head_grid",
     "legend_outside",
     "new_figure",
     "save_figure",
-    "text_colour",
 ]
 
 #: 1 − cosine is drawn on a log axis, clipped below at this value (a cosine of exactly 1)
@@ -92,25 +91,6 @@ def as_number(value: Any) -> float:
     return float(value)
 
 
-def decimals(values: Any, least: int = 2, most: int = 6) -> int:
-    """The fewest decimals, from ``least`` to ``most``, at which the finite ``values`` that
-    differ (at ``most`` decimals) still read differently.
-
-    >>> decimals([0.2, 0.9]), decimals([0.9931, 0.9938]), decimals([0.9931, 0.9934])
-    (2, 3, 4)
-    >>> decimals([1.0, 1.0])
-    2
-    >>> decimals([0.99999, 1.0])
-    5
-    """
-    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    distinct = len({round(v, most) for v in finite})
-    for digits in range(least, most):
-        if len({f"{v:.{digits}f}" for v in finite}) == distinct:
-            return digits
-    return most
-
-
 def colour_scale(values: Any, *, signed: bool | None = None) -> tuple[str, float, float]:
     """``(colormap, vmin, vmax)`` for ``values``: a diverging map centred on 0 (``±max|v|``)
     when they have both signs (or ``signed=True``), else a sequential one over their range.
@@ -122,7 +102,7 @@ def colour_scale(values: Any, *, signed: bool | None = None) -> tuple[str, float
     >>> colour_scale([0.2, 0.5])
     ('viridis', 0.2, 0.5)
     >>> colour_scale([-0.1, 0.4])
-    ('RdBu', -0.4, 0.4)
+    ('RdBu_r', -0.4, 0.4)
     >>> name, low, high = colour_scale([0.995767, 0.995765])
     >>> round(high - low, 4)
     0.0199
@@ -133,33 +113,12 @@ def colour_scale(values: Any, *, signed: bool | None = None) -> tuple[str, float
         signed = low < 0 < high
     if signed:
         edge = max(abs(low), abs(high)) or 1.0
-        return "RdBu", -edge, edge
+        return DIVERGING, -edge, edge
     span = MIN_SPAN * max(abs(low), abs(high)) or 1.0
     if high - low < span:
         middle = (low + high) / 2
-        return "viridis", middle - span / 2, middle + span / 2
-    return "viridis", low, high
-
-
-def _luminance(rgb: Sequence[float]) -> float:
-    """WCAG 2 relative luminance of an sRGB colour with channels in [0, 1] (alpha ignored)."""
-
-    def linear(c: float) -> float:
-        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
-
-    r, g, b = (linear(c) for c in rgb[:3])
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b
-
-
-def text_colour(background: Sequence[float]) -> str:
-    """``"black"`` or ``"white"``: whichever has the larger WCAG contrast on ``background``
-    (RGB or RGBA, channels in [0, 1]).
-
-    >>> text_colour((1.0, 1.0, 0.8)), text_colour((0.1, 0.1, 0.4))
-    ('black', 'white')
-    """
-    lum = _luminance(background)
-    return "black" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "white"
+        return SEQUENTIAL, middle - span / 2, middle + span / 2
+    return SEQUENTIAL, low, high
 
 
 def heatmap(ax: Any, fig: Any, values: Any, rows: list[str], cols: list[str], *, label: str,
@@ -167,9 +126,10 @@ def heatmap(ax: Any, fig: Any, values: Any, rows: list[str], cols: list[str], *,
             fontsize: str = "x-small") -> None:  # fmt: skip
     """An annotated heatmap of ``values`` ``[rows, cols]`` (NaN: masked, shown as "–").
 
-    The colour scale comes from :func:`colour_scale`, the number of decimals from
-    :func:`decimals`, each annotation's colour from :func:`text_colour`; ``marks`` (a boolean
-    array) adds ``*`` to its cells.
+    The colour scale comes from :func:`colour_scale`, the digits from
+    :func:`~tl_leadterms.results.style.column_format`, each annotation's colour from
+    :func:`~tl_leadterms.results.style.ink`; ``marks`` (a boolean array) adds ``*`` to its
+    cells.
     """
     import numpy as np
 
@@ -177,13 +137,13 @@ def heatmap(ax: Any, fig: Any, values: Any, rows: list[str], cols: list[str], *,
     cmap, vmin, vmax = colour_scale(values.ravel().tolist(), signed=signed)
     image = ax.imshow(np.ma.masked_invalid(values), aspect="auto", cmap=cmap, vmin=vmin,
                       vmax=vmax)  # fmt: skip
-    digits = decimals(values.ravel().tolist())
+    fmt = column_format(values.ravel().tolist())
     for (i, j), v in np.ndenumerate(values):
         if not math.isfinite(v):
             ax.text(j, i, "–", ha="center", va="center", fontsize=fontsize)
             continue
-        text = f"{v:.{digits}f}" + ("*" if marks is not None and marks[i, j] else "")
-        colour = text_colour(image.cmap(image.norm(v)))
+        text = fmt(float(v)) + ("*" if marks is not None and marks[i, j] else "")
+        colour = ink(image.cmap(image.norm(v)))
         ax.text(j, i, text, ha="center", va="center", fontsize=fontsize, color=colour)
     ax.set_xticks(range(len(cols)), cols, rotation=45 if len(cols) > 8 else 0,
                   ha="right" if len(cols) > 8 else "center")  # fmt: skip

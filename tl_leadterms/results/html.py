@@ -23,6 +23,7 @@ from typing import Any
 
 from tl_leadterms.atomic import write_bytes
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.style import theme_css
 
 __all__ = ["View", "circuitsvis_library", "figure_html", "save_html"]
 
@@ -34,12 +35,16 @@ _CALL = re.compile(
     r"\s*(?P<props>.*?)\s*\)\s*$",
     re.S,
 )
-_CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+_CSS = (
+    theme_css(":root", page=True)
+    + """
+body { font-family: system-ui, sans-serif; margin: 2em; }
 .tl-leadterms-view { margin: 1.5em 0; }
 .tl-leadterms-view table { border-collapse: collapse; font-size: 0.9em; }
-.tl-leadterms-view th, .tl-leadterms-view td { border: 1px solid #ccc; padding: 0.2em 0.6em; }
+.tl-leadterms-view th, .tl-leadterms-view td { border: 1px solid var(--tl-border);
+  padding: 0.2em 0.6em; }
 """
+)
 
 
 class _Circuit:
@@ -76,7 +81,8 @@ class _Circuit:
         # the props are JSON: inside a <script>, only "</" and "<!--" could end or derail it
         props = self.props.replace("</", "<\\/").replace("<!--", "<\\!--")
         return (
-            f'<div id="{element}" class="tl-leadterms-cv" style="margin: 15px 0;"></div>\n'
+            f'<div id="{element}" class="tl-leadterms-cv" style="margin: 15px 0; background: #fff; '
+            'color: #000; color-scheme: light;"></div>\n'
             f'<script>CircuitsVis.render("{element}", CircuitsVis.{self.name}, {props});</script>'
         )
 

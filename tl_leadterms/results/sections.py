@@ -9,20 +9,17 @@ their own. A section carries the findings its result writes about itself, in sen
 >>> s = Section("atlas", "Head atlas", "<p>grid</p>", (esc("2 < 3"),))
 >>> s.findings
 ('2 &lt; 3',)
->>> num(0.123456), num(float("nan")), num(12345.0)
-('0.1235', '–', '1.234e+04')
 """
 
 import html
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["Section", "esc", "figure_block", "kv_table", "note", "num", "step_text"]
+__all__ = ["Section", "esc", "figure_block", "kv_table", "note", "step_text"]
 
 
 @dataclass(frozen=True)
@@ -65,13 +62,6 @@ def kv_table(items: list[tuple[str, object]], css: str) -> str:
         f"<tr><th>{esc(key)}</th><td>{esc(_short(value))}</td></tr>" for key, value in items
     )
     return f'<table class="{css}">{rows}</table>'
-
-
-def num(value: object, digits: int = 4) -> str:
-    """A number with ``digits`` decimals (scientific when large); "–" for None and NaN."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:.{digits}f}" if abs(value) < 1e4 else f"{value:.3e}"
 
 
 def figure_block(make: Callable[[], Any], caption: str) -> str:

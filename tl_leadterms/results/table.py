@@ -12,21 +12,25 @@ A subclass declares what its columns mean, never how to draw them:
 * ``KEYS``: the columns :meth:`row` takes positionally (e.g. ``("weight", "layer", "head")``);
 * ``COLUMNS``: columns every row has, in display order (any other column follows them);
 * ``SCORE``: the column drawn as a bar (``SCORE_RANGE`` its fixed domain, or None for the data);
-* ``INTERVAL`` (``lo``, ``hi``) and ``NULL`` (``null_mean``, ``null_sd``); rows are greyed by
-  their ``verdict`` (:func:`~tl_leadterms.results.null.verdict`), and :meth:`notes` are the
-  one-line notes under every view (a null too small to decide);
+* ``INTERVAL`` (``lo``, ``hi``), ``NULL`` (``null_mean``, ``null_sd``) and ``SIGNIFICANCE``
+  (``q`` before ``p``: the first present is a key column); ``DETAIL``: shown after the rest;
+  rows are dimmed by their ``verdict`` (:func:`~tl_leadterms.results.null.verdict`), and
+  :meth:`notes` are the one-line notes of every view (a null too small to decide);
 * ``GRID`` (row, column) and ``GROUP``: rows with both grid columns (and the values of
   ``GRID_WHERE``) also draw as heatmaps, one per group (e.g. layer × head per ``weight``);
 * ``NESTED``: dictionary-valued columns flattened to ``prefix:key`` columns; ``HIDDEN``: left out
   of the HTML table (still in :meth:`to_pandas`).
 
-Columns another analysis adds later render with no more work: as a plain column, or in the
-role its name declares.
+Every view leads with the same :meth:`~ResultTable.key_columns` and dims a row by its
+``verdict`` only. Columns another analysis adds later render with no more work: as a plain
+column, or in the role its name declares.
 
 Example:
     >>> t = ResultTable([{"layer": 0, "head": 1, "score": 0.5}], {"note": "x"})
     >>> t.row(0, 1)["score"], len(t.select(layer=0)), t.to_dict()["metadata"]
     (0.5, 1, {'note': 'x'})
+    >>> t.key_columns()
+    ['layer', 'head', 'score']
     >>> "<table" in t._repr_html_()
     True
 """
@@ -36,8 +40,10 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.marks import WIDE_MARK, is_wide, wide_note
+from tl_leadterms.results.style import column_format, number
 
-__all__ = ["EVIDENCE", "EXTRA_COLUMNS", "ResultTable", "cell"]
+__all__ = ["EVIDENCE", "EXTRA_COLUMNS", "ResultTable"]
 
 #: what ``null=`` and ``ci=`` add to a score's row (as :func:`~tl_leadterms.decompose` names them);
 #: sweeps and the monitor carry these columns along with the score
@@ -75,6 +81,12 @@ class ResultTable:
     SCORE_RANGE: ClassVar[tuple[float, float] | None] = None
     INTERVAL: ClassVar[tuple[str, str]] = ("lo", "hi")
     NULL: ClassVar[tuple[str, str]] = ("null_mean", "null_sd")
+    SIGNIFICANCE: ClassVar[tuple[str, ...]] = ("q", "p")
+    #: the columns every view shows after the key ones (the HTML table folds them under it):
+    #: the null's parts, the interval's ends and estimate, the shares of the effect
+    DETAIL: ClassVar[tuple[str, ...]] = ("null_mean", "null_sd", "z", "p", "reference", "lo",
+                                         "hi", "corrected", "noise_share", "excess_share",
+                                         "common_share", "raw", "ci_level")  # fmt: skip
     GRID: ClassVar[tuple[str, str] | None] = ("layer", "head")
     GRID_WHERE: ClassVar[dict[str, Any]] = {}
     GROUP: ClassVar[tuple[str, ...]] = ()
@@ -200,14 +212,47 @@ class ResultTable:
         note = reach_note(self.rows, (self.metadata.get("null") or {}).get("permutations"))
         return [note] if note else []
 
+    def key_columns(self) -> list[str]:
+        """The columns every view leads with: what the row is (``label``, else :attr:`KEYS`),
+        the effect (:attr:`SCORE`, ``"interval"``, ``excess``, ``specific``), the evidence (the
+        first of :attr:`SIGNIFICANCE`) and the ``verdict``, those the rows have."""
+        have = set(self.shown_columns())
+        have |= {"interval"} if set(self.INTERVAL) <= have else set()
+        ident = [k for k in self.KEYS if "label" not in have or k not in ("layer", "head")]
+        sig = [c for c in self.SIGNIFICANCE if c in have][:1]
+        names = [*ident, "label", self.SCORE, "interval", "excess", "specific", *sig, "verdict"]
+        return [c for c in dict.fromkeys(names) if c in have]
+
+    def shown_columns(self) -> list[str]:
+        """:meth:`columns` that views show: not :attr:`HIDDEN`, and with a value in some row."""
+        return [c for c in self.columns() if c not in self.HIDDEN and any(
+            r.get(c) is not None and not _is_nan(r.get(c)) for r in self.rows)]  # fmt: skip
+
+    def cell(self, row: dict[str, Any], column: str) -> Any:
+        """``row[column]``; ``lo – hi`` for ``"interval"``."""
+        if column == "interval" and column not in row:
+            low, high = (row.get(c) for c in self.INTERVAL)
+            mark = WIDE_MARK if is_wide(row) else ""
+            return None if low is None else f"{number(low)} – {number(high)}{mark}"
+        return row.get(column)
+
     def __repr__(self) -> str:
-        names = [c for c in self.columns() if c not in self.NESTED][:10]
-        lines = [self.title(), "  ".join(f"{c:>10}" for c in names)]
-        for r in self.rows[:40]:
-            lines.append("  ".join(f"{_text(r.get(c)):>10}" for c in names))
-        if len(self.rows) > 40:
-            lines.append(f"... {len(self.rows) - 40} more rows")
-        return "\n".join(lines + self.notes())
+        """The title, what the interval covers, then the key columns and others (up to 10)."""
+        from tl_leadterms.results.bootstrap import ci_note
+
+        key, skip = self.key_columns(), {"layer", "head", *self.INTERVAL, *self.NESTED}
+        rest = [c for c in self.shown_columns() if c not in key and c not in skip]
+        names, shown = (key + rest)[: max(10, len(key))], self.rows[:40]
+        formats = [column_format([self.cell(r, c) for r in shown]) for c in names]
+        cells = [[f(self.cell(r, c))[:24] for c, f in zip(names, formats, strict=True)]
+                 for r in shown]  # fmt: skip
+        width = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(names)]
+        lines = [self.title(), ci_note(self.metadata)] + [
+            "  ".join(f"{v:>{w}}" for v, w in zip(row, width, strict=True))
+            for row in [names, *cells]
+        ]  # fmt: skip
+        more = f"... {len(self.rows) - 40} more rows" if len(self.rows) > 40 else None
+        return "\n".join(t for t in [*lines, more, wide_note(self.rows), *self.notes()] if t)
 
     def _repr_html_(self) -> str:
         from tl_leadterms.results.table_html import table_html
@@ -237,19 +282,3 @@ def _is_int(value: object) -> bool:
     import numpy as np
 
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def cell(value: Any, width: int = 8, limit: float = 1e4) -> str:
-    """A number of a text table, right-aligned in ``width``: 4 decimals (scientific from
-    ``limit`` on), ``-`` for None and NaN."""
-    if value is None or _is_nan(value):
-        return "-".rjust(width)
-    return f"{value:{width}.4f}" if abs(value) < limit else f"{value:{width}.3e}"
-
-
-def _text(value: object) -> str:
-    if value is None or _is_nan(value):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)[:10]

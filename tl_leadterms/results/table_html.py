@@ -1,35 +1,29 @@
 """The HTML of a :class:`~tl_leadterms.results.table.ResultTable` (its ``_repr_html_``).
 
-One self-contained fragment, no network, rendered with pandas' ``Styler`` (formats, per-cell
-styles, captions, hover titles): a caption, a heatmap grid per group when the table declares
-``GRID`` (e.g. layers × heads), and the table itself, whose score column is an inline SVG (what
-no library draws: the score as a bar from 0, the confidence interval as a whisker and the null
-band ``null_mean ± 2·null_sd`` shaded behind them). Rows whose ``verdict`` greys them (the one
-rule of :func:`~tl_leadterms.results.null.verdict`: negligible, not distinguished) are greyed,
-and the table's :meth:`~tl_leadterms.results.table.ResultTable.notes` (e.g. a null too small to
-decide) are one line each under it. Clicking a column heading sorts the rows (a few lines of inline
-script; without scripts the table still reads). Every string is html-escaped.
+One self-contained fragment, no network, rendered with pandas' ``Styler``: a caption, a heatmap
+grid per group when the table declares ``GRID``, and the table, its score column an inline SVG
+beside the number (the score as a bar from 0, red positive and blue negative, the interval as a
+whisker, the null band ``null_mean ± 2·null_sd`` behind them). Headings sort the rows on click.
+Every string is html-escaped. The same in JupyterLab (light, dark), VS Code and plain pages:
 
-Readable in JupyterLab, classic Jupyter, VS Code and nbconvert's pages alike:
-
-* heatmap colours follow the data's range: a sequential colormap (viridis) for scores (never
-  narrower than 2% of the values, so digits of noise do not take the two ends of the map), a
-  diverging one (RdBu, centred on 0) when the values have both signs; one scale for all groups
-  of one score, one per group when the groups are different scores;
-* each heatmap number is pure black or pure white, whichever has the larger WCAG contrast on its
-  cell (never below 4.58:1; pandas' ``background_gradient`` picks ``#f1f1f1`` at a fixed
-  threshold and can fall to about 4.1:1, so the colours are computed here);
-* numbers carry the decimals that tell a column's values apart (0.9931 and 0.9938, not 1.00);
-* the style is scoped to ``div.tl-table`` and overrides JupyterLab's ``table-layout: fixed``,
-  so columns size to their content, never overlap or clip; a wide table scrolls inside its own
-  box (``div.tl-scroll``).
+* colours are the theme's (:func:`~tl_leadterms.results.style.theme_css`); heatmap cells take
+  the one sequential or diverging map (:mod:`~tl_leadterms.results.style`), their numbers
+  black or white by contrast;
+* the key columns come first (:meth:`~tl_leadterms.results.table.ResultTable.key_columns`),
+  then others while the table stays within :data:`WIDTH` px; the rest fold into ``<details>``;
+* a row whose ``verdict`` is "negligible" or "not distinguished" is dimmed (a heatmap cell is
+  paler with a dashed edge, never a mark across its digits); "unreachable" rows get one line
+  above the table instead;
+* numbers carry the significant digits that tell a column's values apart (never ``0.00``);
+* the style is scoped to ``div.tl-table``, overrides JupyterLab's ``table-layout: fixed`` and
+  lets a wide table scroll inside its own box, so cells never overlap or clip.
 
 Example:
     >>> from tl_leadterms.results.table import ResultTable
     >>> t = ResultTable([{"layer": 0, "head": 0, "score": 0.9, "lo": 0.8, "hi": 0.95,
-    ...                   "verdict": "not distinguished", "token": "<b>"}])
+    ...                   "verdict": "negligible", "token": "<b>"}])
     >>> html = table_html(t)
-    >>> 'class="tl-row tl-ns"' in html, "&lt;b&gt;" in html, "<b>" in html
+    >>> 'class="tl-row tl-dim"' in html, "&lt;b&gt;" in html, "<b>" in html
     (True, True, False)
 """
 
@@ -39,39 +33,52 @@ import math
 import re
 from typing import Any
 
-from tl_leadterms.results.figures import colour_scale, decimals, text_colour
+from tl_leadterms.results.figures import colour_scale
 from tl_leadterms.results.marks import WIDE_COVERAGE, WIDE_MARK, WIDE_NOISE_SHARE, is_wide
 from tl_leadterms.results.null import FAINT
+from tl_leadterms.results.style import (
+    colour,
+    column_format,
+    ink,
+    number,
+    theme_css,
+)
 
-__all__ = ["MAX_ROWS", "cell_colours", "faint", "table_html"]
+__all__ = ["MAX_ROWS", "WIDTH", "cell_colours", "dimmed", "table_html"]
 
 #: rows written into one HTML table (the rest are counted in a note)
 MAX_ROWS = 400
+#: pixels the main table may take (a notebook's output box is about 900 px); columns beyond
+#: the key ones that would widen it further fold under it
+WIDTH = 860
 _BAR_WIDTH = 110
-#: greyed (non-significant) rows' text: 5.7:1 on white
-_FAINT = "#666666"
 
-_STYLE = """<style>
-div.tl-table{font:12px system-ui,sans-serif;color:#222;margin:.4em 0;max-width:100%}
+_STYLE = ("<style>" + theme_css("div.tl-table") + """
+div.tl-table{font:12px system-ui,sans-serif;margin:.4em 0;padding:.3em .4em;max-width:100%;
+box-sizing:border-box}
 div.tl-table div.tl-scroll{overflow-x:auto;max-width:100%}
 div.tl-table table{border-collapse:collapse;font-size:inherit;table-layout:auto!important;
-width:auto!important;max-width:none;margin:0}
+width:auto!important;max-width:none;margin:0;color:inherit}
 div.tl-table th,div.tl-table td{white-space:nowrap;overflow:visible;max-width:none;
-text-overflow:clip;min-width:max-content}
-div.tl-table svg{max-width:none!important;height:14px!important;flex:none}
-div.tl-table table.tl-main th{cursor:pointer;background:#f3f3f3;padding:2px 6px;
-border-bottom:1px solid #bbb;text-align:right}
-div.tl-table table.tl-main td{padding:1px 6px;text-align:right;border-bottom:1px solid #eee}
+text-overflow:clip;min-width:max-content;color:inherit}
+div.tl-table svg{max-width:none!important;height:14px!important;flex:none;vertical-align:middle}
+div.tl-table table.tl-main th{cursor:pointer;background:var(--tl-head);padding:2px 6px;
+border-bottom:1px solid var(--tl-border);text-align:right}
+div.tl-table table.tl-main td{padding:1px 6px;text-align:right;font-variant-numeric:tabular-nums;
+border-bottom:1px solid var(--tl-border)}
 div.tl-table table.tl-main td.tl-str{text-align:left}
-div.tl-table table.tl-main td.tl-ns{color:#666666}
-div.tl-table table.tl-main td.tl-ns svg{opacity:.4}
+div.tl-table table.tl-main tr.tl-dim td{color:var(--tl-muted)}
+div.tl-table table.tl-main tr.tl-dim svg{opacity:.45}
+div.tl-table table.tl-heat{border-collapse:separate;border-spacing:1px}
 div.tl-table table.tl-heat td{min-width:3.2em;height:1.5em;text-align:center;padding:0 4px;
-border:1px solid #fff;font-size:11px}
-div.tl-table table.tl-heat th{padding:0 4px;font-weight:normal;text-align:right}
-div.tl-table table.tl-heat td.tl-ns{outline:2px dashed #fff;outline-offset:-3px}
+border:1px solid transparent;font-size:11px;font-variant-numeric:tabular-nums}
+div.tl-table table.tl-heat td.tl-dim{border:1px dashed var(--tl-fg)}
+div.tl-table table.tl-heat th{padding:0 4px;font-weight:normal;text-align:right;background:none}
 div.tl-table table.tl-heat caption{caption-side:top;text-align:left;font-weight:bold}
 div.tl-table div.tl-grids{display:flex;flex-wrap:wrap;gap:1.5em;margin:.3em 0 .8em}
-</style>"""
+div.tl-table .tl-note{color:var(--tl-muted);margin:.3em 0}
+div.tl-table details>summary{cursor:pointer;margin:.3em 0;color:var(--tl-accent)}
+</style>""")  # fmt: skip
 
 _SORT = """<script>window.tlltSort=window.tlltSort||function(th){var t=th.closest('table'),
 b=t.tBodies[0],i=Array.prototype.indexOf.call(th.parentNode.children,th),
@@ -89,50 +96,27 @@ def _num(value: Any) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _shown(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
-    return str(value)
+def dimmed(row: dict[str, Any] | None) -> bool:
+    """Whether a view dims the row: its ``verdict`` is one of
+    :data:`~tl_leadterms.results.null.FAINT` (no verdict: never)."""
+    return row is not None and row.get("verdict") in FAINT
 
 
-def _column_format(values: list[Any]):
-    """A formatter for one column: fixed decimals that tell its floats apart, else ``_shown``."""
-    floats = [v for v in values if isinstance(v, float) and math.isfinite(v)]
-    if not floats or any(not isinstance(v, (float, type(None))) for v in values):
-        return _shown
-    big = max(abs(v) for v in floats)
-    small = min((abs(v) for v in floats if v != 0), default=1.0)
-    if big >= 1e4 or small < 1e-3:
-        return _shown
-    digits = decimals(floats, least=3 if big < 10 else 1)
-
-    def fmt(value: Any) -> str:
-        return f"{value:.{digits}f}" if isinstance(value, float) and math.isfinite(value) else (
-            _shown(value))  # fmt: skip
-
-    return fmt
-
-
-def cell_colours(values: list[float | None], scale: tuple[str, float, float]) -> list[str]:
+def cell_colours(values: list[float | None], scale: tuple[str, float, float],
+                 dim: list[bool] | None = None) -> list[str]:  # fmt: skip
     """CSS ``background-color``/``color`` of heatmap cells for ``values`` on ``scale`` (a
-    :func:`~tl_leadterms.results.figures.colour_scale`); a missing value gets a light grey."""
-    import matplotlib
-    from matplotlib.colors import Normalize, to_hex
-
-    cmap = matplotlib.colormaps[scale[0]]
-    norm = Normalize(scale[1], scale[2], clip=True)
+    :func:`~tl_leadterms.results.figures.colour_scale`); a dimmed cell's colour is paler; a
+    missing value's cell is left blank."""
     out = []
-    for v in values:
+    for i, v in enumerate(values):
         if v is None:
-            out.append("background-color:#eeeeee;color:#000000")
+            out.append("")
             continue
-        rgba = cmap(norm(v))
-        ink = "#000000" if text_colour(rgba) == "black" else "#ffffff"
-        out.append(f"background-color:{to_hex(rgba)};color:{ink}")
+        fill = colour(v, scale)
+        if dim is not None and dim[i]:
+            fill = "#" + "".join(f"{round(int(fill[k:k + 2], 16) * .4 + 255 * .6):02x}"
+                                 for k in (1, 3, 5))  # fmt: skip
+        out.append(f"background-color:{fill};color:{ink(fill)}")
     return out
 
 
@@ -149,13 +133,11 @@ def _domain(table: Any) -> tuple[float, float]:
     return (lo, hi) if hi > lo else (lo - 1.0, hi + 1.0)
 
 
-def faint(row: dict[str, Any] | None) -> bool:
-    """Whether the row is greyed: its ``verdict`` is one of :data:`~.null.FAINT`."""
-    return row is not None and row.get("verdict") in FAINT
-
-
-def _bar(table: Any, row: dict[str, Any], domain: tuple[float, float], fmt) -> str:
-    """The score cell's content: null band, bar from 0, CI whisker (SVG) and the number."""
+def _bar(
+    table: Any, row: dict[str, Any], domain: tuple[float, float], text: str, chars: int
+) -> str:
+    """The score cell's content: null band, bar from 0, CI whisker (an SVG beside the number,
+    never over it) and the number."""
     lo, hi = domain
 
     def x(v: float) -> float:
@@ -167,25 +149,25 @@ def _bar(table: Any, row: dict[str, Any], domain: tuple[float, float], fmt) -> s
     if mean is not None and sd is not None:
         a, b = x(mean - 2 * sd), x(mean + 2 * sd)
         parts.append(f'<rect class="tl-null" x="{a}" y="0" width="{max(round(b - a, 1), 1)}" '
-                     'height="14" fill="#ddd"/>')  # fmt: skip
+                     'height="14" style="fill:var(--tl-border)"/>')  # fmt: skip
     if score is not None:
         a, b = sorted((x(0.0), x(score)))
         width = max(round(b - a, 1), 1)
         parts.append(f'<rect class="tl-bar" x="{a}" y="3" width="{width}" height="8" '
-                     f'fill="{"#4878b8" if score >= 0 else "#c0504d"}"/>')  # fmt: skip
+                     f'style="fill:var(--tl-{"pos" if score >= 0 else "neg"})"/>')  # fmt: skip
     low, high = (_num(row.get(c)) for c in table.INTERVAL)
     if low is not None and high is not None:
         a, b = x(low), x(high)
         wide = is_wide(row)  # a noisy sample's interval: dashed (tl_leadterms.results.marks)
         dash = ' stroke-dasharray="2 1.5"' if wide else ""
         parts.append(f'<path class="tl-ci{" tl-wide" if wide else ""}" '
-                     f'd="M{a} 7H{b}M{a} 3V11M{b} 3V11" stroke="#222" stroke-width="1.2"{dash} '
-                     'fill="none"/>')  # fmt: skip
-    svg = (f'<svg width="{_BAR_WIDTH}" height="14" '
-           f'style="vertical-align:middle;min-width:{_BAR_WIDTH}px">'
+                     f'd="M{a} 7H{b}M{a} 3V11M{b} 3V11" style="stroke:var(--tl-fg)" '
+                     f'stroke-width="1.2"{dash} fill="none"/>')  # fmt: skip
+    svg = (f'<svg width="{_BAR_WIDTH}" height="14" style="min-width:{_BAR_WIDTH}px">'
            f"{''.join(parts)}</svg>")  # fmt: skip
     mark = WIDE_MARK if low is not None and is_wide(row) else ""
-    return f"{svg} {html.escape(fmt(row.get(table.SCORE)))}{mark}"
+    return (f'{svg} <span style="display:inline-block;min-width:{chars}ch">'
+            f"{html.escape(text)}{mark}</span>")  # fmt: skip
 
 
 def _styled(frame: Any, styles: Any = None, classes: Any = None, titles: Any = None):
@@ -222,15 +204,16 @@ def _grid(table: Any, name: str, mine: list[dict], scale: tuple) -> str:
     cell = {(r[across], r[down]): r for r in mine}
     grid = [[cell.get((y, x)) for x in xs] for y in ys]
     numbers = [[None if r is None else _num(r.get(table.SCORE)) for r in row] for row in grid]
-    digits = decimals([v for row in numbers for v in row if v is not None])
-    index = [html.escape(f"{across} {_shown(y)}") for y in ys]
-    columns = [html.escape(_shown(x)) for x in xs]
-    text = [["" if v is None else f"{v:.{digits}f}" for v in row] for row in numbers]
+    fmt = column_format([v for row in numbers for v in row if v is not None])
+    index = [html.escape(f"{across} {number(y)}") for y in ys]
+    columns = [html.escape(number(x)) for x in xs]
+    text = [["" if v is None else fmt(v) for v in row] for row in numbers]
     frame = pd.DataFrame(text, index=index, columns=pd.Index(columns, name=html.escape(down)))
-    styles = pd.DataFrame([cell_colours(row, scale) for row in numbers], index=index,
-                          columns=columns)  # fmt: skip
-    greyed = [["tl-ns" if faint(r) else "" for r in row] for row in grid]
-    classes = pd.DataFrame(greyed, index=index, columns=columns)
+    dims = [[dimmed(r) for r in row] for row in grid]
+    styles = pd.DataFrame([cell_colours(v, scale, d) for v, d in zip(numbers, dims, strict=True)],
+                          index=index, columns=columns)  # fmt: skip
+    classes = pd.DataFrame([["tl-dim" if d else "" for d in row] for row in dims], index=index,
+                           columns=columns)  # fmt: skip
     tips = [["" if r is None else html.escape(_tip(table, r), quote=True) for r in row]
             for row in grid]  # fmt: skip
     titles = pd.DataFrame(tips, index=index, columns=columns)
@@ -258,71 +241,122 @@ def _grids(table: Any) -> str:
     scales = _group_scales(table, groups)
     out = ['<div class="tl-grids">']
     for group, mine in groups.items():
-        name = ", ".join(f"{g}={_shown(v)}" for g, v in zip(table.GROUP, group, strict=True))
+        name = ", ".join(f"{g}={number(v)}" for g, v in zip(table.GROUP, group, strict=True))
         out.append(_grid(table, name or table.SCORE, mine, scales[group]))
     out.append("</div>")
     return "".join(out)
 
 
 def _tip(table: Any, row: dict[str, Any]) -> str:
-    names = [c for c in table.columns() if c not in table.NESTED and c not in table.HIDDEN]
-    return "\n".join(f"{c}: {_shown(row.get(c))}" for c in names[:16])
+    names = table.key_columns() + [c for c in table.columns() if c not in table.NESTED
+                                   and c not in table.HIDDEN]  # fmt: skip
+    return "\n".join(f"{c}: {number(table.cell(row, c))}" for c in list(dict.fromkeys(names))[:16])
 
 
 def _names(table: Any, flat: list[dict]) -> list[str]:
-    hidden = set(table.HIDDEN)
-    names = []
-    for c in table.columns():
-        if c in table.NESTED and c not in hidden:
-            names += [k for r in flat for k in r if k.startswith(table.NESTED[c] + ":")]
-        elif c not in hidden and c not in table.NESTED:
-            names.append(c)
-    return list(dict.fromkeys(n for n in names if n not in hidden))
+    """Every column shown, the key ones first (NESTED ones spread)."""
+    names = list(table.key_columns())
+    for c in table.shown_columns():
+        prefix = table.NESTED.get(c)
+        names += [k for r in flat for k in r if k.startswith(f"{prefix}:")] if prefix else [c]
+    return list(dict.fromkeys(names))
 
 
-def _main(table: Any) -> str:
-    """The rows as a Styler table (escaped text, the score as an SVG bar), headings sortable."""
+def _width(name: str, texts: list[str], bar: bool) -> float:
+    """About the pixels a column takes (12 px system-ui digits are about 7 px wide)."""
+    return 7.2 * max([len(name), *(len(t) for t in texts)]) + 14 + (_BAR_WIDTH + 6) * bar
+
+
+def _split(table: Any, names: list[str], texts: dict[str, list[str]]) -> tuple[list, list]:
+    """The main table's columns (the key ones, then the others in order while the table stays
+    within :data:`WIDTH`) and the folded ones: what the row is, then the null's parts, the
+    interval's ends, the shares and what does not fit."""
+    key = table.key_columns()
+    used = sum(_width(c, texts[c], c == table.SCORE) for c in key)
+    main, folded, full = list(key), [], False
+    for c in (c for c in names if c not in key):
+        said = c in table.INTERVAL or (c in ("layer", "head") and "label" in key)
+        detail = said or c in table.DETAIL or ":" in c
+        full = full or (not detail and used + _width(c, texts[c], False) > WIDTH)
+        if detail or full:
+            folded.append(c)
+        else:
+            main.append(c)
+            used += _width(c, texts[c], False)
+    ident = [c for c in key if c in table.KEYS or c == "label"]
+    return main, folded and ident + folded
+
+
+def _table(table: Any, names: list[str], raw: list[dict], texts: dict[str, list[str]],
+           css: str) -> str:  # fmt: skip
+    """Rows of ``names`` as a Styler table (escaped text, the score with its SVG bar), headings
+    sortable, rows dimmed by their verdict."""
     import pandas as pd
 
-    flat = table.flat_rows()
-    names = _names(table, flat)
-    raw, flat = table.rows[:MAX_ROWS], flat[:MAX_ROWS]
-    formats = {c: _column_format([r.get(c) for r in flat]) for c in names}
     domain = _domain(table)
     cells, classes = [], []
-    for source, r in zip(raw, flat, strict=True):
-        grey = faint(source)
+    for i, r in enumerate(raw):
         row, kinds = [], []
         for c in names:
-            value = r.get(c)
+            text = texts[c][i]
             if c == table.SCORE:
-                row.append(_bar(table, r, domain, formats[c]))
+                row.append(_bar(table, r, domain, text, max(map(len, texts[c])) + 1))
             else:
-                row.append(html.escape(formats[c](value)))
-            kind = "tl-str" if c != table.SCORE and _num(value) is None else ""
-            kinds.append(" ".join(k for k in (kind, "tl-ns" if grey else "") if k))
+                row.append(html.escape(text))
+            value = table.cell(r, c)
+            numeric = _num(value) is not None or c == "interval"
+            kinds.append("" if c == table.SCORE or numeric else "tl-str")
         cells.append(row)
         classes.append(kinds)
     columns = [html.escape(c) for c in names]
     frame = pd.DataFrame(cells, columns=columns)
     styler = _styled(frame, classes=pd.DataFrame(classes, columns=columns)).hide(axis="index")
-    text = styler.set_table_attributes('class="tl-main"').to_html(cell_ids=False)
+    keys = html.escape(",".join(c for c in table.key_columns() if c in names), quote=True)
+    text = styler.set_table_attributes(f'class="{css}" data-key="{keys}"').to_html(cell_ids=False)
     text = re.sub(r'(<th [^>]*class="col_heading level0 col\d+"[^>]*?)\s*>',
                   r'\1 onclick="tlltSort(this)" title="sort">', text)  # fmt: skip
     head, _, body = text.partition("<tbody>")
-    marks = iter(" tl-ns" if faint(r) else "" for r in raw)
+    marks = iter(" tl-dim" if dimmed(r) else "" for r in raw)
     body = re.sub(r"<tr>", lambda _: f'<tr class="tl-row{next(marks)}">', body)
     return head + "<tbody>" + body
+
+
+def _tables(table: Any) -> str:
+    """The main table and, folded under it, the other columns."""
+    flat = table.flat_rows()[:MAX_ROWS]
+    names = _names(table, flat)
+    values = {c: [table.cell(r, c) for r in flat] for c in names}
+    texts = {c: list(map(column_format(v), v)) for c, v in values.items()}
+    if "interval" in names:  # both ends with the digits that tell the ends apart
+        ends = [[r.get(c) for r in flat] for c in table.INTERVAL]
+        fmt = column_format(ends[0] + ends[1])
+        texts["interval"] = [
+            "–" if a is None else f"{fmt(a)} – {fmt(b)}" for a, b in zip(*ends, strict=True)
+        ]
+    main, folded = _split(table, names, texts)
+    out = f'<div class="tl-scroll">{_table(table, main, flat, texts, "tl-main")}</div>'
+    if folded:
+        count = len([c for c in folded if c not in main])
+        inner = _table(table, folded, flat, texts, "tl-main tl-detail")
+        out += (f'<details class="tl-more"><summary>{count} more columns</summary>'
+                f'<div class="tl-scroll">{inner}</div></details>')  # fmt: skip
+    return out
+
+
+def _notes(table: Any) -> str:
+    """The table's :meth:`~tl_leadterms.results.table.ResultTable.notes` (a null too small to
+    reach its level: those rows are not dimmed), one line each above it."""
+    return "".join(f'<p class="tl-note">{html.escape(n)}</p>' for n in table.notes())
 
 
 def table_html(table: Any) -> str:
     """The HTML fragment of ``table`` (see the module docstring)."""
     more = len(table.rows) - MAX_ROWS
-    note = f"<p>… {more} more rows (to_pandas() has them all)</p>" if more > 0 else ""
+    note = (f'<p class="tl-note">… {more} more rows (to_pandas() has them all)</p>'
+            if more > 0 else "")  # fmt: skip
     return (
         f'<div class="tl-table">{_STYLE}{_SORT}<div><strong>{html.escape(table.title())}</strong>'
-        f'</div>{_grids(table)}<div class="tl-scroll">{_main(table)}</div>{note}'
-        f"{_legend(table)}</div>"
+        f"</div>{_notes(table)}{_grids(table)}{_tables(table)}{note}{_legend(table)}</div>"
     )
 
 
@@ -330,7 +364,7 @@ def _legend(table: Any) -> str:
     have = set(table.columns())
     bits = []
     if table.SCORE in have:
-        bits.append(f"bar: {html.escape(table.SCORE)}")
+        bits.append(f"bar: {html.escape(table.SCORE)} (red positive, blue negative)")
     if set(table.INTERVAL) <= have:
         bits.append("whisker: interval " + "–".join(table.INTERVAL))
         if any(is_wide(r) for r in table.rows):
@@ -340,9 +374,8 @@ def _legend(table: Any) -> str:
                 f"is wide ({html.escape(WIDE_COVERAGE)})"
             )
     if set(table.NULL) <= have:
-        bits.append("grey band: null mean ± 2 sd")
-    if "verdict" in have:
-        bits.append(f"greyed (dashed in the grid): verdict {' or '.join(FAINT)}")
-    notes = "".join(f"<p><small>{html.escape(n)}</small></p>" for n in table.notes())
-    return notes + (f"<p><small>{'; '.join(bits)}; click a heading to sort</small></p>"
-                    if bits else "")  # fmt: skip
+        bits.append("shaded band: null mean ± 2 sd")
+    if any(dimmed(r) for r in table.rows):
+        bits.append(f"dimmed (dashed in the grid): verdict {' or '.join(FAINT)}")
+    text = "; ".join([*bits, "click a heading to sort"])
+    return f'<p class="tl-note"><small>{text}</small></p>' if bits else ""

@@ -3,10 +3,12 @@
 :func:`token_texts` (html-escaped: :func:`token_labels`) gives each token the text it adds to
 the decoded sequence (so a word-level or BPE token keeps the space before it); a leading space
 is written as a no-break space, which a browser never collapses. :func:`shaded_tokens` colours
-tokens blue (negative), white (0) and red (positive) against a fixed scale ``±scale`` with a
-legend. It never stretches a tiny range to full colour: when the largest ``|value|`` in the
-text is below ``SHADE_FLOOR · scale``, the tokens stay unshaded and the page says "no
-association in this text".
+tokens on the one diverging map (:data:`~tl_leadterms.results.style.DIVERGING`: blue negative,
+white 0, red positive, as every table and figure) against a fixed scale ``±scale`` with a
+legend, each token's text black or white, whichever reads on its colour. It never stretches a
+tiny range to full colour: when the largest ``|value|`` in the text is below
+``SHADE_FLOOR · scale``, the tokens stay unshaded and the page says "no association in this
+text".
 
 >>> "No association in this text" in shaded_tokens(["a", "b"], [0.0, 1e-9], scale=1.0)
 True
@@ -17,10 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.results.style import colour, ink, number
 
 __all__ = [
     "SHADE_FLOOR",
-    "diverging_colour",
     "legend",
     "shaded_tokens",
     "token_labels",
@@ -29,7 +31,6 @@ __all__ = [
 
 #: texts whose largest |value| is below this fraction of the scale are "no association"
 SHADE_FLOOR = 0.01
-_NEG, _POS = (33, 102, 172), (178, 24, 43)  # the ends of the diverging scale (blue, red)
 NBSP = "\u00a0"
 
 
@@ -60,24 +61,16 @@ def token_labels(ids: Sequence[int], tokenizer: Any) -> list[str]:
     return [html.escape(piece, quote=False) for piece in token_texts(ids, tokenizer)]
 
 
-def diverging_colour(x: float) -> str:
-    """``x`` in ``[-1, 1]`` (clipped) as blue (−1), white (0) or red (+1), an ``rgb()`` string."""
-    end = _POS if x >= 0 else _NEG
-    a = min(abs(x), 1.0)
-    r, g, b = (round(255 + (c - 255) * a) for c in end)
-    return f"rgb({r},{g},{b})"
-
-
 def legend(scale: float) -> str:
     """A gradient bar from ``-scale`` through 0 to ``+scale``."""
-    ends = ", ".join(diverging_colour(x) for x in (-1.0, 0.0, 1.0))
+    ends = ", ".join(colour(x / 4) for x in range(-4, 5))
     bar = f"linear-gradient(to right, {ends})"
     return (
         '<div class="shade-legend" style="display:flex;align-items:center;gap:.4em;'
-        f'font-size:.85em;margin:.3em 0"><span>−{scale:.3g}</span>'
+        f'font-size:.85em;margin:.3em 0"><span>−{number(scale)}</span>'
         f'<span style="display:inline-block;width:12em;height:.8em;background:{bar};'
-        'border:1px solid #ccc"></span>'
-        f"<span>+{scale:.3g}</span><span>(0 is white)</span></div>"
+        'border:1px solid"></span>'
+        f"<span>+{number(scale)}</span><span>(blue negative, 0 white, red positive)</span></div>"
     )
 
 
@@ -95,13 +88,13 @@ def shaded_tokens(labels: Sequence[str], values: Sequence[float], *, scale: floa
         spans = "".join(f'<span class="tok">{t}</span>' for t in labels)
         return (
             f'<p class="note no-association">No association in this text: the largest |value| '
-            f"here, {peak:.3g}, is below {SHADE_FLOOR:g} of the scale {scale:.3g}.</p>"
+            f"here, {number(peak)}, is below {SHADE_FLOOR:g} of the scale {number(scale)}.</p>"
             f'<div class="shaded-tokens" style="white-space:pre-wrap">{spans}</div>'
         )
+    fills = [colour(v / scale) for v in values]
     spans = "".join(
-        f'<span class="tok" title="{v:.4g}" style="background:{diverging_colour(v / scale)}">'
-        f"{t}</span>"
-        for t, v in zip(labels, values, strict=True)
+        f'<span class="tok" title="{number(v, 4)}" style="background:{f};color:{ink(f)}">{t}</span>'
+        for t, v, f in zip(labels, values, fills, strict=True)
     )
     return (
         f'<div class="shaded-tokens" style="white-space:pre-wrap;line-height:1.8">{spans}</div>'

@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.findings import common_note
 from tl_leadterms.results.null import VERDICTS
+from tl_leadterms.results.style import number
 from tl_leadterms.results.table import EXTRA_COLUMNS, ResultTable
 from tl_leadterms.theory import score_name
 
@@ -218,7 +219,7 @@ class SweepTable(ResultTable):
             if not _number(value):
                 cells.append(f"{'-':>{width}}")
             else:
-                cells.append(f"{value:>{width}.3f}" if abs(value) < 1e3 else f"{value:>{width}.3g}")
+                cells.append(f"{number(value):>{width}}")
         return " ".join(cells)
 
     def plot(self, score: str | None = None, **kwargs: Any) -> Any:

@@ -14,6 +14,7 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.models.paper import PaperModel
 from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import ReadableModel, TokenWindows
+from tl_leadterms.results.style import number
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Term, Weight, term
@@ -47,16 +48,8 @@ class AblationTable(ResultTable):
     def to_dict(self) -> dict[str, Any]:
         return {"original_loss": self.original_loss, "rows": [dict(r) for r in self.rows]}
 
-    def __repr__(self) -> str:
-        header = f"{'weight':<6} {'layer':>5} {'removed':>8} {'loss':>9} {'change':>9}"
-        lines = [f"Ablation (original loss {self.original_loss:.4f})", header]
-        for r in self.rows:
-            layer = "-" if r["layer"] is None else str(r["layer"])
-            lines.append(
-                f"{r['weight']:<6} {layer:>5} {r['removed_fraction']:8.4f} {r['loss']:9.4f} "
-                f"{r['loss'] - self.original_loss:+9.4f}"
-            )
-        return "\n".join(lines)
+    def title(self) -> str:
+        return f"Ablation (original loss {number(self.original_loss, 5)})"
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.ablation.figure.plot_ablation` of this table (its

@@ -26,8 +26,6 @@ from tl_leadterms.analyses.attention import attention_agreement
 from tl_leadterms.analyses.decompose import decompose
 from tl_leadterms.checks import check_tokens
 from tl_leadterms.protocols import ReadableModel, TokenWindows
-from tl_leadterms.results.bootstrap import ci_cell, ci_header
-from tl_leadterms.results.marks import wide_note
 from tl_leadterms.results.null import NullSpec, add_verdicts
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
@@ -53,29 +51,10 @@ class HeadAtlas(ResultTable):
     SCORE = "cosine"
     SCORE_RANGE = (-1.0, 1.0)
 
-    def __repr__(self) -> str:
-        ci = self.metadata.get("ci")
-        why = ci.get("why") if ci else None  # asked for, none: the scores are exact
-        ci = None if why else ci
-        band = f"{ci_header([{'ci_level': ci['level']}]):<33} " if ci else ""
+    def title(self) -> str:
         null = self.metadata.get("null")
         null = f"{null['permutations']} permutations, seed {null['seed']}" if null else None
-        lines = [f"HeadAtlas ({len(self.rows)} heads; null: {null})",
-                 f"{'head':<7} {'character':<26} {'cos W~Q̄':>8} {'excess':>7} {'specific':>8} "
-                 f"{band}{'z':>7} {'q':>6} {'verdict':<17} {'value':<22} {'prev':>5} {'dup':>5} "
-                 f"{'ind':>5}"]  # fmt: skip
-        for r in self.rows:
-            cell = f"{ci_cell(r)} " if ci else ""
-            lines.append(
-                f"{r['label']:<7} {r['character']:<26} {r['cosine']:8.4f} {r['excess']:7.4f} "
-                f"{r['specific']:8.4f} {cell}{r['z']:7.2f} {r['q']:6.3f} "
-                f"{r.get('verdict') or '-':<17} {r['value_character']:<22} "
-                f"{r['previous_token']:5.2f} {r['duplicate_token']:5.2f} {r['induction']:5.2f}"
-            )
-        wide = wide_note(self.rows) if ci else None
-        return "\n".join(
-            lines + ([f"({why})"] if why else []) + ([wide] if wide else []) + self.notes()
-        )
+        return f"HeadAtlas ({len(self.rows)} heads; null: {null})"
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.atlas.figure.plot_atlas` of this atlas (its keywords)."""

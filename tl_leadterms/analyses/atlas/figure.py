@@ -14,11 +14,12 @@ True
 """
 
 import html as html_lib
-import math
 from typing import Any
 
 from tl_leadterms.results.html import View
 from tl_leadterms.results.null import FAINT
+from tl_leadterms.results.style import ink, number
+from tl_leadterms.results.table_html import dimmed
 
 __all__ = ["CHARACTER_COLOURS", "atlas_html", "character_key", "plot_atlas"]
 
@@ -46,25 +47,19 @@ def character_key(character: str) -> str:
     return {"previous token": "previous", "attention statistic": "attention"}.get(key, key)
 
 
-def _num(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
 def _hover(row: dict[str, Any]) -> str:
     parts = [f"{row['label']}: {row.get('character', '')}",
-             f"cos(W, Q̄) {_num(row.get('cosine'))}; distribution-level est. "
-             f"{_num(row.get('corrected'))} [{_num(row.get('lo'))}, {_num(row.get('hi'))}]",
-             f"excess {_num(row.get('excess'))} ({row.get('verdict') or 'no null'}), null z "
-             f"{_num(row.get('z'))}, q {_num(row.get('q'))}",
-             f"implied s·η {_num(row.get('implied_s_lr'))}",
-             f"value: {row.get('value_character', '')} (cos {_num(row.get('value_cosine'))})",
-             f"agreement: JS {_num(row.get('js_divergence'))}, "
-             f"rank {_num(row.get('rank_correlation'))}",
-             f"TL detectors: prev {_num(row.get('previous_token'))}, "
-             f"dup {_num(row.get('duplicate_token'))}, "
-             f"ind {_num(row.get('induction'))}"]  # fmt: skip
+             f"cos(W, Q̄) {number(row.get('cosine'))}; distribution-level est. "
+             f"{number(row.get('corrected'))} [{number(row.get('lo'))}, {number(row.get('hi'))}]",
+             f"excess {number(row.get('excess'))} ({row.get('verdict') or 'no null'}), null z "
+             f"{number(row.get('z'))}, q {number(row.get('q'))}",
+             f"implied s·η {number(row.get('implied_s_lr'))}",
+             f"value: {row.get('value_character', '')} (cos {number(row.get('value_cosine'))})",
+             f"agreement: JS {number(row.get('js_divergence'))}, "
+             f"rank {number(row.get('rank_correlation'))}",
+             f"TL detectors: prev {number(row.get('previous_token'))}, "
+             f"dup {number(row.get('duplicate_token'))}, "
+             f"ind {number(row.get('induction'))}"]  # fmt: skip
     return "\n".join(parts)
 
 
@@ -75,7 +70,8 @@ def atlas_html(atlas: Any) -> str:
     heads = sorted({r["head"] for r in rows})
     cell = {(r["layer"], r["head"]): r for r in rows}
     esc = html_lib.escape
-    out = ['<div class="head-atlas">', '<table style="border-collapse:collapse">',
+    out = ['<div class="head-atlas">',
+           '<table style="border-collapse:separate;border-spacing:1px">',
            "<tr><th></th>" + "".join(f"<th>H{h}</th>" for h in heads) + "</tr>"]  # fmt: skip
     for layer in layers:
         out.append(f"<tr><th>L{layer}</th>")
@@ -85,14 +81,14 @@ def atlas_html(atlas: Any) -> str:
                 out.append("<td></td>")
                 continue
             key = character_key(r.get("character", ""))
-            colour = CHARACTER_COLOURS.get(key, "#969696")
-            faint = "opacity:0.45;" if r.get("verdict") in FAINT else ""
+            fill = CHARACTER_COLOURS.get(key, "#969696")
+            edge = "1px dashed currentColor" if dimmed(r) else "1px solid transparent"
             out.append(
                 f'<td class="atlas-cell" data-label="{esc(r["label"])}" '
                 f'data-character="{esc(key)}" title="{esc(_hover(r))}" '
-                f'style="background:{colour};{faint}width:2.2em;height:1.6em;'
-                f'border:1px solid #fff;text-align:center;font-size:0.75em">'
-                f"{esc(_num(r.get('cosine')))}</td>"
+                f'style="background:{fill};color:{ink(fill)};min-width:2.2em;height:1.6em;'
+                f'border:{edge};padding:0 2px;text-align:center;font-size:0.75em">'
+                f"{esc(number(r.get('cosine'), 2))}</td>"
             )
         out.append("</tr>")
     out.append("</table>")
@@ -104,7 +100,7 @@ def atlas_html(atlas: Any) -> str:
         for k in present
     )
     notes = "".join(f"<br><small>{esc(n)}</small>" for n in atlas.notes())
-    out.append(f"<p>{legend}<br><small>cell text: cosine of W with Q̄; faded: verdict "
+    out.append(f"<p>{legend}<br><small>cell text: cosine of W with Q̄; dashed edge: verdict "
                f"{' or '.join(FAINT)}; hover for the numbers</small>{notes}</p></div>")  # fmt: skip
     return "\n".join(out)
 

@@ -35,6 +35,7 @@ from tl_leadterms.progress import progress_bar
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.labels import head_label
 from tl_leadterms.results.null import NullSpec, add_verdicts, permutations, summarize
+from tl_leadterms.results.style import number
 from tl_leadterms.results.table import ResultTable
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
 from tl_leadterms.stats.corpus import CorpusStats
@@ -180,36 +181,25 @@ class AttentionAgreement(ResultTable):
         where.setdefault("head", 0)
         return super().row(**where)
 
-    def __repr__(self) -> str:
-        null = any("verdict" in r for r in self.rows)
-        lines = [
-            f"AttentionAgreement ({self.metadata['n_sequences']} sequences of "
-            f"{self.metadata['n_positions']} tokens; scale c "
-            f"{'fitted per head' if self.metadata['fitted'] else 'from the training run'})",
-            f"{'head':<7} {'rank corr.':>10} "
-            + (f"{'excess':>8} {'z':>7} {'p':>6} {'q':>6} {'verdict':<17} " if null else "")
-            + f"{'JS div.':>10}  scale",
+    def title(self) -> str:
+        meta = self.metadata
+        scale = "fitted per head" if meta["fitted"] else "from the training run"
+        return (f"AttentionAgreement ({meta['n_sequences']} sequences of {meta['n_positions']} "
+                f"tokens; scale c {scale})")  # fmt: skip
+
+    def cell(self, row: dict[str, Any], column: str) -> Any:
+        """A ``scale`` at the search's edge reads ``≤ c (edge)`` or ``≥ c (edge)``."""
+        edge = row.get("scale_at_bound") if column == "scale" else None
+        if edge is None:
+            return super().cell(row, column)
+        return f"{'≤' if edge == 'lower' else '≥'} {number(row['scale'])} (edge)"
+
+    def notes(self) -> list[str]:
+        """The null's note and, once, what a scale at the search's edge means."""
+        edges = {r["scale_at_bound"]: r for r in self.rows if r.get("scale_at_bound")}
+        return super().notes() + [
+            f"{r['label']}: {scale_text(r['scale'], edge)}" for edge, r in sorted(edges.items())
         ]
-        for r in self.rows:
-            evidence = (
-                "".join(
-                    f"{r[c]:{w}} "
-                    for c, w in (
-                        ("excess", "8.4f"),
-                        ("z", "7.2f"),
-                        ("p", "6.3f"),
-                        ("q", "6.3f"),
-                        ("verdict", "<17"),
-                    )
-                )
-                if null
-                else ""
-            )
-            lines.append(
-                f"{r['label']:<7} {r['rank_correlation']:10.5f} {evidence}"
-                f"{r['js_divergence']:10.3e}  {scale_text(r['scale'], r['scale_at_bound'])}"
-            )
-        return "\n".join(lines + self.notes())
 
     def plot(self, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.analyses.attention.figure.plot_agreement` of this table (its

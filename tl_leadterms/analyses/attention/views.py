@@ -24,7 +24,8 @@ from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.findings import verdicts
 from tl_leadterms.results.html import View
 from tl_leadterms.results.labels import head_label, parse_head_label
-from tl_leadterms.results.sections import Section, esc, num, step_text
+from tl_leadterms.results.sections import Section, esc, step_text
+from tl_leadterms.results.style import number
 from tl_leadterms.results.tokens import encode_text, token_labels
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import Schedule, ScheduleLike, run_shorthands
@@ -238,10 +239,11 @@ def _summary_table(rows: list[dict]) -> str:
         f'data-tv-actual="{r["tv_actual"]:.6g}" data-tv-predicted="{r["tv_predicted"]:.6g}" '
         f'data-rank-correlation="{r["rank_correlation"]:.6g}"><td>{esc(r["label"])}</td>'
         f"<td>{esc(r['step'] if r['step'] is not None else '–')}</td>"
-        + "".join(f'<td class="num">{num(r[c], 3)}</td>' for c in ("tv_actual", "tv_predicted"))
-        + f'<td class="num">{num(r["rank_correlation"], 3)}</td>'
-        f'<td class="num">{r["js_divergence"]:.3g}</td>'
-        f"<td>{esc(scale_text(r['scale'], r['scale_at_bound']))}</td></tr>"
+        + "".join(
+            f'<td class="num">{number(r[c])}</td>'
+            for c in ("tv_actual", "tv_predicted", "rank_correlation", "js_divergence")
+        )
+        + f"<td>{esc(scale_text(r['scale'], r['scale_at_bound']))}</td></tr>"
         for r in rows
     )
     titles = "".join(f"<th>{esc(h)}</th>" for h in head)

@@ -5,7 +5,8 @@ from typing import Any, ClassVar
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note
 from tl_leadterms.results.findings import common_note
-from tl_leadterms.results.table import ResultTable, cell
+from tl_leadterms.results.style import number
+from tl_leadterms.results.table import ResultTable
 
 __all__ = ["SCORES", "SPECIFIC", "CovarianceSimilarity"]
 
@@ -88,9 +89,9 @@ class CovarianceSimilarity(ResultTable):
                 heads.setdefault((r["layer"], r["score"]), []).append(r["value"])
                 continue
             lines.append(f"{r['layer']:>5} {r['score']:<20} "
-                         + " ".join(cell(r.get(c), w) for c, _, w in shown)
+                         + " ".join(f"{number(r.get(c)):>{w}}" for c, _, w in shown)
                          + (f"  {r.get('verdict') or '-'}" if verdict else ""))  # fmt: skip
-        lines += [f"L{layer} heads ({score}): " + " ".join(f"{v:.3f}" for v in vals)
+        lines += [f"L{layer} heads ({score}): " + " ".join(number(v) for v in vals)
                   for (layer, score), vals in heads.items()]  # fmt: skip
         with_ci = [r for r in self.rows if r["head"] is None and "lo" in r]
         if with_ci:

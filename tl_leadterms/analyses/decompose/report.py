@@ -9,17 +9,18 @@ Two documented thresholds keep the page from implying what the numbers do not sh
   is at least this (and, with a null, where its ``verdict`` is not one that greys the row);
   elsewhere the projection does not measure a training time and the cell reads "–".
 
-The effect columns (``excess`` over the null, ``specific``, ``common_share``), then the
-interval (``lo``, ``hi``) and the evidence (``z``, ``p``, the Benjamini–Hochberg ``q`` and the
-``verdict``) are shown when present.
+The full table leads with the key columns (the effect: cosine, interval, ``excess`` over the
+null, ``specific``; the evidence: ``q`` and the ``verdict``; a row is dimmed by its verdict) and
+folds the rest into a second table under it, so the page fits 1,280 px.
 """
 
 import math
 
 from tl_leadterms.results.findings import common, names, null_and_ci
 from tl_leadterms.results.null import FAINT
-from tl_leadterms.results.sections import Section, esc, figure_block, num, step_text
-from tl_leadterms.results.tokens import diverging_colour
+from tl_leadterms.results.sections import Section, esc, figure_block, step_text
+from tl_leadterms.results.style import SEQUENTIAL, colour, column_format, ink, number
+from tl_leadterms.results.table_html import dimmed
 from tl_leadterms.theory import FAMILIES
 
 __all__ = [
@@ -76,35 +77,52 @@ def character_code(character: str) -> str:
     return "∘".join("".join(w[0].upper() for w in part.split()) for part in name.split("∘"))
 
 
-def _extra_columns(rows: list[dict]) -> list[str]:
-    return [c for c in ("score", "excess", "specific", "common_share", "null_mean", "null_sd",
-                        "corrected", "lo", "hi", "excess_share", "z", "p", "q", "verdict")
-            if any(c in r for r in rows)]  # fmt: skip
+#: the full table's key columns (shown when the rows have them) and the folded ones
+_KEY = ("cosine", "interval", "excess", "specific", "q", "verdict", "character")
+_MORE = ("implied s·η", "explained", *FAMILIES, "z", "p", "null_mean", "null_sd", "lo", "hi",
+         "corrected", "excess_share", "common_share")  # fmt: skip
+
+
+def _value(row: dict, column: str) -> object:
+    """What the full table shows of ``column`` (the interval as one cell)."""
+    if column == "interval":
+        return None if row.get("lo") is None else (row["lo"], row["hi"])
+    shown = {"character": shown_character, "implied s·η": shown_implied}.get(column)
+    return shown(row) if shown else {**row, **row["family_shares"]}.get(column)
+
+
+def _rows_html(rows: list[dict], columns: list[str], css: str) -> str:
+    """``<table class=css>``: weight, where, target and ``columns``, rows ``{css}-row``."""
+    values = {c: [_value(r, c) for r in rows] for c in columns}
+    ends = [e for v in values.get("interval", []) if v is not None for e in v]
+    fmt = {c: column_format(v) for c, v in values.items()} | {"interval": column_format(ends)}
+    head = "".join(f"<th>{esc(c)}</th>" for c in ("weight", "where", "target", *columns))
+    body = []
+    for i, r in enumerate(rows):
+        label = r["label"]
+        cells = "".join(f"<td>{esc(v)}</td>" for v in (
+            r["weight"], label if r["layer"] is not None else "-", r["target"]))  # fmt: skip
+        for c in columns:
+            v = values[c][i]
+            text = f"{fmt[c](v[0])} – {fmt[c](v[1])}" if c == "interval" and v else fmt[c](v)
+            kind = ' class="num"' if isinstance(v, (int, float, tuple)) else ""
+            cells += f"<td{kind}>{esc(text)}</td>"
+        ident = f"decompose-{r['weight']}-{label}".replace(" ", "_")
+        dim = " data-dim" if dimmed(r) else ""
+        body.append(f'<tr class="{css}-row"{dim} id="{esc(css + ident[9:])}" data-weight='
+                    f'"{esc(r["weight"])}" data-label="{esc(label)}">{cells}</tr>')  # fmt: skip
+    return (f'<div class="table-scroll"><table class="{css}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table></div>")  # fmt: skip
 
 
 def decompose_table(d) -> str:
-    """The full table, one ``<tr class="decompose-row">`` per row, inside ``<details>``
-    (open for models of up to :data:`SMALL_LAYERS` layers)."""
+    """The full table inside ``<details>`` (open up to :data:`SMALL_LAYERS` layers): the key
+    columns, one ``<tr class="decompose-row">`` per row, the others folded under it."""
     meta = d.metadata
-    extra = _extra_columns(d.rows)
-    cols = ("weight", "where", "target", "cosine", "implied s·η", "explained")
-    head = "".join(f"<th>{esc(c)}</th>" for c in (*cols, *FAMILIES, *extra, "character"))
-    body = []
-    for r in d.rows:
-        fam = r["family_shares"]
-        label = r["label"]
-        ident = f"decompose-{r['weight']}-{label}".replace(" ", "_")
-        cells = [esc(r["weight"]), esc(label if r["layer"] is not None else "-"), esc(r["target"])]
-        nums = [num(r["cosine"], 6), num(shown_implied(r)), num(r["explained"])]
-        nums += [num(fam.get(f)) for f in FAMILIES]
-        nums += [esc(r.get(c) or "–") if c == "verdict" else num(r.get(c)) for c in extra]
-        row = "".join(f"<td>{c}</td>" for c in cells)
-        row += "".join(f'<td class="num">{n}</td>' for n in nums)
-        row += f"<td>{esc(shown_character(r))}</td>"
-        body.append(
-            f'<tr class="decompose-row" id="{esc(ident)}" data-weight="{esc(r["weight"])}" '
-            f'data-label="{esc(label)}">{row}</tr>'
-        )
+    have = {c for r in d.rows for c in r} | {"character"}
+    have |= {"interval"} if "lo" in have else set()
+    key = [c for c in _KEY if c in have]
+    more = [c for c in _MORE if c in have or c in FAMILIES or c == "implied s·η"]
     lr, steps = meta.get("lr"), meta.get("steps")
     caption = f"k={meta['k']}, T={meta['n_ctx']}, {meta['n_sequences']} sequences" + (
         f"; lr·steps = {lr * steps:.4g}" if lr is not None and steps is not None else ""
@@ -114,13 +132,15 @@ def decompose_table(d) -> str:
     thresholds = (
         f"character only where explained ≥ {EXPLAINED_FLOOR}; implied s·η only where cosine ≥ "
         f"{COSINE_FLOOR}"
-        + (" and the verdict is not " + " or ".join(FAINT) if "verdict" in extra else "")
+        + (" and the verdict is not " + " or ".join(FAINT) if "verdict" in have else "")
     )
+    dim = f" Dimmed: verdict {' or '.join(FAINT)}." if "verdict" in have else ""
     return (
         f'<details class="decompose-details"{is_open}><summary>Full table: {len(d.rows)} rows '
-        f"({esc(caption)}; {esc(thresholds)})</summary>"
-        f'<div class="table-scroll"><table class="decompose"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table></div></details>"
+        f"({esc(caption)}; {esc(thresholds)}){dim}</summary>{_rows_html(d.rows, key, 'decompose')}"
+        f'<details class="decompose-more"><summary>{len(more)} more columns: '
+        f"{esc(', '.join(more))}</summary>{_rows_html(d.rows, more, 'decompose-more')}</details>"
+        "</details>"
     )
 
 
@@ -134,24 +154,25 @@ def _cell(metric: str, row: dict | None) -> str:
     if row is None:
         return "<td></td>"
     tip = (
-        f"{row['label']} {row['weight']}: cosine {num(row['cosine'])}, explained "
-        f"{num(row['explained'])}, {shown_character(row)}"
+        f"{row['label']} {row['weight']}: cosine {number(row['cosine'], 4)}, explained "
+        f"{number(row['explained'], 4)}, {shown_character(row)}"
         + (f", {row['verdict']}" if row.get("verdict") else "")
     )
     if metric == "character":
         code = character_code(shown_character(row))
-        colour = _CHARACTER_COLOURS.get(code.split("∘")[0], "#ffffff" if code == "–" else "#eee")
-        return f'<td title="{esc(tip)}" style="background:{colour}">{esc(code)}</td>'
+        fill = "#ffffff" if code == "–" else _fill(code)
+        return (f'<td title="{esc(tip)}" style="background:{fill};color:{ink(fill)}">'
+                f"{esc(code)}</td>")  # fmt: skip
     value = row[metric]
     if not _finite(value):
         return f'<td title="{esc(tip)}">–</td>'
-    if metric == "cosine":
-        colour = diverging_colour(value)
-    else:  # explained: white (0) to green (1)
-        a = min(max(value, 0.0), 1.0)
-        colour = f"rgb({round(255 - 128 * a)},{round(255 - 55 * a)},{round(255 - 128 * a)})"
-    ink = "#fff" if metric == "cosine" and abs(value) > 0.6 else "#222"
-    return f'<td title="{esc(tip)}" style="background:{colour};color:{ink}">{value:.2f}</td>'
+    fill = colour(value) if metric == "cosine" else colour(value, (SEQUENTIAL, 0.0, 1.0))
+    return (f'<td title="{esc(tip)}" style="background:{fill};color:{ink(fill)}">'
+            f"{number(value, 2)}</td>")  # fmt: skip
+
+
+def _fill(code: str) -> str:
+    return _CHARACTER_COLOURS.get(code.split("∘")[0], "#eeeeee")
 
 
 def _heatmap(weight: str, metric: str, rows: list[dict]) -> str:
@@ -177,7 +198,7 @@ def heatmaps(d) -> str:
         return ""
     titles = {
         "cosine": "Cosine with the leading term (blue −1, white 0, red +1)",
-        "explained": "Explained share R² on the basis (white 0, green 1)",
+        "explained": f"Explained share R² on the basis ({SEQUENTIAL}: dark 0, yellow 1)",
         "character": f"Character (none where R² < {EXPLAINED_FLOOR})",
     }
     out = []
@@ -189,8 +210,8 @@ def heatmaps(d) -> str:
     codes = sorted({character_code(shown_character(r)) for r in d.rows} - {"–", "zero"})
     names = {character_code(shown_character(r)): shown_character(r) for r in d.rows}
     legend = "".join(
-        f'<span style="background:{_CHARACTER_COLOURS.get(c.split("∘")[0], "#eee")}">'
-        f"{esc(c)} = {esc(names[c])}</span>"
+        f'<span style="background:{_fill(c)};color:{ink(_fill(c))}">{esc(c)} = {esc(names[c])}'
+        "</span>"
         for c in codes
     )
     if legend:

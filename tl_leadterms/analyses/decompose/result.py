@@ -13,15 +13,14 @@ from tl_leadterms.analyses.decompose.fit import BasisCache
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.bootstrap import ci_cell, ci_header, ci_note
 from tl_leadterms.results.marks import wide_note
-from tl_leadterms.results.table import ResultTable, cell
+from tl_leadterms.results.style import number
+from tl_leadterms.results.table import ResultTable
 from tl_leadterms.theory import term
 
 __all__ = ["Decomposition", "PairDifference"]
 
 # rows of a factored map materialised at once by top_pairs
 _ROW_BLOCK = 1024
-#: the effect columns of the text table, before the evidence: (column, heading, width)
-_EFFECT = (("excess", "excess", 8), ("specific", "specific", 8), ("common_share", "common", 6))
 
 
 class PairDifference(NamedTuple):
@@ -42,8 +41,13 @@ def _pad(text: str, width: int) -> str:
     return text + " " * max(0, width - shown)
 
 
-def _fmt(value: float | None, width: int = 8) -> str:
-    return cell(value, width, 1e3)
+#: the text table's columns after the cosine and its interval: the effect and the evidence
+#: (shown when present), then the rest: (column, heading, width)
+_LEAD = (("excess", "excess", 8), ("specific", "specific", 8), ("z", "z", 7), ("p", "p", 6),
+         ("q", "q", 6))  # fmt: skip
+_REST = (("common_share", "common", 6), ("implied_s_lr", "sη impl.", 8),
+         ("explained", "explained", 9), ("bigram", "bigram", 7),
+         ("interchangeability", "interch.", 8), ("context", "context", 7))  # fmt: skip
 
 
 class Decomposition(ResultTable):
@@ -125,29 +129,28 @@ class Decomposition(ResultTable):
         )
 
     def __repr__(self) -> str:
+        """One line per row, the effect first (the cosine, its interval, ``excess``,
+        ``specific``), then the evidence (``z``, ``p``, ``q``, ``verdict``), then the rest."""
         note = ci_note(self.metadata)
-        lines = [
-            self.title(),
-            *([note] if note else []),
-            f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} "
-            + "".join(f"{n:>{w}} " for c, n, w in _EFFECT if self.has(c))
-            + (f"{ci_header(self.rows):<33} " if self.has("lo") else "")
-            + (f"{'z':>7} {'p':>6} {'q':>6} {'verdict':<17} " if self.has("p") else "")
-            + f"{'sη impl.':>8} {'explained':>9} {'bigram':>7} {'interch.':>8} {'context':>7}  "
-            "character (Shapley)",
-        ]
+        lead = [(c, name, width) for c, name, width in _LEAD if self.has(c)]
+        rest = [(c, name, width) for c, name, width in _REST if c != "common_share"
+                or self.has(c)]  # fmt: skip
+        header = (f"{'weight':<6} {'where':<7} {'target':<8} {'cosine':>9} "
+                  + (f"{ci_header(self.rows):<33} " if self.has("lo") else "")
+                  + "".join(f"{n:>{w}} " for _, n, w in lead)
+                  + (f"{'verdict':<17} " if self.has("verdict") else "")
+                  + "".join(f"{n:>{w}} " for _, n, w in rest) + " character (Shapley)")  # fmt: skip
+        lines = [self.title(), *([note] if note else []), header]
         for r in self.rows:
-            fam = r["family_shares"]
+            cells = {**r, **r["family_shares"]}
             where = r["label"] if r["layer"] is not None else "-"
-            effect = "".join(f"{_fmt(r.get(c), w)} " for c, _, w in _EFFECT if self.has(c))
-            interval = f"{ci_cell(r)} " if self.has("lo") else ""
-            null = (f"{_fmt(r.get('z'), 7)} {_fmt(r.get('p'), 6)} {_fmt(r.get('q'), 6)} "
-                    f"{r.get('verdict') or '-':<17} " if self.has("p") else "")  # fmt: skip
             lines.append(
-                f"{r['weight']:<6} {where:<7} {_pad(r['target'], 8)} {r['cosine']:9.6f} "
-                f"{effect}{interval}{null}{_fmt(r['implied_s_lr'])} {r['explained']:9.4f} "
-                f"{_fmt(fam.get('bigram'), 7)} {_fmt(fam.get('interchangeability'))} "
-                f"{_fmt(fam.get('context'), 7)}  {r['character']}"
+                f"{r['weight']:<6} {where:<7} {_pad(r['target'], 8)} {number(r['cosine'], 6):>9} "
+                + (f"{ci_cell(r)} " if self.has("lo") else "")
+                + "".join(f"{number(cells.get(c)):>{w}} " for c, _, w in lead)
+                + (f"{r.get('verdict') or '-':<17} " if self.has("verdict") else "")
+                + "".join(f"{number(cells.get(c)):>{w}} " for c, _, w in rest)
+                + f" {r['character']}"
             )
         wide = wide_note(self.rows)
         return "\n".join(lines + ([wide] if wide else []) + self.notes())

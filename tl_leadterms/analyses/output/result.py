@@ -3,8 +3,8 @@
 from typing import Any, ClassVar
 
 from tl_leadterms.errors import LeadTermsError
-from tl_leadterms.results.bootstrap import ci_note
-from tl_leadterms.results.table import ResultTable, cell
+from tl_leadterms.results.style import number
+from tl_leadterms.results.table import ResultTable
 
 __all__ = ["PREDICTORS", "OutputAgreement"]
 
@@ -14,12 +14,6 @@ PREDICTORS = ("leading", "bigram", "unigram")
 _COLUMNS = ("predictor", "explained", "kl", "top1", "top5", "c_O", "c_V", "c_W", "c_at_bound")
 _OPTIONAL = ("reason", "null_mean", "excess", "null_sd", "z", "p", "q", "verdict", "reference",
              "lo", "hi", "ci_level")  # fmt: skip
-#: the text table's null columns, effect first: (column, width)
-_NULL = (("null_mean", 9), ("excess", 9), ("z", 7), ("p", 6))
-
-
-def _fmt(value: Any, width: int = 9) -> str:
-    return cell(value, width)
 
 
 class OutputAgreement(ResultTable):
@@ -79,33 +73,13 @@ class OutputAgreement(ResultTable):
 
         return pd.DataFrame({f"kl:{r['predictor']}": r["kl_per_position"] for r in self.rows})
 
-    def __repr__(self) -> str:
-        meta, null = self.metadata, self.has("p")
-        fitted = meta.get("fitted")
-        how = "fitted scalars" if fitted else f"s·η = {_fmt(meta.get('s_lr'), 0).strip()}"
-        lines = [
-            f"OutputAgreement of {meta.get('model_name')!r}: {meta['n_windows']} held-out "
-            f"windows × {meta['n_ctx']} positions, k={meta['k']}"
-            + (" (+ bucket)" if meta.get("bucket") else "")
-            + f", {meta['n_layers']} layer(s), {how}",
-            f"{'predictor':<9} {'explained':>9} "
-            + ("".join(f"{c:>{w}} " for c, w in _NULL) + f"{'verdict':<17} " if null else "")
-            + f"{'KL':>9} {'top-1':>9} {'top-5':>9} {'c_O':>10} {'c_V':>10} {'c_W':>10}"
-            + ("  CI (distribution-level explained)" if self.has("lo") else ""),
-        ]
-        for r in self.rows:
-            flagged = (r.get("c_at_bound") or "").split(", ")
-            line = f"{r['predictor']:<9} {_fmt(r['explained'])} " + (
-                "".join(f"{_fmt(r.get(c), w)} " for c, w in _NULL)
-                + f"{r.get('verdict') or '-':<17} " if null else "")  # fmt: skip
-            line += f"{_fmt(r['kl'])} {_fmt(r['top1'])} {_fmt(r['top5'])} " + " ".join(
-                _fmt(r[c]) + ("*" if c in flagged else " ") for c in ("c_O", "c_V", "c_W")
-            )
-            if "lo" in r:
-                line += f"  [{r['lo']:.4f}, {r['hi']:.4f}]"
-            lines.append(line)
-        note = ci_note(meta)
-        return "\n".join(lines + ([note] if note else []) + self.notes())
+    def title(self) -> str:
+        meta = self.metadata
+        how = "fitted scalars" if meta.get("fitted") else f"s·η = {number(meta.get('s_lr'))}"
+        return (f"OutputAgreement of {meta.get('model_name')!r}: {meta['n_windows']} held-out "
+                f"windows × {meta['n_ctx']} positions, k={meta['k']}"
+                + (" (+ bucket)" if meta.get("bucket") else "")
+                + f", {meta['n_layers']} layer(s), {how}")  # fmt: skip
 
     def notes(self) -> list[str]:
         """The null's note, why an ``explained`` is undefined, which fitted ``c`` are flagged."""
