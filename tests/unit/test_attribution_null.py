@@ -8,7 +8,7 @@ import torch
 from tests.conftest import unchecked
 from tests.factories import markov_tokens, random_attn_only
 from tl_leadterms import LeadTermsError, corpus_stats, decompose, paper_model, train
-from tl_leadterms.results.attribution import MARGIN, R2_FLOOR, character, shapley
+from tl_leadterms.analyses.decompose.fit import MARGIN, R2_FLOOR, character, shapley
 from tl_leadterms.results.null import NullSpec, permutations, random_reference
 
 V, T, L = 16, 8, 2

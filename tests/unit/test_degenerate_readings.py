@@ -17,7 +17,7 @@ from tests.unit.test_reference import markov_tokens
 from tl_leadterms import corpus_stats, covariance_similarity, output_agreement, paper_model, sweep
 from tl_leadterms.analyses.attention import attention_agreement, plot_attention
 from tl_leadterms.analyses.covariance import Compute, Protocol
-from tl_leadterms.analyses.decompose.common import dense_parts
+from tl_leadterms.analyses.decompose.fit import dense_parts
 from tl_leadterms.analyses.output.compute import UNIGRAM_GAP
 from tl_leadterms.analyses.output.fit import at_bound
 from tl_leadterms.errors import LeadTermsError

@@ -9,7 +9,6 @@
 * :mod:`~tl_leadterms.results.null`: permutation nulls (:class:`NullSpec`);
 * :mod:`~tl_leadterms.results.bootstrap`: bootstrap intervals over corpus blocks
   (:class:`BootstrapSpec`), from the formulas of :mod:`~tl_leadterms.results.intervals`;
-* :mod:`~tl_leadterms.results.attribution`: exact Shapley attribution of a fit's R²;
 * :mod:`~tl_leadterms.results.figures`, :mod:`~tl_leadterms.results.html` and
   :mod:`~tl_leadterms.results.tokens`: figure helpers, offline HTML views, tokens as text.
 """

@@ -9,9 +9,8 @@ from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters import PaperWeights, factored
 from tl_leadterms.adapters.convert import weights_for_stats
-from tl_leadterms.analyses.decompose.common import map_parts
 from tl_leadterms.analyses.decompose.draws import Scored, bootstrap_cosines, null_cosines
-from tl_leadterms.analyses.decompose.fit import BasisCache, MapFit, Projections, fit_map
+from tl_leadterms.analyses.decompose.fit import BasisCache, MapFit, Projections, fit_map, map_parts
 from tl_leadterms.analyses.decompose.result import Decomposition
 from tl_leadterms.checks import Layers, check_bool, check_layers
 from tl_leadterms.errors import LeadTermsError
@@ -161,10 +160,10 @@ def decompose(
     Every token-token row also has ``specific``, the cosine of the two maps double-centred
     over tokens (rows and columns: a vector every token shares removed), and ``common_share``,
     the share of the cosine's numerator carried by what every token shares
-    (:mod:`tl_leadterms.analyses.decompose.common`; ``P`` rows have neither). A high ``cosine``
+    (:mod:`tl_leadterms.analyses.decompose.fit`; ``P`` rows have neither). A high ``cosine``
     with a ``common_share`` near 1 says little about which token is which.
 
-    Shares are exact Shapley values of ``R²`` (:mod:`tl_leadterms.results.attribution`),
+    Shares are exact Shapley values of ``R²`` (:func:`tl_leadterms.analyses.decompose.fit.shapley`),
     with per-component ``unique`` and ``shared`` parts; ``character`` names a component only
     when it clearly dominates (else ``"mixed"`` or ``"unexplained"``). ``implied_s_lr`` is NaN
     unless the cosine is at least :data:`IMPLIED_MIN_COSINE` (0.2): a projection onto a
@@ -263,7 +262,7 @@ def _reference_name(spec: NullSpec) -> str | None:
 
 def _common(M, t: Term, cache: BasisCache, projections, fits):
     """``specific`` and ``common_share`` per head
-    (:mod:`tl_leadterms.analyses.decompose.common`)."""
+    (:mod:`tl_leadterms.analyses.decompose.fit`)."""
     if t.vector:
         nan = torch.full((len(fits),), math.nan, dtype=torch.float64)
         return nan, nan

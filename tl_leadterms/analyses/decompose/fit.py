@@ -8,37 +8,198 @@ factored map is never materialised. For a map ``M`` and basis ``T_1..T_n`` with 
 - projection coefficient ``a = b_0 / ‖T_0‖²`` (the ``c`` of ``M ≈ c·T_0``);
 - least squares ``β = argmin ‖M − Σ β_i T_i‖``; the explained fraction ``R² = 1 − ‖r‖²/‖M‖²``;
 - the share of component ``i`` is its exact Shapley value of ``R²``
-  (:mod:`tl_leadterms.results.attribution`): order-independent, the shares add up to ``R²``
+  (:func:`shapley`): order-independent, the shares add up to ``R²``
   exactly, and each comes with its unique part (``R²`` lost without it) and shared part;
 - a family's share is the sum of the shares of the components it owns; a composed component
   (e.g. ``Φ̄ᵀB̄ᵀ``, owned by context and bigram) is split equally among its owners, the only
   split the fit itself cannot inform (its Shapley value is one number).
+
+Shapley attribution (:func:`shapley`)
+------------------------------------
+
+For a map ``M`` fitted onto basis maps ``T_1..T_n`` (Gram matrix ``G``, ``b_i = ⟨T_i, M⟩``),
+the variance a subset ``S`` of the components explains is
+
+    R²(S) = b_Sᵀ G_S⁺ b_S / ‖M‖²
+
+(``G_S⁺`` the pseudo-inverse, so linearly dependent components are fine). The Shapley value of
+component ``i`` averages its marginal gain ``R²(S ∪ {i}) − R²(S)`` over every order in which the
+components could be added; with ``n ≤ 5`` components that is ``2ⁿ ≤ 32`` small solves per
+basis, shared by every head. The values add up to ``R²(all)`` exactly, do not depend on the
+order the basis is listed in, and for mutually orthogonal components equal ``b_i²/(‖T_i‖²‖M‖²)``
+(the squared-coefficient shares). Each component also gets its *unique* part
+``R²(all) − R²(all ∖ {i})`` (what is lost without it) and its *shared* part (Shapley − unique).
+
+Character rule (:func:`character`): a weight is "``<component>``-like" only when its explained
+fraction ``R²`` is at least :data:`R2_FLOOR` (0.1) and its largest Shapley value exceeds the
+runner-up by at least :data:`MARGIN` (0.2) of ``R²``; "unexplained" below the floor; "mixed"
+otherwise; "zero" for a map that is exactly 0.
+
+Example (two orthogonal components mixed 3:1 in amplitude, so 9:1 in variance):
+
+>>> import torch
+>>> G = torch.eye(2, dtype=torch.float64)
+>>> b = torch.tensor([[3.0, 1.0]], dtype=torch.float64)   # M = 3·T_1 + 1·T_2
+>>> a = shapley(G, b, torch.tensor([10.0], dtype=torch.float64))
+>>> [round(v, 6) for v in a.shapley[0].tolist()], round(float(a.r2[0]), 6)
+([0.9, 0.1], 1.0)
+
+The common component of a cosine (:func:`map_parts`)
+----------------------------------------------------
+
+A map ``M`` (rows and columns indexed by the kept tokens: ``n × m``) is compared with its
+leading term ``T`` by the Frobenius cosine. A part of ``M`` may not depend on which token it
+is about at all: a vector ``v`` added to every row (``1vᵀ``, each input token writes the same
+thing) or to every column (``w1ᵀ``). Centring over tokens on both axes removes exactly that,
+
+    M° = H_n M H_m,      H_n = I − 11ᵀ/n   (the double-centred map),
+
+and splits the numerator of the cosine into two parts that add up (``H`` is an orthogonal
+projection, so ``⟨M, T⟩ = ⟨M°, T°⟩ + ⟨M − M°, T − T°⟩``):
+
+* ``specific = ⟨M°, T°⟩ / (‖M°‖ ‖T°‖)``: the cosine of the token-specific parts;
+* ``common_share = |c| / (|s| + |c|)`` with ``s = ⟨M°, T°⟩`` and ``c = ⟨M, T⟩ − s``: the share
+  of the raw cosine's numerator carried by the common rows and columns, in ``[0, 1]`` (0: none
+  of it; 1: all of it; NaN only when both parts are 0). The two parts are signed: where they
+  point against each other, ``1 − s/⟨M, T⟩`` (the share of their sum) leaves ``[0, 1]``
+  without bound as the sum nears 0 (−1.48 and 3.48 were printed), so the share is of their
+  sizes. Where both have the sign of the sum, the two readings agree.
+
+Nothing is materialised: ``⟨M°, T°⟩ = ⟨M°, T⟩`` and a factored ``M = AB`` has
+``M° = (H A)(B H)``; a :class:`~tl_leadterms.adapters.sandwich.Sandwich` ``L·A_h·B_h·R``
+needs only rank-one corrections of its cached projection ``Lᵀ T Rᵀ`` and Gram matrices, and
+``‖T°‖² = ‖T‖² − ‖T1‖²/m − ‖1ᵀT‖²/n + (1ᵀT1)²/(nm)``.
+
+Example:
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> T = torch.randn(6, 6, generator=g, dtype=torch.float64)
+    >>> common = torch.ones(6, 1, dtype=torch.float64) @ torch.randn(1, 6, generator=g).double()
+    >>> specific, share = dense_parts(torch.stack([T, T + 50 * common]), T)
+    >>> [round(v, 6) for v in specific.tolist()]  # a common row changes nothing specific
+    [1.0, 1.0]
+    >>> round(share[0].item(), 4)  # T's own row and column means carry part of ⟨T, T⟩
+    0.3118
 """
 
 import math
 import weakref
 from dataclasses import dataclass
+from itertools import combinations
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
+from transformer_lens import FactoredMatrix
 
 from tl_leadterms.adapters import factored
 from tl_leadterms.adapters.sandwich import Sandwich, project
-from tl_leadterms.results.attribution import character, shapley
 from tl_leadterms.stats.corpus import CorpusStats
 from tl_leadterms.theory import FAMILIES, Component, Term
 
 __all__ = [
+    "COMMON_COLUMNS",
+    "MARGIN",
+    "R2_FLOOR",
+    "Attribution",
     "BasisCache",
     "MapFit",
     "Projections",
+    "character",
+    "common_share",
+    "dense_parts",
     "fit_map",
     "fits_from_products",
     "lead_cosines",
+    "map_parts",
     "permuted_lead_inner",
+    "shapley",
+    "subset_r2",
     "target_terms",
 ]
+
+R2_FLOOR = 0.1  # below this explained fraction a weight is "unexplained"
+MARGIN = 0.2  # the top Shapley value must lead the runner-up by this fraction of R²
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Shapley values of R² per head: ``shapley``, ``unique``, ``shared`` are ``[h, n]``."""
+
+    r2: Tensor  # [h]
+    shapley: Tensor  # [h, n]
+    unique: Tensor  # [h, n]
+
+    @property
+    def shared(self) -> Tensor:
+        return self.shapley - self.unique
+
+
+def subset_r2(gram: Tensor, b: Tensor, sq: Tensor) -> dict[int, Tensor]:
+    """``R²(S)`` for every subset ``S`` (a bitmask) of the components, per head (``[h]``).
+
+    Columns are scaled to unit norm before the pseudo-inverse (relative tolerance 1e-10), so
+    components of very different magnitudes are handled alike; a zero component adds nothing.
+    """
+    gram, b, sq = gram.double(), b.double(), sq.double()
+    n = gram.shape[0]
+    scale = gram.diagonal().clamp(min=0).sqrt()
+    usable = [i for i in range(n) if scale[i] > 0]
+    safe_sq = torch.where(sq > 0, sq, torch.ones_like(sq))
+    out = {0: torch.zeros_like(sq)}
+    for size in range(1, n + 1):
+        for subset in combinations(range(n), size):
+            mask = sum(1 << i for i in subset)
+            idx = [i for i in subset if i in usable]
+            if not idx:
+                out[mask] = torch.zeros_like(sq)
+                continue
+            s = scale[idx]
+            G = gram[idx][:, idx] / (s[:, None] * s[None, :])
+            rhs = b[:, idx] / s
+            inv = torch.linalg.pinv(G, rtol=1e-10, hermitian=True)
+            value = ((rhs @ inv) * rhs).sum(-1) / safe_sq
+            out[mask] = torch.where(sq > 0, value, torch.zeros_like(value))
+    return out
+
+
+def shapley(gram: Tensor, b: Tensor, sq: Tensor) -> Attribution:
+    """Exact Shapley values of ``R²`` over the components (see the module docstring).
+
+    Args:
+        gram: ``[n, n]`` Gram matrix of the basis.
+        b: ``[h, n]`` inner products of each head's map with each component.
+        sq: ``[h]`` squared norms of the maps.
+    """
+    n = gram.shape[0]
+    r2 = subset_r2(gram, b, sq)
+    full = (1 << n) - 1
+    values = torch.zeros(b.shape[0], n, dtype=torch.float64)
+    unique = torch.zeros_like(values)
+    for i in range(n):
+        bit = 1 << i
+        for mask, value in r2.items():
+            if mask & bit:
+                continue
+            size = bin(mask).count("1")
+            weight = math.factorial(size) * math.factorial(n - size - 1) / math.factorial(n)
+            values[:, i] += weight * (r2[mask | bit] - value)
+        unique[:, i] = r2[full] - r2[full & ~bit]
+    return Attribution(r2=r2[full], shapley=values, unique=unique)
+
+
+def character(names: list[str], values: list[float], r2: float, norm: float) -> str:
+    """The label of one fitted map from its Shapley values (rule in the module docstring)."""
+    if not norm > 0:
+        return "zero"
+    if not r2 >= R2_FLOOR:
+        return "unexplained"
+    order = sorted(range(len(values)), key=lambda i: values[i], reverse=True)
+    top = values[order[0]]
+    second = values[order[1]] if len(order) > 1 else 0.0
+    if top - second >= MARGIN * r2:
+        return f"{names[order[0]]}-like"
+    return "mixed"
 
 
 def target_terms(T: Tensor) -> tuple[Tensor, Tensor, float, float, float]:
@@ -337,3 +498,84 @@ def fits_from_products(gram: Tensor, b: Tensor, sq: Tensor, basis) -> list[MapFi
 
 def _families(basis: tuple[Component, ...]) -> set[str]:
     return {family for component in basis for family in component.families}
+
+
+#: what :func:`~tl_leadterms.decompose` adds to each token-token row
+COMMON_COLUMNS = ("specific", "common_share")
+
+
+def _ratio(num: Tensor, den: Tensor) -> Tensor:
+    return torch.where(den > 0, num / torch.where(den > 0, den, 1.0), math.nan)
+
+
+def common_share(specific: Tensor, common: Tensor) -> Tensor:
+    """``|common| / (|specific| + |common|)`` of two signed parts of a numerator: in
+    ``[0, 1]``, NaN where both are 0 (the module docstring).
+
+    >>> common_share(torch.tensor([1.0, -1.0, 0.0]), torch.tensor([3.0, 2.0, 0.0])).tolist()
+    [0.75, 0.6666666865348816, nan]
+    """
+    return _ratio(common.abs(), specific.abs() + common.abs())
+
+
+def _finish(inner_c: Tensor, norm2_c: Tensor, inner_raw: Tensor, target_c2: float):
+    specific = _ratio(inner_c, (norm2_c.clamp_min(0) * target_c2).sqrt()).clamp(-1.0, 1.0)
+    return specific, common_share(inner_c, inner_raw - inner_c)
+
+
+def dense_parts(M: Tensor, T: Tensor, inner_raw: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``specific`` and ``common_share`` (``[h]`` each) of dense maps ``[h, n, m]`` against ``T``
+    (``inner_raw``: ``⟨M_h, T⟩`` when already known)."""
+    M = M.double()
+    centred = M - M.mean(-1, keepdim=True) - M.mean(-2, keepdim=True) + M.mean((-2, -1), True)
+    T = T.to(M.device).double()
+    *_, target_c2 = target_terms(T)
+    raw = factored.inner(M, T) if inner_raw is None else inner_raw.to(M.device)
+    return _finish(factored.inner(centred, T), factored.sq_norm(centred), raw, target_c2)
+
+
+def _factored_parts(M: FactoredMatrix, T: Tensor, inner_raw: Tensor):
+    A, B = M.A.double(), M.B.double()
+    centred = FactoredMatrix(A - A.mean(-2, keepdim=True), B - B.mean(-1, keepdim=True))
+    *_, target_c2 = target_terms(T)
+    return _finish(factored.inner(centred, T).cpu(), factored.sq_norm(centred).cpu(),
+                   inner_raw, target_c2)  # fmt: skip
+
+
+def _sandwich_parts(s: Sandwich, t: Term, cache: BasisCache, projections: Projections,
+                    inner_raw: Tensor):  # fmt: skip
+    """``L°ᵀ T R°ᵀ = Lᵀ T° Rᵀ`` from the cached projection, ``L°ᵀL°``, ``R°R°ᵀ`` from the Grams."""
+    rows, cols, total, _, target_c2 = projections.target_sums(t.target)
+    L, R = s.left.double(), s.right.double()
+    n, m = L.shape[0], R.shape[1]
+    ones_l, ones_r = L.sum(0), R.sum(1)  # Lᵀ1, R1
+    dev = L.device
+    P = projections.projected(s, t.target).to(dev)
+    P_c = (P - torch.outer(L.T @ rows.to(dev), ones_r) / m
+           - torch.outer(ones_l, R @ cols.to(dev)) / n
+           + total * torch.outer(ones_l, ones_r) / (n * m))  # fmt: skip
+    GL, GR = projections.grams(s)
+    GL_c = GL.to(dev) - torch.outer(ones_l, ones_l) / n
+    GR_c = GR.to(dev) - torch.outer(ones_r, ones_r) / m
+    inner_c = s.inner_projected(P_c).cpu()
+    return _finish(inner_c, s.sq_norm(GL_c, GR_c).cpu(), inner_raw, target_c2)
+
+
+def map_parts(M, t: Term, cache: BasisCache, projections: Projections | None,
+              inner_raw: Tensor) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """``specific`` and ``common_share`` per head of the maps :func:`decompose` fits.
+
+    ``inner_raw`` holds ``⟨M_h, T⟩`` (already computed by the fit). A vector weight (``P``,
+    indexed by offset) has no token axis: NaN.
+    """
+    inner_raw = inner_raw.double().cpu()
+    if t.vector:
+        nan = torch.full_like(inner_raw, math.nan)
+        return nan, nan.clone()
+    if isinstance(M, Sandwich):
+        return _sandwich_parts(M, t, cache, projections, inner_raw)
+    T = cache.map(t.target)
+    if isinstance(M, FactoredMatrix):
+        return _factored_parts(M, T.to(M.A.device), inner_raw)
+    specific, share = dense_parts(M, T, inner_raw)
+    return specific.cpu(), share.cpu()

@@ -67,7 +67,7 @@ class Decomposition(ResultTable):
     others; ``family_shares`` sum the Shapley values of each family's components (a composed
     component split equally among its families). ``character`` is ``"<component>-like"`` only
     when that component's Shapley value leads the runner-up by 20% of ``R²`` and ``R² ≥ 0.1``;
-    otherwise ``"mixed"`` or ``"unexplained"`` (:mod:`tl_leadterms.results.attribution`).
+    otherwise ``"mixed"`` or ``"unexplained"`` (:func:`~.fit.shapley`).
     With ``null=``: ``score`` (the cosine), ``null_mean``, ``null_sd``, ``z``, ``p``,
     ``excess`` (``score − null_mean``, the effect size the table leads with), ``excess_share``,
     ``q`` (Benjamini–Hochberg over the rows) and ``verdict`` (the one rule of
@@ -81,7 +81,7 @@ class Decomposition(ResultTable):
     when the statistics are the model's training windows (the cosines are exact; the line under
     the title says so, ``metadata["ci"]["why"]``). Token-token rows carry ``specific`` and
     ``common_share`` (the ``common`` column of the repr; see
-    :mod:`tl_leadterms.analyses.decompose.common`).
+    :mod:`tl_leadterms.analyses.decompose.fit`).
 
     The table holds plain numbers only (no model, weights or statistics); :meth:`top_pairs`
     takes the model and statistics it needs explicitly.
