@@ -84,7 +84,7 @@ def test_fitted_scales_the_calibration_cannot_vouch_for_are_flagged(uniform_run)
     flagged = [c for c in ("c_V", "c_W") if lead[c] != 0]
     assert flagged and lead["c_at_bound"] == ", ".join(flagged)
     text = repr(out)
-    row = next(s for s in text.splitlines() if s.startswith("leading"))
+    row = next(s for s in text.splitlines() if s.split()[0] == "leading")
     assert row.count("*") == len(flagged)
     assert f"leading: * {lead['c_at_bound']} at the fit's bound" in text
     assert f"* {lead['c_at_bound']} at the fit&#x27;s bound" in out._repr_html_()

@@ -1,9 +1,9 @@
 """`head_atlas`: one row per attention head, with what the theory and TransformerLens say of it.
 
 Per (layer, head): the character of its query-key map ``W`` (Shapley attribution, see
-:func:`~tl_leadterms.analyses.decompose.fit.shapley`) and of its value path, the cosine of
-``W`` with its leading term ``Q̄`` with the permutation null's ``null_mean``, effect size ``excess`` (and
-``excess_share``), ``z``, ``p`` and the Benjamini–Hochberg ``q`` over the atlas' heads (and
+:func:`~tl_leadterms.analyses.decompose.fit.shapley`) and of its value path, the cosine of ``W``
+with its leading term ``Q̄`` with the permutation null's ``null_mean``, effect size ``excess``
+(and ``excess_share``), ``z``, ``p`` and the Benjamini–Hochberg ``q`` over the atlas' heads (and
 a bootstrap interval when asked for), the token-specific cosine ``specific`` and
 ``common_share`` (see :func:`~tl_leadterms.decompose`), the implied ``s·η``; with ``tokens``,
 the agreement of its attention with the predicted attention

@@ -81,6 +81,12 @@ class OutputAgreement(ResultTable):
                 + (" (+ bucket)" if meta.get("bucket") else "")
                 + f", {meta['n_layers']} layer(s), {how}")  # fmt: skip
 
+    def cell(self, row: dict[str, Any], column: str) -> Any:
+        """A fitted ``c`` flagged in ``c_at_bound`` reads with a ``*`` (see :meth:`notes`)."""
+        value = super().cell(row, column)
+        flagged = (row.get("c_at_bound") or "").split(", ")
+        return f"{number(value)}*" if column in flagged and column.startswith("c_") else value
+
     def notes(self) -> list[str]:
         """The null's note, why an ``explained`` is undefined, which fitted ``c`` are flagged."""
         out = super().notes()
