@@ -14,8 +14,8 @@ small initialisation, read by ``decompose`` and by the covariance protocol at ev
 3. At every checkpoint: ``decompose(model, stats, schedule=Schedule(lr, step), null=R)`` (the
    cosine of ``W_O`` with B̄ and of each layer's value path ``V·W_O`` with Φ̄ᵀΣ_B̄, their excess
    over the permutation null, the token-specific cosine, the implied s·η against lr·step) and
-   ``covariance_similarity(model, stats, null=R)`` with and without ``centre="tokens"`` (the
-   paper's raw score, its excess over its null, the token-specific score and its excess).
+   ``covariance_similarity(model, stats, null=R)`` (the paper's raw score and the
+   token-specific ``_specific`` score, each with its excess over its own null).
 4. Prints the table, writes the numbers as JSON (``benchmarks/results/positive_control.json``)
    and draws ``docs/positive_control.png`` (the full preset; ``--preset small`` writes beside
    ``--out`` instead).
@@ -106,14 +106,16 @@ def training_stats(folder: Path):
 
 def _protocol(model, stats, null: int) -> dict[tuple[str, int], dict]:
     """The covariance protocol's raw score, its null excess, the token-specific score and its
-    excess, and the common share, by (score, layer)."""
-    paper = covariance_similarity(model, stats, null=null, progress=False)
-    tokens = covariance_similarity(model, stats, null=null, centre="tokens", progress=False)
+    excess, and the common share, by (score, layer): one call gives both rows, each with its
+    own null."""
+    sim = covariance_similarity(model, stats, null=null, progress=False)
+    rows = {(r["score"], r["layer"]): r for r in sim.rows if r["head"] is None}
     out = {}
-    for raw, tok in zip(paper.rows, tokens.rows, strict=True):
-        if raw["head"] is None:
-            out[raw["score"], raw["layer"]] = {
-                "protocol_score": raw["score"], "protocol_raw": raw["value"],
+    for (score, layer), raw in rows.items():
+        tok = rows.get((f"{score}_specific", layer))
+        if tok is not None:
+            out[score, layer] = {
+                "protocol_score": score, "protocol_raw": raw["value"],
                 "protocol_excess": raw["excess"], "protocol_specific": tok["value"],
                 "protocol_specific_excess": tok["excess"],
                 "protocol_common_share": raw["common_share"],
