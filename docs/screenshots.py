@@ -111,7 +111,7 @@ def notebook_shots(out: Path, model=None, stats=None) -> None:
                 "color:var(--jp-content-font-color1);font:13px system-ui,sans-serif;margin:16px}"
                 " .output{width:900px;margin:0 0 24px}</style></head>"
                 f"<body>{cells}</body></html>", encoding="utf-8")  # fmt: skip
-            page = chromium.new_page(viewport={"width": 940, "height": 900})
+            page = chromium.new_page(viewport={"width": 940, "height": 2800})
             page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
                        else r.abort())  # fmt: skip
             page.goto(page_path.as_uri())
