@@ -47,7 +47,8 @@ def page(tmp_path_factory):
     if "lo" not in decomposition.rows[0]:  # the CI and null columns, written here by hand
         for row in decomposition.rows:
             row.update(score=row["cosine"], lo=row["cosine"] - 0.01, hi=row["cosine"] + 0.01,
-                       null_mean=0.1, null_sd=0.05, z=17.0, p=0.001)  # fmt: skip
+                       null_mean=0.1, null_sd=0.05, z=17.0, p=0.001, q=0.001,
+                       excess=row["cosine"] - 0.1, verdict="stands out")  # fmt: skip
     path = tmp_path_factory.mktemp("report") / "report.html"
     text = "the little girl saw a red ball"
     results = [
@@ -76,7 +77,7 @@ def test_dom_holds_tables_and_head_labels(page):
         assert label in dom
     assert "<canvas" in dom or "<svg" in dom  # circuitsvis drew its views
     findings = re.search(r'<section id="findings">.*?<ul class="findings">(.*?)</ul>', dom, re.S)
-    assert findings is not None and "Null baseline: 0 of 7" in findings.group(1)
+    assert findings is not None and "Of the 7 scores with a null, 7 stand out" in findings.group(1)
     assert len(re.findall(r'<table class="heatmap"', dom)) == 3 * 3  # V, W, P × 3 metrics
     assert '<div class="head-atlas">' in dom
     for column in ("lo", "hi", "z", "p"):

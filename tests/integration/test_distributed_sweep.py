@@ -71,7 +71,7 @@ def test_a_ray_sweep_with_null_and_intervals_equals_the_local_sweep(cluster, ser
     got = sweep(folder, blocks, executor="ray", **options)
     assert_same_rows(got, local)
     columns = ("null_mean", "null_sd", "z", "p", "lo", "hi", "corrected")
-    assert got.columns()[7:14] == list(columns)
+    assert got.columns() == local.columns() and set(columns) <= set(got.columns())
     for a, b in zip(got.rows, local.rows, strict=True):
         for c in columns:  # the same seeded draws in the workers; NaN (P's null) stays NaN
             assert (a[c] is None and b[c] is None) or a[c] == pytest.approx(

@@ -277,7 +277,7 @@ def test_zero_map_gives_nan(stats):
     sim = covariance_similarity(paper_model(d_vocab=V, n_ctx=T, n_layers=1), stats, progress=False)
     assert math.isnan(sim.value("attention", 0))  # W = 0
     assert not math.isnan(sim.value("value_post", 0))  # E_post = one-hot rows
-    assert repr(sim).splitlines()[2].split() == ["0", "attention", "-", "-"]  # no number
+    assert repr(sim).splitlines()[2].split() == ["0", "attention", "–", "–"]  # no number
 
 
 @pytest.mark.hooked

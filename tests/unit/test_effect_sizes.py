@@ -309,4 +309,5 @@ def test_decompose_null_has_excess_q_and_repr_leads_with_excess(trained, stats):
             assert r["q"] >= r["p"]
     header = repr(d).splitlines()[1]
     assert header.index("excess") < header.index("specific") < header.index("z")
-    assert header.index("common") < header.index("z") < header.index("q") < header.index("verdict")
+    # the effect, the evidence, then the rest (the common share among the details)
+    assert header.index("z") < header.index("q") < header.index("verdict") < header.index("common")

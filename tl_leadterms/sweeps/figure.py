@@ -198,7 +198,7 @@ def _holds(table) -> list[str]:
 
 def report_section(table) -> Section:
     """The report section of a sweep table: the table, one heatmap per score (and, with a
-    null, its raw score, null band and excess), and what the scores say across checkpoints."""
+    null, the score with its null band, and its excess), and what the scores say across checkpoints."""
     parts = [f'<pre class="sweep">{esc(repr(table))}</pre>']
     for analysis, score in table.scores():
         parts.append(figure_block(lambda a=analysis, s=score: plot_sweep(table, s, analysis=a),
@@ -206,6 +206,6 @@ def report_section(table) -> Section:
         if any(r.get("null_mean") is not None for r in _layer_rows(table, analysis, score)):
             parts.append(figure_block(
                 lambda a=analysis, s=score: plot_sweep_null(table, s, analysis=a),
-                f"sweep {analysis}: {score} — raw score, null band and excess"))  # fmt: skip
+                f"sweep {analysis}: {score} — score, null band and excess"))  # fmt: skip
     findings = tuple(_effects(table) + _holds(table))
     return Section("sweep", "Checkpoint sweep", "\n".join(parts), findings)
