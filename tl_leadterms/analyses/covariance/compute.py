@@ -129,10 +129,8 @@ def covariance_similarity(
             ``centre=``, without effect) fill it in.
         null: the permutation null of every row, ``R`` or a
             :class:`~tl_leadterms.results.null.NullSpec` (shorthand for ``uncertainty.null``):
-            ``null_mean``, ``null_sd``, ``excess``, ``excess_share``, ``z``, ``p``, the
-            Benjamini–Hochberg ``q`` over the rows and the ``verdict``
-            (:func:`~tl_leadterms.results.null.verdict`); each draw re-indexes the model's
-            token rows (the token maps are reused); with a reference model, ``reference``.
+            the null's columns and ``verdict`` (:mod:`tl_leadterms.results.null`); each draw
+            re-indexes the model's token rows; with a reference model, ``reference``.
         ci: a confidence level (shorthand for ``uncertainty.ci``): ``lo``, ``hi`` and
             ``corrected`` of every row from resamples of corpus blocks (``stats`` a
             ``BlockStats``; none for the model's training windows).

@@ -76,10 +76,8 @@ def _table_digest(name: str, table: torch.Tensor) -> bytes:
 
 
 def stats_checksum(stats: CorpusStats) -> str:
-    """SHA-256 (hex) of what the theory matrices ``Q̄`` and ``B̄Φ̄`` are built from: the sizes
-    and ``|V|`` of the centring, the kept ids, the sparse bigram and unigram counts, ``Φ̄`` and
-    ``Q̄`` (each table's dtype, shape and bytes hashed on its own, two at a time, then the
-    digests together). Computed once per statistics object (about 1 s of CPU per GB).
+    """SHA-256 (hex) of what the theory matrices ``Q̄`` and ``B̄Φ̄`` are built from (the sizes,
+    the kept ids, the sparse counts, ``Φ̄`` and ``Q̄``), once per statistics object.
 
     >>> import torch
     >>> from tl_leadterms import corpus_stats
