@@ -1,15 +1,7 @@
-"""`leading_model`: the paper's model with every weight set to its leading term.
-
-The paper summarises what its attention-only model computes early in training by replacing each
-weight with its leading term (docs/math.md#leading-terms; the paper's Eqs. 12-13): for one
-layer
-
-    F(X) ≈ ( S(Mask(c_W·X Q̄ Xᵀ + c_W·DM(Δ))) X c_V·Φ̄ᵀB̄ᵀ + X ) · sη·B̄
-
-and, for ``L`` layers, the same three terms in every layer. :func:`leading_model` builds that
-model as a real :class:`~tl_leadterms.models.PaperModel` (hooks, ``run_with_cache``, attention plots
-all work on it); the coefficients ``c`` come from :class:`tl_leadterms.theory.Schedule`, the
-maps from the theorem's table, so nothing here defines a coefficient.
+"""`leading_model`: the paper's model with every weight set to its leading term
+(docs/guides/next-token.md#the-leading-term-model; the paper's Eqs. 12-13), a real
+:class:`~tl_leadterms.models.PaperModel` whose coefficients come from
+:class:`tl_leadterms.theory.Schedule` and maps from the theorem's table.
 """
 
 import torch

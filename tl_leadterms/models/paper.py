@@ -21,10 +21,7 @@ all biases                  zero                                   buffer
 
 Attention scores are not scaled; ``P`` is added to the scores as ``DM(P)[t, t−d] = P[d]``
 before the causal mask and before ``hook_attn_scores``, so every hook sees the paper's scores.
-Hooks: ``hook_embed``, ``hook_pos_embed``, ``blocks.l.hook_resid_pre``, ``blocks.l.attn.hook_q``
-/ ``hook_k`` / ``hook_v`` / ``hook_attn_scores`` / ``hook_pattern`` / ``hook_z`` (``hook_result``
-with ``cfg.use_attn_result``), ``blocks.l.hook_attn_out``, ``blocks.l.hook_resid_post``,
-``unembed.hook_in`` / ``hook_out``.
+The hooks are a HookedTransformer's (``hook_result`` with ``cfg.use_attn_result``).
 """
 
 from typing import Any
@@ -193,21 +190,10 @@ class PaperModel(HookedRootModule):
         self.cfg.dtype = self.unembed.W_U.dtype
         return out
 
-    @property
-    def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
-        return self.embed.W_E
-
-    @property
-    def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
-        return self.pos_embed.W_pos
-
-    @property
-    def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
-        return self.unembed.W_U
-
-    @property
-    def b_U(self) -> Float[Tensor, " d_vocab"]:
-        return self.unembed.b_U
+    W_E = property(lambda self: self.embed.W_E, doc="``[d_vocab, d_model]`` identity.")
+    W_pos = property(lambda self: self.pos_embed.W_pos, doc="``[n_ctx, d_model]`` zeros.")
+    W_U = property(lambda self: self.unembed.W_U, doc="``[d_model, d_vocab]`` (``W_O``).")
+    b_U = property(lambda self: self.unembed.b_U, doc="``[d_vocab]`` zeros.")
 
     def _stack(self, name: str) -> Tensor:
         return torch.stack([getattr(block.attn, name) for block in self.blocks], dim=0)
@@ -221,13 +207,8 @@ class PaperModel(HookedRootModule):
     b_V = property(lambda self: self._stack("b_V"), doc="``[n_layers, 1, V]`` zeros.")
     b_O = property(lambda self: self._stack("b_O"), doc="``[n_layers, V]`` zeros.")
 
-    @property
-    def QK(self) -> FactoredMatrix:
-        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
-
-    @property
-    def OV(self) -> FactoredMatrix:
-        return FactoredMatrix(self.W_V, self.W_O)
+    QK = property(lambda self: FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1)))
+    OV = property(lambda self: FactoredMatrix(self.W_V, self.W_O))
 
     @property
     def W(self) -> list[Tensor]:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypeVar
 
-from jaxtyping import Float
 from torch import Tensor
 
 from tl_leadterms.checks import check_lr, check_s_lr, check_stats, check_steps, positive_int
@@ -44,11 +43,9 @@ class Schedule:
     """A training run as the theory sees it: ``lr`` and ``steps``, or only ``s·η``.
 
     Every analysis takes one as ``schedule=``: ``Schedule(lr=1.0, steps=4)``, the pair
-    ``(1.0, 4)``, or a :class:`~tl_leadterms.training.TrainHistory` (the run
-    :func:`~tl_leadterms.train` made). With ``lr`` and ``steps`` the coefficients are exact
-    (``s_lr`` is their product); with only ``s_lr`` they are the gradient-flow limits; with only
-    ``lr`` nothing is scaled but implied step counts are solved with the exact coefficient.
-    Checked when built (the one rule of :mod:`tl_leadterms.checks`).
+    ``(1.0, 4)``, or a :class:`~tl_leadterms.training.TrainHistory`. With ``lr`` and ``steps``
+    the coefficients are exact; with only ``s_lr`` they are the gradient-flow limits; with only
+    ``lr`` implied step counts are solved with the exact coefficient. Checked when built.
 
     >>> Schedule(lr=0.5, steps=4).s_lr, Schedule(s_lr=2.0).coefficient("W_O")
     (2.0, 2.0)
@@ -192,10 +189,8 @@ def error_bounds(lr: float, steps: int, n_ctx: int) -> dict[str, float]:
 class LeadingTerms:
     """Predicted weights and the theorem's conditions for one (lr, steps, n_layers).
 
-    Predicted maps are built on first access and kept (each ``[k, k]`` matrix is as large as a
-    statistic). ``V``, ``W`` and ``P`` hold one entry per layer; the theorem predicts the same
-    term in every layer, so the entries are one tensor object. :meth:`predicted` gives any
-    weight of the table by name, ``"V·W_O"`` included.
+    Predicted maps are built on first access and kept; ``V``, ``W`` and ``P`` hold one entry per
+    layer, all one tensor object. :meth:`predicted` gives any weight of the table by name.
 
     Attributes:
         W_O: ``[k, k]`` ``sη·B̄`` [current token, next token].
@@ -224,21 +219,10 @@ class LeadingTerms:
         t = term(weight)
         return self.coefficients[t.weight] * t.target.build(self.stats)
 
-    @cached_property
-    def W_O(self) -> Float[Tensor, "k k"]:
-        return self.predicted("W_O")
-
-    @cached_property
-    def V(self) -> list[Tensor]:
-        return [self.predicted("V")] * self.n_layers
-
-    @cached_property
-    def W(self) -> list[Tensor]:
-        return [self.predicted("W")] * self.n_layers
-
-    @cached_property
-    def P(self) -> list[Tensor]:
-        return [self.predicted("P")] * self.n_layers
+    W_O = cached_property(lambda self: self.predicted("W_O"))
+    V = cached_property(lambda self: [self.predicted("V")] * self.n_layers)
+    W = cached_property(lambda self: [self.predicted("W")] * self.n_layers)
+    P = cached_property(lambda self: [self.predicted("P")] * self.n_layers)
 
     def __repr__(self) -> str:
         coef = ", ".join(f"{k}={v:.4g}" for k, v in self.coefficients.items())

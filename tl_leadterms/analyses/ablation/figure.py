@@ -17,8 +17,7 @@ def plot_ablation(table: object, *, path: object = None):
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:
-        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
-        notebook; ``.savefig`` as any matplotlib figure).
+        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (a matplotlib figure).
     """
     check_result(table, "AblationTable", "ablate")
     rows = table.rows

@@ -1,18 +1,12 @@
-"""`head_atlas`: one row per attention head, with what the theory and TransformerLens say of it.
+"""`head_atlas`: one row per attention head, with what the theory and TransformerLens say of it
+(docs/guides/meaningful-scores.md#the-head-atlas).
 
-Per (layer, head): the character of its query-key map ``W`` (Shapley attribution, see
-:func:`~tl_leadterms.analyses.decompose.fit.shapley`) and of its value path, the cosine of ``W``
-with its leading term ``Q̄`` with the permutation null's ``null_mean``, effect size ``excess``
-(and ``excess_share``), ``z``, ``p`` and the Benjamini–Hochberg ``q`` over the atlas' heads (and
-a bootstrap interval when asked for), the token-specific cosine ``specific`` and
-``common_share`` (see :func:`~tl_leadterms.decompose`), the implied ``s·η``; with ``tokens``,
-the agreement of its attention with the predicted attention
-(:func:`~tl_leadterms.attention_agreement`) and TransformerLens's head detector scores for
-comparison: previous-token, duplicate-token and induction, from
-``transformer_lens.head_detector``'s detection patterns and its default ``"mul"`` measure
-(``compute_head_attention_similarity_score``: the fraction of the head's attention on the
-pattern), averaged over the sequences. (``detect_head`` itself encodes strings with the
-model's tokenizer; the atlas applies the same patterns and measure to token ids.)
+Per (layer, head): the character of its query-key map ``W`` and of its value path, the cosine
+of ``W`` with ``Q̄`` with its null, interval, ``specific`` and ``common_share`` (the columns of
+:func:`~tl_leadterms.decompose`), the implied ``s·η``; with ``tokens``, its agreement with the
+predicted attention (:func:`~tl_leadterms.attention_agreement`) and TransformerLens's
+previous-token, duplicate-token and induction detector scores (``transformer_lens.head_detector``'s
+patterns and ``"mul"`` measure applied to token ids, averaged over the sequences).
 """
 
 import math
@@ -41,6 +35,10 @@ _COLUMNS = ("label", "layer", "head", "character", "cosine", "lo", "hi", "correc
             "implied_s_lr", "value_character", "value_cosine", "js_divergence",
             "rank_correlation", *DETECTORS, "null_mean", "excess", "excess_share", "q",
             "verdict", "specific", "common_share")  # fmt: skip
+
+#: the columns each head's row takes from its ``W`` row of the decomposition, in order
+_OWN = ("value_character", "value_cosine", "js_divergence", "rank_correlation", "q", *DETECTORS)
+_FROM_W = tuple(c for c in _COLUMNS if c not in _OWN)
 
 
 class HeadAtlas(ResultTable):
@@ -103,11 +101,9 @@ def head_atlas(
     Args:
         model: a HookedTransformer (anything :func:`~tl_leadterms.decompose` accepts).
         stats: corpus statistics over its vocabulary, or a ``BlockStats`` from
-            :func:`~tl_leadterms.stats.blocks.block_stats`: then ``lo``/``hi`` hold the
-            bootstrap interval of the distribution-level cosine of ``W`` with ``Q̄`` and
-            ``corrected`` its bias-corrected estimate (level ``ci``, default 0.95; see
-            :mod:`tl_leadterms.results.bootstrap`), NaN when the statistics are the model's
-            training windows (exact scores: ``population``).
+            :func:`~tl_leadterms.stats.blocks.block_stats`: then ``lo``/``hi``/``corrected``
+            hold the bootstrap interval of the cosine of ``W`` with ``Q̄`` (level ``ci``,
+            default 0.95), NaN for the model's training windows.
         tokens: optional ``[batch, pos]`` token ids (``1 < pos < n_ctx``, at most the
             statistics' ``n_ctx``): adds attention agreement and the detector scores.
         schedule: the training run, if known (sharpens the implied ``s·η``; a
@@ -146,20 +142,9 @@ def head_atlas(
             continue
         key = (r["layer"], r["head"])
         v, a = value.get(key, {}), agreement.get(key, {})
-        row = {
-            "label": r["label"], "layer": r["layer"], "head": r["head"],
-            "character": r["character"], "cosine": r["cosine"],
-            "lo": r.get("lo", nan), "hi": r.get("hi", nan), "corrected": r.get("corrected", nan),
-            "noise_share": r.get("noise_share", nan), "z": r.get("z", nan), "p": r.get("p", nan),
-            "implied_s_lr": r["implied_s_lr"],
-            "null_mean": r.get("null_mean", nan), "excess": r.get("excess", nan),
-            "excess_share": r.get("excess_share", nan), "verdict": None,
-            "specific": r.get("specific", nan),
-            "common_share": r.get("common_share", nan),
-            "value_character": v.get("character", ""), "value_cosine": v.get("cosine", nan),
-            "js_divergence": a.get("js_divergence", nan),
-            "rank_correlation": a.get("rank_correlation", nan),
-        }  # fmt: skip
+        row = {c: None if c == "verdict" else r.get(c, nan) for c in _FROM_W}
+        row |= {"value_character": v.get("character", ""), "value_cosine": v.get("cosine", nan)}
+        row |= {c: a.get(c, nan) for c in ("js_divergence", "rank_correlation")}
         for name in DETECTORS:
             row[name] = nan if detectors is None else float(detectors[name][key])
         rows.append(row)

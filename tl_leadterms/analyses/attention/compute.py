@@ -1,12 +1,7 @@
-"""Predicted attention on real text, and how well a model's attention agrees with it.
-
-The leading terms predict every layer's attention (docs/math.md#leading-terms)::
-
-    A = S(Mask(c·X Q̄ Xᵀ + c·DM(Δ))),   c = (3C(s,4) + 2C(s,3))·η⁴
-
-where ``X`` is the one-hot of the input tokens (a token outside the statistics' kept vocabulary
-is a zero row). :func:`predict_attention` computes it; :func:`attention_agreement` compares it
-with a model's ``hook_pattern`` per layer and head.
+"""Predicted attention on real text, ``A = S(Mask(c·X Q̄ Xᵀ + c·DM(Δ)))`` in every layer
+(docs/math.md#leading-terms; ``X`` one-hot, a token outside the kept vocabulary a zero row):
+:func:`predict_attention` computes it, :func:`attention_agreement` compares it with a model's
+``hook_pattern`` per layer and head.
 """
 
 import math
@@ -161,12 +156,10 @@ class AttentionAgreement(ResultTable):
     disjoint), ``rank_correlation`` (mean Spearman correlation of each row's keys, model pattern
     against predicted scores), ``scale`` (the ``c`` of ``S(c·(XQ̄Xᵀ + DM(Δ)))`` used: from the
     training run, or fitted per head to minimise the JS divergence; see
-    :mod:`~tl_leadterms.analyses.attention.fit`) and ``scale_at_bound`` (None, or the edge of
-    the search a fitted scale is at: ``"lower"`` (attention as uniform as the prediction can
-    make it, c → 0) or ``"upper"`` (as sharp, c → ∞), the limit ``10^-12`` or ``10^15`` or where
-    the divergence stopped changing: the optimum is not bracketed, read it as "at most" or "at
-    least"; every view prints it so, :func:`~.fit.scale_text`). With ``null=``: ``null_mean``,
-    ``excess``, ``z``, ``p``, ``q`` and the ``verdict`` of the rank correlation.
+    :mod:`~tl_leadterms.analyses.attention.fit`) and ``scale_at_bound`` (None, or ``"lower"``
+    / ``"upper"``: the fitted scale is at that edge of the search, read it as "at most" / "at
+    least", :func:`~.fit.scale_text`). With ``null=``: ``null_mean``, ``excess``, ``z``, ``p``,
+    ``q`` and the ``verdict`` of the rank correlation.
     """
 
     KEYS = ("layer", "head")
@@ -266,12 +259,9 @@ def attention_agreement(
             model is run only without one.
         null: the permutation null of ``rank_correlation``, ``R`` or a
             :class:`~tl_leadterms.results.null.NullSpec` (shorthand for ``uncertainty.null``):
-            ``null_mean``, ``null_sd``, the effect size ``excess``, ``excess_share``, the
-            evidence ``z``, ``p`` and the Benjamini–Hochberg ``q`` over the heads
-            (:mod:`tl_leadterms.results.null`). Each draw relabels the statistics' kept tokens
-            (rows and columns of Q̄ together), gathers the predicted scores again and ranks them
-            once for every head; the model's patterns and their ranks are reused.
-            (``NullSpec.reference`` is not used here.)
+            ``null_mean``, ``null_sd``, ``excess``, ``excess_share``, ``z``, ``p`` and ``q``
+            over the heads (:mod:`tl_leadterms.results.null`); each draw relabels the kept
+            tokens of Q̄ (``NullSpec.reference`` is not used here).
         uncertainty: an :class:`~tl_leadterms.results.uncertainty.Uncertainty` holding the
             null; this analysis has no bootstrap interval (``ci`` is refused).
         progress: show a tqdm bar over layers.

@@ -25,8 +25,7 @@ def plot_agreement(agreement: object, *, path: object = None):
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:
-        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
-        notebook; ``.savefig`` as any matplotlib figure).
+        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (a matplotlib figure).
     """
     import numpy as np
 

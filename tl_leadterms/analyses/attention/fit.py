@@ -11,17 +11,14 @@ predicted scores ``X Q̄ Xᵀ + DM(Δ)`` ``[B, q, k]`` (``−inf`` above the dia
       dJS/dc   = ½ Σ q d ℓ
       d²JS/dc² = ½ Σ q (d² − V) ℓ + ¼ Σ q d² p/m
 
-  A scan one point per decade of ``c·σ`` (``σ`` the scores' spread within rows) locates, per
-  head, the minima the slope's sign changes bracket and the two limits (``c → 0``: uniform
-  attention, ``c → ∞``: the argmax), and keeps the lowest; a limit whose slope still points
-  outwards widens the scan, a few decades at a time, until the divergence stops changing
-  there (relative change below 1e-9 per decade) or the scan reaches ``10^-12``/``10^15``.
-  Bracketed minima are refined by Newton's method on the slope (bisection when a step leaves
-  the bracket), first in the scan's dtype, then in this one; a head whose best is a limit
-  keeps the scan's end and is reported at the bound, ``"lower"`` (attention as uniform as the
-  prediction can make it) or ``"upper"`` (as sharp), which :func:`scale_text` says; so is a
-  bracketed minimum that a limit matches to rounding (within ``1e-12``: an untrained model's
-  uniform attention, whose "minimum" lies in the rounding noise of a divergence of 0).
+  A scan one point per decade of ``c·σ`` (``σ`` the scores' spread within rows) brackets, per
+  head, the minima where the slope changes sign, besides the two limits (``c → 0``: uniform,
+  ``c → ∞``: the argmax), and keeps the lowest; a limit whose slope points outwards widens
+  the scan until the divergence stops changing or the scan reaches ``GRID_LIMIT``. Newton's
+  method on the slope (bisection outside the bracket) refines a minimum, first in the scan's
+  dtype, then in this one. A head whose best is a limit, or a minimum a limit matches to
+  rounding (an untrained model's uniform attention), is reported at the bound
+  (:func:`scale_text`).
 * the mean Spearman correlation of its rows with the scores, from average ranks found by
   sorting (``O(n log n)`` per row; ties share their mean rank); the scores' ranks are shared.
 

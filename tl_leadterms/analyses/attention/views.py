@@ -81,12 +81,9 @@ def plot_attention(
 ) -> "AttentionView":
     """Attention heads on one sequence, next to the leading-term prediction and their agreement.
 
-    The model runs once (hooks on ``hook_pattern``); the same patterns serve
-    :func:`~tl_leadterms.attention_agreement` (rank correlation and JS divergence of every head
-    with the prediction, printed beside each view) and the scale fit. The prediction is
-    :func:`~tl_leadterms.predict_attention` scaled by the training run when given
-    (``schedule``), else by the scale ``c`` fitted to this sequence (the median over
-    the layer's heads).
+    The model runs once; its patterns also give :func:`~tl_leadterms.attention_agreement`'s
+    rows (printed beside each view). The prediction is scaled by the training run when given,
+    else by the scale ``c`` fitted to this sequence (the median over the layer's heads).
 
     Args:
         model: a HookedTransformer over the statistics' vocabulary.
@@ -329,10 +326,7 @@ def from_uniform(pattern: Tensor) -> float:
     >>> from_uniform(torch.tensor([[1.0, 0.0], [0.5, 0.5]]))
     0.0
     """
-    n = pattern.shape[-1]
-    uniform = torch.tril(torch.ones(n, n, dtype=torch.float64))
-    uniform = uniform / uniform.sum(-1, keepdim=True)
-    return float((pattern.to(torch.float64) - uniform).abs().max())
+    return float((pattern.to(torch.float64) - _uniform(pattern.shape[-1])).abs().max())
 
 
 def tv_from_uniform(pattern: Tensor) -> float:
@@ -344,10 +338,14 @@ def tv_from_uniform(pattern: Tensor) -> float:
     >>> tv_from_uniform(torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
     0.5
     """
-    n = pattern.shape[-1]
-    uniform = torch.tril(torch.ones(n, n, dtype=torch.float64))
-    uniform = uniform / uniform.sum(-1, keepdim=True)
+    uniform = _uniform(pattern.shape[-1])
     return float(0.5 * (pattern.to(torch.float64).cpu() - uniform).abs().sum(-1).max())
+
+
+def _uniform(n: int) -> Tensor:
+    """Uniform causal attention ``[n, n]`` in float64."""
+    uniform = torch.tril(torch.ones(n, n, dtype=torch.float64))
+    return uniform / uniform.sum(-1, keepdim=True)
 
 
 def _agreement_text(row: dict) -> str:
@@ -359,8 +357,6 @@ def _agreement_text(row: dict) -> str:
 def _head_view(label: str, actual: Tensor, predicted: Tensor, labels: list[str], how: str,
                row: dict):  # fmt: skip
     """A caption with the head's agreement and one view: the head, then its layer's prediction."""
-    import circuitsvis.attention
-
     layer = label[1:].split("H")[0]
     caption = (
         f'<p class="agreement" data-head="{label}"><strong>{label}</strong>: '
@@ -368,20 +364,13 @@ def _head_view(label: str, actual: Tensor, predicted: Tensor, labels: list[str],
         f"(the leading terms, {html.escape(how)}). Largest distance from uniform attention: "
         f"{from_uniform(actual):.2g} (head), {from_uniform(predicted):.2g} (predicted).</p>"
     )
-    view = circuitsvis.attention.attention_heads(
-        attention=_rounded(torch.stack([actual, predicted.to(actual)])),
-        tokens=labels,
-        attention_head_names=[label, f"L{layer} predicted"],
-        mask_upper_tri=True,
-    )
-    return [caption, view]
+    both = torch.stack([actual, predicted.to(actual)])
+    return [caption, _view(both, labels, [label, f"L{layer} predicted"])]
 
 
 def _layer_view(layer: int, actual: Tensor, predicted: Tensor, labels: list[str], how: str,
                 scored: dict):  # fmt: skip
     """A caption with each head's agreement and one view: the layer's heads, then the prediction."""
-    import circuitsvis.attention
-
     heads = [head_label(layer, h) for h in range(actual.shape[0])]
     agree = "; ".join(f"{h}: {_agreement_text(scored[h])}" for h in heads)
     caption = (
@@ -390,10 +379,17 @@ def _layer_view(layer: int, actual: Tensor, predicted: Tensor, labels: list[str]
         f"Agreement with the prediction: {agree}. Largest distance from uniform attention: "
         f"{from_uniform(actual):.2g} (heads), {from_uniform(predicted):.2g} (predicted).</p>"
     )
-    view = circuitsvis.attention.attention_heads(
-        attention=_rounded(torch.cat([actual, predicted[None].to(actual)], dim=0)),
+    both = torch.cat([actual, predicted[None].to(actual)], dim=0)
+    return [caption, _view(both, labels, [*heads, f"L{layer} predicted"])]
+
+
+def _view(attention: Tensor, labels: list[str], names: list[str]):
+    """circuitsvis' ``attention_heads`` view of ``[heads, q, k]`` patterns (5 decimals)."""
+    import circuitsvis.attention
+
+    return circuitsvis.attention.attention_heads(
+        attention=_rounded(attention),
         tokens=labels,
-        attention_head_names=[*heads, f"L{layer} predicted"],
+        attention_head_names=names,
         mask_upper_tri=True,
     )
-    return [caption, view]

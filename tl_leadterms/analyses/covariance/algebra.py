@@ -67,10 +67,6 @@ def _cols(T: Tensor, terms: TheoryTerms, cols: slice, dtype: torch.dtype) -> Ten
     return _scaled(T[:, cols], terms.scale, terms.mean, dtype)
 
 
-def _gemm(dtype: torch.dtype, gemm_dtype: torch.dtype | None) -> torch.dtype:
-    return dtype if gemm_dtype is None else gemm_dtype
-
-
 def _sum_squares(G: Tensor, dtype: torch.dtype) -> float:
     """``Σ G²`` accumulated in ``dtype`` (``G`` may be narrower: a float32 product)."""
     return float((G * G).sum()) if G.dtype == dtype else float((G * G).sum(dtype=dtype))
@@ -84,7 +80,7 @@ def theory_terms(
 ) -> TheoryTerms:
     """Row scaling, row means and ``‖T̃T̃ᵀ‖²`` of a theory matrix, blockwise in ``dtype``
     (the Gram blocks ``T̃_i T̃_jᵀ`` in ``gemm_dtype``, default ``dtype``)."""
-    gemm = _gemm(dtype, gemm_dtype)
+    gemm = gemm_dtype or dtype
     n, m = T.shape
     b = _block(m)
     sq = torch.empty(n, dtype=dtype, device=T.device)
@@ -117,7 +113,7 @@ def theory_terms(
 
 def cache_key(name: str, dtype: torch.dtype, device, gemm_dtype: torch.dtype | None) -> tuple:
     """The in-memory cache's key of one theory matrix's terms."""
-    return (name, dtype, str(device), _gemm(dtype, gemm_dtype))
+    return (name, dtype, str(device), gemm_dtype or dtype)
 
 
 def remember_terms(stats: CorpusStats, name: str, dtype: torch.dtype, device,
@@ -180,7 +176,7 @@ def cross_terms(factors: list[Factor], T: Tensor, terms: TheoryTerms, dtype: tor
     ``gemm_dtype`` under a float64 ``dtype`` the block of ``T̃`` is formed in float64, the
     products ``Lᵀ T̃`` and ``X Xᵀ`` of each block run in float32 and are summed in float64.
     """
-    gemm = _gemm(dtype, gemm_dtype)
+    gemm = gemm_dtype or dtype
     L_all = torch.cat([f.L for f in factors], dim=1).T.contiguous()
     widths = [f.L.shape[1] for f in factors]
     acc = [torch.zeros((r, r) if f.R is not None else (), dtype=dtype, device=T.device)
@@ -359,9 +355,7 @@ class Theory(NamedTuple):
     """The two theory matrices on the device, their cached terms and what they are.
 
     ``Theory.of(stats, protocol, device, dtype)`` computes the terms once per statistics object
-    in this process; :mod:`.theory_file` reads them from a theory file (refused when it was
-    written for other statistics or settings) or computes and writes one, so every later
-    process reads them instead (``theory_for``, ``save_theory``, ``load_theory``).
+    in this process; :mod:`.theory_file` keeps them in a file for every later process.
     """
 
     protocol: str

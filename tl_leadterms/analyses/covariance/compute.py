@@ -1,23 +1,7 @@
-"""The paper's covariance similarity of token maps (docs/math.md#pythia-protocol, steps 3-4).
-
-For an ``n × m`` matrix ``M`` whose rows are the ``n`` kept tokens, ``M̃`` is ``M`` minus its row
-means and ``Cov(M) = M̃M̃ᵀ/(m−1)``; a score is the Frobenius cosine of the model's and the
-theory's covariances. Theory rows are first scaled to unit L2 norm (zero rows stay 0); with
-``normalize="both"`` the model's rows are too.
-
-Everything is computed in exact factored form, never as an ``n × n`` model covariance:
-
-* a map is ``Ã = L Rᵀ`` (an attention map ``E W_Q W_Kᵀ Eᵀ`` with ``L = E W_Q``, ``R = E W_K``;
-  a value map ``M̃`` with ``R = I``). Row scaling multiplies ``L`` by a diagonal (row norms from
-  ``diag(L RᵀR Lᵀ)``, ``O(n r²)``); row centring subtracts the column mean of ``R``,
-  ``Ã = L (R − 1 r̄ᵀ)ᵀ``, so the rank stays ``r``;
-* ``⟨ÃÃᵀ, T̃T̃ᵀ⟩ = ‖Ãᵀ T̃‖² = ⟨RᵀR, X Xᵀ⟩`` with ``X = Lᵀ T̃`` (``O(n² r)``, column blocks of
-  ``T̃`` built on the fly, ``X Xᵀ`` accumulated), and ``‖ÃÃᵀ‖² = tr((LᵀL · RᵀR)²)``
-  (``O(n r²)``);
-* the theory's ``‖T̃T̃ᵀ‖²`` costs ``O(n³)`` but depends only on the statistics: it is computed
-  once per (statistics, dtype, device), blockwise, and cached without keeping the statistics
-  alive; ``theory=path`` keeps it in a file for every later process (:mod:`.theory_file`).
-"""
+"""The paper's covariance similarity of token maps (docs/math.md#pythia-protocol, steps 3-4;
+docs/guides/pythia-protocol.md), computed in the exact factored form of :mod:`.algebra` (never
+an ``n × n`` model covariance); ``theory=path`` keeps the theory's terms in a file
+(:mod:`.theory_file`)."""
 
 import math
 import os
@@ -122,19 +106,13 @@ def covariance_similarity(
     the maths in docs/math.md#pythia-protocol, the common component in
     docs/guides/effect-sizes.md).
 
-    Per layer ``l`` (rows = the statistics' kept tokens, each fed alone, see
-    :func:`~tl_leadterms.analyses.covariance.token_maps.token_maps`): ``"attention"``,
-    ``A_l = E_pre · mean_h(W_Q^h W_K^hᵀ) · E_preᵀ`` against ``Q̄`` (TransformerLens weights as
-    loaded; biases, rotary and the LayerNorm's normalisation ignored; ``per_head=True`` adds
-    each head's ``W_Q^h W_K^hᵀ``); ``"value_post"``, ``E_post`` against ``Φ̄ᵀB̄ᵀ``;
-    ``"value_attn"``, ``E_attn = E_pre + attn_out`` (no MLP) against ``Φ̄ᵀB̄ᵀ``. A score is the
-    Frobenius cosine of ``Cov(M) = M̃M̃ᵀ/(m−1)`` (``M̃``: rows minus their means) of the
-    model's map and of the theory's, exact and factored (``O(n²·d)`` per layer, no ``n × n``
-    model matrix). Each map gives two rows: ``<score>`` (the paper's raw score, with
-    ``common_share``, the share of its numerator that what every token shares carries) and
-    ``<score>_specific`` (both covariances double-centred, ``H·C·H``: only which tokens go with
-    which is scored); each has its own ``null_mean``, ``excess``, ``z``, ``p``, ``q`` and
-    ``verdict`` with ``null=``, its own ``lo``, ``hi`` with ``ci=``. A raw score with
+    Per layer (rows = the statistics' kept tokens, each fed alone:
+    :func:`~tl_leadterms.analyses.covariance.token_maps`) the maps ``"attention"``
+    (``E_pre · mean_h(W_Q^h W_K^hᵀ) · E_preᵀ`` against ``Q̄``; each head's too with
+    ``per_head=True``), ``"value_post"`` (``E_post``) and ``"value_attn"`` (``E_pre +
+    attn_out``), both against ``Φ̄ᵀB̄ᵀ``, give two rows each: the paper's raw score (with
+    ``common_share``) and ``<score>_specific`` (both covariances double-centred); see
+    :class:`~tl_leadterms.analyses.covariance.CovarianceSimilarity`. A raw score with
     ``common_share`` near 1 sits on its null whatever the model learned: read its specific row.
 
     Args:
@@ -146,17 +124,13 @@ def covariance_similarity(
         protocol: a :class:`~tl_leadterms.analyses.covariance.options.Protocol`, or the name
             of its orientation: ``"theorem"`` (against ``Q̄``) or ``"paper-code"`` (against
             ``Q̄ᵀ``, on statistics from ``corpus_stats(..., last_target="paper-code",
-            q_targets="centred")``; others are refused). On the paper's own model trained to
-            its leading terms the paper's ``normalize="theory"``, ``value_map="post"`` scores
-            0.53 (attention) and 0.39 (value) against 0.48 for a random matrix,
-            ``normalize="both"``, ``value_map="write"`` 0.99999: report both. The plain
-            ``normalize=``, ``value_map=`` (and ``centre=``, without effect) fill it in.
+            q_targets="centred")``; others are refused). Report both normalisations
+            (docs/guides/pythia-protocol.md). The plain ``normalize=``, ``value_map=`` (and
+            ``centre=``, without effect) fill it in.
         null: the permutation null of every row, ``R`` or a
             :class:`~tl_leadterms.results.null.NullSpec` (shorthand for ``uncertainty.null``):
-            ``null_mean``, ``null_sd``, ``excess``, ``excess_share``, ``z``, ``p``, the
-            Benjamini–Hochberg ``q`` over the rows and the ``verdict``
-            (:func:`~tl_leadterms.results.null.verdict`); each draw re-indexes the model's
-            token rows (the token maps are reused); with a reference model, ``reference``.
+            the null's columns and ``verdict`` (:mod:`tl_leadterms.results.null`); each draw
+            re-indexes the model's token rows; with a reference model, ``reference``.
         ci: a confidence level (shorthand for ``uncertainty.ci``): ``lo``, ``hi`` and
             ``corrected`` of every row from resamples of corpus blocks (``stats`` a
             ``BlockStats``; none for the model's training windows).

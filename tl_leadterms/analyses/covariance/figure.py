@@ -29,8 +29,7 @@ def plot_covariance(similarity: object, *, path: object = None):
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:
-        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
-        notebook; ``.savefig`` as any matplotlib figure).
+        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (a matplotlib figure).
     """
     check_result(similarity, "CovarianceSimilarity", "covariance_similarity")
     layer_rows = [r for r in similarity.rows if r["head"] is None]
@@ -96,8 +95,7 @@ def plot_token_maps(maps: object, *, path: object = None):
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:
-        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
-        notebook; ``.savefig`` as any matplotlib figure).
+        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (a matplotlib figure).
     """
     check_result(maps, "TokenMaps", "token_maps")
     fig, (top, bottom) = new_figure(7.0, 5.5, rows=2)

@@ -28,12 +28,10 @@ class CovarianceSimilarity(ResultTable):
     only, as before) with ``common_share`` (the share of its numerator's parts carried by what
     every token shares, in ``[0, 1]``); ``"attention_specific"``, ``"value_post_specific"``,
     ``"value_attn_specific"`` the token-specific score of the same map (both covariances
-    double-centred; absent with ``Protocol(specific=False)``). With ``null=`` each row has its
-    own ``null_mean``, ``null_sd``, ``excess``, ``excess_share``, ``z``, ``p``, ``q`` and
-    ``verdict`` (and ``reference``); with ``ci=``: ``lo``, ``hi``, ``corrected`` and
-    ``ci_level``. A raw row whose ``common_share`` reaches
-    :data:`~tl_leadterms.results.findings.COMMON_BOUND` is mostly a direction every token
-    shares: the tables say so under them (:meth:`notes`).
+    double-centred; absent with ``Protocol(specific=False)``). With ``null=`` and ``ci=`` each
+    row has its own null's and interval's columns (:func:`covariance_similarity`). A raw row
+    whose ``common_share`` reaches :data:`~tl_leadterms.results.findings.COMMON_BOUND` is
+    mostly a direction every token shares: the tables say so under them (:meth:`notes`).
     """
 
     #: every score a row can name, in display order: the raw ones, then the specific ones

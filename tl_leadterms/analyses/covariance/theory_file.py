@@ -1,22 +1,13 @@
-"""Theory terms saved beside the statistics: computed once, read by every later process.
+"""Theory terms saved beside the statistics: computed once, read by every later process
+(docs/guides/pythia-protocol.md#theory-terms-computed-once).
 
-The covariance protocol's theory terms (:class:`~.algebra.TheoryTerms` of the attention theory
-``Q̄`` or ``Q̄ᵀ`` and of the value theory ``Φ̄ᵀB̄ᵀ``) cost ``O(k³)``: 467 s of CPU at
-Pythia's 20,000 kept tokens, against a few MB to keep them. They depend only on the statistics
-and on four settings, so a *theory file* keeps them:
-
-* one safetensors file (written atomically, :mod:`tl_leadterms.atomic`) with each theory's row
-  scales, row means and ``w`` (``[k]``) and its three scalars ``‖T̃T̃ᵀ‖²``, ``‖T̃°T̃°ᵀ‖²``
-  and ``a`` (float64, exact);
-* its provenance: the checksum of the statistics (:func:`stats_checksum`: SHA-256 of
-  everything the two theory matrices are built from), their sizes, and the settings
-  (``protocol``, hence the attention matrix; ``dtype``; ``gemm_dtype``; the device type the
-  terms were computed on), plus a SHA-256 of every tensor and of the metadata.
-
-A file is read only for the statistics and settings it was written for; anything else is
-refused with a :class:`~tl_leadterms.errors.LeadTermsError` naming what differs and the fix.
-Terms read from a file are the ones written, bit for bit, so the scores are bitwise the same as
-with freshly computed terms. :func:`theory_path` names a sidecar next to a statistics file.
+A *theory file* (safetensors, written atomically) keeps the ``O(k³)`` covariance terms
+(:class:`~.algebra.TheoryTerms`) of the attention and value theories, with the checksum of the
+statistics (:func:`stats_checksum`), the settings (``protocol``, ``dtype``, ``gemm_dtype``,
+device type) and a SHA-256 of every tensor and of the metadata. A file is read only for the
+statistics and settings it was written for, else a :class:`~tl_leadterms.errors.LeadTermsError`
+names what differs; terms read are the ones written, bit for bit. :func:`theory_path` names a
+sidecar next to a statistics file.
 
 Example:
     >>> import tempfile, pathlib, torch
@@ -85,10 +76,8 @@ def _table_digest(name: str, table: torch.Tensor) -> bytes:
 
 
 def stats_checksum(stats: CorpusStats) -> str:
-    """SHA-256 (hex) of what the theory matrices ``Q̄`` and ``B̄Φ̄`` are built from: the sizes
-    and ``|V|`` of the centring, the kept ids, the sparse bigram and unigram counts, ``Φ̄`` and
-    ``Q̄`` (each table's dtype, shape and bytes hashed on its own, two at a time, then the
-    digests together). Computed once per statistics object (about 1 s of CPU per GB).
+    """SHA-256 (hex) of what the theory matrices ``Q̄`` and ``B̄Φ̄`` are built from (the sizes,
+    the kept ids, the sparse counts, ``Φ̄`` and ``Q̄``), once per statistics object.
 
     >>> import torch
     >>> from tl_leadterms import corpus_stats

@@ -1,15 +1,6 @@
-"""The token-as-sequence protocol (docs/math.md#pythia-protocol, step 2): each token's residual
-stream, per layer.
-
-Every token id is fed to the model alone, as a length-1 sequence without BOS, and three
-``[n, d_model]`` maps are read per layer with hooks:
-
-* ``E_pre``  = ``blocks.{l}.hook_resid_pre``,
-* ``E_post`` = ``blocks.{l}.hook_resid_post``,
-* ``E_attn`` = ``hook_resid_pre + hook_attn_out`` (the residual after attention, without the MLP).
-
-:func:`tl_leadterms.analyses.covariance.compute.covariance_similarity` compares them with the corpus
-statistics; compute them once with :func:`token_maps` and pass ``maps=`` to sweep settings.
+"""The token-as-sequence protocol (docs/math.md#pythia-protocol, step 2): each token fed alone,
+its residual stream per layer (``E_pre``, ``E_post``, ``E_attn = E_pre + attn_out``), computed
+once by :func:`token_maps` and passed as ``maps=`` to sweep settings.
 """
 
 from collections.abc import Callable, Sequence
@@ -37,13 +28,10 @@ class TokenMaps(ResultTable):
     """Per-layer residual-stream maps of single tokens; see :func:`token_maps`.
 
     The maps are the activations themselves (plain tensors, detached from the model). As a
-    result table (:class:`~tl_leadterms.results.table.ResultTable`) it has one row per
-    (map, layer) that summarises them: ``map`` (``"pre"``, ``"post"`` or ``"attn"``),
-    ``layer``, ``n_tokens``, ``d_model``, ``mean_norm`` and ``max_norm`` (of the tokens' rows,
-    L2) and ``mean_cosine`` (the mean cosine between two different tokens' rows: near 1 when
-    every token's row points one common way). ``row("pre", 3)`` looks one up; ``to_pandas()``,
-    ``_repr_html_`` and ``plot()`` (:func:`~tl_leadterms.analyses.covariance.plot_token_maps`)
-    show them. The rows are computed from the maps on first use.
+    :class:`~tl_leadterms.results.table.ResultTable` it has one row per (map, layer)
+    summarising them: ``map``, ``layer``, ``n_tokens``, ``d_model``, ``mean_norm``, ``max_norm``
+    and ``mean_cosine`` (of two different tokens' rows: near 1 when every token's row points
+    one common way); ``row("pre", 3)`` looks one up.
 
     Attributes:
         token_ids: ``[n]`` the token ids, in row order.

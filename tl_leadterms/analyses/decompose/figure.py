@@ -57,8 +57,7 @@ def plot_scores(decomposition: object, *, score: str | None = None, path: object
         path: when given, the figure is also written there as PNG (atomically).
 
     Returns:
-        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (shows itself in a
-        notebook; ``.savefig`` as any matplotlib figure).
+        An :class:`~tl_leadterms.results.inline_figure.InlineFigure` (a matplotlib figure).
     """
     rows = getattr(decomposition, "rows", None)
     if not isinstance(rows, list):

@@ -1,17 +1,8 @@
 """The report section of a decomposition: its heatmaps (layer × head), its full table one
-click away, the scores figure with their bands, and its findings in sentences.
-
-Two documented thresholds keep the page from implying what the numbers do not show:
-
-* ``EXPLAINED_FLOOR``: a row whose least-squares ``R²`` on the basis (``explained``) is below
-  it gets no "character" ("–"): nothing is explained, so no statistic dominates anything.
-* ``COSINE_FLOOR``: the implied ``s·η`` is shown only where the cosine with the leading term
-  is at least this (and, with a null, where its ``verdict`` is not one that greys the row);
-  elsewhere the projection does not measure a training time and the cell reads "–".
-
-The full table leads with the key columns (the effect: cosine, interval, ``excess`` over the
-null, ``specific``; the evidence: ``q`` and the ``verdict``; a row is dimmed by its verdict) and
-folds the rest into a second table under it, so the page fits 1,280 px.
+click away (key columns first, the rest folded under it; a row dimmed by its verdict), the
+scores figure with their bands, and its findings in sentences. Two thresholds keep the page
+from implying what the numbers do not show: :data:`EXPLAINED_FLOOR` (no "character" below
+it) and :data:`COSINE_FLOOR` (no implied ``s·η`` below it, nor where the verdict greys the row).
 """
 
 import math

@@ -68,20 +68,11 @@ class Decomposition(ResultTable):
     component split equally among its families). ``character`` is ``"<component>-like"`` only
     when that component's Shapley value leads the runner-up by 20% of ``R²`` and ``R² ≥ 0.1``;
     otherwise ``"mixed"`` or ``"unexplained"`` (:func:`~.fit.shapley`).
-    With ``null=``: ``score`` (the cosine), ``null_mean``, ``null_sd``, ``z``, ``p``,
-    ``excess`` (``score − null_mean``, the effect size the table leads with), ``excess_share``,
-    ``q`` (Benjamini–Hochberg over the rows) and ``verdict`` (the one rule of
-    :func:`~tl_leadterms.results.null.verdict`) (and ``reference``); with ``ci=``: ``lo``,
-    ``hi``, ``corrected`` (the estimate of the distribution-level cosine the interval is
-    built around, bias-corrected, always between ``lo`` and ``hi``; the table prints the
-    interval beside it), ``ci_level`` (:mod:`tl_leadterms.results.bootstrap`) and
-    ``noise_share`` (:func:`~tl_leadterms.results.intervals.noise_share`: from
-    :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on the interval is wider than its
-    level, and the table marks it ``†`` with a note under it), none of them
-    when the statistics are the model's training windows (the cosines are exact; the line under
-    the title says so, ``metadata["ci"]["why"]``). Token-token rows carry ``specific`` and
-    ``common_share`` (the ``common`` column of the repr; see
-    :mod:`tl_leadterms.analyses.decompose.fit`).
+    With ``null=`` (``score``, ``null_mean``, ``null_sd``, ``z``, ``p``, ``excess``,
+    ``excess_share``, ``q``, ``verdict``, ``reference``), with ``ci=`` (``lo``, ``hi``,
+    ``corrected``, ``ci_level``, ``noise_share``; an interval marked ``†`` is wider than its
+    level) and on token-token rows (``specific``, ``common_share``) the columns are those
+    :func:`~tl_leadterms.decompose` describes.
 
     The table holds plain numbers only (no model, weights or statistics); :meth:`top_pairs`
     takes the model and statistics it needs explicitly.
@@ -118,14 +109,11 @@ class Decomposition(ResultTable):
 
     def title(self) -> str:
         meta = self.metadata
+        run = meta["lr"] is not None and meta["steps"] is not None
         return (
             f"Decomposition of {meta['model'].get('model_name')!r} against corpus statistics "
             f"(k={meta['k']}, T={meta['n_ctx']}, {meta['n_sequences']} sequences)"
-            + (
-                f"; lr·steps = {meta['lr'] * meta['steps']:.4g}"
-                if meta["lr"] is not None and meta["steps"] is not None
-                else ""
-            )
+            + (f"; lr·steps = {meta['lr'] * meta['steps']:.4g}" if run else "")
         )
 
     def __repr__(self) -> str:

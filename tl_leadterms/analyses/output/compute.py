@@ -1,20 +1,7 @@
-"""`output_agreement`: how much of a model's next-token behaviour its leading terms explain.
-
-Every other score compares weights; this one compares *outputs*. On held-out windows it runs
-the model and three predictors built from the same corpus statistics — the leading-term model
-(the paper model with every weight replaced by its leading term, docs/math.md#leading-terms),
-its ``W_O`` term alone (the bigram predictor ``sη·B̄[x_t]``) and the unigram — and scores, per
-position, ``KL(model ‖ predictor)`` and top-1/top-5 agreement. The headline is the share of the
-KL gap between the unigram and the model that the leading terms close.
-
-Distributions are compared over the statistics' kept tokens; with a vocabulary restriction the
-other tokens form one extra outcome (the *bucket*): the model's bucket is the total
-probability it gives them, the predictors' is described in
-:mod:`tl_leadterms.analyses.output.predictors`. A dropped input token is a zero one-hot row, as
-in the statistics. Nothing ``[k, k]`` is built per layer: the model side is its own forward pass
-(its logits reduced to the kept tokens), the theory side reads the three shared maps once per
-token set (:mod:`tl_leadterms.analyses.output.predictors`; repeated calls on the same statistics
-and windows, as a training monitor makes, reuse that work).
+"""`output_agreement`: how much of a model's next-token behaviour its leading terms explain
+(docs/guides/next-token.md): ``KL(model ‖ predictor)`` and top-1/top-5 agreement per held-out
+position for the leading-term model, its ``W_O`` term alone and the unigram, over the kept
+tokens plus one *bucket* for the others (:mod:`tl_leadterms.analyses.output.predictors`).
 """
 
 import math

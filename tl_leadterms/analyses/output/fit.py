@@ -1,13 +1,9 @@
 """Scoring predicted next-token distributions against a model's, and fitting the scalars.
 
-``fit=True`` of :func:`~tl_leadterms.output_agreement` fits the leading-term model's three
-coefficients ``c_O``, ``c_V``, ``c_W`` — shared by every layer, as the theorem predicts the same
-terms in every layer — by minimising the mean ``KL(model ‖ leading-term model)`` on a
-calibration split: first a scan of ``s·η`` over a log grid with the three coefficients tied to
-their gradient-flow limits (``x``, ``x²/2``, ``x⁴/8``), then L-BFGS on the three scalars
-separately from the best point of the scan. The bigram baseline's ``c_O`` is fitted first,
-alone, the same way, and ``(c_O, 0, 0)`` joins the scan: on the calibration windows the fitted
-leading-term model is never worse than the fitted bigram.
+``fit=True`` of :func:`~tl_leadterms.output_agreement` fits ``c_O``, ``c_V``, ``c_W`` (shared by
+every layer) on a calibration split: a scan of ``s·η`` with the three tied to their
+gradient-flow limits, then L-BFGS on each (docs/guides/next-token.md); the fitted bigram
+``(c_O, 0, 0)`` joins the scan, so the fit is never worse than the bigram on calibration.
 
 A fitted coefficient the calibration cannot vouch for is flagged (:func:`at_bound`, the table's
 ``c_at_bound``): one whose implied ``s·η`` (its gradient-flow limit inverted: ``c_O``,

@@ -32,11 +32,8 @@ per further layer and one for the output.
 The coefficients are arguments (tensors allowed), so they can be fitted by autograd; the basis
 does not depend on them.
 
-Tokens outside a restricted vocabulary (kept index ``k``) are zero one-hot rows, as in the
-statistics. Their next-token probability is reported as one *bucket*: each dropped token gets
-the mean logit that the zero row sums of the full-vocabulary ``B̄`` imply (the sum of its
-logits over all tokens is zero), so the bucket's logit is ``log(d_vocab − k) − Σ_kept logits /
-(d_vocab − k)``.
+Tokens outside a restricted vocabulary (kept index ``k``) are zero one-hot rows; the dropped
+tokens' next-token probability is one *bucket* (docs/guides/next-token.md, :func:`with_bucket`).
 
 >>> import torch
 >>> from tl_leadterms import corpus_stats
@@ -159,11 +156,7 @@ class LeadingPredictor:
     # -- shared pieces --------------------------------------------------------------------
     def _bias(self, T: int, c_W) -> Tensor:
         """``c_W·DM(Δ)`` with the causal mask, ``[T, T]``."""
-        if self.Delta.shape[0] < T:
-            pad = self.Delta.new_zeros(T - self.Delta.shape[0])
-            delta = torch.cat([self.Delta, pad])
-        else:
-            delta = self.Delta
+        delta = torch.nn.functional.pad(self.Delta, (0, max(0, T - self.Delta.shape[0])))
         offset = torch.arange(T, device=self.device)[:, None] - torch.arange(T, device=self.device)
         bias = c_W * delta[offset.clamp(min=0)]
         return bias.masked_fill(offset < 0, -math.inf)
@@ -194,12 +187,10 @@ class LeadingPredictor:
         """``J``: how many powers of ``R`` the expansion keeps (``n_layers`` = exact).
 
         The smallest ``J`` whose dropped terms move no log-probability by more than the unit
-        roundoff of ``dtype``. With ``ρ_l`` a bound on the row norms of the kept residual
-        stream, ``ε_l`` on their error and ``δ_l ≤ C(l−1, J)·(|c_V|‖R‖)^{J+1}`` the term dropped
-        in layer ``l``: the scores move by at most ``|c_W|‖Q̄‖ε(2ρ + ε)``, an attention row (in
-        ℓ1) by twice that, so ``ε_l ≤ ε_{l−1} + |c_V|‖R‖(ε_{l−1} + 2|c_W|‖Q̄‖ε_{l−1}(2ρ + ε_{l−1})ρ)
-        + δ_l``; the logits by ``|c_O|‖B̄‖ε_L``, the bucket's by ``√k/(d_vocab − k)`` times that,
-        a log-softmax by twice the largest.
+        roundoff of ``dtype``: the residual stream's error bound
+        :func:`~tl_leadterms.theory.leading.expansion_error` moves the logits by at most
+        ``|c_O|‖B̄‖`` times it, the bucket's by ``√k/(d_vocab − k)`` times that, a log-softmax by
+        twice the largest.
         """
         exact = n_layers
         cO, cV, cW = (abs(_value(c)) for c in (c_O, c_V, c_W))

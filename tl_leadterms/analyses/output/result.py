@@ -20,22 +20,15 @@ class OutputAgreement(ResultTable):
     """How well three predictors built from the statistics match a model's next tokens.
 
     One row per predictor: ``"leading"`` (the leading-term model), ``"bigram"`` (its ``W_O``
-    term only, ``sη·B̄[x_t]``) and ``"unigram"`` (the smoothed token frequencies). Row fields:
-    ``kl`` (mean over held-out positions of ``KL(model ‖ predictor)`` in nats),
-    ``kl_per_position`` (its mean at each position ``t``), ``top1`` (share of positions where
-    both put their largest probability on the same outcome), ``top5`` (share where the model's
-    top token is among the predictor's five most likely), ``explained`` (``1 − kl / kl of the
-    unigram``: the share of the KL gap between the unigram and the model that the predictor
-    closes; NaN with a ``reason`` when the gap is below
-    :data:`~tl_leadterms.analyses.output.compute.UNIGRAM_GAP`: the model is at its unigram
-    baseline) and the coefficients it used (``c_O``, ``c_V``, ``c_W``; NaN where they do not
-    apply), with ``c_at_bound`` naming the fitted ones the calibration cannot vouch for
-    (:func:`~tl_leadterms.analyses.output.fit.at_bound`; None: none, or not fitted). With
-    ``null=``: ``score`` (= ``explained``), ``null_mean``, ``excess``, ``null_sd``, ``z``,
-    ``p``, ``q`` and ``verdict`` (and ``reference``) on the leading row; with ``ci=``:
-    ``lo``/``hi`` of its ``explained``.
-
-    ``metadata["fitted"]`` holds the scalars ``fit=True`` found (and the calibration KL).
+    term only) and ``"unigram"`` (the smoothed token frequencies); docs/guides/next-token.md
+    explains the scores. Row fields: ``kl`` (mean ``KL(model ‖ predictor)``, nats),
+    ``kl_per_position``, ``top1``, ``top5``, ``explained`` (``1 − kl / kl of the unigram``; NaN
+    with a ``reason`` when that gap is below
+    :data:`~tl_leadterms.analyses.output.compute.UNIGRAM_GAP`), the coefficients used (``c_O``,
+    ``c_V``, ``c_W``; NaN where they do not apply) and ``c_at_bound`` (the fitted ones the
+    calibration cannot vouch for: :func:`~tl_leadterms.analyses.output.fit.at_bound`). With
+    ``null=`` the leading row has ``score`` (= ``explained``) and the null's columns; with
+    ``ci=``, ``lo``/``hi`` of its ``explained``. ``metadata["fitted"]`` holds the fitted scalars.
     """
 
     KEYS: ClassVar[tuple[str, ...]] = ("predictor",)
