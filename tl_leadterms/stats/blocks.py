@@ -355,12 +355,8 @@ def block_stats(
         raise LeadTermsError(f"blocks must be at least 2 for a bootstrap, got {blocks}")
     check_stats_dtype(dtype, "dtype")
     source = TokenSource(tokens, d_vocab, batch_size=batch_size)
-    kept = resolve_vocab(
-        vocab,
-        source.d_vocab,
-        centre_vocab=centre_vocab,
-        token_counts=lambda: token_counts(source, source.d_vocab),
-    )
+    count = lambda: token_counts(source, source.d_vocab)  # noqa: E731 (read only for vocab=<int>)
+    kept = resolve_vocab(vocab, source.d_vocab, centre_vocab=centre_vocab, token_counts=count)
     eos = check_eos(eos_id, source.d_vocab)
     n, size, tails = 0, 0, []  # the windows and tokens counted, where documents end
     for batch in source:
