@@ -17,13 +17,7 @@ from typing import Any
 import torch
 
 from tl_leadterms.errors import LeadTermsError, check_choice
-from tl_leadterms.stats.definitions import (
-    Q_TARGETS,
-    LastTarget,
-    QTargets,
-    key_shift,
-    shift_needed,
-)
+from tl_leadterms.stats.definitions import Q_TARGETS, LastTarget, QTargets, key_shift, shift_needed
 from tl_leadterms.stats.passes import PassBase, PassShape
 from tl_leadterms.stats.tables import (
     add_counts,

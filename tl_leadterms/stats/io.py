@@ -269,9 +269,9 @@ def read_stats(
     check_tables(path, tensors, meta)  # what is stored: counts, dense tables, packed parts
     verify_checksums(path, tensors, meta)
     for name in SQUARE:  # each packed table read replaces its parts
-        names = packed_names(name)
-        if all(n in tensors for n in names):
-            parts = {part: tensors.pop(n).numpy() for part, n in zip(PACKED, names, strict=True)}
+        pieces = packed_names(name)
+        if all(n in tensors for n in pieces):
+            parts = {part: tensors.pop(n).numpy() for part, n in zip(PACKED, pieces, strict=True)}
             tensors[name] = torch.from_numpy(unpack(parts, meta["n_kept"]))
     stored = stored_statistics(meta)
     held = [n for n in stored if n not in rebuilt(meta)]
