@@ -74,7 +74,6 @@ def write_bytes(path: str | os.PathLike, data: bytes, *, parents: bool = False) 
     With ``parents=True`` missing parent folders are created; otherwise a missing folder is a
     :class:`~tl_leadterms.errors.LeadTermsError`, as is an unwritable one.
     """
-    _check_path(path)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise LeadTermsError(f"data must be bytes, got {type(data).__name__}; encode text first")
     with atomic_path(path, parents=parents) as tmp, open(tmp, "wb") as file:
@@ -228,13 +227,9 @@ def scratch_file(path: str | os.PathLike) -> Iterator[Path]:
         _remove(tmp)
 
 
-def _check_path(path: object) -> None:
+def _target(path: object, parents: bool, folder: bool) -> Path:
     if not isinstance(path, (str, os.PathLike)):
         raise LeadTermsError(f"path must be a str or os.PathLike, got {path!r}")
-
-
-def _target(path: object, parents: bool, folder: bool) -> Path:
-    _check_path(path)
     target = Path(path)
     if target.is_symlink():  # write where the link points, as open() would; keep the link
         target = Path(os.path.realpath(target))

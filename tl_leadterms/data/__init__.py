@@ -7,13 +7,7 @@
   TransformerLens; :func:`word_tokenize` is a pure-Python reference of the word split.
 """
 
-from tl_leadterms.data.stories import (
-    PLANTED,
-    SETTINGS,
-    generate_stories,
-    read_corpus,
-    write_corpus,
-)
+from tl_leadterms.data.stories import PLANTED, SETTINGS, generate_stories, read_corpus, write_corpus
 from tl_leadterms.data.tokenizers import (
     tokenize_documents,
     train_bpe_tokenizer,

@@ -100,19 +100,15 @@ def _zipf(words: tuple[str, ...]) -> tuple[tuple[str, ...], list[float]]:
 
 
 # Slots drawn afresh at each use: uniformly, or with Zipf weights.
-_UNIFORM = (EMOTIONS[:4] * 4 + EMOTIONS[4:], TIMES, WOW, PADJ, MASS_FOODS, KID_ADJ)
-_UNIFORM += (ANIMAL_ACTS,)
+_UNIFORM = (EMOTIONS[:4] * 4 + EMOTIONS[4:], TIMES, WOW, PADJ, MASS_FOODS, KID_ADJ, ANIMAL_ACTS)
 _ZIPFED = (ACTS, ACTS, TVERBS, TVERBS, ADJ, NOUNS, ANIMALS, FOODS)
 _DRAW: dict[str, tuple[tuple[str, ...], list[float] | None]] = {
-    **dict(
-        zip(
-            words_of("emo time wow padj mass kidadj aact"),
-            ((v, None) for v in _UNIFORM),
-            strict=True,
-        )
-    ),
-    **dict(zip(words_of("act act2 tv tv2 adj noun animal food"), map(_zipf, _ZIPFED), strict=True)),
+    key: (words, None)
+    for key, words in zip(words_of("emo time wow padj mass kidadj aact"), _UNIFORM, strict=True)
 }
+_DRAW.update(
+    zip(words_of("act act2 tv tv2 adj noun animal food"), map(_zipf, _ZIPFED), strict=True)
+)
 _PLANTED_ADJ = tuple(BIGRAMS)
 _PRONOUN_FIELD = {"p": 1, "po": 2, "ps": 3, "was": 4}
 
@@ -366,19 +362,11 @@ def write_corpus(
         The path written.
 
     Raises:
-        LeadTermsError: if the directory of ``path`` does not exist, or as
-            :func:`generate_stories`.
+        LeadTermsError: if the directory of ``path`` does not exist (see
+            :mod:`tl_leadterms.atomic`), or as :func:`generate_stories`.
     """
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise LeadTermsError(
-            f"directory {str(path.parent)!r} does not exist; create it before writing "
-            f"{path.name!r}."
-        )
     stories = generate_stories(n_stories, seed=seed, min_words=min_words, max_words=max_words)
-    text = "\n\n".join(stories) + "\n"
-    write_text(path, text)
-    return path
+    return write_text(path, "\n\n".join(stories) + "\n")
 
 
 def read_corpus(path: str | os.PathLike[str]) -> list[str]:

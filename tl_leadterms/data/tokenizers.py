@@ -34,7 +34,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from tl_leadterms.errors import LeadTermsError
 
-if TYPE_CHECKING:  # imported by _wrap: vocab_hash (tl-leadterms top) needs no transformers
+if TYPE_CHECKING:  # imported by _train: vocab_hash (tl-leadterms top) needs no transformers
     from transformers import PreTrainedTokenizerFast
 
 __all__ = [
@@ -153,12 +153,14 @@ def _check_specials(special_tokens: Any, vocab_size: Any) -> list[str]:
     return specials
 
 
-def _wrap(tokenizer: Tokenizer, name: str) -> PreTrainedTokenizerFast:
-    """Wrap a trained ``tokenizers.Tokenizer`` with the package's special-token convention."""
+def _train(tok: Tokenizer, trainer: Any, docs: list[str], name: str) -> PreTrainedTokenizerFast:
+    """Train ``tok`` on ``docs``, a piece at a time, and wrap it with the package's special-token
+    convention."""
     from transformers import PreTrainedTokenizerFast
 
+    tok.train_from_iterator((p for d in docs for p in text_pieces(d)), trainer=trainer)
     return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
+        tokenizer_object=tok,
         unk_token=UNK,
         eos_token=EOS,
         bos_token=EOS,
@@ -167,18 +169,6 @@ def _wrap(tokenizer: Tokenizer, name: str) -> PreTrainedTokenizerFast:
         clean_up_tokenization_spaces=False,
         name_or_path=name,
     )
-
-
-def _word_tokenizer_object() -> Tokenizer:
-    tok = Tokenizer(models.WordLevel(unk_token=UNK))
-    tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.WhitespaceSplit(),
-            pre_tokenizers.Split(Regex(_WORD_PATTERN), behavior="isolated"),
-        ]
-    )
-    return tok
 
 
 def train_word_tokenizer(
@@ -203,12 +193,14 @@ def train_word_tokenizer(
     """
     specials = _check_specials(special_tokens, vocab_size)
     docs = _check_texts(texts, "train_word_tokenizer")
-    tok = _word_tokenizer_object()
+    tok = Tokenizer(models.WordLevel(unk_token=UNK))
+    tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
+    split = pre_tokenizers.Split(Regex(_WORD_PATTERN), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), split])
     trainer = trainers.WordLevelTrainer(
         vocab_size=vocab_size, min_frequency=1, special_tokens=specials, show_progress=False
     )
-    tok.train_from_iterator((p for d in docs for p in text_pieces(d)), trainer=trainer)
-    return _wrap(tok, "tl_leadterms-word-level")
+    return _train(tok, trainer, docs, "tl_leadterms-word-level")
 
 
 def train_bpe_tokenizer(
@@ -249,8 +241,7 @@ def train_bpe_tokenizer(
         initial_alphabet=alphabet,
         show_progress=False,
     )
-    tok.train_from_iterator((p for d in docs for p in text_pieces(d)), trainer=trainer)
-    return _wrap(tok, "tl_leadterms-byte-bpe")
+    return _train(tok, trainer, docs, "tl_leadterms-byte-bpe")
 
 
 def _backend(tokenizer: Any) -> Tokenizer:

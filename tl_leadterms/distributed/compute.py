@@ -1,10 +1,6 @@
-"""`corpus_stats` on Ray: one task per shard for each pass, accumulators merged as a tree.
-
-The passes are driven by :func:`tl_leadterms.stats.driver.run_passes`, as on one machine;
-:class:`RayExecutor` submits one task per shard and merges the returned accumulators pairwise in Ray
-tasks (a binary tree fixed by the shard order, so the sums are reproducible), and puts the driver's
-Ḡ once into the object store for pass two. The driver holds the ``[k, k]`` results, never the corpus
-(docs/guides/distributed.md)."""
+"""`corpus_stats` on Ray: one task per shard for each pass, accumulators merged as a tree fixed by
+the shard order (reproducible sums), driven by :func:`tl_leadterms.stats.driver.run_passes` as on
+one machine (docs/guides/distributed.md)."""
 
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -130,11 +126,9 @@ def corpus_stats(
     """:func:`tl_leadterms.corpus_stats` on a Ray cluster, one task per shard.
 
     Args:
-        source: token arrays (``.npy``, memory-mapped, or ``.pt``: windows ``[n, T + 1]`` or a
-            1-D stream), parquet/arrow files or folders of them, text files (with
-            ``tokenizer``), a list of :class:`~tl_leadterms.distributed.shards.Shard`, or a
-            ``datasets.Dataset`` (split with ``.shard()``). See :mod:`.shards` for how windows
-            are made; they match the single-process windows shard by shard.
+        source: ``.npy``/``.pt`` token arrays, parquet/arrow files or folders of them, text
+            files (with ``tokenizer``), a list of :class:`~tl_leadterms.distributed.shards.Shard`,
+            or a ``datasets.Dataset``; how each becomes windows: :mod:`.shards`.
         d_vocab, vocab, centre_vocab, dtype, batch_size, backend, tokenizer: as in
             :func:`tl_leadterms.corpus_stats` (``vocab=<int>`` adds a counting pass). Sums are
             accumulated in float64 and rounded once to ``dtype``.
@@ -151,10 +145,8 @@ def corpus_stats(
         cpus_per_task: CPUs each shard task reserves (its numba/torch threads).
         max_retries: times Ray reruns a task whose worker died (data errors are not retried).
         progress: tqdm bars counting finished shards and tokens (and the memory plan).
-        check_memory: plan the memory first (:mod:`.memory`): refuse when the driver's
-            estimate exceeds this machine's available memory or a shard task's exceeds every
-            node's, and reserve each task's estimate as Ray's ``memory`` resource so no node
-            runs more tasks at once than it holds. ``False`` skips the plan.
+        check_memory: plan the memory first (:mod:`.memory`, the guide's "What travels, and
+            memory"); ``False`` skips the plan.
 
     Returns:
         A :class:`~tl_leadterms.CorpusStats` equal (to rounding) to the single-process one. Its

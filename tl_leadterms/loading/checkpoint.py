@@ -182,29 +182,18 @@ def _tl_config_dict(hf_config: dict[str, Any], fold_ln: bool, device: str, dtype
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _derived_config(architecture: str, hf_model, fold_ln: bool, device: str, dtype):
-    """The config from :data:`configs.DERIVED`, finished as ``get_pretrained_model_config``
-    finishes TransformerLens' own (no weight init, pre-norm names when folding)."""
-    from transformer_lens import HookedTransformerConfig
-
-    cfg = DERIVED[architecture](hf_model.config)
-    if fold_ln:
-        cfg["normalization_type"] = {"LN": "LNPre", "RMS": "RMSPre"}[cfg["normalization_type"]]
-    cfg.setdefault("default_prepend_bos", True)
-    cfg.update(
-        original_architecture=architecture,
-        init_weights=False,
-        from_checkpoint=False,
-        device=device,
-        n_devices=1,
-        dtype=dtype,
-    )
-    return HookedTransformerConfig.from_dict(cfg)
-
-
 def _config(folder: Path, architecture: str, hf_model, fold_ln: bool, device: str, dtype):
-    if architecture in DERIVED:
-        cfg = _derived_config(architecture, hf_model, fold_ln, device, dtype)
+    if architecture in DERIVED:  # finished as get_pretrained_model_config finishes TL's own
+        from transformer_lens import HookedTransformerConfig
+
+        raw = DERIVED[architecture](hf_model.config)
+        if fold_ln:
+            raw["normalization_type"] = {"LN": "LNPre", "RMS": "RMSPre"}[raw["normalization_type"]]
+        raw.setdefault("default_prepend_bos", True)
+        raw.update(original_architecture=architecture, init_weights=False, from_checkpoint=False)
+        cfg = HookedTransformerConfig.from_dict(
+            {**raw, "device": device, "n_devices": 1, "dtype": dtype}
+        )
     else:
         try:
             cfg = _tl_config_dict(hf_model.config.to_dict(), fold_ln, device, dtype)

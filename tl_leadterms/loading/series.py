@@ -78,20 +78,6 @@ def _save_checkpoint(hf_model, tokenizer, folder: Path, info: dict[str, Any]) ->
     return folder
 
 
-def _scale_init(hf_model, init_scale: float) -> None:
-    """Multiply the random matrices (embeddings, attention, MLP, unembedding) by ``init_scale``.
-
-    LayerNorm gains and biases keep their values: the theory's zero initialisation is the limit
-    ``init_scale -> 0`` of the weights the gradient writes into.
-    """
-    if init_scale == 1.0:
-        return
-    with torch.no_grad():
-        for param in hf_model.parameters():
-            if param.dim() == 2:
-                param.mul_(init_scale)
-
-
 def _check_training(
     *, sizes: dict[str, object], steps: object, checkpoints: object, lr: object,
     init_scale: object, warmup: object, weight_decay: object, optimizer: object,
@@ -105,10 +91,9 @@ def _check_training(
     init_scale = positive_number("init_scale", init_scale)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise LeadTermsError(f"warmup must be an int >= 0 (steps), got {warmup!r}")
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
+    ok = isinstance(weight_decay, (int, float)) and not isinstance(weight_decay, bool)
+    if not ok or weight_decay < 0:
         raise LeadTermsError(f"weight_decay must be a number >= 0, got {weight_decay!r}")
-    if weight_decay < 0:
-        raise LeadTermsError(f"weight_decay must be >= 0, got {weight_decay!r}")
     if optimizer not in _OPTIMIZERS:
         raise LeadTermsError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
     return steps, saved, lr, init_scale
@@ -151,14 +136,6 @@ def _corpus(out_dir: Path, stories: object, n_stories: int, vocab_size: int, n_c
     with atomic_path(out_dir / WINDOWS_FILE) as tmp:
         torch.save(windows, tmp)
     return stories, tokenizer, windows
-
-
-def _optimiser(hf_model, optimizer: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    if optimizer == "adamw":  # Pythia's betas
-        return torch.optim.AdamW(
-            hf_model.parameters(), lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=weight_decay
-        )
-    return torch.optim.SGD(hf_model.parameters(), lr=lr, weight_decay=weight_decay)
 
 
 class _Batches:
@@ -310,7 +287,10 @@ def train_neox_series(
         n_kv_heads=n_kv_heads, n_ctx=n_ctx, seed=seed, randomise_norms=False,
         attn_implementation="eager",
     )  # fmt: skip
-    _scale_init(hf_model, init_scale)
+    with torch.no_grad():  # the random matrices scaled; norm gains and biases keep their values
+        for param in hf_model.parameters():  # (zero init is the limit init_scale -> 0)
+            if param.dim() == 2 and init_scale != 1.0:
+                param.mul_(init_scale)
     hf_model.train()
     meta = {"d_vocab": d_vocab, "n_ctx": n_ctx, "seed": seed, "init_scale": init_scale}
     folders: list[Path] = []
@@ -319,8 +299,14 @@ def train_neox_series(
         info = {"step": step, "loss": loss, "lr": step_lr, **meta}
         folders.append(_save_checkpoint(hf_model, tokenizer, out_dir / f"step{step}", info))
 
+    params = hf_model.parameters()
+    opt = (
+        torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=weight_decay)
+        if optimizer == "adamw"  # Pythia's betas
+        else torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
+    )
     losses = _train(
-        hf_model, _optimiser(hf_model, optimizer, lr, weight_decay),
+        hf_model, opt,
         _Batches(windows, batch_size, seed), steps=steps, saved=saved, lr=lr, warmup=warmup,
         save=save, progress=progress,
     )  # fmt: skip

@@ -73,12 +73,7 @@ def _gqa(
 
 def _gemma2(s: Sizes) -> tuple[str, dict[str, Any]]:
     scalar = {"query_pre_attn_scalar": s.d_head, "sliding_window": max(4, s.n_ctx // 4)}
-    return "Gemma2", {
-        **s.common(),
-        "num_key_value_heads": s.n_kv_heads,
-        "head_dim": s.d_head,
-        **scalar,
-    }
+    return "Gemma2", {**_gqa("", head_dim=True)(s)[1], **scalar}
 
 
 def _opt(s: Sizes) -> tuple[str, dict[str, Any]]:
@@ -88,13 +83,7 @@ def _opt(s: Sizes) -> tuple[str, dict[str, Any]]:
 
 
 def _gptj(s: Sizes) -> tuple[str, dict[str, Any]]:
-    kw = {"n_embd": s.d_model, "n_layer": s.n_layers, "n_head": s.n_heads, "n_inner": None}
-    return "GPTJ", {
-        "vocab_size": s.d_vocab,
-        "n_positions": s.n_ctx,
-        "rotary_dim": s.d_head // 2,
-        **kw,
-    }
+    return "GPTJ", {**_gpt2(s)[1], "n_inner": None, "rotary_dim": s.d_head // 2}
 
 
 def _phi(s: Sizes) -> tuple[str, dict[str, Any]]:

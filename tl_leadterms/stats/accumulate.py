@@ -17,13 +17,7 @@ from typing import Any
 import torch
 
 from tl_leadterms.errors import LeadTermsError, check_choice
-from tl_leadterms.stats.definitions import (
-    Q_TARGETS,
-    LastTarget,
-    QTargets,
-    key_shift,
-    shift_needed,
-)
+from tl_leadterms.stats.definitions import Q_TARGETS, LastTarget, QTargets, key_shift, shift_needed
 from tl_leadterms.stats.passes import PassBase, PassShape
 from tl_leadterms.stats.tables import (
     add_counts,
@@ -109,14 +103,11 @@ class ContextAccumulator(PassBase):
         self._pending.append(bigram)
         self._n_pending += bigram.numel()
         if self._n_pending >= _COMPACT_AT:
-            self._compact()
+            self._compact_pending()
         self.n_sequences += b
         return self
 
     def _compact_pending(self) -> None:
-        self._compact()
-
-    def _compact(self) -> None:
         if not self._pending:
             return
         codes, counts = torch.unique(torch.cat(self._pending), return_counts=True)
@@ -129,8 +120,8 @@ class ContextAccumulator(PassBase):
         self._phi += other._phi.to(self._phi.device)
         self._mu += other._mu.to(self._mu.device)
         self._unigram += other._unigram.to(self._unigram.device)
-        other._compact()
-        self._compact()
+        other._compact_pending()
+        self._compact_pending()
         dev = self._codes.device
         self._codes, self._counts = add_counts(
             self._codes, self._counts, other._codes.to(dev), other._counts.to(dev)
@@ -146,7 +137,7 @@ class ContextAccumulator(PassBase):
         the accumulator is finished: further ``update``/``merge``/``result`` calls fail.
         """
         self._check_nonempty()
-        self._compact()
+        self._compact_pending()
         k, nt = self.vocab.k, self.n_positions
         mu = self._mu[:k] / (nt * self.vocab.centre_vocab)
         table = padded_view(self._phi, k)
@@ -188,15 +179,8 @@ def _checked_shift(shift: Any, G_bar: torch.Tensor, vocab: KeptVocab, q_targets:
 def _zeroed_table(table: torch.Tensor | None, size: int, shape: PassShape) -> torch.Tensor:
     """The first ``size`` entries of ``table`` zeroed, or a new zero table when there is none
     (or it is too small, of another dtype or on another device)."""
-    fits = (
-        table is not None
-        and table.ndim == 1
-        and table.numel() >= size
-        and table.dtype == shape.dtype
-        and table.device == shape.device
-        and table.is_contiguous()
-    )
-    if not fits:
+    same = table is not None and (table.dtype, table.device) == (shape.dtype, shape.device)
+    if not (same and table.ndim == 1 and table.numel() >= size and table.is_contiguous()):
         return torch.zeros(size, dtype=shape.dtype, device=shape.device)
     return table[:size].zero_()
 

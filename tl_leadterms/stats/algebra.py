@@ -93,9 +93,6 @@ class CentredBigram:
     def device(self) -> torch.device:
         return self.alpha.device
 
-    def _block(self) -> int:
-        return block_columns(self.k, self.alpha.element_size())
-
     @cached_property
     def sparse(self) -> torch.Tensor:
         """``B`` as a sparse CSR ``[k, k]`` tensor (the codes are sorted: rows ascending, columns
@@ -108,8 +105,8 @@ class CentredBigram:
     def sparse_t(self) -> torch.Tensor:
         """``Bᵀ`` as a sparse CSR ``[k, k]`` tensor: the non-zeros in column order (rows
         ascending within a column, as a coalesced transpose has them)."""
-        starts, order = self._by_column
-        return _csr(starts, self.rows[order], self.values[order], self.k)
+        rows, _, values = self._column_nonzeros
+        return _csr(self._by_column[0], rows, values, self.k)
 
     @cached_property
     def _by_column(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,7 +173,7 @@ class CentredBigram:
 
     def _blockwise(self, column_fn, out: torch.Tensor | None, desc: str, progress: bool):
         """Fill ``out`` column block by column block (``out=None``: a new ``[k, k]`` matrix)."""
-        step = self._block()
+        step = block_columns(self.k, self.alpha.element_size())
         if out is None:
             if step >= self.k:  # one block: its result is the matrix
                 return column_fn(0, self.k)
@@ -235,12 +232,10 @@ class CentredBigram:
     def _gram_rows(self) -> torch.Tensor:
         """Σ_B̄ by the row kernel, from float64 frequencies (see :meth:`gram`)."""
         values, shift, constant = self.gram_terms()
-        row_starts = torch.zeros(self.k + 1, dtype=torch.long)
-        row_starts[1:] = torch.bincount(self.rows, minlength=self.k).cumsum(0)
         col_starts, order = self._by_column
         out = torch.empty(self.k, self.k, dtype=self.dtype)
         kernels().centred_gram(
-            (row_starts.numpy(), as_numpy(self.cols), values.numpy()),
+            (as_numpy(self.sparse.crow_indices()), as_numpy(self.cols), values.numpy()),
             (col_starts.numpy(), as_numpy(self.rows[order]), values[order].numpy()),
             shift.numpy(),
             constant,

@@ -9,12 +9,10 @@ reading the corpus again:
 * **pass one is exact**: the resample's bigram counts, unigram counts and Φ̄ are sums over the
   drawn blocks with multiplicity (Φ̄ is the window-weighted mean of the blocks' Φ̄), and Ḡ is
   recomputed from them;
-* **pass two is exact** too: the blocks keep their windows, and a resample's Q̄ and Δ come from pass
-  two rerun over the drawn blocks with the resample's OWN Ḡ (one pass, each distinct block once, its
-  windows weighted by the block's multiplicity ``m``). ``resample(..., exact=False)`` (and block
-  files written before the windows were kept) use the first-order shortcut: the window-weighted mean
-  of the blocks' Q̄ and Δ computed with the FULL-corpus Ḡ. Its error, the cost of the exact pass and
-  their effect on the intervals: docs/guides/intervals.md#exact-resamples-and-what-they-cost.
+* **pass two is exact** too: pass two rerun over the drawn blocks' windows with the resample's OWN
+  Ḡ; ``resample(..., exact=False)`` (and block files of format 1) use the first-order shortcut, the
+  blocks' Q̄ and Δ computed with the FULL-corpus Ḡ. Its error and the exact pass's cost:
+  docs/guides/intervals.md#exact-resamples-and-what-they-cost.
 
 Saved with :meth:`BlockStats.save` as one ``.safetensors`` file, every tensor checksummed and
 verified by :meth:`BlockStats.load` (the layout: :mod:`tl_leadterms.stats.block_files`). Where
@@ -50,7 +48,7 @@ from tl_leadterms.protocols import TokenWindows
 from tl_leadterms.stats.accumulate import AttentionAccumulator, ContextAccumulator, ContextCounts
 from tl_leadterms.stats.algebra import CentredBigram
 from tl_leadterms.stats.block_files import read_block_stats, write_block_stats
-from tl_leadterms.stats.corpus import CorpusStats
+from tl_leadterms.stats.corpus import CorpusStats, check_stats_dtype
 from tl_leadterms.stats.cuts import check_eos, document_bounds, equal_bounds, window_tails
 from tl_leadterms.stats.definitions import LastTarget, QTargets, key_shift
 from tl_leadterms.stats.driver import composed_from_counts, tokenizer_provenance
@@ -100,12 +98,7 @@ class BlockStats:
 
     def draw(self, generator: torch.Generator | None = None) -> Tensor:
         """Multiplicities ``[B]`` of a bootstrap resample: ``B − 1`` blocks drawn with replacement
-        (one block when ``B = 1``).
-
-        ``B − 1``, not ``B``: the variance of a mean over ``m`` draws from ``B`` blocks is
-        ``(B − 1)/(B·m)`` of the blocks' sample variance, so ``m = B − 1`` makes the resamples'
-        spread (and the bias of a score, which grows with it) an unbiased estimate of the sample's
-        (the ``n − 1`` bootstrap; docs/guides/intervals.md#the-method-and-why)."""
+        (one block when ``B = 1``; why ``B − 1``: docs/guides/intervals.md#the-method-and-why)."""
         picks = torch.randint(self.n_blocks, (max(1, self.n_blocks - 1),), generator=generator)
         return torch.bincount(picks, minlength=self.n_blocks)
 
@@ -127,11 +120,7 @@ class BlockStats:
         resample's own Ḡ; ``False``: the first-order shortcut (the module docstring). ``pass_two``:
         the ``(Q̄, Δ)`` this call made before for the same ``weights`` and ``exact`` (what
         :meth:`~tl_leadterms.results.bootstrap.Bootstrap.resamples` keeps), taken as they are: only
-        pass one's sums are formed again.
-
-        Raises:
-            LeadTermsError: ``weights`` is not one non-negative integer per block or selects none,
-                ``pass_two`` has the wrong shapes, or ``exact=True`` without the blocks' windows."""
+        pass one's sums are formed again."""
         w = torch.as_tensor(weights)
         if w.shape != (self.n_blocks,) or w.dtype.is_floating_point or bool((w < 0).any()):
             raise LeadTermsError(
@@ -358,25 +347,16 @@ def block_stats(
             2 and at most the number of windows). Blocks should be long enough that windows in
             different blocks are roughly independent (e.g. whole documents per block).
         eos_id: the token that ends each document, as :func:`~tl_leadterms.make_windows` writes it
-            (e.g. ``tokenizer.eos_token_id``; default None: equal blocks). Each cut between blocks
-            is then moved, within half a block, to where a document ends
-            (:func:`~tl_leadterms.stats.cuts.document_bounds`), so that as little of a document as
-            the windows allow lies in two blocks: a document split between neighbours makes them
-            dependent and the bootstrap underestimates the noise (measured, with its effect on the
-            default interval, in
+            (e.g. ``tokenizer.eos_token_id``; default None: equal blocks): each cut between blocks
+            is then moved to where a document ends (:mod:`~tl_leadterms.stats.cuts`; measured in
             docs/guides/intervals.md#how-often-the-printed-interval-covers-the-distribution-level-score).
             ``metadata["block_cuts"]`` records which cut was made."""
     if positive_int("blocks", blocks) < 2:
         raise LeadTermsError(f"blocks must be at least 2 for a bootstrap, got {blocks}")
-    if dtype not in (torch.float64, torch.float32):
-        raise LeadTermsError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
+    check_stats_dtype(dtype, "dtype")
     source = TokenSource(tokens, d_vocab, batch_size=batch_size)
-    kept = resolve_vocab(
-        vocab,
-        source.d_vocab,
-        centre_vocab=centre_vocab,
-        token_counts=lambda: token_counts(source, source.d_vocab),
-    )
+    count = lambda: token_counts(source, source.d_vocab)  # noqa: E731 (read only for vocab=<int>)
+    kept = resolve_vocab(vocab, source.d_vocab, centre_vocab=centre_vocab, token_counts=count)
     eos = check_eos(eos_id, source.d_vocab)
     n, size, tails = 0, 0, []  # the windows and tokens counted, where documents end
     for batch in source:

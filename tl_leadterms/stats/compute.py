@@ -151,11 +151,9 @@ def corpus_stats(
         backend: ``"numba"`` (fused CPU kernels, the default on CPU), ``"torch"``
             (vectorised torch ops, any device, the default elsewhere) or ``"auto"``.
         accumulate_dtype: dtype of the accumulation tables; default ``torch.float64`` for either
-            ``dtype``, since float32 sums of millions of small weights lose digits
-            (docs/guides/performance.md#float32). float32 statistics are then summed in float64 and
-            rounded once, pass two running over the corpus in two halves of the query rows so that
-            the wider table costs no more than one ``[k, k]`` float32 matrix; ``torch.float32`` here
-            saves that second pass.
+            ``dtype`` (docs/guides/performance.md#float32): float32 statistics are then rounded
+            once, pass two running in two halves of the query rows so that the wider table costs
+            no more than one ``[k, k]`` float32 matrix; ``torch.float32`` saves that second pass.
         q_targets: the score rows of Q̄ and Δ under a restriction: ``"centred"`` (default, the
             paper's code) or ``"one-hot"`` (the ``−u·1ᵀḠ`` term left out); identical for the full
             vocabulary with the default ``centre_vocab``. Definitions:
@@ -201,7 +199,11 @@ def corpus_stats(
     )
     device = "cpu" if device is None else device
     source = TokenSource(tokens, d_vocab, batch_size=batch_size, device=device)
-    executor = LocalExecutor(source, known_positions=_known_positions(tokens, source))
+    shape = getattr(tokens, "shape", None)  # N·T when it is known without reading the corpus
+    known = (
+        int(shape[0]) * max(int(shape[1]) - 1, 1) if shape is not None and len(shape) == 2 else None
+    )
+    executor = LocalExecutor(source, known_positions=known)
     return run_passes(
         executor,
         source.d_vocab,
@@ -212,13 +214,3 @@ def corpus_stats(
         offload=offload,
         tokenizer=tokenizer,
     )
-
-
-def _known_positions(tokens: Any, source: TokenSource) -> int | None:
-    """``N·T`` when it is known without reading the corpus (an array, or a counted source)."""
-    if source.n_sequences is not None and source.n_ctx is not None:
-        return source.n_sequences * source.n_ctx
-    shape = getattr(tokens, "shape", None)
-    if shape is not None and len(shape) == 2:
-        return int(shape[0]) * max(int(shape[1]) - 1, 1)
-    return None

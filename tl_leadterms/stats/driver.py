@@ -140,13 +140,6 @@ def resolve_want(want: Iterable[str] | str | None) -> tuple[str, ...]:
     return ("B_bar", "Phi_bar", "G_bar") if "G_bar" in names else ("B_bar", "Phi_bar")
 
 
-def _row_groups(k: int, plan: PassPlan) -> list[tuple[int, int]]:
-    """Query-row ranges over ``[0, k]`` so a wider accumulation table is no larger than Q̄."""
-    n = max(1, plan.accumulate_dtype.itemsize // plan.dtype.itemsize)
-    bounds = [round(i * (k + 1) / n) for i in range(n + 1)]
-    return list(itertools.pairwise(bounds))
-
-
 class _Clock:
     """Wall-clock seconds per stage, into ``timings``."""
 
@@ -209,7 +202,9 @@ def pass_plan(
 
 def _attention_pass(executor: PassExecutor, g_bar, kept, n_sequences: int, plan: PassPlan):
     """Pass two, in query-row groups when the executor allows it; ``(Q̄, Δ)`` rounded once."""
-    groups = _row_groups(kept.k, plan) if executor.split_rows else [(0, kept.k + 1)]
+    # query-row ranges over [0, k], so that a wider accumulation table is no larger than Q̄
+    n = max(1, plan.accumulate_dtype.itemsize // plan.dtype.itemsize) if executor.split_rows else 1
+    groups = list(itertools.pairwise([round(i * (kept.k + 1) / n) for i in range(n + 1)]))
     q_bar = None if len(groups) == 1 else torch.empty_like(g_bar)
     delta = 0
     for rows in groups:

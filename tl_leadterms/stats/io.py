@@ -238,17 +238,6 @@ def verify_checksums(path: Path, tensors: dict[str, torch.Tensor], meta: dict[st
             compare_checksum(path, sums, name, tensor_checksum(tensor))
 
 
-def _unpacked(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    """Replace the parts of each packed table read by the table itself (in place)."""
-    k = meta["n_kept"]
-    for name in SQUARE:
-        names = packed_names(name)
-        if not all(n in tensors for n in names):
-            continue
-        parts = {part: tensors.pop(n).numpy() for part, n in zip(PACKED, names, strict=True)}
-        tensors[name] = torch.from_numpy(unpack(parts, k))
-
-
 def read_stats(
     path: str | os.PathLike,
     *,
@@ -279,7 +268,11 @@ def read_stats(
     tensors, _ = read_file(path, _tensor_names(meta, names))
     check_tables(path, tensors, meta)  # what is stored: counts, dense tables, packed parts
     verify_checksums(path, tensors, meta)
-    _unpacked(path, tensors, meta)
+    for name in SQUARE:  # each packed table read replaces its parts
+        pieces = packed_names(name)
+        if all(n in tensors for n in pieces):
+            parts = {part: tensors.pop(n).numpy() for part, n in zip(PACKED, pieces, strict=True)}
+            tensors[name] = torch.from_numpy(unpack(parts, meta["n_kept"]))
     stored = stored_statistics(meta)
     held = [n for n in stored if n not in rebuilt(meta)]
     needed = [n for n in (*COUNTS, *held) if names is None or n in names]
@@ -401,7 +394,6 @@ def scan_table(
             visit(start, torch.from_numpy(block))
         return
     shape, dtype = _open_slice(path, name)
-    k = meta["n_kept"]
     if shape != (k, k) or dtype not in _ITEMSIZE:
         raise corrupt_file(
             path, f"{name} has shape {shape} and dtype {dtype}, not ({k}, {k}) floats"

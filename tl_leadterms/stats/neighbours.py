@@ -211,12 +211,11 @@ def exclusion_ids(exclude, tokenizer) -> list[int]:
         ids = getattr(tokenizer, "all_special_ids", None) if tokenizer is not None else None
         return [int(t) for t in ids or ()]
     try:
-        ids = [int(t) for t in exclude]
+        return [int(t) for t in exclude]
     except (TypeError, ValueError) as err:
         raise LeadTermsError(
             f"exclude must be None, 'special' or a list of token ids, got {exclude!r}"
         ) from err
-    return ids
 
 
 def no_associations(token: object, count: int, zero_row: bool) -> str:

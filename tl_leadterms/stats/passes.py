@@ -101,12 +101,8 @@ class PassBase:
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(
-            {
-                name: value.tensor() if isinstance(value, Shipped) else value
-                for name, value in state.items()
-            }
-        )
+        for name, value in state.items():
+            self.__dict__[name] = value.tensor() if isinstance(value, Shipped) else value
 
     def _compact_pending(self) -> None:
         """Fold buffered work into the tables (before pickling); nothing by default."""

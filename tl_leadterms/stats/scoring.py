@@ -49,11 +49,7 @@ def _inv(x: float) -> float:
 
 
 def score_row(
-    row: Sequence[float],
-    scoring: str,
-    totals: Sequence[float],
-    *,
-    index: int | None = None,
+    row: Sequence[float], scoring: str, totals: Sequence[float], *, index: int | None = None
 ) -> list[float]:
     """:class:`~tl_leadterms.stats.neighbours.RowScorer`'s ``scored`` in Python floats: row
     ``row`` of a statistic under ``scoring`` given its column ``totals`` (squared column norms

@@ -113,20 +113,16 @@ def kernels():
     return module
 
 
-def _numba_available() -> bool:
-    try:
-        import numba  # noqa: F401
-    except ImportError:  # pragma: no cover - numba is a dependency; degrade gracefully anyway
-        return False
-    return True
-
-
 def resolve_backend(backend: str, device: torch.device) -> str:
     """``"numba"`` (fused CPU kernels) or ``"torch"`` (vectorised, any device)."""
     if backend not in BACKENDS:
         raise LeadTermsError(f"backend={backend!r} is not one of {BACKENDS}.")
     if backend == "auto":
-        return "numba" if device.type == "cpu" and _numba_available() else "torch"
+        try:
+            import numba  # noqa: F401
+        except ImportError:  # pragma: no cover - numba is a dependency; degrade gracefully anyway
+            return "torch"
+        return "numba" if device.type == "cpu" else "torch"
     if backend == "numba" and device.type != "cpu":
         raise LeadTermsError(
             f"backend='numba' runs on the CPU, but device={device}; use backend='torch' or 'auto'."
@@ -140,13 +136,9 @@ def as_numpy(t: torch.Tensor):
 
 
 def padded_square(k: int, dtype: torch.dtype, device, *, zero: bool = True) -> torch.Tensor:
-    """A zeroed ``[k, k]`` matrix whose storage has one extra zero slot after its entries.
-
-    The statistics' tables are flat ``k·k + 1`` vectors: code ``k·k`` collects the pairs that
-    touch a dropped token, so accumulating never needs a mask. The ``[k, k]`` view is returned.
-    ``zero=False`` leaves the ``[k, k]`` entries unset (for a caller that writes every one of
-    them; a fill of a fresh table costs as much as the page faults it takes).
-    """
+    """A zeroed ``[k, k]`` view of a flat ``k·k + 1`` table (the pad slot, zero, after its
+    entries; see the module). ``zero=False`` leaves the ``[k, k]`` entries unset, for a caller
+    that writes every one of them (a fill of a fresh table costs as much as its page faults)."""
     flat = torch.empty(k * k + 1, dtype=dtype, device=device)
     if zero:
         flat.zero_()

@@ -73,16 +73,6 @@ VocabSpec = Union[int, Iterable[int], torch.Tensor, np.ndarray, KeptVocab, None]
 """What ``vocab=`` accepts: None, an int k, ordered token ids, or a :class:`KeptVocab`."""
 
 
-def _check_centre(centre_vocab: object, d_vocab: int) -> int:
-    if centre_vocab is None:
-        return d_vocab
-    if isinstance(centre_vocab, bool) or not isinstance(centre_vocab, (int, np.integer)):
-        raise LeadTermsError(f"centre_vocab must be a positive int or None, got {centre_vocab!r}.")
-    if centre_vocab < 1:
-        raise LeadTermsError(f"centre_vocab must be >= 1, got {centre_vocab}.")
-    return int(centre_vocab)
-
-
 def resolve_vocab(
     vocab: object,
     d_vocab: int,
@@ -113,7 +103,12 @@ def resolve_vocab(
                 f"centre_vocab={vocab.centre_vocab}; pass one of them."
             )
         return resolve_vocab(vocab.kept, d_vocab, centre_vocab=vocab.centre_vocab)
-    centre = _check_centre(centre_vocab, d_vocab)
+    centre = d_vocab if centre_vocab is None else centre_vocab
+    if isinstance(centre, bool) or not isinstance(centre, (int, np.integer)):
+        raise LeadTermsError(f"centre_vocab must be a positive int or None, got {centre!r}.")
+    if centre < 1:
+        raise LeadTermsError(f"centre_vocab must be >= 1, got {centre}.")
+    centre = int(centre)
     if vocab is None:
         return KeptVocab(d_vocab, None, centre)
     if isinstance(vocab, (int, np.integer)) and not isinstance(vocab, bool):
