@@ -36,29 +36,13 @@ from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.filesystem import file_kind
-from tl_leadterms.jsontext import TORN, parse_json
+from tl_leadterms.jsontext import TORN, jsonable, parse_json
 
 __all__ = ["MAX_LINE", "ResultsFile", "append_record", "check_results_path", "differences",
            "jsonable", "read_results"]  # fmt: skip
 
 MAX_LINE = 64 << 20
 """The longest line (bytes) of a results file: a checkpoint's record is a few MB at most."""
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` with dict keys as strings, tuples as lists and other objects as their repr.
-
-    Example:
-        >>> jsonable({1: (2, None), "f": float})
-        {'1': [2, None], 'f': "<class 'float'>"}
-    """
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
 
 
 class _Unset:
