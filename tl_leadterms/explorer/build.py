@@ -77,17 +77,15 @@ class Explorer:
             positive_int("height", height)
         source = html.escape(self.html(), quote=True)
         frame_id = f"tl-explorer-{uuid.uuid4().hex[:12]}"
-        first = height if height is not None else self._first_height()
+        n_layers = int(self.data.get("summary", {}).get("n_layers", 1))
+        first = (
+            height if height is not None else max(420, 330 + 22 * n_layers)
+        )  # before a head opens
         style = f"width:100%;height:{first}px;border:1px solid rgba(128,128,128,.45)"
         frame = (f'<iframe class="tl-explorer" id="{frame_id}" srcdoc="{source}" '
                  f'style="{style}" sandbox="allow-scripts"></iframe>')  # fmt: skip
         script = _HOST.replace("FRAME_ID", frame_id).replace("FOLLOW", str(height is None).lower())
         return frame + script
-
-    def _first_height(self) -> int:
-        """About the page's height before a head is opened: title, grid, legend, word box."""
-        n_layers = int(self.data.get("summary", {}).get("n_layers", 1))
-        return max(420, 330 + 22 * n_layers)
 
     def _repr_html_(self) -> str:
         return self.iframe()

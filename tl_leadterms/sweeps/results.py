@@ -118,7 +118,9 @@ def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict],
             record = parse_json(line, where=f"line {number} of {str(path)!r}", torn_ok=True)
             if record is TORN:
                 torn = (number, f.tell() - len(raw), line.rstrip("\n"))
-            elif not _is_record(record):
+            elif not (
+                isinstance(record, dict) and {"checkpoint", "rows", "settings"} <= set(record)
+            ):
                 raise _not_results(
                     path, f"line {number} is complete JSON but not a checkpoint record"
                 )
@@ -144,10 +146,6 @@ def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict],
         with open(path, "a") as f:
             f.write("\n")
     return done, [torn[2]] if torn else []
-
-
-def _is_record(record: Any) -> bool:
-    return isinstance(record, dict) and {"checkpoint", "rows", "settings"} <= set(record)
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
