@@ -21,12 +21,13 @@ Example:
 """
 
 import json
+import math
 from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = ["MAX_DEPTH", "SHOWN_CHARS", "TORN", "check_depth", "parse_json", "printable",
-           "terminal_text"]  # fmt: skip
+__all__ = ["MAX_DEPTH", "SHOWN_CHARS", "TORN", "check_depth", "jsonable", "parse_json",
+           "printable", "terminal_text"]  # fmt: skip
 
 MAX_DEPTH = 32
 """No file this library writes nests JSON deeper than this."""
@@ -70,6 +71,25 @@ def terminal_text(text: str, limit: int = SHOWN_CHARS, *, quoted: bool = False) 
         )
     )
     return shown + f"…({len(text):,} chars)" if len(text) > limit else shown
+
+
+def jsonable(value: Any, *, strict: bool = False) -> Any:
+    """``value`` with dict keys as strings, tuples as lists and other objects as their repr
+    (``strict``: as their str, and NaN and infinities as None, for strict JSON).
+
+    Example:
+        >>> jsonable({1: (2, None), "f": float})
+        {'1': [2, None], 'f': "<class 'float'>"}
+    """
+    if strict and isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, strict=strict) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v, strict=strict) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value) if strict else repr(value)
 
 
 def _too_deep(where: str) -> LeadTermsError:

@@ -203,9 +203,7 @@ def cosine(M: Map, S: _Map2) -> Float[Tensor, "..."]:
 
 
 def restrict(
-    M: Map,
-    rows: Int[Tensor, " r"] | None = None,
-    cols: Int[Tensor, " c"] | None = None,
+    M: Map, rows: Int[Tensor, " r"] | None = None, cols: Int[Tensor, " c"] | None = None
 ) -> _NewMap:
     """Keep the given rows and columns (token ids) of ``M``; a factored map stays factored.
 

@@ -2,11 +2,11 @@
 JSON, and the output format chosen from a flag or the file's suffix."""
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
+from tl_leadterms.jsontext import jsonable
 
 __all__ = ["emit_text", "human_size", "output_format", "to_json"]
 
@@ -42,25 +42,13 @@ def emit_text(content: str, path: str | None, *, announce: bool = True) -> None:
         print(f"wrote {target}")
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
-
-
 def to_json(data: Any) -> str:
     """Strict JSON (NaN and infinities become null).
 
     >>> to_json({"cos": float("nan"), "layer": 0}).split()
     ['{', '"cos":', 'null,', '"layer":', '0', '}']
     """
-    return json.dumps(_json_safe(data), indent=1, allow_nan=False)
+    return json.dumps(jsonable(data, strict=True), indent=1, allow_nan=False)
 
 
 def output_format(chosen: str | None, output: str | None) -> str:

@@ -181,23 +181,6 @@ def offload_folder(output: Path) -> Path:
     return folder
 
 
-def _check_blocks(args: argparse.Namespace) -> None:
-    """Refuse the options ``stats --blocks`` cannot honour (block_stats reads on one process,
-    sums in float64 and always computes every statistic)."""
-    refused = [
-        name
-        for name, given in (("--ray", getattr(args, "ray", None) is not None),
-                            ("--only", bool(args.only)),
-                            ("--accumulate-dtype", bool(args.accumulate_dtype)))
-        if given
-    ]  # fmt: skip
-    if refused:
-        raise LeadTermsError(
-            f"--blocks {args.blocks} cannot be combined with {' '.join(refused)} (block "
-            "statistics are read on one process, summed in float64, with every table); drop them"
-        )
-
-
 def _compute(windows, d_vocab: int, tokenizer, args: argparse.Namespace):
     """Plain statistics, or with ``--blocks B`` statistics kept per block of windows."""
     if args.blocks is None:
@@ -226,9 +209,18 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     check_output(args.output, "-o")
     check_output(args.save_tokenizer, "--save-tokenizer", folder=True)
-    if args.blocks is not None:
-        _check_blocks(args)
-    elif args.eos_id is not None:
+    given = {
+        "--ray": getattr(args, "ray", None) is not None,
+        "--only": bool(args.only),
+        "--accumulate-dtype": bool(args.accumulate_dtype),
+    }
+    refused = [name for name, on in given.items() if on]
+    if args.blocks is not None and refused:  # block_stats: one process, float64, every table
+        raise LeadTermsError(
+            f"--blocks {args.blocks} cannot be combined with {' '.join(refused)} (block "
+            "statistics are read on one process, summed in float64, with every table); drop them"
+        )
+    if args.blocks is None and args.eos_id is not None:
         raise LeadTermsError(
             f"--eos-id {args.eos_id} cuts blocks of windows where documents end; it needs "
             "--blocks B (plain statistics have no blocks)"

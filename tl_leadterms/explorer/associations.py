@@ -94,16 +94,13 @@ def plot_associations(
     head = "".join(f"<th>{html.escape(HEADINGS[kd])}</th>" for kd in ASSOCIATIONS)
     rows = []
     for i in range(max(len(v) for v in neighbours.values())):
-        cells = []
-        for kd in ASSOCIATIONS:
-            if i < len(neighbours[kd]):
-                n = neighbours[kd][i]
-                cells.append(
-                    f"<td>{token_label(tokenizer, n.token_id)} <small>{n.score:.3g}</small></td>"
-                )
-            else:
-                cells.append("<td></td>")
-        rows.append(f'<tr class="association-row"><td>{i + 1}</td>{"".join(cells)}</tr>')
+        cells = "".join(
+            f"<td>{token_label(tokenizer, v[i].token_id)} <small>{v[i].score:.3g}</small></td>"
+            if i < len(v)
+            else "<td></td>"
+            for v in neighbours.values()
+        )
+        rows.append(f'<tr class="association-row"><td>{i + 1}</td>{cells}</tr>')
     table = (
         '<table class="associations" style="border-collapse: collapse;">'
         f"<caption>top {k} neighbours of <strong>{name}</strong> (id {token_id}; "
@@ -115,17 +112,13 @@ def plot_associations(
     if text is not None:
         ids = encode_text(text, tokenizer, "text")
         key = ASSOCIATIONS[kind]
-        full = (
-            (
-                stats.row(key, row_index)
-                if scoring == "raw"
-                else scored_row(
-                    stats.matrix(key), row_index, scoring, symmetric_gram=key == "Sigma_B"
-                )
+        if scoring == "raw":
+            full = stats.row(key, row_index)
+        else:
+            full = scored_row(
+                stats.matrix(key), row_index, scoring, symmetric_gram=key == "Sigma_B"
             )
-            .to(torch.float64)
-            .cpu()
-        )
+        full = full.to(torch.float64).cpu()
         index_map = stats.vocab.index_map()
         values = []
         for i in ids:

@@ -1,16 +1,8 @@
 """`explore`: one offline page over every head of a model, tied to the corpus statistics.
 
-The page (:mod:`~tl_leadterms.explorer.page`) shows a layers × heads grid coloured by a
-score you pick (cosine of ``W`` with ``Q̄``, explained ``R²``, null ``z``, the value path's
-cosine, agreement with the predicted attention, or the character of ``W``). Clicking a head
-opens its panel: the decomposition of its ``W`` and value path with Shapley shares and
-intervals, its attention on the text next to the predicted attention (circuitsvis, inlined
-once), the token pairs its ``W`` scores highest next to ``Q̄``'s, its value map's top input →
-output tokens next to the value leading term's, and TransformerLens's detector scores. A word
-box answers any kept token, offline: its bigram / interchangeability / context neighbours as
-:meth:`~tl_leadterms.CorpusStats.top` ranks them, and the text shaded by the same scores.
-The numbers are computed here (:mod:`~tl_leadterms.explorer.data`); the page only draws them,
-loading each head's data when it is clicked.
+The page (:mod:`~tl_leadterms.explorer.page`) shows a layers × heads grid coloured by a score
+you pick, a panel per head and a word box over the corpus statistics (docs/guides/explorer.md);
+the numbers are computed here (:mod:`~tl_leadterms.explorer.data`), the page only draws them.
 """
 
 from pathlib import Path
@@ -72,13 +64,7 @@ class Explorer:
 
         Args:
             height: the frame's height in pixels, fixed. ``None`` (the default): the frame
-                follows the page's height (the page posts it to its host whenever it changes:
-                a head's panel opens, a word is typed), so the whole explorer is in the host's
-                own scroll and none of it below the fold of a nested one; before the page has
-                drawn, and where the host runs no scripts, an estimate of the page's first
-                height.
-        The host tells the page whether it is dark (its text is light) when the page loads and
-        when the host's theme changes.
+                follows the page's height as heads are opened (docs/guides/explorer.md).
 
         >>> e = Explorer({"summary": {"n_layers": 2, "n_heads": 1}, "heads": {}, "words": {}}, "t")
         >>> 'style="width:100%;height:400px' in e.iframe(height=400)
@@ -91,17 +77,15 @@ class Explorer:
             positive_int("height", height)
         source = html.escape(self.html(), quote=True)
         frame_id = f"tl-explorer-{uuid.uuid4().hex[:12]}"
-        first = height if height is not None else self._first_height()
+        n_layers = int(self.data.get("summary", {}).get("n_layers", 1))
+        first = (
+            height if height is not None else max(420, 330 + 22 * n_layers)
+        )  # before a head opens
         style = f"width:100%;height:{first}px;border:1px solid rgba(128,128,128,.45)"
         frame = (f'<iframe class="tl-explorer" id="{frame_id}" srcdoc="{source}" '
                  f'style="{style}" sandbox="allow-scripts"></iframe>')  # fmt: skip
         script = _HOST.replace("FRAME_ID", frame_id).replace("FOLLOW", str(height is None).lower())
         return frame + script
-
-    def _first_height(self) -> int:
-        """About the page's height before a head is opened: title, grid, legend, word box."""
-        n_layers = int(self.data.get("summary", {}).get("n_layers", 1))
-        return max(420, 330 + 22 * n_layers)
 
     def _repr_html_(self) -> str:
         return self.iframe()
@@ -176,11 +160,6 @@ def explore(
         title: the page's title.
         progress: progress bars over the decomposition, the attention and the pair tables
             (shown only where a step is slow).
-
-    The pair tables' per-head block products run in float64
-    (:func:`~tl_leadterms.explorer.data.pair_tables` takes ``gemm_dtype=torch.float32``: on the
-    real-size benchmark model it saved only 7-22% of that stage,
-    ``benchmarks/results/explorer_precision.json``).
 
     Returns:
         An :class:`Explorer`.

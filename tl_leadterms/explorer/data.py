@@ -31,13 +31,7 @@ from tl_leadterms.results.labels import head_label
 from tl_leadterms.stats.neighbours import best, fed_scorer, row_blocks
 from tl_leadterms.stats.scoring import DEFAULT_SCORING, MEANINGS
 
-__all__ = [
-    "GRID_SCORES",
-    "attention_data",
-    "head_summaries",
-    "neighbour_table",
-    "pair_tables",
-]
+__all__ = ["GRID_SCORES", "attention_data", "head_summaries", "neighbour_table", "pair_tables"]
 
 #: the per-head scores the grid can be coloured by: key -> (row, column, label)
 GRID_SCORES = {

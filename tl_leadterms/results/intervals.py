@@ -4,45 +4,16 @@
 ``(lo, hi, corrected)`` per column; :mod:`tl_leadterms.results.bootstrap` draws the resamples
 and writes the columns into the rows.
 
-Methods (``BootstrapSpec(method=...)``; ``ŝ`` the full-corpus score, ``q`` the quantiles of
-the resamples' scores ``s*``):
-
-* ``"inverted"`` (the default): for a cosine with a resampled target (decompose's and head_atlas's
-  rows, which record each resample's ``‖T*‖²`` and ``⟨T̂, T*⟩``), the interval of the truth's
-  squared tangent ``λ = 1/s² − 1`` found by inverting the distribution of the sample's: with each
-  target scaled to a unit component along the map, a cosine is ``1/sqrt(1 + |x_⊥|²)``, the sample's
-  ``L = |x̂_⊥|²``, and a truth ``λ`` would give ``λ + 2√λ·u + |e|²`` (``e`` the move of ``x_⊥`` a
-  resample makes, ``u`` its component along ``x̂_⊥``). The interval is every ``λ`` that puts ``L``
-  between the ``(1 ∓ level)/2`` quantiles of that over the resamples (their spread about its median
-  widened by the expansion below), mapped back to ``1/sqrt(1 + λ)``; ``corrected`` is the ``λ`` that
-  puts ``L`` at its median. The resamples' noise is thus added to a candidate truth, not to the
-  noisy sample. Scores without that geometry (covariance similarity, the output's score), a column
-  whose sign the resamples leave open, and one whose sample lies closer to 1 than the resamples'
-  noise alone would put a truth of 1 (no ``λ`` passes), get ``"shifted"``;
-* ``"shifted"``: the basic bootstrap on the raw scale, ``[2ŝ − q_hi, 2ŝ − q_lo]`` with
-  ``corrected = 2ŝ − median(s*)``, translated back into ``[−1, 1]`` with its width kept when it
-  passes an end, ``corrected`` then staying at that end (moved, not clipped to nothing);
-* ``"calibrated"``: ``"shifted"`` of the scores moved and rescaled: ``corrected`` is the jackknife's
-  bias-corrected estimate (from the ``B`` leave-one-block-out scores), and the resamples' spread is
-  scaled by ``sqrt(var₁/var₂)``, their variance over the mean variance of a second level of
-  resamples (``S`` resamples of each of the first ``F``, one block fewer from the blocks it drew:
-  ``BootstrapSpec(calibration=(F, S))``, default (6, 12)). ``B + F·S`` more evaluations;
-* ``"atanh"``, ``"log1m"``, ``"angle"``: the basic bootstrap on ``atanh(s)``, on ``log(1 − s)`` and
-  on the angle ``arccos s`` (mapped back; the angle is clipped at 0);
-* ``"bca"``: bias-corrected and accelerated percentiles (bias ``z0`` from the share of resamples
-  below ``ŝ``, acceleration from the ``B`` leave-one-block-out scores, which cost ``B`` more
-  evaluations); ``corrected`` is its median-unbiased point (level 0);
-* ``"percentile"``: the resamples' quantiles; ``corrected`` is their median;
-* ``"basic"``: the raw basic interval clipped to ``[−1, 1]`` (near 1 it collapses to ``[1, 1]``;
-  kept for comparison).
-
-Each resample draws ``B − 1`` of the ``B`` blocks
-(:meth:`~tl_leadterms.stats.blocks.BlockStats.draw`). Quantiles of the resamples are Hyndman and
-Fan's type 8 (median-unbiased, :func:`_positions`), and each side of the interval is then widened
-about ``corrected`` by ``t_ν/z`` (:func:`expansion`; ``BootstrapSpec(expand=False)`` leaves it out,
-``"bca"`` never has it). How often each method covers the truth, and why ``"inverted"`` is the
-default, is measured by the seeded ``benchmarks/bench_coverage.py``
-(``benchmarks/results/coverage.json``) and set out in docs/guides/intervals.md#the-method-and-why.
+Methods (``BootstrapSpec(method=...)``, the first of :data:`METHODS` the default; each one's
+interval and ``corrected``: docs/guides/intervals.md#the-method-and-why): ``"inverted"`` inverts
+the distribution of a cosine's squared tangent for rows that record each resample's target
+geometry (others get ``"shifted"``); ``"shifted"`` is the basic bootstrap moved back into
+``[−1, 1]`` with its width kept; ``"calibrated"`` rescales the resamples by a second level
+(``BootstrapSpec(calibration=(F, S))``); ``"atanh"``, ``"log1m"``, ``"angle"`` are the basic
+bootstrap on those scales; ``"bca"``, ``"percentile"`` and ``"basic"`` are the textbook ones.
+Quantiles are Hyndman and Fan's type 8 (:func:`_positions`), and each side of the interval is
+widened about ``corrected`` by :func:`expansion` (``BootstrapSpec(expand=False)`` leaves it out,
+``"bca"`` never has it); ``benchmarks/bench_coverage.py`` measures how often each covers.
 
 >>> draws = torch.linspace(0.0, 0.5, 101, dtype=torch.float64)[:, None]
 >>> lo, hi, mid = interval(draws, 0.9, "percentile")
@@ -62,13 +33,7 @@ from torch import Tensor
 
 from tl_leadterms.errors import LeadTermsError
 
-__all__ = [
-    "DEFAULT_METHOD",
-    "METHODS",
-    "expansion",
-    "interval",
-    "noise_share",
-]
+__all__ = ["DEFAULT_METHOD", "METHODS", "expansion", "interval", "noise_share"]
 
 #: the interval methods (see the module docstring); the first is the default
 METHODS = ("inverted", "shifted", "calibrated", "atanh", "log1m", "angle", "bca", "percentile",

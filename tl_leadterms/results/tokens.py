@@ -21,13 +21,7 @@ from typing import Any
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.results.style import colour, ink, number
 
-__all__ = [
-    "SHADE_FLOOR",
-    "legend",
-    "shaded_tokens",
-    "token_labels",
-    "token_texts",
-]
+__all__ = ["SHADE_FLOOR", "legend", "shaded_tokens", "token_labels", "token_texts"]
 
 #: texts whose largest |value| is below this fraction of the scale are "no association"
 SHADE_FLOOR = 0.01

@@ -25,27 +25,14 @@ same field given twice, differently, is refused.
 >>> Uncertainty.of(u, ci=0.9) == u, Uncertainty.of(None, null=20).null.permutations
 (True, 20)
 
-**Which question a score answers**: the model's training windows, or the corpus distribution.
-
-* ``population="training"``: the statistics are the model's own training windows. The score is the
-  exact answer to "does the weight equal the leading term of *its training data*?": ``ci=`` adds no
-  interval and no bias-corrected estimate, and says why in one line.
-* ``population="distribution"``: the statistics are another sample of the same distribution
-  (held-out windows, or a corpus like the training one, as OpenWebText for Pythia). The score
-  estimates the *distribution-level* cosine, the one with the statistics of the whole distribution;
-  ``ci=`` gives the bootstrap interval over the sample's blocks around ``corrected``, the estimate
-  of that cosine.
-
-``population=None`` (the default) decides from the provenance: the statistics' metadata
-carries ``windows_fingerprint`` (an order-free digest of their windows,
-:func:`~tl_leadterms.stats.provenance.windows_fingerprint`) and a model trained by
-:func:`~tl_leadterms.train` carries the fingerprints of its training windows
-(:func:`trained_on`; a plain training loop records them with :func:`record_training`). Equal
-fingerprints: ``"training"``; a training record without the statistics' fingerprint:
-``"distribution"``; no record: assumed ``"distribution"``, and the metadata says so. Statistics of
-part of the training windows are neither: say ``population="training"`` to drop the interval. Why,
-and how often a bootstrap of the training windows would cover:
-docs/guides/intervals.md#which-question-a-score-answers.
+**Which question a score answers** (docs/guides/intervals.md#which-question-a-score-answers):
+``population="training"``, the statistics are the model's own training windows and each score is
+exact for them (``ci=`` adds no interval, and says why); ``population="distribution"``, they are
+another sample of the distribution and each score estimates the distribution-level one, with its
+interval around ``corrected``. ``population=None`` (the default) compares the statistics'
+``windows_fingerprint`` with the fingerprints of the model's training windows (:func:`trained_on`,
+written by :func:`~tl_leadterms.train` or :func:`record_training`); without a record the sample
+case is assumed, and the metadata says so.
 
 >>> import torch
 >>> from tl_leadterms.stats.provenance import windows_fingerprint

@@ -185,12 +185,7 @@ def analyse(model, stats: Any, chosen: list[Analysis], label: str) -> list[dict[
         d_vocab, tokenizer = view.d_vocab, view.tokenizer
     except LeadTermsError:  # a custom analysis may take any model; it checks its own input
         d_vocab, tokenizer = None, own_tokenizer(model)
-    check_vocab(
-        full,
-        d_vocab=d_vocab,
-        tokenizer=tokenizer,
-        what=f"checkpoint {label!r}",
-    )
+    check_vocab(full, d_vocab=d_vocab, tokenizer=tokenizer, what=f"checkpoint {label!r}")
     rows = []
     for a in chosen:
         given = stats if a.named and a.kwargs.get("ci") is not None else full

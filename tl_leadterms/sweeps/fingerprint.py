@@ -27,12 +27,6 @@ CONTENT_LIMIT = 512 << 20
 _CHUNK = 1 << 22
 
 
-def _hash_file(digest, path: Path) -> None:
-    with open(path, "rb") as f:
-        while block := f.read(_CHUNK):
-            digest.update(block)
-
-
 def _files(folder: Path) -> list[Path]:
     return sorted(
         p
@@ -50,7 +44,9 @@ def _folder(folder: Path) -> str:
         digest.update(f"{path.relative_to(folder).as_posix()}\0{stat.st_size}\0".encode())
         small = path.suffix == ".json" and stat.st_size <= 16 << 20  # config, index, tokenizer
         if by_content or small:
-            _hash_file(digest, path)
+            with open(path, "rb") as f:
+                while block := f.read(_CHUNK):
+                    digest.update(block)
         else:
             digest.update(str(stat.st_mtime_ns).encode())
     return "folder:" + digest.hexdigest()[:32]

@@ -6,23 +6,10 @@ One object, three ways in:
 * :func:`tl_leadterms.train`: ``train(..., callback=monitor.train_callback)``;
 * a Hugging Face ``transformers.Trainer``: ``Trainer(..., callbacks=[monitor.trainer_callback()])``.
 
-Every ``every`` steps it scores the model with the chosen ``analyses`` and records them in
-:attr:`history` (a :class:`~tl_leadterms.training.TrainHistory`, and the Trainer's
-``log_history`` when there is a Trainer):
-
-* ``"cosines"`` — the cosine of each weight with its leading term
-  (:func:`~tl_leadterms.analyses.decompose.leading_cosines`; ``V·W_O`` for models with embeddings);
-* ``"output"`` — :func:`~tl_leadterms.output_agreement` on held-out ``tokens``: ``output_kl``
-  and ``output_explained`` (exact coefficients from ``lr`` and the step when ``lr`` is given,
-  else ``fit=True``);
-* ``"covariance"`` — :func:`~tl_leadterms.covariance_similarity`, the minimum over layers of each
-  score (``cov_attention``, ``cov_value_post``, and the token-specific ``cov_attention_specific``,
-  ...).
-
-It flags the first step at which the model has left the regime — a cosine below
-``min_cosine`` (0.9) or the explained gap below ``min_explained`` (0.9) — in :attr:`flags`, with
-the theorem's step bound ``η⁻¹·min(1/(12L), 5/(8√T))`` beside it (:func:`~tl_leadterms.step_bound`)
-when ``lr`` is known. :attr:`seconds` is the time spent scoring, :attr:`calls` how often.
+Every ``every`` steps it scores the model with the chosen ``analyses`` (``"cosines"``,
+``"output"``, ``"covariance"``) into :attr:`history` and flags the first step that leaves the
+regime in :attr:`flags`, the theorem's step bound beside it
+(docs/guides/next-token.md#a-monitor-for-any-training-run).
 """
 
 import contextlib
@@ -227,10 +214,7 @@ class LeadingTermMonitor:
 
     def first_flag(self, score: str | None = None) -> dict[str, Any] | None:
         """The first flag (of ``score``: ``"cosine"`` or ``"output_explained"``), or None."""
-        for flag in self.flags:
-            if score is None or flag["score"] == score:
-                return flag
-        return None
+        return next((f for f in self.flags if score is None or f["score"] == score), None)
 
     def __repr__(self) -> str:
         flags = "; ".join(

@@ -36,29 +36,13 @@ from typing import Any
 
 from tl_leadterms.errors import LeadTermsError
 from tl_leadterms.filesystem import file_kind
-from tl_leadterms.jsontext import TORN, parse_json
+from tl_leadterms.jsontext import TORN, jsonable, parse_json
 
 __all__ = ["MAX_LINE", "ResultsFile", "append_record", "check_results_path", "differences",
            "jsonable", "read_results"]  # fmt: skip
 
 MAX_LINE = 64 << 20
 """The longest line (bytes) of a results file: a checkpoint's record is a few MB at most."""
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` with dict keys as strings, tuples as lists and other objects as their repr.
-
-    Example:
-        >>> jsonable({1: (2, None), "f": float})
-        {'1': [2, None], 'f': "<class 'float'>"}
-    """
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
 
 
 class _Unset:
@@ -134,7 +118,9 @@ def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict],
             record = parse_json(line, where=f"line {number} of {str(path)!r}", torn_ok=True)
             if record is TORN:
                 torn = (number, f.tell() - len(raw), line.rstrip("\n"))
-            elif not _is_record(record):
+            elif not (
+                isinstance(record, dict) and {"checkpoint", "rows", "settings"} <= set(record)
+            ):
                 raise _not_results(
                     path, f"line {number} is complete JSON but not a checkpoint record"
                 )
@@ -160,10 +146,6 @@ def read_results(path: Path, settings: dict[str, Any]) -> tuple[dict[str, dict],
         with open(path, "a") as f:
             f.write("\n")
     return done, [torn[2]] if torn else []
-
-
-def _is_record(record: Any) -> bool:
-    return isinstance(record, dict) and {"checkpoint", "rows", "settings"} <= set(record)
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:

@@ -155,7 +155,13 @@ def sweep(
     Returns:
         A :class:`SweepTable`, one row per (checkpoint, layer, head, analysis, score)."""
     full_stats(stats)  # a CorpusStats or BlockStats, else a clear error
-    _check_not_checkpoint_list(analysis_kwargs.get("steps"))
+    steps = analysis_kwargs.get("steps")  # the leading terms' step count, not checkpoints
+    if steps is not None and not isinstance(steps, int) and hasattr(steps, "__iter__"):
+        raise LeadTermsError(
+            f"steps={steps!r}: sweep's steps= is the training step count of the leading terms "
+            "(an int, as decompose takes it); to choose checkpoints pass "
+            f"checkpoint_steps={list(steps)!r}"
+        )
     device = "cpu" if device is None else device
     loader_kwargs = check_loader_kwargs(loader_kwargs)
     cluster = RayExecutor.of(executor)
@@ -190,16 +196,6 @@ def _theory_once(chosen: list, stats: CorpusStats | BlockStats, device: Any) -> 
 
         for a in wanted:
             prepare_theory(full_stats(stats), a.kwargs, device)
-
-
-def _check_not_checkpoint_list(steps: Any) -> None:
-    """``steps=`` is the leading terms' step count; a list there is the former checkpoint list."""
-    if steps is not None and not isinstance(steps, int) and hasattr(steps, "__iter__"):
-        raise LeadTermsError(
-            f"steps={steps!r}: sweep's steps= is the training step count of the leading terms "
-            "(an int, as decompose takes it); to choose checkpoints pass "
-            f"checkpoint_steps={list(steps)!r}"
-        )
 
 
 def _run(todo, stats, chosen, stored: ResultsFile, cluster, device, progress: bool):

@@ -106,15 +106,8 @@ class SweepTable(ResultTable):
         token shares."""
         base = self.metadata.get("baseline")
         note = common_note([r for r in self.rows if r["head"] is None])
-        return (
-            (
-                [f"baseline: {base} (vs baseline: each value less the same score's there)"]
-                if base is not None
-                else []
-            )
-            + super().notes()
-            + ([note] if note else [])
-        )
+        said = f"baseline: {base} (vs baseline: each value less the same score's there)"
+        return ([said] if base is not None else []) + super().notes() + ([note] if note else [])
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -213,14 +206,8 @@ class SweepTable(ResultTable):
 
     def _cells(self, found: dict[str, dict], column: str, width: int) -> str:
         """One line of a grid: ``column`` of each checkpoint's row (``-`` where it has none)."""
-        cells = []
-        for c in self.checkpoints:
-            value = found.get(c, {}).get(column)
-            if not _number(value):
-                cells.append(f"{'-':>{width}}")
-            else:
-                cells.append(f"{number(value):>{width}}")
-        return " ".join(cells)
+        values = (found.get(c, {}).get(column) for c in self.checkpoints)
+        return " ".join(f"{number(v) if _number(v) else '-':>{width}}" for v in values)
 
     def plot(self, score: str | None = None, **kwargs: Any) -> Any:
         """:func:`~tl_leadterms.sweeps.figure.plot_sweep` of this table, its first

@@ -152,9 +152,24 @@ class ModelView:
         """``rotary_dim``, ``rotary_base``, ``rotary_adjacent_pairs`` (provenance)."""
         raise NotImplementedError
 
+    def _extra_norms(self) -> tuple[bool, bool, bool]:
+        """Whether the model has QK-norm, a norm after ``W_E`` and norms after attention."""
+        raise NotImplementedError
+
     def unmodelled(self) -> list[str]:
         """Configured computations the maps leave out (QK-norm, soft-capping, ...)."""
-        raise NotImplementedError
+        cfg = self.model.cfg
+        qk_norm, embed_ln, after = self._extra_norms()
+        cap = getattr(cfg, "attn_scores_soft_cap", -1.0) or -1.0
+        clip = getattr(cfg, "clip_qkv", None)
+        found = {
+            "use_qk_norm (RMSNorm of each query and key)": qk_norm,
+            f"attn_scores_soft_cap={cap}": cap > 0,
+            f"clip_qkv={clip}": clip is not None,
+            "post_embedding_ln (LayerNorm after W_E)": embed_ln,
+            "use_normalization_before_and_after (post-attention norms)": after,
+        }
+        return [name for name, present in found.items() if present]
 
     def named_weights(self) -> list[tuple[str, Tensor]]:
         """Every parameter under its TransformerLens name."""

@@ -94,24 +94,6 @@ def _rotary_base(model: Any) -> float:
     return float(theta if theta is not None else model.cfg.rotary_base)
 
 
-def _unmodelled(model: Any) -> list[str]:
-    cfg = model.cfg
-    found = []
-    hf_attn = model.blocks[0].attn.original_component if model.cfg.n_layers else None
-    if getattr(hf_attn, "q_norm", None) is not None:
-        found.append("use_qk_norm (RMSNorm of each query and key)")
-    if (getattr(cfg, "attn_scores_soft_cap", -1.0) or -1.0) > 0:
-        found.append(f"attn_scores_soft_cap={cfg.attn_scores_soft_cap}")
-    if getattr(cfg, "clip_qkv", None) is not None:
-        found.append(f"clip_qkv={cfg.clip_qkv}")
-    if getattr(model, "embed_ln", None) is not None:
-        found.append("post_embedding_ln (LayerNorm after W_E)")
-    block = model.blocks[0].original_component if model.cfg.n_layers else None
-    if getattr(block, "post_feedforward_layernorm", None) is not None:
-        found.append("use_normalization_before_and_after (post-attention norms)")
-    return found
-
-
 class BridgeView(ModelView):
     """A :class:`~tl_leadterms.adapters.view.base.ModelView` of a TransformerBridge."""
 
@@ -190,8 +172,15 @@ class BridgeView(ModelView):
             "rotary_adjacent_pairs": adjacent,
         }
 
-    def unmodelled(self) -> list[str]:
-        return _unmodelled(self.model)
+    def _extra_norms(self) -> tuple[bool, bool, bool]:
+        first = self.model.blocks[0] if self.n_layers else None
+        attn = None if first is None else first.attn.original_component
+        block = None if first is None else first.original_component
+        return (
+            getattr(attn, "q_norm", None) is not None,
+            getattr(self.model, "embed_ln", None) is not None,
+            getattr(block, "post_feedforward_layernorm", None) is not None,
+        )
 
     def named_weights(self) -> list[tuple[str, Tensor]]:
         named = [

@@ -72,20 +72,10 @@ class HookedView(ModelView):
             "rotary_adjacent_pairs": bool(getattr(cfg, "rotary_adjacent_pairs", False)),
         }
 
-    def unmodelled(self) -> list[str]:
+    def _extra_norms(self) -> tuple[bool, bool, bool]:
         cfg = self.model.cfg
-        found = []
-        if getattr(cfg, "use_qk_norm", False):
-            found.append("use_qk_norm (RMSNorm of each query and key)")
-        if (getattr(cfg, "attn_scores_soft_cap", -1.0) or -1.0) > 0:
-            found.append(f"attn_scores_soft_cap={cfg.attn_scores_soft_cap}")
-        if getattr(cfg, "clip_qkv", None) is not None:
-            found.append(f"clip_qkv={cfg.clip_qkv}")
-        if getattr(cfg, "post_embedding_ln", False):
-            found.append("post_embedding_ln (LayerNorm after W_E)")
-        if getattr(cfg, "use_normalization_before_and_after", False):
-            found.append("use_normalization_before_and_after (post-attention norms)")
-        return found
+        names = ("use_qk_norm", "post_embedding_ln", "use_normalization_before_and_after")
+        return tuple(bool(getattr(cfg, name, False)) for name in names)
 
     def named_weights(self) -> list[tuple[str, Tensor]]:
         # grouped keys and values are stored as _W_K, _b_K, ...: name them as a bridge does
