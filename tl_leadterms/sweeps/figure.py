@@ -198,7 +198,7 @@ def _holds(table) -> list[str]:
 
 def report_section(table) -> Section:
     """The report section of a sweep table: the table, one heatmap per score (and, with a
-    null, the score with its null band, and its excess), and what the scores say across checkpoints."""
+    null, the score with its null band, and its excess), and what the scores say."""
     parts = [f'<pre class="sweep">{esc(repr(table))}</pre>']
     for analysis, score in table.scores():
         parts.append(figure_block(lambda a=analysis, s=score: plot_sweep(table, s, analysis=a),

@@ -375,7 +375,7 @@ class MapFit:
     remainder: float
     unique: dict[str, float]  # R²(all) − R²(all without the component)
     shared: dict[str, float]  # Shapley − unique
-    character: str  # see tl_leadterms.results.attribution.character
+    character: str  # see character() above
 
 
 def _lstsq(gram: Tensor, b: Tensor) -> Tensor:
