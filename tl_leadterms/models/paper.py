@@ -1,27 +1,9 @@
 """The paper model (``docs/math.md#model``) as a standalone TransformerLens ``HookedRootModule``.
 
-``HookedRootModule`` (with ``HookPoint``) exists in TransformerLens 3.9 and 4.x, so the model
-works under both majors; it keeps the names a ``HookedTransformer`` of the same weights has.
-The residual stream lives in vocabulary space. The model's parameters are exactly the paper's;
-every other weight is a fixed buffer (not saved in the ``state_dict``):
-
-==========================  =====================================  ==========
-weight                      paper                                  kind
-==========================  =====================================  ==========
-``blocks.l.attn.W_Q[0]``    ``W^(l)`` (score ``x_t W x_jᵀ``)       parameter
-``blocks.l.attn.W_V[0]``    ``V^(l)``                              parameter
-``blocks.l.attn.P``         ``P^(l)``, one scalar per offset       parameter
-``unembed.W_U``             ``W_O``                                parameter
-``embed.W_E``               identity (one-hot input)               buffer
-``blocks.l.attn.W_K[0]``    identity                               buffer
-``blocks.l.attn.W_O[0]``    identity (no separate projection)      buffer
-``pos_embed.W_pos``         zero (positions act only through P)    buffer
-all biases                  zero                                   buffer
-==========================  =====================================  ==========
-
-Attention scores are not scaled; ``P`` is added to the scores as ``DM(P)[t, t−d] = P[d]``
-before the causal mask and before ``hook_attn_scores``, so every hook sees the paper's scores.
-The hooks are a HookedTransformer's (``hook_result`` with ``cfg.use_attn_result``).
+Its parameters are exactly the paper's ``W^(l)`` (``blocks.l.attn.W_Q[0]``), ``V^(l)``
+(``W_V[0]``), ``P^(l)`` (``blocks.l.attn.P``, added to the unscaled scores before the causal
+mask and ``hook_attn_scores``) and ``W_O`` (``unembed.W_U``); every other weight is a fixed
+identity or zero buffer (the table in docs/math.md#model).
 """
 
 from typing import Any

@@ -1,28 +1,11 @@
 """Theorem 4.1 as one table: every weight, its leading term, coefficient, limits and basis.
 
-From zero initialisation, after ``s`` full-batch GD steps at learning rate ``η``, every layer
-of the paper's attention-only model has, to leading order (docs/math.md#leading-terms),
-
-=========  =========================  ===========================  ==========  =============
-weight     leading term               exact coefficient c(s, η)    first step  error bound
-=========  =========================  ===========================  ==========  =============
-``W_O``    ``B̄``                      ``s·η``                      1           ``3s²η²``
-``V``      ``Φ̄ᵀB̄ᵀ``                   ``C(s,2)·η²``                2           ``12s³η³``
-``W``      ``Q̄``                      ``(3C(s,4)+2C(s,3))·η⁴``     3           ``13s⁵η⁵T``
-``P``      ``Δ``                      ``(3C(s,4)+2C(s,3))·η⁴``     3           ``13s⁵η⁵T``
-``V·W_O``  ``Φ̄ᵀΣ_B̄``                 ``C(s,2)·η²·s·η``            2           not stated
-=========  =========================  ===========================  ==========  =============
-
-``V·W_O`` is the value→output product (paper Eqs. 12-13); models with token embeddings expose
-only that product in vocabulary space (``W_E W_V W_O W_U``), so it is what they are compared on.
-The coefficients are polynomials in ``s`` (``C(s,2) = s(s−1)/2``; ``3C(s,4)+2C(s,3) =
-s(s−1)(s−2)(3s−1)/24``), so they are defined for a real ``s`` when an implied step count is
-solved for. In the gradient-flow limit (``η → 0`` at fixed ``x = s·η``) each tends to
-``x^p / q``: ``x``, ``x²/2``, ``x⁴/8``, ``x⁴/8``, ``x³/2``.
-
-Each weight also has a *basis*: its leading term first, then the three corpus statistics alone
-and composed, oriented to that weight's rows and columns. :func:`tl_leadterms.decompose` fits
-every weight onto its basis; each component belongs to the families (bigram,
+One :class:`Term` per weight (``W_O``, ``V``, ``W``, ``P`` and the value→output product
+``V·W_O``, paper Eqs. 12-13, the only one models with token embeddings expose in vocabulary
+space): its leading term, exact coefficient ``c(s, η)`` (a polynomial in a real ``s``), its
+gradient-flow limit, first step and error bound (docs/math.md#leading-terms), and its *basis*:
+the leading term first, then the three corpus statistics alone and composed, which
+:func:`tl_leadterms.decompose` fits it onto; each component belongs to the families (bigram,
 interchangeability, context, positional) of the statistics it is built from.
 
 Nothing outside this module defines a weight name, a coefficient or a family.

@@ -1,29 +1,11 @@
 """Scoring a layer's heads against the predicted attention, all heads at once.
 
 For one layer, ``actual`` holds every head's pattern ``[H, B, q, k]`` and ``scores`` the
-predicted scores ``X Q̄ Xᵀ + DM(Δ)`` ``[B, q, k]`` (``−inf`` above the diagonal). Per head:
-
-* the mean Jensen-Shannon divergence between its rows and ``S(c·scores)``, with ``c`` fixed or
-  fitted. The fit works on ``u = log c`` with the divergence's slope and curvature in closed
-  form: with ``q = S(c·s)``, ``m = (p + q)/2``, ``ℓ = log(q/m)``, ``d = s − ⟨s⟩_q`` and
-  ``V = ⟨d²⟩_q`` (``dq/dc = q ⊙ d``, ``dℓ/dc = d ⊙ p/(2m)``), per row::
-
-      dJS/dc   = ½ Σ q d ℓ
-      d²JS/dc² = ½ Σ q (d² − V) ℓ + ¼ Σ q d² p/m
-
-  A scan one point per decade of ``c·σ`` (``σ`` the scores' spread within rows) brackets, per
-  head, the minima where the slope changes sign, besides the two limits (``c → 0``: uniform,
-  ``c → ∞``: the argmax), and keeps the lowest; a limit whose slope points outwards widens
-  the scan until the divergence stops changing or the scan reaches ``GRID_LIMIT``. Newton's
-  method on the slope (bisection outside the bracket) refines a minimum, first in the scan's
-  dtype, then in this one. A head whose best is a limit, or a minimum a limit matches to
-  rounding (an untrained model's uniform attention), is reported at the bound
-  (:func:`scale_text`).
-* the mean Spearman correlation of its rows with the scores, from average ranks found by
-  sorting (``O(n log n)`` per row; ties share their mean rank); the scores' ranks are shared.
-
-Only query rows ``2..T`` count: the first query attends to itself alone. The divergence sums
-run over causal row blocks cut to their reachable keys (about 5/8 of the ``[q, k]`` square).
+predicted scores ``X Q̄ Xᵀ + DM(Δ)`` ``[B, q, k]`` (``−inf`` above the diagonal). Per head: the
+mean Jensen-Shannon divergence between its rows and ``S(c·scores)``, with ``c`` fixed or fitted
+by a scan and Newton's method on the closed-form slope (a head whose best is a limit is reported
+at the bound, :func:`scale_text`), and the mean Spearman correlation of its rows with the
+scores. Only query rows ``2..T`` count. The method: docs/math.md#fast-algebra.
 """
 
 import itertools
@@ -231,7 +213,7 @@ class LayerScores:
         return fitted.scale, fitted.at_bound
 
     def fit(self, coarse: "LayerScores | None" = None) -> ScaleFit:
-        """Per head the ``c`` minimising the mean JS divergence (module docstring).
+        """Per head the ``c`` minimising the mean JS divergence (docs/math.md#fast-algebra).
 
         ``coarse`` (the same layer in a cheaper dtype) runs the scan and the first Newton
         steps; the last steps and the reported divergence always use this one.
@@ -317,7 +299,7 @@ def _choose(js: Tensor, slope: Tensor) -> tuple[Tensor, Tensor]:
 
 def _scan(evaluate, n_heads: int, spread: float) -> _Brackets:
     """Scan ``c`` a decade at a time, widening where a head's best is a limit the slope says
-    lies further out (and not flat), then bracket each head's best (module docstring)."""
+    lies further out (and not flat), then bracket each head's best (docs/math.md#fast-algebra)."""
     points: dict[float, Evaluation] = {}
 
     def add(exponent: float) -> None:

@@ -157,17 +157,12 @@ def decompose(
             which question the scores answer, recorded in ``metadata["population"]``).
         progress: a progress bar over (weight, layer).
 
-    Every token-token row also has ``specific``, the cosine of the two maps double-centred
-    over tokens (rows and columns: a vector every token shares removed), and ``common_share``,
-    the share of the cosine's numerator carried by what every token shares
-    (:mod:`tl_leadterms.analyses.decompose.fit`; ``P`` rows have neither). A high ``cosine``
-    with a ``common_share`` near 1 says little about which token is which.
-
-    Shares are exact Shapley values of ``R²`` (:func:`tl_leadterms.analyses.decompose.fit.shapley`),
-    with per-component ``unique`` and ``shared`` parts; ``character`` names a component only
-    when it clearly dominates (else ``"mixed"`` or ``"unexplained"``). ``implied_s_lr`` is NaN
-    unless the cosine is at least :data:`IMPLIED_MIN_COSINE` (0.2): a projection onto a
-    direction the map barely points along implies no training time.
+    Every token-token row also has ``specific`` and ``common_share`` (the common component,
+    docs/guides/effect-sizes.md#the-same-question-for-decompose; ``P`` rows have neither).
+    Shares are exact Shapley values of ``R²`` with ``unique`` and ``shared`` parts, and
+    ``character`` names a component only when it clearly dominates
+    (docs/guides/decompose.md#shapley). ``implied_s_lr`` is NaN below a cosine of
+    :data:`IMPLIED_MIN_COSINE` (0.2).
 
     The statistics depend on the window length T they were counted with (Q̄, Φ̄ and Δ weigh
     positions by ``1/t``); compare a model with statistics of the T it was trained on. ``P``

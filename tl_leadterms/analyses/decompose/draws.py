@@ -1,37 +1,10 @@
 """The null and bootstrap draws of :func:`~tl_leadterms.decompose`, near the cost of reading
-each map once.
-
-Both loops score the SAME model maps against many versions of the theory: ``R`` relabellings of
-the kept tokens (the permutation null) and ``R`` bootstrap resamples of the corpus blocks. The
-model side is therefore prepared once per map and shared:
-
-* a dense map (the paper model's ``[h, k, k]`` weights) is converted to float64 and flattened
-  once (with its transpose, for targets stored as a transposed view such as ``Φ̄ᵀB̄ᵀ``); the maps
-  of every layer that share a leading term are stacked, so each draw of the theory is formed
-  ONCE and met by one matrix-vector product: a relabelling costs one gather of the ``k × k``
-  target, ``T_π = T[π⁻¹][:, π⁻¹]`` (since ``⟨M[π][:, π], T⟩ = ⟨M, T_π⟩``), a resample one
-  read of its target;
-* the bigram target ``B̄ = B − u·α·1ᵀ`` of ``W_O`` is never made dense in a resample:
-  ``⟨M, B̄⟩ = Σ_nnz M[i, j]·B_ij − u·αᵀ(M·1)`` and ``‖B̄‖² = Σ_nnz ((B_ij − uα_i)² − (uα_i)²)
-  + k·Σ_i (uα_i)²`` from the sparse counts;
-* other maps (factored ones, the shared-factor :class:`~tl_leadterms.adapters.sandwich.Sandwich`
-  maps of models with embeddings, ``P``) keep the general path of :mod:`.fit`.
-
-Beside its cosines a resample records where each row's target ``T*`` lies against the sample's
-own ``T̂``: ``‖T*‖²`` and ``⟨T̂, T*⟩`` (:class:`Resampled`). For a stacked target ``⟨T̂, T*⟩`` is
-one more row of the same product (the full-corpus target met like a map), for the sparse bigram
-it comes through the same sparse formula, elsewhere from the two dense maps. With the cosines
-they give how far the target moved off the plane of the map and ``T̂``, the row's
-``noise_share`` (:func:`~tl_leadterms.results.intervals.noise_share`).
-
-A resample's cosines are kept per :class:`~tl_leadterms.stats.blocks.BlockStats` and
-:class:`~tl_leadterms.results.bootstrap.BootstrapSpec`
-(:meth:`~tl_leadterms.results.bootstrap.Bootstrap.memo`), keyed by the target and a digest of
-the map's values: an analysis asking for resamples another one already scored (``head_atlas``
-after ``decompose``, on the same model and blocks) reads them instead of recomputing them.
-
-Every result equals the general path's up to float64 rounding (``tests/unit/test_draws.py``
-compares both with cosines written from the definition).
+each map once: the model side of every map is prepared once and met by each relabelling or
+resample of the theory; the bigram target stays sparse; a resample's cosines are memoised per
+``BlockStats`` and ``BootstrapSpec`` (:meth:`~tl_leadterms.results.bootstrap.Bootstrap.memo`)
+and come with ``‖T*‖²`` and ``⟨T̂, T*⟩`` for the row's ``noise_share``
+(:class:`Resampled`, :func:`~tl_leadterms.results.intervals.noise_share`). The method is set out
+in docs/guides/decompose.md#draws.
 """
 
 import hashlib
@@ -297,7 +270,7 @@ def _stacked(stacks: dict, members: list[Scored], formula: str, transposed: bool
 def _bigram_inner(members: list[Scored], cache: BasisCache, full: BasisCache,
                   stacks: dict) -> tuple[Tensor, float]:  # fmt: skip
     """``⟨M_h, B̄⟩`` of every member, then ``⟨B̄_full, B̄⟩``, and ``‖B̄‖²`` from the sparse
-    counts (module docstring)."""
+    counts (docs/guides/decompose.md#draws)."""
     bigram = cache.stats.bigram
     flat = _stacked(stacks, members, "B̄", False, full)
     k = bigram.k

@@ -1,39 +1,10 @@
 """Fit one vocabulary-space map (or a stack of per-head maps) onto a basis of corpus statistics.
 
 Everything here works from inner products only (:mod:`tl_leadterms.adapters.factored`), so a
-factored map is never materialised. For a map ``M`` and basis ``T_1..T_n`` with Gram matrix
-``G_ij = ⟨T_i, T_j⟩`` and ``b_i = ⟨T_i, M⟩``:
-
-- cosine with the leading term ``T_0``: ``b_0 / (‖M‖ ‖T_0‖)``;
-- projection coefficient ``a = b_0 / ‖T_0‖²`` (the ``c`` of ``M ≈ c·T_0``);
-- least squares ``β = argmin ‖M − Σ β_i T_i‖``; the explained fraction ``R² = 1 − ‖r‖²/‖M‖²``;
-- the share of component ``i`` is its exact Shapley value of ``R²``
-  (:func:`shapley`): order-independent, the shares add up to ``R²``
-  exactly, and each comes with its unique part (``R²`` lost without it) and shared part;
-- a family's share is the sum of the shares of the components it owns; a composed component
-  (e.g. ``Φ̄ᵀB̄ᵀ``, owned by context and bigram) is split equally among its owners, the only
-  split the fit itself cannot inform (its Shapley value is one number).
-
-Shapley attribution (:func:`shapley`)
-------------------------------------
-
-For a map ``M`` fitted onto basis maps ``T_1..T_n`` (Gram matrix ``G``, ``b_i = ⟨T_i, M⟩``),
-the variance a subset ``S`` of the components explains is
-
-    R²(S) = b_Sᵀ G_S⁺ b_S / ‖M‖²
-
-(``G_S⁺`` the pseudo-inverse, so linearly dependent components are fine). The Shapley value of
-component ``i`` averages its marginal gain ``R²(S ∪ {i}) − R²(S)`` over every order in which the
-components could be added; with ``n ≤ 5`` components that is ``2ⁿ ≤ 32`` small solves per
-basis, shared by every head. The values add up to ``R²(all)`` exactly, do not depend on the
-order the basis is listed in, and for mutually orthogonal components equal ``b_i²/(‖T_i‖²‖M‖²)``
-(the squared-coefficient shares). Each component also gets its *unique* part
-``R²(all) − R²(all ∖ {i})`` (what is lost without it) and its *shared* part (Shapley − unique).
-
-Character rule (:func:`character`): a weight is "``<component>``-like" only when its explained
-fraction ``R²`` is at least :data:`R2_FLOOR` (0.1) and its largest Shapley value exceeds the
-runner-up by at least :data:`MARGIN` (0.2) of ``R²``; "unexplained" below the floor; "mixed"
-otherwise; "zero" for a map that is exactly 0.
+factored map is never materialised: the cosine with the leading term, the projection
+coefficient, the least-squares ``R²``, its exact Shapley shares (:func:`shapley`), the
+character rule (:func:`character`) and the common component of a cosine (:func:`map_parts`).
+The formulas are in docs/guides/decompose.md#fit.
 
 Example (two orthogonal components mixed 3:1 in amplitude, so 9:1 in variance):
 
@@ -43,32 +14,6 @@ Example (two orthogonal components mixed 3:1 in amplitude, so 9:1 in variance):
 >>> a = shapley(G, b, torch.tensor([10.0], dtype=torch.float64))
 >>> [round(v, 6) for v in a.shapley[0].tolist()], round(float(a.r2[0]), 6)
 ([0.9, 0.1], 1.0)
-
-The common component of a cosine (:func:`map_parts`)
-----------------------------------------------------
-
-A map ``M`` (rows and columns indexed by the kept tokens: ``n × m``) is compared with its
-leading term ``T`` by the Frobenius cosine. A part of ``M`` may not depend on which token it
-is about at all: a vector ``v`` added to every row (``1vᵀ``, each input token writes the same
-thing) or to every column (``w1ᵀ``). Centring over tokens on both axes removes exactly that,
-
-    M° = H_n M H_m,      H_n = I − 11ᵀ/n   (the double-centred map),
-
-and splits the numerator of the cosine into two parts that add up (``H`` is an orthogonal
-projection, so ``⟨M, T⟩ = ⟨M°, T°⟩ + ⟨M − M°, T − T°⟩``):
-
-* ``specific = ⟨M°, T°⟩ / (‖M°‖ ‖T°‖)``: the cosine of the token-specific parts;
-* ``common_share = |c| / (|s| + |c|)`` with ``s = ⟨M°, T°⟩`` and ``c = ⟨M, T⟩ − s``: the share
-  of the raw cosine's numerator carried by the common rows and columns, in ``[0, 1]`` (0: none
-  of it; 1: all of it; NaN only when both parts are 0). The two parts are signed: where they
-  point against each other, ``1 − s/⟨M, T⟩`` (the share of their sum) leaves ``[0, 1]``
-  without bound as the sum nears 0 (−1.48 and 3.48 were printed), so the share is of their
-  sizes. Where both have the sign of the sum, the two readings agree.
-
-Nothing is materialised: ``⟨M°, T°⟩ = ⟨M°, T⟩`` and a factored ``M = AB`` has
-``M° = (H A)(B H)``; a :class:`~tl_leadterms.adapters.sandwich.Sandwich` ``L·A_h·B_h·R``
-needs only rank-one corrections of its cached projection ``Lᵀ T Rᵀ`` and Gram matrices, and
-``‖T°‖² = ‖T‖² − ‖T1‖²/m − ‖1ᵀT‖²/n + (1ᵀT1)²/(nm)``.
 
 Example:
     >>> import torch
@@ -164,7 +109,7 @@ def subset_r2(gram: Tensor, b: Tensor, sq: Tensor) -> dict[int, Tensor]:
 
 
 def shapley(gram: Tensor, b: Tensor, sq: Tensor) -> Attribution:
-    """Exact Shapley values of ``R²`` over the components (see the module docstring).
+    """Exact Shapley values of ``R²`` over the components (docs/guides/decompose.md#shapley).
 
     Args:
         gram: ``[n, n]`` Gram matrix of the basis.
@@ -189,7 +134,7 @@ def shapley(gram: Tensor, b: Tensor, sq: Tensor) -> Attribution:
 
 
 def character(names: list[str], values: list[float], r2: float, norm: float) -> str:
-    """The label of one fitted map from its Shapley values (rule in the module docstring)."""
+    """The label of one fitted map from its Shapley values (docs/guides/decompose.md#shapley)."""
     if not norm > 0:
         return "zero"
     if not r2 >= R2_FLOOR:
@@ -510,7 +455,7 @@ def _ratio(num: Tensor, den: Tensor) -> Tensor:
 
 def common_share(specific: Tensor, common: Tensor) -> Tensor:
     """``|common| / (|specific| + |common|)`` of two signed parts of a numerator: in
-    ``[0, 1]``, NaN where both are 0 (the module docstring).
+    ``[0, 1]``, NaN where both are 0 (docs/guides/decompose.md#common-component).
 
     >>> common_share(torch.tensor([1.0, -1.0, 0.0]), torch.tensor([3.0, 2.0, 0.0])).tolist()
     [0.75, 0.6666666865348816, nan]

@@ -1,36 +1,10 @@
 """Next-token predictors built from corpus statistics: the leading-term model and two baselines.
 
 :class:`LeadingPredictor` evaluates the paper model whose weights are their leading terms
-(docs/math.md#leading-terms) without building that model. Two routes compute the same logits:
-
-**The expansion** (used whenever it is cheaper). Every layer adds ``c_V·A_l h R`` to the residual
-stream, with ``A_l`` acting on positions and ``R = Φ̄ᵀB̄ᵀ`` on tokens, so after ``l`` layers
-
-    h⁽ˡ⁾ = Σ_j C_j⁽ˡ⁾ X Rʲ,    C_0⁽⁰⁾ = I,    C_j⁽ˡ⁾ = C_j⁽ˡ⁻¹⁾ + c_V·A_l C_{j−1}⁽ˡ⁻¹⁾
-
-with ``[T, T]`` coefficients ``C_j`` per window and token-side rows ``X Rʲ`` that are rows of
-``Rʲ`` for the tokens of the windows. With ``U`` the ``u`` distinct kept tokens of all windows,
-everything ``[k, k]`` is read through ``K_j = Rʲ[U]`` (``[u, k]``): the attention scores
-``h Q̄ hᵀ = Σ C_i (K_i Q̄ K_jᵀ)[x, x] C_jᵀ`` need the ``[u, u]`` blocks ``K_i Q̄ K_jᵀ`` and the
-logits ``c_O·h B̄`` the rows ``K_j B̄`` (a sparse product, B̄ being a count table). That *basis*
-costs a few ``[u, k] × [k, k]`` products once per token set — shared by all windows, and kept
-for later calls on the same windows (the fit, a training monitor) — and each layer then costs
-only ``[T, T]``-sized products per window, where the plain forward costs two
-``[n·T, k] × [k, k]`` products per layer.
-
-The sum over ``j`` stops at ``J = L`` (exact). It is cut shorter only when the dropped terms
-provably move no log-probability by more than the unit roundoff of ``dtype`` (float32: 1.2e-7,
-below the rounding of the plain float32 forward): a bound from ``‖R‖_F``, ``‖Q̄‖_F``, ``‖B̄‖_F``,
-the coefficients and ``‖C_j‖_∞ ≤ C(l, j)·|c_V|ʲ`` (attention rows sum to one), carried through
-the softmax (:meth:`LeadingPredictor.terms`). Early in training ``c_V·‖R‖`` is small and a few
-terms suffice; otherwise ``J = L`` and the route is chosen by its cost alone.
-
-**The plain forward** (the fallback): the three maps ``Q̄``, ``Φ̄ᵀB̄ᵀ`` and ``B̄`` held once (not
-once per layer), the one-hot first layer read by gathers, then two ``[n·T, k] × [k, k]`` products
-per further layer and one for the output.
-
-The coefficients are arguments (tensors allowed), so they can be fitted by autograd; the basis
-does not depend on them.
+(docs/math.md#leading-terms) without building that model: by the expansion of its residual stream
+in powers of ``R = Φ̄ᵀB̄ᵀ`` whenever that is cheaper, else by the plain forward
+(docs/guides/next-token.md#expansion). The coefficients are arguments (tensors allowed), so they
+can be fitted by autograd.
 
 Tokens outside a restricted vocabulary (kept index ``k``) are zero one-hot rows; the dropped
 tokens' next-token probability is one *bucket* (docs/guides/next-token.md, :func:`with_bucket`).
