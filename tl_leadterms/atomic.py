@@ -1,21 +1,9 @@
 r"""Crash-safe writing of files and folders: the one atomic writer of tl_leadterms.
 
-Every file the package writes goes through here: the content goes to a temporary in the target's own
-folder, ``.{name}.{pid}.{random}.tmp{suffix}`` (ending with the target's suffix for writers that
-look at the extension, such as ``np.save``, pandas or matplotlib), is fsynced and ``os.replace``-d
-onto the target, and the folder is fsynced. A reader sees the old file or the new one, never a
-half-written one, even after a crash (docs/guides/reliability.md#what-is-guaranteed).
-
-* Mode: a file ends up as ``open(path, "w")`` would create it, ``0o666 & ~umask`` (a folder
-  ``0o777 & ~umask``), not mkstemp's ``0o600``, even when the writer makes its file private
-  (safetensors' ``save_file`` does); files in a folder get the same (execute bits kept).
-* Errors: on any exception, ``KeyboardInterrupt`` included, the temporary is removed and the target
-  keeps its old content (or stays absent).
-* Crashes: a temporary left by a killed writer is removed by the next write to the same target once
-  its writer's pid is gone (or it is a week old); a live writer's temporary is never touched.
-  Replacing a folder moves the old one aside for an instant (``.{name}.{pid}.{random}.old``); if the
-  writer dies then, the next write puts it back first. Liveness is a pid check on this machine: do
-  not write one target from two machines at once.
+Every file the package writes goes through here: the content goes to a temporary in the target's
+own folder, is fsynced and ``os.replace``-d onto the target, and the folder is fsynced, so a reader
+sees the old file or the new one, never a half-written one, even after a crash. Temporaries' names,
+file modes, errors and what a killed writer leaves: docs/guides/reliability.md#the-atomic-writer.
 
 Example:
 
@@ -322,21 +310,17 @@ def _orphaned(entry: os.DirEntry, pid: int) -> bool:
         age = time.time() - entry.stat(follow_symlinks=False).st_mtime
     except OSError:
         return False
-    return age > STALE_SECONDS or not _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
+    if age > STALE_SECONDS or pid <= 0:
+        return True
     if os.name != "posix":
-        return True  # no harmless liveness probe there: only stale temporaries go
+        return False  # no harmless liveness probe there: only stale temporaries go
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # is its writer alive?
     except (ProcessLookupError, OverflowError):
-        return False
+        return True
     except OSError:
-        return True  # e.g. PermissionError: it runs under another user
-    return True
+        return False  # e.g. PermissionError: it runs under another user
+    return False
 
 
 def _swap_in(tmp: Path, target: Path) -> None:

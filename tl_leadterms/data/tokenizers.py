@@ -1,22 +1,10 @@
 """Word-level and byte-level BPE tokenizers, wrapped for ``transformers`` and TransformerLens.
 
-The word-level tokenizer is the paper's on TinyStories: text is NFC-composed and lower-cased, every
-maximal run of letters is one token, every other non-whitespace character is a token of its own
-(``"don't!"`` -> ``don ' t !``), and whitespace is dropped. The vocabulary is the special tokens
-plus the most frequent words; anything else maps to ``[UNK]``.
-
-Both trainers return a :class:`transformers.PreTrainedTokenizerFast` with ``unk_token="[UNK]"`` and
-``eos_token = bos_token = pad_token = "[EOS]"``: one separator serves as end-of-story,
-beginning-of-sequence and padding, as in GPT-2-style models (padding is masked, so sharing the id is
-harmless). It is built with ``add_bos_token=True``, so calls with ``add_special_tokens=True``
-prepend ``[EOS]`` and ``HookedTransformer(cfg, tokenizer=tok)`` uses it as is (it would otherwise
-reload it by ``name_or_path``, which an in-memory tokenizer lacks); :func:`tokenize_documents` never
-adds BOS. Both save and load offline with ``save_pretrained`` /
-``PreTrainedTokenizerFast.from_pretrained``.
-
-Texts are trained on and encoded :data:`PIECE` characters at a time, cut by :func:`text_pieces`
-where a word starts, so memory follows a piece, not the document (the ``tokenizers`` library keeps a
-few hundred bytes per character of a text it encodes)."""
+The word-level tokenizer is the paper's on TinyStories (:func:`word_tokenize` is its split). Both
+trainers return a :class:`transformers.PreTrainedTokenizerFast` with ``unk_token="[UNK]"`` and
+``[EOS]`` as eos, bos and pad token, that saves and loads offline; texts are trained on and encoded
+:data:`PIECE` characters at a time (:func:`text_pieces`), so memory follows a piece, not the
+document. The conventions and why: docs/guides/corpus-statistics.md#tokenizers."""
 
 from __future__ import annotations
 

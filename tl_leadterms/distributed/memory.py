@@ -1,23 +1,11 @@
 r"""The memory plan of a Ray run: what the driver holds and what each shard task holds.
 
 As on one machine (:mod:`tl_leadterms.stats.memory`) the plan depends on ``k``, the dtypes and the
-statistics asked for, not on the corpus. With ``D = k²·bytes(dtype)`` and ``A = 8k²`` (shards always
-sum in float64):
-
-* a pass-one task holds its accumulation table ``A``, its sparse bigram counts and one batch;
-* a pass-two task holds its Q̄ table ``A``, its own copy of Ḡ (``D``, copied once from the object
-  store's shared copy) and one batch;
-* the driver holds the merged table ``A`` of each pass and the results: Φ̄ (``D``, plus ``A`` while
-  it is rounded when ``D ≠ A``), Ḡ (``D``, and ``D`` more in the object store on its node while pass
-  two runs) and Q̄ (``A``, rounded to ``D``).
-
-Each task asks Ray for its estimate as the ``memory`` resource, and a task larger than every node is
-refused before any work starts; the driver's estimate is checked against its machine's memory.
-Shared-memory copies of shipped tables in the workers' object stores are not counted. A local Ray's
-processes inherit the driver's ``ulimit -v``: its raylet maps the object store (30% of the free
-memory by Ray's default) and its processes about :data:`RAY_PROCESSES` more, so
-:func:`check_local_ray` refuses to start one under a lower limit (Ray would time out starting its
-node).
+statistics asked for, not on the corpus. Each task asks Ray for its estimate as the ``memory``
+resource, a task larger than every node is refused before any work starts
+(:func:`check_task_fits`), and the driver's estimate is checked against its machine's memory. What
+each holds, and why a local Ray needs room under ``ulimit -v`` (:func:`check_local_ray`):
+docs/guides/distributed.md#the-memory-plan-of-a-ray-run.
 
 Example:
 
@@ -122,7 +110,8 @@ def check_task_fits(plan: RayMemoryPlan, node_memory: Sequence[int | float]) -> 
 
 def check_local_ray() -> None:
     """Refuse to start a local Ray under an address-space limit its processes cannot start
-    under (the module docstring), in one line, before any of them starts."""
+    under (docs/guides/distributed.md#the-memory-plan-of-a-ray-run), in one line, before any of
+    them starts."""
     try:
         import resource
     except ImportError:  # not on Windows

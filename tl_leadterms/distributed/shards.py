@@ -5,19 +5,8 @@ windows with :meth:`Shard.windows`. The driver never reads the corpus: it only l
 for a 1-D token stream or a large window file, reads the ``.npy`` header to cut row ranges).
 
 Windows are made as in the single-process path (:func:`tl_leadterms.make_windows`), shard by
-shard:
-
-* ``.npy`` / ``.pt`` files: a 2-D array ``[n, T + 1]`` holds windows (used as they are); a 1-D
-  array is a token stream cut into consecutive windows of ``n_ctx + 1`` (no separator, the
-  tail dropped). ``.npy`` files are memory-mapped, so a worker reads only its rows.
-* parquet / arrow files and ``datasets.Dataset`` shards: an ``input_ids`` column (windows when
-  ``n_ctx`` is None, else documents cut by ``make_windows``) or, with a tokenizer, a text column.
-* text files (documents separated by blank lines, as ``tl-leadterms stats`` reads them),
-  tokenised in the worker.
-
-Window inputs and ``mode="truncate"`` give exactly the windows of the whole corpus. In
-``"chunk"`` mode each shard's documents are concatenated and cut on their own, so the
-statistics equal the single-process ones over the concatenated per-shard windows.
+shard, from ``.npy``/``.pt`` arrays, parquet/arrow files, ``datasets.Dataset`` shards or text files
+(docs/guides/distributed.md#shards).
 """
 
 import math

@@ -325,23 +325,14 @@ def load_model(
 ):
     """Load a checkpoint as a HookedTransformer (TL 3.x) or a TransformerBridge (TL 4.x).
 
-    ``path_or_name`` is one of:
+    ``path_or_name`` is a local Hugging Face folder (``save_pretrained``) of any architecture in
+    :data:`ARCHITECTURES` (its config.json's ``architectures`` picks TransformerLens' config and
+    weight conversion), a series folder (:func:`~tl_leadterms.loading.series.train_neox_series`)
+    with ``checkpoint=step``, or an official TransformerLens name such as ``"pythia-160m"``
+    (online, or offline from the cache; docs/guides/real-models.md).
 
-    - a local Hugging Face folder (``save_pretrained``) of any architecture in
-      :data:`ARCHITECTURES` (GPT-2, GPT-NeoX/Pythia, Llama, Mistral, Qwen2/3, Gemma 1/2, OPT,
-      GPT-J, Phi, Phi-3, ...); its config.json's ``architectures`` picks TransformerLens'
-      config and weight conversion;
-    - a series folder (:func:`~tl_leadterms.loading.series.train_neox_series`) with
-      ``checkpoint=step``;
-    - an official TransformerLens name such as ``"pythia-160m"`` (with ``checkpoint`` its
-      ``checkpoint_value``, or ``checkpoint_index``), through ``HookedTransformer.from_pretrained``
-      or ``TransformerBridge.boot_transformers``: online, or offline from the cache.
-
-    A bridge is booted from the Hugging Face model (routed by config.json) and put in compatibility
-    mode with the same processing; a folder without a tokenizer gets a stand-in one (the analyses
-    see none). The processing applied is recorded in ``model.tl_leadterms_loading`` (``fold_ln``,
-    ``center_writing_weights``, ``center_unembed``, ``model_class``, ``compatibility_mode``,
-    ``transformer_lens_version``), which ``to_paper`` copies into its metadata
+    A bridge is put in compatibility mode with the same processing; what loading did is recorded
+    in ``model.tl_leadterms_loading``, which ``to_paper`` copies into its metadata
     (docs/guides/bridge-facts.md#loading). ``center_unembed`` shifts every position's logits by a
     constant: compare log-softmax outputs with the Hugging Face model's (raw logits match when it is
     False).

@@ -1,13 +1,10 @@
 """A real, offline checkpoint series: a tiny model trained on the embedded corpus.
 
-:func:`train_neox_series` builds the package's story corpus and word-level tokenizer, trains a
-randomly initialised ``*ForCausalLM`` of any family of
-:data:`~tl_leadterms.loading.tiny.MODEL_FAMILIES` (a Pythia-style GPT-NeoX by default, or e.g. a
-Llama) with AdamW or plain SGD on next-token loss on the CPU, and
-saves checkpoints at Pythia-like steps ``0, 1, 2, 4, ..., steps`` as local folders
-``out_dir/step{N}`` that :func:`~tl_leadterms.loading.checkpoint.load_model` reads offline. The
-training windows (``windows.pt``) and tokenizer are saved beside them, so the statistics of the
-training corpus can be computed; :func:`load_series` lists the checkpoints for
+:func:`train_neox_series` trains a randomly initialised ``*ForCausalLM`` of any family of
+:data:`~tl_leadterms.loading.tiny.MODEL_FAMILIES` on the CPU and saves checkpoints at Pythia-like
+steps ``0, 1, 2, 4, ..., steps`` as folders ``out_dir/step{N}`` that
+:func:`~tl_leadterms.loading.checkpoint.load_model` reads offline, with the training windows and
+tokenizer beside them; :func:`load_series` lists the checkpoints for
 :func:`tl_leadterms.sweeps.run.sweep`.
 """
 
@@ -218,26 +215,13 @@ def train_neox_series(
     """Train a tiny model (a Pythia-style GPT-NeoX by default) on the embedded corpus and save
     a checkpoint series.
 
-    The corpus is ``stories`` or :func:`~tl_leadterms.data.generate_stories` (``n_stories``,
-    ``seed``); a word-level tokenizer of ``vocab_size`` tokens is trained on it and the stories
-    are cut into windows of ``n_ctx + 1`` tokens (:func:`~tl_leadterms.stats.make_windows`,
-    ``[EOS]`` between stories). The model is :func:`~tl_leadterms.loading.tiny.tiny_model`'s
-    randomly initialised ``family`` (default ``"gpt_neox"``: rotary on a quarter of each head,
-    parallel attention and MLP; ``"llama"``: RMSNorm, rotary, SwiGLU; untied embeddings and
-    ``d_mlp = 4·d_model`` for every family) with its matrices scaled by ``init_scale`` and, as
-    at Hugging Face (and Pythia) initialisation, unit norm gains and zero biases
-    (``save_tiny_model`` randomises those to exercise weight folding; random biases add one
-    direction shared by every token's residual maps, which alone scores about 0.95 on the
-    covariance protocol at step 0). It is trained with AdamW (betas 0.9/0.95 like Pythia) or
-    plain SGD (no momentum), linear warm-up over ``warmup`` steps, then a constant ``lr``, on
-    mean next-token cross-entropy over mini-batches of ``batch_size`` windows drawn without
-    replacement (reshuffled each epoch).
-
-    Written under ``out_dir``: ``step{N}/`` for every checkpoint (``save_pretrained`` weights and
-    config, the tokenizer, and ``checkpoint.json`` with ``step``, ``loss`` (mean training loss
-    of that step's batch; the loss of the first batch at step 0), ``lr``), ``windows.pt`` (the
-    training windows, int64 ``[n_windows, n_ctx + 1]``), ``tokenizer/`` and ``series.json``
-    (every setting, the loss curve and the seconds taken). Each folder is written atomically.
+    A word-level tokenizer of ``vocab_size`` tokens is trained on the stories, which are cut into
+    windows of ``n_ctx + 1`` tokens; the randomly initialised ``family`` (matrices scaled by
+    ``init_scale``, unit norm gains, zero biases) is trained with AdamW or plain SGD on next-token
+    loss. Under ``out_dir``: ``step{N}/`` per checkpoint (weights, config, tokenizer and
+    ``checkpoint.json``), ``windows.pt``, ``tokenizer/`` and ``series.json``, each written
+    atomically. The recipe and the files in full:
+    docs/guides/real-models.md#a-trained-series-offline.
 
     Args:
         out_dir: the folder to write (created if missing; the ``step*`` folders of an earlier

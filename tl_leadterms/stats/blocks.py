@@ -16,12 +16,9 @@ reading the corpus again:
 
 Saved with :meth:`BlockStats.save` as one ``.safetensors`` file, every tensor checksummed and
 verified by :meth:`BlockStats.load` (the layout: :mod:`tl_leadterms.stats.block_files`). Where
-the blocks are cut, equal or at the ends of documents: :mod:`tl_leadterms.stats.cuts`.
-
-Memory: every block keeps a ``[k, k]`` Φ̄ and Q̄, so ``2·B·k²`` numbers, and its windows (one
-integer per token); use a restricted vocabulary (``vocab=``) for large tokenizers. The plan
-(:func:`~tl_leadterms.stats.memory.plan_block_memory`) is checked against the memory this
-process may still allocate (free memory, cgroup and ``ulimit -v``) before any table exists.
+the blocks are cut, equal or at the ends of documents: :mod:`tl_leadterms.stats.cuts`. Every block
+keeps a ``[k, k]`` Φ̄ and Q̄ and its windows; the memory plan, checked before any table exists:
+docs/guides/performance.md#the-memory-plan-stage-by-stage.
 
 >>> import torch
 >>> windows = torch.randint(0, 6, (40, 5), generator=torch.Generator().manual_seed(0))

@@ -124,9 +124,8 @@ def corpus_stats(
 ) -> CorpusStats:
     """Compute B̄, Σ_B̄, Φ̄, Ḡ, Q̄ and Δ (docs/math.md#statistics) of a tokenized corpus.
 
-    Two streaming passes: the first counts bigrams and the context map Φ̄; then
-    Ḡ = Σ_B̄ Φ̄ is formed exactly from the sparse bigram counts; the second pass accumulates
-    Q̄ and Δ. Nothing one-hot, ``[.., T, T, T]`` or ``[V, V, T]`` is built.
+    Two streaming passes (B̄ counts and Φ̄; then Q̄ and Δ), Ḡ = Σ_B̄ Φ̄ formed exactly between them
+    from the sparse counts; nothing one-hot is built (docs/guides/performance.md).
 
     Args:
         tokens: windows of ``T + 1`` token ids: a 2-D integer tensor/array
@@ -136,8 +135,8 @@ def corpus_stats(
         d_vocab: the tokenizer's vocabulary size; every id must be in ``[0, d_vocab)``.
         vocab: restrict to these token ids (a list, in matrix order) or to the ``k`` most frequent
             input tokens (an int; ``k >= d_vocab`` keeps every token, most frequent first); other
-            tokens are encoded as the zero vector, so they add nothing to any matrix but still count
-            as positions (``N·T`` and the ``1/t`` weights are unchanged).
+            tokens add nothing to any matrix but still count as positions
+            (docs/guides/corpus-statistics.md#restricting-the-vocabulary).
         centre_vocab: ``|V|`` of the centring ``u = 1/|V|``; defaults to ``d_vocab`` even with
             a restriction (the paper's choice).
         dtype: ``torch.float64`` (exact) or ``torch.float32`` (half the memory, for large
@@ -151,23 +150,19 @@ def corpus_stats(
         backend: ``"numba"`` (fused CPU kernels, the default on CPU), ``"torch"``
             (vectorised torch ops, any device, the default elsewhere) or ``"auto"``.
         accumulate_dtype: dtype of the accumulation tables; default ``torch.float64`` for either
-            ``dtype`` (docs/guides/performance.md#float32): float32 statistics are then rounded
-            once, pass two running in two halves of the query rows so that the wider table costs
-            no more than one ``[k, k]`` float32 matrix; ``torch.float32`` saves that second pass.
+            ``dtype``, rounded once (docs/guides/performance.md#float32); float32 statistics then
+            run pass two in two halves of the query rows, which ``torch.float32`` saves.
         q_targets: the score rows of Q̄ and Δ under a restriction: ``"centred"`` (default, the
-            paper's code) or ``"one-hot"`` (the ``−u·1ᵀḠ`` term left out); identical for the full
-            vocabulary with the default ``centre_vocab``. Definitions:
-            :mod:`tl_leadterms.stats.definitions`.
+            paper's code) or ``"one-hot"``.
         last_target: ``"data"`` (default) or ``"paper-code"``: every window's last target
-            replaced by token 0 before counting, as the paper's ``pythia.py`` does (for
-            ``covariance_similarity(..., protocol="paper-code")``).
+            replaced by token 0 before counting, as the paper's ``pythia.py`` does (both:
+            docs/guides/corpus-statistics.md#q_targets-and-the-last-target).
         want: the statistics needed (None: all). ``("B_bar", "Phi_bar")`` stops after pass one (no
             Ḡ, no second pass: ``top bigram``/``top context`` need nothing else); ``"G_bar"`` adds
             Ḡ; ``"Q_bar"`` or ``"Delta"`` run pass two (:func:`resolve_want`). Accessing a table not
             computed raises a :class:`LeadTermsError` saying how to get it.
-        check_memory: estimate the peak memory before allocating any table
-            (:mod:`tl_leadterms.stats.memory`) and refuse, naming the estimate, the available memory
-            and the fixes, when it does not fit; ``False`` skips the check.
+        check_memory: refuse, in one line, a run whose memory plan does not fit before any
+            table exists (docs/guides/performance.md#memory); ``False`` skips the check.
         offload: a folder where Φ̄ waits in a temporary file while pass two runs (which does not
             read it): one ``[k, k]`` table less at the peak; read back at the end and removed (also
             on errors; one left by a killed run is removed by the next).

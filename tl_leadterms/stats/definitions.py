@@ -1,33 +1,9 @@
-"""Two choices in the definition of Q̄ and Δ that matter under a vocabulary restriction.
-
-**Which target rows score the keys** (``q_targets``). docs/math.md#statistics writes
-``Q_n[t, ·] = J_t · row t of (Y_n − u) Ḡ X_nᵀ`` with ``J_t = (1/t)(I − 11ᵀ/t)`` the softmax
-Jacobian at uniform attention, ``u = 1/centre_vocab``. Row ``t`` of ``(Y_n − u) Ḡ X_nᵀ`` is::
-
-    g_{ntj} = Ḡ[y_t, x_j] − u·(1ᵀḠ)[x_j]      kept target y_t, kept key x_j
-    g_{ntj} =           − u·(1ᵀḠ)[x_j]        dropped target y_t (a zero one-hot row of Y)
-    g_{ntj} = 0                                dropped key x_j (a zero one-hot row of X)
-
-* ``"centred"`` (the default) is exactly that: the dense computation with restricted one-hot ``X``,
-  ``Y`` and ``R = Y − u·1`` over the kept coordinates, as the paper's ``pythia.py`` does.
-* ``"one-hot"`` keeps ``g_{ntj} = Ḡ[y_t, x_j]`` (0 if either token is dropped): the row of
-  ``Y Ḡ Xᵀ``, the ``−u·1ᵀḠ`` term left out.
-
-The two agree whenever ``1ᵀḠ = 1ᵀΣ_B̄ Φ̄ = 0``, as for the full vocabulary centred with its own size
-(``B̄1 = 0``, so ``1ᵀΣ_B̄ = (B̄1)ᵀB̄ = 0``); the term is then skipped and those statistics are
-unchanged bit for bit. Otherwise Q̄ differs by several percent (relative Frobenius; 7% on a 30-token
-Markov corpus keeping every third token). Since ``J_t`` removes any constant, only the key-dependent
-``−u·(1ᵀḠ)[x_j]`` matters: ``"centred"`` adds one per-key vector ``h = −u·1ᵀḠ`` (``h = 0`` at a
-dropped key) to every looked-up ``g``.
-
-**The last target of each window** (``last_target``). ``"data"`` (the default) uses the corpus as it
-is. ``"paper-code"`` replaces the last target ``y_T`` of every window by token id 0 before anything
-is counted (B̄, Φ̄ and so Ḡ, Q̄, Δ all change), as the paper's ``pythia.py`` does; inputs
-``x_1..x_T`` are untouched (``covariance_similarity(..., protocol="paper-code")`` reproduces that
-script).
-
-Both choices are recorded in :attr:`CorpusStats.metadata` (``"q_targets"``, ``"last_target"``) and
-kept by save/load."""
+"""Two choices in the definition of Q̄ and Δ that matter under a vocabulary restriction: which
+target rows score the keys (``q_targets``: ``"centred"``, the default and the paper's code, or
+``"one-hot"``, the ``−u·1ᵀḠ`` term left out) and the last target of each window (``last_target``:
+``"data"``, the default, or ``"paper-code"``, token 0 as the paper's ``pythia.py`` writes it). Both
+are set out in docs/guides/corpus-statistics.md#q_targets-and-the-last-target, recorded in
+:attr:`CorpusStats.metadata` (``"q_targets"``, ``"last_target"``) and kept by save/load."""
 
 from typing import Literal, get_args
 
@@ -67,11 +43,6 @@ def apply_last_target(batch: torch.Tensor, last_target: str) -> torch.Tensor:
     return out
 
 
-def _shift_vanishes(vocab: KeptVocab) -> bool:
-    """True when ``1ᵀḠ = 0`` holds exactly in exact arithmetic (full vocabulary, own centring)."""
-    return not vocab.restricted and vocab.centre_vocab == vocab.d_vocab
-
-
 def column_sums(matrix: torch.Tensor, rows: int = 256) -> torch.Tensor:
     """``1ᵀM`` in float64: row blocks widened to float64 and summed, the block sums added (about ten
     times faster than ``matrix.sum(0, dtype=torch.float64)`` on a ``[k, k]`` float32 table; one
@@ -87,16 +58,17 @@ def column_sums(matrix: torch.Tensor, rows: int = 256) -> torch.Tensor:
 
 
 def shift_needed(vocab: KeptVocab, q_targets: str) -> bool:
-    """Whether :func:`key_shift` is a vector (False: it is None for these settings)."""
-    return q_targets != "one-hot" and not _shift_vanishes(vocab)
+    """Whether :func:`key_shift` is a vector (False: it is None for these settings): not under
+    ``"one-hot"``, nor where ``1ᵀḠ = 0`` exactly (the full vocabulary centred with its own size)."""
+    return q_targets != "one-hot" and (vocab.restricted or vocab.centre_vocab != vocab.d_vocab)
 
 
 def key_shift(G_bar: torch.Tensor, vocab: KeptVocab, q_targets: str) -> torch.Tensor | None:
     """``[k + 1]`` per-key term ``h = −u·(1ᵀḠ)`` added to every ``g`` (``h[k] = 0``), or None.
 
-    None under ``"one-hot"`` and wherever the term vanishes (:func:`_shift_vanishes`). The column
-    sums are taken in float64 (:func:`column_sums`) and rounded once to ``G_bar``'s dtype; a run
-    computes it once for every accumulator of pass two (``AttentionAccumulator(..., shift=)``).
+    None where the term vanishes (:func:`shift_needed`). The column sums are taken in float64
+    (:func:`column_sums`) and rounded once to ``G_bar``'s dtype; a run computes it once for every
+    accumulator of pass two (``AttentionAccumulator(..., shift=)``).
 
     >>> v = KeptVocab(4, torch.tensor([0, 2]), 4)
     >>> key_shift(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), v, "centred").tolist()

@@ -1,19 +1,10 @@
 r"""Degenerate statistics: a table that is zero up to rounding carries no direction.
 
-On a corpus of one repeated token every window's scores are equal, so Q̄ and Δ are exactly zero
-in exact arithmetic; computed, they hold rounding noise (``max|Q̄| ≈ 4e-17``), and a cosine with
-that noise is a number without meaning. :func:`negligible` is the test:
-
-    ``‖T‖_F <= TOLERANCE · eps · scale``
-
-with ``eps`` the machine epsilon of the dtype the table was *summed* in (float64 by default, also
-for float32 results, which are rounded once at the end) and ``scale`` the natural size of what
-the accumulation sums (:func:`_statistic_scales`): each term of Φ̄ and of B̄ is a frequency weight
-``<= 1``, and Ḡ = B̄ᵀB̄Φ̄ is a product of such maps, so their scale is 1; each term of Q̄ and Δ is a
-score ``g − ḡ_t`` with ``|g| <= 2·max|Ḡ|``, so their scale is ``max|Ḡ|``. Rounding noise of a sum
-of such terms stays a few ``eps·scale``; ``TOLERANCE = 1e3`` leaves room for the number of
-summed terms without reaching real statistics (a real Q̄ on a few windows already has
-``‖Q̄‖ / max|Ḡ|`` around ``1e-4`` or more).
+On a corpus of one repeated token Q̄ and Δ are zero in exact arithmetic but hold rounding noise
+(``max|Q̄| ≈ 4e-17``), and a cosine with that noise means nothing. :func:`negligible` is the test
+``‖T‖_F <= TOLERANCE · eps · scale``, with ``eps`` that of the dtype the table was *summed* in and
+``scale`` the size of the terms it sums: 1 for Φ̄, B̄ and Ḡ, ``max|Ḡ|`` for Q̄ and Δ (why:
+docs/guides/corpus-statistics.md#degenerate-statistics).
 
 Example:
 
@@ -75,7 +66,7 @@ def negligible(
 
     Args:
         tensor: a statistic (any shape).
-        scale: the size of the terms the statistic sums (see :func:`_statistic_scales`);
+        scale: the size of the terms the statistic sums (the module docstring);
             ``scale <= 0`` means every term was zero, so the tensor is negligible.
         summed_in: the dtype of the accumulation (default the tensor's own).
     """
@@ -96,19 +87,6 @@ def _negligible(tensor: torch.Tensor, largest: float, scale: float, summed_in) -
     return _norm(tensor) <= bound  # also NaN: not negligible
 
 
-def _statistic_scales(
-    tables: dict[str, torch.Tensor | None], largest: dict[str, float] | None = None
-) -> dict[str, float]:
-    """The natural scale of each statistic present in ``tables`` (see the module docstring);
-    ``largest`` holds ``max|table|`` of those already measured."""
-    scales = {name: 1.0 for name in ("Phi_bar", "G_bar") if tables.get(name) is not None}
-    g_bar = tables.get("G_bar")
-    if g_bar is not None:
-        g_max = largest["G_bar"] if largest and "G_bar" in largest else _max_abs(g_bar)
-        scales.update({name: g_max for name in ("Q_bar", "Delta") if tables.get(name) is not None})
-    return scales
-
-
 def degenerate(
     tables: dict[str, torch.Tensor | None], summed_in: torch.dtype | str | None = None
 ) -> dict[str, bool]:
@@ -119,7 +97,9 @@ def degenerate(
         if not isinstance(table, torch.Tensor) or not table.is_floating_point():
             raise LeadTermsError(f"{name} must be a float tensor, got {type(table).__name__}")
     largest = {name: _max_abs(table) for name, table in present.items()}
-    scales = _statistic_scales(tables, largest)
+    scales = {name: 1.0 for name in ("Phi_bar", "G_bar") if name in present}  # natural scales
+    if "G_bar" in present:
+        scales.update({name: largest["G_bar"] for name in ("Q_bar", "Delta") if name in present})
     return {
         name: _negligible(tables[name], largest[name], scale, summed_in)
         for name, scale in scales.items()

@@ -1,22 +1,10 @@
 """The statistics file's layout and checks, without torch (numpy is imported by the functions that
 use it; ``tl-leadterms top`` checks a file through this module with the standard library alone).
 
-A file is one safetensors file with JSON metadata under ``tl_leadterms``. Its tensors:
-
-* ``pair_codes``, ``pair_counts`` (the sparse bigram counts), ``unigram_counts`` and, under a
-  vocabulary restriction, ``kept``: B̄ and Σ_B̄ are derived from them;
-* ``Delta`` as is;
-* from format version 3, each ``[k, k]`` table ``T`` (Φ̄, Q̄) **packed**: ``T/base`` ``[k]`` (one
-  value per column), ``T/mask`` ``[k, ⌈k/8⌉]`` uint8 (bit ``j`` of row ``i``, most significant
-  first: entry ``(i, j)`` differs from ``base[j]``, compared by its bits, so unpacking gives back
-  the very table), ``T/values`` (those entries, row by row) and ``T/rows`` ``[k + 1]`` int64 (where
-  row ``i``'s values start). Φ̄ is ``−μ_j`` and Q̄ is 0 wherever a pair never occurs, so a table
-  costs ``8·density + 1/8`` bytes an entry in float64 instead of 8. Ḡ = Σ_B̄Φ̄ is not stored when Φ̄
-  is: it is rebuilt on first access. Versions 1 and 2 (every table dense under its own name) still
-  load.
-
-Every tensor has a SHA-256 in the metadata (:func:`array_checksum` here and
-``provenance.tensor_checksum`` agree), and the metadata has its own.
+A file is one safetensors file with JSON metadata under ``tl_leadterms``: the sparse bigram
+counts, Δ, and from format version 3 each ``[k, k]`` table (Φ̄, Q̄) packed by :func:`pack`; every
+tensor has a SHA-256 (:func:`array_checksum`), and so has the metadata. The layout in full:
+docs/guides/corpus-statistics.md#the-statistics-file.
 
 >>> import numpy as np
 >>> m = np.array([[0.0, 2.0, 0.0], [0.0, 0.0, -1.0]])

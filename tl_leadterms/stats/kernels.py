@@ -1,20 +1,14 @@
 """Fused CPU kernels for the two accumulation passes (numba).
 
 Each kernel walks every causal (query ``t``, key ``m <= t``) pair of a batch once and adds its
-weight straight into the flat ``k·k + 1`` table, with no index or weight arrays in between: one
-random table update per pair (plus one gather from Ḡ in pass two), the memory-bound limit. Threads
-own disjoint table rows (row ``r`` belongs to thread ``r % n_threads``), so updates never race and
-the result does not depend on scheduling; each thread visits its positions in row order (a stable
-counting sort, :func:`_owned`), which keeps frequent rows in the cache and adds every entry's terms
-in reading order, so Φ̄ and Q̄ are bit for bit unchanged by it
-(docs/guides/performance.md#statistics).
-
-Inputs are matrix indices, ``k`` standing for a dropped token: pairs that touch one add nothing to
-the table, while Δ still counts every position. The torch implementation in :mod:`.accumulate`
-computes the same sums on any device (tests check that they agree). Also here: ``csr_times_dense``,
-the row-parallel sparse-times-dense product of :class:`.algebra.CentredBigram` on the CPU;
-``centred_gram`` (``Σ_B̄``) and ``centred_composed`` (``Ḡ``); ``permuted_dots``, the permutation
-null's fused gather-dot."""
+weight straight into the flat ``k·k + 1`` table: one random table update per pair, the memory-bound
+limit. Threads own disjoint table rows (row ``r`` belongs to thread ``r % n_threads``), so updates
+never race and the result does not depend on scheduling; each visits its positions in row order
+(:func:`_owned`; docs/guides/performance.md#statistics). Inputs are matrix indices, ``k`` standing
+for a dropped token (it adds nothing to the table; Δ still counts it). The torch implementation in
+:mod:`.accumulate` computes the same sums on any device. Also here: ``csr_times_dense`` (B̄'s
+products on the CPU), ``centred_gram`` (``Σ_B̄``), ``centred_composed`` (``Ḡ``) and
+``permuted_dots``, the permutation null's fused gather-dot."""
 
 from typing import no_type_check
 

@@ -1,27 +1,10 @@
 r"""The memory plan of :func:`~tl_leadterms.stats.corpus_stats`, made before any table exists.
 
-The statistics are ``[k, k]`` tables (``k`` = ``d_vocab`` or the number of kept tokens), so their
-memory depends on ``k``, the dtypes and which statistics are asked for, not on the corpus size.
-:func:`plan_memory` adds up what is alive at the peak of each stage; :func:`check_memory`
-compares the largest with what the machine (or its cgroup limit) has available and refuses with
-one line naming the estimate, the available memory and the fixes.
-
-With ``D = k²·bytes(dtype)`` and ``A = k²·bytes(accumulate_dtype)``, the stages hold:
-
-* pass one (B̄ counts, Φ̄): the accumulation table ``A``, then Φ̄ rounded to the result dtype
-  (``+D`` when the dtypes differ), plus the sparse bigram counts;
-* Ḡ = Σ_B̄Φ̄: Φ̄ and Ḡ (``2D``) and column-block temporaries;
-* pass two (Q̄, Δ): Φ̄, Ḡ and Q̄'s table; with a float32 result summed in float64 the query
-  rows run in two halves, so ``3D`` plus one float64 half table (``4D`` in all). With
-  ``offload=`` Φ̄ waits on disk meanwhile (``D`` less; the ``tl-leadterms stats`` default).
-
-Only B̄ and Φ̄ (``want=("B_bar", "Phi_bar")``) stop after pass one: ``A (+D)``. Add the memory of
-the process itself (Python, torch: a few hundred MB), which the plan does not count.
-
-Block statistics (:func:`plan_block_memory`, ``stats --blocks B``) keep every table per block:
-pass one ``B·A``; pass two each block's Φ̄ and a float64 Q̄ table (``B·(A + D)``) beside the whole
-corpus' Φ̄ and Ḡ (``2D``) and the blocks' windows (4 bytes a token); the result each block's Φ̄
-and Q̄ and the whole corpus' statistics (``2B·D + 4D``).
+The statistics are ``[k, k]`` tables, so their memory depends on ``k``, the dtypes and the
+statistics asked for, not on the corpus size. :func:`plan_memory` adds up what is alive at the peak
+of each stage (docs/guides/performance.md#the-memory-plan-stage-by-stage); :func:`check_memory`
+refuses, in one line naming the estimate, the available memory and the fixes, a plan that does not
+fit what the machine (or its cgroup limit) has available.
 
 Example:
 

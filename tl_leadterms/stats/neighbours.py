@@ -1,22 +1,11 @@
 """Scorings of the association lists :meth:`CorpusStats.top` prints.
 
-For a statistic ``M`` (``[k, k]``, rows = the query token) and a row token ``i``:
-
-* ``"raw"`` — ``M_ij``, as the paper prints it (Fig. 5); on real corpora frequent tokens dominate
-  every list.
-* ``"cosine"`` — ``M_ij / (‖M_i,:‖ · ‖M_:,j‖)``: row and column normalised, so a neighbour ranks by
-  how much of *its* mass is shared with ``i``, not by its frequency. For the Gram matrix
-  ``Σ_B̄ = B̄ᵀB̄`` it is ``Σ_ij / √(Σ_ii Σ_jj)``, the cosine of the two tokens' ``B̄`` columns, in
-  ``[−1, 1]``; for other statistics the values rank a list but are not bounded by 1 (they scale as
-  ``1/‖M‖``).
-* ``"ppmi"`` — positive pointwise mutual information of the positive part ``M⁺ = max(M, 0)`` read as
-  co-occurrence weights: ``max(0, log(M⁺_ij · S / (r_i · c_j)))`` with ``S = Σ M⁺``,
-  ``r_i = Σ_j M⁺_ij``, ``c_j = Σ_i M⁺_ij`` (entries with ``M⁺_ij = 0`` score 0).
-
-The default everywhere lists are shown is ``"cosine"`` with the tokenizer's special tokens left out
-(:data:`DEFAULT_SCORING`, :data:`DEFAULT_EXCLUDE`); ``scoring="raw", exclude=()`` gives the paper's
-lists. A token that never occurs, or whose row is zero, has no associations: :class:`Neighbours` is
-then empty and its ``note`` says why.
+For a statistic ``M`` (``[k, k]``, rows = the query token), row ``i`` is scored ``"raw"`` (as the
+paper prints it), ``"cosine"`` (row and column normalised) or ``"ppmi"`` (positive pointwise mutual
+information of ``M``'s positive part); the formulas and the defaults (:data:`DEFAULT_SCORING`,
+:data:`DEFAULT_EXCLUDE`): docs/guides/corpus-statistics.md#the-scorings. A token that never occurs,
+or whose row is zero, has no associations: :class:`Neighbours` is then empty and its ``note`` says
+why.
 
 >>> import torch
 >>> M = torch.tensor([[4.0, 1.0], [1.0, 1.0]])

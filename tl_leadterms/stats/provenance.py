@@ -1,15 +1,9 @@
 """Provenance of statistics files: the vocabulary hash and content checksums.
 
-* ``vocab_hash`` (metadata): the tokenizer's vocabulary hash
-  (:func:`tl_leadterms.data.tokenizers.vocab_hash`) when the statistics were computed with a
-  tokenizer, else :func:`ids_vocab_hash` (``"ids:"`` + a hash of ``d_vocab`` and the kept ids).
-* ``checksums`` (metadata): SHA-256 of every tensor's dtype, shape and bytes, and of the rest of the
-  metadata (canonical JSON), written by ``save`` and verified by ``load``, which names the tensor
-  (or ``metadata``) that does not match.
-* ``windows_fingerprint`` (metadata): an order-free digest of the multiset of windows the statistics
-  were computed from (:func:`windows_fingerprint`); :func:`tl_leadterms.train` records the same
-  digest on the model (:mod:`tl_leadterms.results.uncertainty`). Not cryptographic: it tells
-  different windows apart, it does not resist a crafted collision.
+``vocab_hash`` (the tokenizer's :func:`tl_leadterms.data.tokenizers.vocab_hash`, else
+:func:`ids_vocab_hash`), ``checksums`` (SHA-256 of every tensor and of the rest of the metadata,
+verified by ``load``) and ``windows_fingerprint`` (an order-free digest of the windows read, which
+:func:`tl_leadterms.train` records on the model too): docs/guides/corpus-statistics.md#provenance.
 
 >>> import torch
 >>> ids_vocab_hash(100, None) == ids_vocab_hash(100, None) != ids_vocab_hash(101, None)

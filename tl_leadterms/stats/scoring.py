@@ -1,12 +1,7 @@
 """The scorings of association lists and their defaults, in plain Python floats
-(:func:`score_row`, for ``tl-leadterms top``, which imports neither numpy nor torch); the
-formulas are in :mod:`tl_leadterms.stats.neighbours`, whose torch row scorer computes the same,
-operation for operation.
-
-The default is the readable list: ``scoring="cosine"`` (a neighbour ranks by the share of its
-own mass it has with the word, not by its frequency) with the tokenizer's special tokens left
-out (``exclude="special"``). The paper's raw scores are ``scoring="raw"``; ``exclude=()``
-keeps every token.
+(:func:`score_row`, for ``tl-leadterms top``, which imports neither numpy nor torch); the torch
+row scorer of :mod:`tl_leadterms.stats.neighbours` computes the same, operation for operation
+(the formulas and defaults: docs/guides/corpus-statistics.md#the-scorings).
 
 >>> m = [[4.0, 1.0], [1.0, 1.0]]
 >>> column_sq = [sum(r[j] ** 2 for r in m) for j in range(2)]

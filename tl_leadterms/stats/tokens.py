@@ -1,16 +1,9 @@
 """Token input for the statistics: accept the shapes users have, validate them once, batch them.
 
 A corpus is a set of windows of ``T + 1`` token ids (``X`` = tokens ``1..T``, ``Y`` = tokens
-``2..T+1``). It may arrive as
-
-* a 2-D integer ``torch.Tensor`` or ``numpy.ndarray`` of shape ``[n_sequences, T + 1]``,
-* a list of equal-length lists of ints,
-* an iterable of such 2-D batches (a list, a generator, a ``DataLoader`` ...),
-* a ``datasets.Dataset`` with an ``input_ids`` column of length-``T + 1`` rows.
-
-The statistics need two passes over the corpus (``Q̄`` and ``Δ`` depend on ``Ḡ`` of the whole
-corpus), so :class:`TokenSource` is re-iterable. A one-shot iterator (a generator) is read once
-into memory; token windows are small next to the ``[d_vocab, d_vocab]`` tables they feed.
+``2..T+1``), in any of the forms of docs/guides/corpus-statistics.md#what-goes-in. The statistics
+need two passes (``Q̄`` and ``Δ`` depend on ``Ḡ`` of the whole corpus), so :class:`TokenSource` is
+re-iterable: a one-shot iterator is read once into memory (windows are small next to the tables).
 """
 
 from collections.abc import Iterable, Iterator
