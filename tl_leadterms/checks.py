@@ -1,26 +1,9 @@
 """The checks every public entry point applies to its arguments, written once.
 
-One rule per kind of argument, the same everywhere:
-
-* ``lr``: a finite real number ``> 0`` (``η``).
-* ``steps``: an integer ``>= 0`` (Python or numpy integer, or a float with an integral value):
-  the number of full-batch GD steps ``s`` from zero initialisation. ``steps=0`` is the model at
-  initialisation; it is valid wherever a step count is.
-* ``s_lr``: a finite real number ``>= 0``, the product ``s·η``. Where a result only depends on
-  that product (the gradient-flow limit of the coefficients, an expected scale) an entry point
-  accepts ``s_lr=`` instead of ``lr`` and ``steps``; a real ``s·η`` never goes in ``steps``.
-* ``layers``: ``None`` (every layer), an int, or a non-empty sequence of distinct ints (numpy
-  integers included), each in ``[0, n_layers)``. An empty selection is an error everywhere.
-* option strings: one of the documented values (each signature spells them as ``Literal``).
-* ``stats``: a :class:`~tl_leadterms.stats.CorpusStats`; its ``d_vocab`` must equal the model's
-  and, when both record one, its vocabulary hash must equal the tokenizer's.
-* counts (permutations, bootstrap resamples, blocks, seeds): an integer ``>= minimum``.
-* ``ci``: ``None`` or a confidence level strictly between 0 and 1 (e.g. 0.95).
-* ``tokens``: a 2-D integer tensor (or something ``torch.as_tensor`` turns into one; unsigned
-  ones too, checked in their own dtype) of ids in ``[0, d_vocab)``, returned as int64.
-
-Every failure is a :class:`~tl_leadterms.errors.LeadTermsError` that names the value and says
-what to pass instead.
+One rule per kind of argument (``lr``, ``steps``, ``s_lr``, ``layers``, option strings,
+``stats``, counts, ``ci``, ``tokens``), the same everywhere, set out in
+docs/guides/conventions.md#how-arguments-are-checked; every failure is a
+:class:`~tl_leadterms.errors.LeadTermsError` that names the value and says what to pass instead.
 
 >>> check_layers([np.int64(1), 0], n_layers=3)
 [1, 0]

@@ -1,15 +1,11 @@
 """Reading JSON that another program (or a hostile file) wrote, and printing what it held.
 
-Metadata of statistics files, lines of sweep results files and checkpoint records are JSON that
-this library wrote, but a file on disk can hold anything. Python's ``json`` raises
-``RecursionError`` on deep nesting: :func:`parse_json` turns that (and text that is not JSON)
-into one :class:`LeadTermsError` naming the file, so every reader fails in one line instead of a
-traceback. JSON may also hold lone surrogates (``"\\ud800"``), which no UTF-8 stream, pandas
-or Arrow column can hold: they come back escaped as the text ``\\ud800`` (:func:`printable`),
-and every writer of text (the command line's streams, :func:`tl_leadterms.atomic.write_text`)
-escapes any that reach it the same way instead of failing. A token string printed to a terminal
-goes through :func:`terminal_text` (control characters escaped, long text cut); HTML pages
-escape theirs with ``html.escape`` (:mod:`tl_leadterms.results.tokens`).
+A file on disk can hold anything. :func:`parse_json` turns JSON nested too deep for Python's
+``json`` (a ``RecursionError``) and text that is not JSON into one :class:`LeadTermsError` naming
+the file. Lone surrogates (``"\\ud800"``), which no UTF-8 stream, pandas or Arrow column can hold,
+come back escaped as the text ``\\ud800`` (:func:`printable`), as every writer of text escapes
+them; a token printed to a terminal goes through :func:`terminal_text` (control characters
+escaped, long text cut).
 
 Example:
     >>> parse_json('{"a": [1, 2]}', where="f.json")

@@ -1,19 +1,10 @@
 """Progress that suits where it is written: one factory for every long loop of the package.
 
-* In a notebook kernel with ``ipywidgets`` installed (the ``notebook`` extra), tqdm's widget
-  (``tqdm.notebook``, imported when the first bar is made, never when the package loads), gone
-  from the cell's output once its loop has ended (:func:`_widget_class`); a loop stopped early
-  keeps tqdm's red bar where it stopped.
-* In a notebook kernel without ``ipywidgets``: whole lines on the cell's standard output (the
-  same lines as a log gets, below), not a warning about a missing widget library.
-* On a terminal, tqdm's usual bar, redrawn in place.
-* Anywhere else (a log file, a pipe, CI), no carriage returns: one line each time a loop passes
-  a tenth of its length (at most ten lines a loop), or one line when a loop of unknown length
-  ends.
-
-Quiet when quick: a bar first shows itself after :data:`DELAY` seconds (tqdm's ``delay=``), so a
-call that is done in a second or two draws nothing. ``enabled=False`` (the package's
-``progress=False``) silences all of them.
+A tqdm widget in a notebook with ``ipywidgets`` (:func:`_widget_class`), whole lines in a
+notebook without it, tqdm's bar on a terminal, and anywhere else (a log, a pipe, CI) at most ten
+whole lines a loop (:class:`LogLines`); a bar first shows after :data:`DELAY` seconds, and
+``enabled=False`` (the package's ``progress=False``) silences all of them
+(docs/guides/conventions.md#progress).
 
 >>> import io
 >>> log = io.StringIO()

@@ -1,17 +1,9 @@
 """The one registry of analyses: sweeps, the monitor, the report and the CLI all read it.
 
-Each line of :data:`ANALYSES` declares one analysis: its name, a summary, the function and result
-class its sub-package of :mod:`tl_leadterms.analyses` exports, and what else it can do (run in a
-sweep by name, be watched by the training monitor, read held-out windows, have a report
-section). Adding an analysis is one new sub-package and one line here. Reading the registry
-imports nothing heavy: a sub-package is imported when its function or a hook is first used.
-
-A sub-package whose line says ``sweep=True`` exports ``sweep_rows(model, stats, **options)``
-(the tidy rows of one checkpoint); one with ``monitor=`` exports ``monitor_scores(model, stats,
-context)`` (a flat ``{name: value}`` of one training step, ``context`` a
-:class:`MonitorContext`); one with ``report=`` exports ``report_section(result)`` (its
-result's :class:`~tl_leadterms.results.sections.Section` of a report, with the findings it
-writes about it, whose id is the ``report`` name).
+Each line of :data:`ANALYSES` declares one analysis (:class:`Analysis`: its name, function,
+result class, and the hooks its sub-package of :mod:`tl_leadterms.analyses` exports for a
+sweep, the monitor and the report). Adding an analysis is one new sub-package and one line here.
+Reading the registry imports nothing heavy: a sub-package is imported when first used.
 
 >>> analysis("decompose").result_class().__name__
 'Decomposition'
@@ -60,10 +52,12 @@ class Analysis:
         result: the name of the result class it returns.
         sweep: a sweep can run it by name (the sub-package exports ``sweep_rows``).
         monitor: the name the training monitor knows it by (the sub-package exports
-            ``monitor_scores``); None: not monitored.
+            ``monitor_scores(model, stats, context)``, a flat ``{name: value}`` of one training
+            step); None: not monitored.
         needs_tokens: it reads held-out windows (``tokens=``) besides the statistics.
         report: the id of the report section its package renders from its result
-            (``report_section``); None: none.
+            (``report_section(result)``, a :class:`~tl_leadterms.results.sections.Section` with
+            the findings it writes about it); None: none.
     """
 
     name: str

@@ -1,13 +1,10 @@
 """Short CPU computations on one thread: :func:`one_thread`.
 
 A bootstrap resample's statistics (:meth:`~tl_leadterms.stats.blocks.BlockStats.resample`) are
-a few milliseconds of small numba kernels and torch operations. Torch and numba each bring their
-own OpenMP runtime, and between two short parallel regions the idle threads of each spin, so on
-two threads a resample costs about twice the CPU time of one thread for the same or a longer wall
-time (``benchmarks/bench_null_boot.py``, on this project's 2-core machine: the demo's k = 500
-blocks 8.7 ms CPU and 4.3 ms wall on two threads against 5.9 ms and 5.9 ms on one; the
-real-size k = 1,000 blocks 88 ms and 45 ms against 40 ms and 39 ms). The bootstrap therefore
-computes its resamples inside :func:`one_thread`.
+a few milliseconds of small numba kernels and torch operations, whose two OpenMP runtimes spin
+against each other between such short regions: on two threads a resample costs about twice the
+CPU time of one, for the same or a longer wall time (``benchmarks/bench_null_boot.py``;
+docs/guides/performance.md). The bootstrap computes its resamples inside :func:`one_thread`.
 
 >>> before = torch.get_num_threads()
 >>> with one_thread():

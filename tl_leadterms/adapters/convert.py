@@ -1,28 +1,10 @@
 """`to_paper`: a HookedTransformer's weights as the paper's vocabulary-space maps.
 
 For the paper's own model (:func:`tl_leadterms.models.paper.paper_model`) the maps ARE its
-parameters. For a model with embeddings every map is the token-token (direct-path) part of the
-corresponding computation, kept as a :class:`~transformer_lens.FactoredMatrix`, with ``E`` the
-input map (``W_E``, or the extended embedding, see :func:`to_paper`) and ``g(h)`` the key/value
-group of query head ``h`` (``g(h) = h`` without grouped-query attention):
-
-========  ====================================================  ===============================
-weight    map (per query head h)                                shape
-========  ====================================================  ===============================
-``W_O``   ``E · W_U``                                           ``[d_vocab, d_vocab]``
-``V[l]``  ``E · W_V^g(h) · W_O^h · W_U``                        ``[n_heads, d_vocab, d_vocab]``
-``W[l]``  ``E · W_Q^h · W_K^g(h)ᵀ · Eᵀ / attn_scale``           ``[n_heads, d_vocab, d_vocab]``
-``P[l]``  learned positions: offset average of                  ``[n_heads, n_ctx]``
-          ``W_pos W_Q^h W_K^g(h)ᵀ W_posᵀ / attn_scale``;
-          rotary: ``(R_d q̄_h)·k̄_h / attn_scale`` (mean-field,
-          :mod:`tl_leadterms.adapters.rotary`)
-========  ====================================================  ===============================
-
-``attn_scale`` is the model's own score divisor (``√d_head``, times ``layer + 1`` under
-``scale_attn_by_inverse_layer_idx``), so ``W`` and ``P`` are what enters the softmax.
-LayerNorm/RMSNorm weights are folded on the fly (the model is not modified); see :func:`to_paper`.
-Grouped keys and values are read grouped and gathered per layer, so no repeated copy of the
-whole model's key/value weights is ever made.
+parameters; for a model with embeddings every map is the token-token (direct-path) part of the
+corresponding computation, a :class:`~transformer_lens.FactoredMatrix`. The table of the maps,
+their ``attn_scale`` and the norms' folding: the guide's section
+(docs/guides/transformerlens.md#a-models-weights-as-the-papers-maps).
 """
 
 from typing import Any
@@ -311,7 +293,7 @@ def to_paper(
 
     Returns:
         :class:`PaperWeights` with one entry per QUERY head (``pw.kv_group`` names each
-        head's key/value group); the module docstring table says what each map contains.
+        head's key/value group); the module docstring says what each map contains.
         ``metadata`` keys: ``model_name``, ``original_architecture``, ``architecture``,
         ``normalization_type``, ``positional_embedding_type``, ``fold_ln``, ``ln_handling``,
         ``ln_folded_into``, ``ln_centring``, ``ln_scale_ignored``, ``unembed_centred`` (``W_U``

@@ -1,22 +1,10 @@
 """The content-independent positional score of a rotary attention head (mean-field ``P``).
 
-A rotary head scores query position ``t`` against key position ``j`` as
-``(R_t q)·(R_j k) / attn_scale``, with ``R_p`` the rotation by ``p`` times each frequency on the
-first ``rotary_dim`` dimensions (the rest pass unrotated). Because ``R_tᵀ R_j = R_{j−t}``, the
-score depends on the positions only through the offset ``d = t − j``. With the token-averaged
-query and key vectors ``q̄ = Σ_v π_v q_v`` and ``k̄ = Σ_v π_v k_v`` (``π`` token frequencies, ``q_v``
-the query of token ``v`` read through the adapter's input map, biases included):
-
-    P_h[d] = (R_d q̄_h) · (R_0 k̄_h) / attn_scale,     d = 0 .. n_ctx − 1
-
-(``R_0`` is the identity except under YaRN's attention factor, which scales both sides). This is
-the score a query at ``t`` gives a key at ``t − d`` when both carry the *average* token: a
-mean-field profile. It is not the full positional effect: the content-position interaction
-``q_v·R_d·k_w − q̄·R_d·k̄`` (which differs by token pair and can dominate) is left out, as are
-LayerNorm's ``1/σ``, QK-norm, soft-capping, and length-dependent rescaling (dynamic NTK, log-n
-query scaling beyond the training length). The rotation itself follows the model's own settings
-(``rotary_dim``, ``rotary_base`` / ``rotary_base_local``, ``rotary_adjacent_pairs``, NTK-by-parts,
-YaRN and linear scaling) through the model's own tables (the view's ``rotary_tables``).
+``P_h[d] = (R_d q̄_h) · (R_0 k̄_h) / attn_scale`` for offsets ``d = 0 .. n_ctx − 1``, with ``q̄``
+and ``k̄`` the query and key vectors averaged over the tokens (``π``: ``token_weights``), rotated
+by the model's own tables: the score of a query and a key that both carry the *average* token.
+What it leaves out (the content-position interaction, norms, length-dependent rescaling):
+docs/guides/transformerlens.md#the-mean-field-p-of-a-rotary-head.
 """
 
 from typing import Any

@@ -64,17 +64,14 @@ class PaperWeights:
             :attr:`V_kind` for what "output" means.
         W: per layer, ``[n_heads, d_vocab, d_vocab]`` query-key maps [query token, key token],
             exactly what enters the softmax (divided by the model's attention scale).
-        P: per layer, ``[n_heads, n_ctx]`` relative positional bias, index ``d`` = query − key:
-            for learned positions the offset average of the position-position scores; for rotary
-            models the mean-field profile of :mod:`tl_leadterms.adapters.rotary`
-            (``metadata["P_kind"]`` says which). Raises :class:`LeadTermsError` for models with
-            neither (ALiBi, ...).
+        P: per layer, ``[n_heads, n_ctx]`` relative positional bias, index ``d`` = query − key
+            (learned or rotary: ``metadata["P_kind"]``, :mod:`tl_leadterms.adapters.convert`).
+            Raises :class:`LeadTermsError` for models with neither (ALiBi, ...).
         V_kind: ``"value"`` (paper model: ``V`` is the paper's ``V^(l)``, theory target
             ``Φ̄ᵀB̄ᵀ``) or ``"value_output"`` (models with embeddings: ``V`` is the value→logit map
             ``W_E W_V W_O W_U``, theory target ``Φ̄ᵀΣ_B̄``).
-        kv_group: per query head, the index of its key/value head (grouped-query attention
-            shares one key/value head among several query heads; ``list(range(n_heads))`` for
-            ordinary multi-head attention). Per-head maps always have one entry per query head.
+        kv_group: per query head, the index of its key/value head (``list(range(n_heads))``
+            without grouped-query attention). Per-head maps have one entry per query head.
         n_kv_heads: number of key/value heads.
         architecture: ``"paper"``, ``"attn_only"`` or ``"full"``.
         exact: whether the maps are exact (no LayerNorm scale or MLP approximated away).

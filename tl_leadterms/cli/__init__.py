@@ -1,24 +1,5 @@
-"""The ``tl-leadterms`` command.
-
-    tl-leadterms demo                       # embedded corpus -> statistics -> association lists
-                                            # -> a short training run -> decompose table
-                                            # -> out/report.html
-    tl-leadterms stats corpus.txt -o s.safetensors --tokenizer word:3000 --n-ctx 200
-    tl-leadterms stats ids.npy -o s.safetensors --d-vocab 50304 --keep 20000 --dtype float32
-    tl-leadterms stats my_dataset_dir -o s.safetensors --tokenizer tok_dir --text-column text
-    tl-leadterms stats shards/*.npy -o s.safetensors --d-vocab 50304 --ray auto  # a Ray cluster
-    tl-leadterms stats ids.npy -o b.safetensors --d-vocab 50304 --blocks 20  # per block of windows
-    tl-leadterms top s.safetensors red fish --matrix context   # the file's tokenizer
-    tl-leadterms decompose ckpt_dir s.safetensors [--json|--csv] [-o table.json]
-    tl-leadterms sweep series_dir s.safetensors [--results r.jsonl] [--out table.csv]
-    tl-leadterms sweep pythia-70m s.safetensors --steps 0 1 2 4    # hub checkpoints
-    tl-leadterms sweep series_dir s.safetensors --results r.jsonl --ray auto --device cuda
-    tl-leadterms sweep series_dir s.safetensors --null 99 --seed 0   # + excess, null_mean, z, p, q
-    tl-leadterms sweep series_dir b.safetensors --ci 0.95   # block statistics: + lo, hi, corrected
-    tl-leadterms report s.safetensors --model ckpt_dir --text "..." --words red fish -o r.html
-
-Every subcommand has ``--help``. Exit codes: 0 success, 2 bad arguments or input.
-"""
+"""The ``tl-leadterms`` command: one subcommand per task, each with ``--help`` (examples of every
+one: docs/guides/command-line.md). Exit codes: 0 success, 2 bad arguments or input."""
 
 import argparse
 import contextlib
@@ -59,22 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stdout_closed() -> int:
-    """The reader of stdout went away (``| head``): files were written before printing; stop
-    quietly, with Python's own flush at exit pointed at nowhere."""
-    with contextlib.suppress(OSError, ValueError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
-
-
-def _printable_streams() -> None:
-    """Text that is not UTF-8 (lone surrogates from file names or hostile JSON) is printed as
-    ``\\udXXX`` escapes instead of ending the command in a UnicodeEncodeError."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, ValueError):
-            stream.reconfigure(errors="backslashreplace")
-
-
 def _interrupt_ends_the_process(command: str) -> None:
     """From now on Ctrl-C (while Python shuts down: atexit functions, threads joined) prints
     the one line and ends the process with status 130, instead of a traceback under status 0."""
@@ -91,7 +56,11 @@ def _interrupt_ends_the_process(command: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run ``tl-leadterms`` with ``argv`` (default: the command line); the exit code."""
     args = build_parser().parse_args(argv)
-    _printable_streams()
+    # text that is not UTF-8 (lone surrogates from file names or hostile JSON) is printed as
+    # \udXXX escapes instead of ending the command in a UnicodeEncodeError
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     try:
         return _run(args)
     finally:
@@ -109,8 +78,11 @@ def _run(args: argparse.Namespace) -> int:
             return EXIT_TERMINATED  # temporaries and scratch files were removed on the way out
         print(f"tl-leadterms {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED  # temporaries are removed by the atomic writer on the way out
-    except BrokenPipeError:
-        return _stdout_closed()
+    except BrokenPipeError:  # the reader of stdout went away (| head): files were written
+        # before printing; stop quietly, with Python's own flush at exit pointed at nowhere
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (LeadTermsError, OSError, UnicodeDecodeError) as err:
         # bad input and unreadable or unwritable files: one line, whatever the message held
         if isinstance(err, OSError) and out_of_space(err):  # a write outside the atomic writer

@@ -1,8 +1,7 @@
 """The explorer's page: one offline HTML document around the data of
-:mod:`~tl_leadterms.explorer.data` (styles and script below, circuitsvis inlined once).
-
-Its colours are the theme's (light or dark as its host says, else as the reader prefers); values
-take the one diverging map, whose colours the summary carries (``ramp``).
+:mod:`~tl_leadterms.explorer.data` (styles and script below, circuitsvis inlined once), in the
+theme's colours (light or dark as its host says, else as the reader prefers) and the one
+diverging map (the summary's ``ramp``).
 
 The grid is drawn from a small summary (a few numbers per head); each head's details sit in
 their own ``<script type="application/json" data-head="L3H2">`` block and are parsed only when

@@ -2,33 +2,22 @@
 
 ``decompose(model, blocks, ci=0.95)`` (and :func:`~tl_leadterms.covariance_similarity`,
 :func:`~tl_leadterms.head_atlas`, :func:`~tl_leadterms.sweep`) take a
-:class:`~tl_leadterms.stats.blocks.BlockStats` from :func:`~tl_leadterms.stats.blocks.block_stats`
-in place of the statistics: the scores are those of the whole corpus (:meth:`BlockStats.full`),
-and ``ci=`` adds columns from the same score over ``R`` bootstrap resamples of the blocks
-(``bootstrap=R`` or a :class:`BootstrapSpec`, default ``R = 50``, seeded, each resample's pass
-two exact):
+:class:`~tl_leadterms.stats.blocks.BlockStats` from :func:`~tl_leadterms.stats.blocks.block_stats`:
+the scores are those of the whole corpus (:meth:`BlockStats.full`), and ``ci=`` adds columns
+from ``R`` bootstrap resamples of the blocks (``bootstrap=R`` or a :class:`BootstrapSpec`,
+default ``R = 50``, seeded, each resample's pass two exact):
 
-* ``lo``, ``hi``: the interval, inside the score's range ``[−1, 1]``, of non-zero width
-  whenever the resamples vary;
-* ``corrected``: the bias-corrected estimate of the distribution-level score the interval is built
-  around, always between ``lo`` and ``hi`` (tables print the interval beside it, not beside the raw
-  score, which can lie outside a correct interval);
-* ``noise_share`` (:func:`~tl_leadterms.results.intervals.noise_share`; ``decompose`` and
-  ``head_atlas``): the sample's noise against what the score measures; from
-  :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on tables mark the interval
-  (:mod:`tl_leadterms.results.marks`).
+* ``lo``, ``hi``: the interval, inside ``[−1, 1]``, of non-zero width whenever the resamples vary;
+* ``corrected``: the bias-corrected estimate of the distribution-level score, always between
+  ``lo`` and ``hi`` (tables print the interval beside it, not beside the raw score);
+* ``noise_share`` (``decompose`` and ``head_atlas``;
+  :func:`~tl_leadterms.results.intervals.noise_share`): tables mark the interval from
+  :data:`~tl_leadterms.results.marks.WIDE_NOISE_SHARE` on.
 
-The interval covers the model's score against the statistics of the whole distribution the windows
-were drawn from, for statistics of another sample than the model's training windows. Of the training
-windows the scores are exact and no interval is added: ``metadata["ci"]`` holds ``interval: None``
-and the one-line reason (:mod:`tl_leadterms.results.uncertainty` decides;
-docs/guides/intervals.md#which-question-a-score-answers). The methods, the small-sample expansion
-and their coverage: :mod:`tl_leadterms.results.intervals`.
-
-The model side is computed once; each resample only rebuilds the theory side (its basis maps,
-Gram matrices and projections), from statistics formed as :mod:`tl_leadterms.stats.blocks`
-documents; their pass two is kept with the blocks from the second analysis on
-(:meth:`Bootstrap.resamples`)."""
+Statistics of the model's training windows get no interval (``metadata["ci"]`` says why;
+docs/guides/intervals.md#which-question-a-score-answers). The methods and their coverage:
+:mod:`tl_leadterms.results.intervals`. The model side is computed once; each resample rebuilds
+only the theory side (:meth:`Bootstrap.resamples`)."""
 
 import math
 import weakref

@@ -1,12 +1,8 @@
 """`InlineFigure`: a matplotlib figure that shows itself where it is made, without pyplot.
 
-A figure built with ``matplotlib.figure.Figure`` (never pyplot: no window, no backend switch, no
-figure left registered in pyplot's state) does not display in a notebook by itself. This one
-does: its ``_repr_png_`` is its PNG, so when it is a cell's value Jupyter (Lab, classic) and
-VS Code show it once, inline; nbconvert keeps it as an ``image/png`` output. Where IPython has a
-matplotlib formatter registered (after ``%matplotlib inline``), that formatter draws it instead:
-either way one image, and pyplot's inline flush never sees it, so never a second copy.
-``.savefig`` works as on any figure (the Agg canvas is attached at construction).
+Its ``_repr_png_`` is its PNG, so a cell whose value it is shows it once, inline, without
+pyplot's state or a second copy; ``.savefig`` works as on any figure
+(docs/guides/report.md#the-plots-in-a-notebook).
 
 >>> fig = InlineFigure(figsize=(2, 1))
 >>> ax = fig.subplots()

@@ -1,13 +1,11 @@
 """How tables mark an interval whose sample is about as noisy as what its score measures.
 
 A row with an interval carries ``noise_share``
-(:func:`~tl_leadterms.results.intervals.noise_share`). From :data:`WIDE_NOISE_SHARE` on, much of the
-distance from 1 may be the sample's own noise, the interval is wide for that reason, and more
-windows narrow it; :data:`WIDE_COVERAGE` quotes how such intervals of the default method covered in
-the coverage benchmark, and a mark where a size's shares are otherwise small flags a sample whose
-estimate fell unusually close to 1 (docs/guides/intervals.md#the-noise-share). The text tables put
-:data:`WIDE_MARK` after the interval and :func:`wide_note` under the table; the HTML table draws the
-interval's whisker dashed and explains it in its legend.
+(:func:`~tl_leadterms.results.intervals.noise_share`); from :data:`WIDE_NOISE_SHARE` on, the
+interval is wide because much of the distance from 1 may be the sample's own noise
+(:data:`WIDE_COVERAGE`: how such intervals covered; docs/guides/intervals.md#the-noise-share).
+Text tables put :data:`WIDE_MARK` after the interval and :func:`wide_note` under the table; the
+HTML table draws the whisker dashed and explains it in its legend.
 
 >>> is_wide({"noise_share": 0.7}), is_wide({"noise_share": 0.2}), is_wide({})
 (True, False, False)

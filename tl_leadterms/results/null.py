@@ -1,27 +1,19 @@
 """Null baselines: is a score larger than it would be if the theory's tokens meant nothing?
 
-Two baselines, asked for with the ``null=`` keyword of :func:`~tl_leadterms.decompose`,
-:func:`~tl_leadterms.covariance_similarity` and :func:`~tl_leadterms.attention_agreement`:
+Two baselines, asked for with ``null=`` on :func:`~tl_leadterms.decompose`,
+:func:`~tl_leadterms.covariance_similarity` and :func:`~tl_leadterms.attention_agreement`
+(docs/guides/meaningful-scores.md#a-permutation-null):
 
-* **permutation null** — the theory's kept tokens are relabelled by ``R`` random permutations
-  (rows and columns together, so the statistic keeps its spectrum, sparsity and value
-  distribution but loses its link to the model's tokens), and each score is recomputed. The
-  model side is reused: a permutation is a re-indexing of the theory (or, equivalently, of the
-  model's token factor), never a new forward pass or a new Gram matrix. Each score gets
-  ``null_mean``, ``null_sd`` (``ddof=1``), ``z = (score − null_mean)/null_sd`` and the one-sided
-  empirical ``p = (1 + #{null ≥ score}) / (R + 1)`` (never below ``1/(R + 1)``). Beside them,
-  the **effect size** ``excess = score − null_mean`` and ``excess_share`` (:func:`summarize`):
-  ``z`` and ``p`` say *whether*, ``excess`` says *how much*.
-* **reference model** — the same architecture at random initialisation (``reference="random"``:
-  :func:`random_reference`), or a model the user gives (e.g. the step-0 checkpoint), scored the
-  same way; its score appears in a ``reference`` column.
+* **permutation null**: the theory's kept tokens relabelled by ``R`` random permutations (rows
+  and columns together; the model side reused), each score recomputed, giving
+  :data:`NULL_COLUMNS` (:func:`summarize`): ``z`` and ``p`` say *whether*, ``excess`` *how much*;
+* **reference model**: the architecture at random initialisation (``reference="random"``:
+  :func:`random_reference`) or a model the user gives, in a ``reference`` column.
 
-A table's rows get ``q``, their Benjamini–Hochberg q-values (:func:`qvalues`; the family is
-one call's rows), and one reading, their ``verdict`` (:func:`verdict`, written by
-:func:`add_verdicts`), which every view (text and HTML tables, the explorer, the report's
-findings, the command line) reads: they grey the rows in :data:`FAINT` and nothing else, and
-say in one line (:func:`reach_note`) when the null is too small to decide
-(docs/guides/effect-sizes.md#one-rule-for-every-view).
+A table's rows get ``q``, their Benjamini–Hochberg q-values (:func:`qvalues`), and one
+``verdict`` (:func:`verdict`, :func:`add_verdicts`) that every view reads: they grey the rows in
+:data:`FAINT` and say when the null is too small to decide (:func:`reach_note`;
+docs/guides/effect-sizes.md#one-rule-for-every-view).
 
 >>> NullSpec.of(20)
 NullSpec(permutations=20, seed=0, reference=None, negligible=0.01)

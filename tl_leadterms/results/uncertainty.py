@@ -1,23 +1,14 @@
 """How sure a number is: one option object, :class:`Uncertainty`, for every analysis.
 
-Three questions about any score, asked with one object:
-
-* ``null``: would the score be this large if the theory's tokens meant nothing? The
-  permutation null (:mod:`tl_leadterms.results.null`, :class:`NullSpec`) adds ``null_mean``,
-  the effect ``excess`` and the evidence ``z``, ``p``, ``q``.
-* ``ci`` and ``bootstrap``: how far would the score move under another sample of the corpus?
-  A bootstrap interval over corpus blocks (:mod:`tl_leadterms.results.bootstrap`,
-  :class:`BootstrapSpec`) adds ``lo``, ``hi`` and ``corrected``; the statistics must then be a
-  ``BlockStats``.
-* ``population``: is the score exact for the model's training windows (no interval), or an
-  estimate of the distribution-level score (below)?
-
-Every analysis (:func:`~tl_leadterms.decompose`, :func:`~tl_leadterms.covariance_similarity`,
-:func:`~tl_leadterms.output_agreement`, :func:`~tl_leadterms.attention_agreement`,
-:func:`~tl_leadterms.head_atlas`), :func:`~tl_leadterms.sweep`, the training monitor, the
-explorer and the command line take it as ``uncertainty=``. The two plain forms people write
-most, ``null=99`` and ``ci=0.95``, are shorthands for its fields on every one of them; the
-same field given twice, differently, is refused.
+Three questions about any score (docs/guides/intervals.md): ``null``, would it be this large if
+the theory's tokens meant nothing (:class:`NullSpec`: ``null_mean``, ``excess``, ``z``, ``p``,
+``q``); ``ci`` and ``bootstrap``, how far would it move under another sample of the corpus
+(:class:`BootstrapSpec`, over the blocks of a ``BlockStats``: ``lo``, ``hi``, ``corrected``);
+``population``, is it exact for the model's training windows or an estimate of the
+distribution-level score. Every analysis, :func:`~tl_leadterms.sweep`, the training monitor, the
+explorer and the command line take it as ``uncertainty=``; ``null=99`` and ``ci=0.95`` are
+shorthands for its fields on every one of them (the same field given twice, differently, is
+refused).
 
 >>> u = Uncertainty(null=99, ci=0.9, seed=3)
 >>> u.null, u.bootstrap.seed
@@ -25,14 +16,8 @@ same field given twice, differently, is refused.
 >>> Uncertainty.of(u, ci=0.9) == u, Uncertainty.of(None, null=20).null.permutations
 (True, 20)
 
-**Which question a score answers** (docs/guides/intervals.md#which-question-a-score-answers):
-``population="training"``, the statistics are the model's own training windows and each score is
-exact for them (``ci=`` adds no interval, and says why); ``population="distribution"``, they are
-another sample of the distribution and each score estimates the distribution-level one, with its
-interval around ``corrected``. ``population=None`` (the default) compares the statistics'
-``windows_fingerprint`` with the fingerprints of the model's training windows (:func:`trained_on`,
-written by :func:`~tl_leadterms.train` or :func:`record_training`); without a record the sample
-case is assumed, and the metadata says so.
+``population=None`` (the default) compares the statistics' ``windows_fingerprint`` with the
+model's :func:`trained_on` record (docs/guides/intervals.md#which-question-a-score-answers).
 
 >>> import torch
 >>> from tl_leadterms.stats.provenance import windows_fingerprint
@@ -117,11 +102,9 @@ class Reading:
     """What the scores of one call answer.
 
     Attributes:
-        population: ``"training"`` (the statistics are the model's training windows: each
-            score is exact for them) or ``"distribution"`` (the statistics are a sample of the
-            distribution: each score estimates the distribution-level score).
-        source: ``"stated"`` (``population=``), ``"fingerprint"`` (the statistics' windows
-            compared with the model's training record) or ``"assumed"`` (no record).
+        population: ``"training"`` (exact scores for the model's training windows) or
+            ``"distribution"`` (estimates of the distribution-level score).
+        source: ``"stated"`` (``population=``), ``"fingerprint"`` or ``"assumed"`` (no record).
     """
 
     population: str
@@ -341,10 +324,9 @@ def _seeded(value: Any, spec_type: type, seed: int | None, name: str) -> Any:
 
 def shorthands(fn: F) -> F:
     """Let ``fn`` (which takes ``uncertainty=`` and maybe ``schedule=``) also take the plain
-    keywords of earlier releases: ``bootstrap=``, ``population=`` and ``seed=`` fill in its
-    ``uncertainty`` (:meth:`Uncertainty.of`), and ``lr=``, ``steps=``, ``s_lr=`` build its
-    ``schedule`` (:func:`~tl_leadterms.theory.run_shorthands`). The wrapped function lists them
-    in ``shorthands``; its signature is ``fn``'s."""
+    keywords of earlier releases, listed in its ``shorthands`` (:meth:`Uncertainty.of`,
+    :func:`~tl_leadterms.theory.run_shorthands`;
+    docs/guides/conventions.md#one-run-one-uncertainty); its signature is ``fn``'s."""
     run = run_shorthands(fn)
 
     @functools.wraps(fn)

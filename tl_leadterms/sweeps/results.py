@@ -1,17 +1,13 @@
 """The results file of :func:`~tl_leadterms.sweeps.run.sweep`: JSON lines, one per finished
 checkpoint, appended, flushed and fsynced; read back on a resume (a torn last line is set aside).
 
-:class:`ResultsFile` is what a sweep driver (this process or a distributed one) uses:
-
-* a lock: ``fcntl.flock`` on the file itself (its device and inode, not its name), held from
-  ``__enter__`` to ``__exit__``, so a symlink or hard link to a file being written is refused at
-  once with the holder's pid (Linux; ``unknown`` elsewhere); the kernel drops it when its holder
-  dies, even by SIGKILL;
-* what is not a results file is refused before any work and left as it is: a FIFO, device, socket or
-  folder, a binary file, or one with a line over :data:`MAX_LINE` bytes;
-* fingerprints: each record carries the fingerprint of what was analysed (:mod:`.fingerprint`);
-  ``done(label, fingerprint)`` is False, with a warning and ``changed``, for a checkpoint whose
-  files changed since its record was written.
+:class:`ResultsFile` is what a sweep driver (this process or a distributed one) uses: an
+``fcntl.flock`` on the file itself (its device and inode, not its name: a link to a file being
+written is refused at once with the holder's pid; the kernel drops it when its holder dies);
+anything that is not a results file (a FIFO, device, socket or folder, a binary file, a line
+over :data:`MAX_LINE` bytes) refused before any work and left as it is; and fingerprints of what
+was analysed (:mod:`.fingerprint`): ``done(label, fingerprint)`` is False, with a warning and
+``changed``, for a checkpoint whose files changed since its record was written.
 
 Example:
 

@@ -170,8 +170,12 @@ def sweep(
     chosen = choose_analyses(analyses, common, analysis_kwargs)
     todo = find_checkpoints(checkpoints, checkpoint_steps, device, loader_kwargs)
     check_executor(cluster, todo)
-    if cluster is not None:
-        _theory_once(chosen, stats, device)
+    # with Ray, a covariance analysis's theory=path is computed here, once, and read by every task
+    for a in chosen if cluster is not None else ():
+        if a.named and a.kwargs.get("theory") is not None:
+            from tl_leadterms.analyses.covariance import prepare_theory
+
+            prepare_theory(full_stats(stats), a.kwargs, device)
     kept = settings(chosen, stats)
     path = results_path(results)
     with ResultsFile(path, kept) as stored:
@@ -184,18 +188,6 @@ def sweep(
         "settings": kept,
     }
     return SweepTable.from_records([found[c.label] for c in todo], metadata=metadata)
-
-
-def _theory_once(chosen: list, stats: CorpusStats | BlockStats, device: Any) -> None:
-    """A covariance analysis with ``theory=path`` and no file there yet: its theory terms are
-    computed here, once, and written, so the Ray tasks read them instead of each computing them
-    (only ``covariance_similarity`` takes ``theory``)."""
-    wanted = [a for a in chosen if a.named and a.kwargs.get("theory") is not None]
-    if wanted:
-        from tl_leadterms.analyses.covariance import prepare_theory
-
-        for a in wanted:
-            prepare_theory(full_stats(stats), a.kwargs, device)
 
 
 def _run(todo, stats, chosen, stored: ResultsFile, cluster, device, progress: bool):

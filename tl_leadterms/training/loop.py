@@ -114,10 +114,8 @@ class TrainHistory(ResultTable):
             self.scores.setdefault(score_name(name), []).append(value)
 
     def min_cosine(self, weight: str) -> float:
-        """Minimum over logged steps and layers of the cosines of ``weight`` (``"W"``, ``"V"``…).
-
-        ``"V"`` and ``"V·W_O"`` both name the value path.
-        """
+        """Minimum over logged steps and layers of the cosines of ``weight`` (``"W"``, ``"V"``…;
+        ``"V"`` and ``"V·W_O"`` both name the value path)."""
         values = [
             v
             for name, vs in self.cosines.items()
@@ -281,9 +279,7 @@ def train(
             )
         optimiser.step()
         if step % every == 0 or step == steps:
-            cosines = None
-            if track is not None:
-                cosines = leading_cosines(model, track)
+            cosines = None if track is None else leading_cosines(model, track)
             history.record(step, loss, cosines)
             bar.set_postfix(loss=f"{loss:.4f}")
             if callback is not None:

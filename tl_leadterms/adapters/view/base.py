@@ -207,7 +207,6 @@ class ModelView:
         Each callback is bound to the name it was registered under: inside a bridge's hook
         ``hook.name`` is the canonical name (``blocks.0.hook_in``), not the alias.
         """
-
         fwd = [(name, lambda act, hook, fn=fn: fn(act)) for name, fn in hooks.items()]
         self.model.run_with_hooks(
             tokens, return_type=None, fwd_hooks=fwd, stop_at_layer=stop_at_layer
