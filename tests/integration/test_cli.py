@@ -259,12 +259,14 @@ def test_sweep_null_columns_printed_and_written(series, tmp_path, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     grid = out[out.index("covariance: value_post") :].splitlines()
-    assert [line.split()[0] for line in grid[2:11]] == ["L0", "excess", "null", "z", "p", "q",
-                                                        "specific", "common", "L1"]  # fmt: skip
+    # the effect first (the distance from the baseline checkpoint, the excess), then the
+    # evidence and the verdict
+    assert [line.split()[0] for line in grid[2:12]] == ["L0", "vs", "excess", "null", "common",
+                                                        "z", "p", "q", "verdict", "L1"]  # fmt: skip
     df = pd.read_csv(table)
     assert list(df.columns) == ["checkpoint", "step", "layer", "head", "analysis", "score",
-                                "value", "null_mean", "null_sd", "z", "p", "excess",
-                                "excess_share", "q", "specific", "common_share"]  # fmt: skip
+                                "value", "vs_baseline", "excess", "excess_share", "common_share",
+                                "null_mean", "null_sd", "z", "p", "q", "verdict"]  # fmt: skip
     stats = CorpusStats.load(series["stats"])
     model = load_model(series["dir"] / "step2")
     direct = covariance_similarity(model, stats, null=NullSpec(3, seed=1), progress=False)
