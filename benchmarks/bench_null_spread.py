@@ -13,29 +13,22 @@ One run on the project's shared 2-core CPU machine; the seconds are not the poin
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-
-def _markov(n: int, length: int, vocab: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    P = torch.rand(vocab, vocab, generator=g) ** 8
-    P = P / P.sum(1, keepdim=True)
-    out = torch.empty(n, length, dtype=torch.long)
-    out[:, 0] = torch.randint(0, vocab, (n,), generator=g)
-    for t in range(1, length):
-        out[:, t] = torch.multinomial(P[out[:, t - 1]], 1, generator=g).squeeze(1)
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.markov import markov_tokens
 
 
 def spreads(k: int, folder: Path) -> dict:
     from tl_leadterms import corpus_stats, covariance_similarity, decompose, load_model
     from tl_leadterms.loading.tiny import save_tiny_model
 
-    stats = corpus_stats(_markov(2048, 33, k, seed=k), d_vocab=k, progress=False)
+    stats = corpus_stats(markov_tokens(2048, 33, k, seed=k), d_vocab=k, progress=False)
     path = save_tiny_model("gpt_neox", folder / f"neox{k}", d_vocab=k, n_layers=2, d_model=32,
                            n_heads=4, n_ctx=32, seed=0)  # fmt: skip
     model = load_model(str(path), device="cpu")

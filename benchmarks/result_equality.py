@@ -39,16 +39,8 @@ from typing import Any
 
 import torch
 
-
-def _markov(n: int, length: int, vocab: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    P = torch.rand(vocab, vocab, generator=g) ** 4
-    P = P / P.sum(1, keepdim=True)
-    out = torch.empty(n, length, dtype=torch.long)
-    out[:, 0] = torch.randint(0, vocab, (n,), generator=g)
-    for t in range(1, length):
-        out[:, t] = torch.multinomial(P[out[:, t - 1]], 1, generator=g).squeeze(1)
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.markov import markov_tokens
 
 
 def paper_results() -> dict[str, Any]:
@@ -66,9 +58,9 @@ def paper_results() -> dict[str, Any]:
     )
 
     V, T = 20, 8
-    tokens = _markov(96, T + 1, V, seed=3)
+    tokens = markov_tokens(96, T + 1, V, seed=3, power=4)
     stats = corpus_stats(tokens, d_vocab=V, progress=False)
-    held = _markov(64, T + 1, V, seed=4)
+    held = markov_tokens(64, T + 1, V, seed=4, power=4)
     blocks = block_stats(held, d_vocab=V, blocks=8, progress=False)
     model = paper_model(d_vocab=V, n_ctx=T, n_layers=2, dtype=torch.float64)
     train(model, tokens, lr=1.0, steps=4, progress=False)
@@ -94,7 +86,7 @@ def family_results(folder: Path) -> dict[str, Any]:
     from tl_leadterms.loading.tiny import MODEL_FAMILIES, save_tiny_model
 
     V, T = 96, 32
-    tokens = _markov(64, T + 1, V, seed=5)
+    tokens = markov_tokens(64, T + 1, V, seed=5, power=4)
     stats = corpus_stats(tokens, d_vocab=V, progress=False)
     out = {}
     for family in MODEL_FAMILIES:
