@@ -27,7 +27,7 @@ from tl_leadterms.explorer.data import (
 from tl_leadterms.explorer.page import page
 from tl_leadterms.protocols import ReadableModel, TokenWindows
 from tl_leadterms.results.html import circuitsvis_library
-from tl_leadterms.results.null import FAINT, NullSpec
+from tl_leadterms.results.null import NullSpec, dimmed
 from tl_leadterms.results.sections import Section
 from tl_leadterms.results.tokens import encode_text, token_texts
 from tl_leadterms.results.uncertainty import Uncertainty, shorthands
@@ -208,11 +208,16 @@ def explore(
 
 def _cell(head: dict[str, Any]) -> dict[str, Any]:
     """What the grid draws of a head: its scores, and its ``W`` row's verdict, which fades the
-    cell as every table greys a row (:data:`~tl_leadterms.results.null.FAINT`)."""
+    cell as every table dims a row (:func:`~tl_leadterms.results.null.dimmed`)."""
     scores = dict(head["scores"])
     scores["character_key"] = character_key(scores.get("character") or "")
-    verdict = head.get("W", {}).get("verdict")
-    return {"label": head["label"], "scores": scores, "verdict": verdict, "faint": verdict in FAINT}
+    W = head.get("W", {})
+    return {
+        "label": head["label"],
+        "scores": scores,
+        "verdict": W.get("verdict"),
+        "faint": dimmed(W),
+    }
 
 
 def _text_ids(text: Any, tokenizer: Any, d_vocab: int) -> list[int]:

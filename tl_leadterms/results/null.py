@@ -50,6 +50,7 @@ __all__ = [
     "VERDICTS",
     "NullSpec",
     "add_verdicts",
+    "dimmed",
     "permutations",
     "qvalues",
     "random_reference",
@@ -69,6 +70,12 @@ NEGLIGIBLE = 0.01
 VERDICTS = ("stands out", "negligible", "not distinguished", "unreachable")
 #: the verdicts whose rows every view greys (fades)
 FAINT = ("negligible", "not distinguished")
+
+
+def dimmed(row: dict | None) -> bool:
+    """Whether every view dims the row: its ``verdict`` is one of :data:`FAINT` (no verdict:
+    never)."""
+    return row is not None and row.get("verdict") in FAINT
 
 
 @dataclass(frozen=True)

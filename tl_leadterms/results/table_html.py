@@ -35,7 +35,7 @@ from typing import Any
 
 from tl_leadterms.results.figures import colour_scale
 from tl_leadterms.results.marks import WIDE_COVERAGE, WIDE_MARK, WIDE_NOISE_SHARE, is_wide
-from tl_leadterms.results.null import FAINT
+from tl_leadterms.results.null import FAINT, dimmed
 from tl_leadterms.results.style import (
     colour,
     column_format,
@@ -94,12 +94,6 @@ def _num(value: Any) -> float | None:
         return None
     value = float(value)
     return None if math.isnan(value) else value
-
-
-def dimmed(row: dict[str, Any] | None) -> bool:
-    """Whether a view dims the row: its ``verdict`` is one of
-    :data:`~tl_leadterms.results.null.FAINT` (no verdict: never)."""
-    return row is not None and row.get("verdict") in FAINT
 
 
 def cell_colours(values: list[float | None], scale: tuple[str, float, float],

@@ -17,9 +17,8 @@ import html as html_lib
 from typing import Any
 
 from tl_leadterms.results.html import View
-from tl_leadterms.results.null import FAINT
+from tl_leadterms.results.null import FAINT, dimmed
 from tl_leadterms.results.style import ink, number
-from tl_leadterms.results.table_html import dimmed
 
 __all__ = ["CHARACTER_COLOURS", "atlas_html", "character_key", "plot_atlas"]
 

@@ -8,10 +8,9 @@ it) and :data:`COSINE_FLOOR` (no implied ``s·η`` below it, nor where the verdi
 import math
 
 from tl_leadterms.results.findings import common, names, null_and_ci
-from tl_leadterms.results.null import FAINT
+from tl_leadterms.results.null import FAINT, dimmed
 from tl_leadterms.results.sections import Section, esc, figure_block, step_text
 from tl_leadterms.results.style import SEQUENTIAL, colour, column_format, ink, number
-from tl_leadterms.results.table_html import dimmed
 from tl_leadterms.theory import FAMILIES
 
 __all__ = [
@@ -51,7 +50,7 @@ def shown_character(row: dict) -> str:
 def shown_implied(row: dict) -> float | None:
     """The implied s·η where the cosine is clearly positive (see the module), else None."""
     cosine = row.get("cosine")
-    if not _finite(cosine) or cosine < COSINE_FLOOR or row.get("verdict") in FAINT:
+    if not _finite(cosine) or cosine < COSINE_FLOOR or dimmed(row):
         return None
     return row.get("implied_s_lr")
 
